@@ -199,6 +199,9 @@ class Device(ABC):
     @abstractmethod
     def _raw_destroy_buffer(self, raw: Any) -> None: ...
 
+    async def _raw_check(self) -> None:
+        """Raises errors the transport reports asynchronously (the browser's); native: none."""
+
     # -- buffers ---------------------------------------------------------------------------
     def buffer(
         self, nbytes: int, *, label: str = "buffer", usage: int = STORAGE | COPY_SRC | COPY_DST
@@ -251,9 +254,18 @@ class Device(ABC):
                 f"read of {buf.label!r}: range [{offset}, {offset + size}) is not a 4-aligned "
                 f"range inside its {buf.nbytes} bytes"
             )
+        await self._raw_check()
         if size == 0:
             return b""
         return await self._raw_read(buf.raw, offset, size)
+
+    async def check(self) -> None:
+        """Surfaces any asynchronous WebGPU error now (shader compile, validation, loss).
+
+        Native wgpu-py raises at the failing call; the browser reports errors through
+        promises, so this waits for them. :meth:`read` calls it first.
+        """
+        await self._raw_check()
 
     def destroy(self, *buffers: Buffer) -> None:
         """Frees buffers now instead of waiting for garbage collection."""

@@ -1,0 +1,182 @@
+"""Assembles the offline Studio bundle in ``dist/web`` from the source tree and pinned packages.
+
+Inputs, and nothing else (no CDN, no download from anywhere but the package registries):
+- the Pyodide core from the npm package ``pyodide`` (pinned in package-lock.json);
+- micropip from PyPI (pinned by version and sha256; Pyodide's lock pins Pyodide's own
+  build of it, so the lock we serve carries PyPI's hash instead);
+- the pure-Python ``evermind`` wheel built from ``src/`` (it carries ``shaders/`` too);
+- ``web/``, ``static/`` and ``shaders/``.
+
+The build is incremental: a digest of every input is kept in ``dist/web/.stamp`` and an
+unchanged tree is not rebuilt. The new bundle is assembled beside the old one and swapped
+in with a rename, so a failed build never leaves a half-written ``dist/web``.
+
+Usage: ``python build/build_web.py [--force] [--check]`` (``--check`` exits 1 when stale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DIST = ROOT / "dist" / "web"
+CACHE = ROOT / "build" / ".cache"
+PYODIDE_NPM = ROOT / "node_modules" / "pyodide"
+PYODIDE_FILES = [
+    "pyodide.mjs",
+    "pyodide.asm.mjs",
+    "pyodide.asm.wasm",
+    "python_stdlib.zip",
+    "pyodide-lock.json",
+]
+MICROPIP_VERSION = "0.11.1"
+MICROPIP_WHEEL = f"micropip-{MICROPIP_VERSION}-py3-none-any.whl"
+MICROPIP_SHA256 = "768de165adb8e66906039d8fec4127a57f522dfdf8e6fbff877a4616941ecfd3"
+# Fixed wheel timestamps make the wheel (and so the bundle) reproducible.
+SOURCE_DATE_EPOCH = "1767225600"  # 2026-01-01T00:00:00Z
+
+
+class BuildError(Exception):
+    """The bundle cannot be built; the message says what is missing and how to get it."""
+
+
+def _inputs() -> list[Path]:
+    files: list[Path] = []
+    for folder, pattern in (
+        ("src/evermind", "**/*.py"),
+        ("shaders", "*.wgsl"),
+        ("web", "**/*"),
+        ("static", "**/*"),
+    ):
+        files += sorted(p for p in (ROOT / folder).glob(pattern) if p.is_file())
+    files += [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__).resolve()]
+    files += [PYODIDE_NPM / name for name in PYODIDE_FILES]
+    return files
+
+
+def input_digest() -> str:
+    """sha256 over the relative path and content of every input file."""
+    digest = hashlib.sha256()
+    for path in _inputs():
+        if not path.is_file():
+            raise BuildError(f"missing build input {path.relative_to(ROOT)}; run `npm ci` first")
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def is_stale() -> bool:
+    """True when dist/web is missing or was built from different inputs."""
+    stamp = DIST / ".stamp"
+    try:
+        return not stamp.is_file() or stamp.read_text().strip() != input_digest()
+    except BuildError:
+        return True
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _micropip() -> Path:
+    wheel = CACHE / "wheels" / MICROPIP_WHEEL
+    if not wheel.is_file():
+        wheel.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+               "--python-version", "3.14", "--only-binary=:all:",
+               f"micropip=={MICROPIP_VERSION}", "-d", str(wheel.parent)]
+        if subprocess.run(cmd, check=False).returncode != 0 or not wheel.is_file():
+            raise BuildError(f"could not download {MICROPIP_WHEEL} from PyPI ({' '.join(cmd)})")
+    if _sha256(wheel) != MICROPIP_SHA256:
+        raise BuildError(f"{wheel} has sha256 {_sha256(wheel)}, expected {MICROPIP_SHA256}")
+    return wheel
+
+
+def _evermind_wheel(out: Path) -> Path:
+    env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
+    cmd = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    wheels = sorted(out.glob("evermind_memory-*.whl"))
+    if result.returncode != 0 or len(wheels) != 1:
+        raise BuildError(f"building the evermind wheel failed:\n{result.stdout}\n{result.stderr}")
+    return wheels[0]
+
+
+def build(force: bool = False) -> bool:
+    """Builds dist/web if stale (or ``force``); returns True when it built."""
+    digest = input_digest()
+    if not force and not is_stale():
+        return False
+    start = time.perf_counter()
+    DIST.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".web-", dir=DIST.parent))
+    try:
+        # Pyodide core, with micropip from PyPI under the lock's file name and hash.
+        (staging / "pyodide").mkdir()
+        for name in PYODIDE_FILES[:-1]:
+            shutil.copy2(PYODIDE_NPM / name, staging / "pyodide" / name)
+        lock = json.loads((PYODIDE_NPM / "pyodide-lock.json").read_text())
+        shutil.copy2(_micropip(), staging / "pyodide" / MICROPIP_WHEEL)
+        lock["packages"]["micropip"]["file_name"] = MICROPIP_WHEEL
+        lock["packages"]["micropip"]["sha256"] = MICROPIP_SHA256
+        (staging / "pyodide" / "pyodide-lock.json").write_text(json.dumps(lock))
+        # Our wheel.
+        (staging / "wheels").mkdir()
+        wheel = _evermind_wheel(staging / "wheels")
+        # Web files, static assets, shaders.
+        shutil.copytree(ROOT / "web", staging, dirs_exist_ok=True)
+        shutil.copytree(ROOT / "static", staging / "static")
+        shutil.copytree(ROOT / "shaders", staging / "shaders")
+        version = wheel.name.split("-")[1]
+        info = {
+            "version": version,
+            "wheel": f"wheels/{wheel.name}",
+            "wheel_sha256": _sha256(wheel),
+            "pyodide": json.loads((PYODIDE_NPM / "package.json").read_text())["version"],
+            "inputs_sha256": digest,
+        }
+        (staging / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
+        (staging / ".stamp").write_text(digest + "\n")
+        # Swap in atomically: rename the old bundle away, the new one in, then delete the old.
+        old = DIST.parent / f".old-{os.getpid()}"
+        if DIST.exists():
+            DIST.rename(old)
+        staging.rename(DIST)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    size = sum(p.stat().st_size for p in DIST.rglob("*") if p.is_file())
+    print(f"built {DIST.relative_to(ROOT)}: {size / 1e6:.1f} MB in {time.perf_counter() - start:.1f} s")
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the bundle is stale")
+    args = parser.parse_args()
+    try:
+        if args.check:
+            stale = is_stale()
+            print("stale" if stale else "up to date")
+            return 1 if stale else 0
+        if not build(force=args.force):
+            print(f"{DIST.relative_to(ROOT)} is up to date")
+    except BuildError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The ``evermind`` command: studio, doctor, bench and (as issues land) train, serve, push, mcp.
+
+The CLI prints; library code logs. Every subcommand exits non-zero with a one-line
+``error: ...`` on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import webbrowser
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import evermind
+from evermind.errors import BundleError, EvermindError
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = CHECKOUT / "build" / "build_web.py"
+DEFAULT_BUNDLE = CHECKOUT / "dist" / "web"
+
+
+def ensure_bundle(directory: Path | None = None) -> Path:
+    """Returns the bundle folder, building ``dist/web`` first when it is stale.
+
+    Raises:
+        BundleError: No bundle exists and it cannot be built here.
+    """
+    if directory is not None:
+        if not (directory / "index.html").is_file():
+            raise BundleError(f"{directory} has no index.html; is it a built Studio bundle?")
+        return directory
+    if BUILD_SCRIPT.is_file():
+        result = subprocess.run([sys.executable, str(BUILD_SCRIPT)], check=False)
+        if result.returncode != 0:
+            raise BundleError(f"building the bundle failed (exit {result.returncode}); see above")
+    if not (DEFAULT_BUNDLE / "index.html").is_file():
+        raise BundleError(
+            f"no Studio bundle at {DEFAULT_BUNDLE}; run `make bundle` in a checkout or pass --dir"
+        )
+    return DEFAULT_BUNDLE
+
+
+def cmd_studio(args: argparse.Namespace) -> int:
+    from evermind.webserver import BundleServer
+
+    bundle = ensure_bundle(Path(args.dir) if args.dir else None)
+    server = BundleServer(bundle, host=args.host, port=args.port)
+    print(f"Evermind Studio: {server.url}  (serving {bundle}; Ctrl-C to stop)", flush=True)
+    if not args.no_open:
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+def _check(name: str, probe: Callable[[], str]) -> tuple[str, bool, str]:
+    try:
+        return name, True, probe()
+    except Exception as err:  # doctor reports every failure in words
+        return name, False, f"{type(err).__name__}: {err}"
+
+
+def _native_gpu() -> str:
+    from evermind.gpu.native import open_native_device
+
+    info = open_native_device().adapter_info
+    return f"{info['device'] or info['vendor']} ({info['backend']}, {info['adapter_type'] or 'unknown type'})"
+
+
+def _browser_webgpu() -> str:
+    from playwright.sync_api import sync_playwright
+
+    from evermind.headless import launch_options
+    from evermind.webserver import BundleServer
+
+    with sync_playwright() as p:
+        options = launch_options(p)
+        browser = p.chromium.launch(**options)
+        try:
+            with tempfile.TemporaryDirectory() as empty, BundleServer(empty) as server:
+                page = browser.new_page()
+                page.goto(server.url + "__doctor__", wait_until="commit")
+                info = page.evaluate(
+                    """async () => {
+                        if (!navigator.gpu) return null;
+                        const a = await navigator.gpu.requestAdapter();
+                        return a ? [a.info.vendor, a.info.architecture].join(" ") : null;
+                    }"""
+                )
+        finally:
+            browser.close()
+    exe = options.get("executable_path", "Playwright's Chromium")
+    if not info:
+        raise EvermindError(f"{exe} started but WebGPU returned no adapter")
+    return f"{exe}: WebGPU adapter {info}"
+
+
+def _bundle() -> str:
+    if not BUILD_SCRIPT.is_file():
+        return "not a checkout; pass --dir to `evermind studio`"
+    sys.path.insert(0, str(BUILD_SCRIPT.parent))
+    try:
+        import build_web
+    finally:
+        sys.path.pop(0)
+    state = "stale (rebuilt by `evermind studio`)" if build_web.is_stale() else "up to date"
+    return f"{DEFAULT_BUNDLE}: {state}"
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks = [
+        ("python", True, f"{platform.python_version()} ({sys.executable})"),
+        ("evermind", True, evermind.__version__),
+        _check("native GPU (wgpu-py)", _native_gpu),
+        _check("Chromium with WebGPU", _browser_webgpu),
+        _check("Studio bundle", _bundle),
+    ]
+    width = max(len(name) for name, _, _ in checks)
+    for name, ok, detail in checks:
+        print(f"{'ok ' if ok else 'NO '} {name:<{width}}  {detail}")
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from evermind.bench import run_kernel_bench
+
+    rows = asyncio.run(run_kernel_bench(quick=args.quick))
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            print("  ".join(f"{k}={v}" for k, v in row.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="evermind",
+        description="Evermind: train a small SSM memory in a browser tab and serve it to agents.",
+    )
+    parser.add_argument("--version", action="version", version=f"evermind {evermind.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    studio = sub.add_parser("studio", help="serve the Studio web app and open it in a browser")
+    studio.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    studio.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 = any free)")
+    studio.add_argument("--no-open", action="store_true", help="do not open a browser")
+    studio.add_argument("--dir", help="serve this built bundle instead of the checkout's dist/web")
+    studio.set_defaults(func=cmd_studio)
+
+    doctor = sub.add_parser("doctor", help="report what works on this machine")
+    doctor.set_defaults(func=cmd_doctor)
+
+    bench = sub.add_parser("bench", help="run benchmarks (kernels)")
+    bench.add_argument("what", choices=["kernels"], help="what to benchmark")
+    bench.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``evermind`` console script."""
+    args = build_parser().parse_args(argv)
+    start = time.perf_counter()
+    try:
+        code: Any = args.func(args)
+    except EvermindError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
