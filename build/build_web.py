@@ -91,9 +91,20 @@ def _micropip() -> Path:
     wheel = CACHE / "wheels" / MICROPIP_WHEEL
     if not wheel.is_file():
         wheel.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-               "--python-version", "3.14", "--only-binary=:all:",
-               f"micropip=={MICROPIP_VERSION}", "-d", str(wheel.parent)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--python-version",
+            "3.14",
+            "--only-binary=:all:",
+            f"micropip=={MICROPIP_VERSION}",
+            "-d",
+            str(wheel.parent),
+        ]
         if subprocess.run(cmd, check=False).returncode != 0 or not wheel.is_file():
             raise BuildError(f"could not download {MICROPIP_WHEEL} from PyPI ({' '.join(cmd)})")
     if _sha256(wheel) != MICROPIP_SHA256:
@@ -103,7 +114,16 @@ def _micropip() -> Path:
 
 def _evermind_wheel(out: Path) -> Path:
     env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
-    cmd = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "build",
+        "--wheel",
+        "--no-isolation",
+        "--outdir",
+        str(out),
+        str(ROOT),
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     wheels = sorted(out.glob("evermind_memory-*.whl"))
     if result.returncode != 0 or len(wheels) != 1:
@@ -156,7 +176,10 @@ def build(force: bool = False) -> bool:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     size = sum(p.stat().st_size for p in DIST.rglob("*") if p.is_file())
-    print(f"built {DIST.relative_to(ROOT)}: {size / 1e6:.1f} MB in {time.perf_counter() - start:.1f} s")
+    print(
+        f"built {DIST.relative_to(ROOT)}: {size / 1e6:.1f} MB "
+        f"in {time.perf_counter() - start:.1f} s"
+    )
     return True
 
 

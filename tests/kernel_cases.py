@@ -41,6 +41,7 @@ class KernelCase:
 
     def spec(self, *, b64: bool = False) -> dict[str, Any]:
         """The JSON-able spec for :func:`evermind.kernels.harness.run_case`."""
+
         def enc(a: np.ndarray) -> Any:
             raw = np.ascontiguousarray(a).tobytes()
             return base64.b64encode(raw).decode() if b64 else raw

@@ -24,7 +24,10 @@ def assert_close(
     print(f"{name}: max |diff| = {max_diff:.3e} over {ref.size} values (atol {atol}, rtol {rtol})")
     if bad.any():
         idx = np.argwhere(bad)[:5]
-        lines = [f"  at {tuple(int(i) for i in ix)}: got {got[tuple(ix)]!r} ref {ref[tuple(ix)]!r}" for ix in idx]
+        lines = [
+            f"  at {tuple(int(i) for i in ix)}: got {got[tuple(ix)]!r} ref {ref[tuple(ix)]!r}"
+            for ix in idx
+        ]
         raise AssertionError(
             f"{name}: {int(bad.sum())} of {ref.size} values outside tolerance\n" + "\n".join(lines)
         )

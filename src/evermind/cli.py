@@ -76,7 +76,8 @@ def _native_gpu() -> str:
     from evermind.gpu.native import open_native_device
 
     info = open_native_device().adapter_info
-    return f"{info['device'] or info['vendor']} ({info['backend']}, {info['adapter_type'] or 'unknown type'})"
+    kind = info["adapter_type"] or "unknown type"
+    return f"{info['device'] or info['vendor']} ({info['backend']}, {kind})"
 
 
 def _browser_webgpu() -> str:
@@ -110,12 +111,10 @@ def _browser_webgpu() -> str:
 def _bundle() -> str:
     if not BUILD_SCRIPT.is_file():
         return "not a checkout; pass --dir to `evermind studio`"
-    sys.path.insert(0, str(BUILD_SCRIPT.parent))
-    try:
-        import build_web
-    finally:
-        sys.path.pop(0)
-    state = "stale (rebuilt by `evermind studio`)" if build_web.is_stale() else "up to date"
+    result = subprocess.run(
+        [sys.executable, str(BUILD_SCRIPT), "--check"], capture_output=True, check=False
+    )
+    state = "up to date" if result.returncode == 0 else "stale (rebuilt by `evermind studio`)"
     return f"{DEFAULT_BUNDLE}: {state}"
 
 
@@ -156,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     studio = sub.add_parser("studio", help="serve the Studio web app and open it in a browser")
     studio.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    studio.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 = any free)")
+    studio.add_argument(
+        "--port", type=int, default=8765, help="TCP port (default 8765; 0 = any free)"
+    )
     studio.add_argument("--no-open", action="store_true", help="do not open a browser")
     studio.add_argument("--dir", help="serve this built bundle instead of the checkout's dist/web")
     studio.set_defaults(func=cmd_studio)

@@ -47,7 +47,9 @@ def find_chromium(playwright: Any | None = None) -> str | None:
     env = os.environ.get("EVERMIND_CHROMIUM")
     if env:
         if not Path(env).is_file():
-            raise ConfigError(f"EVERMIND_CHROMIUM={env!r} is not a file; point it at a Chromium binary")
+            raise ConfigError(
+                f"EVERMIND_CHROMIUM={env!r} is not a file; point it at a Chromium binary"
+            )
         return env
     if playwright is not None:
         try:

@@ -31,7 +31,8 @@ def test_python_error_comes_back_in_words(browser, server) -> None:
     rec = open_studio(browser, server)
     try:
         message = rec.page.evaluate(
-            "window.evermind.call('no_such_call').then(() => 'resolved', e => e.name + ': ' + e.message)"
+            "window.evermind.call('no_such_call')"
+            ".then(() => 'resolved', e => e.name + ': ' + e.message)"
         )
         assert message.startswith("ConfigError: unknown studio call 'no_such_call'")
         rec.assert_offline()

@@ -73,8 +73,10 @@ def test_accumulate_adds_into_output(device) -> None:
 
 
 def test_extreme_inputs_stay_finite(device) -> None:
-    x = np.array([-1e4, -100.0, -88.8, -20.5, -1e-30, 0.0, 1e-30, 19.9, 20.0, 20.1, 88.8, 1e4],
-                 dtype=np.float32)
+    x = np.array(
+        [-1e4, -100.0, -88.8, -20.5, -1e-30, 0.0, 1e-30, 19.9, 20.0, 20.1, 88.8, 1e4],
+        dtype=np.float32,
+    )
     n = x.size
     ops = Elementwise(device)
     bx = device.upload(x, label="x")
@@ -82,8 +84,16 @@ def test_extreme_inputs_stay_finite(device) -> None:
     for name, record, want in [
         ("silu_fwd", lambda o: ops.silu_fwd(bx, o, n), ref.silu_fwd_ref(x)),
         ("softplus_fwd", lambda o: ops.softplus_fwd(bx, o, n), ref.softplus_fwd_ref(x)),
-        ("silu_bwd", lambda o: ops.silu_bwd(bx, bg, o, n), ref.silu_bwd_ref(x, np.ones(n, np.float32))),
-        ("softplus_bwd", lambda o: ops.softplus_bwd(bx, bg, o, n), ref.softplus_bwd_ref(x, np.ones(n, np.float32))),
+        (
+            "silu_bwd",
+            lambda o: ops.silu_bwd(bx, bg, o, n),
+            ref.silu_bwd_ref(x, np.ones(n, np.float32)),
+        ),
+        (
+            "softplus_bwd",
+            lambda o: ops.softplus_bwd(bx, bg, o, n),
+            ref.softplus_bwd_ref(x, np.ones(n, np.float32)),
+        ),
     ]:
         (got,) = _run(device, record, 1, n)
         assert np.isfinite(got).all(), f"{name} produced non-finite values: {got}"
@@ -99,7 +109,9 @@ def test_reference_backward_matches_finite_differences(fwd, bwd) -> None:
     x = (rng.standard_normal(7) * 3).astype(np.float64)
     w = rng.standard_normal(7)
     # L = sum(w * f(x)); dL/dx = bwd(x, w). References compute in float64 internally.
-    numeric = finite_difference(lambda v: float(np.sum(w * fwd(v.astype(np.float32)).astype(np.float64))), x, eps=1e-3)
+    numeric = finite_difference(
+        lambda v: float(np.sum(w * fwd(v.astype(np.float32)).astype(np.float64))), x, eps=1e-3
+    )
     analytic = bwd(x.astype(np.float32), w.astype(np.float32))
     assert_close(analytic, numeric, atol=2e-3, rtol=2e-3, name=f"{fwd.__name__} finite differences")
 
@@ -113,13 +125,34 @@ def browser_cases() -> list:
     zeros = np.zeros(n, np.float32)
     launcher = "evermind.kernels.elementwise:Elementwise"
     return [
-        KernelCase("elementwise.silu_fwd", launcher, "silu_fwd", [{"buf": "x"}, {"buf": "out"}, n],
-                   {"x": x, "out": zeros}, {"out": ref.silu_fwd_ref(x)}, ATOL, RTOL),
-        KernelCase("elementwise.softplus_bwd", launcher, "softplus_bwd",
-                   [{"buf": "x"}, {"buf": "g"}, {"buf": "out"}, n],
-                   {"x": x, "g": g, "out": zeros}, {"out": ref.softplus_bwd_ref(x, g)}, ATOL, RTOL),
-        KernelCase("elementwise.mul_bwd", launcher, "mul_bwd",
-                   [{"buf": "x"}, {"buf": "y"}, {"buf": "g"}, {"buf": "dx"}, {"buf": "dy"}, n],
-                   {"x": x, "y": y, "g": g, "dx": zeros, "dy": zeros},
-                   dict(zip(("dx", "dy"), ref.mul_bwd_ref(x, y, g), strict=True)), 0.0, 0.0),
+        KernelCase(
+            "elementwise.silu_fwd",
+            launcher,
+            "silu_fwd",
+            [{"buf": "x"}, {"buf": "out"}, n],
+            {"x": x, "out": zeros},
+            {"out": ref.silu_fwd_ref(x)},
+            ATOL,
+            RTOL,
+        ),
+        KernelCase(
+            "elementwise.softplus_bwd",
+            launcher,
+            "softplus_bwd",
+            [{"buf": "x"}, {"buf": "g"}, {"buf": "out"}, n],
+            {"x": x, "g": g, "out": zeros},
+            {"out": ref.softplus_bwd_ref(x, g)},
+            ATOL,
+            RTOL,
+        ),
+        KernelCase(
+            "elementwise.mul_bwd",
+            launcher,
+            "mul_bwd",
+            [{"buf": "x"}, {"buf": "y"}, {"buf": "g"}, {"buf": "dx"}, {"buf": "dy"}, n],
+            {"x": x, "y": y, "g": g, "dx": zeros, "dy": zeros},
+            dict(zip(("dx", "dy"), ref.mul_bwd_ref(x, y, g), strict=True)),
+            0.0,
+            0.0,
+        ),
     ]

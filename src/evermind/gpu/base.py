@@ -108,7 +108,9 @@ def grid_1d(n: int, workgroup_size: int) -> tuple[int, int, int]:
     ``(wid.y * nwg.x + wid.x) * WG + lid.x`` and guard ``index < n``.
     """
     if n < 0 or workgroup_size <= 0:
-        raise ShapeError(f"grid_1d: expected n >= 0 and workgroup_size > 0, got {n}, {workgroup_size}")
+        raise ShapeError(
+            f"grid_1d: expected n >= 0 and workgroup_size > 0, got {n}, {workgroup_size}"
+        )
     groups = max(1, -(-n // workgroup_size))
     if groups <= MAX_GROUPS_PER_DIM:
         return (groups, 1, 1)
@@ -151,7 +153,9 @@ def _as_bytes_view(data: Any) -> memoryview:
             f"got {type(data).__name__}"
         ) from err
     if not view.c_contiguous:
-        raise ShapeError("expected a C-contiguous buffer; copy it first (e.g. numpy.ascontiguousarray)")
+        raise ShapeError(
+            "expected a C-contiguous buffer; copy it first (e.g. numpy.ascontiguousarray)"
+        )
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
@@ -199,7 +203,7 @@ class Device(ABC):
     @abstractmethod
     def _raw_destroy_buffer(self, raw: Any) -> None: ...
 
-    async def _raw_check(self) -> None:
+    async def _raw_check(self) -> None:  # noqa: B027 - optional hook; native needs none
         """Raises errors the transport reports asynchronously (the browser's); native: none."""
 
     # -- buffers ---------------------------------------------------------------------------
@@ -222,7 +226,9 @@ class Device(ABC):
         """Creates a storage buffer holding ``data`` (any buffer-protocol object)."""
         view = _as_bytes_view(data)
         buf = self.buffer(
-            len(view), label=label, usage=usage if usage is not None else STORAGE | COPY_SRC | COPY_DST
+            len(view),
+            label=label,
+            usage=usage if usage is not None else STORAGE | COPY_SRC | COPY_DST,
         )
         if len(view):
             self.write(buf, view)
@@ -237,7 +243,8 @@ class Device(ABC):
         view = _as_bytes_view(data)
         if offset % 4 or len(view) % 4:
             raise ShapeError(
-                f"write to {buf.label!r}: offset {offset} and size {len(view)} must be multiples of 4"
+                f"write to {buf.label!r}: offset {offset} and size {len(view)} "
+                "must be multiples of 4"
             )
         if offset + len(view) > buf.nbytes:
             raise ShapeError(
@@ -315,7 +322,9 @@ class Device(ABC):
                 map when the entry point uses only some bindings of its shader.
             groups: Workgroup counts ``(x, y, z)`` or a single ``x``.
         """
-        pairs = tuple(bindings.items()) if isinstance(bindings, Mapping) else tuple(enumerate(bindings))
+        pairs = (
+            tuple(bindings.items()) if isinstance(bindings, Mapping) else tuple(enumerate(bindings))
+        )
         grid = (groups, 1, 1) if isinstance(groups, int) else tuple(groups)
         if len(grid) != 3 or any(g < 0 or g > MAX_GROUPS_PER_DIM for g in grid):
             raise ShapeError(
@@ -324,7 +333,9 @@ class Device(ABC):
             )
         for _, buf in pairs:
             if buf.destroyed:
-                raise GPUError(f"dispatch {kernel.shader}.{kernel.entry}: buffer {buf.label!r} was destroyed")
+                raise GPUError(
+                    f"dispatch {kernel.shader}.{kernel.entry}: buffer {buf.label!r} was destroyed"
+                )
         raw = self._raw_bind_group(kernel, pairs)
         return Dispatch(kernel, pairs, (grid[0], grid[1], grid[2]), raw, label)
 

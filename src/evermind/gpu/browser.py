@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from js import GPUMapMode, Object, navigator  # type: ignore[import-not-found]
-from pyodide.ffi import create_proxy, to_js  # type: ignore[import-not-found]
+from js import GPUMapMode, Object, navigator
+from pyodide.ffi import create_proxy, to_js
 
 from evermind.errors import DeviceLostError, GPUError, NoAdapterError, ShaderCompileError
 from evermind.gpu.base import COPY_DST, MAP_READ, Buffer, Device, Dispatch, Kernel

@@ -41,8 +41,12 @@ class NativeDevice(Device):
             "max_buffer_size": int(lim["max-buffer-size"]),
             "max_storage_buffer_binding_size": int(lim["max-storage-buffer-binding-size"]),
             "max_compute_workgroup_storage_size": int(lim["max-compute-workgroup-storage-size"]),
-            "max_compute_invocations_per_workgroup": int(lim["max-compute-invocations-per-workgroup"]),
-            "max_storage_buffers_per_shader_stage": int(lim["max-storage-buffers-per-shader-stage"]),
+            "max_compute_invocations_per_workgroup": int(
+                lim["max-compute-invocations-per-workgroup"]
+            ),
+            "max_storage_buffers_per_shader_stage": int(
+                lim["max-storage-buffers-per-shader-stage"]
+            ),
         }
 
     def _raw_buffer(self, nbytes: int, usage: int, label: str) -> Any:

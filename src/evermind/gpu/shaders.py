@@ -8,7 +8,7 @@ checkout reads them from the repository directly. This module is the one loader.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from evermind.errors import BundleError, ConfigError
@@ -39,7 +39,7 @@ def shader_names() -> list[str]:
     return sorted(p.stem for p in shader_dir().glob("*.wgsl"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_shader(name: str) -> str:
     """Returns the WGSL source of ``shaders/<name>.wgsl``.
 

@@ -35,7 +35,9 @@ class Elementwise:
     ) -> Dispatch:
         for slot, buf in bindings.items():
             need_f32(f"elementwise.{entry}", f"binding {slot}", buf, n)
-        params = self.device.uniform(pack_params(("u32", n), ("f32", alpha)), label=f"{entry}.params")
+        params = self.device.uniform(
+            pack_params(("u32", n), ("f32", alpha)), label=f"{entry}.params"
+        )
         kernel = self.device.kernel(SHADER, entry, {"WG": self.workgroup_size})
         return self.device.dispatch(
             kernel, {**bindings, _PARAMS: params}, grid_1d(n, self.workgroup_size), label=entry

@@ -1,0 +1,26 @@
+# Two commands: `make demo` and `make test`. Both install what is missing first.
+.PHONY: demo test bootstrap check unit shaders browser runtime bundle clean
+
+PYTEST := .venv/bin/python -m pytest
+
+demo: bootstrap
+	.venv/bin/python scripts/demo.py
+
+test: bootstrap
+	./scripts/check
+	$(PYTEST) tests -q
+
+bootstrap:
+	./scripts/bootstrap.sh
+
+check: bootstrap
+	./scripts/check
+
+unit shaders browser runtime: bootstrap
+	$(PYTEST) tests/$@ -q
+
+bundle: bootstrap
+	.venv/bin/python build/build_web.py
+
+clean:
+	rm -rf dist build/.cache .pytest_cache .mypy_cache .ruff_cache

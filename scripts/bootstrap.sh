@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs what is missing for `make demo` / `make test`, and nothing that is already there.
+#  1. system packages: a Chromium (browser tests, headless training) and Mesa's lavapipe
+#     Vulkan driver (wgpu-py on machines without a GPU) — apt on Debian/Ubuntu;
+#  2. the Python virtual environment .venv with the package and its test extras;
+#  3. the pinned npm packages (package-lock.json) and the offline web bundle dist/web.
+# Safe to re-run: each step checks first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+say() { printf '==> %s\n' "$*"; }
+
+# --- 1. system packages -------------------------------------------------------------
+need_apt=()
+if [ -z "${EVERMIND_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1 \
+   && ! command -v chromium-browser >/dev/null 2>&1 && ! command -v google-chrome >/dev/null 2>&1; then
+  need_apt+=(chromium)
+fi
+if [ "$(uname -s)" = "Linux" ] && ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 \
+   && ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  need_apt+=(mesa-vulkan-drivers libvulkan1)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then
+      if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+        echo "error: need root to apt-get install ${need_apt[*]}; run as root or install them" >&2; exit 1
+      fi
+    fi
+    say "apt-get install ${need_apt[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    say "warning: missing ${need_apt[*]} and no apt-get here; install a Chromium (or set EVERMIND_CHROMIUM) and a Vulkan driver yourself"
+  fi
+fi
+
+# --- 2. Python environment -----------------------------------------------------------
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.evermind-installed
+want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  say "installing evermind-memory[test] into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  # hatchling + editables let the editable install and the wheel build run without isolation.
+  .venv/bin/python -m pip install -q "hatchling==1.33.0" "editables==0.5"
+  .venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"
+  echo "$want" > "$stamp"
+fi
+
+# --- 3. npm packages and the web bundle ------------------------------------------------
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  say "npm ci"
+  npm ci --no-audit --no-fund --silent
+fi
+.venv/bin/python build/build_web.py
