@@ -6,6 +6,7 @@
 //   mul_bwd      out[i]  = g[i] * y[i];   out2[i] = g[i] * x[i]      (dL/dx, dL/dy of x*y)
 //   accumulate   out[i] += x[i]                                       (gradient / residual sums)
 //   scale        out[i]  = alpha * x[i]
+//   fill         out[i]  = alpha                                      (zeroing gradients)
 //   silu_fwd     out[i]  = x[i] * sigmoid(x[i])
 //   silu_bwd     out[i]  = g[i] * sigmoid(x[i]) * (1 + x[i] * (1 - sigmoid(x[i])))
 //   softplus_fwd out[i]  = log(1 + exp(x[i]))   (x > 20: x, as torch.nn.functional.softplus)
@@ -96,6 +97,14 @@ fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) li
     let i = flat_index(wid, lid, nwg);
     if (i >= params.n) { return; }
     out[i] = params.alpha * x[i];
+}
+
+@compute @workgroup_size(WG)
+fn fill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(wid, lid, nwg);
+    if (i >= params.n) { return; }
+    out[i] = params.alpha;
 }
 
 @compute @workgroup_size(WG)

@@ -72,6 +72,17 @@ def test_accumulate_adds_into_output(device) -> None:
     assert_close(read_f32(device, out, n), y + x + x, atol=1e-6, rtol=1e-6, name="accumulate")
 
 
+def test_fill_overwrites_every_value(device) -> None:
+    n = 1025
+    ops = Elementwise(device)
+    out = device.upload(np.arange(n, dtype=np.float32), label="out")
+    device.submit([ops.fill(out, n, 0.0)])
+    assert (read_f32(device, out, n) == 0.0).all()
+    device.submit([ops.fill(out, n - 1, -2.5)])
+    got = read_f32(device, out, n)
+    assert (got[:-1] == -2.5).all() and got[-1] == 0.0
+
+
 def test_extreme_inputs_stay_finite(device) -> None:
     x = np.array(
         [-1e4, -100.0, -88.8, -20.5, -1e-30, 0.0, 1e-30, 19.9, 20.0, 20.1, 88.8, 1e4],

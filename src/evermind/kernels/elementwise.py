@@ -65,6 +65,10 @@ class Elementwise:
         """``out = alpha * x``."""
         return self._record("scale", n, {_X: x, _OUT: out}, alpha)
 
+    def fill(self, out: Buffer, n: int, value: float = 0.0) -> Dispatch:
+        """``out = value`` (e.g. zeroing gradients before accumulation)."""
+        return self._record("fill", n, {_OUT: out}, value)
+
     def silu_fwd(self, x: Buffer, out: Buffer, n: int) -> Dispatch:
         """``out = x * sigmoid(x)``."""
         return self._record("silu_fwd", n, {_X: x, _OUT: out})

@@ -1,0 +1,394 @@
+"""The model definition: hyperparameters, presets and the parameter layout.
+
+This module owns :class:`MambaConfig` (the Mamba-1 hyperparameters under their mamba names),
+the size presets, the mapping to and from a Hugging Face ``transformers`` ``MambaConfig``
+dictionary, and the parameter layout (names, shapes and order) every other part of Evermind
+agrees on: the WGSL kernels, the numpy CPU model, the optimizer and the ``.evermind`` package.
+
+Browser-safe: imports only the standard library and ``evermind``.
+
+Tensor names and shapes follow ``transformers``' ``MambaForCausalLM`` state dict (the LM head
+is tied to the embedding and not stored)::
+
+    backbone.embeddings.weight                 (vocab_size, d_model)
+    backbone.layers.{i}.norm.weight            (d_model,)
+    backbone.layers.{i}.mixer.A_log            (d_inner, d_state)
+    backbone.layers.{i}.mixer.D                (d_inner,)
+    backbone.layers.{i}.mixer.conv1d.weight    (d_inner, 1, d_conv)
+    backbone.layers.{i}.mixer.conv1d.bias      (d_inner,)
+    backbone.layers.{i}.mixer.in_proj.weight   (2 * d_inner, d_model)
+    backbone.layers.{i}.mixer.x_proj.weight    (dt_rank + 2 * d_state, d_inner)
+    backbone.layers.{i}.mixer.dt_proj.weight   (d_inner, dt_rank)
+    backbone.layers.{i}.mixer.dt_proj.bias     (d_inner,)
+    backbone.layers.{i}.mixer.out_proj.weight  (d_model, d_inner)
+    backbone.norm_f.weight                     (d_model,)
+
+The order above is the order of ``transformers``' own ``state_dict()``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from evermind.errors import ConfigError
+
+__all__ = ["PRESETS", "MambaConfig"]
+
+# Size presets; the vocabulary size comes from the tokenizer, so it is not part of a preset.
+PRESETS: dict[str, dict[str, int]] = {
+    "nano": {"d_model": 128, "n_layer": 4},
+    "small": {"d_model": 256, "n_layer": 6},
+    "base": {"d_model": 512, "n_layer": 8},
+}
+
+# Per-layer tensors in state-dict order, as suffixes after "backbone.layers.{i}.".
+_LAYER_SUFFIXES = (
+    "norm.weight",
+    "mixer.A_log",
+    "mixer.D",
+    "mixer.conv1d.weight",
+    "mixer.conv1d.bias",
+    "mixer.in_proj.weight",
+    "mixer.x_proj.weight",
+    "mixer.dt_proj.weight",
+    "mixer.dt_proj.bias",
+    "mixer.out_proj.weight",
+)
+
+
+def _check_int(name: str, value: object, minimum: int = 1) -> int:
+    # bool is an int subclass; a config value of True is a bug, not the number 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            f"MambaConfig.{name}: expected an int >= {minimum}, got {value!r} "
+            f"({type(value).__name__}); hint: pass a plain integer"
+        )
+    if value < minimum:
+        raise ConfigError(
+            f"MambaConfig.{name}: expected an int >= {minimum}, got {value}; "
+            f"hint: use a value of at least {minimum}"
+        )
+    return value
+
+
+def _check_float(name: str, value: object, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(
+            f"MambaConfig.{name}: expected a number, got {value!r} ({type(value).__name__})"
+        )
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ConfigError(
+            f"MambaConfig.{name}: expected a finite number {bound}, got {value!r}; "
+            f"hint: see the Mamba defaults (rms_eps 1e-5, dt_min 1e-3, dt_max 0.1)"
+        )
+    return number
+
+
+@dataclass(frozen=True, init=False)
+class MambaConfig:
+    """Hyperparameters of a Mamba-1 language model (selective state space, tied LM head).
+
+    Attributes:
+        d_model: Width of the residual stream (HF ``hidden_size``).
+        n_layer: Number of Mamba blocks (HF ``num_hidden_layers``).
+        vocab_size: Number of token ids; rows of the tied embedding.
+        d_state: SSM state size per channel, N (HF ``state_size``).
+        d_conv: Causal depthwise convolution width (HF ``conv_kernel``).
+        expand: d_inner = expand * d_model.
+        dt_rank: Rank of the time-step projection (HF ``time_step_rank``); always an int once
+            constructed ("auto" resolves to ceil(d_model / 16)).
+        rms_eps: RMSNorm epsilon (HF ``layer_norm_epsilon``).
+        dt_min: Smallest initial time step (HF ``time_step_min``).
+        dt_max: Largest initial time step (HF ``time_step_max``).
+        dt_init_floor: Lower clamp of the initial time step (HF ``time_step_floor``).
+        dt_scale: Scale of the dt_proj weight init (HF ``time_step_scale``).
+        pad_token_id: Padding token id (from the tokenizer).
+        bos_token_id: Beginning-of-sequence token id (from the tokenizer).
+        eos_token_id: End-of-sequence token id (from the tokenizer).
+    """
+
+    d_model: int
+    n_layer: int
+    vocab_size: int
+    d_state: int
+    d_conv: int
+    expand: int
+    dt_rank: int
+    rms_eps: float
+    dt_min: float
+    dt_max: float
+    dt_init_floor: float
+    dt_scale: float
+    pad_token_id: int
+    bos_token_id: int
+    eos_token_id: int
+
+    # Written by hand (not generated) so that dt_rank may be given as "auto" while the
+    # attribute is always an int for every reader.
+    def __init__(
+        self,
+        d_model: int,
+        n_layer: int,
+        vocab_size: int,
+        d_state: int = 16,
+        d_conv: int = 4,
+        expand: int = 2,
+        dt_rank: int | str = "auto",
+        rms_eps: float = 1e-5,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        dt_init_floor: float = 1e-4,
+        dt_scale: float = 1.0,
+        pad_token_id: int = 0,
+        bos_token_id: int = 0,
+        eos_token_id: int = 0,
+    ) -> None:
+        """Validate and store the hyperparameters.
+
+        Raises:
+            ConfigError: A value has the wrong type or is out of range.
+        """
+        d_model = _check_int("d_model", d_model)
+        if dt_rank == "auto":
+            dt_rank = math.ceil(d_model / 16)
+        elif isinstance(dt_rank, str):
+            raise ConfigError(
+                f"MambaConfig.dt_rank: expected an int >= 1 or 'auto', got {dt_rank!r}; "
+                "hint: 'auto' means ceil(d_model / 16)"
+            )
+        low = _check_float("dt_min", dt_min, positive=True)
+        high = _check_float("dt_max", dt_max, positive=True)
+        if low > high:
+            raise ConfigError(
+                f"MambaConfig: expected dt_min <= dt_max, got dt_min={low} > dt_max={high}; "
+                "hint: swap them"
+            )
+        values: dict[str, object] = {
+            "d_model": d_model,
+            "n_layer": _check_int("n_layer", n_layer),
+            "vocab_size": _check_int("vocab_size", vocab_size),
+            "d_state": _check_int("d_state", d_state),
+            "d_conv": _check_int("d_conv", d_conv),
+            "expand": _check_int("expand", expand),
+            "dt_rank": _check_int("dt_rank", dt_rank),
+            "rms_eps": _check_float("rms_eps", rms_eps, positive=True),
+            "dt_min": low,
+            "dt_max": high,
+            "dt_init_floor": _check_float("dt_init_floor", dt_init_floor, positive=False),
+            "dt_scale": _check_float("dt_scale", dt_scale, positive=True),
+        }
+        for name, token_id in (
+            ("pad_token_id", pad_token_id),
+            ("bos_token_id", bos_token_id),
+            ("eos_token_id", eos_token_id),
+        ):
+            checked = _check_int(name, token_id, minimum=0)
+            if checked >= vocab_size:
+                raise ConfigError(
+                    f"MambaConfig.{name}: expected an id in [0, {vocab_size}), got {checked}; "
+                    "hint: take the special token ids from the tokenizer that set vocab_size"
+                )
+            values[name] = checked
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def preset(cls, name: str, vocab_size: int, **overrides: Any) -> MambaConfig:
+        """Build the config of a named size preset.
+
+        Args:
+            name: One of ``PRESETS`` ("nano", "small", "base").
+            vocab_size: The tokenizer's vocabulary size.
+            **overrides: Any other constructor argument (e.g. ``eos_token_id=0``).
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ConfigError: Unknown preset name or invalid override.
+        """
+        if name not in PRESETS:
+            raise ConfigError(
+                f"MambaConfig.preset: expected one of {sorted(PRESETS)}, got {name!r}; "
+                "hint: presets differ only in d_model and n_layer"
+            )
+        return cls(**{**PRESETS[name], **overrides, "vocab_size": vocab_size})
+
+    @property
+    def d_inner(self) -> int:
+        """Width of the mixer's inner stream: expand * d_model."""
+        return self.expand * self.d_model
+
+    # ---- Hugging Face transformers interop -------------------------------------------------
+
+    _HF_FIXED: ClassVar[dict[str, object]] = {
+        "model_type": "mamba",
+        "architectures": ["MambaForCausalLM"],
+        "use_bias": False,
+        "use_conv_bias": True,
+        "tie_word_embeddings": True,
+        "hidden_act": "silu",
+        "residual_in_fp32": True,
+        "time_step_init_scheme": "random",
+    }
+
+    def to_hf_config(self) -> dict[str, Any]:
+        """Return the ``transformers`` ``MambaConfig`` keyword dictionary for this model.
+
+        ``transformers.MambaConfig(**cfg.to_hf_config())`` builds the same architecture, and the
+        dictionary is what the package writes as ``config.json``.
+        """
+        return {
+            **self._HF_FIXED,
+            "architectures": ["MambaForCausalLM"],  # a fresh list: callers may edit the dict
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.d_model,
+            "num_hidden_layers": self.n_layer,
+            "state_size": self.d_state,
+            "conv_kernel": self.d_conv,
+            "expand": self.expand,
+            "intermediate_size": self.d_inner,
+            "time_step_rank": self.dt_rank,
+            "layer_norm_epsilon": self.rms_eps,
+            "time_step_min": self.dt_min,
+            "time_step_max": self.dt_max,
+            "time_step_floor": self.dt_init_floor,
+            "time_step_scale": self.dt_scale,
+            # Our init divides out_proj by sqrt(n_layer), which is what this flag means in HF.
+            "rescale_prenorm_residual": True,
+            "use_cache": True,
+            "pad_token_id": self.pad_token_id,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+        }
+
+    @classmethod
+    def from_hf_config(cls, hf: dict[str, Any]) -> MambaConfig:
+        """Build a config from a ``transformers`` ``MambaConfig`` dictionary (``config.json``).
+
+        Keys that do not change the computation (``use_cache``, ``transformers_version``, ...) are
+        ignored; keys that select an architecture Evermind does not run are rejected.
+
+        Args:
+            hf: The dictionary, e.g. ``json.load`` of a ``config.json``.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ConfigError: A required key is missing or describes an unsupported variant.
+        """
+        if not isinstance(hf, dict):
+            raise ConfigError(
+                f"from_hf_config: expected a dict, got {type(hf).__name__}; "
+                "hint: pass json.load(open('config.json'))"
+            )
+        missing = [k for k in ("hidden_size", "num_hidden_layers", "vocab_size") if k not in hf]
+        if missing:
+            raise ConfigError(
+                f"from_hf_config: expected keys {missing} in the config dict, got keys "
+                f"{sorted(hf)}; hint: is this a transformers MambaConfig?"
+            )
+        for key, value in cls._HF_FIXED.items():
+            if key in ("architectures", "time_step_init_scheme", "residual_in_fp32"):
+                continue  # naming / init-only / precision hints; they do not change the math
+            if key in hf and hf[key] != value:
+                raise ConfigError(
+                    f"from_hf_config: expected {key}={value!r}, got {hf[key]!r}; "
+                    "hint: Evermind runs the plain Mamba-1 block with a tied LM head only"
+                )
+        config = cls(
+            d_model=hf["hidden_size"],
+            n_layer=hf["num_hidden_layers"],
+            vocab_size=hf["vocab_size"],
+            d_state=hf.get("state_size", 16),
+            d_conv=hf.get("conv_kernel", 4),
+            expand=hf.get("expand", 2),
+            dt_rank=hf.get("time_step_rank", "auto"),
+            rms_eps=hf.get("layer_norm_epsilon", 1e-5),
+            dt_min=hf.get("time_step_min", 0.001),
+            dt_max=hf.get("time_step_max", 0.1),
+            dt_init_floor=hf.get("time_step_floor", 1e-4),
+            dt_scale=hf.get("time_step_scale", 1.0),
+            pad_token_id=_token_id(hf, "pad_token_id"),
+            bos_token_id=_token_id(hf, "bos_token_id"),
+            eos_token_id=_token_id(hf, "eos_token_id"),
+        )
+        if "intermediate_size" in hf and hf["intermediate_size"] != config.d_inner:
+            raise ConfigError(
+                f"from_hf_config: expected intermediate_size == expand * hidden_size = "
+                f"{config.d_inner}, got {hf['intermediate_size']}; hint: the config is inconsistent"
+            )
+        return config
+
+    # ---- parameter layout -------------------------------------------------------------------
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Return every stored tensor's name and PyTorch weight shape, in the fixed layout order."""
+        d_model, d_inner, d_state = self.d_model, self.d_inner, self.d_state
+        per_layer: dict[str, tuple[int, ...]] = {
+            "norm.weight": (d_model,),
+            "mixer.A_log": (d_inner, d_state),
+            "mixer.D": (d_inner,),
+            "mixer.conv1d.weight": (d_inner, 1, self.d_conv),
+            "mixer.conv1d.bias": (d_inner,),
+            "mixer.in_proj.weight": (2 * d_inner, d_model),
+            "mixer.x_proj.weight": (self.dt_rank + 2 * d_state, d_inner),
+            "mixer.dt_proj.weight": (d_inner, self.dt_rank),
+            "mixer.dt_proj.bias": (d_inner,),
+            "mixer.out_proj.weight": (d_model, d_inner),
+        }
+        shapes: dict[str, tuple[int, ...]] = {
+            "backbone.embeddings.weight": (self.vocab_size, d_model)
+        }
+        for layer in range(self.n_layer):
+            for suffix in _LAYER_SUFFIXES:
+                shapes[f"backbone.layers.{layer}.{suffix}"] = per_layer[suffix]
+        shapes["backbone.norm_f.weight"] = (d_model,)
+        return shapes
+
+    @property
+    def n_params(self) -> int:
+        """Total number of scalar parameters (the tied LM head counted once)."""
+        return sum(math.prod(shape) for shape in self.param_shapes().values())
+
+    def no_decay(self, name: str) -> bool:
+        """Say whether a parameter is exempt from weight decay.
+
+        Norm weights, biases, ``A_log`` and ``D`` are exempt; the embedding and the projection
+        matrices are decayed.
+
+        Args:
+            name: A parameter name from :meth:`param_shapes`.
+
+        Raises:
+            ConfigError: ``name`` is not a parameter of this config.
+        """
+        if name not in self.param_shapes():
+            raise ConfigError(
+                f"no_decay: expected a parameter name of this model, got {name!r}; "
+                "hint: see MambaConfig.param_shapes()"
+            )
+        return name.endswith(("norm.weight", "norm_f.weight", ".bias", ".A_log", ".D"))
+
+
+def _token_id(hf: dict[str, Any], key: str) -> int:
+    # transformers allows None (no such token); our tokenizer always has one, and 0 is both
+    # HF's default and our tokenizer's <|endoftext|>.
+    value = hf.get(key, 0)
+    if value is None:
+        return 0
+    if isinstance(value, list):
+        if len(value) == 1:
+            return int(value[0])
+        raise ConfigError(
+            f"from_hf_config: expected a single int for {key}, got {value!r}; "
+            "hint: Evermind models have one end-of-sequence token"
+        )
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"from_hf_config: expected an int for {key}, got {value!r}")
+    return value

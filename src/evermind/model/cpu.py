@@ -1,0 +1,469 @@
+"""The Mamba language model on the CPU in numpy: forward, full backward, recurrent decoding.
+
+NATIVE-ONLY: imports numpy; never imported by browser code.
+
+This module owns :class:`CpuMamba`, the reference every other implementation is tested against
+(the WGSL kernels, the ``transformers`` port) and the model the native runtime serves when no
+GPU is around. Everything is vectorised over batch, channels and state; the only Python loops
+are over layers, over time inside the scan, and over the K conv taps.
+
+    h = E[ids]                                   # (B, L, D)
+    for each layer: h = h + mixer(rmsnorm(h))    # (B, L, D)
+    logits = rmsnorm_f(h) @ E^T                  # (B, L, V), LM head tied to the embedding
+
+Shape letters: B batch, L length, D d_model, I d_inner, N d_state, R dt_rank, K d_conv, V vocab.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from evermind.errors import ConfigError, ShapeError
+from evermind.model.config import MambaConfig
+from evermind.model.cpu_ops import (
+    FloatArray,
+    IntArray,
+    ScanCache,
+    conv1d_bwd,
+    conv1d_fwd,
+    cross_entropy_bwd,
+    cross_entropy_fwd,
+    rmsnorm_bwd,
+    rmsnorm_fwd,
+    selective_scan_bwd,
+    selective_scan_fwd,
+    silu_bwd,
+    silu_fwd,
+    softplus_bwd,
+    softplus_fwd,
+)
+
+__all__ = ["CpuMamba", "ForwardCache", "LayerCache", "MambaState"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LayerCache:
+    """Activations of one block's forward that its backward reads (names as in the forward)."""
+
+    h_in: FloatArray  # (B, L, D)  block input (residual stream)
+    x_norm: FloatArray  # (B, L, D)  rmsnorm(h_in)
+    rstd: FloatArray  # (B, L, 1)
+    x_in: FloatArray  # (B, L, I)  first half of in_proj
+    z: FloatArray  # (B, L, I)  gate, second half of in_proj
+    conv: FloatArray  # (B, L, I)  conv1d output before SiLU
+    x_conv: FloatArray  # (B, L, I)  silu(conv): the scan input u
+    dt_low: FloatArray  # (B, L, R)
+    dt_pre: FloatArray  # (B, L, I)  before softplus
+    delta: FloatArray  # (B, L, I)
+    B: FloatArray  # (B, L, N)
+    C: FloatArray  # (B, L, N)
+    A: FloatArray  # (I, N)
+    scan: ScanCache
+    y: FloatArray  # (B, L, I)  scan output before the gate
+
+
+@dataclass
+class ForwardCache:
+    """Everything the backward pass reads from the forward pass (see :meth:`CpuMamba.backward`)."""
+
+    ids: IntArray  # (B, L)
+    layers: list[LayerCache]  # one per block, in order
+    h_final: FloatArray  # (B, L, D) residual stream before norm_f
+    rstd_final: FloatArray  # (B, L, 1)
+    hidden: FloatArray  # (B, L, D) rmsnorm_f output
+
+
+@dataclass
+class MambaState:
+    """Recurrent decoding state: O(1) per sequence, whatever the length decoded so far.
+
+    Attributes:
+        conv: Per layer, the last K-1 conv inputs, oldest first, shape (B, K-1, I).
+        ssm: Per layer, the SSM state h, shape (B, I, N).
+    """
+
+    conv: list[FloatArray]
+    ssm: list[FloatArray]
+
+    def copy(self) -> MambaState:
+        """Return an independent copy (``step`` updates a state in place)."""
+        return MambaState(conv=[c.copy() for c in self.conv], ssm=[s.copy() for s in self.ssm])
+
+
+class CpuMamba:
+    """Mamba-1 language model in numpy.
+
+    The model owns copies of its weights in ``self.params`` (PyTorch shapes, ``dtype``); an
+    optimizer may update those arrays in place.
+
+    Args:
+        config: The hyperparameters.
+        params: One array per name of ``config.param_shapes()``, either in that shape or flat
+            (e.g. the ``array('f')`` of :func:`evermind.model.init.init_params`).
+        dtype: np.float32 (default, for serving) or np.float64 (for gradient checks).
+
+    Raises:
+        ConfigError: A parameter is missing or unknown, or dtype is not a float type.
+        ShapeError: A parameter has the wrong number of elements or shape.
+    """
+
+    def __init__(
+        self,
+        config: MambaConfig,
+        params: Mapping[str, Any],
+        dtype: npt.DTypeLike = np.float32,
+    ) -> None:
+        self.config = config
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise ConfigError(
+                f"CpuMamba: expected dtype float32 or float64, got {self.dtype}; "
+                "hint: float32 to serve, float64 for finite-difference checks"
+            )
+        shapes = config.param_shapes()
+        missing = [name for name in shapes if name not in params]
+        unknown = [name for name in params if name not in shapes]
+        if missing or unknown:
+            raise ConfigError(
+                f"CpuMamba: expected exactly the parameters of config.param_shapes(); missing "
+                f"{missing[:4]}{'...' if len(missing) > 4 else ''}, unknown {unknown[:4]}; "
+                "hint: the LM head is tied to backbone.embeddings.weight and not stored"
+            )
+        self.params: dict[str, FloatArray] = {}
+        for name, shape in shapes.items():
+            value = np.array(params[name], dtype=self.dtype)  # always a private copy
+            if value.shape != shape:
+                if value.ndim != 1 or value.size != int(np.prod(shape)):
+                    raise ShapeError(
+                        f"CpuMamba: {name} has shape {value.shape}, expected {shape} "
+                        f"(or flat with {int(np.prod(shape))} elements); "
+                        "hint: was the config built with the same vocab_size and preset?"
+                    )
+                value = value.reshape(shape)
+            self.params[name] = value
+
+    # ---- parameters --------------------------------------------------------------------------
+
+    def _layer(self, index: int) -> dict[str, FloatArray]:
+        """Views of one layer's weights under short names (conv weight as (I, K))."""
+        prefix = f"backbone.layers.{index}."
+        p = self.params
+        return {
+            "norm": p[prefix + "norm.weight"],  # (D,)
+            "in_proj": p[prefix + "mixer.in_proj.weight"],  # (2I, D)
+            "conv_w": p[prefix + "mixer.conv1d.weight"][:, 0, :],  # (I, K)
+            "conv_b": p[prefix + "mixer.conv1d.bias"],  # (I,)
+            "x_proj": p[prefix + "mixer.x_proj.weight"],  # (R + 2N, I)
+            "dt_w": p[prefix + "mixer.dt_proj.weight"],  # (I, R)
+            "dt_b": p[prefix + "mixer.dt_proj.bias"],  # (I,)
+            "A_log": p[prefix + "mixer.A_log"],  # (I, N)
+            "D": p[prefix + "mixer.D"],  # (I,)
+            "out_proj": p[prefix + "mixer.out_proj.weight"],  # (D, I)
+        }
+
+    def _check_ids(self, ids: Any, ndim: int, what: str) -> IntArray:
+        array = np.asarray(ids)
+        if array.ndim != ndim or not np.issubdtype(array.dtype, np.integer):
+            raise ShapeError(
+                f"CpuMamba.{what}: expected an integer array of {ndim} dims, got shape "
+                f"{array.shape} dtype {array.dtype}; hint: token ids shaped "
+                f"{'(B, L)' if ndim == 2 else '(B,)'}"
+            )
+        if array.size and (array.min() < 0 or array.max() >= self.config.vocab_size):
+            raise ShapeError(
+                f"CpuMamba.{what}: expected ids in [0, {self.config.vocab_size}), got range "
+                f"[{array.min()}, {array.max()}]; hint: tokenizer and model disagree on vocab"
+            )
+        return array
+
+    # ---- parallel forward --------------------------------------------------------------------
+
+    def _block_fwd(self, w: dict[str, FloatArray], h: FloatArray) -> tuple[FloatArray, LayerCache]:
+        """One block's mixer path on the residual stream h (B, L, D): (out (B, L, D), cache)."""
+        cfg = self.config
+        d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
+        x_norm, rstd = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, L, D), (B, L, 1)
+        xz = x_norm @ w["in_proj"].T  # (B, L, 2I)
+        x_in, z = xz[..., :d_inner], xz[..., d_inner:]  # (B, L, I) each
+        conv = conv1d_fwd(x_in, w["conv_w"], w["conv_b"])  # (B, L, I)
+        x_conv = silu_fwd(conv)  # (B, L, I)
+        dbc = x_conv @ w["x_proj"].T  # (B, L, R + 2N)
+        dt_low = dbc[..., :rank]  # (B, L, R)
+        B = dbc[..., rank : rank + d_state]  # (B, L, N)
+        C = dbc[..., rank + d_state :]  # (B, L, N)
+        dt_pre = dt_low @ w["dt_w"].T + w["dt_b"]  # (B, L, I)
+        delta = softplus_fwd(dt_pre)  # (B, L, I)
+        A = -np.exp(w["A_log"])  # (I, N): negative, so the state decays
+        y, scan = selective_scan_fwd(x_conv, delta, A, B, C, w["D"])  # (B, L, I)
+        out = (y * silu_fwd(z)) @ w["out_proj"].T  # (B, L, D)
+        cache = LayerCache(
+            h_in=h, x_norm=x_norm, rstd=rstd, x_in=x_in, z=z, conv=conv, x_conv=x_conv,
+            dt_low=dt_low, dt_pre=dt_pre, delta=delta, B=B, C=C, A=A, scan=scan, y=y,
+        )  # fmt: skip
+        return out, cache
+
+    def _forward(self, ids: IntArray, keep: bool) -> tuple[FloatArray, ForwardCache | None]:
+        """Final normed hidden state (B, L, D), and the activations when ``keep``."""
+        cfg = self.config
+        layers: list[LayerCache] = []
+        h = self.params["backbone.embeddings.weight"][ids]  # (B, L, D)
+        for index in range(cfg.n_layer):
+            out, layer_cache = self._block_fwd(self._layer(index), h)
+            if keep:
+                layers.append(layer_cache)
+            h = h + out  # (B, L, D) residual; a new array, so the cached h_in stays intact
+        hidden, rstd_final = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps)
+        if not keep:
+            return hidden, None
+        return hidden, ForwardCache(ids, layers, h_final=h, rstd_final=rstd_final, hidden=hidden)
+
+    def hidden(self, ids: Any) -> FloatArray:
+        """Final normed hidden states.
+
+        Args:
+            ids: Token ids, shape (B, L).
+
+        Returns:
+            Shape (B, L, D), in the model's dtype.
+        """
+        return self._forward(self._check_ids(ids, 2, "hidden"), keep=False)[0]
+
+    def forward(self, ids: Any) -> FloatArray:
+        """Next-token logits at every position.
+
+        Args:
+            ids: Token ids, shape (B, L).
+
+        Returns:
+            Logits, shape (B, L, V).
+        """
+        return self.hidden(ids) @ self.params["backbone.embeddings.weight"].T  # (B, L, V)
+
+    def embed(self, ids: Any, mask: Any) -> FloatArray:
+        """Sentence embeddings: mean final normed hidden state over valid positions, L2-normalised.
+
+        The model is causal, so pad on the right: padding never changes earlier positions.
+
+        Args:
+            ids: Token ids, shape (B, L).
+            mask: Booleans, shape (B, L); True where a position belongs to the text.
+
+        Returns:
+            Unit vectors, shape (B, D).
+
+        Raises:
+            ShapeError: Mask shape differs from ids, or a row has no valid position.
+        """
+        ids = self._check_ids(ids, 2, "embed")
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != ids.shape:
+            raise ShapeError(
+                f"CpuMamba.embed: mask has shape {mask.shape}, expected ids' shape {ids.shape}"
+            )
+        counts = mask.sum(axis=1)  # (B,)
+        if (counts == 0).any():
+            raise ShapeError(
+                f"CpuMamba.embed: expected at least one True in every mask row, rows "
+                f"{np.nonzero(counts == 0)[0].tolist()} have none; hint: do not embed empty texts"
+            )
+        hidden, _ = self._forward(ids, keep=False)  # (B, L, D)
+        weights = mask.astype(self.dtype) / counts[:, None].astype(self.dtype)  # (B, L)
+        pooled: FloatArray = np.einsum("bl,bld->bd", weights, hidden)  # (B, D)
+        norm = np.linalg.norm(pooled, axis=1, keepdims=True)  # (B, 1)
+        unit: FloatArray = pooled / np.maximum(norm, float(np.finfo(self.dtype).tiny))
+        return unit
+
+    # ---- training: loss and full backward ----------------------------------------------------
+
+    def loss_and_grads(
+        self, ids: Any, targets: Any, ignore_index: int = -100
+    ) -> tuple[float, dict[str, FloatArray]]:
+        """Mean cross-entropy of ``targets`` given ``ids`` and its gradient for every parameter.
+
+        Args:
+            ids: Input token ids, shape (B, L).
+            targets: Target ids, shape (B, L); ``ignore_index`` entries do not count.
+            ignore_index: Target value to skip.
+
+        Returns:
+            (loss, grads): the mean loss and one gradient array per parameter, in
+            ``config.param_shapes()`` order and shapes.
+
+        Raises:
+            ShapeError: ids/targets shapes differ or hold out-of-range values.
+        """
+        ids = self._check_ids(ids, 2, "loss_and_grads")
+        targets = np.asarray(targets)
+        if targets.shape != ids.shape or not np.issubdtype(targets.dtype, np.integer):
+            raise ShapeError(
+                f"CpuMamba.loss_and_grads: targets have shape {targets.shape} dtype "
+                f"{targets.dtype}, expected integers shaped like ids {ids.shape}"
+            )
+        logits, cache = self.forward_train(ids)  # (B, L, V)
+        flat_targets = targets.reshape(-1)
+        loss, probs = cross_entropy_fwd(
+            logits.reshape(-1, self.config.vocab_size), flat_targets, ignore_index
+        )
+        dlogits = cross_entropy_bwd(probs, flat_targets, ignore_index)  # (M, V)
+        return loss, self.backward(cache, dlogits.reshape(logits.shape))
+
+    def forward_train(self, ids: Any) -> tuple[FloatArray, ForwardCache]:
+        """Logits (B, L, V) plus every activation the backward needs (for step-by-step checks).
+
+        Args:
+            ids: Token ids, shape (B, L).
+        """
+        ids = self._check_ids(ids, 2, "forward_train")
+        hidden, cache = self._forward(ids, keep=True)
+        if cache is None:  # pragma: no cover - keep=True always returns a cache
+            raise RuntimeError("forward cache missing")
+        return hidden @ self.params["backbone.embeddings.weight"].T, cache
+
+    def backward(self, cache: ForwardCache, dlogits: FloatArray) -> dict[str, FloatArray]:
+        """Gradient of every parameter given the gradient of the logits.
+
+        Args:
+            cache: From :meth:`forward_train` on the current weights.
+            dlogits: d(loss)/d(logits), shape (B, L, V).
+
+        Returns:
+            One gradient per parameter, in ``config.param_shapes()`` order and shapes.
+        """
+        cfg = self.config
+        embedding = self.params["backbone.embeddings.weight"]  # (V, D)
+        if dlogits.shape != (*cache.ids.shape, cfg.vocab_size):
+            raise ShapeError(
+                f"CpuMamba.backward: dlogits has shape {dlogits.shape}, expected "
+                f"{(*cache.ids.shape, cfg.vocab_size)}; hint: one row of V per input position"
+            )
+        grads = {name: np.zeros_like(value) for name, value in self.params.items()}
+        # Tied LM head: the embedding's first gradient contribution.
+        flat_dlogits = dlogits.reshape(-1, cfg.vocab_size)  # (M, V)
+        grads["backbone.embeddings.weight"] += flat_dlogits.T @ cache.hidden.reshape(
+            -1, cfg.d_model
+        )  # (V, D)
+        dhidden = dlogits @ embedding  # (B, L, D)
+        dh, grads["backbone.norm_f.weight"] = rmsnorm_bwd(
+            dhidden, cache.h_final, self.params["backbone.norm_f.weight"], cache.rstd_final
+        )
+        for index in reversed(range(cfg.n_layer)):
+            # The residual passes dh through unchanged and adds the mixer's path.
+            dh = dh + self._block_bwd(index, dh, cache.layers[index], grads)
+        # The embedding's second contribution: the gather h = E[ids] (repeated ids accumulate).
+        np.add.at(
+            grads["backbone.embeddings.weight"], cache.ids.reshape(-1), dh.reshape(-1, cfg.d_model)
+        )
+        return grads
+
+    def _block_bwd(
+        self, index: int, dout: FloatArray, c: LayerCache, grads: dict[str, FloatArray]
+    ) -> FloatArray:
+        """Backward of one block's mixer path; writes its grads and returns d(block input)."""
+        w = self._layer(index)
+        prefix = f"backbone.layers.{index}.mixer."
+
+        def flat(a: FloatArray) -> FloatArray:
+            return a.reshape(-1, a.shape[-1])  # (M, last)
+
+        gate = silu_fwd(c.z)  # (B, L, I)
+        gated = c.y * gate  # (B, L, I)
+        grads[prefix + "out_proj.weight"] = flat(dout).T @ flat(gated)  # (D, I)
+        dgated = dout @ w["out_proj"]  # (B, L, I)
+        dy = dgated * gate  # (B, L, I)
+        dz = silu_bwd(dgated * c.y, c.z)  # (B, L, I)
+
+        du, ddelta, dA, dB, dC, dD = selective_scan_bwd(
+            dy, c.x_conv, c.delta, c.A, c.B, c.C, w["D"], c.scan
+        )
+        grads[prefix + "A_log"] = dA * c.A  # A = -exp(A_log) so dA/dA_log = A
+        grads[prefix + "D"] = dD
+        ddt_pre = softplus_bwd(ddelta, c.dt_pre)  # (B, L, I)
+        grads[prefix + "dt_proj.weight"] = flat(ddt_pre).T @ flat(c.dt_low)  # (I, R)
+        grads[prefix + "dt_proj.bias"] = flat(ddt_pre).sum(axis=0)  # (I,)
+        ddbc = np.concatenate([ddt_pre @ w["dt_w"], dB, dC], axis=-1)  # (B, L, R + 2N)
+        grads[prefix + "x_proj.weight"] = flat(ddbc).T @ flat(c.x_conv)  # (R + 2N, I)
+        dx_conv = du + ddbc @ w["x_proj"]  # (B, L, I)
+
+        dconv = silu_bwd(dx_conv, c.conv)  # (B, L, I)
+        dx_in, dconv_w, dconv_b = conv1d_bwd(dconv, c.x_in, w["conv_w"])
+        grads[prefix + "conv1d.weight"] = dconv_w[:, None, :]  # (I, 1, K)
+        grads[prefix + "conv1d.bias"] = dconv_b
+        dxz = np.concatenate([dx_in, dz], axis=-1)  # (B, L, 2I)
+        grads[prefix + "in_proj.weight"] = flat(dxz).T @ flat(c.x_norm)  # (2I, D)
+        dx_norm = dxz @ w["in_proj"]  # (B, L, D)
+
+        dh_in, grads[f"backbone.layers.{index}.norm.weight"] = rmsnorm_bwd(
+            dx_norm, c.h_in, w["norm"], c.rstd
+        )
+        return dh_in
+
+    # ---- recurrent decoding ------------------------------------------------------------------
+
+    def init_state(self, batch: int) -> MambaState:
+        """Zero decoding state for ``batch`` sequences (equivalent to an empty prefix)."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ShapeError(f"CpuMamba.init_state: expected a batch size >= 1, got {batch!r}")
+        cfg = self.config
+        return MambaState(
+            conv=[
+                np.zeros((batch, cfg.d_conv - 1, cfg.d_inner), self.dtype)
+                for _ in range(cfg.n_layer)
+            ],
+            ssm=[
+                np.zeros((batch, cfg.d_inner, cfg.d_state), self.dtype) for _ in range(cfg.n_layer)
+            ],
+        )
+
+    def step(self, token_ids: Any, state: MambaState) -> tuple[FloatArray, MambaState]:
+        """Advance every sequence by one token: O(1) work per token, whatever came before.
+
+        Args:
+            token_ids: The next token of each sequence, shape (B,).
+            state: From :meth:`init_state` or a previous ``step``; updated IN PLACE and returned
+                (``state.copy()`` first to branch).
+
+        Returns:
+            (logits of shape (B, V) for the token after ``token_ids``, the same state object).
+        """
+        ids = self._check_ids(token_ids, 1, "step")
+        cfg = self.config
+        if len(state.ssm) != cfg.n_layer or state.ssm[0].shape[0] != ids.shape[0]:
+            raise ShapeError(
+                f"CpuMamba.step: state holds {len(state.ssm)} layers x batch "
+                f"{state.ssm[0].shape[0] if state.ssm else 0}, expected {cfg.n_layer} x "
+                f"{ids.shape[0]}; hint: init_state(batch) with the batch of token_ids"
+            )
+        d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
+        embedding = self.params["backbone.embeddings.weight"]  # (V, D)
+        h = embedding[ids]  # (B, D)
+        for index in range(cfg.n_layer):
+            w = self._layer(index)
+            conv_state, ssm = state.conv[index], state.ssm[index]  # (B, K-1, I), (B, I, N)
+            x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, D)
+            xz = x_norm @ w["in_proj"].T  # (B, 2I)
+            x_in, z = xz[:, :d_inner], xz[:, d_inner:]  # (B, I) each
+            # Conv over the window [K-1 remembered inputs, current input]; tap K-1 is current.
+            conv = x_in * w["conv_w"][:, -1] + w["conv_b"]  # (B, I)
+            if cfg.d_conv > 1:
+                conv += np.einsum("bki,ik->bi", conv_state, w["conv_w"][:, :-1])
+                conv_state[:, :-1] = conv_state[:, 1:]  # shift out the oldest input
+                conv_state[:, -1] = x_in
+            x_conv = silu_fwd(conv)  # (B, I)
+            dbc = x_conv @ w["x_proj"].T  # (B, R + 2N)
+            B, C = dbc[:, rank : rank + d_state], dbc[:, rank + d_state :]  # (B, N) each
+            delta = softplus_fwd(dbc[:, :rank] @ w["dt_w"].T + w["dt_b"])  # (B, I)
+            A = -np.exp(w["A_log"])  # (I, N)
+            ssm *= np.exp(delta[:, :, None] * A)  # (B, I, N)
+            ssm += (delta * x_conv)[:, :, None] * B[:, None, :]
+            y = (ssm @ C[:, :, None])[:, :, 0] + w["D"] * x_conv  # (B, I)
+            h = h + (y * silu_fwd(z)) @ w["out_proj"].T  # (B, D)
+        hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps)
+        return hidden @ embedding.T, state  # (B, V)
