@@ -1,0 +1,46 @@
+"""The `.evermind` package format (``evermind.package/2``): write, read, verify.
+
+A package is a ZIP archive: ``manifest.json`` first, then ``README.md``, ``config.json``,
+``generation_config.json``, ``model.safetensors`` and ``tokenizer.json`` — a Hugging Face
+``MambaForCausalLM`` directory once unzipped. docs/format.md is the specification.
+
+Browser-safe: everything here is pure standard-library Python. The numpy helper lives in
+:mod:`evermind.package.native` (native only) and is not imported here.
+
+Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion),
+``safetensors_io``, ``zip_writer``, ``archive`` (safe ZIP opening), ``limits``,
+``schema`` (config and tensor contract), ``manifest``, ``model_card``, ``writer``,
+``reader``.
+"""
+
+from __future__ import annotations
+
+from evermind.package.limits import PackageLimits
+from evermind.package.manifest import utc_timestamp
+from evermind.package.reader import Package, read_package
+from evermind.package.schema import (
+    SCHEMA,
+    MambaDims,
+    config_dims,
+    expected_tensor_shapes,
+    make_config,
+    tokenizer_vocab_size,
+)
+from evermind.package.tensor import Tensor
+from evermind.package.writer import write_package, write_package_file
+
+__all__ = [
+    "SCHEMA",
+    "MambaDims",
+    "Package",
+    "PackageLimits",
+    "Tensor",
+    "config_dims",
+    "expected_tensor_shapes",
+    "make_config",
+    "read_package",
+    "tokenizer_vocab_size",
+    "utc_timestamp",
+    "write_package",
+    "write_package_file",
+]

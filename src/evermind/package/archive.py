@@ -1,0 +1,249 @@
+"""Opening an untrusted ZIP archive safely, with limits checked before any allocation.
+
+This module owns the ZIP side of reading a package. It reads the end-of-central-directory
+record itself first (member count, directory size, no zip64), only then lets
+:mod:`zipfile` parse the directory, refuses unsafe entries (traversal, absolute or
+backslash names, duplicates, directories, encryption, compression other than STORE or
+DEFLATE, overlapping entries, bomb-like ratios, total size over the limit) and reads a
+member only up to its declared, already-checked size. Every failure is a
+:class:`~evermind.errors.PackageError` naming the member.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass
+
+from evermind.errors import PackageError
+from evermind.package.limits import PackageLimits
+from evermind.package.manifest import check_member_name
+from evermind.package.schema import MANIFEST
+
+#: Exceptions that zipfile, zlib and struct raise on malformed input.
+ZIP_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    struct.error,
+    EOFError,
+    OSError,
+    ValueError,
+    RuntimeError,
+    NotImplementedError,
+    OverflowError,
+    IndexError,
+    KeyError,
+)
+
+_END_RECORD = struct.Struct("<4sHHHHIIH")
+_END_SIGNATURE = b"PK\x05\x06"
+_ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x07"
+_LOCAL_HEADER_SIZE = 30
+#: Central-directory bytes allowed per member (46-byte record + name + modest extras).
+_DIRECTORY_BYTES_PER_MEMBER = 4096
+_ALLOWED_METHODS = {zipfile.ZIP_STORED: "STORE", zipfile.ZIP_DEFLATED: "DEFLATE"}
+
+
+@dataclass(frozen=True)
+class _EndRecord:
+    """The fields of the end-of-central-directory record the limits need."""
+
+    position: int
+    entries: int
+    directory_size: int
+    directory_offset: int
+
+
+def _find_end_record(data: bytes) -> _EndRecord:
+    """Locate and parse the end-of-central-directory record, refusing zip64."""
+    if len(data) < _END_RECORD.size:
+        raise PackageError(
+            f"archive: {len(data)} bytes is too short for a ZIP file; expected a .evermind "
+            "package (truncated download?)"
+        )
+    position = len(data) - _END_RECORD.size
+    if data[position : position + 4] != _END_SIGNATURE:
+        position = data.rfind(_END_SIGNATURE, max(0, len(data) - _END_RECORD.size - 0xFFFF))
+    if position < 0 or position + _END_RECORD.size > len(data):
+        raise PackageError(
+            "archive: no ZIP end-of-central-directory record found; expected a .evermind "
+            "package (the file is truncated or not a ZIP)"
+        )
+    _, disk, start_disk, on_disk, entries, size, offset, _ = _END_RECORD.unpack_from(data, position)
+    if position >= 20 and data[position - 20 : position - 16] == _ZIP64_LOCATOR_SIGNATURE:
+        raise PackageError("archive: uses zip64; the format never needs it (refused)")
+    if disk or start_disk or on_disk != entries:
+        raise PackageError("archive: spans several disks; expected a single-file ZIP")
+    if entries == 0xFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
+        raise PackageError("archive: uses zip64 markers; the format never needs them (refused)")
+    return _EndRecord(position, entries, size, offset)
+
+
+def _check_directory(end: _EndRecord, limits: PackageLimits) -> None:
+    """Apply the member-count and directory-size limits from the end record alone."""
+    if end.entries > limits.max_members:
+        raise PackageError(
+            f"archive: has {end.entries} members; the limit is {limits.max_members} "
+            "(PackageLimits.max_members)"
+        )
+    cap = limits.max_members * _DIRECTORY_BYTES_PER_MEMBER
+    if end.directory_size > cap:
+        raise PackageError(
+            f"archive: central directory is {end.directory_size} bytes; expected at most {cap} "
+            f"for {limits.max_members} members"
+        )
+    if end.directory_offset + end.directory_size > end.position:
+        raise PackageError(
+            "archive: central directory runs past the end record; the file is corrupt"
+        )
+
+
+class SafeArchive:
+    """A ZIP archive whose directory passed every safety check.
+
+    Attributes:
+        names: Member names in central-directory order.
+    """
+
+    def __init__(self, data: bytes, limits: PackageLimits) -> None:
+        """Check `data` as a package archive under `limits`.
+
+        Args:
+            data: The whole file.
+            limits: The limits to enforce.
+
+        Raises:
+            PackageError: The archive is malformed, unsafe, or over a limit.
+        """
+        if len(data) > limits.max_archive_bytes:
+            raise PackageError(
+                f"archive: {len(data)} bytes exceeds the limit of {limits.max_archive_bytes} "
+                "(PackageLimits.max_archive_bytes)"
+            )
+        _check_directory(_find_end_record(data), limits)
+        try:
+            self._zip = zipfile.ZipFile(io.BytesIO(data))
+            infos = self._zip.infolist()
+        except ZIP_ERRORS as err:
+            raise PackageError(f"archive: not a readable ZIP file ({err})") from err
+        if len(infos) > limits.max_members:
+            raise PackageError(
+                f"archive: directory holds {len(infos)} entries; the limit is "
+                f"{limits.max_members} (PackageLimits.max_members)"
+            )
+        self._infos: dict[str, zipfile.ZipInfo] = {}
+        total = 0
+        for info in infos:
+            self._check_entry(info, limits)
+            total += info.file_size
+            if total > limits.max_total_bytes:
+                raise PackageError(
+                    f"archive: members declare more than {limits.max_total_bytes} bytes "
+                    f"uncompressed (at member {info.filename!r}); "
+                    "PackageLimits.max_total_bytes refuses it"
+                )
+        self._check_layout(infos)
+        self.names = [info.filename for info in infos]
+
+    def _check_entry(self, info: zipfile.ZipInfo, limits: PackageLimits) -> None:
+        """Refuse one unsafe directory entry."""
+        # orig_filename is the name as stored; zipfile's filename may be altered (NUL cut,
+        # os.sep replaced), so the safety checks look at the original.
+        name = info.orig_filename
+        check_member_name(name.rstrip("/") or name)
+        if info.filename != name:
+            raise PackageError(f"member {name!r}: contains a NUL or separator zipfile rewrites")
+        if name in self._infos:
+            raise PackageError(f"member {name!r}: appears twice in the archive; expected unique")
+        if info.is_dir():
+            raise PackageError(f"member {name!r}: is a directory entry; expected files only")
+        if info.flag_bits & 0x41:
+            raise PackageError(f"member {name!r}: is encrypted; packages are never encrypted")
+        if info.compress_type not in _ALLOWED_METHODS:
+            raise PackageError(
+                f"member {name!r}: compression method {info.compress_type} is not allowed; "
+                "expected STORE (0) or DEFLATE (8)"
+            )
+        if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+            raise PackageError(
+                f"member {name!r}: STOREd but sizes differ ({info.compress_size} stored, "
+                f"{info.file_size} declared)"
+            )
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > limits.ratio_floor_bytes and ratio > limits.max_compression_ratio:
+            raise PackageError(
+                f"member {name!r}: compression ratio {ratio:.0f}:1 ({info.file_size} bytes from "
+                f"{info.compress_size}) exceeds {limits.max_compression_ratio:g}:1; refusing a "
+                "possible zip bomb"
+            )
+        self._infos[name] = info
+
+    def _check_layout(self, infos: list[zipfile.ZipInfo]) -> None:
+        """Refuse overlapping entries and a manifest that is not the first member."""
+        if not infos or infos[0].filename != MANIFEST:
+            first = infos[0].filename if infos else None
+            raise PackageError(f"archive: first member is {first!r}; expected {MANIFEST!r} first")
+        by_offset = sorted(infos, key=lambda item: item.header_offset)
+        if by_offset[0] is not infos[0]:
+            raise PackageError(
+                f"archive: {MANIFEST!r} is not stored first in the file; expected it at the "
+                "start so streaming readers see it first"
+            )
+        boundaries = [item.header_offset for item in by_offset[1:]]
+        boundaries.append(self._zip.start_dir)
+        for item, limit in zip(by_offset, boundaries, strict=True):
+            least_end = (
+                item.header_offset
+                + _LOCAL_HEADER_SIZE
+                + len(item.orig_filename)  # names are ASCII (checked above)
+                + item.compress_size
+            )
+            if least_end > limit:
+                raise PackageError(
+                    f"member {item.filename!r}: its data overlaps the next entry or the "
+                    "directory; the archive is corrupt or crafted"
+                )
+
+    def close(self) -> None:
+        """Release the underlying :class:`zipfile.ZipFile`."""
+        self._zip.close()
+
+    def size(self, name: str) -> int:
+        """Return the declared uncompressed size of a member."""
+        return self._infos[name].file_size
+
+    def read(self, name: str, *, limit: int, limit_name: str) -> bytes:
+        """Read one member, refusing it before decompression when it is over `limit`.
+
+        Args:
+            name: The member name (must be in :attr:`names`).
+            limit: Largest uncompressed size accepted.
+            limit_name: The :class:`PackageLimits` field behind `limit`, for the message.
+
+        Returns:
+            The uncompressed contents (CRC-checked by :mod:`zipfile`).
+
+        Raises:
+            PackageError: The member is too large, truncated, or fails to decompress or
+                its CRC.
+        """
+        info = self._infos[name]
+        if info.file_size > limit:
+            raise PackageError(
+                f"member {name!r}: declares {info.file_size} bytes; the limit is {limit} "
+                f"(PackageLimits.{limit_name})"
+            )
+        try:
+            with self._zip.open(info) as stream:
+                data = stream.read(info.file_size)
+                trailing = stream.read(1)
+        except ZIP_ERRORS as err:
+            raise PackageError(f"member {name!r}: cannot be read ({err}); it is corrupt") from err
+        if len(data) != info.file_size or trailing:
+            raise PackageError(
+                f"member {name!r}: decompressed to {len(data)} bytes; expected {info.file_size}"
+            )
+        return data

@@ -1,0 +1,295 @@
+"""Reading and verifying `.evermind` packages: where trust is decided.
+
+This module owns :func:`read_package`. It refuses a package unless every check passes:
+the archive is safe under :class:`~evermind.package.limits.PackageLimits` (checked before
+anything is decompressed), the manifest is first and valid, the archive holds exactly the
+members the manifest lists with matching sizes and sha256, the tensors are exactly those
+``config.json`` implies with the right shapes and one dtype, and the tokenizer vocabulary,
+``vocab_size`` and embedding rows agree. Every refusal is a
+:class:`~evermind.errors.PackageError` whose message names the member or field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from evermind.errors import PackageError
+from evermind.package._json import loads_object
+from evermind.package.archive import SafeArchive
+from evermind.package.limits import PackageLimits
+from evermind.package.manifest import check_json_typed, validate_manifest
+from evermind.package.safetensors_io import decode_safetensors
+from evermind.package.schema import (
+    CONFIG,
+    GENERATION_CONFIG,
+    MANIFEST,
+    README,
+    REQUIRED_MEMBERS,
+    TOKENIZER,
+    WEIGHTS,
+    check_tensors,
+    config_dims,
+    expected_tensor_shapes,
+    model_summary,
+    tokenizer_summary,
+    tokenizer_vocab_size,
+)
+from evermind.package.tensor import TORCH_TO_DTYPE, Tensor
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class Package:
+    """A verified `.evermind` package.
+
+    Attributes:
+        manifest: The parsed ``manifest.json``.
+        config: The parsed ``config.json`` (``transformers`` MambaConfig names).
+        tensors: Tensor name -> :class:`Tensor` holding float32 ``array('f')`` data
+            (float16 packages are upcast exactly).
+        tokenizer_json: The ``tokenizer.json`` text as stored.
+        generation_config: The parsed ``generation_config.json``.
+        readme: The ``README.md`` model card.
+        digest: ``"sha256:<hex>"`` of the whole package file.
+    """
+
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+    tensors: dict[str, Tensor]
+    tokenizer_json: str
+    generation_config: dict[str, Any]
+    readme: str
+    digest: str
+
+    @property
+    def name(self) -> str:
+        """The package name from the manifest."""
+        return str(self.manifest["name"])
+
+    @property
+    def version(self) -> str:
+        """The package version from the manifest."""
+        return str(self.manifest["version"])
+
+    @property
+    def ref(self) -> str:
+        """The model id a runtime serves it under: ``evermind/<name>:<version>``."""
+        return f"evermind/{self.name}:{self.version}"
+
+
+def _load_source(
+    source: bytes | bytearray | memoryview | str | os.PathLike[str], limits: PackageLimits
+) -> bytes:
+    """Return the package bytes, checking a file's size before reading it."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        return bytes(source)
+    if not isinstance(source, str | os.PathLike):
+        raise PackageError(
+            f"package source is {type(source).__name__}; expected bytes or a file path"
+        )
+    path = os.fspath(source)
+    try:
+        with open(path, "rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            if size > limits.max_archive_bytes:
+                raise PackageError(
+                    f"archive {path!r}: {size} bytes exceeds the limit of "
+                    f"{limits.max_archive_bytes} (PackageLimits.max_archive_bytes)"
+                )
+            return stream.read(limits.max_archive_bytes + 1)
+    except OSError as err:
+        raise PackageError(f"archive {path!r}: cannot be read ({err})") from err
+
+
+def _check_member_set(archive: SafeArchive, files: Mapping[str, Any]) -> None:
+    """Require the archive to hold exactly the manifest's members, with listed sizes."""
+    present = set(archive.names) - {MANIFEST}
+    missing = sorted(set(files) - present)
+    if missing:
+        raise PackageError(
+            f"member {missing[0]!r}: listed in {MANIFEST} files but missing from the archive"
+        )
+    unlisted = sorted(present - set(files))
+    if unlisted:
+        raise PackageError(
+            f"member {unlisted[0]!r}: present in the archive but not listed in {MANIFEST} "
+            "files; unlisted members are refused"
+        )
+    absent = [name for name in REQUIRED_MEMBERS if name not in files]
+    if absent:
+        raise PackageError(f"member {absent[0]!r}: required by format v2 but absent")
+    foreign = sorted(set(files) - set(REQUIRED_MEMBERS))
+    if foreign:
+        raise PackageError(
+            f"member {foreign[0]!r}: not part of format v2; expected only "
+            f"{sorted(REQUIRED_MEMBERS)}"
+        )
+    for name in sorted(files):
+        if archive.size(name) != files[name]["size"]:
+            raise PackageError(
+                f"member {name!r}: {MANIFEST} says {files[name]['size']} bytes but the "
+                f"archive holds {archive.size(name)}"
+            )
+
+
+def _read_members(
+    archive: SafeArchive, files: Mapping[str, Any], limits: PackageLimits
+) -> dict[str, bytes]:
+    """Read every listed member and verify its sha256."""
+    contents: dict[str, bytes] = {}
+    for name in sorted(files):
+        if name == WEIGHTS:
+            data = archive.read(name, limit=limits.max_total_bytes, limit_name="max_total_bytes")
+        else:
+            data = archive.read(name, limit=limits.max_json_bytes, limit_name="max_json_bytes")
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != files[name]["sha256"]:
+            raise PackageError(
+                f"member {name!r}: sha256 is {digest} but {MANIFEST} says "
+                f"{files[name]['sha256']}; the member was altered or corrupted"
+            )
+        contents[name] = data
+    return contents
+
+
+def _text(data: bytes, member: str) -> str:
+    """Decode a text member as strict UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PackageError(
+            f"{member}: expected UTF-8 text but byte {err.start} is not valid UTF-8"
+        ) from err
+
+
+def _compare_summary(
+    field: str, stated: Mapping[str, Any], actual: Mapping[str, Any], source: str
+) -> None:
+    """Require a manifest summary object to equal what the members say."""
+    for key in sorted(actual):
+        if stated.get(key) != actual[key]:
+            raise PackageError(
+                f"{MANIFEST}: field '{field}.{key}' is {stated.get(key)!r} but {source} "
+                f"gives {actual[key]!r}"
+            )
+
+
+def _check_model(
+    manifest: Mapping[str, Any], config: dict[str, Any], weights: bytes, limits: PackageLimits
+) -> dict[str, Tensor]:
+    """Check config.json and the tensors against each other and the manifest."""
+    dims = config_dims(config)
+    dtype = manifest["model"]["dtype"]
+    if config.get("torch_dtype") != dtype:
+        raise PackageError(
+            f"{CONFIG}: field 'torch_dtype' is {config.get('torch_dtype')!r} but {MANIFEST} "
+            f"model.dtype is {dtype!r}; expected them equal"
+        )
+    stored, _ = decode_safetensors(
+        weights, member=WEIGHTS, max_header_bytes=limits.max_safetensors_header_bytes
+    )
+    check_tensors(stored, expected_tensor_shapes(config), where=WEIGHTS)
+    for name in sorted(stored):
+        if stored[name].dtype != TORCH_TO_DTYPE[dtype]:
+            raise PackageError(
+                f"{WEIGHTS}: tensor {name!r} is {stored[name].dtype} but the package dtype is "
+                f"{dtype} ({TORCH_TO_DTYPE[dtype]}); expected one dtype for all tensors"
+            )
+    n_params = sum(tensor.numel for tensor in stored.values())
+    actual = model_summary(dims, n_params=n_params, dtype=dtype)
+    _compare_summary("model", manifest["model"], actual, f"{CONFIG} and {WEIGHTS}")
+    return stored
+
+
+def _check_tokenizer(
+    manifest: Mapping[str, Any], config: Mapping[str, Any], tokenizer_text: str
+) -> None:
+    """Check the tokenizer's vocabulary against config.json and the manifest."""
+    tokenizer = loads_object(tokenizer_text, member=TOKENIZER)
+    count = tokenizer_vocab_size(tokenizer)
+    if count != config["vocab_size"]:
+        raise PackageError(
+            f"{TOKENIZER}: vocabulary has {count} tokens but {CONFIG} vocab_size (the "
+            f"embedding rows) is {config['vocab_size']}; expected them equal"
+        )
+    _compare_summary("tokenizer", manifest["tokenizer"], tokenizer_summary(tokenizer), TOKENIZER)
+
+
+def _verify(data: bytes, limits: PackageLimits) -> Package:
+    """Run every check on the package bytes and build the Package."""
+    archive = SafeArchive(data, limits)
+    try:
+        return _verify_archive(archive, data, limits)
+    finally:
+        archive.close()
+
+
+def _verify_archive(archive: SafeArchive, data: bytes, limits: PackageLimits) -> Package:
+    """Check the manifest and members of an archive whose directory is already safe."""
+    raw_manifest = archive.read(
+        MANIFEST, limit=limits.max_manifest_bytes, limit_name="max_manifest_bytes"
+    )
+    manifest = loads_object(raw_manifest, member=MANIFEST)
+    validate_manifest(manifest)
+    files = manifest["files"]
+    _check_member_set(archive, files)
+    contents = _read_members(archive, files, limits)
+    config = loads_object(contents[CONFIG], member=CONFIG)
+    generation = loads_object(contents[GENERATION_CONFIG], member=GENERATION_CONFIG)
+    check_json_typed(generation, "generation_config")
+    tokenizer_text = _text(contents[TOKENIZER], TOKENIZER)
+    readme = _text(contents[README], README)
+    stored = _check_model(manifest, config, contents[WEIGHTS], limits)
+    _check_tokenizer(manifest, config, tokenizer_text)
+    tensors = {
+        name: Tensor(shape=tensor.shape, data=tensor.to_float32(), dtype="F32")
+        for name, tensor in sorted(stored.items())
+    }
+    return Package(
+        manifest=manifest,
+        config=config,
+        tensors=tensors,
+        tokenizer_json=tokenizer_text,
+        generation_config=generation,
+        readme=readme,
+        digest="sha256:" + hashlib.sha256(data).hexdigest(),
+    )
+
+
+def read_package(
+    source: bytes | bytearray | memoryview | str | os.PathLike[str],
+    *,
+    limits: PackageLimits | None = None,
+) -> Package:
+    """Read, verify and load a `.evermind` package.
+
+    Args:
+        source: The package bytes, or a path to the file.
+        limits: Resource limits; default :class:`PackageLimits` (2 GiB, 32 members...).
+
+    Returns:
+        The verified package, tensors upcast to float32.
+
+    Raises:
+        PackageError: The package is unreadable, corrupt, unsafe, over a limit, or
+            inconsistent. No other exception escapes.
+    """
+    limits = limits or PackageLimits()
+    try:
+        return _verify(_load_source(source, limits), limits)
+    except PackageError:
+        raise
+    except Exception as err:
+        # The trust boundary: every specific failure above is wrapped with its own message;
+        # this net keeps the one-exception contract should a crafted file find a gap.
+        logger.warning("unexpected error while verifying a package", exc_info=True)
+        raise PackageError(
+            f"package: {type(err).__name__} ({err}) that no specific check caught; the file "
+            "is corrupt or crafted"
+        ) from err

@@ -1,0 +1,260 @@
+"""Writing `.evermind` packages: bytes in memory or an atomically replaced file.
+
+This module owns the writer's side of the format: it checks the caller's model against
+the shared contract (tensor names and shapes from ``config.json``, tokenizer vocabulary
+= ``vocab_size`` = embedding rows) before writing anything, encodes the tensors
+(float32 or round-to-nearest-even float16), renders the JSON members canonically and the
+model card, and assembles the ZIP with :mod:`evermind.package.zip_writer`. Same inputs
+always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from evermind.errors import PackageError
+from evermind.package._json import dumps_canonical, loads_object
+from evermind.package.manifest import DTYPES, build_manifest, check_json_typed
+from evermind.package.model_card import render_model_card
+from evermind.package.safetensors_io import encode_safetensors
+from evermind.package.schema import (
+    CONFIG,
+    GENERATION_CONFIG,
+    MANIFEST,
+    README,
+    TOKENIZER,
+    WEIGHTS,
+    check_tensors,
+    config_dims,
+    expected_tensor_shapes,
+    model_summary,
+    tokenizer_summary,
+    tokenizer_vocab_size,
+)
+from evermind.package.tensor import TORCH_TO_DTYPE, Tensor
+from evermind.package.zip_writer import ZipMember, build_zip
+
+logger = logging.getLogger(__name__)
+
+#: Data alignment of the STOREd safetensors member inside the archive (bytes).
+WEIGHTS_ALIGNMENT = 64
+
+
+def default_generation_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the ``generation_config.json`` used when the caller gives none.
+
+    Args:
+        config: The model's ``config.json``.
+
+    Returns:
+        The special token ids, as ``transformers`` writes them by default.
+    """
+    return {key: config.get(key) for key in ("bos_token_id", "eos_token_id", "pad_token_id")}
+
+
+def _file_entry(data: bytes) -> dict[str, Any]:
+    """Return the manifest ``files`` entry for a member's contents."""
+    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
+def write_package(
+    *,
+    name: str,
+    version: str,
+    created_at: str,
+    producer: str,
+    config: Mapping[str, Any],
+    tensors: Mapping[str, Tensor],
+    tokenizer_json: str,
+    training: Mapping[str, Any] | None = None,
+    bench: Mapping[str, float] | None = None,
+    dtype: str = "float32",
+    generation_config: Mapping[str, Any] | None = None,
+    readme: str | None = None,
+) -> bytes:
+    """Build a `.evermind` package in memory.
+
+    Args:
+        name: Package name (``[a-z0-9._-]``, at most 64), served as ``evermind/<name>:<version>``.
+        version: Package version, e.g. ``"1.0.0"``.
+        created_at: ISO-8601 UTC timestamp chosen by the caller, e.g. ``"2025-01-31T12:00:00Z"``
+            (see :func:`evermind.package.manifest.utc_timestamp`); never read from the clock.
+        producer: What wrote the package, e.g. ``"evermind 0.1.0 (pyodide)"``.
+        config: The ``config.json`` (see :func:`evermind.package.schema.make_config`); its
+            ``torch_dtype`` is set to `dtype`.
+        tensors: Tensor name -> :class:`Tensor`, exactly the set the config implies.
+        tokenizer_json: Hugging Face ``tokenizer.json`` text, stored as given.
+        training: Free-form JSON-typed training summary (steps, tokens, corpus, loss...).
+        bench: Metric name -> number.
+        dtype: Storage dtype of the weights, ``"float32"`` or ``"float16"``.
+        generation_config: ``generation_config.json``; default: the config's token ids.
+        readme: Model card text; default: :func:`render_model_card` of the manifest.
+
+    Returns:
+        The archive bytes.
+
+    Raises:
+        PackageError: Any input breaks the format (names, shapes, vocab size, timestamps,
+            non-JSON values, float16 overflow); the message names the field or tensor.
+    """
+    if dtype not in DTYPES:
+        raise PackageError(f"dtype {dtype!r} is not supported; expected one of {list(DTYPES)}")
+    config = {**config, "torch_dtype": dtype}
+    check_json_typed(config, "config")
+    dims = config_dims(config)
+    check_tensors(tensors, expected_tensor_shapes(config), where=WEIGHTS)
+    tokenizer = loads_object(tokenizer_json, member=TOKENIZER)
+    token_count = tokenizer_vocab_size(tokenizer)
+    if token_count != dims.vocab_size:
+        raise PackageError(
+            f"{TOKENIZER}: vocabulary has {token_count} tokens but config.json vocab_size is "
+            f"{dims.vocab_size}; expected them equal (they size the embedding)"
+        )
+    generation = dict(generation_config or default_generation_config(config))
+    check_json_typed(generation, "generation_config")
+    weights = encode_safetensors(tensors, dtype=TORCH_TO_DTYPE[dtype], metadata={"format": "pt"})
+    try:
+        tokenizer_bytes = tokenizer_json.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise PackageError(f"{TOKENIZER}: text is not encodable as UTF-8 ({err})") from err
+    summary: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "created_at": created_at,
+        "producer": producer,
+        "model": model_summary(dims, n_params=sum(t.numel for t in tensors.values()), dtype=dtype),
+        "tokenizer": tokenizer_summary(tokenizer),
+        "training": dict(training or {}),
+        "bench": dict(bench or {}),
+    }
+    card = readme if readme is not None else render_model_card(build_manifest(**summary, files={}))
+    try:
+        card_bytes = card.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise PackageError(f"{README}: text is not encodable as UTF-8 ({err})") from err
+    members = {
+        CONFIG: dumps_canonical(config, member=CONFIG),
+        GENERATION_CONFIG: dumps_canonical(generation, member=GENERATION_CONFIG),
+        README: card_bytes,
+        TOKENIZER: tokenizer_bytes,
+        WEIGHTS: weights,
+    }
+    manifest = build_manifest(
+        **summary, files={key: _file_entry(value) for key, value in members.items()}
+    )
+    entries = [ZipMember(MANIFEST, dumps_canonical(manifest, member=MANIFEST), compress=True)]
+    for member in sorted(members):
+        stored = member == WEIGHTS
+        entries.append(
+            ZipMember(
+                member,
+                members[member],
+                compress=not stored,
+                align=WEIGHTS_ALIGNMENT if stored else 1,
+            )
+        )
+    archive = build_zip(entries)
+    logger.debug("wrote package %s:%s (%d bytes)", name, version, len(archive))
+    return archive
+
+
+def write_package_file(
+    path: str | os.PathLike[str],
+    *,
+    name: str,
+    version: str,
+    created_at: str,
+    producer: str,
+    config: Mapping[str, Any],
+    tensors: Mapping[str, Tensor],
+    tokenizer_json: str,
+    training: Mapping[str, Any] | None = None,
+    bench: Mapping[str, float] | None = None,
+    dtype: str = "float32",
+    generation_config: Mapping[str, Any] | None = None,
+    readme: str | None = None,
+) -> str:
+    """Write a package to `path` atomically (temp file, fsync, rename).
+
+    A reader never sees a half-written file: the bytes go to a temporary file in the same
+    directory, are flushed and fsynced, and the file is renamed over `path`.
+
+    Args:
+        path: Destination file; its directory must exist.
+        name: See :func:`write_package`, as are all the other keyword arguments.
+        version: Package version.
+        created_at: ISO-8601 UTC timestamp.
+        producer: What wrote the package.
+        config: The ``config.json``.
+        tensors: Tensor name -> :class:`Tensor`.
+        tokenizer_json: Hugging Face ``tokenizer.json`` text.
+        training: Training summary.
+        bench: Metric name -> number.
+        dtype: ``"float32"`` or ``"float16"``.
+        generation_config: ``generation_config.json``.
+        readme: Model card text.
+
+    Returns:
+        The package digest, ``"sha256:<hex>"`` of the file.
+
+    Raises:
+        PackageError: The inputs are invalid (see :func:`write_package`) or the file
+            cannot be written; nothing is left behind on failure.
+    """
+    archive = write_package(
+        name=name,
+        version=version,
+        created_at=created_at,
+        producer=producer,
+        config=config,
+        tensors=tensors,
+        tokenizer_json=tokenizer_json,
+        training=training,
+        bench=bench,
+        dtype=dtype,
+        generation_config=generation_config,
+        readme=readme,
+    )
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    try:
+        handle, temp_path = tempfile.mkstemp(prefix=".tmp-", suffix=".evermind", dir=directory)
+    except OSError as err:
+        raise PackageError(f"cannot create a temporary file in {directory!r}: {err}") from err
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(archive)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temp_path, 0o644)
+        os.replace(temp_path, target)
+    except OSError as err:
+        try:
+            os.unlink(temp_path)
+        except OSError:
+            logger.warning("could not remove temporary file %s", temp_path)
+        raise PackageError(f"cannot write package to {target!r}: {err}") from err
+    _fsync_directory(directory)
+    return "sha256:" + hashlib.sha256(archive).hexdigest()
+
+
+def _fsync_directory(directory: str) -> None:
+    """Persist the rename itself where the platform allows opening directories."""
+    flags = getattr(os, "O_DIRECTORY", None)
+    if flags is None:
+        return
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | flags)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        logger.debug("fsync of directory %s is not supported here", directory)
+    finally:
+        os.close(descriptor)

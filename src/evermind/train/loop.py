@@ -1,0 +1,258 @@
+"""The training loop, the same on every host and backend (browser-safe).
+
+A :class:`Trainer` owns the schedule, the batches, evaluation, progress and checkpoints;
+a backend owns the model and optimizer state and runs one step. Backends: the GPU model
+(``evermind.model.gpu``, both transports) and the numpy CPU model
+(``evermind.train.cpu_backend``, native-only). Everything a resumed run needs — weights,
+optimizer moments, step, sampler position and RNG — goes into one checkpoint, so a resumed
+run continues bit for bit as an uninterrupted one would on the same backend.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from evermind.errors import ConfigError
+from evermind.train.checkpoint import pack_checkpoint, unpack_checkpoint
+from evermind.train.data import BatchSampler, eval_windows
+from evermind.train.schedule import Schedule
+
+Batch = tuple["array[int]", "array[int]"]  # (inputs, targets), flat row-major (B·L) int32
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings (the model's shape is a :class:`MambaConfig`).
+
+    Defaults suit the nano preset on a few MB of text.
+    """
+
+    steps: int = 300
+    batch_size: int = 4
+    seq_len: int = 128
+    grad_accum: int = 1
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    eval_batches: int = 4
+    checkpoint_every: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_batches"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"TrainConfig.{name}: expected >= 1, got {getattr(self, name)}")
+        if not 0 <= self.beta1 < 1 or not 0 <= self.beta2 < 1:
+            raise ConfigError(
+                f"TrainConfig betas must be in [0, 1), got {self.beta1}, {self.beta2}"
+            )
+        if self.grad_clip < 0 or self.weight_decay < 0:
+            raise ConfigError("TrainConfig.grad_clip and weight_decay must be >= 0")
+
+    def schedule(self) -> Schedule:
+        """The learning-rate schedule these settings describe."""
+        return Schedule(self.lr, self.steps, min(self.warmup_steps, self.steps), self.min_lr)
+
+
+class Backend(Protocol):
+    """What the loop needs from a model + optimizer implementation."""
+
+    async def train_step(self, micro_batches: list[Batch], lr: float, step: int) -> float:
+        """One optimizer step over ``micro_batches`` (gradient accumulation); returns the mean
+        loss. ``step`` is 1-based (AdamW bias correction)."""
+        ...
+
+    async def eval_batch(self, batch: Batch) -> tuple[float, int]:
+        """(sum of token losses in nats, number of tokens) for one batch."""
+        ...
+
+    async def state(self) -> dict[str, array[float]]:
+        """Weights (HF names) and optimizer moments (``adam.m.<name>``, ``adam.v.<name>``)."""
+        ...
+
+    async def load_state(self, tensors: dict[str, array[float]]) -> None:
+        """Restores what :meth:`state` returned."""
+        ...
+
+
+@dataclass
+class Progress:
+    """One progress report (sent to the Studio, the CLI's progress bar, tests)."""
+
+    step: int
+    steps: int
+    loss: float
+    lr: float
+    tokens: int
+    tokens_per_second: float
+    elapsed_s: float
+    eval_loss: float | None = None
+
+
+@dataclass
+class TrainResult:
+    """The loop's summary; the CLI prints it as one JSON line."""
+
+    steps: int
+    tokens: int
+    initial_loss: float
+    final_loss: float
+    eval_loss: float | None
+    tokens_per_second: float
+    losses: list[float] = field(default_factory=list)
+    eval_losses: list[tuple[int, float]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+class Trainer:
+    """Runs training steps on a backend with a schedule, evaluation and checkpoints.
+
+    Args:
+        backend: The model/optimizer implementation.
+        train_tokens: Training token ids.
+        held_out_tokens: Held-out token ids for evaluation.
+        config: Optimisation settings.
+        on_progress: Called after every step with a :class:`Progress`.
+        on_checkpoint: Called with checkpoint bytes every ``checkpoint_every`` steps.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        train_tokens: array[int],
+        held_out_tokens: array[int],
+        config: TrainConfig,
+        on_progress: Callable[[Progress], None] | None = None,
+        on_checkpoint: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.schedule = config.schedule()
+        self.sampler = BatchSampler(train_tokens, config.batch_size, config.seq_len, config.seed)
+        self.eval_set = eval_windows(
+            held_out_tokens, config.batch_size, config.seq_len, config.eval_batches
+        )
+        self.on_progress = on_progress
+        self.on_checkpoint = on_checkpoint
+        self.step = 0
+        self.tokens = 0
+        self.losses: list[float] = []
+        self.eval_losses: list[tuple[int, float]] = []
+        self._train_seconds = 0.0
+
+    async def evaluate(self) -> float | None:
+        """Mean held-out loss (nats/token), or None when the held-out text is too short."""
+        if not self.eval_set:
+            return None
+        total, count = 0.0, 0
+        for batch in self.eval_set:
+            loss_sum, n = await self.backend.eval_batch(batch)
+            total += loss_sum
+            count += n
+        return total / max(1, count)
+
+    async def run(
+        self, steps: int | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> TrainResult:
+        """Trains until ``config.steps`` (or ``steps`` more), or until ``should_stop()``."""
+        cfg = self.config
+        target = cfg.steps if steps is None else min(cfg.steps, self.step + steps)
+        tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum
+        while self.step < target:
+            if should_stop is not None and should_stop():
+                break
+            micro = [self.sampler.next() for _ in range(cfg.grad_accum)]
+            lr = self.schedule.lr(self.step)
+            start = time.perf_counter()
+            loss = await self.backend.train_step(micro, lr, self.step + 1)
+            self._train_seconds += time.perf_counter() - start
+            if not math.isfinite(loss):
+                raise ConfigError(
+                    f"training diverged at step {self.step + 1}: loss is {loss}; "
+                    "lower the learning rate or enable gradient clipping"
+                )
+            self.step += 1
+            self.tokens += tokens_per_step
+            self.losses.append(loss)
+            eval_loss = None
+            if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == target):
+                eval_loss = await self.evaluate()
+                if eval_loss is not None:
+                    self.eval_losses.append((self.step, eval_loss))
+            if self.on_progress is not None:
+                self.on_progress(
+                    Progress(
+                        self.step,
+                        cfg.steps,
+                        loss,
+                        lr,
+                        self.tokens,
+                        self.tokens_per_second,
+                        self._train_seconds,
+                        eval_loss,
+                    )
+                )
+            if (
+                self.on_checkpoint
+                and cfg.checkpoint_every
+                and self.step % cfg.checkpoint_every == 0
+            ):
+                self.on_checkpoint(await self.checkpoint())
+        return self.result()
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Training throughput so far (time inside backend steps only)."""
+        return self.tokens / self._train_seconds if self._train_seconds > 0 else 0.0
+
+    def result(self) -> TrainResult:
+        """The summary of the run so far."""
+        last_eval = self.eval_losses[-1][1] if self.eval_losses else None
+        return TrainResult(
+            steps=self.step,
+            tokens=self.tokens,
+            initial_loss=self.losses[0] if self.losses else float("nan"),
+            final_loss=self.losses[-1] if self.losses else float("nan"),
+            eval_loss=last_eval,
+            tokens_per_second=round(self.tokens_per_second, 1),
+            losses=list(self.losses),
+            eval_losses=list(self.eval_losses),
+        )
+
+    async def checkpoint(self) -> bytes:
+        """Everything needed to resume: backend state, step, sampler, history."""
+        meta = {
+            "step": self.step,
+            "tokens": self.tokens,
+            "sampler": self.sampler.state_dict(),
+            "losses": self.losses,
+            "eval_losses": self.eval_losses,
+            "train_seconds": self._train_seconds,
+            "config": asdict(self.config),
+        }
+        return pack_checkpoint(meta, await self.backend.state())
+
+    async def restore(self, data: bytes) -> None:
+        """Resumes from :meth:`checkpoint` bytes."""
+        meta, tensors = unpack_checkpoint(data)
+        await self.backend.load_state(tensors)
+        self.step = int(meta["step"])
+        self.tokens = int(meta["tokens"])
+        self.sampler.load_state_dict(meta["sampler"])
+        self.losses = [float(x) for x in meta["losses"]]
+        self.eval_losses = [(int(s), float(v)) for s, v in meta["eval_losses"]]
+        self._train_seconds = float(meta["train_seconds"])
