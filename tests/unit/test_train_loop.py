@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from array import array
 
@@ -14,7 +15,7 @@ from evermind.model.init import init_params
 from evermind.train.checkpoint import CheckpointError, pack_checkpoint, unpack_checkpoint
 from evermind.train.cpu_backend import CpuBackend
 from evermind.train.data import BatchSampler, eval_windows, split_held_out
-from evermind.train.loop import Trainer, TrainConfig
+from evermind.train.loop import TrainConfig, Trainer
 from evermind.train.schedule import Schedule
 
 CONFIG = MambaConfig(d_model=16, n_layer=2, vocab_size=23, d_state=4)
@@ -86,7 +87,7 @@ def test_schedule_warms_up_then_decays_to_floor() -> None:
     assert s.lr(10) == pytest.approx(1.0)
     assert s.lr(100) == pytest.approx(0.1)
     lrs = [s.lr(i) for i in range(10, 101)]
-    assert all(a >= b for a, b in zip(lrs, lrs[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(lrs))
 
 
 def test_bad_settings_are_refused_in_words() -> None:
