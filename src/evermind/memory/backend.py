@@ -1,0 +1,116 @@
+"""The storage port of the memory store, and the eviction order every backend follows.
+
+A backend keeps the records of one *namespace* (a tenant; the runtime scopes by it) and the
+embedding-vector cache, and performs each logical write as one transaction (``apply``). It
+also keeps a per-namespace *version* counter that every transaction bumps, so a store can
+tell whether someone else (another process, another tab) wrote since it last looked.
+
+Implementations: ``InMemoryBackend`` (``evermind.memory.inmemory``, pure Python, the reference),
+``SQLiteBackend`` (``evermind.memory.sqlite_backend``, native) and the IndexedDB backend of
+the browser host. Browser-safe: standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from evermind.memory.records import MemoryRecord, WriteResult
+
+
+@runtime_checkable
+class MemoryBackend(Protocol):
+    """Async storage of memory records and cached vectors for one namespace.
+
+    Semantics every implementation must keep (tests/unit/test_memory_backends.py checks them):
+
+    - ``apply`` is atomic: all deletes, puts and evictions land, or none do. Deletes run
+      first, so a key both deleted and put ends up freshly written.
+    - A put of an existing key keeps that key's ``created_at``; everything else is replaced.
+    - With ``capacity``, after the puts the namespace holds at most ``capacity`` records;
+      the excess is evicted in :func:`eviction_order`, never touching keys put in the same
+      call unless the puts alone exceed the capacity.
+    - Every ``apply`` and every ``delete_expired`` that removes something bumps ``version``.
+    """
+
+    namespace: str
+
+    async def apply(
+        self,
+        puts: Sequence[MemoryRecord],
+        deletes: Sequence[str] = (),
+        *,
+        capacity: int | None = None,
+        now: float = 0.0,
+    ) -> WriteResult:
+        """Deletes ``deletes``, writes ``puts`` and evicts to ``capacity`` in one transaction."""
+        ...
+
+    async def get(self, key: str) -> MemoryRecord | None:
+        """Returns the record stored under ``key`` (expired or not), or None."""
+        ...
+
+    async def load_all(self) -> tuple[int, list[MemoryRecord]]:
+        """Returns ``(version, every record of the namespace)`` read in one snapshot."""
+        ...
+
+    async def version(self) -> int:
+        """Returns the namespace's version counter (0 for a namespace never written)."""
+        ...
+
+    async def delete_expired(self, now: float) -> WriteResult:
+        """Deletes every record with ``expires_at <= now`` in one transaction."""
+        ...
+
+    async def get_vectors(
+        self, fingerprint: str, hashes: Sequence[str]
+    ) -> dict[str, Sequence[float]]:
+        """Returns the cached vectors among ``hashes`` for the embedder ``fingerprint``."""
+        ...
+
+    async def put_vectors(self, fingerprint: str, vectors: Mapping[str, Sequence[float]]) -> None:
+        """Caches ``vectors`` (content hash -> vector) for the embedder ``fingerprint``."""
+        ...
+
+    async def close(self) -> None:
+        """Releases the backend's resources; the backend is unusable afterwards."""
+        ...
+
+
+def eviction_key(record: MemoryRecord, now: float) -> tuple[bool, float, float, str]:
+    """Sort key of the eviction order: expired first, then lowest importance, then oldest write.
+
+    The key name breaks the remaining ties so the order is total and the same in every backend.
+    """
+    return (not record.is_expired(now), record.importance, record.updated_at, record.key)
+
+
+def eviction_order(records: Iterable[MemoryRecord], now: float) -> list[MemoryRecord]:
+    """Returns ``records`` in the order a full store evicts them (first = evicted first)."""
+    return sorted(records, key=lambda record: eviction_key(record, now))
+
+
+def select_evictions(
+    records: Iterable[MemoryRecord], capacity: int | None, protected: set[str], now: float
+) -> list[str]:
+    """Chooses the keys to evict so that at most ``capacity`` records remain.
+
+    Args:
+        records: Every record of the namespace after the puts.
+        capacity: The limit, or None for unlimited.
+        protected: Keys written in this transaction; evicted only when they alone overflow.
+        now: Current time, seconds since the epoch (decides what is expired).
+
+    Returns:
+        The keys to evict, first-evicted first.
+    """
+    pool = list(records)
+    if capacity is None or len(pool) <= capacity:
+        return []
+    excess = len(pool) - capacity
+    others = eviction_order((r for r in pool if r.key not in protected), now)
+    chosen = [r.key for r in others[:excess]]
+    if len(chosen) < excess:
+        fresh = eviction_order((r for r in pool if r.key in protected), now)
+        chosen += [r.key for r in fresh[: excess - len(chosen)]]
+    return chosen

@@ -1,0 +1,228 @@
+"""Ranking for recall: tokenizer, incremental BM25, reciprocal-rank fusion, MMR, weighting.
+
+Everything here is pure computation over plain Python data. Browser-safe: standard library only.
+
+The tokenizer keeps identifiers whole *and* split: ``"TSR-417 on db-prod-01.tessera.internal"``
+gives ``tsr-417, tsr, 417, on, db-prod-01.tessera.internal, db, prod, 01, tessera, internal``
+(stop words such as ``on`` are then dropped), so an exact code matches exactly and its parts
+still match loosely. Words get a light, rule-based English stemming (plural and ``-ing``/``-ed``
+endings) so "reports" meets "report".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+# Alphanumeric runs joined by identifier punctuation: codes (TSR-417), hosts, SKUs, paths.
+_COMPOUND = re.compile(r"[^\W_]+(?:[-_./:@#+][^\W_]+)*")
+_PART = re.compile(r"[^\W_]+")
+_POSSESSIVE = re.compile(r"(?<=\w)'s\b")
+
+_STOP_WORD_TEXT = """
+a about above after again against all am an and any are as at be because been before
+being below between both but by can could did do does doing down during each few for from
+further had has have having he her here hers herself him himself his how i if in into is it
+its itself just me more most my myself no nor not of off on once only or other our ours
+ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself
+yourselves s t
+"""
+STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
+
+
+def normalise_text(text: str) -> str:
+    """NFKC-normalises, case-folds and straightens apostrophes."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return text.replace("\u2019", "'").replace("\u2018", "'")
+
+
+def stem(word: str) -> str:
+    """A light English suffix stripper (plurals, -ing, -ed); leaves codes and numbers alone."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    if word.endswith("ing") and len(word) > 5:
+        return word[:-3]
+    if word.endswith("ed") and len(word) > 4:
+        return word[:-2]
+    return word
+
+
+def tokenize(text: str, *, keep_stop_words: bool = False) -> list[str]:
+    """Splits text into ranking tokens: whole identifiers plus their stemmed parts.
+
+    Args:
+        text: Any text.
+        keep_stop_words: Keep function words ("the", "to") instead of dropping them.
+
+    Returns:
+        Tokens in order of appearance, with repeats (term frequency matters to BM25).
+    """
+    norm = _POSSESSIVE.sub("", normalise_text(text))
+    tokens: list[str] = []
+    for match in _COMPOUND.finditer(norm):
+        whole = match.group()
+        parts = _PART.findall(whole)
+        if len(parts) > 1:
+            tokens.append(whole)
+        for part in parts:
+            if keep_stop_words or part not in STOP_WORDS:
+                tokens.append(stem(part))
+    return tokens
+
+
+class BM25Index:
+    """Okapi BM25 over a changing set of documents (add, replace and remove are O(doc length)).
+
+    Args:
+        k1: Term-frequency saturation (1.2 is the usual default).
+        b: Length normalisation, 0 (none) … 1 (full).
+        tokenizer: Text -> tokens; ``tokenize`` by default.
+    """
+
+    def __init__(
+        self,
+        k1: float = 1.2,
+        b: float = 0.75,
+        tokenizer: Callable[[str], list[str]] = tokenize,
+    ) -> None:
+        self.k1 = k1
+        self.b = b
+        self._tokenize = tokenizer
+        self._postings: dict[str, dict[str, int]] = {}
+        self._lengths: dict[str, int] = {}
+        self._terms: dict[str, frozenset[str]] = {}
+        self._total_length = 0
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._lengths
+
+    def add(self, doc_id: str, text: str) -> None:
+        """Indexes ``text`` under ``doc_id``, replacing what was there."""
+        if doc_id in self._lengths:
+            self.remove(doc_id)
+        counts = Counter(self._tokenize(text))
+        for term, tf in counts.items():
+            self._postings.setdefault(term, {})[doc_id] = tf
+        length = sum(counts.values())
+        self._lengths[doc_id] = length
+        self._terms[doc_id] = frozenset(counts)
+        self._total_length += length
+
+    def remove(self, doc_id: str) -> None:
+        """Drops ``doc_id`` from the index (no-op when absent)."""
+        length = self._lengths.pop(doc_id, None)
+        if length is None:
+            return
+        self._total_length -= length
+        for term in self._terms.pop(doc_id):
+            posting = self._postings[term]
+            del posting[doc_id]
+            if not posting:
+                del self._postings[term]
+
+    def terms(self, doc_id: str) -> frozenset[str]:
+        """Returns the distinct terms of a document (empty when unknown)."""
+        return self._terms.get(doc_id, frozenset())
+
+    def idf(self, term: str) -> float:
+        """The BM25 inverse document frequency ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
+        df = len(self._postings.get(term, ()))
+        n = len(self._lengths)
+        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+    def scores(self, query: str) -> dict[str, float]:
+        """Returns the BM25 score of every document sharing at least one term with ``query``."""
+        n = len(self._lengths)
+        if n == 0:
+            return {}
+        avg_length = max(self._total_length / n, 1e-9)
+        out: dict[str, float] = {}
+        for term in set(self._tokenize(query)):
+            posting = self._postings.get(term)
+            if not posting:
+                continue
+            idf = self.idf(term)
+            for doc_id, tf in posting.items():
+                norm = self.k1 * (1.0 - self.b + self.b * self._lengths[doc_id] / avg_length)
+                out[doc_id] = out.get(doc_id, 0.0) + idf * tf * (self.k1 + 1.0) / (tf + norm)
+        return out
+
+
+def top_k(
+    scores: Mapping[str, float], k: int, accept: Callable[[str], bool] | None = None
+) -> list[tuple[str, float]]:
+    """Returns the ``k`` best ``(id, score)`` pairs, best first; ties by id for determinism."""
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    if accept is not None:
+        ranked = [item for item in ranked if accept(item[0])]
+    return ranked[:k]
+
+
+def reciprocal_rank_fusion(rankings: Iterable[Sequence[str]], k: int = 60) -> dict[str, float]:
+    """Fuses rankings (best first) into ``id -> Σ 1 / (k + rank)`` with rank counted from 1."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, doc_id in enumerate(ranking, start=1):
+            fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def mmr_order(
+    relevance: Mapping[str, float],
+    similarity: Callable[[str, str], float],
+    k: int,
+    lam: float = 0.7,
+) -> list[tuple[str, float]]:
+    """Selects up to ``k`` ids by maximal marginal relevance.
+
+    Each step takes the id maximising ``lam·relevance − (1 − lam)·max similarity to the ids
+    already taken``. Relevance should be on the same scale as similarity (both in [0, 1]).
+
+    Returns:
+        ``(id, mmr value at selection)`` in selection order.
+    """
+    remaining = sorted(relevance, key=lambda doc: (-relevance[doc], doc))
+    chosen: list[tuple[str, float]] = []
+    max_sim = dict.fromkeys(remaining, 0.0)
+    while remaining and len(chosen) < k:
+        best = max(
+            remaining,
+            key=lambda doc: lam * relevance[doc] - (1.0 - lam) * max_sim[doc],
+        )
+        value = lam * relevance[best] - (1.0 - lam) * max_sim[best]
+        chosen.append((best, value))
+        remaining.remove(best)
+        for doc in remaining:
+            max_sim[doc] = max(max_sim[doc], similarity(best, doc))
+    return chosen
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard similarity of two term sets (0 when both are empty)."""
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+def importance_factor(importance: float, weight: float) -> float:
+    """``1 + weight·(2·importance − 1)``: 0.5 is neutral, 1.0 boosts, 0.0 damps."""
+    return 1.0 + weight * (2.0 * importance - 1.0)
+
+
+def recency_factor(age_s: float, half_life_s: float, weight: float) -> float:
+    """``1 − weight + weight·0.5^(age / half_life)``: 1.0 when fresh, ``1 − weight`` when old."""
+    decay: float = 0.5 ** (max(age_s, 0.0) / half_life_s)
+    return 1.0 - weight + weight * decay

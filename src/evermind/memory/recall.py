@@ -1,0 +1,188 @@
+"""The recall pipeline of ``MemoryStore``: candidates, fusion, weighting, MMR, hits.
+
+Split from ``store.py`` so the store module holds state and I/O and this one holds the ranking
+decisions. It reads the store's snapshot (records, BM25 index, vector index) and never writes.
+Browser-safe: standard library and ``evermind`` only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from evermind.errors import EvermindError
+from evermind.memory.ranking import (
+    importance_factor,
+    jaccard,
+    mmr_order,
+    recency_factor,
+    reciprocal_rank_fusion,
+    top_k,
+)
+from evermind.memory.records import Hit, MemoryRecord, RecallOptions
+
+if TYPE_CHECKING:
+    from evermind.memory.store import MemoryStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Candidates:
+    """Per-ranker results for one query."""
+
+    lexical: list[tuple[str, float]] = field(default_factory=list)
+    semantic: list[tuple[str, float]] = field(default_factory=list)
+    base_label: str = ""
+    used_vectors: bool = False
+
+
+async def run_recall(
+    store: MemoryStore, query: str, k: int, tags: set[str] | None, opts: RecallOptions
+) -> list[Hit]:
+    """Ranks the store's live memories for ``query`` (see ``MemoryStore.recall``)."""
+    now = store.clock()
+    records = store._records
+
+    def accept(key: str) -> bool:
+        record = records.get(key)
+        if record is None or record.archived or record.is_expired(now):
+            return False
+        return tags is None or tags.issubset(record.tags)
+
+    pool = max(opts.candidate_pool, k)
+    found = await _candidates(store, query, pool, accept, opts)
+    relevance, signals = _fuse(found, opts)
+    if not relevance:
+        return []
+    steps = [found.base_label]
+    if found.lexical and found.semantic:
+        steps.append(f"rrf k={opts.rrf_k}")
+    weighted: dict[str, float] = {}
+    for key, value in relevance.items():
+        record = records[key]
+        factor = 1.0
+        if opts.importance:
+            signals[key]["importance_factor"] = importance_factor(
+                record.importance, opts.importance_weight
+            )
+            factor *= signals[key]["importance_factor"]
+        if opts.recency:
+            signals[key]["recency_factor"] = recency_factor(
+                now - record.updated_at, opts.half_life_s, opts.recency_weight
+            )
+            factor *= signals[key]["recency_factor"]
+        weighted[key] = value * factor
+    if opts.importance:
+        steps.append("importance")
+    if opts.recency:
+        steps.append(f"recency half-life {opts.half_life_s / 86400:g}d")
+    if opts.mmr and len(weighted) > 1:
+        order = _mmr(store, weighted, k, opts.mmr_lambda, found.used_vectors)
+        steps.append(f"mmr λ={opts.mmr_lambda:.2f}")
+    else:
+        order = [key for key, _ in top_k(weighted, k)]
+    label = "; ".join(steps)
+    return [_hit(records[key], weighted[key], label, signals[key]) for key in order]
+
+
+async def _candidates(
+    store: MemoryStore,
+    query: str,
+    pool: int,
+    accept: Callable[[str], bool],
+    opts: RecallOptions,
+) -> _Candidates:
+    found = _Candidates()
+    cache = store.vector_cache
+    semantic = opts.semantic and cache is not None
+    failed = False
+    if semantic and cache is not None:
+        try:
+            await store.ensure_vectors()
+            (query_vector,) = await cache.vectors([query], persist=False)
+            found.semantic = store._vectors.search(query_vector, pool, accept)
+            found.used_vectors = True
+        except EvermindError:
+            raise
+        except Exception:
+            logger.warning("semantic recall failed; falling back to lexical", exc_info=True)
+            failed = True
+    if opts.lexical or failed:
+        found.lexical = top_k(store._bm25.scores(query), pool, accept)
+    if found.used_vectors and opts.lexical:
+        found.base_label = "semantic+lexical"
+    elif found.used_vectors:
+        found.base_label = "semantic only: lexical off"
+    elif failed:
+        found.base_label = "lexical only: embedder failed"
+    elif cache is None:
+        found.base_label = "lexical only: no embedder"
+    else:
+        found.base_label = "lexical only: semantic off"
+    return found
+
+
+def _fuse(
+    found: _Candidates, opts: RecallOptions
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Returns relevance in (0, 1] per candidate (best = 1) and the raw signals."""
+    signals: dict[str, dict[str, float]] = {}
+    for key, score in found.lexical:
+        signals.setdefault(key, {})["bm25"] = score
+    for key, score in found.semantic:
+        signals.setdefault(key, {})["cosine"] = score
+    if found.lexical and found.semantic:
+        fused = reciprocal_rank_fusion(
+            [[key for key, _ in found.lexical], [key for key, _ in found.semantic]], opts.rrf_k
+        )
+        for key, value in fused.items():
+            signals[key]["rrf"] = value
+    else:
+        ranked = found.lexical or found.semantic
+        fused = dict(ranked)
+        if ranked and ranked[0][1] <= 0:
+            # Cosines can all be <= 0; fall back to ranks so the order survives.
+            fused = reciprocal_rank_fusion([[key for key, _ in ranked]], opts.rrf_k)
+    fused = {key: value for key, value in fused.items() if value > 0}
+    if not fused:
+        return {}, signals
+    best = max(fused.values())
+    relevance = {key: value / best for key, value in fused.items()}
+    for key, value in relevance.items():
+        signals[key]["relevance"] = value
+    return relevance, signals
+
+
+def _mmr(
+    store: MemoryStore, weighted: dict[str, float], k: int, lam: float, use_vectors: bool
+) -> list[str]:
+    best = max(weighted.values())
+    scaled = {key: value / best for key, value in weighted.items()}
+    if use_vectors:
+
+        def similarity(a: str, b: str) -> float:
+            return max(0.0, store._vectors.cosine(a, b))
+
+    else:
+
+        def similarity(a: str, b: str) -> float:
+            return jaccard(store._bm25.terms(a), store._bm25.terms(b))
+
+    return [key for key, _ in mmr_order(scaled, similarity, k, lam)]
+
+
+def _hit(record: MemoryRecord, score: float, label: str, signals: dict[str, float]) -> Hit:
+    return Hit(
+        key=record.key,
+        content=record.content,
+        tags=record.tags,
+        score=score,
+        ranked_by=label,
+        importance=record.importance,
+        updated_at=record.updated_at,
+        signals=dict(signals),
+        meta=dict(record.meta),
+    )

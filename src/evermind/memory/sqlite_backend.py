@@ -1,0 +1,480 @@
+"""``SQLiteBackend``: the native storage backend of the memory store (native-only).
+
+One SQLite file holds every namespace (tenant). Concurrency and durability choices:
+
+- WAL journal, so readers never block the writer and a killed process leaves a consistent
+  file; ``synchronous=NORMAL`` by default (survives process crashes; a power loss may drop the
+  last transactions), ``durable=True`` selects ``FULL``.
+- ``busy_timeout`` so writers from several processes queue instead of failing.
+- One ``BEGIN IMMEDIATE`` transaction per logical write: the write lock is taken up front, so
+  a read-modify-write (upsert, capacity eviction, version bump) cannot interleave with another
+  process's.
+- A ``schema_version`` table; a file written by a newer schema is refused, not guessed at.
+
+The ``sqlite3`` module is blocking, so every call runs on one private worker thread (which also
+owns the connection); the event loop stays free while another process holds the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import os
+import sqlite3
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from evermind.errors import ConfigError, StorageError
+from evermind.memory.backend import select_evictions
+from evermind.memory.records import MemoryRecord, WriteResult
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+_T = TypeVar("_T")
+
+# Each entry migrates the schema from version i to i + 1.
+_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE IF NOT EXISTS memories (
+        namespace   TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        content     TEXT NOT NULL,
+        tags        TEXT NOT NULL,
+        importance  REAL NOT NULL,
+        created_at  REAL NOT NULL,
+        updated_at  REAL NOT NULL,
+        expires_at  REAL,
+        archived    INTEGER NOT NULL DEFAULT 0,
+        meta        TEXT NOT NULL,
+        PRIMARY KEY (namespace, key)
+    );
+    CREATE INDEX IF NOT EXISTS memories_expiry ON memories (namespace, expires_at);
+    CREATE TABLE IF NOT EXISTS namespaces (
+        namespace TEXT PRIMARY KEY,
+        version   INTEGER NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS vectors (
+        fingerprint  TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        dim          INTEGER NOT NULL,
+        vector       BLOB NOT NULL,
+        PRIMARY KEY (fingerprint, content_hash)
+    );
+    """,
+)
+
+_COLUMNS = "key, content, tags, importance, created_at, updated_at, expires_at, archived, meta"
+
+
+class SQLiteBackend:
+    """A ``MemoryBackend`` on one SQLite file, scoped to ``namespace``.
+
+    Args:
+        path: The database file (created if missing) or ``":memory:"``.
+        namespace: The tenant whose records this backend sees.
+        busy_timeout_s: How long a write waits for another writer's lock, in seconds.
+        durable: ``synchronous=FULL`` (fsync every commit) instead of ``NORMAL``.
+
+    Raises:
+        StorageError: The file cannot be opened, is not a database, or has a newer schema.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        namespace: str = "default",
+        *,
+        busy_timeout_s: float = 10.0,
+        durable: bool = False,
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ConfigError(
+                f"SQLiteBackend: namespace must be a non-empty string, got {namespace!r}"
+            )
+        if busy_timeout_s <= 0:
+            raise ConfigError(f"SQLiteBackend: busy_timeout_s must be > 0, got {busy_timeout_s}")
+        self.namespace = namespace
+        self.path = str(path)
+        self._busy_ms = int(busy_timeout_s * 1000)
+        self._durable = durable
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="evermind-sqlite"
+        )
+        self._conn: sqlite3.Connection | None = None
+        try:
+            self._executor.submit(self._open).result()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(self.path, timeout=self._busy_ms / 1000, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {'FULL' if self._durable else 'NORMAL'}")
+            self._conn = conn
+            self._migrate(conn)
+        except sqlite3.DatabaseError as err:
+            raise StorageError(
+                f"SQLite: cannot open memory database {self.path!r}: {err}; "
+                "hint: check the path points to an Evermind memory file and is writable"
+            ) from err
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            if current > SCHEMA_VERSION:
+                raise StorageError(
+                    f"SQLite: {self.path!r} has memory schema version {current}, this Evermind "
+                    f"reads up to {SCHEMA_VERSION}; hint: upgrade evermind to open it"
+                )
+            for version in range(current, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version + 1,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StorageError(
+                f"SQLite backend for {self.path!r} is closed; hint: open a new store"
+            )
+        return self._conn
+
+    async def _run(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
+        def call() -> _T:
+            return function(self._connection())
+
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, call)
+        except RuntimeError as err:
+            if "shutdown" in str(err):
+                raise StorageError(
+                    f"SQLite backend for {self.path!r} is closed; hint: open a new store"
+                ) from err
+            raise
+        except sqlite3.Error as err:
+            raise StorageError(
+                f"SQLite: operation on {self.path!r} (namespace {self.namespace!r}) failed: "
+                f"{err}; hint: another process may hold the write lock longer than "
+                f"busy_timeout ({self._busy_ms} ms), or the file is damaged"
+            ) from err
+
+    def _transaction(self, conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = body()
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    def _bump(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute(
+            "INSERT INTO namespaces (namespace, version) VALUES (?, 1) "
+            "ON CONFLICT (namespace) DO UPDATE SET version = version + 1 RETURNING version",
+            (self.namespace,),
+        ).fetchone()
+        return int(row[0])
+
+    def _read_version(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute(
+            "SELECT version FROM namespaces WHERE namespace = ?", (self.namespace,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    # ------------------------------------------------------------------ the port
+
+    async def apply(
+        self,
+        puts: Sequence[MemoryRecord],
+        deletes: Sequence[str] = (),
+        *,
+        capacity: int | None = None,
+        now: float = 0.0,
+    ) -> WriteResult:
+        """Writes, deletes and evicts in one ``BEGIN IMMEDIATE`` transaction."""
+        puts = list(puts)
+        deletes = list(deletes)
+
+        def work(conn: sqlite3.Connection) -> WriteResult:
+            def body() -> WriteResult:
+                deleted = []
+                for key in deletes:
+                    gone = conn.execute(
+                        "DELETE FROM memories WHERE namespace = ? AND key = ? RETURNING key",
+                        (self.namespace, key),
+                    ).fetchone()
+                    if gone is not None:
+                        deleted.append(key)
+                stored: dict[str, MemoryRecord] = {}
+                for record in puts:
+                    stored[record.key] = self._upsert(conn, record)
+                evicted = self._evict(conn, capacity, set(stored), now)
+                for key in evicted:
+                    stored.pop(key, None)
+                return WriteResult(
+                    self._bump(conn), tuple(stored.values()), tuple(deleted), tuple(evicted)
+                )
+
+            return self._transaction(conn, body)
+
+        return await self._run(work)
+
+    def _upsert(self, conn: sqlite3.Connection, record: MemoryRecord) -> MemoryRecord:
+        row = conn.execute(
+            f"INSERT INTO memories (namespace, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (namespace, key) DO UPDATE SET content = excluded.content, "
+            "tags = excluded.tags, importance = excluded.importance, "
+            "updated_at = excluded.updated_at, expires_at = excluded.expires_at, "
+            "archived = excluded.archived, meta = excluded.meta RETURNING created_at",
+            (self.namespace, *_to_row(record)),
+        ).fetchone()
+        created = float(row[0])
+        if created == record.created_at:
+            return record
+        return MemoryRecord(
+            key=record.key,
+            content=record.content,
+            tags=record.tags,
+            importance=record.importance,
+            created_at=created,
+            updated_at=record.updated_at,
+            expires_at=record.expires_at,
+            archived=record.archived,
+            meta=record.meta,
+        )
+
+    def _evict(
+        self, conn: sqlite3.Connection, capacity: int | None, protected: set[str], now: float
+    ) -> list[str]:
+        if capacity is None:
+            return []
+        (count,) = conn.execute(
+            "SELECT COUNT(*) FROM memories WHERE namespace = ?", (self.namespace,)
+        ).fetchone()
+        if count <= capacity:
+            return []
+        # The eviction order needs every record's (expiry, importance, age); loading the
+        # lightweight columns and sorting in Python keeps one definition (backend.eviction_key).
+        rows = conn.execute(
+            "SELECT key, importance, updated_at, expires_at FROM memories WHERE namespace = ?",
+            (self.namespace,),
+        ).fetchall()
+        light = [
+            MemoryRecord(key=k, content="", importance=i, updated_at=u, expires_at=e)
+            for k, i, u, e in rows
+        ]
+        evicted = select_evictions(light, capacity, protected, now)
+        conn.executemany(
+            "DELETE FROM memories WHERE namespace = ? AND key = ?",
+            [(self.namespace, key) for key in evicted],
+        )
+        return evicted
+
+    async def get(self, key: str) -> MemoryRecord | None:
+        """Returns the record under ``key`` or None."""
+
+        def work(conn: sqlite3.Connection) -> MemoryRecord | None:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE namespace = ? AND key = ?",
+                (self.namespace, key),
+            ).fetchone()
+            return None if row is None else _from_row(row)
+
+        return await self._run(work)
+
+    async def load_all(self) -> tuple[int, list[MemoryRecord]]:
+        """Returns the version and every record, read inside one transaction."""
+
+        def work(conn: sqlite3.Connection) -> tuple[int, list[MemoryRecord]]:
+            conn.execute("BEGIN")
+            try:
+                version = self._read_version(conn)
+                rows = conn.execute(
+                    f"SELECT {_COLUMNS} FROM memories WHERE namespace = ?", (self.namespace,)
+                ).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            return version, [_from_row(row) for row in rows]
+
+        return await self._run(work)
+
+    async def version(self) -> int:
+        """Returns the namespace's version counter."""
+        return await self._run(self._read_version)
+
+    async def delete_expired(self, now: float) -> WriteResult:
+        """Deletes every record with ``expires_at <= now`` in one transaction."""
+
+        def work(conn: sqlite3.Connection) -> WriteResult:
+            def body() -> WriteResult:
+                rows = conn.execute(
+                    "DELETE FROM memories WHERE namespace = ? AND expires_at IS NOT NULL "
+                    "AND expires_at <= ? RETURNING key",
+                    (self.namespace, now),
+                ).fetchall()
+                gone = tuple(sorted(str(row[0]) for row in rows))
+                version = self._bump(conn) if gone else self._read_version(conn)
+                return WriteResult(version, evicted=gone)
+
+            return self._transaction(conn, body)
+
+        return await self._run(work)
+
+    async def get_vectors(
+        self, fingerprint: str, hashes: Sequence[str]
+    ) -> dict[str, Sequence[float]]:
+        """Returns cached float32 vectors for ``hashes`` under ``fingerprint``."""
+        wanted = list(dict.fromkeys(hashes))
+
+        def work(conn: sqlite3.Connection) -> dict[str, Sequence[float]]:
+            found: dict[str, Sequence[float]] = {}
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT content_hash, vector FROM vectors WHERE fingerprint = ? "
+                    f"AND content_hash IN ({marks})",
+                    (fingerprint, *chunk),
+                ).fetchall()
+                for digest, blob in rows:
+                    vector = array("f")
+                    vector.frombytes(blob)
+                    found[digest] = vector
+            return found
+
+        return await self._run(work)
+
+    async def put_vectors(self, fingerprint: str, vectors: Mapping[str, Sequence[float]]) -> None:
+        """Caches vectors as little-endian-native float32 blobs."""
+        rows = [
+            (fingerprint, digest, len(vector), array("f", vector).tobytes())
+            for digest, vector in vectors.items()
+        ]
+
+        def work(conn: sqlite3.Connection) -> None:
+            def body() -> None:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO vectors (fingerprint, content_hash, dim, vector) "
+                    "VALUES (?, ?, ?, ?)",
+                    rows,
+                )
+
+            self._transaction(conn, body)
+
+        if rows:
+            await self._run(work)
+
+    async def prune_vectors(self) -> int:
+        """Deletes cached vectors whose content no memory (in any namespace) holds any more.
+
+        Returns:
+            How many vectors were deleted.
+        """
+        from evermind.memory.records import content_hash
+
+        def work(conn: sqlite3.Connection) -> int:
+            def body() -> int:
+                contents = conn.execute("SELECT content FROM memories")
+                live = {content_hash(str(content)) for (content,) in contents}
+                stale = [
+                    (fp, digest)
+                    for fp, digest in conn.execute("SELECT fingerprint, content_hash FROM vectors")
+                    if digest not in live
+                ]
+                conn.executemany(
+                    "DELETE FROM vectors WHERE fingerprint = ? AND content_hash = ?", stale
+                )
+                return len(stale)
+
+            return self._transaction(conn, body)
+
+        return await self._run(work)
+
+    async def integrity_check(self) -> str:
+        """Runs ``PRAGMA integrity_check`` and returns its answer (``"ok"`` when healthy)."""
+
+        def work(conn: sqlite3.Connection) -> str:
+            rows = conn.execute("PRAGMA integrity_check").fetchall()
+            return "; ".join(str(row[0]) for row in rows)
+
+        return await self._run(work)
+
+    async def close(self) -> None:
+        """Closes the connection and stops the worker thread. Safe to call twice."""
+        if self._conn is None:
+            return
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.close()
+
+        await self._run(work)
+        self._conn = None
+        self._executor.shutdown(wait=True)
+
+    def close_sync(self) -> None:
+        """Closes the backend without an event loop (for scripts and finalisers)."""
+        if self._conn is None:
+            return
+        conn = self._conn
+        self._executor.submit(conn.close).result()
+        self._conn = None
+        self._executor.shutdown(wait=True)
+
+
+def _to_row(record: MemoryRecord) -> tuple[Any, ...]:
+    return (
+        record.key,
+        record.content,
+        json.dumps(list(record.tags)),
+        record.importance,
+        record.created_at,
+        record.updated_at,
+        record.expires_at,
+        int(record.archived),
+        json.dumps(dict(record.meta), sort_keys=True),
+    )
+
+
+def _from_row(row: Sequence[Any]) -> MemoryRecord:
+    key, content, tags, importance, created, updated, expires, archived, meta = row
+    try:
+        tag_list = json.loads(tags)
+        meta_dict = json.loads(meta)
+    except json.JSONDecodeError as err:
+        raise StorageError(
+            f"SQLite: memory {key!r} holds malformed JSON in tags/meta ({err.msg}); "
+            "hint: the row was written by something other than Evermind"
+        ) from err
+    return MemoryRecord(
+        key=str(key),
+        content=str(content),
+        tags=tuple(tag_list),
+        importance=float(importance),
+        created_at=float(created),
+        updated_at=float(updated),
+        expires_at=None if expires is None else float(expires),
+        archived=bool(archived),
+        meta=meta_dict,
+    )

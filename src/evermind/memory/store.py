@@ -1,0 +1,404 @@
+"""``MemoryStore``: the agent's memory — remember, get, recall (hybrid), forget, export/import.
+
+The store is host-agnostic: it talks to storage only through the ``MemoryBackend`` port and to
+the model only through the embedder port. It keeps an in-memory snapshot of its namespace (the
+records, a BM25 index and a vector index) that it refreshes whenever the backend's version
+counter shows a write it did not make itself (another process, another tab), and updates
+incrementally after its own writes.
+
+Recall pipeline (each step switchable in ``RecallOptions``; every hit says which ran):
+
+1. candidates: BM25 top-``candidate_pool`` and exact cosine top-``candidate_pool``;
+2. fusion: reciprocal-rank fusion (k=60) when both rankers ran, else the one ranker's score
+   divided by its best score;
+3. weighting: × importance factor × recency factor (half-life) — applied *before* MMR so that
+   the diversity step and the final order agree;
+4. MMR: greedy maximal-marginal-relevance selection of ``top_k`` (cosine between memories when
+   vectors exist, else the Jaccard overlap of their terms).
+
+Units: TTLs and ages are **seconds**; timestamps are seconds since the Unix epoch.
+Browser-safe: standard library and ``evermind`` only (the SQLite backend is imported lazily
+when a path is given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from evermind.errors import ConfigError, EvermindError
+from evermind.memory.backend import MemoryBackend
+from evermind.memory.embedder import VectorCache, as_embedder
+from evermind.memory.ranking import BM25Index
+from evermind.memory.records import (
+    Hit,
+    MemoryRecord,
+    RecallOptions,
+    WriteResult,
+    normalise_tags,
+    validate_content,
+    validate_importance,
+    validate_key,
+    validate_ttl,
+)
+from evermind.memory.vectors import VectorIndex
+
+if TYPE_CHECKING:
+    from evermind.memory.sync import SyncMemoryStore
+
+logger = logging.getLogger(__name__)
+
+_EMBED_BATCH = 64
+
+
+class MemoryStore:
+    """An agent's memory over one storage namespace.
+
+    Args:
+        backend: A ``MemoryBackend`` (the browser passes its IndexedDB backend), or a path to
+            a SQLite file (native: opens a ``SQLiteBackend`` for ``namespace``).
+        embedder: Anything with ``embed(texts)`` or a function of ``texts`` (see
+            ``evermind.memory.embedder``); None gives lexical-only recall.
+        namespace: The tenant, used only when ``backend`` is a path.
+        capacity: At most this many memories; writes evict the excess (expired first, then
+            lowest importance, then oldest write). None: unlimited.
+        options: Default recall options.
+        fingerprint: The embedder's cache name, overriding what it says or what is derived.
+        clock: Returns the current time in seconds since the epoch (injectable for tests).
+        use_numpy: Vector search on numpy (True), pure Python (False), or numpy if present.
+
+    Raises:
+        ConfigError: A bad argument (capacity < 1, an unusable embedder or backend).
+    """
+
+    def __init__(
+        self,
+        backend: MemoryBackend | str | os.PathLike[str],
+        embedder: Any = None,
+        *,
+        namespace: str = "default",
+        capacity: int | None = None,
+        options: RecallOptions | None = None,
+        fingerprint: str | None = None,
+        clock: Callable[[], float] = time.time,
+        use_numpy: bool | None = None,
+    ) -> None:
+        if isinstance(backend, str | os.PathLike):
+            from evermind.memory.sqlite_backend import SQLiteBackend
+
+            backend = SQLiteBackend(backend, namespace)
+        elif not isinstance(backend, MemoryBackend):
+            raise ConfigError(
+                f"MemoryStore: expected a MemoryBackend or a path to a SQLite file, got "
+                f"{type(backend).__name__}; hint: MemoryStore('memory.db') natively"
+            )
+        if capacity is not None and (isinstance(capacity, bool) or capacity < 1):
+            raise ConfigError(f"MemoryStore: capacity must be None or >= 1, got {capacity!r}")
+        self.backend: MemoryBackend = backend
+        self.capacity = capacity
+        self.options = options or RecallOptions()
+        self.clock = clock
+        bound = None if embedder is None else as_embedder(embedder, fingerprint)
+        self._cache = None if bound is None else VectorCache(bound, backend)
+        self._records: dict[str, MemoryRecord] = {}
+        self._version: int | None = None
+        self._bm25 = BM25Index(self.options.bm25_k1, self.options.bm25_b)
+        self._vectors = VectorIndex(use_numpy)
+        self._vector_hash: dict[str, str] = {}
+        self._sync_lock = asyncio.Lock()
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], embedder: Any = None, **kwargs: Any
+    ) -> SyncMemoryStore:
+        """Opens a SQLite-backed store with a blocking API, for scripts (native only)."""
+        from evermind.memory.sync import SyncMemoryStore
+
+        return SyncMemoryStore(path, embedder, **kwargs)
+
+    @property
+    def has_embedder(self) -> bool:
+        """Whether recall can rank semantically."""
+        return self._cache is not None
+
+    @property
+    def vector_cache(self) -> VectorCache | None:
+        """The vector cache (None without an embedder)."""
+        return self._cache
+
+    # ------------------------------------------------------------------ writes
+
+    async def remember(
+        self,
+        key: str,
+        content: str,
+        tags: Iterable[str] = (),
+        importance: float = 0.5,
+        ttl: float | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+    ) -> MemoryRecord:
+        """Stores ``content`` under ``key`` (replacing an earlier memory of that key).
+
+        Args:
+            key: Identifier, unique within the namespace.
+            content: The text to remember.
+            tags: Labels for ``recall_by_tag`` and recall filters (case-folded).
+            importance: 0.0 … 1.0; low-importance memories are evicted first.
+            ttl: Lifetime in **seconds** (None: forever); expired memories are invisible
+                at once and removed by ``purge_expired`` or eviction.
+            meta: JSON-serialisable extra fields.
+
+        Returns:
+            The record as stored.
+
+        Raises:
+            ConfigError: An argument is invalid.
+            StorageError: The backend failed; nothing was written.
+        """
+        now = self.clock()
+        ttl_s = validate_ttl(ttl)
+        record = MemoryRecord(
+            key=validate_key(key),
+            content=validate_content(content),
+            tags=normalise_tags(tags),
+            importance=validate_importance(importance),
+            created_at=now,
+            updated_at=now,
+            expires_at=None if ttl_s is None else now + ttl_s,
+            meta=dict(meta or {}),
+        )
+        result = await self.write([record])
+        return result.stored[0] if result.stored else record
+
+    async def write(
+        self, records: Sequence[MemoryRecord], forget: Sequence[str] = ()
+    ) -> WriteResult:
+        """Deletes ``forget`` and stores ``records`` as one transaction (all or nothing).
+
+        The records are written as given (timestamps included); ``created_at`` of an existing
+        key is kept. Embeddings of new contents are computed first; if the embedder fails the
+        write still happens and recall embeds the text later.
+        """
+        if self._cache is not None and records:
+            try:
+                await self._cache.vectors([r.content for r in records])
+            except EvermindError:
+                raise
+            except Exception:
+                logger.warning("embedding on write failed; recall will retry", exc_info=True)
+        result = await self.backend.apply(
+            list(records), list(forget), capacity=self.capacity, now=self.clock()
+        )
+        self._absorb(result)
+        if result.evicted:
+            logger.info("capacity %s: evicted %s", self.capacity, ", ".join(result.evicted))
+        return result
+
+    async def forget(self, key: str) -> bool:
+        """Deletes the memory ``key``; returns whether it existed."""
+        result = await self.write([], [validate_key(key)])
+        return key in result.deleted
+
+    async def purge_expired(self) -> int:
+        """Deletes every memory whose TTL ran out; returns how many went."""
+        result = await self.backend.delete_expired(self.clock())
+        self._absorb(result)
+        return len(result.evicted)
+
+    async def import_(
+        self,
+        entries: Iterable[Mapping[str, Any]],
+        mode: Literal["merge", "overwrite"] = "merge",
+    ) -> int:
+        """Loads entries in ``export()`` form, as one transaction.
+
+        Args:
+            entries: Dicts with at least ``key`` and ``content``.
+            mode: ``"merge"`` keeps memories not in ``entries`` and, for a key present on both
+                sides, keeps the one written later (``updated_at``); ``"overwrite"`` makes the
+                namespace hold exactly ``entries``.
+
+        Returns:
+            How many entries were written.
+
+        Raises:
+            ConfigError: A bad mode or entry (nothing is written then).
+        """
+        if mode not in ("merge", "overwrite"):
+            raise ConfigError(f"import_: mode must be 'merge' or 'overwrite', got {mode!r}")
+        incoming: dict[str, MemoryRecord] = {}
+        for entry in entries:
+            record = MemoryRecord.from_dict(entry)
+            incoming[record.key] = record
+        _, current = await self.backend.load_all()
+        existing = {r.key: r for r in current}
+        if mode == "overwrite":
+            forget = sorted(existing)
+            puts = list(incoming.values())
+        else:
+            forget = []
+            puts = [
+                r
+                for r in incoming.values()
+                if r.key not in existing or r.updated_at >= existing[r.key].updated_at
+            ]
+        # Deleting first makes imported created_at win over the stored one.
+        forget += [r.key for r in puts if r.key in existing and r.key not in forget]
+        await self.write(puts, forget)
+        return len(puts)
+
+    # ------------------------------------------------------------------ reads
+
+    async def get(self, key: str) -> MemoryRecord | None:
+        """Returns the memory ``key`` read from the backend, or None (also when expired).
+
+        Archived memories are returned too: ``get`` is by explicit key.
+        """
+        record = await self.backend.get(validate_key(key))
+        if record is None or record.is_expired(self.clock()):
+            return None
+        return record
+
+    async def recent(self, n: int = 10) -> list[MemoryRecord]:
+        """Returns the ``n`` most recently written live memories, newest first."""
+        _check_count(n, "recent: n")
+        await self.refresh()
+        live = self._live(self.clock())
+        return sorted(live, key=lambda r: (-r.updated_at, r.key))[:n]
+
+    async def recall_by_tag(self, tag: str, limit: int = 20) -> list[MemoryRecord]:
+        """Returns up to ``limit`` live memories tagged ``tag``, newest first."""
+        _check_count(limit, "recall_by_tag: limit")
+        (wanted,) = normalise_tags([tag])
+        await self.refresh()
+        live = [r for r in self._live(self.clock()) if wanted in r.tags]
+        return sorted(live, key=lambda r: (-r.updated_at, r.key))[:limit]
+
+    async def count(self) -> int:
+        """Returns how many live (unexpired, unarchived) memories the namespace holds."""
+        await self.refresh()
+        return sum(1 for _ in self._live(self.clock()))
+
+    async def export(self, include_archived: bool = True) -> list[dict[str, Any]]:
+        """Returns every unexpired memory in ``import_`` form, sorted by key."""
+        _, records = await self.backend.load_all()
+        now = self.clock()
+        return [
+            r.to_dict()
+            for r in sorted(records, key=lambda r: r.key)
+            if not r.is_expired(now) and (include_archived or not r.archived)
+        ]
+
+    async def version(self) -> int:
+        """Returns the backend's version token for this namespace; it changes on every write."""
+        return await self.backend.version()
+
+    async def recall(
+        self,
+        query: str,
+        top_k: int = 5,
+        tags: Iterable[str] | None = None,
+        *,
+        options: RecallOptions | None = None,
+    ) -> list[Hit]:
+        """Returns the memories most relevant to ``query``, best first.
+
+        Args:
+            query: Free text.
+            top_k: How many hits at most.
+            tags: Only memories carrying *all* of these tags (None: no filter).
+            options: Overrides the store's default ``RecallOptions`` for this call.
+
+        Returns:
+            Scored hits; each hit's ``ranked_by`` names the steps that ranked it. Expired and
+            archived memories are never returned.
+        """
+        from evermind.memory.recall import run_recall
+
+        if not isinstance(query, str):
+            raise ConfigError(f"recall: query must be a string, got {type(query).__name__}")
+        _check_count(top_k, "recall: top_k")
+        wanted = None if tags is None else set(normalise_tags(tags))
+        await self.refresh()
+        return await run_recall(self, query, top_k, wanted, options or self.options)
+
+    # ------------------------------------------------------------------ snapshot
+
+    def _live(self, now: float) -> Iterable[MemoryRecord]:
+        return (r for r in self._records.values() if not r.archived and not r.is_expired(now))
+
+    async def refresh(self) -> None:
+        """Reloads the in-memory snapshot if anyone else wrote since it was taken."""
+        async with self._sync_lock:
+            if await self.backend.version() == self._version:
+                return
+            version, records = await self.backend.load_all()
+            self._records = {r.key: r for r in records}
+            self._bm25 = BM25Index(self.options.bm25_k1, self.options.bm25_b)
+            for record in records:
+                self._bm25.add(record.key, record.content)
+            for key in list(self._vector_hash):
+                current = self._records.get(key)
+                if current is None or current.content_hash != self._vector_hash[key]:
+                    self._vectors.remove(key)
+                    del self._vector_hash[key]
+            self._version = version
+
+    def _absorb(self, result: WriteResult) -> None:
+        """Applies our own write to the snapshot, or marks it stale if others wrote too."""
+        if self._version is None or result.version != self._version + 1:
+            self._version = None  # someone else wrote in between: reload on next read
+            return
+        for key in (*result.deleted, *result.evicted):
+            self._records.pop(key, None)
+            self._bm25.remove(key)
+            self._drop_vector(key)
+        for record in result.stored:
+            self._records[record.key] = record
+            self._bm25.add(record.key, record.content)
+            if self._vector_hash.get(record.key) != record.content_hash:
+                self._drop_vector(record.key)
+        self._version = result.version
+
+    def _drop_vector(self, key: str) -> None:
+        self._vectors.remove(key)
+        self._vector_hash.pop(key, None)
+
+    async def ensure_vectors(self) -> None:
+        """Embeds (or loads from the cache) every memory not yet in the vector index."""
+        if self._cache is None:
+            return
+        todo = [
+            r for r in self._records.values() if not r.archived and r.key not in self._vector_hash
+        ]
+        for start in range(0, len(todo), _EMBED_BATCH):
+            batch = todo[start : start + _EMBED_BATCH]
+            vectors = await self._cache.vectors([r.content for r in batch])
+            for record, vector in zip(batch, vectors, strict=True):
+                self._vectors.add(record.key, vector)
+                self._vector_hash[record.key] = record.content_hash
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        """Closes the backend."""
+        await self.backend.close()
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _check_count(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{what}: expected a positive integer, got {value!r}")
+
+
+__all__ = ["MemoryStore"]

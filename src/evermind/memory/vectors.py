@@ -1,0 +1,216 @@
+"""Exact cosine top-k over the memories' embedding vectors.
+
+``VectorIndex`` keeps one L2-normalised vector per memory key and answers "which keys are most
+similar to this query vector" by scanning all of them (exact, no approximation). Two paths:
+
+- numpy (native, when importable): a contiguous float32 matrix ``(N, D)`` kept in memory and
+  updated in place on every write (append, overwrite, swap-remove), so a query is one
+  matrix-vector product.
+- pure Python (the browser, or ``use_numpy=False``): ``array('f')`` rows and a dot product loop.
+
+numpy is imported lazily and guarded, so this module stays importable (and browser-safe)
+without it. An exact scan is fine up to a few tens of thousands of memories; beyond ~50k an ANN
+index would pay (not implemented here).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from evermind.errors import ShapeError
+
+
+def _load_numpy() -> Any:
+    """Returns the numpy module, or None when it cannot be imported (e.g. in Pyodide)."""
+    try:
+        return importlib.import_module("numpy")
+    except ImportError:
+        return None
+
+
+def normalise(vector: Sequence[float]) -> array[float]:
+    """Returns ``vector`` as an L2-normalised float32 array (a zero vector stays zero).
+
+    Raises:
+        ShapeError: The vector holds NaN or infinity.
+    """
+    values = array("f", (float(x) for x in vector))
+    norm = math.sqrt(math.fsum(x * x for x in values))
+    if not math.isfinite(norm):
+        raise ShapeError(
+            f"vector: expected finite numbers, got a vector of length {len(values)} with "
+            "NaN or infinity; hint: check the embedder's output"
+        )
+    if norm > 0:
+        values = array("f", (x / norm for x in values))
+    return values
+
+
+class VectorIndex:
+    """Exact cosine search over ``key -> vector``.
+
+    Args:
+        use_numpy: True forces numpy (error if missing), False forces pure Python, None
+            uses numpy when it imports.
+    """
+
+    def __init__(self, use_numpy: bool | None = None) -> None:
+        np = _load_numpy() if use_numpy is not False else None
+        if use_numpy and np is None:
+            raise ShapeError("VectorIndex: use_numpy=True but numpy is not importable")
+        self._np = np
+        self.dim: int | None = None
+        self._keys: list[str] = []
+        self._slot: dict[str, int] = {}
+        self._rows: list[array[float]] = []  # pure-Python path
+        self._matrix: Any = None  # numpy path: (capacity, D) float32, first len(keys) rows live
+
+    @property
+    def uses_numpy(self) -> bool:
+        """Whether searches run on numpy."""
+        return self._np is not None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slot
+
+    def _check_dim(self, vector: Sequence[float]) -> None:
+        if self.dim is None:
+            self.dim = len(vector)
+        elif len(vector) != self.dim:
+            raise ShapeError(
+                f"VectorIndex: expected vectors of dimension {self.dim}, got {len(vector)}; "
+                "hint: one index holds one embedder's vectors (clear it when the model changes)"
+            )
+
+    def add(self, key: str, vector: Sequence[float]) -> None:
+        """Stores ``vector`` (normalised here) under ``key``, replacing any earlier one."""
+        self._check_dim(vector)
+        row = normalise(vector)
+        slot = self._slot.get(key)
+        if slot is None:
+            slot = len(self._keys)
+            self._keys.append(key)
+            self._slot[key] = slot
+            if self._np is None:
+                self._rows.append(row)
+            else:
+                self._grow(slot + 1)
+        elif self._np is None:
+            self._rows[slot] = row
+        if self._np is not None:
+            self._matrix[slot] = self._np.frombuffer(row, dtype=self._np.float32)
+
+    def _grow(self, needed: int) -> None:
+        np: Any = self._np
+        if self._matrix is None:
+            self._matrix = np.zeros((max(needed, 64), self.dim), dtype=np.float32)
+        elif needed > self._matrix.shape[0]:
+            bigger = np.zeros((max(needed, 2 * self._matrix.shape[0]), self.dim), np.float32)
+            bigger[: self._matrix.shape[0]] = self._matrix
+            self._matrix = bigger
+
+    def remove(self, key: str) -> None:
+        """Drops ``key`` (no-op when absent); the last row moves into the hole."""
+        slot = self._slot.pop(key, None)
+        if slot is None:
+            return
+        last = len(self._keys) - 1
+        moved = self._keys[last]
+        if slot != last:
+            self._keys[slot] = moved
+            self._slot[moved] = slot
+            if self._np is None:
+                self._rows[slot] = self._rows[last]
+            else:
+                self._matrix[slot] = self._matrix[last]
+        self._keys.pop()
+        if self._np is None:
+            self._rows.pop()
+
+    def clear(self) -> None:
+        """Forgets every vector and the dimension."""
+        self.dim = None
+        self._keys.clear()
+        self._slot.clear()
+        self._rows.clear()
+        self._matrix = None
+
+    def vector(self, key: str) -> array[float] | None:
+        """Returns the stored (normalised) vector of ``key``, or None."""
+        slot = self._slot.get(key)
+        if slot is None:
+            return None
+        if self._np is None:
+            return self._rows[slot]
+        return array("f", self._matrix[slot].tobytes())
+
+    def cosine(self, key_a: str, key_b: str) -> float:
+        """Cosine of two stored vectors (0.0 when either is missing)."""
+        a, b = self._slot.get(key_a), self._slot.get(key_b)
+        if a is None or b is None:
+            return 0.0
+        if self._np is not None:
+            return float(self._matrix[a] @ self._matrix[b])
+        return _dot(self._rows[a], self._rows[b])
+
+    def scores(self, query: Sequence[float]) -> dict[str, float]:
+        """Returns the cosine of ``query`` with every stored vector."""
+        if not self._keys:
+            return {}
+        self._check_dim(query)
+        q = normalise(query)
+        if self._np is not None:
+            np = self._np
+            sims = self._matrix[: len(self._keys)] @ np.frombuffer(q, dtype=np.float32)  # (N,)
+            return dict(zip(self._keys, sims.tolist(), strict=True))
+        return {key: _dot(row, q) for key, row in zip(self._keys, self._rows, strict=True)}
+
+    def search(
+        self, query: Sequence[float], k: int, accept: Callable[[str], bool] | None = None
+    ) -> list[tuple[str, float]]:
+        """Returns the ``k`` most similar ``(key, cosine)`` pairs that ``accept``, best first.
+
+        Ties are broken by key, so results are deterministic.
+        """
+        if k <= 0 or not self._keys:
+            return []
+        self._check_dim(query)
+        if self._np is None:
+            ranked = sorted(self.scores(query).items(), key=lambda kv: (-kv[1], kv[0]))
+            return [kv for kv in ranked if accept is None or accept(kv[0])][:k]
+        np = self._np
+        q = np.frombuffer(normalise(query), dtype=np.float32)
+        sims = self._matrix[: len(self._keys)] @ q  # (N,)
+        # Partition first: sorting only the best few is much cheaper than sorting all N; if the
+        # filter rejects too many of them, widen to a full sort.
+        window = min(len(sims), max(4 * k, 64))
+        out: list[tuple[str, float]] = []
+        while True:
+            if window < len(sims):
+                head = np.argpartition(-sims, window - 1)[:window]
+                order = head[np.argsort(-sims[head], kind="stable")]
+            else:
+                order = np.argsort(-sims, kind="stable")
+            out = []
+            for slot in order.tolist():
+                key = self._keys[slot]
+                if accept is None or accept(key):
+                    out.append((key, float(sims[slot])))
+                    if len(out) == k:
+                        break
+            if len(out) == k or window >= len(sims):
+                break
+            window = len(sims)
+        # Equal cosines come back in slot order; re-sort so ties go by key as documented.
+        return sorted(out, key=lambda kv: (-kv[1], kv[0]))
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return math.fsum(x * y for x, y in zip(a, b, strict=True))
