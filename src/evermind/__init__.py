@@ -9,6 +9,22 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING, Any
+
 from evermind.errors import EvermindError
 
-__all__ = ["EvermindError", "__version__"]
+if TYPE_CHECKING:
+    from evermind.inference import Model
+
+
+def load(source: Any) -> Model:
+    """Loads a ``.evermind`` package (path or bytes) as a CPU :class:`~evermind.inference.Model`.
+
+    Native only (numpy); imported lazily so that ``import evermind`` stays browser-safe.
+    """
+    from evermind.inference import load as _load
+
+    return _load(source)
+
+
+__all__ = ["EvermindError", "__version__", "load"]

@@ -1,0 +1,258 @@
+"""A loaded ``.evermind`` model on the CPU: generate, embed, evaluate (native-only, numpy).
+
+``evermind.load(path_or_bytes)`` returns a :class:`Model`. Generation is recurrent — the
+prompt is fed once through the O(1)-per-token step, then each new token costs one step —
+and streams text without splitting UTF-8 sequences. The runtime serves with this class.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from evermind.errors import ConfigError
+from evermind.model.config import MambaConfig
+from evermind.model.cpu import CpuMamba
+from evermind.package import Package, read_package
+from evermind.tokenizer import Tokenizer
+
+#: Longest text (in tokens) an embedding looks at; longer texts are cut.
+EMBED_MAX_TOKENS = 512
+#: Window of the parallel forward in :meth:`Model.evaluate`.
+EVAL_WINDOW = 256
+
+
+@dataclass
+class Completion:
+    """A finished generation with its token counts (OpenAI ``usage``)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" (eos or a stop string) or "length"
+
+
+class Model:
+    """A trained Evermind model with its tokenizer.
+
+    Args:
+        package: A verified package from :func:`evermind.package.read_package`.
+    """
+
+    def __init__(self, package: Package) -> None:
+        self.package = package
+        self.config = MambaConfig.from_hf_config(package.config)
+        summary = package.manifest.get("tokenizer", {})
+        self.tokenizer = Tokenizer.from_json(
+            package.tokenizer_json,
+            eos=summary.get("eos"),
+            bos=summary.get("bos"),
+            pad=summary.get("pad"),
+        )
+        self.cpu = CpuMamba(self.config, {k: t.to_float32() for k, t in package.tensors.items()})
+        #: Identifies the weights: embeddings made by another model never mix with these.
+        self.fingerprint = package.digest
+
+    @property
+    def name(self) -> str:
+        """``<name>:<version>`` of the package."""
+        return f"{self.package.name}:{self.package.version}"
+
+    # -- generation -------------------------------------------------------------------------
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        ids = self.tokenizer.encode(prompt)
+        if not ids:
+            bos = self.tokenizer.bos_id
+            ids = [bos if bos is not None else self.config.eos_token_id]
+        return ids
+
+    def stream(
+        self,
+        prompt: str,
+        max_new_tokens: int = 64,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+        top_p: float | None = 0.95,
+        seed: int | None = None,
+        stop: Sequence[str] | None = None,
+    ) -> Iterator[str]:
+        """Yields the continuation of ``prompt`` piece by piece (complete UTF-8 only).
+
+        Ends at ``max_new_tokens``, the end-of-text token, or a ``stop`` string (which is
+        not emitted). The last finish reason is in :attr:`last_finish_reason`.
+        """
+        completion = self._run(prompt, max_new_tokens, temperature, top_k, top_p, seed, stop)
+        yield from completion
+
+    def _run(
+        self,
+        prompt: str,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+        stop: Sequence[str] | None,
+    ) -> Iterator[str]:
+        if max_new_tokens < 0:
+            raise ConfigError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if temperature < 0 or (top_p is not None and not 0 < top_p <= 1):
+            raise ConfigError(
+                f"temperature must be >= 0 and top_p in (0, 1]; got {temperature}, {top_p}"
+            )
+        rng = np.random.default_rng(seed)
+        stops = [s for s in (stop or []) if s]
+        ids = self._prompt_ids(prompt)
+        self.last_prompt_tokens, self.last_completion_tokens = len(ids), 0
+        self.last_finish_reason = "length"
+        state = self.cpu.init_state(1)
+        logits = None
+        for token in ids:
+            logits, state = self.cpu.step(np.array([token]), state)
+        decoder = self.tokenizer.stream_decoder()
+        pending = ""  # text held back while it could still become a stop string
+        eos = self.tokenizer.eos_id
+        for _ in range(max_new_tokens):
+            assert logits is not None
+            token = _sample(logits[0], temperature, top_k, top_p, rng)
+            self.last_completion_tokens += 1
+            if token == eos:
+                self.last_finish_reason = "stop"
+                break
+            pending += decoder.feed(token)
+            if stops:
+                hit = min((pending.find(s) for s in stops if s in pending), default=-1)
+                if hit >= 0:
+                    if pending[:hit]:
+                        yield pending[:hit]
+                    self.last_finish_reason = "stop"
+                    return
+                keep = max(len(s) - 1 for s in stops)
+                if len(pending) > keep:
+                    yield pending[: len(pending) - keep]
+                    pending = pending[len(pending) - keep :]
+            elif pending:
+                yield pending
+                pending = ""
+            logits, state = self.cpu.step(np.array([token]), state)
+        pending += decoder.flush()
+        if pending:
+            yield pending
+
+    def complete(self, prompt: str, **options: Any) -> Completion:
+        """Generates the whole continuation at once (see :meth:`stream` for options)."""
+        text = "".join(self.stream(prompt, **options))
+        return Completion(
+            text, self.last_prompt_tokens, self.last_completion_tokens, self.last_finish_reason
+        )
+
+    def generate(self, prompt: str, **options: Any) -> Iterator[str]:
+        """Alias of :meth:`stream`: ``generate(prompt, max_new_tokens, temperature, top_k,
+        top_p, seed, stop)`` streams text."""
+        return self.stream(prompt, **options)
+
+    # -- embeddings --------------------------------------------------------------------------
+    def embed(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
+        """Mean-pooled final hidden state of each text, L2-normalised: (N, d_model) float32."""
+        if isinstance(texts, str):
+            raise ConfigError("embed takes a list of texts; wrap a single text in a list")
+        out = np.zeros((len(texts), self.config.d_model), np.float32)
+        encoded = [self._prompt_ids(t)[:EMBED_MAX_TOKENS] for t in texts]
+        order = sorted(
+            range(len(texts)), key=lambda i: len(encoded[i])
+        )  # similar lengths batch well
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            width = max(len(encoded[i]) for i in rows)
+            ids = np.zeros((len(rows), width), np.int64)
+            mask = np.zeros((len(rows), width), bool)
+            for r, i in enumerate(rows):
+                ids[r, : len(encoded[i])] = encoded[i]
+                mask[r, : len(encoded[i])] = True
+            out[rows] = self.cpu.embed(ids, mask)
+        return out
+
+    # -- evaluation --------------------------------------------------------------------------
+    def evaluate(self, text: str) -> dict[str, float]:
+        """The bench metrics of ``text``: cross-entropy (nats), perplexity, bits per token,
+        top-1 and top-5 next-token accuracy, tokens and tokens/s."""
+        ids = np.array(self.tokenizer.encode(text), np.int64)
+        if ids.size < 2:
+            raise ConfigError("evaluate needs a text of at least two tokens")
+        start = time.perf_counter()
+        nll, top1, top5, count = 0.0, 0, 0, 0
+        for lo in range(0, ids.size - 1, EVAL_WINDOW):
+            window = ids[lo : lo + EVAL_WINDOW + 1]
+            logits = self.cpu.forward(window[None, :-1])[0].astype(np.float64)  # (L, V)
+            targets = window[1:]
+            m = logits.max(1, keepdims=True)
+            logz = np.log(np.exp(logits - m).sum(1)) + m[:, 0]
+            nll += float(np.sum(logz - logits[np.arange(targets.size), targets]))
+            top = np.argsort(-logits, axis=1)[:, :5]
+            top1 += int(np.sum(top[:, 0] == targets))
+            top5 += int(np.sum((top == targets[:, None]).any(1)))
+            count += targets.size
+        seconds = time.perf_counter() - start
+        ce = nll / count
+        return {
+            "cross_entropy": ce,
+            "perplexity": math.exp(min(ce, 700.0)),
+            "bits_per_token": ce / math.log(2),
+            "top1_accuracy": top1 / count,
+            "top5_accuracy": top5 / count,
+            "tokens": float(count),
+            "tokens_per_second": count / seconds if seconds > 0 else 0.0,
+        }
+
+
+def compare(a: dict[str, float], b: dict[str, float], tie_band: float = 0.01) -> dict[str, Any]:
+    """A/B of two :meth:`Model.evaluate` results on the same text.
+
+    The model with the lower cross-entropy wins unless the relative difference is inside
+    ``tie_band`` (1 % by default), which is reported as a tie.
+    """
+    ce_a, ce_b = a["cross_entropy"], b["cross_entropy"]
+    rel = (ce_b - ce_a) / max(abs(ce_a), 1e-12)
+    winner = "tie" if abs(rel) <= tie_band else ("a" if ce_a < ce_b else "b")
+    return {
+        "winner": winner,
+        "relative_difference": rel,
+        "tie_band": tie_band,
+        "cross_entropy": {"a": ce_a, "b": ce_b},
+    }
+
+
+def _sample(
+    logits: np.ndarray,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    rng: np.random.Generator,
+) -> int:
+    if temperature == 0:
+        return int(np.argmax(logits))
+    z = logits.astype(np.float64) / temperature
+    if top_k is not None and 0 < top_k < z.size:
+        cutoff = np.partition(z, -top_k)[-top_k]
+        z = np.where(z < cutoff, -np.inf, z)
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    if top_p is not None and top_p < 1:
+        order = np.argsort(-probs)
+        cumulative = np.cumsum(probs[order])
+        keep = order[: int(np.searchsorted(cumulative, top_p)) + 1]
+        mask = np.zeros_like(probs)
+        mask[keep] = probs[keep]
+        probs = mask / mask.sum()
+    return int(rng.choice(probs.size, p=probs))
+
+
+def load(source: bytes | bytearray | memoryview | str | os.PathLike[str]) -> Model:
+    """Loads and verifies a ``.evermind`` package (path or bytes) into a :class:`Model`."""
+    return Model(read_package(source))

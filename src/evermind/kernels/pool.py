@@ -1,0 +1,83 @@
+"""Launcher for ``shaders/pool.wgsl``: mean-pool over valid positions, then L2-normalise.
+
+This is the embedding head: the final hidden states (B, L, D) of a batch of texts become
+(B, D) unit vectors for the memory store and the semantic cache. The numpy twin is in
+``pool_ref.py``.
+"""
+
+from __future__ import annotations
+
+from evermind.errors import ConfigError, ShapeError
+from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
+from evermind.kernels._launch import need_f32
+
+SHADER = "pool"
+#: Invocations per workgroup (the WGSL ``override WG``): one per model dimension at D=128.
+WORKGROUP_SIZE = 128
+#: Default norm floor, as ``torch.nn.functional.normalize``.
+EPS = 1e-12
+
+# Binding slots of pool.wgsl.
+_HIDDEN, _LENGTHS, _OUT, _PARAMS = range(4)
+
+
+class Pool:
+    """Records mean-pool + L2-normalise dispatches on one device.
+
+    Args:
+        device: The GPU device.
+        workgroup_size: Override for ``WG``: a power of two in [1, 256].
+    """
+
+    def __init__(self, device: Device, workgroup_size: int = WORKGROUP_SIZE) -> None:
+        if workgroup_size < 1 or workgroup_size > 256 or workgroup_size & (workgroup_size - 1):
+            raise ConfigError(
+                f"pool: workgroup_size must be a power of two in [1, 256] (the tree reductions "
+                f"halve it), got {workgroup_size}; try 128"
+            )
+        self.device = device
+        self.workgroup_size = workgroup_size
+
+    def mean_l2(
+        self,
+        hidden: Buffer,
+        lengths: Buffer,
+        out: Buffer,
+        b: int,
+        seq_len: int,
+        d: int,
+        eps: float = EPS,
+    ) -> Dispatch:
+        """``out[b] = normalize(mean(hidden[b, :lengths[b]]))``.
+
+        Args:
+            hidden: (B, L, D) f32 hidden states.
+            lengths: (B,) uint32 valid prefix lengths; values above L count as L, 0 gives a
+                zero vector. Rewrite it with ``device.write`` and replay for a new batch.
+            out: (B, D) f32 output.
+            b: Batch size B.
+            seq_len: Sequence length L.
+            d: Model dimension D.
+            eps: Norm floor: ``out = pooled / max(||pooled||, eps)``.
+
+        Raises:
+            ShapeError: A size is not positive or a buffer is too small.
+        """
+        op = "pool.mean_l2"
+        if b < 1 or seq_len < 1 or d < 1:
+            raise ShapeError(f"{op}: expected B, L, D >= 1, got B={b}, L={seq_len}, D={d}")
+        if not eps > 0.0:
+            raise ShapeError(f"{op}: expected eps > 0, got {eps}")
+        need_f32(op, "hidden", hidden, b * seq_len * d)
+        need_f32(op, "lengths (uint32)", lengths, b)
+        need_f32(op, "out", out, b * d)
+        params = self.device.uniform(
+            pack_params(("u32", b), ("u32", seq_len), ("u32", d), ("f32", eps)),
+            label="pool.params",
+        )
+        kernel = self.device.kernel(SHADER, "mean_l2", {"WG": self.workgroup_size})
+        bindings = {_HIDDEN: hidden, _LENGTHS: lengths, _OUT: out, _PARAMS: params}
+        # One workgroup per batch row, folded into 2-D past 65,535 rows.
+        return self.device.dispatch(
+            kernel, bindings, grid_1d(b, 1), label=f"mean_l2 {b}x{seq_len}x{d}"
+        )

@@ -1,0 +1,185 @@
+"""Launchers for ``shaders/rmsnorm.wgsl``: RMSNorm forward and backward.
+
+``y = x * rsqrt(mean(x^2) + eps) * w`` over the last axis of ``x (M, D)``. The forward also
+writes ``rstd (M,)``, which the backward reads. The backward is three dispatches: ``dx`` (one
+workgroup per row), then ``dw`` as fixed-order partial sums over chunks of rows and a
+fixed-order sum of the partials, so the result is bit-for-bit reproducible.
+
+Browser-safe (standard library and ``evermind`` only). The numpy twins are in
+``rmsnorm_ref.py``.
+"""
+
+from __future__ import annotations
+
+from evermind.errors import ConfigError, ShapeError
+from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
+from evermind.kernels._launch import need_f32
+
+SHADER = "rmsnorm"
+#: Invocations per workgroup (the WGSL ``override WG``): a power of two <= 256. 64 measured
+#: fastest on lavapipe at the nano shape (fewer barrier rounds and idle lanes than 128/256).
+WORKGROUP_SIZE = 64
+#: Rows summed by one invocation of the ``dw`` partial pass.
+ROWS_PER_CHUNK = 32
+#: The largest number of row chunks (the y extent of the ``dw`` partial grid).
+_MAX_CHUNKS = 65535
+
+# Binding slots of rmsnorm.wgsl.
+_X, _W, _Y, _RSTD, _DY, _DX, _DW, _PARTIAL, _PARAMS = range(9)
+
+
+def check_power_of_two(op: str, workgroup_size: int) -> int:
+    """Returns ``workgroup_size`` or raises ConfigError unless it is a power of two <= 256."""
+    if not 1 <= workgroup_size <= 256 or workgroup_size & (workgroup_size - 1):
+        raise ConfigError(
+            f"{op}: workgroup_size must be a power of two in [1, 256] (the tree reduction "
+            f"halves it), got {workgroup_size}; hint: use 64, 128 or 256"
+        )
+    return workgroup_size
+
+
+class RMSNorm:
+    """Records RMSNorm dispatches on one device.
+
+    Args:
+        device: The GPU device.
+        workgroup_size: Override for ``WG``; a power of two <= 256.
+        rows_per_chunk: Rows one invocation sums in the ``dw`` partial pass (>= 1).
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        workgroup_size: int = WORKGROUP_SIZE,
+        rows_per_chunk: int = ROWS_PER_CHUNK,
+    ) -> None:
+        self.device = device
+        self.workgroup_size = check_power_of_two("rmsnorm", workgroup_size)
+        if rows_per_chunk < 1:
+            raise ConfigError(f"rmsnorm: rows_per_chunk must be >= 1, got {rows_per_chunk}")
+        self.rows_per_chunk = rows_per_chunk
+
+    def _params(
+        self, name: str, m: int, d: int, eps: float, accumulate: bool, chunks: int
+    ) -> Buffer:
+        return self.device.uniform(
+            pack_params(
+                ("u32", m),
+                ("u32", d),
+                ("f32", eps),
+                ("u32", int(accumulate)),
+                ("u32", self.rows_per_chunk),
+                ("u32", chunks),
+            ),
+            label=f"rmsnorm.{name}.params",
+        )
+
+    def _check(self, m: int, d: int, eps: float) -> None:
+        if m < 0 or d < 1:
+            raise ShapeError(f"rmsnorm: expected M >= 0 rows of D >= 1 values, got M={m}, D={d}")
+        if not eps > 0.0:
+            raise ConfigError(f"rmsnorm: eps must be > 0 (it keeps rstd finite), got {eps}")
+
+    def _kernel_overrides(self) -> dict[str, float]:
+        return {"WG": self.workgroup_size}
+
+    def forward(
+        self, x: Buffer, weight: Buffer, y: Buffer, rstd: Buffer, m: int, d: int, eps: float = 1e-5
+    ) -> Dispatch:
+        """``y = x * rstd * weight`` with ``rstd = 1 / sqrt(mean(x^2) + eps)`` per row.
+
+        Args:
+            x: Input, (M, D) f32.
+            weight: Gain, (D,) f32.
+            y: Output, (M, D) f32.
+            rstd: Output, (M,) f32: the reciprocal RMS per row, kept for the backward.
+            m: Rows M (B * L).
+            d: Columns D.
+            eps: Added to the mean square (the model config's ``norm_eps``).
+        """
+        self._check(m, d, eps)
+        op = "rmsnorm.forward"
+        need_f32(op, "x", x, m * d)
+        need_f32(op, "weight", weight, d)
+        need_f32(op, "y", y, m * d)
+        need_f32(op, "rstd", rstd, m)
+        params = self._params("fwd", m, d, eps, False, 0)
+        kernel = self.device.kernel(SHADER, "rmsnorm_fwd", self._kernel_overrides())
+        return self.device.dispatch(
+            kernel,
+            {_X: x, _W: weight, _Y: y, _RSTD: rstd, _PARAMS: params},
+            grid_1d(m, 1),
+            label="rmsnorm_fwd",
+        )
+
+    def backward(
+        self,
+        x: Buffer,
+        weight: Buffer,
+        rstd: Buffer,
+        grad_y: Buffer,
+        grad_x: Buffer,
+        grad_weight: Buffer,
+        m: int,
+        d: int,
+        accumulate: bool = False,
+    ) -> list[Dispatch]:
+        """Gradients of :meth:`forward`: ``grad_x`` (M, D) and ``grad_weight`` (D,).
+
+        Allocates the ``dw`` scratch (``ceil(M / rows_per_chunk) * D`` f32) once, here.
+
+        Args:
+            x: The forward's input, (M, D) f32.
+            weight: Gain, (D,) f32.
+            rstd: The forward's ``rstd`` output, (M,) f32.
+            grad_y: Upstream gradient, (M, D) f32.
+            grad_x: Output, (M, D) f32.
+            grad_weight: Output, (D,) f32.
+            m: Rows M.
+            d: Columns D.
+            accumulate: Add into ``grad_x`` and ``grad_weight`` instead of overwriting them
+                (a residual stream's gradient, micro-batch accumulation).
+
+        Returns:
+            Three dispatches to run in order: dx, dw partial sums, dw final sum.
+        """
+        self._check(m, d, 1.0)
+        op = "rmsnorm.backward"
+        for name, buf, count in (
+            ("x", x, m * d),
+            ("weight", weight, d),
+            ("rstd", rstd, m),
+            ("grad_y", grad_y, m * d),
+            ("grad_x", grad_x, m * d),
+            ("grad_weight", grad_weight, d),
+        ):
+            need_f32(op, name, buf, count)
+        chunks = max(1, -(-m // self.rows_per_chunk))
+        if chunks > _MAX_CHUNKS:
+            raise ShapeError(
+                f"{op}: M={m} rows make {chunks} chunks of {self.rows_per_chunk}, over "
+                f"{_MAX_CHUNKS}; hint: raise rows_per_chunk"
+            )
+        partial = self.device.buffer(4 * chunks * d, label="rmsnorm.dw_partial")
+        params = self._params("bwd", m, d, 1.0, accumulate, chunks)
+        wg = self.workgroup_size
+        dev = self.device
+        dx = dev.dispatch(
+            dev.kernel(SHADER, "rmsnorm_bwd_dx", self._kernel_overrides()),
+            {_X: x, _W: weight, _RSTD: rstd, _DY: grad_y, _DX: grad_x, _PARAMS: params},
+            grid_1d(m, 1),
+            label="rmsnorm_bwd_dx",
+        )
+        dw_partial = dev.dispatch(
+            dev.kernel(SHADER, "rmsnorm_bwd_dw_partial", self._kernel_overrides()),
+            {_X: x, _RSTD: rstd, _DY: grad_y, _PARTIAL: partial, _PARAMS: params},
+            (-(-d // wg), chunks, 1),
+            label="rmsnorm_bwd_dw_partial",
+        )
+        dw_finish = dev.dispatch(
+            dev.kernel(SHADER, "rmsnorm_bwd_dw_finish", self._kernel_overrides()),
+            {_DW: grad_weight, _PARTIAL: partial, _PARAMS: params},
+            grid_1d(d, wg),
+            label="rmsnorm_bwd_dw_finish",
+        )
+        return [dx, dw_partial, dw_finish]

@@ -1,0 +1,471 @@
+"""The Mamba model as a recorded graph of WGSL kernels: forward, backward, AdamW (browser-safe).
+
+:class:`GpuMamba` allocates every weight, gradient, optimizer moment and activation once for
+a fixed (batch, seq_len), records the training step as plans of dispatches, and replays them:
+per step Python only writes the token ids, the targets and the learning rate, then runs
+
+    zero grads → [forward + loss + backward] × grad_accum → global-norm clip → AdamW
+
+The graph follows ``evermind.model.cpu`` op for op (that model is its reference; the tests
+compare one step's loss and every gradient, then 20 steps of losses). Layer l, M = B·L::
+
+    xn     = rmsnorm(h_l) · w                       (M, d_model)
+    x_in   = xn · in_xᵀ ;  z = xn · in_zᵀ            (M, d_inner) each
+    xc     = silu(conv1d(x_in) + b)                 (M, d_inner)
+    dt_low = xc · xp_dtᵀ ; Bm = xc · xp_Bᵀ ; Cm = xc · xp_Cᵀ
+    delta  = dt_low · dt_wᵀ + dt_b                   (raw; the scan applies softplus)
+    y      = selective_scan(xc, delta, A_log, Bm, Cm, D)
+    h_l+1  = h_l + (y ⊙ silu(z)) · outᵀ
+    logits = rmsnorm_f(h_L) · Eᵀ                    (tied LM head)
+
+Gradients accumulate: every weight gradient is added into its buffer, which the step zeroes
+first, so gradient accumulation over micro-batches is the same graph run again.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+from evermind.errors import ShapeError
+from evermind.gpu import Buffer, Device, Dispatch
+from evermind.kernels.adamw import AdamW
+from evermind.kernels.conv1d import Conv1d
+from evermind.kernels.cross_entropy import CrossEntropy
+from evermind.kernels.elementwise import Elementwise
+from evermind.kernels.embedding import Embedding
+from evermind.kernels.grad_norm import GradNorm
+from evermind.kernels.matmul import Matmul
+from evermind.kernels.rmsnorm import RMSNorm
+from evermind.kernels.selective_scan import SelectiveScan, states_count
+from evermind.model.config import MambaConfig
+from evermind.model.gpu_layout import SlotSpec, slot_specs
+from evermind.train.loop import Batch, TrainConfig
+
+
+@dataclass(eq=False)
+class Slot:
+    """One GPU tensor with its gradient and AdamW moments (None when not training)."""
+
+    spec: SlotSpec
+    param: Buffer
+    grad: Buffer | None = None
+    exp_avg: Buffer | None = None
+    exp_avg_sq: Buffer | None = None
+
+
+class _Acts:
+    """Per-layer activations kept for the backward pass."""
+
+    def __init__(self, dev: Device, layer: int, m: int, cfg: MambaConfig, states: int) -> None:
+        di, dm = cfg.d_inner, cfg.d_model
+
+        def buf(name: str, count: int) -> Buffer:
+            return dev.buffer(4 * count, label=f"L{layer}.{name}")
+
+        self.xn, self.rstd = buf("xn", m * dm), buf("rstd", m)
+        self.x_in, self.z = buf("x_in", m * di), buf("z", m * di)
+        self.xc_pre, self.xc = buf("xc_pre", m * di), buf("xc", m * di)
+        self.dt_low = buf("dt_low", m * cfg.dt_rank)
+        self.Bm, self.Cm = buf("B", m * cfg.d_state), buf("C", m * cfg.d_state)
+        self.delta, self.y = buf("delta", m * di), buf("y", m * di)
+        self.zs, self.g = buf("silu_z", m * di), buf("gated", m * di)
+        self.states = buf("states", states) if states else None
+
+
+class GpuMamba:
+    """A Mamba model on a WebGPU device, ready to train or evaluate at one (B, L).
+
+    Args:
+        device: The device (either transport).
+        config: Model hyperparameters.
+        batch_size: Sequences per micro-batch, B.
+        seq_len: Tokens per sequence, L.
+        train: Optimiser settings; None builds an inference-only model (no gradients).
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        config: MambaConfig,
+        batch_size: int,
+        seq_len: int,
+        train: TrainConfig | None = None,
+    ) -> None:
+        self.device = dev = device
+        self.config = cfg = config
+        self.train_config = train
+        self.batch_size, self.seq_len = batch_size, seq_len
+        self.m = m = batch_size * seq_len
+        training = train is not None
+        self.slots: dict[str, Slot] = {}
+        for spec in slot_specs(cfg):
+            slot = Slot(spec, dev.buffer(4 * spec.count, label=spec.key))
+            if training:
+                slot.grad = dev.buffer(4 * spec.count, label=f"grad.{spec.key}")
+                slot.exp_avg = dev.buffer(4 * spec.count, label=f"m.{spec.key}")
+                slot.exp_avg_sq = dev.buffer(4 * spec.count, label=f"v.{spec.key}")
+            self.slots[spec.key] = slot
+
+        self.ew, self.mm = Elementwise(dev), Matmul(dev)
+        self.rn, self.emb, self.conv = RMSNorm(dev), Embedding(dev), Conv1d(dev)
+        self.scan, self.ce = SelectiveScan(dev), CrossEntropy(dev)
+
+        dm, v = cfg.d_model, cfg.vocab_size
+        n_states = states_count(batch_size, seq_len, cfg.d_inner, cfg.d_state) if training else 0
+        self.ids = self.emb.ids_buffer(m)
+        self.csr = self.emb.csr_buffer(m)
+        self.targets = dev.buffer(4 * m, label="targets")
+        self.h = [dev.buffer(4 * m * dm, label=f"h{i}") for i in range(cfg.n_layer + 1)]
+        self.acts = [_Acts(dev, i, m, cfg, n_states) for i in range(cfg.n_layer)]
+        self.out_tmp = dev.buffer(4 * m * dm, label="mixer_out")
+        self.hf, self.rstd_f = (
+            dev.buffer(4 * m * dm, label="h_final"),
+            dev.buffer(4 * m, label="rstd_f"),
+        )
+        self.logits = dev.buffer(4 * m * v, label="logits")
+        self.dlogits = dev.buffer(4 * m * v, label="dlogits")
+        self.row_loss = dev.buffer(4 * m, label="row_loss")
+        self.loss = dev.buffer(4, label="loss")
+
+        # Evaluation: forward without stored states, loss as a per-token mean.
+        self.eval_plan = dev.plan("eval").add(self._forward(store_states=False))
+        self.eval_plan.add(
+            self.ce.loss_and_grad(
+                self.logits, self.targets, self.row_loss, self.dlogits, self.loss, m, v, 1.0 / m
+            )
+        )
+        if training:
+            assert train is not None
+            self._record_training(train)
+
+    # -- recording ---------------------------------------------------------------------------
+    def _p(self, key: str) -> Buffer:
+        return self.slots[key].param
+
+    def _g(self, key: str) -> Buffer:
+        grad = self.slots[key].grad
+        assert grad is not None  # training models always have gradients
+        return grad
+
+    def _forward(self, store_states: bool) -> list[Dispatch]:
+        cfg, m, mm, ew = self.config, self.m, self.mm, self.ew
+        dm, di, r, n = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state
+        b, length = self.batch_size, self.seq_len
+        d: list[Dispatch] = [
+            self.emb.forward(self.ids, self._p("embeddings"), self.h[0], m, cfg.vocab_size, dm)
+        ]
+        for i, a in enumerate(self.acts):
+
+            def p(key: str, i: int = i) -> Buffer:
+                return self._p(f"{i}.{key}")
+
+            d.append(self.rn.forward(self.h[i], p("norm"), a.xn, a.rstd, m, dm, cfg.rms_eps))
+            d.append(mm.linear(a.xn, p("in_x"), a.x_in, m, dm, di))
+            d.append(mm.linear(a.xn, p("in_z"), a.z, m, dm, di))
+            d.append(
+                self.conv.forward(
+                    a.x_in, p("conv_w"), p("conv_b"), a.xc_pre, b, length, di, cfg.d_conv
+                )
+            )
+            d.append(ew.silu_fwd(a.xc_pre, a.xc, m * di))
+            d.append(mm.linear(a.xc, p("xp_dt"), a.dt_low, m, di, r))
+            d.append(mm.linear(a.xc, p("xp_B"), a.Bm, m, di, n))
+            d.append(mm.linear(a.xc, p("xp_C"), a.Cm, m, di, n))
+            d.append(mm.linear(a.dt_low, p("dt_w"), a.delta, m, r, di, bias=p("dt_b")))
+            d.append(
+                self.scan.forward(
+                    a.xc,
+                    a.delta,
+                    p("A_log"),
+                    a.Bm,
+                    a.Cm,
+                    p("D"),
+                    a.y,
+                    b,
+                    length,
+                    di,
+                    n,
+                    states=a.states if store_states else None,
+                )
+            )
+            d.append(ew.silu_fwd(a.z, a.zs, m * di))
+            d.append(ew.mul(a.y, a.zs, a.g, m * di))
+            d.append(mm.linear(a.g, p("out"), self.out_tmp, m, di, dm))
+            d.append(ew.add(self.h[i], self.out_tmp, self.h[i + 1], m * dm))
+        d.append(
+            self.rn.forward(self.h[-1], self._p("norm_f"), self.hf, self.rstd_f, m, dm, cfg.rms_eps)
+        )
+        d.append(mm.linear(self.hf, self._p("embeddings"), self.logits, m, dm, cfg.vocab_size))
+        return d
+
+    def _backward(self) -> list[Dispatch]:
+        cfg, m, mm, ew, dev = self.config, self.m, self.mm, self.ew, self.device
+        dm, di, r, n, v = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.vocab_size
+        b, length = self.batch_size, self.seq_len
+        t = {
+            name: dev.buffer(4 * size, label=f"bwd.{name}")
+            for name, size in (
+                ("dh", m * dm),
+                ("dhf", m * dm),
+                ("dxn", m * dm),
+                ("dg", m * di),
+                ("dy", m * di),
+                ("dzs", m * di),
+                ("dz", m * di),
+                ("dxc", m * di),
+                ("dxc_pre", m * di),
+                ("dx_in", m * di),
+                ("ddelta", m * di),
+                ("ddt_low", m * r),
+                ("dB", m * n),
+                ("dC", m * n),
+                ("dA_log", di * n),
+                ("dD", di),
+            )
+        }
+        self.ones_m = dev.upload(array("f", [1.0]) * m, label="ones")
+        d: list[Dispatch] = [ew.fill(t["dh"], m * dm)]
+        # Tied LM head and final norm.
+        d.append(mm.linear_bwd_input(self.dlogits, self._p("embeddings"), t["dhf"], m, dm, v))
+        d.append(
+            mm.linear_bwd_weight(
+                self.dlogits, self.hf, self._g("embeddings"), m, dm, v, accumulate=True
+            )
+        )
+        d += self.rn.backward(
+            self.h[-1],
+            self._p("norm_f"),
+            self.rstd_f,
+            t["dhf"],
+            t["dh"],
+            self._g("norm_f"),
+            m,
+            dm,
+            accumulate=True,
+        )
+        for i in reversed(range(cfg.n_layer)):
+            a = self.acts[i]
+            assert a.states is not None
+
+            def p(key: str, i: int = i) -> Buffer:
+                return self._p(f"{i}.{key}")
+
+            def g(key: str, i: int = i) -> Buffer:
+                return self._g(f"{i}.{key}")
+
+            # out_proj and the gate: out = (y ⊙ silu(z)) · outᵀ, its gradient is dh.
+            d.append(mm.linear_bwd_input(t["dh"], p("out"), t["dg"], m, di, dm))
+            d.append(mm.linear_bwd_weight(t["dh"], a.g, g("out"), m, di, dm, accumulate=True))
+            d.append(ew.mul_bwd(a.y, a.zs, t["dg"], t["dy"], t["dzs"], m * di))
+            d.append(ew.silu_bwd(a.z, t["dzs"], t["dz"], m * di))
+            # The scan; its parameter gradients are overwritten, so go through scratch.
+            d += self.scan.backward(
+                t["dy"],
+                a.xc,
+                a.delta,
+                p("A_log"),
+                a.Bm,
+                a.Cm,
+                p("D"),
+                a.states,
+                t["dxc"],
+                t["ddelta"],
+                t["dA_log"],
+                t["dB"],
+                t["dC"],
+                t["dD"],
+                b,
+                length,
+                di,
+                n,
+            )
+            d.append(ew.accumulate(t["dA_log"], g("A_log"), di * n))
+            d.append(ew.accumulate(t["dD"], g("D"), di))
+            # dt_proj (bias gradient = column sums of ddelta, as ddeltaᵀ · 1).
+            d.append(
+                mm.linear_bwd_weight(t["ddelta"], a.dt_low, g("dt_w"), m, r, di, accumulate=True)
+            )
+            d.append(
+                mm.matmul(
+                    t["ddelta"], self.ones_m, g("dt_b"), di, 1, m, trans_a=True, accumulate=True
+                )
+            )
+            d.append(mm.linear_bwd_input(t["ddelta"], p("dt_w"), t["ddt_low"], m, r, di))
+            # x_proj, split in three.
+            for part, grad_out, width in (
+                ("xp_dt", "ddt_low", r),
+                ("xp_B", "dB", n),
+                ("xp_C", "dC", n),
+            ):
+                d.append(
+                    mm.linear_bwd_input(
+                        t[grad_out], p(part), t["dxc"], m, di, width, accumulate=True
+                    )
+                )
+                d.append(
+                    mm.linear_bwd_weight(t[grad_out], a.xc, g(part), m, di, width, accumulate=True)
+                )
+            # SiLU after the conv, then the conv.
+            d.append(ew.silu_bwd(a.xc_pre, t["dxc"], t["dxc_pre"], m * di))
+            d.append(ew.fill(t["dx_in"], m * di))
+            d += self.conv.backward(
+                a.x_in,
+                p("conv_w"),
+                t["dxc_pre"],
+                t["dx_in"],
+                g("conv_w"),
+                g("conv_b"),
+                b,
+                length,
+                di,
+                cfg.d_conv,
+                accumulate=True,
+            )
+            # in_proj, split in two.
+            d.append(mm.linear_bwd_input(t["dx_in"], p("in_x"), t["dxn"], m, dm, di))
+            d.append(mm.linear_bwd_input(t["dz"], p("in_z"), t["dxn"], m, dm, di, accumulate=True))
+            d.append(mm.linear_bwd_weight(t["dx_in"], a.xn, g("in_x"), m, dm, di, accumulate=True))
+            d.append(mm.linear_bwd_weight(t["dz"], a.xn, g("in_z"), m, dm, di, accumulate=True))
+            # The norm; accumulating into dh adds the residual path: dh_l = dh_l+1 + ∂norm.
+            d += self.rn.backward(
+                self.h[i], p("norm"), a.rstd, t["dxn"], t["dh"], g("norm"), m, dm, accumulate=True
+            )
+        d.append(self.emb.backward(self.csr, t["dh"], self._g("embeddings"), m, v, dm))
+        return d
+
+    def _record_training(self, train: TrainConfig) -> None:
+        dev, m, v = self.device, self.m, self.config.vocab_size
+        self.grad_scale = 1.0 / (m * train.grad_accum)
+        self.ce_dispatches = self.ce.loss_and_grad(
+            self.logits, self.targets, self.row_loss, self.dlogits, self.loss, m, v, self.grad_scale
+        )
+        self.step_plan = dev.plan("train step").add(self._forward(store_states=True))
+        self.step_plan.add(self.ce_dispatches).add(self._backward())
+        self.zero_plan = dev.plan("zero grads").add(
+            self.ew.fill(s.grad, s.spec.count) for s in self.slots.values() if s.grad is not None
+        )
+        self.opt = AdamW(
+            dev,
+            lr=train.lr,
+            beta1=train.beta1,
+            beta2=train.beta2,
+            eps=train.eps,
+            weight_decay=train.weight_decay,
+        )
+        self.grad_norm = dev.buffer(4, label="grad_norm")
+        if train.grad_clip > 0:
+            self.clip_scale = dev.buffer(4, label="clip_scale")
+            clip = GradNorm(dev).record(
+                [self._g(k) for k in self.slots], self.grad_norm, self.clip_scale, train.grad_clip
+            )
+        else:
+            self.clip_scale, clip = self.opt.unit_clip(), []
+        self.opt_plan = dev.plan("optimizer").add(clip)
+        for s in self.slots.values():
+            assert s.grad is not None and s.exp_avg is not None and s.exp_avg_sq is not None
+            self.opt_plan.add(
+                self.opt.update(
+                    s.param,
+                    s.grad,
+                    s.exp_avg,
+                    s.exp_avg_sq,
+                    s.spec.count,
+                    self.clip_scale,
+                    decay=s.spec.decay,
+                )
+            )
+
+    # -- weights -----------------------------------------------------------------------------
+    def load_params(self, params: dict[str, Any]) -> None:
+        """Uploads weights given by Hugging Face name (flat ``array('f')`` or buffer objects)."""
+        shapes = self.config.param_shapes()
+        for name in shapes:
+            if name not in params:
+                raise ShapeError(f"GpuMamba.load_params: missing {name}")
+        for slot in self.slots.values():
+            spec = slot.spec
+            data = memoryview(params[spec.hf_name]).cast("B")
+            expected = 4 * _numel(shapes[spec.hf_name])
+            if len(data) != expected:
+                raise ShapeError(
+                    f"GpuMamba.load_params: {spec.hf_name} has {len(data) // 4} floats, expected "
+                    f"{expected // 4}; was the config built with the same vocab_size and preset?"
+                )
+            self.device.write(slot.param, data[4 * spec.offset : 4 * (spec.offset + spec.count)])
+
+    async def read_params(self) -> dict[str, array[float]]:
+        """Downloads weights as flat ``array('f')`` by Hugging Face name."""
+        return await self._gather(lambda s: s.param)
+
+    async def _gather(self, pick: Any) -> dict[str, array[float]]:
+        shapes = self.config.param_shapes()
+        out = {name: array("f", bytes(4 * _numel(shape))) for name, shape in shapes.items()}
+        for slot in self.slots.values():
+            raw = await self.device.read(pick(slot), 4 * slot.spec.count)
+            view = memoryview(out[slot.spec.hf_name]).cast("B")
+            view[4 * slot.spec.offset : 4 * (slot.spec.offset + slot.spec.count)] = raw
+        return out
+
+    async def read_grads(self) -> dict[str, array[float]]:
+        """Downloads the accumulated gradients by Hugging Face name (for tests)."""
+        return await self._gather(lambda s: s.grad)
+
+    # -- training (the evermind.train.loop.Backend protocol) --------------------------------
+    def _write_batch(self, batch: Batch) -> None:
+        inputs, targets = batch
+        if len(inputs) != self.m or len(targets) != self.m:
+            raise ShapeError(
+                f"GpuMamba: a batch must hold B·L = {self.m} ids, got {len(inputs)} inputs and "
+                f"{len(targets)} targets"
+            )
+        self.emb.write_step(self.ids, self.csr, inputs, self.config.vocab_size)
+        self.device.write(self.targets, array("i", targets))
+
+    async def forward_backward(self, batch: Batch) -> float:
+        """Accumulates one micro-batch's gradients; returns its loss contribution."""
+        self._write_batch(batch)
+        self.step_plan.run()
+        (loss,) = struct.unpack("<f", await self.device.read(self.loss))
+        return float(loss)
+
+    async def train_step(self, micro_batches: list[Batch], lr: float, step: int) -> float:
+        self.zero_plan.run()
+        total = 0.0
+        for batch in micro_batches:
+            total += await self.forward_backward(batch)
+        self.opt.set_step(step, lr)
+        self.opt_plan.run()
+        # The CE scale is 1/(M·grad_accum): the sum over micro-batches is the mean loss.
+        return total
+
+    async def eval_batch(self, batch: Batch) -> tuple[float, int]:
+        self._write_batch(batch)
+        self.eval_plan.run()
+        (loss,) = struct.unpack("<f", await self.device.read(self.loss))
+        return float(loss) * self.m, self.m
+
+    async def state(self) -> dict[str, array[float]]:
+        out = await self.read_params()
+        for prefix, pick in (("adam.m.", lambda s: s.exp_avg), ("adam.v.", lambda s: s.exp_avg_sq)):
+            for name, values in (await self._gather(pick)).items():
+                out[prefix + name] = values
+        return out
+
+    async def load_state(self, tensors: dict[str, array[float]]) -> None:
+        self.load_params(tensors)
+        for slot in self.slots.values():
+            spec = slot.spec
+            for prefix, buf in (("adam.m.", slot.exp_avg), ("adam.v.", slot.exp_avg_sq)):
+                if buf is not None:
+                    data = memoryview(tensors[prefix + spec.hf_name]).cast("B")
+                    self.device.write(buf, data[4 * spec.offset : 4 * (spec.offset + spec.count)])
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total

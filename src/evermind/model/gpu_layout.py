@@ -1,0 +1,58 @@
+"""How the model's Hugging Face tensors are laid out as GPU buffers (browser-safe).
+
+Most tensors map to one buffer. Two are split by rows, because the kernels want their
+outputs contiguous: ``in_proj.weight`` (2·d_inner, d_model) becomes ``in_x`` and ``in_z``
+(the x and gate halves), and ``x_proj.weight`` (dt_rank + 2·d_state, d_inner) becomes
+``xp_dt``, ``xp_B`` and ``xp_C``. Row blocks of a row-major matrix are contiguous, so a
+slot is just (HF name, float offset, float count).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from evermind.model.config import MambaConfig
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """One GPU tensor: where its floats live inside a Hugging Face tensor."""
+
+    key: str
+    hf_name: str
+    offset: int
+    count: int
+    decay: bool
+
+
+def slot_specs(config: MambaConfig) -> list[SlotSpec]:
+    """Every GPU tensor of the model, in a fixed order."""
+    shapes = config.param_shapes()
+    di, dm, r, n = config.d_inner, config.d_model, config.dt_rank, config.d_state
+    specs: list[SlotSpec] = []
+
+    def whole(key: str, hf: str) -> None:
+        specs.append(SlotSpec(key, hf, 0, math.prod(shapes[hf]), not config.no_decay(hf)))
+
+    whole("embeddings", "backbone.embeddings.weight")
+    for i in range(config.n_layer):
+        pre = f"backbone.layers.{i}."
+        mix = pre + "mixer."
+        whole(f"{i}.norm", pre + "norm.weight")
+        decay_in = not config.no_decay(mix + "in_proj.weight")
+        specs.append(SlotSpec(f"{i}.in_x", mix + "in_proj.weight", 0, di * dm, decay_in))
+        specs.append(SlotSpec(f"{i}.in_z", mix + "in_proj.weight", di * dm, di * dm, decay_in))
+        whole(f"{i}.conv_w", mix + "conv1d.weight")
+        whole(f"{i}.conv_b", mix + "conv1d.bias")
+        decay_x = not config.no_decay(mix + "x_proj.weight")
+        specs.append(SlotSpec(f"{i}.xp_dt", mix + "x_proj.weight", 0, r * di, decay_x))
+        specs.append(SlotSpec(f"{i}.xp_B", mix + "x_proj.weight", r * di, n * di, decay_x))
+        specs.append(SlotSpec(f"{i}.xp_C", mix + "x_proj.weight", (r + n) * di, n * di, decay_x))
+        whole(f"{i}.dt_w", mix + "dt_proj.weight")
+        whole(f"{i}.dt_b", mix + "dt_proj.bias")
+        whole(f"{i}.A_log", mix + "A_log")
+        whole(f"{i}.D", mix + "D")
+        whole(f"{i}.out", mix + "out_proj.weight")
+    whole("norm_f", "backbone.norm_f.weight")
+    return specs

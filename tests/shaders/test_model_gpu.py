@@ -1,0 +1,125 @@
+"""The GPU model against the numpy CPU model: one step's loss and every gradient, then a
+20-step training run whose losses track, and evaluation."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from array import array
+
+import numpy as np
+import pytest
+
+from evermind.model.config import MambaConfig
+from evermind.model.cpu import CpuMamba
+from evermind.model.gpu import GpuMamba
+from evermind.model.init import init_params
+from evermind.train.cpu_backend import CpuBackend
+from evermind.train.loop import TrainConfig
+from tests.numerics import assert_close
+
+# Awkward on purpose: nothing is a multiple of a workgroup size.
+CONFIG = MambaConfig(d_model=20, n_layer=2, vocab_size=37, d_state=5, d_conv=4)
+B, L = 2, 9
+
+
+def _batch(seed: int) -> tuple[array, array]:
+    rng = random.Random(seed)
+    tokens = [rng.randrange(CONFIG.vocab_size) for _ in range(B * (L + 1))]
+    inputs, targets = array("i"), array("i")
+    for row in range(B):
+        window = tokens[row * (L + 1) : (row + 1) * (L + 1)]
+        inputs.extend(window[:-1])
+        targets.extend(window[1:])
+    return inputs, targets
+
+
+def test_one_step_loss_and_every_gradient_match_cpu(device) -> None:
+    params = init_params(CONFIG, seed=5)
+    train = TrainConfig(steps=1, batch_size=B, seq_len=L, grad_clip=0.0)
+    gpu = GpuMamba(device, CONFIG, B, L, train)
+    gpu.load_params(params)
+    inputs, targets = _batch(1)
+    gpu.zero_plan.run()
+    loss = asyncio.run(gpu.forward_backward((inputs, targets)))
+    grads = asyncio.run(gpu.read_grads())
+
+    cpu = CpuMamba(CONFIG, params)
+    ids = np.frombuffer(inputs, np.int32).reshape(B, L)
+    tg = np.frombuffer(targets, np.int32).reshape(B, L)
+    ref_loss, ref_grads = cpu.loss_and_grads(ids, tg)
+    print(f"loss gpu {loss:.6f} cpu {ref_loss:.6f}")
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    for name, ref in ref_grads.items():
+        got = np.frombuffer(grads[name], np.float32).reshape(ref.shape)
+        scale = float(np.abs(ref).max()) or 1.0
+        # fp32 with different summation orders (GPU tree reductions vs numpy): errors are
+        # relative to the tensor's largest gradient.
+        assert_close(got, ref, atol=2e-4 * scale, rtol=2e-3, name=f"grad {name}")
+
+
+def test_twenty_training_steps_track_the_cpu_backend(device) -> None:
+    params = init_params(CONFIG, seed=2)
+    train = TrainConfig(
+        steps=20, batch_size=B, seq_len=L, lr=5e-3, warmup_steps=3, grad_clip=1.0, weight_decay=0.1
+    )
+    gpu = GpuMamba(device, CONFIG, B, L, train)
+    gpu.load_params(params)
+    cpu = CpuBackend(CONFIG, params, train)
+    schedule = train.schedule()
+    gpu_losses, cpu_losses = [], []
+    for step in range(20):
+        batch = _batch(100 + step % 2)  # two batches, revisited: the loss must fall
+        lr = schedule.lr(step)
+        gpu_losses.append(asyncio.run(gpu.train_step([batch], lr, step + 1)))
+        cpu_losses.append(asyncio.run(cpu.train_step([batch], lr, step + 1)))
+    print("gpu", [round(x, 4) for x in gpu_losses])
+    print("cpu", [round(x, 4) for x in cpu_losses])
+    assert_close(np.array(gpu_losses), np.array(cpu_losses), atol=2e-3, rtol=2e-3, name="losses")
+    assert gpu_losses[-1] < gpu_losses[0]
+    final = asyncio.run(gpu.read_params())
+    for name, ref in cpu.model.params.items():
+        got = np.frombuffer(final[name], np.float32).reshape(ref.shape)
+        assert_close(got, ref, atol=2e-3, rtol=2e-3, name=f"param {name} after 20 steps")
+
+
+def test_gradient_accumulation_equals_one_big_batch(device) -> None:
+    params = init_params(CONFIG, seed=3)
+    a, b = _batch(7), _batch(8)
+    accum = GpuMamba(
+        device, CONFIG, B, L, TrainConfig(batch_size=B, seq_len=L, grad_accum=2, grad_clip=0)
+    )
+    accum.load_params(params)
+    accum.zero_plan.run()
+    loss = asyncio.run(accum.forward_backward(a)) + asyncio.run(accum.forward_backward(b))
+    got = asyncio.run(accum.read_grads())
+
+    cpu = CpuMamba(CONFIG, params)
+    ids = np.concatenate([np.frombuffer(x[0], np.int32) for x in (a, b)]).reshape(2 * B, L)
+    tg = np.concatenate([np.frombuffer(x[1], np.int32) for x in (a, b)]).reshape(2 * B, L)
+    ref_loss, ref = cpu.loss_and_grads(ids, tg)
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    for name in ("backbone.embeddings.weight", "backbone.layers.1.mixer.A_log"):
+        scale = float(np.abs(ref[name]).max())
+        assert_close(
+            np.frombuffer(got[name], np.float32).reshape(ref[name].shape),
+            ref[name],
+            atol=2e-4 * scale,
+            rtol=2e-3,
+            name=f"accumulated grad {name}",
+        )
+
+
+def test_eval_matches_cpu_forward(device) -> None:
+    params = init_params(CONFIG, seed=4)
+    gpu = GpuMamba(device, CONFIG, B, L)
+    gpu.load_params(params)
+    batch = _batch(9)
+    loss_sum, count = asyncio.run(gpu.eval_batch(batch))
+    cpu = CpuBackend(CONFIG, params, TrainConfig(batch_size=B, seq_len=L))
+    ref_sum, ref_count = asyncio.run(cpu.eval_batch(batch))
+    assert count == ref_count == B * L
+    assert loss_sum == pytest.approx(ref_sum, rel=1e-5)
+    round_trip = asyncio.run(gpu.read_params())
+    for name, values in params.items():
+        assert round_trip[name].tobytes() == values.tobytes(), name

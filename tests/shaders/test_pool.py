@@ -1,0 +1,111 @@
+"""pool.wgsl (mean-pool + L2 normalise) against its numpy reference on wgpu-py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evermind.errors import ConfigError, ShapeError
+from evermind.kernels.pool import Pool
+from evermind.kernels.pool_ref import mean_l2_ref
+from tests.conftest import read_f32
+from tests.numerics import assert_close
+
+# (B, L, D): D = 1, WG-1, WG+1, a prime, the nano d_model 128 and a 2*WG+1; L = 1 and a prime.
+SHAPES = [(1, 1, 1), (3, 7, 127), (4, 128, 128), (5, 13, 129), (2, 31, 257), (7, 3, 131)]
+# Unit vectors: f32 sums of <= L terms and a norm over D terms; a few ulp of 1.
+ATOL, RTOL = 2e-6, 1e-5
+
+
+def _run(device, hidden: np.ndarray, lengths: np.ndarray, pool: Pool | None = None) -> np.ndarray:
+    b, seq_len, d = hidden.shape
+    pool = pool or Pool(device)
+    bh, bl = device.upload(hidden, label="hidden"), device.upload(lengths, label="lengths")
+    out = device.buffer(4 * b * d, label="out")
+    device.submit([pool.mean_l2(bh, bl, out, b, seq_len, d)])
+    got = read_f32(device, out, b * d).reshape(b, d)
+    device.destroy(bh, bl, out)
+    return got
+
+
+@pytest.mark.parametrize(("b", "seq_len", "d"), SHAPES)
+def test_matches_reference(device, b: int, seq_len: int, d: int) -> None:
+    rng = np.random.default_rng(b * 100 + d)
+    hidden = rng.standard_normal((b, seq_len, d)).astype(np.float32)
+    lengths = rng.integers(1, seq_len + 1, size=b).astype(np.uint32)
+    lengths[0] = seq_len  # one full row
+    got = _run(device, hidden, lengths)
+    assert_close(
+        got, mean_l2_ref(hidden, lengths), atol=ATOL, rtol=RTOL, name=f"pool {b}x{seq_len}x{d}"
+    )
+    assert_close(
+        np.linalg.norm(got.astype(np.float64), axis=1),
+        np.ones(b),
+        atol=1e-5,
+        rtol=0,
+        name="unit norms",
+    )
+
+
+def test_padding_is_ignored_and_edges(device) -> None:
+    # Rows: garbage after the valid prefix, zero length, length past L, an all-zero row.
+    b, seq_len, d = 4, 9, 33
+    rng = np.random.default_rng(3)
+    hidden = rng.standard_normal((b, seq_len, d)).astype(np.float32)
+    hidden[0, 4:] = 1e6  # padding must not leak into the mean
+    hidden[3] = 0.0
+    lengths = np.array([4, 0, 50, 9], np.uint32)
+    got = _run(device, hidden, lengths)
+    assert_close(got, mean_l2_ref(hidden, lengths), atol=ATOL, rtol=RTOL, name="pool edges")
+    assert not got[1].any() and not got[3].any(), "empty and zero rows must be zero vectors"
+
+
+def test_extreme_magnitudes_normalise(device) -> None:
+    # 1e30 would overflow a naive sum of squares; 1e-25 has a norm below eps, so it is divided
+    # by eps (F.normalize semantics) rather than blown up to unit length.
+    b, seq_len, d = 3, 5, 129
+    rng = np.random.default_rng(8)
+    hidden = rng.standard_normal((b, seq_len, d)).astype(np.float32)
+    hidden[0] *= np.float32(1e30)
+    hidden[1] *= np.float32(1e-25)
+    hidden[2, :, :] = 0.0
+    hidden[2, :, 17] = -1e4
+    lengths = np.full(b, seq_len, np.uint32)
+    got = _run(device, hidden, lengths)
+    assert np.isfinite(got).all()
+    assert_close(got, mean_l2_ref(hidden, lengths), atol=ATOL, rtol=RTOL, name="pool extremes")
+
+
+def test_rejects_bad_arguments(device) -> None:
+    with pytest.raises(ConfigError, match="power of two"):
+        Pool(device, workgroup_size=100)
+    small = device.buffer(16)
+    with pytest.raises(ShapeError, match="holds 4 f32"):
+        Pool(device).mean_l2(small, small, small, 1, 2, 3)
+    with pytest.raises(ShapeError, match="eps > 0"):
+        Pool(device).mean_l2(small, small, small, 1, 1, 1, eps=0.0)
+
+
+def browser_cases() -> list:
+    """Small cases for the browser run (see tests/kernel_cases.py)."""
+    from tests.kernel_cases import KernelCase
+
+    launcher = "evermind.kernels.pool:Pool"
+    cases = []
+    for b, seq_len, d in [(3, 17, 129), (2, 5, 1)]:
+        rng = np.random.default_rng(42 + d)
+        hidden = rng.standard_normal((b, seq_len, d)).astype(np.float32)
+        lengths = np.array([seq_len, 1, 0][:b], np.uint32)
+        cases.append(
+            KernelCase(
+                f"pool.mean_l2 {b}x{seq_len}x{d}",
+                launcher,
+                "mean_l2",
+                [{"buf": "hidden"}, {"buf": "lengths"}, {"buf": "out"}, b, seq_len, d],
+                {"hidden": hidden, "lengths": lengths, "out": np.zeros((b, d), np.float32)},
+                {"out": mean_l2_ref(hidden, lengths)},
+                ATOL,
+                RTOL,
+            )
+        )
+    return cases

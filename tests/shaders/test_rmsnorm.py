@@ -1,0 +1,208 @@
+"""rmsnorm.wgsl against its numpy reference on wgpu-py (lavapipe in CI)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evermind.errors import ConfigError, ShapeError
+from evermind.kernels import rmsnorm_ref as ref
+from evermind.kernels.rmsnorm import RMSNorm
+from tests.conftest import read_f32
+from tests.numerics import assert_close, finite_difference
+
+EPS = 1e-5
+# D from the brief (1, 3, 127, 128, 129, 257, 512): WG-1, WG, WG+1 at WG 128 and 2WG+-1 at
+# the default WG 64, which the main test runs both; M = 1, 5 and the nano
+# model's B*L = 512 (which spans 16 dw chunks of 32 rows).
+DS = [1, 3, 127, 128, 129, 257, 512]
+MS = [1, 5, 512]
+# Forward: f32 sums of D <= 512 squares and inverseSqrt (2 ulp in WGSL) give a few ulp.
+FWD_ATOL, FWD_RTOL = 1e-6, 2e-5
+# dx subtracts two O(|g|) terms (g - xhat*mean), so its error is absolute in |g| ~ 1:
+# rtol alone would fail where dx cancels to ~0.
+DX_ATOL, DX_RTOL = 2e-5, 1e-4
+# dw sums M <= 512 products of O(1): f32 accumulation error ~ sqrt(M) ulp of the magnitude.
+DW_ATOL, DW_RTOL = 5e-5, 5e-5
+
+
+def _inputs(m: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((m, d)) * 2).astype(np.float32)
+    w = (1 + 0.3 * rng.standard_normal(d)).astype(np.float32)
+    gy = rng.standard_normal((m, d)).astype(np.float32)
+    return x, w, gy
+
+
+def _run(
+    device,
+    x: np.ndarray,
+    w: np.ndarray,
+    gy: np.ndarray,
+    dx0: np.ndarray | None = None,
+    dw0: np.ndarray | None = None,
+    accumulate: bool = False,
+    workgroup_size: int = 64,
+):
+    m, d = x.shape
+    norm = RMSNorm(device, workgroup_size=workgroup_size)
+    bx, bw, bgy = (
+        device.upload(x, label="x"),
+        device.upload(w, label="w"),
+        device.upload(gy, label="gy"),
+    )
+    by, brstd = device.buffer(4 * m * d, label="y"), device.buffer(4 * m, label="rstd")
+    bdx = device.upload(dx0 if dx0 is not None else np.zeros((m, d), np.float32), label="dx")
+    bdw = device.upload(dw0 if dw0 is not None else np.zeros(d, np.float32), label="dw")
+    device.submit(
+        [
+            norm.forward(bx, bw, by, brstd, m, d, EPS),
+            *norm.backward(bx, bw, brstd, bgy, bdx, bdw, m, d, accumulate),
+        ]
+    )
+    out = (
+        read_f32(device, by, m * d).reshape(m, d),
+        read_f32(device, brstd, m),
+        read_f32(device, bdx, m * d).reshape(m, d),
+        read_f32(device, bdw, d),
+    )
+    device.destroy(bx, bw, bgy, by, brstd, bdx, bdw)
+    return out
+
+
+@pytest.mark.parametrize("workgroup_size", [64, 128])
+@pytest.mark.parametrize("m", MS)
+@pytest.mark.parametrize("d", DS)
+def test_forward_and_backward_match_reference(device, m: int, d: int, workgroup_size: int) -> None:
+    x, w, gy = _inputs(m, d, seed=1000 * m + d)
+    y, rstd, dx, dw = _run(device, x, w, gy, workgroup_size=workgroup_size)
+    ry, rrstd = ref.rmsnorm_fwd_ref(x, w, EPS)
+    rdx, rdw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+    assert_close(y, ry, atol=FWD_ATOL, rtol=FWD_RTOL, name=f"y M={m} D={d}")
+    assert_close(rstd, rrstd, atol=0, rtol=FWD_RTOL, name=f"rstd M={m} D={d}")
+    assert_close(dx, rdx, atol=DX_ATOL, rtol=DX_RTOL, name=f"dx M={m} D={d}")
+    assert_close(dw, rdw, atol=DW_ATOL, rtol=DW_RTOL, name=f"dw M={m} D={d}")
+
+
+def test_backward_accumulates_and_is_deterministic(device) -> None:
+    m, d = 37, 129
+    x, w, gy = _inputs(m, d, seed=5)
+    rng = np.random.default_rng(6)
+    dx0 = rng.standard_normal((m, d)).astype(np.float32)
+    dw0 = rng.standard_normal(d).astype(np.float32)
+    _, _, dx, dw = _run(device, x, w, gy, dx0, dw0, accumulate=True)
+    rdx, rdw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+    assert_close(dx, dx0 + rdx, atol=DX_ATOL, rtol=DX_RTOL, name="dx accumulated")
+    assert_close(dw, dw0 + rdw, atol=DW_ATOL, rtol=DW_RTOL, name="dw accumulated")
+    again = _run(device, x, w, gy, dx0, dw0, accumulate=True)
+    assert np.array_equal(again[2].view(np.uint32), dx.view(np.uint32)), "dx differs between runs"
+    assert np.array_equal(again[3].view(np.uint32), dw.view(np.uint32)), "dw differs between runs"
+
+
+def test_extreme_rows_stay_finite(device) -> None:
+    d = 129
+    rows = [
+        np.zeros(d),  # rstd = 1/sqrt(eps): y = 0, no division by zero
+        np.full(d, 1e15),  # x^2 = 1e30: still inside f32
+        np.full(d, 1e-20),  # x^2 underflows (maybe flushed to zero): eps dominates
+        np.r_[1e6, np.full(d - 1, 1e-3)],  # one spike dominates the mean
+        np.r_[-3e4, np.full(d - 1, 2.0)],
+    ]
+    x = np.array(rows, dtype=np.float32)
+    m = x.shape[0]
+    _, w, gy = _inputs(m, d, seed=9)
+    y, rstd, dx, dw = _run(device, x, w, gy)
+    for name, got in (("y", y), ("rstd", rstd), ("dx", dx), ("dw", dw)):
+        assert np.isfinite(got).all(), f"{name} has non-finite values on extreme rows"
+    ry, rrstd = ref.rmsnorm_fwd_ref(x, w, EPS)
+    rdx, rdw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+    assert_close(y, ry, atol=FWD_ATOL, rtol=FWD_RTOL, name="y extremes")
+    assert_close(rstd, rrstd, atol=0, rtol=FWD_RTOL, name="rstd extremes")
+    # dx scales with rstd, which is 316 on the zero and tiny rows: scale atol with it.
+    scale = np.maximum(1.0, rrstd)[:, None]
+    assert_close(dx / scale, rdx / scale, atol=DX_ATOL, rtol=DX_RTOL, name="dx extremes")
+    assert_close(dw, rdw, atol=DW_ATOL, rtol=DW_RTOL, name="dw extremes")
+
+
+def test_reference_backward_matches_finite_differences() -> None:
+    rng = np.random.default_rng(11)
+    m, d = 3, 5
+    x = rng.standard_normal((m, d))
+    w = 1 + 0.3 * rng.standard_normal(d)
+    gy = rng.standard_normal((m, d))
+
+    def loss_x(v: np.ndarray) -> float:
+        return float(np.sum(gy * ref.rmsnorm_fwd_ref(v, w, EPS)[0]))
+
+    def loss_w(v: np.ndarray) -> float:
+        return float(np.sum(gy * ref.rmsnorm_fwd_ref(x, v, EPS)[0]))
+
+    dx, dw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+    assert dx.dtype == np.float64
+    assert_close(dx, finite_difference(loss_x, x), atol=1e-7, rtol=1e-6, name="dx vs FD")
+    assert_close(dw, finite_difference(loss_w, w), atol=1e-7, rtol=1e-6, name="dw vs FD")
+
+
+def test_bad_arguments_raise(device) -> None:
+    with pytest.raises(ConfigError, match="power of two"):
+        RMSNorm(device, workgroup_size=96)
+    norm = RMSNorm(device)
+    small = device.buffer(16, label="small")
+    with pytest.raises(ShapeError, match="holds 4 f32"):
+        norm.forward(small, small, small, small, 3, 4)
+    with pytest.raises(ConfigError, match="eps"):
+        norm.forward(small, small, small, small, 1, 1, eps=0.0)
+
+
+def browser_cases() -> list:
+    """Small cases for the browser run (see tests/kernel_cases.py)."""
+    from tests.kernel_cases import KernelCase
+
+    launcher = "evermind.kernels.rmsnorm:RMSNorm"
+    cases = []
+    for m, d in ((5, 129), (3, 7)):
+        x, w, gy = _inputs(m, d, seed=40 + d)
+        y, rstd = ref.rmsnorm_fwd_ref(x, w, EPS)
+        dx, dw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+        zeros = np.zeros((m, d), np.float32)
+        cases.append(
+            KernelCase(
+                f"rmsnorm.forward M={m} D={d}",
+                launcher,
+                "forward",
+                [{"buf": "x"}, {"buf": "w"}, {"buf": "y"}, {"buf": "rstd"}, m, d, EPS],
+                {"x": x, "w": w, "y": zeros, "rstd": np.zeros(m, np.float32)},
+                {"y": y, "rstd": rstd},
+                FWD_ATOL,
+                FWD_RTOL,
+            )
+        )
+        cases.append(
+            KernelCase(
+                f"rmsnorm.backward M={m} D={d}",
+                launcher,
+                "backward",
+                [
+                    {"buf": "x"},
+                    {"buf": "w"},
+                    {"buf": "rstd"},
+                    {"buf": "gy"},
+                    {"buf": "dx"},
+                    {"buf": "dw"},
+                    m,
+                    d,
+                ],
+                {
+                    "x": x,
+                    "w": w,
+                    "rstd": rstd,
+                    "gy": gy,
+                    "dx": zeros,
+                    "dw": np.zeros(d, np.float32),
+                },
+                {"dx": dx, "dw": dw},
+                DX_ATOL,
+                DX_RTOL,
+            )
+        )
+    return cases
