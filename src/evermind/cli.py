@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import platform
 import subprocess
@@ -23,6 +24,12 @@ import evermind
 from evermind.errors import BundleError, EvermindError
 
 CHECKOUT = Path(__file__).resolve().parents[2]
+#: Modules that add subcommands through ``register(subparsers)``.
+COMMAND_MODULES = [
+    "evermind.train.commands",  # train, generate, embed, eval
+    "evermind.runtime.commands",  # serve, push
+    "evermind.mcp.commands",  # mcp, install-mcp
+]
 BUILD_SCRIPT = CHECKOUT / "build" / "build_web.py"
 DEFAULT_BUNDLE = CHECKOUT / "dist" / "web"
 
@@ -170,6 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
     bench.set_defaults(func=cmd_bench)
+
+    # Subsystems register their own subcommands (each module: ``register(subparsers)``);
+    # they import their heavy dependencies inside the command functions, not at import.
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name != module_name:
+                raise
+            continue
+        module.register(sub)
     return parser
 
 

@@ -1,0 +1,82 @@
+"""Builders of small real artefacts for tests: tokenizers, models and `.evermind` packages.
+
+Everything is made here, from a short text, with the project's own code: no fixture files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from functools import lru_cache
+
+from evermind.model.config import MambaConfig
+from evermind.model.init import init_params
+from evermind.pipeline import JobConfig, export_package, split, tokenize, train_tokenizer
+from evermind.tokenizer import Tokenizer
+from evermind.train.cpu_backend import CpuBackend
+from evermind.train.loop import Trainer, TrainConfig
+
+TEXT = (
+    "The quick brown fox jumps over the lazy dog. Evermind remembers what agents learn. "
+    "A selective state space model reads tokens one at a time and keeps a small state. "
+    "Memories are recalled by meaning and by exact words; caches save repeated work. "
+) * 30
+FIXED_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@lru_cache(maxsize=4)
+def tiny_tokenizer(vocab_size: int = 320) -> Tokenizer:
+    """A byte-level BPE tokenizer trained on :data:`TEXT`."""
+    return train_tokenizer(TEXT, vocab_size)
+
+
+def tiny_config(tokenizer: Tokenizer, d_model: int = 16, n_layer: int = 2) -> MambaConfig:
+    """A small model config for ``tokenizer``."""
+    eos = tokenizer.eos_id or 0
+    return MambaConfig(
+        d_model=d_model,
+        n_layer=n_layer,
+        vocab_size=tokenizer.vocab_size,
+        d_state=4,
+        eos_token_id=eos,
+        bos_token_id=eos,
+        pad_token_id=eos,
+    )
+
+
+@lru_cache(maxsize=8)
+def tiny_package(
+    name: str = "tiny", version: str = "0.1.0", steps: int = 30, seed: int = 0
+) -> bytes:
+    """A real `.evermind` package: tokenizer + a model trained ``steps`` CPU steps on TEXT."""
+    tok = tiny_tokenizer()
+    config = tiny_config(tok)
+    job = JobConfig(
+        name=name,
+        version=version,
+        train=TrainConfig(
+            steps=max(1, steps),
+            batch_size=2,
+            seq_len=16,
+            lr=1e-2,
+            warmup_steps=3,
+            eval_every=0,
+            seed=seed,
+        ),
+    )
+    params = init_params(config, seed)
+    backend = CpuBackend(config, params, job.train)
+    train_ids, held = split(job, tokenize(tok, TEXT))
+    result = None
+    if steps > 0:
+        result = asyncio.run(Trainer(backend, train_ids, held, job.train).run())
+    return export_package(
+        job,
+        config,
+        backend.params(),
+        tok,
+        result,
+        "tests.factories.TEXT",
+        "cpu",
+        created_at=FIXED_TIME,
+    )
