@@ -14,7 +14,7 @@ from evermind.model.init import init_params
 from evermind.pipeline import JobConfig, export_package, split, tokenize, train_tokenizer
 from evermind.tokenizer import Tokenizer
 from evermind.train.cpu_backend import CpuBackend
-from evermind.train.loop import Trainer, TrainConfig
+from evermind.train.loop import TrainConfig, Trainer
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog. Evermind remembers what agents learn. "
