@@ -84,6 +84,8 @@ class GpuMamba:
         batch_size: Sequences per micro-batch, B.
         seq_len: Tokens per sequence, L.
         train: Optimiser settings; None builds an inference-only model (no gradients).
+        weights: Share the weight buffers of another model (e.g. an evaluation or embedding
+            model beside the training one) instead of allocating new ones.
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class GpuMamba:
         batch_size: int,
         seq_len: int,
         train: TrainConfig | None = None,
+        weights: dict[str, Slot] | None = None,
     ) -> None:
         self.device = dev = device
         self.config = cfg = config
@@ -102,7 +105,8 @@ class GpuMamba:
         training = train is not None
         self.slots: dict[str, Slot] = {}
         for spec in slot_specs(cfg):
-            slot = Slot(spec, dev.buffer(4 * spec.count, label=spec.key))
+            shared = weights[spec.key].param if weights is not None else None
+            slot = Slot(spec, shared or dev.buffer(4 * spec.count, label=spec.key))
             if training:
                 slot.grad = dev.buffer(4 * spec.count, label=f"grad.{spec.key}")
                 slot.exp_avg = dev.buffer(4 * spec.count, label=f"m.{spec.key}")
@@ -150,7 +154,7 @@ class GpuMamba:
         assert grad is not None  # training models always have gradients
         return grad
 
-    def _forward(self, store_states: bool) -> list[Dispatch]:
+    def _forward(self, store_states: bool, logits: bool = True) -> list[Dispatch]:
         cfg, m, mm, ew = self.config, self.m, self.mm, self.ew
         dm, di, r, n = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state
         b, length = self.batch_size, self.seq_len
@@ -198,7 +202,8 @@ class GpuMamba:
         d.append(
             self.rn.forward(self.h[-1], self._p("norm_f"), self.hf, self.rstd_f, m, dm, cfg.rms_eps)
         )
-        d.append(mm.linear(self.hf, self._p("embeddings"), self.logits, m, dm, cfg.vocab_size))
+        if logits:
+            d.append(mm.linear(self.hf, self._p("embeddings"), self.logits, m, dm, cfg.vocab_size))
         return d
 
     def _backward(self) -> list[Dispatch]:

@@ -1,0 +1,235 @@
+"""Inference on the GPU: recurrent decoding and embeddings (browser-safe).
+
+:class:`GpuDecoder` runs the O(1)-per-token recurrent step of every layer as one recorded
+plan (conv state shift + SSM state update, see ``shaders/recurrent_step.wgsl``); each token
+costs one plan replay and one readback of the logits. :class:`GpuEmbedder` runs the
+parallel forward (no LM head) on a padded batch and mean-pools the final normed hidden
+state over each text's valid prefix, L2-normalised, with ``shaders/pool.wgsl``. Both share
+the weight buffers of a :class:`~evermind.model.gpu.GpuMamba` (e.g. the one training).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import struct
+from array import array
+from collections.abc import AsyncIterator, Sequence
+
+from evermind.errors import ConfigError
+from evermind.gpu import Buffer, Device, Dispatch
+from evermind.kernels.elementwise import Elementwise
+from evermind.kernels.embedding import Embedding
+from evermind.kernels.matmul import Matmul
+from evermind.kernels.pool import Pool
+from evermind.kernels.recurrent_step import RecurrentStep
+from evermind.kernels.rmsnorm import RMSNorm
+from evermind.model.config import MambaConfig
+from evermind.model.gpu import GpuMamba, Slot
+
+
+class GpuDecoder:
+    """Recurrent single-token decoding on the GPU (batch 1).
+
+    Args:
+        device: The device holding ``weights``.
+        config: Model hyperparameters.
+        weights: The model's weight slots (``GpuMamba.slots``).
+    """
+
+    def __init__(self, device: Device, config: MambaConfig, weights: dict[str, Slot]) -> None:
+        self.device, self.config, self.weights = device, config, weights
+        dev, cfg = device, config
+        dm, di, r, n, k = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.d_conv
+        ew, mm, rn, step = Elementwise(dev), Matmul(dev), RMSNorm(dev), RecurrentStep(dev)
+        emb = Embedding(dev)
+
+        def buf(name: str, count: int) -> Buffer:
+            return dev.buffer(4 * count, label=f"decode.{name}")
+
+        self.ids = emb.ids_buffer(1, label="decode.id")
+        self.logits = buf("logits", cfg.vocab_size)
+        self.conv_states = [buf(f"conv{i}", di * k) for i in range(cfg.n_layer)]
+        self.ssm_states = [buf(f"ssm{i}", di * n) for i in range(cfg.n_layer)]
+        h, xn, rstd, out = buf("h", dm), buf("xn", dm), buf("rstd", 1), buf("out", dm)
+        x_in, z, xc, zs, g = (buf(s, di) for s in ("x_in", "z", "xc", "silu_z", "gated"))
+        dt_low, bm, cm, delta, y = (
+            buf("dt_low", r),
+            buf("B", n),
+            buf("C", n),
+            buf("delta", di),
+            buf("y", di),
+        )
+
+        def p(key: str) -> Buffer:
+            return weights[key].param
+
+        d: list[Dispatch] = [emb.forward(self.ids, p("embeddings"), h, 1, cfg.vocab_size, dm)]
+        for i in range(cfg.n_layer):
+            d.append(rn.forward(h, p(f"{i}.norm"), xn, rstd, 1, dm, cfg.rms_eps))
+            d.append(mm.linear(xn, p(f"{i}.in_x"), x_in, 1, dm, di))
+            d.append(mm.linear(xn, p(f"{i}.in_z"), z, 1, dm, di))
+            d.append(
+                step.conv_step(
+                    self.conv_states[i], x_in, p(f"{i}.conv_w"), p(f"{i}.conv_b"), xc, 1, di, k
+                )
+            )
+            d.append(mm.linear(xc, p(f"{i}.xp_dt"), dt_low, 1, di, r))
+            d.append(mm.linear(xc, p(f"{i}.xp_B"), bm, 1, di, n))
+            d.append(mm.linear(xc, p(f"{i}.xp_C"), cm, 1, di, n))
+            d.append(mm.linear(dt_low, p(f"{i}.dt_w"), delta, 1, r, di, bias=p(f"{i}.dt_b")))
+            d.append(
+                step.ssm_step(
+                    self.ssm_states[i], xc, delta, p(f"{i}.A_log"), bm, cm, p(f"{i}.D"), y, 1, di, n
+                )
+            )
+            d.append(ew.silu_fwd(z, zs, di))
+            d.append(ew.mul(y, zs, g, di))
+            d.append(mm.linear(g, p(f"{i}.out"), out, 1, di, dm))
+            d.append(ew.accumulate(out, h, dm))  # residual, in place
+        d.append(rn.forward(h, p("norm_f"), xn, rstd, 1, dm, cfg.rms_eps))
+        d.append(mm.linear(xn, p("embeddings"), self.logits, 1, dm, cfg.vocab_size))
+        self.step_plan = dev.plan("decode step").add(d)
+        self.reset_plan = dev.plan("decode reset").add(
+            [ew.fill(s, di * k) for s in self.conv_states]
+            + [ew.fill(s, di * n) for s in self.ssm_states]
+        )
+
+    def reset(self) -> None:
+        """Starts a new sequence (zero conv and SSM states)."""
+        self.reset_plan.run()
+
+    async def step(self, token: int) -> array[float]:
+        """Feeds one token; returns the logits (V,) of the next one."""
+        if not 0 <= token < self.config.vocab_size:
+            raise ConfigError(
+                f"token id {token} outside the vocabulary 0..{self.config.vocab_size - 1}"
+            )
+        self.device.write(self.ids, array("i", [token]))
+        self.step_plan.run()
+        logits = array("f")
+        logits.frombytes(await self.device.read(self.logits))
+        return logits
+
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int = 64,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+        top_p: float | None = 0.95,
+        seed: int | None = None,
+        eos_id: int | None = None,
+    ) -> list[int]:
+        """Generates token ids after ``prompt_ids`` (stops at ``eos_id``)."""
+        return [
+            t
+            async for t in self.stream(
+                prompt_ids, max_new_tokens, temperature, top_k, top_p, seed, eos_id
+            )
+        ]
+
+    async def stream(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int = 64,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+        top_p: float | None = 0.95,
+        seed: int | None = None,
+        eos_id: int | None = None,
+    ) -> AsyncIterator[int]:
+        """Yields generated token ids one at a time."""
+        if not prompt_ids:
+            raise ConfigError("generation needs at least one prompt token")
+        rng = random.Random(seed)
+        self.reset()
+        logits = array("f")
+        for token in prompt_ids:
+            logits = await self.step(token)
+        for _ in range(max_new_tokens):
+            token = sample(logits, temperature, top_k, top_p, rng)
+            if token == eos_id:
+                return
+            yield token
+            logits = await self.step(token)
+
+
+def sample(
+    logits: Sequence[float],
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    rng: random.Random,
+) -> int:
+    """Samples a token id (pure Python): greedy at temperature 0, else top-k / top-p."""
+    if temperature <= 0:
+        return max(range(len(logits)), key=logits.__getitem__)
+    k = len(logits) if not top_k or top_k <= 0 else min(top_k, len(logits))
+    best = heapq.nlargest(k, range(len(logits)), key=logits.__getitem__)
+    top = logits[best[0]]
+    weights = [math.exp((logits[i] - top) / temperature) for i in best]
+    total = sum(weights)
+    probs = [w / total for w in weights]
+    if top_p is not None and top_p < 1:
+        cumulative, cut = 0.0, len(probs)
+        for index, prob in enumerate(probs):
+            cumulative += prob
+            if cumulative >= top_p:
+                cut = index + 1
+                break
+        best, probs = best[:cut], probs[:cut]
+    return rng.choices(best, weights=probs, k=1)[0]
+
+
+class GpuEmbedder:
+    """Sentence embeddings on the GPU: mean-pooled final hidden state, L2-normalised.
+
+    Args:
+        device: The device holding ``weights``.
+        config: Model hyperparameters.
+        weights: The model's weight slots.
+        batch_size: Texts per forward pass.
+        max_tokens: Tokens per text (longer texts are cut).
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        config: MambaConfig,
+        weights: dict[str, Slot],
+        batch_size: int = 8,
+        max_tokens: int = 128,
+    ) -> None:
+        self.device, self.config = device, config
+        self.batch_size, self.max_tokens = batch_size, max_tokens
+        self.model = GpuMamba(device, config, batch_size, max_tokens, weights=weights)
+        self.lengths = device.buffer(4 * batch_size, label="embed.lengths")
+        self.out = device.buffer(4 * batch_size * config.d_model, label="embed.out")
+        pool = Pool(device).mean_l2(
+            self.model.hf, self.lengths, self.out, batch_size, max_tokens, config.d_model
+        )
+        self.plan = device.plan("embed").add(self.model._forward(store_states=False, logits=False))
+        self.plan.add(pool)
+
+    async def embed_ids(self, texts_ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Embeds token-id sequences; returns one unit vector per sequence."""
+        d = self.config.d_model
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts_ids), self.batch_size):
+            chunk = [
+                list(ids[: self.max_tokens]) for ids in texts_ids[start : start + self.batch_size]
+            ]
+            ids = array("i", [0] * (self.batch_size * self.max_tokens))
+            lengths = array("I", [0] * self.batch_size)
+            for row, seq in enumerate(chunk):
+                ids[row * self.max_tokens : row * self.max_tokens + len(seq)] = array("i", seq)
+                lengths[row] = len(seq)
+            self.model.emb.write_ids(self.model.ids, ids, self.config.vocab_size)
+            self.device.write(self.lengths, lengths)
+            self.plan.run()
+            raw = await self.device.read(self.out, 4 * d * len(chunk))
+            flat = struct.unpack(f"<{d * len(chunk)}f", raw)
+            vectors.extend(list(flat[r * d : (r + 1) * d]) for r in range(len(chunk)))
+        return vectors
