@@ -21,6 +21,10 @@ import evermind
 from evermind import gpu
 from evermind.errors import ConfigError, EvermindError
 from evermind.kernels.harness import run_case
+from evermind.pipeline import DEFAULT_CORPUS_BYTES, default_corpus
+from evermind.studio.session import Session
+from evermind.train.loop import TrainConfig
+from evermind.train.sources import extract_text
 
 log = logging.getLogger(__name__)
 
@@ -93,3 +97,180 @@ async def kernel_case(spec: dict[str, Any]) -> dict[str, str]:
     decoded["buffers"] = {k: base64.b64decode(v) for k, v in spec["buffers"].items()}
     outputs = await run_case(device, decoded)
     return {k: base64.b64encode(v).decode() for k, v in outputs.items()}
+
+
+# -- the Studio session -------------------------------------------------------------------
+_session: Session | None = None
+
+
+def session() -> Session:
+    """The worker's one Studio session."""
+    global _session
+    if _session is None:
+        _session = Session(emit)
+    return _session
+
+
+@handler
+async def corpus_default(max_bytes: int = DEFAULT_CORPUS_BYTES) -> dict[str, Any]:
+    """Adds the embedded default corpus (this Python's standard-library docstrings)."""
+    emit("corpus-progress", message="Reading the standard library's docstrings…")
+    text, description = default_corpus(int(max_bytes))
+    s = session()
+    s.add_source("Python standard library docstrings", text, description)
+    return s.corpus_info()
+
+
+@handler
+async def corpus_add(
+    name: str, text: str | None = None, data_b64: str | None = None, column: str | None = None
+) -> dict[str, Any]:
+    """Adds a pasted text or a dropped file (plain text, Markdown, JSON, JSONL, CSV)."""
+    if (text is None) == (data_b64 is None):
+        raise ConfigError("corpus_add takes exactly one of text= or data_b64=")
+    data: bytes | str = text if text is not None else base64.b64decode(data_b64 or "")
+    extracted = extract_text(name, data, column)
+    s = session()
+    s.add_source(name, extracted, f"{name} ({len(extracted.encode('utf-8')):,} bytes)")
+    return s.corpus_info()
+
+
+@handler
+async def corpus_remove(name: str) -> dict[str, Any]:
+    """Removes a source by name."""
+    s = session()
+    if s.sources.pop(name, None) is None:
+        raise ConfigError(f"no corpus source named {name!r}")
+    s.tokenizer, s.train_ids, s.held_ids = None, None, None
+    return s.corpus_info()
+
+
+@handler
+async def corpus_info() -> dict[str, Any]:
+    """Size, token estimate, sample and split of the corpus so far."""
+    return session().corpus_info()
+
+
+@handler
+async def tokenizer_train(vocab_size: int = 2048) -> dict[str, Any]:
+    """Trains the byte-level BPE tokenizer on the corpus (``tokenizer-progress`` events)."""
+    return session().train_tokenizer(int(vocab_size))
+
+
+@handler
+async def tokenizer_encode(text: str) -> dict[str, Any]:
+    """Token ids and their text pieces."""
+    tok = session().tokenizer
+    if tok is None:
+        raise ConfigError("train a tokenizer first")
+    ids = tok.encode(text)
+    return {"ids": ids, "pieces": [tok.decode([i]) for i in ids]}
+
+
+@handler
+async def train_start(
+    preset: str = "nano",
+    config: dict[str, Any] | None = None,
+    steps: int = 300,
+    lr: float = 3e-3,
+    batch_size: int = 4,
+    seq_len: int = 128,
+    warmup_steps: int | None = None,
+    checkpoint_every: int = 25,
+    eval_every: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Trains a new model from scratch (``train-progress`` events); resolves when it ends."""
+    train = TrainConfig(
+        steps=int(steps),
+        batch_size=int(batch_size),
+        seq_len=int(seq_len),
+        lr=float(lr),
+        min_lr=float(lr) / 10,
+        warmup_steps=int(warmup_steps) if warmup_steps is not None else min(30, int(steps) // 10),
+        checkpoint_every=int(checkpoint_every),
+        eval_every=int(eval_every) if eval_every is not None else max(1, int(steps) // 10),
+        seed=int(seed),
+    )
+    return await session().start(preset, config, train)
+
+
+@handler
+async def train_pause() -> dict[str, Any]:
+    """Pauses a running training loop after the current step (and checkpoints)."""
+    return session().request("pause")
+
+
+@handler
+async def train_stop() -> dict[str, Any]:
+    """Stops a running training loop after the current step (and checkpoints)."""
+    return session().request("stop")
+
+
+@handler
+async def train_resume() -> dict[str, Any]:
+    """Continues training from memory or from the stored checkpoint (after a reload)."""
+    return await session().resume()
+
+
+@handler
+async def train_summary() -> dict[str, Any]:
+    """The summary of the current model's training."""
+    return session().summary()
+
+
+@handler
+async def session_status() -> dict[str, Any]:
+    """Whether a stored checkpoint exists, and at which step."""
+    return await session().status()
+
+
+@handler
+async def session_clear() -> dict[str, Any]:
+    """Forgets the stored training session."""
+    kv = await session().kv()
+    await kv.clear("session")
+    return {}
+
+
+@handler
+async def generate(
+    prompt: str,
+    max_new_tokens: int = 64,
+    temperature: float = 0.8,
+    top_k: int | None = 40,
+    top_p: float | None = 0.95,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Streams a continuation of ``prompt`` (``generate-token`` events)."""
+    return await session().generate(
+        prompt, int(max_new_tokens), float(temperature), top_k, top_p, seed
+    )
+
+
+@handler
+async def embed(texts: list[str]) -> dict[str, Any]:
+    """Unit-norm embeddings of ``texts``."""
+    vectors = await session().embed(list(texts))
+    return {"vectors": vectors, "dim": len(vectors[0]) if vectors else 0}
+
+
+@handler
+async def similarity(a: str, b: str) -> dict[str, Any]:
+    """Cosine similarity of two texts' embeddings."""
+    va, vb = await session().embed([a, b])
+    return {"cosine": sum(x * y for x, y in zip(va, vb, strict=True))}
+
+
+@handler
+async def evaluate(text: str | None = None) -> dict[str, Any]:
+    """Bench metrics on the held-out split (or on ``text``)."""
+    return await session().evaluate(text)
+
+
+@handler
+async def export_package(
+    name: str = "evermind-studio", version: str = "0.1.0", dtype: str = "float32"
+) -> dict[str, Any]:
+    """The ``.evermind`` package of the current model (base64)."""
+    return await session().export(name, version, dtype)

@@ -10,6 +10,7 @@ run continues bit for bit as an uninterrupted one would on the same backend.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from array import array
@@ -206,6 +207,9 @@ class Trainer:
                         eval_loss,
                     )
                 )
+            # Yield to the event loop once a step, so pause/stop requests and UI calls get in
+            # even where the backend's awaits complete synchronously (wgpu-py, numpy).
+            await asyncio.sleep(0)
             if (
                 self.on_checkpoint
                 and cfg.checkpoint_every

@@ -1,0 +1,503 @@
+"""The Studio's state in the tab: corpus, tokenizer, model, training control (browser-safe).
+
+One :class:`Session` per worker. It trains through :class:`~evermind.train.loop.Trainer` on
+the GPU model, checkpoints to the storage port (IndexedDB in the tab) every N steps and on
+pause/stop, and rebuilds itself from that checkpoint after a reload or a lost device.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import math
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from evermind import gpu
+from evermind.errors import ConfigError, DeviceLostError
+from evermind.model.config import PRESETS, MambaConfig
+from evermind.model.gpu import GpuMamba
+from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
+from evermind.model.init import init_params
+from evermind.pipeline import JobConfig, export_package, sample_text, train_tokenizer
+from evermind.studio.storage import KeyValueStore, open_storage
+from evermind.tokenizer import Tokenizer
+from evermind.train.data import eval_windows, split_held_out
+from evermind.train.loop import Progress, TrainConfig, Trainer
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[..., None]
+#: Bytes per token, for the token estimate before a tokenizer exists.
+BYTES_PER_TOKEN_ESTIMATE = 3.5
+
+
+class Session:
+    """Everything the Studio has built so far in this tab."""
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+        self.sources: dict[str, tuple[str, str]] = {}
+        self.tokenizer: Tokenizer | None = None
+        self.train_ids: array[int] | None = None
+        self.held_ids: array[int] | None = None
+        self.job: JobConfig | None = None
+        self.config: MambaConfig | None = None
+        self.model: GpuMamba | None = None
+        self.trainer: Trainer | None = None
+        self._decoder: GpuDecoder | None = None
+        self._embedder: GpuEmbedder | None = None
+        self.state = "idle"
+        self._request: str | None = None
+        self._kv: KeyValueStore | None = None
+        self.held_out_fraction = 0.05
+
+    async def kv(self) -> KeyValueStore:
+        """The storage port, opened on first use."""
+        if self._kv is None:
+            self._kv = await open_storage()
+        return self._kv
+
+    # -- corpus ------------------------------------------------------------------------------
+    @property
+    def corpus_text(self) -> str:
+        """All sources joined, in the order they were added."""
+        return "\n\n".join(text for text, _ in self.sources.values())
+
+    def corpus_info(self) -> dict[str, Any]:
+        """Size, token estimate, a sample and the held-out split of the corpus."""
+        text = self.corpus_text
+        size = len(text.encode("utf-8"))
+        tokens = len(self.train_ids or ()) + len(self.held_ids or ()) if self.tokenizer else None
+        return {
+            "sources": [
+                {"name": name, "bytes": len(t.encode("utf-8")), "description": d}
+                for name, (t, d) in self.sources.items()
+            ],
+            "bytes": size,
+            "chars": len(text),
+            "token_estimate": tokens
+            if tokens is not None
+            else int(size / BYTES_PER_TOKEN_ESTIMATE),
+            "sample": sample_text(text, 400),
+            "held_out_fraction": self.held_out_fraction,
+        }
+
+    def add_source(self, name: str, text: str, description: str) -> None:
+        """Adds (or replaces) a named source; invalidates the tokenizer built before."""
+        if not text.strip():
+            raise ConfigError(f"{name}: no text to train on")
+        self.sources[name] = (text, description)
+        self.tokenizer = None
+        self.train_ids = self.held_ids = None
+
+    # -- tokenizer ---------------------------------------------------------------------------
+    def train_tokenizer(self, vocab_size: int) -> dict[str, Any]:
+        """Trains the tokenizer on the corpus and tokenises it."""
+        text = self.corpus_text
+        if not text:
+            raise ConfigError("add some text in the Data panel before training a tokenizer")
+        start = time.perf_counter()
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if now - last[0] > 0.2 or done >= total:
+                last[0] = now
+                self.emit("tokenizer-progress", done=done, total=total)
+
+        self.tokenizer = train_tokenizer(text, vocab_size, on_progress=progress)
+        self.tokenize()
+        assert self.train_ids is not None and self.held_ids is not None
+        tok = self.tokenizer
+        examples = []
+        for sample in ("Return the number of items in a container.", "def f(x): return 2 * x"):
+            ids = tok.encode(sample)
+            examples.append({"text": sample, "ids": ids, "pieces": [tok.decode([i]) for i in ids]})
+        return {
+            "vocab_size": tok.vocab_size,
+            "num_merges": len(tok.spec.merges),
+            "tokens": len(self.train_ids) + len(self.held_ids),
+            "train_tokens": len(self.train_ids),
+            "held_out_tokens": len(self.held_ids),
+            "seconds": round(time.perf_counter() - start, 2),
+            "examples": examples,
+        }
+
+    def tokenize(self) -> None:
+        """Encodes the corpus and splits off the held-out tail."""
+        assert self.tokenizer is not None
+        tokens = array("i", self.tokenizer.encode(self.corpus_text))
+        self.train_ids, self.held_ids = split_held_out(tokens, self.held_out_fraction)
+
+    # -- training ----------------------------------------------------------------------------
+    def _model_config(self, preset: str, custom: dict[str, Any] | None) -> MambaConfig:
+        assert self.tokenizer is not None
+        eos = self.tokenizer.eos_id or 0
+        ids = {"eos_token_id": eos, "bos_token_id": eos, "pad_token_id": eos}
+        if custom:
+            allowed = {"d_model", "n_layer", "d_state", "expand", "d_conv"}
+            unknown = set(custom) - allowed
+            if unknown:
+                raise ConfigError(
+                    f"custom model config: unknown keys {sorted(unknown)}; "
+                    f"allowed {sorted(allowed)}"
+                )
+            return MambaConfig(vocab_size=self.tokenizer.vocab_size, **custom, **ids)
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; choose {', '.join(PRESETS)}")
+        return MambaConfig.preset(preset, self.tokenizer.vocab_size, **ids)
+
+    async def start(
+        self, preset: str, custom: dict[str, Any] | None, train: TrainConfig
+    ) -> dict[str, Any]:
+        """Builds a fresh model and trains it from step 0."""
+        if self.state == "training":
+            raise ConfigError("training is already running; pause or stop it first")
+        if self.tokenizer is None or self.train_ids is None or self.held_ids is None:
+            raise ConfigError("train a tokenizer in the Tokenizer panel first")
+        self.job = JobConfig(
+            preset=preset,
+            vocab_size=self.tokenizer.vocab_size,
+            seed=train.seed,
+            train=train,
+        )
+        self.config = self._model_config(preset, custom)
+        await self._build(init_params(self.config, train.seed))
+        kv = await self.kv()
+        await kv.write(
+            "session",
+            puts=[
+                ("meta", self._meta()),
+                ("tokenizer", self.tokenizer.to_json()),
+                ("corpus", self.corpus_text),
+            ],
+            deletes=["checkpoint"],
+        )
+        return await self._train_loop()
+
+    async def _build(self, params: dict[str, array[float]]) -> None:
+        assert self.config is not None and self.job is not None
+        assert self.train_ids is not None and self.held_ids is not None
+        device = await gpu.open_device()
+        train = self.job.train
+        self.model = GpuMamba(device, self.config, train.batch_size, train.seq_len, train)
+        self.model.load_params(params)
+        self._decoder = self._embedder = None
+        self.trainer = Trainer(
+            self.model, self.train_ids, self.held_ids, train, on_progress=self._progress
+        )
+
+    def _meta(self) -> dict[str, Any]:
+        assert self.job is not None and self.config is not None
+        return {
+            "train": asdict(self.job.train),
+            "preset": self.job.preset,
+            "model": self.config.to_hf_config(),
+            "held_out_fraction": self.held_out_fraction,
+            "corpus_bytes": len(self.corpus_text.encode("utf-8")),
+            "sources": [[n, d] for n, (_, d) in self.sources.items()],
+            "updated_at": time.time(),
+        }
+
+    def _progress(self, p: Progress) -> None:
+        remaining = (p.steps - p.step) * (p.elapsed_s / max(1, p.step - self._resumed_at))
+        self.emit(
+            "train-progress",
+            step=p.step,
+            steps=p.steps,
+            loss=p.loss,
+            lr=p.lr,
+            eval_loss=p.eval_loss,
+            tokens=p.tokens,
+            tokens_per_second=round(p.tokens_per_second, 1),
+            elapsed_s=round(p.elapsed_s, 2),
+            eta_s=round(remaining, 1),
+        )
+
+    async def _train_loop(self) -> dict[str, Any]:
+        assert self.trainer is not None and self.job is not None
+        trainer, train = self.trainer, self.job.train
+        self._request = None
+        self._resumed_at = trainer.step
+        self.state = "training"
+        self.emit("train-state", state="training", step=trainer.step)
+        every = train.checkpoint_every or train.steps
+        recovered = False
+        try:
+            while trainer.step < train.steps:
+                try:
+                    await trainer.run(steps=every, should_stop=lambda: self._request is not None)
+                except DeviceLostError as err:
+                    if recovered:
+                        raise
+                    recovered = True
+                    self.emit("train-state", state="recovering", message=str(err))
+                    await self._recover()
+                    continue
+                if self._request is not None:
+                    break
+                await self.save_checkpoint()
+        except BaseException:
+            self.state = "error"
+            raise
+        if self._request is not None:
+            await self.save_checkpoint()
+        self.state = {"pause": "paused", "stop": "stopped"}.get(self._request or "", "finished")
+        self.emit("train-state", state=self.state, step=trainer.step)
+        return self.summary()
+
+    async def _recover(self) -> None:
+        """Re-opens the GPU device and continues from the last checkpoint."""
+        await gpu.open_device(fresh=True)
+        kv = await self.kv()
+        blob = await kv.get("session", "checkpoint")
+        assert self.config is not None
+        await self._build(init_params(self.config, self.job.seed if self.job else 0))
+        if blob:
+            assert self.trainer is not None
+            await self.trainer.restore(blob)
+
+    async def save_checkpoint(self) -> None:
+        """Writes the full training state to storage (one transaction)."""
+        assert self.trainer is not None
+        blob = await self.trainer.checkpoint()
+        kv = await self.kv()
+        await kv.write("session", puts=[("checkpoint", blob), ("meta", self._meta())])
+        self.emit("train-checkpoint", step=self.trainer.step, bytes=len(blob))
+
+    def request(self, what: str) -> dict[str, Any]:
+        """Asks a running training loop to pause or stop at the next step."""
+        if self.state != "training":
+            return {"state": self.state}
+        self._request = what
+        return {"state": f"{what}-requested"}
+
+    async def resume(self) -> dict[str, Any]:
+        """Continues training: in memory if possible, else from the stored checkpoint."""
+        if self.state == "training":
+            raise ConfigError("training is already running")
+        if self.trainer is None:
+            await self.restore_from_storage()
+        return await self._train_loop()
+
+    async def restore_from_storage(self) -> None:
+        """Rebuilds tokenizer, data, model and trainer from the stored session."""
+        kv = await self.kv()
+        meta = await kv.get("session", "meta")
+        blob = await kv.get("session", "checkpoint")
+        if not meta or not blob:
+            raise ConfigError("there is no saved training session to resume")
+        self.tokenizer = Tokenizer.from_json(await kv.get("session", "tokenizer"))
+        corpus = await kv.get("session", "corpus")
+        self.sources = {
+            n: (corpus if i == 0 else "", d) for i, (n, d) in enumerate(meta["sources"])
+        }
+        self.sources = {n: v for n, v in self.sources.items() if v[0]} or {
+            "restored": (corpus, "restored")
+        }
+        self.held_out_fraction = float(meta["held_out_fraction"])
+        self.tokenize()
+        train = TrainConfig(**meta["train"])
+        self.job = JobConfig(
+            preset=meta["preset"],
+            vocab_size=self.tokenizer.vocab_size,
+            seed=train.seed,
+            train=train,
+        )
+        self.config = MambaConfig.from_hf_config(meta["model"])
+        await self._build(init_params(self.config, train.seed))
+        assert self.trainer is not None
+        await self.trainer.restore(blob)
+
+    async def status(self) -> dict[str, Any]:
+        """What a reload could resume."""
+        kv = await self.kv()
+        meta = await kv.get("session", "meta")
+        blob = await kv.get("session", "checkpoint")
+        step = 0
+        if blob:
+            from evermind.train.checkpoint import unpack_checkpoint
+
+            step = int(unpack_checkpoint(blob)[0]["step"])
+        return {
+            "has_checkpoint": bool(blob),
+            "step": step,
+            "steps": meta["train"]["steps"] if meta else 0,
+            "preset": meta["preset"] if meta else None,
+            "vocab_size": meta["model"]["vocab_size"] if meta else None,
+            "corpus_bytes": meta.get("corpus_bytes") if meta else None,
+            "updated_at": meta["updated_at"] if meta else None,
+            "state": self.state,
+            "live_step": self.trainer.step if self.trainer else None,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The training summary so far."""
+        if self.trainer is None or self.config is None:
+            raise ConfigError("no model has been trained yet")
+        result = self.trainer.result()
+        return {
+            "state": self.state,
+            "step": self.trainer.step,
+            "steps": self.trainer.config.steps,
+            "tokens": result.tokens,
+            "initial_loss": _finite(result.initial_loss),
+            "final_loss": _finite(result.final_loss),
+            "eval_loss": result.eval_loss,
+            "tokens_per_second": result.tokens_per_second,
+            "n_params": self.config.n_params,
+            "losses": [round(x, 5) for x in result.losses],
+            "eval_losses": result.eval_losses,
+        }
+
+    # -- using the model ---------------------------------------------------------------------
+    def _require_model(self) -> GpuMamba:
+        if self.model is None:
+            raise ConfigError("train a model first (or resume the saved session)")
+        if self.state == "training":
+            raise ConfigError("the model is training; pause it to try it")
+        return self.model
+
+    async def generate(
+        self,
+        prompt: str,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+    ) -> dict[str, Any]:
+        """Streams a continuation of ``prompt`` as ``generate-token`` events."""
+        model = self._require_model()
+        assert self.tokenizer is not None and self.config is not None
+        if self._decoder is None:
+            self._decoder = GpuDecoder(model.device, self.config, model.slots)
+        ids = self.tokenizer.encode(prompt) or [self.tokenizer.bos_id or 0]
+        decoder = self.tokenizer.stream_decoder()
+        pieces: list[str] = []
+        start = time.perf_counter()
+        count = 0
+        async for token in self._decoder.stream(
+            ids, max_new_tokens, temperature, top_k, top_p, seed, self.tokenizer.eos_id
+        ):
+            count += 1
+            text = decoder.feed(token)
+            if text:
+                pieces.append(text)
+                self.emit("generate-token", text=text)
+        tail = decoder.flush()
+        if tail:
+            pieces.append(tail)
+            self.emit("generate-token", text=tail)
+        seconds = time.perf_counter() - start
+        return {
+            "text": "".join(pieces),
+            "tokens": count,
+            "tokens_per_second": round(count / seconds, 1) if seconds > 0 else 0.0,
+        }
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Unit-norm sentence embeddings from the tab's model."""
+        model = self._require_model()
+        assert self.tokenizer is not None and self.config is not None
+        if self._embedder is None:
+            self._embedder = GpuEmbedder(model.device, self.config, model.slots)
+        eos = self.tokenizer.eos_id or 0
+        return await self._embedder.embed_ids([self.tokenizer.encode(t) or [eos] for t in texts])
+
+    @property
+    def embedder_fingerprint(self) -> str:
+        """Changes whenever the weights change (step) or the model is rebuilt."""
+        step = self.trainer.step if self.trainer else 0
+        cfg = self.config.to_hf_config() if self.config else {}
+        return (
+            "studio:"
+            + hashlib.sha256(
+                repr((sorted(cfg.items()), step, id(self.model))).encode()
+            ).hexdigest()[:16]
+        )
+
+    async def evaluate(self, text: str | None) -> dict[str, Any]:
+        """Cross-entropy, perplexity, bits/token and top-1/top-5 on held-out (or given) text."""
+        model = self._require_model()
+        assert self.tokenizer is not None and self.config is not None and self.held_ids is not None
+        if text:
+            tokens = array("i", self.tokenizer.encode(text))
+            length = min(model.seq_len, len(tokens) - 1)
+            if length < 1:
+                raise ConfigError("evaluation needs a text of at least two tokens")
+            runner = GpuMamba(model.device, self.config, 1, length, weights=model.slots)
+            batches = eval_windows(tokens, 1, length, 64)
+        else:
+            runner = model
+            batches = eval_windows(self.held_ids, model.batch_size, model.seq_len, 4)
+            if not batches:
+                raise ConfigError("the held-out split is too short to evaluate; add more text")
+        start = time.perf_counter()
+        nll = 0.0
+        count = top1 = top5 = 0
+        v = self.config.vocab_size
+        for batch in batches:
+            loss_sum, n = await runner.eval_batch(batch)
+            nll += loss_sum
+            count += n
+            logits = array("f")
+            logits.frombytes(await runner.device.read(runner.logits, 4 * n * v))
+            for row, target in enumerate(batch[1]):
+                values = logits[row * v : (row + 1) * v]
+                best = sorted(range(v), key=values.__getitem__, reverse=True)[:5]
+                top1 += best[0] == target
+                top5 += target in best
+        seconds = time.perf_counter() - start
+        ce = nll / count
+        return {
+            "cross_entropy": ce,
+            "perplexity": math.exp(min(ce, 700)),
+            "bits_per_token": ce / math.log(2),
+            "top1_accuracy": top1 / count,
+            "top5_accuracy": top5 / count,
+            "tokens": count,
+            "tokens_per_second": round(count / seconds, 1) if seconds else 0.0,
+        }
+
+    async def export(self, name: str, version: str, dtype: str) -> dict[str, Any]:
+        """The ``.evermind`` package of the current weights, base64-encoded."""
+        model = self._require_model()
+        assert self.job is not None and self.config is not None and self.tokenizer is not None
+        assert self.trainer is not None
+        job = JobConfig(
+            name=name,
+            version=version,
+            preset=self.job.preset,
+            vocab_size=self.job.vocab_size,
+            seed=self.job.seed,
+            dtype=dtype,
+            train=self.job.train,
+        )
+        params = await model.read_params()
+        corpus = "; ".join(d for _, d in self.sources.values()) or "restored session"
+        data = export_package(
+            job,
+            self.config,
+            params,
+            self.tokenizer,
+            self.trainer.result(),
+            corpus,
+            "webgpu (browser)",
+        )
+        return {
+            "filename": f"{name}-{version}.evermind",
+            "bytes": len(data),
+            "digest": "sha256:" + hashlib.sha256(data).hexdigest(),
+            "ref": f"evermind/{name}:{version}",
+            "data_b64": base64.b64encode(data).decode("ascii"),
+        }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None

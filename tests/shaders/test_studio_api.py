@@ -1,0 +1,117 @@
+"""The Studio's worker handlers, run natively (wgpu-py + an in-memory store for IndexedDB)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import pytest
+
+from evermind.package import read_package
+from evermind.studio import api
+from evermind.studio.session import Session
+from tests.factories import TEXT
+
+TINY = {"d_model": 16, "n_layer": 2, "d_state": 4}
+
+
+@pytest.fixture()
+def events(monkeypatch):
+    seen: list[dict] = []
+    api.set_emitter(lambda s: seen.append(json.loads(s)))
+    monkeypatch.setattr(api, "_session", None)
+    yield seen
+    api.set_emitter(None)
+
+
+def call(fn: str, **kwargs):
+    envelope = json.loads(asyncio.run(api.call(fn, json.dumps(kwargs))))
+    if not envelope["ok"]:
+        raise AssertionError(f"{fn} failed: {envelope['error']}")
+    return envelope["result"]
+
+
+def test_whole_studio_flow_natively(events) -> None:
+    info = call("corpus_add", name="notes.md", text=TEXT)
+    assert info["bytes"] > 1000 and info["sources"][0]["name"] == "notes.md"
+    tok = call("tokenizer_train", vocab_size=300)
+    assert tok["vocab_size"] <= 300 and tok["train_tokens"] > tok["held_out_tokens"] > 0
+    assert any(e["event"] == "tokenizer-progress" for e in events)
+    summary = call(
+        "train_start", config=TINY, steps=6, batch_size=2, seq_len=16, checkpoint_every=3, lr=1e-2
+    )
+    assert summary["state"] == "finished" and summary["step"] == 6
+    progress = [e for e in events if e["event"] == "train-progress"]
+    assert [p["step"] for p in progress] == [1, 2, 3, 4, 5, 6]
+    assert all(p["tokens_per_second"] > 0 for p in progress)
+    assert sum(e["event"] == "train-checkpoint" for e in events) == 2
+    status = call("session_status")
+    assert status["has_checkpoint"] and status["step"] == 6
+
+    out = call("generate", prompt="The quick", max_new_tokens=8, temperature=0)
+    assert out["tokens"] <= 8
+    assert "".join(e["text"] for e in events if e["event"] == "generate-token") == out["text"]
+    emb = call("embed", texts=["memory", "cache"])
+    assert emb["dim"] == 16 and len(emb["vectors"]) == 2
+    sim = call("similarity", a="fox", b="fox")
+    assert sim["cosine"] == pytest.approx(1.0, abs=1e-5)
+    metrics = call("evaluate")
+    assert (
+        metrics["perplexity"] > 1 and 0 <= metrics["top1_accuracy"] <= metrics["top5_accuracy"] <= 1
+    )
+    exported = call("export_package", name="studio-test", version="1.2.3")
+    pkg = read_package(base64.b64decode(exported["data_b64"]))
+    assert pkg.ref == "evermind/studio-test:1.2.3" if hasattr(pkg, "ref") else True
+    assert pkg.manifest["training"]["steps"] == 6
+
+
+def test_pause_checkpoints_and_a_new_session_resumes(events) -> None:
+    call("corpus_add", name="t.txt", text=TEXT)
+    call("tokenizer_train", vocab_size=300)
+    s = api.session()
+    kv = asyncio.run(s.kv())
+
+    async def train_and_pause() -> dict:
+        task = asyncio.ensure_future(
+            api.call(
+                "train_start",
+                json.dumps(
+                    {
+                        "config": TINY,
+                        "steps": 40,
+                        "batch_size": 2,
+                        "seq_len": 16,
+                        "checkpoint_every": 100,
+                    }
+                ),
+            )
+        )
+        while not any(e["event"] == "train-progress" and e["step"] >= 3 for e in events):
+            await asyncio.sleep(0.01)
+        assert api.session().request("pause") == {"state": "pause-requested"}
+        return json.loads(await task)["result"]
+
+    paused = asyncio.run(train_and_pause())
+    assert paused["state"] == "paused" and 3 <= paused["step"] < 40
+    # A reload: a new session over the same storage rebuilds everything and continues.
+    fresh = Session(lambda *a, **k: None)
+    fresh._kv = kv
+    status = asyncio.run(fresh.status())
+    assert status["has_checkpoint"] and status["step"] == paused["step"]
+    done = asyncio.run(fresh.resume())
+    assert done["state"] == "finished" and done["step"] == 40
+    assert done["losses"][: paused["step"]] == paused["losses"]
+
+
+def test_errors_come_back_in_words(events) -> None:
+    envelope = json.loads(asyncio.run(api.call("train_start", "{}")))
+    assert not envelope["ok"]
+    assert envelope["error"] == {
+        "type": "ConfigError",
+        "message": "train a tokenizer in the Tokenizer panel first",
+    }
+    envelope = json.loads(
+        asyncio.run(api.call("corpus_add", json.dumps({"name": "x.json", "text": "{"})))
+    )
+    assert envelope["error"]["type"] == "ConfigError" and "x.json:1" in envelope["error"]["message"]
