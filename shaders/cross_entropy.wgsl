@@ -76,7 +76,9 @@ fn softmax_xent(@builtin(workgroup_id) wid: vec3<u32>,
     let valid = t != params.ignore_index && t >= 0 && u32(t) < v_len;
 
     // 1. Row max.
-    var local_max = -3.4028235e38;
+    // -FLT_MAX. Not written -3.4028235e38: that decimal lies just outside the f32 range
+    // before rounding and Tint (Chrome) rejects it; -3.4028234e38 rounds to -FLT_MAX.
+    var local_max = -3.4028234e38;
     for (var v = lid; v < v_len; v += WG) {
         local_max = max(local_max, logits[base + v]);
     }

@@ -52,7 +52,9 @@ struct Params {
 
 override WG: u32 = 256;
 
-const LOWEST: f32 = -3.4028235e38;
+// -FLT_MAX. Not written -3.4028235e38: that decimal lies just outside the f32 range before
+// rounding and Tint (Chrome) rejects it; -3.4028234e38 rounds to -FLT_MAX.
+const LOWEST: f32 = -3.4028234e38;
 const NO_INDEX: u32 = 0xFFFFFFFFu;
 
 var<workgroup> chunk_score: array<f32, WG>;
