@@ -35,7 +35,7 @@ def _to_py(value: Any) -> Any:
             return bytes(value.to_bytes())
         if value.constructor.name == "Array":
             return [_to_py(v) for v in value]
-        return {str(k): _to_py(value[k]) for k in Object.keys(value)}
+        return {str(entry[0]): _to_py(entry[1]) for entry in Object.entries(value)}
     if isinstance(value, memoryview):
         return value.tobytes()
     return value

@@ -1,0 +1,157 @@
+"""End to end in headless Chromium: train in the tab, reload and resume from IndexedDB,
+export, and check the package natively (reader, CPU model's greedy continuation)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import evermind
+from tests.browser.conftest import RecordedPage, open_studio
+from tests.factories import TEXT
+
+TINY = {"d_model": 16, "n_layer": 2, "d_state": 4}
+
+
+def call(rec: RecordedPage, fn: str, **kwargs):
+    outcome = rec.page.evaluate(
+        """([fn, kwargs]) => window.evermind.call(fn, kwargs).then(
+               r => ({ok: true, result: r}), e => ({ok: false, error: e.name + ': ' + e.message}))""",
+        [fn, kwargs],
+    )
+    assert outcome["ok"], f"{fn}: {outcome['error']}\n" + "\n".join(rec.console[-20:])
+    return outcome["result"]
+
+
+def test_train_reload_resume_export_and_native_agreement(browser, server, tmp_path) -> None:
+    context = browser.new_context()  # one profile: IndexedDB survives the reload
+    rec = RecordedPage.__new__(RecordedPage)
+    rec.context, rec.requests, rec.console = context, [], []
+    context.on("request", lambda r: rec.requests.append(r.url))
+    rec.page = context.new_page()
+    rec.page.on("console", lambda m: rec.console.append(f"{m.type}: {m.text}"))
+    try:
+        rec.page.goto(server.url + "index.html")
+        rec.page.wait_for_function("window.__done === true", timeout=120_000)
+        call(rec, "session_clear")
+        call(rec, "corpus_add", name="notes.txt", text=TEXT)
+        call(rec, "tokenizer_train", vocab_size=300)
+        # Train, pause after a few steps (checkpoint on pause), then reload the tab.
+        rec.page.evaluate(
+            """(cfg) => { window.__events = [];
+                 window.evermind.on(e => window.__events.push(e));
+                 window.__training = window.evermind.call('train_start', cfg); }""",
+            {
+                "config": TINY,
+                "steps": 16,
+                "batch_size": 2,
+                "seq_len": 16,
+                "checkpoint_every": 4,
+                "lr": 0.01,
+            },
+        )
+        rec.page.wait_for_function(
+            "window.__events.some(e => e.event === 'train-checkpoint' && e.step >= 4)",
+            timeout=120_000,
+        )
+        call(rec, "train_pause")
+        paused = rec.page.evaluate("window.__training")
+        assert paused["state"] == "paused" and 4 <= paused["step"] < 16
+        rec.page.reload()
+        rec.page.wait_for_function("window.__done === true", timeout=120_000)
+        status = call(rec, "session_status")
+        assert status["has_checkpoint"] and status["step"] == paused["step"]
+        done = call(rec, "train_resume")
+        assert done["state"] == "finished" and done["step"] == 16
+        assert done["losses"][: paused["step"]] == paused["losses"]
+        assert done["final_loss"] < done["initial_loss"]
+
+        exported = call(rec, "export_package", name="e2e", version="0.0.1")
+        data = base64.b64decode(exported["data_b64"])
+        path = tmp_path / "e2e.evermind"
+        path.write_bytes(data)
+        prompt = "The quick brown"
+        browser_text = call(rec, "generate", prompt=prompt, max_new_tokens=12, temperature=0)[
+            "text"
+        ]
+        rec.assert_offline()
+    finally:
+        context.close()
+
+    model = evermind.load(path)  # the native reader verifies every checksum and shape
+    assert model.package.manifest["training"]["steps"] == 16
+    native_text = model.complete(prompt, max_new_tokens=12, temperature=0).text
+    print(f"browser: {browser_text!r}\nnative:  {native_text!r}")
+    assert native_text == browser_text
+    vector = model.embed(["a memory"])[0]
+    assert np.isclose(np.linalg.norm(vector), 1.0, atol=1e-5)
+
+
+def test_nano_preset_on_the_default_corpus_learns(browser, server) -> None:
+    rec = open_studio(browser, server)
+    try:
+        info = call(rec, "corpus_default", max_bytes=150_000)
+        assert info["bytes"] > 100_000 and "docstrings" in info["sources"][0]["description"]
+        call(rec, "tokenizer_train", vocab_size=512)
+        summary = call(
+            rec,
+            "train_start",
+            preset="nano",
+            steps=12,
+            batch_size=2,
+            seq_len=32,
+            lr=0.01,
+            checkpoint_every=0,
+            warmup_steps=2,
+        )
+        print(
+            f"nano on the default corpus: {summary['initial_loss']:.3f} -> "
+            f"{summary['final_loss']:.3f}, {summary['tokens_per_second']} tok/s"
+        )
+        assert summary["n_params"] > 500_000
+        assert summary["final_loss"] < summary["initial_loss"] - 0.5
+        rec.assert_offline()
+    finally:
+        rec.close()
+
+
+def test_headless_cli_writes_a_valid_package(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "cli.evermind"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evermind.cli",
+            "train",
+            "--headless",
+            "--corpus",
+            str(corpus),
+            "--vocab-size",
+            "300",
+            "--steps",
+            "3",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "16",
+            "--preset",
+            "nano",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '"out":' in result.stdout.splitlines()[-1]
+    model = evermind.load(out)
+    assert model.package.manifest["training"]["steps"] == 3
+    assert model.package.manifest["producer"].endswith("(webgpu (browser))")
