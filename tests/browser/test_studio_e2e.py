@@ -20,7 +20,8 @@ TINY = {"d_model": 16, "n_layer": 2, "d_state": 4}
 def call(rec: RecordedPage, fn: str, **kwargs):
     outcome = rec.page.evaluate(
         """([fn, kwargs]) => window.evermind.call(fn, kwargs).then(
-               r => ({ok: true, result: r}), e => ({ok: false, error: e.name + ': ' + e.message}))""",
+               r => ({ok: true, result: r}),
+               e => ({ok: false, error: e.name + ': ' + e.message}))""",
         [fn, kwargs],
     )
     assert outcome["ok"], f"{fn}: {outcome['error']}\n" + "\n".join(rec.console[-20:])

@@ -23,7 +23,8 @@ def _call(page: Any, fn: str, **kwargs: Any) -> Any:
     """Runs a Studio worker call from the page; errors come back as EvermindError."""
     outcome = page.evaluate(
         """([fn, kwargs]) => window.evermind.call(fn, kwargs).then(
-               r => ({ok: true, result: r}), e => ({ok: false, type: e.name, message: e.message}))""",
+               r => ({ok: true, result: r}),
+               e => ({ok: false, type: e.name, message: e.message}))""",
         [fn, kwargs],
     )
     if not outcome["ok"]:
