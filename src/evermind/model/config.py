@@ -258,8 +258,10 @@ class MambaConfig:
             "time_step_max": self.dt_max,
             "time_step_floor": self.dt_init_floor,
             "time_step_scale": self.dt_scale,
-            # Our init divides out_proj by sqrt(n_layer), which is what this flag means in HF.
-            "rescale_prenorm_residual": True,
+            # Init-time only in HF, and harmful to a trained model: transformers 5 re-runs
+            # _init_weights in from_pretrained and re-initialises out_proj when this is true.
+            # Our own init already divides out_proj by sqrt(n_layer).
+            "rescale_prenorm_residual": False,
             "use_cache": True,
             "pad_token_id": self.pad_token_id,
             "bos_token_id": self.bos_token_id,
