@@ -23,6 +23,37 @@ WORKGROUP = (16, 8)
 _A, _B, _BIAS, _C, _PARAMS = range(5)
 
 
+#: Fewest workgroups a matmul should spread over, so that every core of a CPU adapter (and
+#: every compute unit of a small GPU) gets work even when C is small.
+MIN_GROUPS = 8
+
+
+def fit_workgroup(m: int, n: int, workgroup: tuple[int, int]) -> tuple[int, int]:
+    """Shrinks ``(WG_X, WG_Y)`` (powers of two) to the shape of C (M, N).
+
+    A workgroup covers ``(WG_X·8) x (WG_Y·8)`` outputs. For the model's thin matmuls
+    (N = 8 or 16 for x_proj, M = 1 for decoding) the default 128 x 64 span would compute
+    mostly clamped, discarded values in a single workgroup; halving a side while its span
+    still covers C loses nothing, and halving further until there are ``MIN_GROUPS``
+    workgroups spreads the work over the adapter's cores.
+    """
+    wg_x, wg_y = workgroup
+    while wg_x > 1 and (wg_x // 2) * TILE >= n:
+        wg_x //= 2
+    while wg_y > 1 and (wg_y // 2) * TILE >= m:
+        wg_y //= 2
+
+    def count(x: int, y: int) -> int:
+        return -(-n // (x * TILE)) * -(-m // (y * TILE))
+
+    while count(wg_x, wg_y) < MIN_GROUPS and wg_x * wg_y > 4:
+        if wg_y >= wg_x:
+            wg_y //= 2
+        else:
+            wg_x //= 2
+    return wg_x, wg_y
+
+
 class Matmul:
     """Records register-blocked matmul dispatches on one device.
 
@@ -90,7 +121,7 @@ class Matmul:
         need_f32(op, "C", c, m * n)
         if bias is not None:
             need_f32(op, "bias", bias, n)
-        wg_x, wg_y = self.workgroup
+        wg_x, wg_y = fit_workgroup(m, n, self.workgroup)
         groups = (-(-n // (wg_x * TILE)), -(-m // (wg_y * TILE)), 1)
         if groups[0] > MAX_GROUPS_PER_DIM or groups[1] > MAX_GROUPS_PER_DIM:
             raise ShapeError(
