@@ -38,3 +38,32 @@ def test_python_error_comes_back_in_words(browser, server) -> None:
         rec.assert_offline()
     finally:
         rec.close()
+
+
+def test_cli_studio_serves_a_page_that_reports_an_adapter(browser) -> None:
+    """`evermind studio --no-open` serves the bundle; headless Chromium gets a WebGPU adapter."""
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evermind.cli", "studio", "--no-open", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = ""
+        while "Evermind Studio:" not in line:
+            line = proc.stdout.readline()
+            assert line, f"evermind studio exited: {proc.stderr.read()[-2000:]}"
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        page = browser.new_page()
+        page.goto(url)
+        page.wait_for_function("window.__done === true", timeout=120_000)
+        result = page.evaluate("window.__evermind")
+        assert result["ok"] and result["device"]["adapter"]["vendor"]
+        page.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
