@@ -1,48 +1,129 @@
 """`make demo`: the main job on the embedded default, end to end on this machine.
 
-Today it boots the Studio bundle in headless Chromium (WebGPU; SwiftShader without a GPU),
-opens the device from Python in the tab, and prints the adapter and boot timings. As the
-training, export and runtime issues land it grows into: train on the default corpus,
-export, push, query.
+1. Train in the browser: headless Chromium opens the Studio, Python in the tab harvests the
+   standard library's docstrings, trains the tokenizer and the nano model on WebGPU
+   (SwiftShader where there is no GPU), and exports a `.evermind` package.
+2. Serve: an Evermind runtime starts on 127.0.0.1 with a bearer token.
+3. Push the package to it.
+4. Query it the way an agent would: the official `openai` client (chat completion from
+   `evermind/<name>`, embeddings), then memory remember/recall over HTTP.
+
+Environment: DEMO_STEPS (default 60), DEMO_CORPUS_BYTES (default 400000).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import secrets
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "dist" / "demo" / "evermind-default.evermind"
+
+
+def banner(text: str) -> None:
+    print(f"\n== {text}", flush=True)
 
 
 def main() -> int:
-    from playwright.sync_api import sync_playwright
+    import httpx
+    from openai import OpenAI
 
-    from evermind.headless import launch_options
-    from evermind.webserver import BundleServer
+    from evermind.runtime.config import RuntimeConfig
+    from evermind.runtime.push import push_package
+    from evermind.runtime.server import ServerThread
+    from evermind.studio.headless import train_headless
 
-    with BundleServer(ROOT / "dist" / "web") as server, sync_playwright() as p:
-        browser = p.chromium.launch(**launch_options(p))
-        page = browser.new_page()
-        start = time.perf_counter()
-        print(f"Studio at {server.url} (headless Chromium)", flush=True)
-        page.goto(server.url + "index.html")
-        page.wait_for_function("window.__done === true", timeout=180_000)
-        result = page.evaluate("window.__evermind")
-        browser.close()
-    if not result.get("ok"):
-        print(f"error: the Studio did not start: {result.get('error')}", file=sys.stderr)
-        return 1
-    device = result["device"]
-    adapter = device["adapter"]
-    print(
-        "WebGPU adapter : "
-        + " ".join(filter(None, (adapter["vendor"], adapter["architecture"], adapter["device"])))
+    start = time.perf_counter()
+    banner(
+        "1. Train in the browser (headless Chromium, WebGPU) on the standard library's docstrings"
     )
-    print(f"Python in tab  : {device['python']} (Pyodide {result['boot']['pyodide']})")
-    print(f"Python ready   : {result['python_ready_ms'] / 1000:.2f} s")
-    print(f"Device ready   : {result['device_ready_ms'] / 1000:.2f} s")
-    print(f"demo finished in {time.perf_counter() - start:.1f} s")
+    args = argparse.Namespace(
+        corpus="default",
+        corpus_bytes=int(os.environ.get("DEMO_CORPUS_BYTES", 400_000)),
+        preset="nano",
+        vocab_size=2048,
+        steps=int(os.environ.get("DEMO_STEPS", 60)),
+        batch_size=4,
+        seq_len=64,
+        lr=3e-3,
+        seed=0,
+        name="evermind-default",
+        version="0.1.0",
+        out=str(OUT),
+    )
+    summary = train_headless(args)
+    print(
+        f"loss {summary['initial_loss']:.3f} -> {summary['final_loss']:.3f} "
+        f"(held-out {summary['eval_loss']:.3f}) at {summary['tokens_per_second']:.0f} tokens/s "
+        f"in the browser; package {OUT.relative_to(ROOT)}"
+    )
+
+    token = secrets.token_urlsafe(24)
+    with tempfile.TemporaryDirectory() as data:
+        tokens_file = Path(data) / "tokens"
+        tokens_file.write_text(f"{token} demo write\n")
+        config = RuntimeConfig(data_dir=Path(data) / "runtime", port=0, tokens_file=tokens_file)
+        banner("2. Serve: evermind runtime on loopback")
+        with ServerThread(config) as server:
+            print(f"runtime at {server.url}")
+            banner("3. Push the package")
+            pushed = push_package(OUT, server.url, token)
+            model_id = pushed["id"]
+            print(f"served as {model_id} ({pushed['digest'][:19]}…)")
+
+            banner("4. Query it like an agent (official openai client)")
+            client = OpenAI(base_url=f"{server.url}/v1", api_key=token)
+            print("models:", [m.id for m in client.models.list()])
+            chat = client.chat.completions.create(
+                model="evermind/evermind-default",
+                messages=[{"role": "user", "content": "Return the number of items"}],
+                max_tokens=32,
+                temperature=0.7,
+                seed=1,
+            )
+            print(
+                f"chat completion: {chat.choices[0].message.content!r} "
+                f"(usage {chat.usage.prompt_tokens}+{chat.usage.completion_tokens} tokens)"
+            )
+            emb = client.embeddings.create(model=model_id, input=["open a file", "read a file"])
+            a, b = (d.embedding for d in emb.data)
+            print(
+                f"embeddings: dim {len(a)}, cosine(open a file, read a file) = "
+                f"{sum(x * y for x, y in zip(a, b, strict=True)):.3f}"
+            )
+            headers = {"Authorization": f"Bearer {token}"}
+            with httpx.Client(base_url=server.url, headers=headers, timeout=60) as http:
+                for key, content in [
+                    ("editor", "Niamh writes code in Neovim with a light theme."),
+                    ("deploy", "Deploys go out on Tuesdays after the 10:00 stand-up."),
+                ]:
+                    http.post(
+                        "/v1/memory/remember",
+                        json={"key": key, "content": content, "model": model_id},
+                    ).raise_for_status()
+                hits = (
+                    http.post(
+                        "/v1/memory/recall",
+                        json={
+                            "query": "which editor does Niamh use?",
+                            "top_k": 1,
+                            "model": model_id,
+                        },
+                    )
+                    .raise_for_status()
+                    .json()
+                )
+            top = hits["data"][0] if hits.get("data") else None
+            print(
+                f"memory recall: {top['key'] if top else None!r} "
+                f"({top.get('ranked_by', '') if top else ''})"
+            )
+    print(f"\ndemo finished in {time.perf_counter() - start:.0f} s")
     return 0
 
 

@@ -257,10 +257,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         summary = asyncio.run(train_native(args))
     if args.push:
-        from evermind.runtime.client import push_package
+        from evermind.runtime.push import push_package
 
         served = push_package(Path(summary["out"]), args.push, args.token)
-        summary["pushed"] = served
+        summary["pushed"] = served.get("id")
     print(json.dumps(summary))
     return 0
 

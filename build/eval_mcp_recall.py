@@ -1,0 +1,143 @@
+"""Recall@k of the memory development set, measured through the MCP tool over stdio.
+
+Starts a real ``evermind mcp`` subprocess on a fresh memory file, stores every fact of
+``memory_recall_dev.jsonl`` with ``memory_remember`` (key, content, tags), then asks every
+question with ``memory_recall`` and scores the keys of the hits it returns, as
+``eval_dev.py`` defines the metrics: recall@k = |gold ∩ top k| / min(k, |gold|), MRR over the
+returned hits. Runs lexical-only, and again with ``--model FILE.evermind`` when one is given.
+
+Usage::
+
+    python build/eval_mcp_recall.py                        # lexical only
+    python build/eval_mcp_recall.py --model my.evermind    # lexical only, then with the model
+    python build/eval_mcp_recall.py --json results.json
+
+These are development numbers (the set is for tuning); report them as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+DEFAULT_SET = Path("/work/shared/eval/memory_recall_dev.jsonl")
+HIT_LINE = re.compile(r"^\[(\d+)\] (\S+) \(score ([0-9.]+); tags: (.*)\)$", re.M)
+TOP_K = 5
+
+
+def load_set(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The facts and the questions of the development set."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    facts = [row for row in rows if row["type"] == "fact"]
+    questions = [row for row in rows if row["type"] == "question"]
+    return facts, questions
+
+
+def hit_keys(text: str) -> list[str]:
+    """The keys of the hits in a ``memory_recall`` answer, best first."""
+    return [match.group(2) for match in HIT_LINE.finditer(text)]
+
+
+async def run(path: Path, model: Path | None) -> dict[str, Any]:
+    """Stores the facts and asks the questions through one stdio server; returns metrics."""
+    facts, questions = load_set(path)
+    with tempfile.TemporaryDirectory() as folder:
+        args = ["-m", "evermind.cli", "mcp", "--memory-file", str(Path(folder) / "memory.db")]
+        args += ["--max-results", str(TOP_K)]
+        if model is not None:
+            args += ["--model", str(model)]
+        params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
+        async with Client(params, read_timeout_seconds=600) as client:
+            start = time.perf_counter()
+            for fact in facts:
+                stored = await client.call_tool(
+                    "memory_remember",
+                    {"key": fact["key"], "content": fact["content"], "tags": fact.get("tags", [])},
+                )
+                if stored.is_error:
+                    raise RuntimeError(f"remember {fact['key']} failed: {stored.content}")
+            write_s = time.perf_counter() - start
+            ranked: list[tuple[dict[str, Any], list[str]]] = []
+            start = time.perf_counter()
+            for question in questions:
+                result = await client.call_tool(
+                    "memory_recall", {"query": question["question"], "top_k": TOP_K}
+                )
+                text = "".join(block.text for block in result.content if block.type == "text")
+                ranked.append((question, hit_keys(text)))
+            recall_s = time.perf_counter() - start
+            ranked_by = text.splitlines()[-1]
+    return score(ranked) | {
+        "ranked_by": ranked_by,
+        "remember_ms": 1000 * write_s / len(facts),
+        "recall_ms": 1000 * recall_s / len(questions),
+    }
+
+
+def score(ranked: list[tuple[dict[str, Any], list[str]]]) -> dict[str, Any]:
+    """recall@1, recall@5 and MRR overall and per question kind."""
+    groups: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for question, keys in ranked:
+        gold = set(question["gold_keys"])
+        r1 = len(gold & set(keys[:1])) / min(1, len(gold))
+        r5 = len(gold & set(keys[:5])) / min(5, len(gold))
+        rank = next((n for n, key in enumerate(keys, 1) if key in gold), None)
+        mrr = 0.0 if rank is None else 1.0 / rank
+        for group in ("all", question["kind"]):
+            groups[group].append((r1, r5, mrr))
+    return {
+        group: {
+            "n": len(rows),
+            "recall@1": sum(r[0] for r in rows) / len(rows),
+            "recall@5": sum(r[1] for r in rows) / len(rows),
+            "mrr": sum(r[2] for r in rows) / len(rows),
+        }
+        for group, rows in sorted(groups.items())
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", type=Path, default=DEFAULT_SET, help="memory_recall_dev.jsonl")
+    parser.add_argument("--model", type=Path, help="a .evermind package (semantic recall)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args()
+    runs: dict[str, Any] = {"lexical": anyio.run(run, args.set, None)}
+    if args.model is not None:
+        runs["model"] = anyio.run(run, args.set, args.model)
+    print("| ranker | questions | n | recall@1 | recall@5 | MRR (top 5) |")
+    print("|---|---|---|---|---|---|")
+    for name, result in runs.items():
+        for group in ("all", "exact", "multi", "paraphrase"):
+            if group in result:
+                row = result[group]
+                print(
+                    f"| {name} | {group} | {row['n']} | {row['recall@1']:.3f} | "
+                    f"{row['recall@5']:.3f} | {row['mrr']:.3f} |"
+                )
+    for name, result in runs.items():
+        print(
+            f"{name}: {result['ranked_by']}; remember {result['remember_ms']:.1f} ms, "
+            f"recall {result['recall_ms']:.1f} ms per call"
+        )
+    if "model" in runs:
+        delta = runs["model"]["all"]["recall@1"] - runs["lexical"]["all"]["recall@1"]
+        print(f"recall@1 with the model minus lexical-only: {delta:+.3f}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(runs, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

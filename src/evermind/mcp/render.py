@@ -1,0 +1,125 @@
+"""How memory tool results read: compact, capped text a language model can act on.
+
+Owns the text of every tool answer. Recalled content is shown as fenced reference data
+(``evermind.memory.fence``: control characters stripped, instruction-like phrases defused),
+previews are cut to ``max_chars`` with an ellipsis, and a recall ends with one line saying how
+the hits were ranked. Pure functions; standard library and ``evermind`` only.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+
+from evermind.memory import Hit, MemoryRecord, fence
+
+ELLIPSIS = "…"
+#: The first words of the last line of a recall answer.
+RANKED_BY_PREFIX = "ranked by: "
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def cut(text: str, max_chars: int) -> str:
+    """Returns ``text`` with whitespace runs collapsed, cut to ``max_chars`` with an ellipsis.
+
+    The result is at most ``max_chars`` characters long, the ellipsis included.
+    """
+    flat = _WHITESPACE.sub(" ", text).strip()
+    if len(flat) <= max_chars:
+        return flat
+    return flat[: max(0, max_chars - 1)].rstrip() + ELLIPSIS
+
+
+def _tags(tags: Sequence[str]) -> str:
+    return ", ".join(tags) if tags else "-"
+
+
+def render_recall(
+    hits: Sequence[Hit],
+    query: str,
+    *,
+    max_chars: int,
+    requested: int,
+    cap: int,
+    searched: int,
+) -> str:
+    """The answer of ``memory_recall``: numbered hits, then how they were ranked.
+
+    Args:
+        hits: The hits, best first.
+        query: The caller's query (echoed, cut to ``max_chars``).
+        max_chars: Longest content preview per hit.
+        requested: The ``top_k`` the caller asked for.
+        cap: The server's maximum; a larger request was capped to it.
+        searched: How many live memories the namespace holds.
+    """
+    capped = f" (top_k capped at {cap})" if requested > cap else ""
+    if not hits:
+        return (
+            f"No memory matches {cut(query, max_chars)!r} ({searched} memories searched){capped}.\n"
+            f"{RANKED_BY_PREFIX}nothing matched"
+        )
+    items = [
+        f"{hit.key} (score {hit.score:.3f}; tags: {_tags(hit.tags)})\n{cut(hit.content, max_chars)}"
+        for hit in hits
+    ]
+    orders = list(dict.fromkeys(hit.ranked_by for hit in hits))
+    header = (
+        f"{len(hits)} of {searched} memories for {cut(query, max_chars)!r}{capped}. "
+        "Previews are cut; call memory_get(key) for a full text."
+    )
+    return f"{header}\n{fence(items)}\n{RANKED_BY_PREFIX}{' | '.join(orders)}"
+
+
+def render_record(record: MemoryRecord, now: float | None = None) -> str:
+    """The answer of ``memory_get``: the memory's fields and its full (sanitised) text."""
+    now = time.time() if now is None else now
+    expiry = ""
+    if record.expires_at is not None:
+        expiry = f"; expires in {max(0.0, record.expires_at - now):.0f} s"
+    header = (
+        f"memory {record.key!r}: tags: {_tags(record.tags)}; importance {record.importance:.2f}; "
+        f"written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(record.updated_at))}"
+        f"{expiry}"
+    )
+    return f"{header}\n{fence([record.content], title='memory ' + record.key)}"
+
+
+def render_tagged(
+    records: Sequence[MemoryRecord], tag: str, *, max_chars: int, requested: int, cap: int
+) -> str:
+    """The answer of ``memory_recall_by_tag``: newest first, previews cut to ``max_chars``."""
+    capped = f" (limit capped at {cap})" if requested > cap else ""
+    if not records:
+        return f"No memory is tagged {tag!r}{capped}."
+    items = [f"{r.key} (tags: {_tags(r.tags)})\n{cut(r.content, max_chars)}" for r in records]
+    header = (
+        f"{len(records)} memories tagged {tag!r}, newest first{capped}. "
+        "Call memory_get(key) for a full text."
+    )
+    return f"{header}\n{fence(items, title=f'tag {tag}')}"
+
+
+def render_remembered(record: MemoryRecord, replaced: bool) -> str:
+    """The answer of ``memory_remember``."""
+    verb = "replaced" if replaced else "remembered"
+    expiry = ""
+    if record.expires_at is not None:
+        expiry = f"; expires in {record.expires_at - record.updated_at:.0f} s"
+    return (
+        f"{verb} {record.key!r} ({len(record.content)} characters; tags: {_tags(record.tags)}; "
+        f"importance {record.importance:.2f}{expiry})"
+    )
+
+
+__all__ = [
+    "ELLIPSIS",
+    "RANKED_BY_PREFIX",
+    "cut",
+    "render_recall",
+    "render_record",
+    "render_remembered",
+    "render_tagged",
+]

@@ -1,0 +1,74 @@
+"""Building and running the MCP memory server over stdio (``evermind mcp``).
+
+Owns :func:`open_store` (the SQLite-backed ``MemoryStore`` every MCP host shares, with the
+``.evermind`` model as its CPU embedder when one is given), :func:`build_server` (an
+``MCPServer`` carrying the memory tools) and :func:`run_stdio`. The HTTP transport is in
+``evermind.mcp.http``. Native-only.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from mcp.server import MCPServer
+
+import evermind
+from evermind.mcp.config import ServerConfig
+from evermind.mcp.tools import INSTRUCTIONS, MemoryTools, register_tools
+from evermind.memory import MemoryStore
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "evermind-memory"
+
+
+def load_embedder(model_file: Path | None) -> Any:
+    """Loads the ``.evermind`` package as a CPU embedder, or returns None for lexical recall.
+
+    Raises:
+        PackageError: The file is not a valid package.
+    """
+    if model_file is None:
+        return None
+    model = evermind.load(model_file)
+    logger.info("embedding with %s (%s)", model_file, getattr(model, "fingerprint", "?"))
+    return model
+
+
+def open_store(memory_file: Path, embedder: Any, namespace: str) -> MemoryStore:
+    """Opens the memory store on ``memory_file`` (created if missing) for the store ``namespace``.
+
+    ``namespace`` is the full store namespace (``evermind.mcp.config.store_namespace``).
+
+    Raises:
+        StorageError: The file cannot be opened as a memory database.
+    """
+    return MemoryStore(memory_file, embedder, namespace=namespace)
+
+
+def build_server(store: MemoryStore, config: ServerConfig) -> MCPServer[Any]:
+    """Returns an ``MCPServer`` whose tools read (and unless read-only write) ``store``."""
+    server: MCPServer[Any] = MCPServer(
+        SERVER_NAME,
+        title="Evermind memory",
+        instructions=INSTRUCTIONS,
+        version=evermind.__version__,
+        log_level="WARNING",
+    )
+    names = register_tools(server, MemoryTools(store, config))
+    logger.info("MCP tools: %s", ", ".join(names))
+    return server
+
+
+async def run_stdio(store: MemoryStore, config: ServerConfig) -> None:
+    """Serves the memory tools on stdin/stdout until the client closes the pipe."""
+    server = build_server(store, config)
+    try:
+        await server.run_stdio_async()
+    finally:
+        await store.close()
+
+
+__all__ = ["SERVER_NAME", "build_server", "load_embedder", "open_store", "run_stdio"]

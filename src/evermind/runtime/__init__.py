@@ -1,0 +1,27 @@
+"""The agent runtime: serves pushed ``.evermind`` packages over HTTP (native-only).
+
+``evermind serve`` runs an ASGI app (FastAPI on uvicorn) that receives packages
+(``POST /v1/models``), installs them atomically per tenant, and serves them: OpenAI-style
+completions, chat completions and embeddings, the memory store over HTTP, a shared L2
+semantic cache, Prometheus metrics. ``evermind push`` is the client side of an install.
+
+Modules, one idea each:
+
+- ``config``: :class:`RuntimeConfig` and the default data directory.
+- ``errors``: :class:`ApiError`, the OpenAI-style JSON error every route raises.
+- ``auth``: the tokens file, tenants, constant-time token lookup, per-tenant rate limit.
+- ``installs``: packages on disk — atomic install, scan, delete.
+- ``registry``: refs to installs, the lazily loaded models in an LRU by memory budget.
+- ``generation``: the chat template and generation on the worker thread pool.
+- ``schemas``: the request bodies (pydantic) that become the OpenAPI docs.
+- ``routes_models``, ``routes_openai``, ``routes_memory``, ``routes_cache``: the endpoints.
+- ``cache_store``: the SQLite-backed L2 semantic cache.
+- ``metrics``: counters and latency histograms, Prometheus text.
+- ``app``: :func:`create_app`, middleware and error handlers.
+- ``server``: running the app on uvicorn (foreground or a background thread).
+- ``push``: the push client; ``commands``: the CLI; ``bench``: the serving benchmark.
+
+Nothing is imported eagerly here, so ``evermind --help`` stays fast.
+"""
+
+from __future__ import annotations

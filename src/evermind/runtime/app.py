@@ -1,0 +1,292 @@
+"""The runtime's ASGI app: routes, middleware, error handlers (native-only).
+
+:func:`create_app` opens a :class:`~evermind.runtime.state.Runtime` for a
+:class:`~evermind.runtime.config.RuntimeConfig` and returns the FastAPI app (OpenAPI docs at
+``/docs``). Request flow, outermost first:
+
+1. CORS (loopback origins by default, ``--cors-origin`` otherwise);
+2. :class:`FrontDoor`: timing and request metrics, then for ``/v1/*`` the bearer token
+   (401), the tenant's rate limit (429) and the request-size cap (413), all before any
+   body is parsed;
+3. the routes, whose errors become ``{"error": {"message", "type", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import evermind
+from evermind.errors import ConfigError, EvermindError, ShapeError, StorageError
+from evermind.runtime import routes_cache, routes_memory, routes_models, routes_openai
+from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.errors import ApiError, error_body
+from evermind.runtime.state import Runtime
+
+logger = logging.getLogger(__name__)
+
+#: Origins allowed by default: any port on the loopback interface (the Studio's page).
+LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
+PUSH = ("POST", "/v1/models")
+
+
+class FrontDoor:
+    """Metrics for every request; auth, rate limit and size cap for ``/v1/*``.
+
+    Args:
+        app: The inner ASGI app.
+        runtime: The server's services (tokens, limiter, metrics, config).
+        routes: The app's routes (to label metrics by route template).
+    """
+
+    def __init__(self, app: ASGIApp, runtime: Runtime, routes: list[BaseRoute]) -> None:
+        self.app = app
+        self.runtime = runtime
+        self.routes = routes
+
+    def _route(self, scope: Scope) -> str:
+        partial = "unmatched"
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                return str(getattr(route, "path", partial))
+            if match == Match.PARTIAL and partial == "unmatched":
+                partial = str(getattr(route, "path", partial))  # path fits, method does not
+        return partial
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = [500]
+
+        async def send_and_count(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                self.runtime.metrics.observe_request(
+                    self._route(scope), scope["method"], status[0], time.perf_counter() - start
+                )
+
+        try:
+            if scope["path"].startswith("/v1/") and scope["method"] != "OPTIONS":
+                receive = await self._admit(scope, receive)
+        except ApiError as err:
+            response = JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+            await response(scope, receive, send_and_count)
+            return
+        await self.app(scope, receive, send_and_count)
+
+    async def _admit(self, scope: Scope, receive: Receive) -> Receive:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        principal = self.runtime.tokens.authenticate(headers.get("authorization"))
+        self.runtime.limiter.check(principal.tenant)
+        scope["evermind.principal"] = principal
+        if (scope["method"], scope["path"].rstrip("/")) == PUSH:
+            return receive  # the push route streams with its own, larger cap
+        cap = self.runtime.config.max_request_bytes
+        declared = headers.get("content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > cap:
+                raise _body_too_large(int(declared), cap)
+            return receive
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            return receive
+        # Chunked body: read it here (up to the cap) and replay it to the route.
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > cap:
+                raise _body_too_large(size, cap)
+            if not message.get("more_body"):
+                break
+        replay: list[Message] = [{"type": "http.request", "body": b"".join(chunks)}]
+
+        async def replayed() -> Message:
+            return replay.pop() if replay else await receive()
+
+        return replayed
+
+
+def _body_too_large(size: int, cap: int) -> ApiError:
+    return ApiError(
+        413,
+        f"request body of {size} bytes exceeds the limit of {cap} bytes; hint: send fewer "
+        "inputs per request, or raise the server's --max-request-mb",
+        "request_too_large",
+    )
+
+
+def _validation_message(err: RequestValidationError) -> tuple[str, str]:
+    problems = list(err.errors())
+    if any(p.get("type") == "json_invalid" for p in problems):
+        detail = next(p for p in problems if p.get("type") == "json_invalid")
+        return (
+            f"malformed JSON body: {detail.get('ctx', {}).get('error', detail.get('msg'))}; "
+            "expected a JSON object",
+            "invalid_json",
+        )
+    if (
+        len(problems) == 1
+        and tuple(problems[0].get("loc", ())) == ("body",)
+        and isinstance(problems[0].get("input"), bytes | str)
+    ):
+        return (
+            "malformed JSON body: expected a JSON object with Content-Type: application/json, "
+            f"got {_short(problems[0].get('input'))}",
+            "invalid_json",
+        )
+    parts = []
+    for problem in problems[:3]:
+        location = ".".join(str(x) for x in problem.get("loc", ())[1:]) or "body"
+        parts.append(f"{location}: {problem.get('msg')} (got {_short(problem.get('input'))})")
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return "invalid request: " + "; ".join(parts) + more, "invalid_request"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def api_error(request: Request, err: Exception) -> JSONResponse:
+        assert isinstance(err, ApiError)
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+    async def validation_error(request: Request, err: Exception) -> JSONResponse:
+        assert isinstance(err, RequestValidationError)
+        message, code = _validation_message(err)
+        return JSONResponse(error_body(message, "invalid_request_error", code), status_code=400)
+
+    async def http_error(request: Request, err: Exception) -> JSONResponse:
+        assert isinstance(err, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        message = f"{request.method} {request.url.path}: {err.detail}"
+        if err.status_code == 404:
+            message += "; hint: the API lives under /v1 (see /docs)"
+        kind = "invalid_request_error" if err.status_code < 500 else "server_error"
+        return JSONResponse(error_body(message, kind, code), status_code=err.status_code)
+
+    async def evermind_error(request: Request, err: Exception) -> JSONResponse:
+        if isinstance(err, ConfigError | ShapeError):
+            return JSONResponse(
+                error_body(str(err), "invalid_request_error", "invalid_request"), status_code=400
+            )
+        logger.exception("request %s %s failed", request.method, request.url.path)
+        code = "storage_error" if isinstance(err, StorageError) else "server_error"
+        return JSONResponse(error_body(str(err), "server_error", code), status_code=500)
+
+    async def unexpected(request: Request, err: Exception) -> JSONResponse:
+        logger.exception("request %s %s failed", request.method, request.url.path)
+        message = f"internal error ({type(err).__name__}); the server log has the details"
+        return JSONResponse(error_body(message, "server_error", "internal_error"), status_code=500)
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(EvermindError, evermind_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def create_app(config: RuntimeConfig) -> FastAPI:
+    """The runtime app for ``config``; opens its data directory and database now.
+
+    Raises:
+        ConfigError: Bad tokens file or settings.
+        StorageError: The data directory or database cannot be used.
+    """
+    runtime = Runtime.open(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await runtime.close()
+
+    app = FastAPI(
+        title="Evermind runtime",
+        version=evermind.__version__,
+        summary="Serves pushed .evermind packages: OpenAI-compatible generation and "
+        "embeddings, memory, a shared semantic cache.",
+        docs_url=None,  # served below from local assets, not FastAPI's CDN default
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    _mount_offline_docs(app)
+    app.state.runtime = runtime
+    for module in (routes_models, routes_openai, routes_memory, routes_cache):
+        app.include_router(module.router)
+    # add_middleware wraps the outside: FrontDoor first, then CORS around it.
+    labelled: list[BaseRoute] = []  # filled below, once every route exists
+    app.add_middleware(FrontDoor, runtime=runtime, routes=labelled)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=list(config.cors_origins),
+        allow_origin_regex=None if config.cors_origins else LOOPBACK_ORIGINS,
+        allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+        allow_headers=["Authorization", "Content-Type"],
+        max_age=600,
+    )
+
+    @app.get("/healthz", tags=["service"], summary="Liveness")
+    async def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "version": evermind.__version__,
+            "uptime_s": round(time.time() - runtime.started_at, 3),
+            "models_loaded": runtime.registry.loaded_count,
+        }
+
+    @app.get("/metrics", tags=["service"], summary="Prometheus metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    _install_error_handlers(app)
+    for module in (routes_models, routes_openai, routes_memory, routes_cache):
+        labelled.extend(module.router.routes)
+    labelled.extend(r for r in app.router.routes if hasattr(r, "path"))
+    return app
+
+
+def _mount_offline_docs(app: FastAPI) -> None:
+    """Serves Swagger UI at ``/docs`` from the ``swagger-ui-bundle`` wheel's files.
+
+    FastAPI's default page loads its JavaScript and CSS from a CDN; the runtime makes no
+    request off the serving host, so the assets come from the installed package instead.
+    """
+    import swagger_ui_bundle
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount(
+        "/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets"
+    )
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="Evermind runtime – API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon-32x32.png",
+        )

@@ -1,0 +1,148 @@
+"""Settings of one runtime server and where its state lives by default (native-only).
+
+This module owns :class:`RuntimeConfig` (every limit the server enforces, with its default)
+and :func:`default_data_dir` (the per-user data directory, XDG style on Linux).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evermind.errors import ConfigError
+
+MIB = 1024 * 1024
+DEFAULT_PORT = 8377
+
+
+def default_data_dir() -> Path:
+    """The per-user data directory of the runtime.
+
+    ``$XDG_DATA_HOME/evermind`` (default ``~/.local/share/evermind``) on Linux and other
+    Unixes, ``~/Library/Application Support/evermind`` on macOS, ``%LOCALAPPDATA%\\evermind``
+    on Windows.
+    """
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "evermind"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "evermind"
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base_path = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base_path / "evermind"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to ``host`` keeps the server reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class RuntimeConfig:
+    """Everything one server needs to start.
+
+    Attributes:
+        data_dir: Installed packages and the SQLite database live here.
+        host: Interface the server binds to (for the loopback-without-auth check).
+        port: TCP port.
+        tokens_file: Path of the tokens file (see docs/runtime.md); None: no auth, one
+            tenant ``default`` with write access (loopback only unless ``insecure_no_auth``).
+        insecure_no_auth: Allow running without tokens on a non-loopback address.
+        cors_origins: Exact allowed origins; empty: any ``http(s)://`` loopback origin.
+        max_package_bytes: Largest package a push may upload (413 beyond).
+        max_request_bytes: Largest JSON request body (413 beyond).
+        max_tokens_cap: Largest ``max_tokens`` a generation request may ask for (400 beyond).
+        default_max_tokens: ``max_tokens`` when a request does not say.
+        max_embedding_inputs: Most texts in one embeddings request.
+        max_input_chars: Longest prompt or embedding input, in characters.
+        rate_limit: Requests per second each tenant may sustain (0: unlimited).
+        rate_burst: Requests a tenant may send at once before the rate applies (0: 2 x rate).
+        memory_budget_bytes: Loaded models are evicted (least recently used first) above this.
+        worker_threads: Size of the thread pool that runs generation and embeddings.
+        cache_max_entries: Entries kept per semantic-cache namespace (oldest evicted).
+    """
+
+    data_dir: Path = field(default_factory=default_data_dir)
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    tokens_file: Path | None = None
+    insecure_no_auth: bool = False
+    cors_origins: list[str] = field(default_factory=list)
+    max_package_bytes: int = 1024 * MIB
+    max_request_bytes: int = 4 * MIB
+    max_tokens_cap: int = 4096
+    default_max_tokens: int = 128
+    max_embedding_inputs: int = 2048
+    max_input_chars: int = 200_000
+    rate_limit: float = 100.0
+    rate_burst: int = 0
+    memory_budget_bytes: int = 2048 * MIB
+    worker_threads: int = field(default_factory=lambda: min(32, (os.cpu_count() or 1) + 4))
+    cache_max_entries: int = 100_000
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if self.tokens_file is not None:
+            self.tokens_file = Path(self.tokens_file)
+        positive = {
+            "max_package_bytes": self.max_package_bytes,
+            "max_request_bytes": self.max_request_bytes,
+            "max_tokens_cap": self.max_tokens_cap,
+            "default_max_tokens": self.default_max_tokens,
+            "max_embedding_inputs": self.max_embedding_inputs,
+            "max_input_chars": self.max_input_chars,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "worker_threads": self.worker_threads,
+            "cache_max_entries": self.cache_max_entries,
+        }
+        for name, value in positive.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"RuntimeConfig.{name}: expected an integer >= 1, got {value!r}")
+        if self.default_max_tokens > self.max_tokens_cap:
+            raise ConfigError(
+                f"RuntimeConfig: default_max_tokens {self.default_max_tokens} exceeds "
+                f"max_tokens_cap {self.max_tokens_cap}; hint: raise the cap or lower the default"
+            )
+        if self.rate_limit < 0 or self.rate_burst < 0:
+            raise ConfigError(
+                f"RuntimeConfig: rate_limit and rate_burst must be >= 0, got "
+                f"{self.rate_limit} and {self.rate_burst}"
+            )
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"RuntimeConfig.port: expected 0..65535, got {self.port}")
+
+    def check_exposure(self) -> None:
+        """Refuses a non-loopback bind without tokens unless ``insecure_no_auth`` is set.
+
+        Raises:
+            ConfigError: The server would be reachable from the network with no auth.
+        """
+        if self.tokens_file is None and not is_loopback(self.host) and not self.insecure_no_auth:
+            raise ConfigError(
+                f"refusing to serve on {self.host} without authentication; expected a "
+                "--tokens-file (or a loopback --host such as 127.0.0.1); hint: pass "
+                "--insecure-no-auth if anyone who can reach this address may push and generate"
+            )
+
+    @property
+    def models_dir(self) -> Path:
+        """``<data>/models``: installed packages."""
+        return self.data_dir / "models"
+
+    @property
+    def tmp_dir(self) -> Path:
+        """``<data>/tmp``: uploads and staged installs; emptied at start."""
+        return self.data_dir / "tmp"
+
+    @property
+    def db_path(self) -> Path:
+        """``<data>/runtime.db``: the SQLite database (memories and the semantic cache)."""
+        return self.data_dir / "runtime.db"

@@ -1,0 +1,60 @@
+"""The runtime's HTTP error: an :class:`ApiError` becomes an OpenAI-style JSON error (native-only).
+
+Every route raises :class:`ApiError` (or lets a library error through, which the app maps);
+the app turns it into ``{"error": {"message", "type", "code"}}`` with the right status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evermind.errors import EvermindError
+
+#: OpenAI error ``type`` by HTTP status.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_error",
+}
+
+
+class ApiError(EvermindError):
+    """A request the runtime refuses, with its HTTP status and OpenAI error fields.
+
+    Args:
+        status: The HTTP status code (4xx for the caller's mistakes).
+        message: What was expected, what was received, and a hint.
+        code: A short machine-readable reason, e.g. ``"model_not_found"``.
+        headers: Extra response headers (``Retry-After``, ``WWW-Authenticate``).
+    """
+
+    def __init__(
+        self, status: int, message: str, code: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = headers or {}
+
+    @property
+    def type(self) -> str:
+        """The OpenAI error type for the status."""
+        return ERROR_TYPES.get(self.status, "server_error" if self.status >= 500 else "error")
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of the error response."""
+        return error_body(self.message, self.type, self.code)
+
+
+def error_body(message: str, type_: str, code: str) -> dict[str, Any]:
+    """``{"error": {"message", "type", "code"}}``."""
+    return {"error": {"message": message, "type": type_, "code": code}}

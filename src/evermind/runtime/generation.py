@@ -1,0 +1,170 @@
+"""Turning requests into generations: the chat template and the worker-pool bridge (native-only).
+
+The chat template (documented in docs/runtime.md) renders OpenAI messages as plain text,
+which is what an Evermind model was trained on::
+
+    <system and developer messages, joined by newlines>   (only when there are any)
+    <blank line>
+    User: <content>
+    Assistant: <content>
+    ...
+    Assistant:
+
+The model continues after the final ``Assistant:``; generation stops at ``\\nUser:`` (the
+model starting the next user turn) in addition to the caller's ``stop`` strings, and the
+reply's leading whitespace is dropped.
+
+:class:`Generator` runs :meth:`evermind.inference.Model.stream` on the worker thread pool, so
+the event loop never waits for the model. Each request works on a shallow copy of the model
+(shared weights, private ``last_*`` counters), so concurrent requests on one model are safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import copy
+import threading
+from collections.abc import AsyncGenerator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from evermind.inference import Model
+
+#: Stop string the chat template adds: the model starting the next user turn.
+CHAT_STOP = "\nUser:"
+ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "function": "Tool"}
+SYSTEM_ROLES = ("system", "developer")
+
+
+def render_chat(messages: Sequence[tuple[str, str]]) -> str:
+    """The prompt for ``(role, text)`` turns under the documented chat template."""
+    system = [text for role, text in messages if role in SYSTEM_ROLES]
+    lines = ["\n".join(system) + "\n"] if system else []
+    for role, text in messages:
+        if role not in SYSTEM_ROLES:
+            lines.append(f"{ROLE_LABELS.get(role, role.title())}: {text}")
+    lines.append("Assistant:")
+    return "\n".join(lines)
+
+
+@dataclass
+class GenerationRequest:
+    """One generation's inputs, already validated by the route."""
+
+    prompt: str
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    #: Drop the reply's leading whitespace (chat replies).
+    strip_leading: bool = False
+
+
+@dataclass
+class GenerationResult:
+    """What came out, with the OpenAI ``usage`` counts."""
+
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "length"
+
+
+class Generator:
+    """Runs generations on a thread pool and hands text back to the event loop.
+
+    Args:
+        executor: The worker pool (shared with embeddings and model loading).
+    """
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+
+    async def complete(self, model: Model, request: GenerationRequest) -> GenerationResult:
+        """Generates the whole reply in the pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, _complete, model, request)
+
+    async def stream(
+        self, model: Model, request: GenerationRequest, result: GenerationResult
+    ) -> AsyncGenerator[str, None]:
+        """Yields text pieces as the pool produces them; fills ``result`` at the end.
+
+        Closing the iterator early (the client went away) stops the worker at its next
+        token.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, str | BaseException | None]] = asyncio.Queue()
+        cancelled = threading.Event()
+
+        def put(kind: str, value: str | BaseException | None) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+
+        def work() -> None:
+            pieces = _pieces(model, request, result)
+            try:
+                for piece in pieces:
+                    if cancelled.is_set():
+                        return
+                    put("piece", piece)
+                put("done", None)
+            except BaseException as err:  # handed to the event loop and re-raised there
+                put("error", err)
+            finally:
+                pieces.close()  # stops the model's generator now, not at garbage collection
+
+        worker = loop.run_in_executor(self._executor, work)
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "piece" and isinstance(value, str):
+                    yield value
+                elif kind == "error" and isinstance(value, BaseException):
+                    raise value
+                else:
+                    break
+            await worker
+        finally:
+            cancelled.set()
+
+
+def _pieces(
+    model: Model, request: GenerationRequest, result: GenerationResult
+) -> collections.abc.Generator[str, None, None]:
+    own = copy.copy(model)  # private last_* counters; weights and tokenizer are shared
+    pieces = own.stream(
+        request.prompt,
+        max_new_tokens=request.max_tokens,
+        temperature=request.temperature,
+        top_k=request.top_k,
+        top_p=request.top_p,
+        seed=request.seed,
+        stop=request.stop or None,
+    )
+    leading = request.strip_leading
+    try:
+        for piece in pieces:
+            if leading:
+                piece = piece.lstrip()
+                if not piece:
+                    continue
+                leading = False
+            result.text += piece
+            yield piece
+    finally:
+        close = getattr(pieces, "close", None)  # stops the model's generator early
+        if close is not None:
+            close()
+        result.prompt_tokens = getattr(own, "last_prompt_tokens", 0)
+        result.completion_tokens = getattr(own, "last_completion_tokens", 0)
+        result.finish_reason = getattr(own, "last_finish_reason", "length")
+
+
+def _complete(model: Model, request: GenerationRequest) -> GenerationResult:
+    result = GenerationResult()
+    for _ in _pieces(model, request, result):
+        pass
+    return result

@@ -1,0 +1,204 @@
+"""Model refs of a tenant, and the models loaded to serve them (native-only).
+
+This module owns :class:`ModelRegistry`: it resolves an id (``evermind/<name>:<version>``
+or ``evermind/<name>``, the newest version) to an :class:`~evermind.runtime.installs.Install`
+of the caller's tenant, and keeps loaded :class:`~evermind.inference.Model` objects in an
+LRU bounded by a memory budget. Models load lazily, on first use, in the worker pool, once
+even when many requests ask at the same time. Usage counters per model live here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import OrderedDict
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from evermind.inference import Model
+from evermind.package import read_package
+from evermind.runtime.errors import ApiError
+from evermind.runtime.installs import Install, InstallStore
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "evermind/"
+_ID = re.compile(
+    r"(?:evermind/)?([a-z0-9][a-z0-9._-]{0,63})(?::([A-Za-z0-9][A-Za-z0-9._+-]{0,63}))?"
+)
+#: Bytes a loaded model holds beyond its float32 weights (tokenizer, numpy overheads).
+_OVERHEAD_BYTES = 1 << 20
+
+LoadKey = tuple[str, str, str, str]
+
+
+@dataclass
+class ModelStats:
+    """Usage of one installed model since the server started."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    embedded_inputs: int = 0
+    last_used: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form served in ``GET /v1/models/{id}``."""
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "embedded_inputs": self.embedded_inputs,
+            "last_used": self.last_used,
+        }
+
+
+def parse_model_id(model_id: str) -> tuple[str, str | None]:
+    """``(name, version or None)`` of ``evermind/<name>[:<version>]`` (prefix optional).
+
+    Raises:
+        ApiError: 404 when the id cannot name a package.
+    """
+    match = _ID.fullmatch(model_id.strip()) if isinstance(model_id, str) else None
+    if match is None:
+        raise ApiError(
+            404,
+            f"model {model_id!r} not found; expected an id like 'evermind/<name>:<version>' or "
+            "'evermind/<name>'; hint: GET /v1/models lists yours",
+            "model_not_found",
+        )
+    return match.group(1), match.group(2)
+
+
+def estimate_bytes(install: Install) -> int:
+    """Memory a loaded model of ``install`` holds: float32 weights twice (the verified
+    package's tensors and the CPU model's arrays) plus a fixed overhead."""
+    n_params = int(install.manifest.get("model", {}).get("n_params", 0))
+    return 8 * n_params + _OVERHEAD_BYTES
+
+
+class ModelRegistry:
+    """Resolves ids to installs of a tenant and serves loaded models from an LRU.
+
+    Args:
+        installs: The packages on disk.
+        budget_bytes: Loaded models beyond this (by :func:`estimate_bytes`) are evicted,
+            least recently used first; one model larger than the budget still loads alone.
+        executor: Where packages are read and verified (off the event loop).
+    """
+
+    def __init__(self, installs: InstallStore, budget_bytes: int, executor: Executor) -> None:
+        self.installs = installs
+        self.budget_bytes = budget_bytes
+        self._executor = executor
+        self._loaded: OrderedDict[LoadKey, tuple[Model, int]] = OrderedDict()
+        self._loading: dict[LoadKey, asyncio.Future[Model]] = {}
+        self.stats: dict[LoadKey, ModelStats] = {}
+        self.loads = 0
+        self.evictions = 0
+
+    # ------------------------------------------------------------------ refs
+
+    def resolve(self, tenant: str, model_id: str) -> Install:
+        """The install ``model_id`` names for ``tenant``.
+
+        Raises:
+            ApiError: 404 when the tenant has no such model (another tenant's model is
+                reported exactly like a missing one).
+        """
+        name, version = parse_model_id(model_id)
+        if version is None:
+            install = self.installs.newest(tenant, name)
+        else:
+            install = self.installs.get(tenant, name, version)
+        if install is None:
+            raise ApiError(
+                404,
+                f"model {model_id!r} not found; hint: push it first (POST /v1/models) or list "
+                "your models with GET /v1/models",
+                "model_not_found",
+            )
+        return install
+
+    @staticmethod
+    def key(install: Install) -> LoadKey:
+        """The identity of a loaded model (tenant, name, version, digest)."""
+        return (install.tenant, install.name, install.version, install.digest)
+
+    def stats_for(self, install: Install) -> ModelStats:
+        """The usage counters of ``install`` (created on first use)."""
+        return self.stats.setdefault(self.key(install), ModelStats())
+
+    def is_loaded(self, install: Install) -> bool:
+        """Whether ``install`` is in memory now."""
+        return self.key(install) in self._loaded
+
+    @property
+    def loaded_bytes(self) -> int:
+        """Estimated memory of every loaded model."""
+        return sum(size for _, size in self._loaded.values())
+
+    @property
+    def loaded_count(self) -> int:
+        """How many models are in memory."""
+        return len(self._loaded)
+
+    # ------------------------------------------------------------------ loading
+
+    async def model(self, install: Install) -> Model:
+        """The loaded model of ``install``: from the LRU, or read and verified now.
+
+        Must be called on the event loop (the LRU is not locked).
+        """
+        key = self.key(install)
+        hit = self._loaded.get(key)
+        if hit is not None:
+            self._loaded.move_to_end(key)
+            return hit[0]
+        pending = self._loading.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Model] = loop.create_future()
+        self._loading[key] = future
+        try:
+            start = time.perf_counter()
+            model = await loop.run_in_executor(self._executor, _load, install)
+            logger.info("loaded %s in %.2f s", install.ref, time.perf_counter() - start)
+            self.loads += 1
+            self._admit(key, model, estimate_bytes(install))
+            future.set_result(model)
+            return model
+        except BaseException as err:
+            future.set_exception(err)
+            future.exception()  # mark retrieved: waiters re-raise it, nobody logs it twice
+            raise
+        finally:
+            del self._loading[key]
+
+    def _admit(self, key: LoadKey, model: Model, size: int) -> None:
+        self._loaded[key] = (model, size)
+        while len(self._loaded) > 1 and self.loaded_bytes > self.budget_bytes:
+            old, _ = self._loaded.popitem(last=False)
+            self.evictions += 1
+            logger.info("evicted %s:%s of tenant %s (memory budget)", old[1], old[2], old[0])
+
+    def unload(self, install: Install) -> None:
+        """Drops ``install``'s model from memory (after a delete)."""
+        self._loaded.pop(self.key(install), None)
+        self.stats.pop(self.key(install), None)
+
+
+def _load(install: Install) -> Model:
+    package = read_package(install.path)
+    if package.digest != install.digest:
+        raise ApiError(
+            503,
+            f"installed package {install.ref} changed on disk (digest {package.digest}, "
+            f"installed {install.digest}); hint: push it again",
+            "package_changed",
+        )
+    return Model(package)

@@ -1,0 +1,311 @@
+"""OpenAI-compatible generation and embeddings: ``/v1/completions``, ``/v1/chat/completions``,
+``/v1/embeddings`` (native-only).
+
+Request and response shapes follow OpenAI's, including ``stream: true`` as server-sent
+events ending with ``data: [DONE]`` and ``usage`` token counts. Chat turns are rendered
+with the template in :mod:`evermind.runtime.generation`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from evermind.inference import EMBED_MAX_TOKENS, Model
+from evermind.runtime.auth import Principal
+from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.errors import ApiError
+from evermind.runtime.generation import (
+    CHAT_STOP,
+    GenerationRequest,
+    GenerationResult,
+    render_chat,
+)
+from evermind.runtime.installs import Install
+from evermind.runtime.schemas import (
+    ChatMessage,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+)
+from evermind.runtime.state import Reader, Runtime, RuntimeDep
+
+router = APIRouter(tags=["openai"])
+
+MAX_STOP_STRINGS = 4
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > MAX_STOP_STRINGS:
+        raise ApiError(
+            400,
+            f"stop: expected at most {MAX_STOP_STRINGS} strings, got {len(stops)}",
+            "invalid_stop",
+        )
+    return [s for s in stops if s]
+
+
+def _max_tokens(config: RuntimeConfig, requested: int | None) -> int:
+    if requested is None:
+        return config.default_max_tokens
+    if requested > config.max_tokens_cap:
+        raise ApiError(
+            400,
+            f"max_tokens: {requested} exceeds this server's limit of {config.max_tokens_cap}; "
+            f"hint: ask for at most {config.max_tokens_cap} tokens",
+            "max_tokens_too_large",
+        )
+    return requested
+
+
+def _check_length(config: RuntimeConfig, text: str, what: str) -> None:
+    if len(text) > config.max_input_chars:
+        raise ApiError(
+            400,
+            f"{what}: {len(text)} characters, this server accepts at most "
+            f"{config.max_input_chars}; hint: shorten it",
+            "input_too_long",
+        )
+
+
+def _generation(
+    config: RuntimeConfig,
+    body: CompletionRequest | ChatRequest,
+    prompt: str,
+    max_tokens: int | None,
+    chat: bool,
+) -> GenerationRequest:
+    _check_length(config, prompt, "prompt")
+    stops = _stops(body.stop)
+    return GenerationRequest(
+        prompt=prompt,
+        max_tokens=_max_tokens(config, max_tokens),
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        seed=None if body.seed is None else body.seed % (1 << 64),
+        stop=[*stops, CHAT_STOP] if chat else stops,
+        strip_leading=chat,
+    )
+
+
+def _message_text(message: ChatMessage, index: int) -> str:
+    if message.content is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    texts = []
+    for part in message.content:
+        if part.type != "text" or part.text is None:
+            raise ApiError(
+                400,
+                f"messages[{index}].content: part of type {part.type!r} is not supported; "
+                "expected text parts only (this model reads text)",
+                "unsupported_content",
+            )
+        texts.append(part.text)
+    return "".join(texts)
+
+
+async def _serve(runtime: Runtime, who: Principal, model_id: str) -> tuple[Install, Model]:
+    install = runtime.registry.resolve(who.tenant, model_id)
+    model = await runtime.registry.model(install)
+    return install, model
+
+
+def _usage(result: GenerationResult) -> dict[str, int]:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+    }
+
+
+def _account(runtime: Runtime, install: Install, result: GenerationResult) -> None:
+    stats = runtime.registry.stats_for(install)
+    stats.requests += 1
+    stats.prompt_tokens += result.prompt_tokens
+    stats.completion_tokens += result.completion_tokens
+    stats.last_used = time.time()
+    runtime.metrics.add_tokens("prompt", result.prompt_tokens)
+    runtime.metrics.add_tokens("completion", result.completion_tokens)
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+async def _event_stream(
+    runtime: Runtime,
+    install: Install,
+    model: Model,
+    request: GenerationRequest,
+    chunk: Callable[[str | None, str | None], dict[str, Any]],
+    include_usage: bool,
+    base: dict[str, Any],
+) -> AsyncIterator[bytes]:
+    """SSE bytes: the chunks ``chunk(text, finish_reason)`` builds, then usage and [DONE]."""
+    result = GenerationResult()
+    pieces = runtime.generator.stream(model, request, result)
+    try:
+        async for piece in pieces:
+            yield _sse(chunk(piece, None))
+    except Exception as err:  # headers are gone: report in the stream, OpenAI style
+        error = {"message": f"generation failed: {err}", "type": "server_error", "code": "error"}
+        yield _sse({"error": error})
+        return
+    finally:
+        await pieces.aclose()
+    _account(runtime, install, result)
+    yield _sse(chunk(None, result.finish_reason))
+    if include_usage:
+        yield _sse({**base, "choices": [], "usage": _usage(result)})
+    yield _sse("[DONE]")
+
+
+@router.post("/v1/completions", summary="Text completion (OpenAI shape)")
+async def completions(
+    body: CompletionRequest,
+    runtime: RuntimeDep,
+    who: Reader,
+) -> Any:
+    """Continues ``prompt``; ``stream: true`` answers with server-sent events."""
+    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    if len(prompts) != 1:
+        raise ApiError(
+            400,
+            f"prompt: expected one prompt, got {len(prompts)}; send one per request",
+            "invalid_prompt",
+        )
+    request = _generation(runtime.config, body, prompts[0], body.max_tokens, chat=False)
+    install, model = await _serve(runtime, who, body.model)
+    base = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": install.ref,
+    }
+    if body.stream:
+
+        def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
+            choice = {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish}
+            return {**base, "choices": [choice]}
+
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        events = _event_stream(runtime, install, model, request, chunk, include, base)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    result = await runtime.generator.complete(model, request)
+    _account(runtime, install, result)
+    choice = {
+        "text": result.text,
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": result.finish_reason,
+    }
+    return JSONResponse({**base, "choices": [choice], "usage": _usage(result)})
+
+
+@router.post("/v1/chat/completions", summary="Chat completion (OpenAI shape)")
+async def chat_completions(
+    body: ChatRequest,
+    runtime: RuntimeDep,
+    who: Reader,
+) -> Any:
+    """Replies to ``messages`` rendered with the documented chat template."""
+    turns = [(m.role, _message_text(m, i)) for i, m in enumerate(body.messages)]
+    max_tokens = body.max_completion_tokens if body.max_tokens is None else body.max_tokens
+    request = _generation(runtime.config, body, render_chat(turns), max_tokens, chat=True)
+    install, model = await _serve(runtime, who, body.model)
+    base = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk" if body.stream else "chat.completion",
+        "created": int(time.time()),
+        "model": install.ref,
+        "system_fingerprint": install.digest[:24],
+    }
+    if body.stream:
+        first = [True]
+
+        def chunk(text: str | None, finish: str | None) -> dict[str, Any]:
+            delta: dict[str, Any] = {} if text is None else {"content": text}
+            if first[0]:
+                delta["role"] = "assistant"
+                first[0] = False
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {**base, "choices": [choice]}
+
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        events = _event_stream(runtime, install, model, request, chunk, include, base)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+    result = await runtime.generator.complete(model, request)
+    _account(runtime, install, result)
+    message = {"role": "assistant", "content": result.text}
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": result.finish_reason,
+    }
+    return JSONResponse({**base, "choices": [choice], "usage": _usage(result)})
+
+
+def _embed_job(model: Model, texts: list[str]) -> tuple[np.ndarray, int]:
+    vectors = model.embed(texts)  # (N, D), L2-normalised
+    tokens = sum(max(1, min(len(model.tokenizer.encode(t)), EMBED_MAX_TOKENS)) for t in texts)
+    return vectors, tokens
+
+
+@router.post("/v1/embeddings", summary="Embeddings (OpenAI shape)")
+async def embeddings(
+    body: EmbeddingRequest,
+    runtime: RuntimeDep,
+    who: Reader,
+) -> JSONResponse:
+    """Mean-pooled, L2-normalised final hidden states, one per input text."""
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    config = runtime.config
+    if not texts or len(texts) > config.max_embedding_inputs:
+        raise ApiError(
+            400,
+            f"input: expected 1 to {config.max_embedding_inputs} texts, got {len(texts)}",
+            "invalid_input",
+        )
+    for i, text in enumerate(texts):
+        _check_length(config, text, f"input[{i}]")
+    install, model = await _serve(runtime, who, body.model)
+    if body.dimensions is not None and body.dimensions != model.config.d_model:
+        raise ApiError(
+            400,
+            f"dimensions: {install.ref} embeds into {model.config.d_model} dimensions, got a "
+            f"request for {body.dimensions}; hint: omit dimensions",
+            "invalid_dimensions",
+        )
+    loop = asyncio.get_running_loop()
+    vectors, tokens = await loop.run_in_executor(runtime.executor, _embed_job, model, texts)
+    stats = runtime.registry.stats_for(install)
+    stats.requests += 1
+    stats.embedded_inputs += len(texts)
+    stats.last_used = time.time()
+    runtime.metrics.add_tokens("embedding", tokens)
+    data = []
+    for i, row in enumerate(vectors):
+        encoded: Any
+        if body.encoding_format == "base64":
+            encoded = base64.b64encode(row.astype("<f4").tobytes()).decode("ascii")
+        else:
+            encoded = row.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": encoded})
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return JSONResponse({"object": "list", "data": data, "model": install.ref, "usage": usage})

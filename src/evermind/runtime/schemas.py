@@ -1,0 +1,119 @@
+"""Request bodies of the runtime's JSON endpoints, as pydantic models (native-only).
+
+They validate types and ranges and become the OpenAPI schema at ``/docs``. Unknown fields
+are accepted and ignored (OpenAI clients send many); limits that depend on the server's
+configuration (``max_tokens`` cap, input sizes) are checked by the routes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Stop = str | list[str] | None
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Body):
+    """``stream_options``: ``include_usage`` adds a final chunk with the token counts."""
+
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    model: str = Field(description="evermind/<name>:<version>, or evermind/<name> for the newest")
+    max_tokens: int | None = Field(None, ge=1, description="Tokens to generate at most")
+    temperature: float | None = Field(None, ge=0, le=2, description="0 is greedy; default 1")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling mass")
+    top_k: int | None = Field(None, ge=1, description="Evermind extension: top-k sampling")
+    stop: Stop = Field(None, description="Up to 4 strings that end the generation")
+    seed: int | None = Field(None, description="Same seed, same request: same text")
+    n: int | None = Field(None, ge=1, le=1, description="Only 1 is supported")
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``."""
+
+    prompt: str | list[str] = Field(description="The text to continue (one prompt)")
+
+
+class ContentPart(_Body):
+    """One part of a message's content; only ``text`` parts are supported."""
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Body):
+    """One chat turn."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ChatRequest(_Sampling):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="Alias of max_tokens")
+
+
+class EmbeddingRequest(_Body):
+    """``POST /v1/embeddings``."""
+
+    model: str
+    input: str | list[str] = Field(description="A text or a list of texts")
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1, description="Must equal the model's d_model")
+
+
+class CacheLookupRequest(_Body):
+    """``POST /v1/semantic-cache/lookup``."""
+
+    embedding: list[float] = Field(min_length=1, max_length=16384)
+    threshold: float = Field(0.9, ge=-1, le=1, description="Smallest cosine that is a hit")
+    namespace: str | None = Field(None, max_length=256)
+    query: str | None = Field(None, max_length=100_000, description="Enables the guards")
+
+
+class CacheStoreRequest(_Body):
+    """``POST /v1/semantic-cache/store``."""
+
+    embedding: list[float] = Field(min_length=1, max_length=16384)
+    response: Any = Field(description="Any JSON value: returned as-is on a hit")
+    namespace: str | None = Field(None, max_length=256)
+    meta: dict[str, Any] | None = None
+    query: str | None = Field(None, max_length=100_000)
+
+
+class _MemoryScope(_Body):
+    namespace: str | None = Field(None, max_length=256, description="Default: 'default'")
+    model: str | None = Field(
+        None, description="Embedder for semantic recall (one of your models); none: lexical only"
+    )
+
+
+class RememberRequest(_MemoryScope):
+    """``POST /v1/memory/remember``."""
+
+    key: str
+    content: str
+    tags: list[str] = Field(default_factory=list)
+    importance: float = Field(0.5, ge=0, le=1)
+    ttl: float | None = Field(None, gt=0, description="Lifetime in seconds")
+    meta: dict[str, Any] | None = None
+
+
+class RecallRequest(_MemoryScope):
+    """``POST /v1/memory/recall``."""
+
+    query: str
+    top_k: int = Field(5, ge=1, le=100)
+    tags: list[str] | None = None

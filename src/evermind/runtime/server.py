@@ -1,0 +1,114 @@
+"""Running the runtime app on uvicorn, in the foreground or on a background thread
+(native-only).
+
+:func:`serve` is what ``evermind serve`` calls. :class:`ServerThread` runs a server inside
+this process on a free loopback port (tests, the benchmark, notebooks).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from types import TracebackType
+
+import uvicorn
+
+from evermind.errors import EvermindError
+from evermind.runtime.app import create_app
+from evermind.runtime.config import RuntimeConfig
+
+logger = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _uvicorn_config(config: RuntimeConfig, log_level: str) -> uvicorn.Config:
+    return uvicorn.Config(
+        create_app(config),
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        server_header=False,
+        # Streams and pushes must not wait on Nagle; uvicorn sets TCP_NODELAY itself.
+    )
+
+
+def serve(config: RuntimeConfig, log_level: str = "info") -> None:
+    """Serves until interrupted (Ctrl-C / SIGTERM).
+
+    Raises:
+        ConfigError: No tokens on a non-loopback address, or bad settings.
+    """
+    config.check_exposure()
+    server = uvicorn.Server(_uvicorn_config(config, log_level))
+    server.run()
+
+
+class ServerThread:
+    """A runtime server on a background thread; a context manager.
+
+    Args:
+        config: The settings; ``port=0`` picks a free port.
+        log_level: uvicorn's log level.
+        start_timeout_s: How long :meth:`start` waits for the server to accept connections.
+    """
+
+    def __init__(
+        self, config: RuntimeConfig, log_level: str = "warning", start_timeout_s: float = 30.0
+    ) -> None:
+        if config.port == 0:
+            config.port = free_port(config.host)
+        config.check_exposure()
+        self.config = config
+        self._timeout = start_timeout_s
+        self.server = uvicorn.Server(_uvicorn_config(config, log_level))
+        self._thread = threading.Thread(
+            target=self.server.run, name="evermind-runtime", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the server."""
+        return f"http://{self.config.host}:{self.config.port}"
+
+    def start(self) -> ServerThread:
+        """Starts the thread and waits until the server is up.
+
+        Raises:
+            EvermindError: The server did not start in time (e.g. the port is taken).
+        """
+        self._thread.start()
+        deadline = time.monotonic() + self._timeout
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise EvermindError(
+                    f"the runtime did not start on {self.url} within {self._timeout} s; "
+                    "hint: is the port already in use?"
+                )
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """Asks the server to shut down and waits for the thread."""
+        self.server.should_exit = True
+        self._thread.join(timeout=self._timeout)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,129 @@
+"""The server's long-lived services and the request dependencies that reach them (native-only).
+
+:class:`Runtime` is built once per app (at start-up) from a
+:class:`~evermind.runtime.config.RuntimeConfig`; routes get it, and the caller's
+:class:`~evermind.runtime.auth.Principal`, through the FastAPI dependencies below. The
+principal is settled by the auth middleware before any body is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from evermind.runtime.auth import Principal, RateLimiter, TokenTable
+from evermind.runtime.cache_store import SemanticCacheStore
+from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.errors import ApiError
+from evermind.runtime.generation import Generator
+from evermind.runtime.installs import InstallStore
+from evermind.runtime.memory_service import MemoryService
+from evermind.runtime.metrics import Metrics
+from evermind.runtime.registry import ModelRegistry
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """Every service one server holds."""
+
+    config: RuntimeConfig
+    tokens: TokenTable
+    limiter: RateLimiter
+    executor: ThreadPoolExecutor
+    installs: InstallStore
+    registry: ModelRegistry
+    generator: Generator
+    cache: SemanticCacheStore
+    memory: MemoryService
+    metrics: Metrics
+    started_at: float
+
+    @classmethod
+    def open(cls, config: RuntimeConfig) -> Runtime:
+        """Creates the data directory, scans installs, opens the database.
+
+        Raises:
+            ConfigError: The tokens file is missing or malformed.
+            StorageError: The data directory or database cannot be used.
+        """
+        tokens = TokenTable.from_file(config.tokens_file)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        executor = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="evermind-worker")
+        installs = InstallStore(config.models_dir, config.tmp_dir)
+        registry = ModelRegistry(installs, config.memory_budget_bytes, executor)
+        metrics = Metrics()
+        runtime = cls(
+            config=config,
+            tokens=tokens,
+            limiter=RateLimiter(config.rate_limit, config.rate_burst),
+            executor=executor,
+            installs=installs,
+            registry=registry,
+            generator=Generator(executor),
+            cache=SemanticCacheStore(config.db_path, config.cache_max_entries),
+            memory=MemoryService(config.db_path, executor),
+            metrics=metrics,
+            started_at=time.time(),
+        )
+        metrics.gauges["evermind_models_loaded"] = lambda: registry.loaded_count
+        metrics.gauges["evermind_models_loaded_bytes"] = lambda: registry.loaded_bytes
+        metrics.gauges["evermind_model_loads_total"] = lambda: registry.loads
+        metrics.gauges["evermind_model_evictions_total"] = lambda: registry.evictions
+        logger.info(
+            "runtime data in %s; auth %s", config.data_dir, "on" if tokens.enabled else "off"
+        )
+        return runtime
+
+    async def close(self) -> None:
+        """Closes the database connections and the worker pool."""
+        await self.memory.close()
+        self.cache.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def get_runtime(request: Request) -> Runtime:
+    """The app's :class:`Runtime`."""
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+async def reader(request: Request) -> Principal:
+    """The caller (authenticated by the middleware); any access level."""
+    return principal_of(request)
+
+
+def principal_of(request: Request) -> Principal:
+    """The principal the auth middleware put in the request scope."""
+    principal = request.scope.get("evermind.principal")
+    if not isinstance(principal, Principal):
+        raise ApiError(401, "not authenticated; expected a bearer token", "missing_token")
+    return principal
+
+
+async def writer(request: Request) -> Principal:
+    """The caller, who must hold a write token.
+
+    Raises:
+        ApiError: 403 for a read-only token.
+    """
+    principal = principal_of(request)
+    if not principal.can_write:
+        raise ApiError(
+            403,
+            "this token is read-only; installing, deleting and storing need a token with "
+            "'write' access in the server's tokens file",
+            "read_only_token",
+        )
+    return principal
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+Reader = Annotated[Principal, Depends(reader)]
+Writer = Annotated[Principal, Depends(writer)]

@@ -1,0 +1,109 @@
+"""Shared helpers of the runtime tests: tokens, headers, error checks, a subprocess server."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+TOKEN_A = "tok-alpha-write-7f3a9c"
+TOKEN_A_READ = "tok-alpha-read-51d2e8"
+TOKEN_B = "tok-bravo-write-c0ffee"
+#: The shared server's push cap: the test packages (~45 KB) fit, 150 KB does not.
+PACKAGE_CAP = 100_000
+
+
+def write_tokens(path: Path) -> Path:
+    """A tokens file: tenant alpha (write + read-only token) and tenant bravo."""
+    path.write_text(
+        "# token tenant access\n"
+        f"{TOKEN_A} alpha write\n"
+        f"{TOKEN_A_READ} alpha read   # read-only\n"
+        f"{TOKEN_B} bravo\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header of ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> str:
+    """Checks an OpenAI-style error response; returns its message."""
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "code"}
+    assert error["message"]
+    if code is not None:
+        assert error["code"] == code, error
+    return str(error["message"])
+
+
+def model_ids(client: httpx.Client) -> list[str]:
+    """The ids ``GET /v1/models`` lists for the client's tenant."""
+    response = client.get("/v1/models")
+    assert response.status_code == 200, response.text
+    return [m["id"] for m in response.json()["data"]]
+
+
+class ServerProcess:
+    """``evermind serve`` in a subprocess on a free loopback port (for crash tests).
+
+    Args:
+        data: The data directory.
+        tokens_file: The tokens file.
+        log: Where the server's output goes.
+    """
+
+    def __init__(self, data: Path, tokens_file: Path, log: Path) -> None:
+        from evermind.runtime.server import free_port
+
+        self.data = data
+        self.tokens_file = tokens_file
+        self.log = log
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> ServerProcess:
+        """Starts the server and waits until ``/healthz`` answers."""
+        command = [
+            sys.executable, "-m", "evermind.cli", "serve",
+            "--port", str(self.port), "--data", str(self.data),
+            "--tokens-file", str(self.tokens_file), "--log-level", "warning",
+        ]  # fmt: skip
+        with open(self.log, "ab") as sink:
+            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise AssertionError(f"server did not start: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown handlers run, exactly like a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """A graceful stop (SIGTERM), then SIGKILL if it hangs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()

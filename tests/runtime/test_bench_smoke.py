@@ -1,0 +1,22 @@
+"""The serving benchmark runs end to end (tiny model, short cells; numbers not checked)."""
+
+from __future__ import annotations
+
+from evermind.runtime.bench import format_table, run_serve_bench
+from tests.factories import tiny_package
+
+
+def test_bench_runs_and_reports_every_cell() -> None:
+    result = run_serve_bench(
+        tiny_package("benchy", "1.0.0"), seconds=0.3, concurrency=(1, 2), reference=False
+    )
+    assert [(r["kind"], r["clients"]) for r in result["rows"]] == [
+        ("embeddings", 1),
+        ("embeddings", 2),
+        ("completions", 1),
+        ("completions", 2),
+    ]
+    assert all(r["requests"] > 0 and r["errors"] == 0 for r in result["rows"])
+    assert result["generation"]["evermind_numpy_tokens_per_s"] > 0
+    table = format_table(result)
+    assert "| completions | 2 |" in table and "evermind/benchy:1.0.0" in table
