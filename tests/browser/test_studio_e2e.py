@@ -156,3 +156,20 @@ def test_headless_cli_writes_a_valid_package(tmp_path: Path) -> None:
     model = evermind.load(out)
     assert model.package.manifest["training"]["steps"] == 3
     assert model.package.manifest["producer"].endswith("(webgpu (browser))")
+
+
+def test_a_native_package_opens_in_the_tab_and_agrees(browser, server) -> None:
+    """The other direction: a package written natively is verified and run in the tab."""
+    from tests.factories import tiny_package
+
+    data = tiny_package(name="native", steps=30)
+    rec = open_studio(browser, server)
+    try:
+        opened = call(rec, "package_load", data_b64=base64.b64encode(data).decode())
+        assert opened["ref"] == "evermind/native:0.1.0"
+        tab = call(rec, "generate", prompt="Memories are", max_new_tokens=10, temperature=0)
+        native = evermind.load(data).complete("Memories are", max_new_tokens=10, temperature=0)
+        assert tab["text"] == native.text
+        rec.assert_offline()
+    finally:
+        rec.close()

@@ -115,3 +115,16 @@ def test_errors_come_back_in_words(events) -> None:
         asyncio.run(api.call("corpus_add", json.dumps({"name": "x.json", "text": "{"})))
     )
     assert envelope["error"]["type"] == "ConfigError" and "x.json:1" in envelope["error"]["message"]
+
+
+def test_a_native_package_opens_in_the_studio_with_the_same_greedy_text(events) -> None:
+    import evermind
+    from tests.factories import tiny_package
+
+    data = tiny_package(name="native", steps=30)
+    opened = call("package_load", data_b64=base64.b64encode(data).decode())
+    assert opened["ref"] == "evermind/native:0.1.0"
+    tab = call("generate", prompt="The quick", max_new_tokens=10, temperature=0)["text"]
+    assert tab == evermind.load(data).complete("The quick", max_new_tokens=10, temperature=0).text
+    metrics = call("evaluate", text="The quick brown fox jumps over the lazy dog.")
+    assert metrics["tokens"] > 0

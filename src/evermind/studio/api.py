@@ -269,8 +269,18 @@ async def evaluate(text: str | None = None) -> dict[str, Any]:
 
 
 @handler
+async def package_load(data_b64: str) -> dict[str, Any]:
+    """Opens a ``.evermind`` package (base64) in the tab: verified, then ready to try."""
+    return await session().load_package(base64.b64decode(data_b64))
+
+
+@handler
 async def export_package(
     name: str = "evermind-studio", version: str = "0.1.0", dtype: str = "float32"
 ) -> dict[str, Any]:
     """The ``.evermind`` package of the current model (base64)."""
     return await session().export(name, version, dtype)
+
+
+import evermind.studio.bench_api  # noqa: E402
+from evermind.studio import memory_api  # noqa: E402,F401

@@ -23,6 +23,7 @@ from evermind.model.config import PRESETS, MambaConfig
 from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
+from evermind.package import read_package
 from evermind.pipeline import JobConfig, export_package, sample_text, train_tokenizer
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
@@ -355,6 +356,33 @@ class Session:
             "eval_losses": result.eval_losses,
         }
 
+    async def load_package(self, data: bytes) -> dict[str, Any]:
+        """Opens a ``.evermind`` package in the tab (verified here) to try or export it."""
+        if self.state == "training":
+            raise ConfigError("training is running; pause or stop it before opening a package")
+        package = read_package(data)
+        roles = package.manifest.get("tokenizer", {})
+        self.tokenizer = Tokenizer.from_json(
+            package.tokenizer_json, eos=roles.get("eos"), bos=roles.get("bos"), pad=roles.get("pad")
+        )
+        self.config = MambaConfig.from_hf_config(package.config)
+        device = await gpu.open_device()
+        model = GpuMamba(device, self.config, 1, 16)
+        model.load_params({name: t.to_float32() for name, t in package.tensors.items()})
+        self.model, self.trainer = model, None
+        self._decoder = self._embedder = None
+        self.job = JobConfig(
+            name=package.name, version=package.version, vocab_size=self.config.vocab_size
+        )
+        self.state = "loaded"
+        return {
+            "ref": f"evermind/{package.name}:{package.version}",
+            "digest": package.digest,
+            "n_params": self.config.n_params,
+            "vocab_size": self.config.vocab_size,
+            "training": package.manifest.get("training", {}),
+        }
+
     # -- using the model ---------------------------------------------------------------------
     def _require_model(self) -> GpuMamba:
         if self.model is None:
@@ -425,7 +453,7 @@ class Session:
     async def evaluate(self, text: str | None) -> dict[str, Any]:
         """Cross-entropy, perplexity, bits/token and top-1/top-5 on held-out (or given) text."""
         model = self._require_model()
-        assert self.tokenizer is not None and self.config is not None and self.held_ids is not None
+        assert self.tokenizer is not None and self.config is not None
         if text:
             tokens = array("i", self.tokenizer.encode(text))
             length = min(model.seq_len, len(tokens) - 1)
@@ -434,6 +462,8 @@ class Session:
             runner = GpuMamba(model.device, self.config, 1, length, weights=model.slots)
             batches = eval_windows(tokens, 1, length, 64)
         else:
+            if self.held_ids is None:
+                raise ConfigError("no held-out text: paste a text to evaluate on")
             runner = model
             batches = eval_windows(self.held_ids, model.batch_size, model.seq_len, 4)
             if not batches:
@@ -469,7 +499,6 @@ class Session:
         """The ``.evermind`` package of the current weights, base64-encoded."""
         model = self._require_model()
         assert self.job is not None and self.config is not None and self.tokenizer is not None
-        assert self.trainer is not None
         job = JobConfig(
             name=name,
             version=version,
@@ -486,7 +515,7 @@ class Session:
             self.config,
             params,
             self.tokenizer,
-            self.trainer.result(),
+            self.trainer.result() if self.trainer is not None else None,
             corpus,
             "webgpu (browser)",
         )

@@ -1,0 +1,37 @@
+"""The Studio worker's benchmark calls: the kernel suite and the model's speeds in the tab.
+
+Browser-safe. ``evermind bench kernels|train`` boots the bundle in headless Chromium and
+calls these through ``window.evermind.call``, so the same :mod:`evermind.bench` code runs on
+``navigator.gpu`` as on native wgpu-py, in one CLI run. Registered on the worker's handler
+table by importing this module at the end of :mod:`evermind.studio.api`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evermind import bench, gpu
+from evermind.studio.api import emit, handler
+
+
+@handler
+async def bench_kernels(quick: bool = False, step: bool = True) -> dict[str, Any]:
+    """Times every kernel, then (with ``step``) the nano training step by kernel family.
+
+    Returns:
+        ``{"transport", "adapter", "kernels": [rows], "step": [rows]}`` as
+        :func:`evermind.bench.run_kernel_suite` describes.
+    """
+    emit("bench-progress", message="Timing the kernels…")
+    return await bench.run_kernel_suite(bool(quick), await gpu.open_device(), bool(step))
+
+
+@handler
+async def bench_train(quick: bool = False) -> dict[str, Any]:
+    """The nano model's training, forward and generation tokens/s and embedding latency.
+
+    Returns:
+        ``{"transport", "adapter", "rows": [{"metric", "value", "unit", "detail"}]}``.
+    """
+    emit("bench-progress", message="Timing the model…")
+    return await bench.run_model_suite(bool(quick), await gpu.open_device())

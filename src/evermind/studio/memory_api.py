@@ -1,0 +1,121 @@
+"""The Studio's Memory and Cache RPC handlers (``docs/studio-rpc.md``), over :mod:`tab_memory`.
+
+``memory_remember``, ``memory_recall``, ``memory_forget``, ``memory_list``, ``cache_lookup``
+and ``cache_store`` run on the worker's session: IndexedDB storage, the tab's model as
+embedder when one is ready (lexical ranking otherwise) and the GPU cosine scan. Every recall
+and lookup result says how it was ranked (``ranked_by``) and which scan ran (``scan``).
+Registered by the import at the end of :mod:`evermind.studio.api`. Browser-safe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evermind.errors import ConfigError
+from evermind.studio.api import handler, session
+from evermind.studio.tab_memory import TabMemory
+
+_tab: TabMemory | None = None
+
+
+def tab_memory() -> TabMemory:
+    """The memory and cache of the worker's current session (rebuilt for a new session)."""
+    global _tab
+    current = session()
+    if _tab is None or _tab.session is not current:
+        _tab = TabMemory(current)
+    return _tab
+
+
+def _strings(value: object, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ConfigError(f"{what}: expected a list of strings, got {value!r}")
+    return [str(v) for v in value]
+
+
+@handler
+async def memory_remember(
+    key: str,
+    content: str,
+    tags: list[str] | None = None,
+    importance: float = 0.5,
+    ttl: float | None = None,
+) -> dict[str, Any]:
+    """Remembers ``content`` under ``key`` in the tab's IndexedDB (one transaction)."""
+    store = await tab_memory().store()
+    record = await store.remember(
+        key, content, _strings(tags, "memory_remember: tags"), importance, ttl
+    )
+    return {"key": record.key, "tags": list(record.tags), "updated_at": record.updated_at}
+
+
+@handler
+async def memory_recall(
+    query: str, top_k: int = 5, tags: list[str] | None = None
+) -> dict[str, Any]:
+    """The memories most relevant to ``query``, with scores and how they were ranked."""
+    tab = tab_memory()
+    store = await tab.store()
+    wanted = None if tags is None else _strings(tags, "memory_recall: tags")
+    hits = await store.recall(query, int(top_k), wanted)
+    semantic = bool(hits) and hits[0].ranked_by.startswith("semantic")
+    return {
+        "hits": [
+            {
+                "key": h.key,
+                "content": h.content,
+                "tags": list(h.tags),
+                "score": h.score,
+                "ranked_by": h.ranked_by,
+                "signals": dict(h.signals),
+            }
+            for h in hits
+        ],
+        "ranked_by": hits[0].ranked_by if hits else None,
+        "scan": store.vector_index.last_scan if semantic else "none: lexical ranking",
+        "embedder": tab.embedder_words,
+    }
+
+
+@handler
+async def memory_forget(key: str) -> dict[str, Any]:
+    """Deletes the memory ``key``; says whether it existed."""
+    store = await tab_memory().store()
+    return {"forgotten": await store.forget(key)}
+
+
+@handler
+async def memory_list(limit: int = 50) -> dict[str, Any]:
+    """The most recently written memories, newest first."""
+    store = await tab_memory().store()
+    records = await store.recent(int(limit))
+    return {
+        "items": [
+            {
+                "key": r.key,
+                "content": r.content,
+                "tags": list(r.tags),
+                "importance": r.importance,
+                "updated_at": r.updated_at,
+                "expires_at": r.expires_at,
+            }
+            for r in records
+        ],
+        "count": await store.count(),
+    }
+
+
+@handler
+async def cache_lookup(query: str, threshold: float | None = None) -> dict[str, Any]:
+    """Tries the semantic cache: hit or miss, tier, score and which guard refused."""
+    cache = await tab_memory().cache()
+    return await cache.lookup(query, threshold)
+
+
+@handler
+async def cache_store(query: str, response: Any) -> dict[str, Any]:
+    """Caches ``response`` as the answer to ``query``."""
+    cache = await tab_memory().cache()
+    return await cache.store(query, response)

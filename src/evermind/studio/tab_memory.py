@@ -1,0 +1,327 @@
+"""The Studio's memory store and semantic cache: IndexedDB storage, the tab's model as embedder.
+
+:class:`TabMemory` belongs to one :class:`~evermind.studio.session.Session`. It owns
+
+- a :class:`~evermind.memory.MemoryStore` over :class:`~evermind.memory.kv_backend.
+  KVMemoryBackend` (object store ``"memory"``, namespace ``"studio"``), ranking with the
+  session's model when one is ready (GPU embeddings, GPU cosine scan through
+  :class:`~evermind.memory.gpu_vectors.GpuVectorIndex`) and lexically otherwise;
+- a :class:`TabCache`: cached answers in object store ``"cache"`` (one JSON row per query),
+  looked up by cosine over the same kind of vector index, then the cache guards
+  (:data:`evermind.cache.guards.DEFAULT_CHAIN`) before anything is served.
+
+The embedder is re-chosen on every call: when the session's fingerprint changes (more
+training, a reload, a new model) or the model starts or stops training, store and cache are
+rebuilt around the new embedder; stored rows stay, vectors are re-embedded lazily (memory
+vectors are cached per fingerprint in IndexedDB). Without a model the cache ranks by hashed
+character trigrams, and every result says which ranking ran. Browser-safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from evermind.cache.guards import DEFAULT_CHAIN
+from evermind.errors import ConfigError
+from evermind.memory import MemoryStore, VectorIndex
+from evermind.memory.gpu_vectors import GpuVectorIndex
+from evermind.memory.kv_backend import KVMemoryBackend
+
+if TYPE_CHECKING:
+    from evermind.studio.session import Session
+
+log = logging.getLogger(__name__)
+
+#: The memory store's namespace inside the tab's IndexedDB.
+NAMESPACE = "studio"
+#: Cosine thresholds of the cache per embedder kind (development-set calibration, see
+#: build/eval_quality.py): the tab's model, and the character-trigram fallback.
+MODEL_THRESHOLD = 0.9
+LEXICAL_THRESHOLD = 0.6
+#: Most cached answers kept in the tab; the oldest stored go first.
+CACHE_CAPACITY = 20_000
+#: Dimension of the lexical (character-trigram) vectors.
+TRIGRAM_DIM = 256
+_EMBED_BATCH = 64
+
+
+def trigram_vector(text: str, dim: int = TRIGRAM_DIM) -> list[float]:
+    """Hashed character-trigram counts of ``text`` (case-folded, spaces squeezed), L2-normed."""
+    padded = " " + " ".join(text.casefold().split()) + " "
+    out = [0.0] * dim
+    for i in range(len(padded) - 2):
+        out[zlib.crc32(padded[i : i + 3].encode("utf-8")) % dim] += 1.0
+    norm = math.sqrt(sum(x * x for x in out)) or 1.0
+    return [x / norm for x in out]
+
+
+class SessionEmbedder:
+    """The session's model as a memory-store embedder, pinned to one fingerprint.
+
+    Args:
+        session: The Studio session whose model embeds.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.fingerprint = session.embedder_fingerprint
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """GPU sentence embeddings of ``texts`` (mean-pooled, unit norm)."""
+        return await self.session.embed(texts)
+
+
+def embedder_status(session: Session) -> tuple[str | None, str]:
+    """``(fingerprint, words)`` of the embedder the tab can use now; fingerprint None: none."""
+    if session.model is None or session.tokenizer is None:
+        return None, "no model: train one (or resume the saved session) for semantic ranking"
+    if session.state == "training":
+        return None, "the model is training: lexical ranking until it pauses or finishes"
+    fingerprint = session.embedder_fingerprint
+    return fingerprint, f"the tab's model ({fingerprint})"
+
+
+def _index(session: Session, semantic: bool) -> VectorIndex:
+    if semantic and session.model is not None:
+        return GpuVectorIndex(session.model.device)
+    return VectorIndex()
+
+
+@dataclass
+class _Cached:
+    query: str
+    response: Any
+    stored_at: float
+    seq: int = 0  # write order in this tab: breaks stored_at ties for eviction
+
+
+class TabCache:
+    """The tab's L1 semantic cache, persisted in the ``"cache"`` object store.
+
+    Args:
+        kv: The Studio's key-value port.
+        session: The session whose model embeds (None or no model: character trigrams).
+        semantic: Use the session's model (True) or the trigram fallback (False).
+        clock: Seconds since the epoch.
+    """
+
+    def __init__(self, kv: Any, session: Session, semantic: bool, clock: Any = time.time) -> None:
+        self.kv = kv
+        self.session = session
+        self.semantic = semantic
+        self.fingerprint = session.embedder_fingerprint if semantic else "trigram-256"
+        self.index = _index(session, semantic)
+        self.entries: dict[str, _Cached] = {}
+        self.clock = clock
+        self._loaded = False
+        self._seq = 0
+
+    @property
+    def ranked_by(self) -> str:
+        """How lookups rank candidates, in words."""
+        if self.semantic:
+            return f"semantic: cosine of the tab's model ({self.fingerprint})"
+        return "lexical only: no model (character-trigram cosine)"
+
+    @property
+    def default_threshold(self) -> float:
+        """The cosine threshold used when a lookup names none."""
+        return MODEL_THRESHOLD if self.semantic else LEXICAL_THRESHOLD
+
+    async def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not self.semantic:
+            return [trigram_vector(t) for t in texts]
+        out: list[list[float]] = []
+        for start in range(0, len(texts), _EMBED_BATCH):
+            out += await self.session.embed(list(texts[start : start + _EMBED_BATCH]))
+        return out
+
+    async def load(self) -> None:
+        """Reads every cached answer (one transaction) and embeds their queries."""
+        if self._loaded:
+            return
+        rows = await self.kv.get_all("cache")
+        for key, value in rows:
+            try:
+                row = json.loads(value)
+                self.entries[key] = _Cached(str(row["query"]), row["response"], row["stored_at"])
+            except (ValueError, TypeError, KeyError) as err:
+                log.warning("cache: skipping unreadable row %r: %s", key, err)
+        keys = list(self.entries)
+        vectors = await self._embed([self.entries[k].query for k in keys])
+        for key, vector in zip(keys, vectors, strict=True):
+            self.index.add(key, vector)
+        self._loaded = True
+
+    async def store(self, query: str, response: Any) -> dict[str, Any]:
+        """Caches ``response`` for ``query`` (one transaction, evicting the oldest if full)."""
+        query = _check_query(query)
+        await self.load()
+        key = "q/" + hashlib.sha256(query.encode("utf-8")).hexdigest()
+        (vector,) = await self._embed([query])
+        entry = _Cached(query, response, self.clock())
+        row = json.dumps(
+            {"query": query, "response": response, "stored_at": entry.stored_at}, allow_nan=False
+        )
+        self._seq += 1
+        entry.seq = self._seq
+        others = sorted((e.stored_at, e.seq, k) for k, e in self.entries.items() if k != key)
+        evict = [k for _, _, k in others[: max(0, len(others) + 1 - CACHE_CAPACITY)]]
+        await self.kv.write("cache", [(key, row)], evict)
+        for gone in evict:
+            self.entries.pop(gone, None)
+            self.index.remove(gone)
+        self.entries[key] = entry
+        self.index.add(key, vector)
+        return {"stored": True, "entries": len(self.entries), "evicted": len(evict)}
+
+    async def lookup(self, query: str, threshold: float | None = None) -> dict[str, Any]:
+        """Serves a cached answer when a stored query is close enough and every guard agrees."""
+        query = _check_query(query)
+        tau = self.default_threshold if threshold is None else _check_threshold(threshold)
+        await self.load()
+        base = {"ranked_by": self.ranked_by, "threshold": tau, "entries": len(self.entries)}
+        exact = self.entries.get("q/" + hashlib.sha256(query.encode("utf-8")).hexdigest())
+        if exact is not None:
+            return {**base, **_answer(True, exact, 1.0, None, "exact match of a cached query")}
+        (vector,) = await self._embed([query])
+        found = await self.index.asearch(vector, min(64, len(self.entries)))
+        base["scan"] = self.index.last_scan
+        best: dict[str, Any] | None = None
+        for key, score in found:
+            if score < tau:
+                break
+            entry = self.entries[key]
+            refusal = DEFAULT_CHAIN.check(query, entry.query)
+            if refusal is None:
+                return {**base, **_answer(True, entry, score, None, "served from l1")}
+            if best is None:
+                reason = f"guard '{refusal.guard}' refused: {refusal.reason}"
+                best = _answer(False, entry, score, refusal.guard, reason)
+        if best is not None:
+            return {**base, **best}
+        top = found[0][1] if found else None
+        reason = (
+            "the cache is empty"
+            if not self.entries
+            else f"no cached query reached the threshold {tau:g} (best cosine {top:.3f})"
+        )
+        return {
+            **base,
+            "hit": False,
+            "response": None,
+            "score": top,
+            "tier": None,
+            "refused_by": None,
+            "reason": reason,
+            "cached_query": None,
+        }
+
+    def release(self) -> None:
+        """Frees GPU buffers of the index (the rows stay in IndexedDB)."""
+        if isinstance(self.index, GpuVectorIndex):
+            self.index.release()
+
+
+def _answer(
+    hit: bool, entry: _Cached, score: float, refused_by: str | None, reason: str
+) -> dict[str, Any]:
+    return {
+        "hit": hit,
+        "response": entry.response if hit else None,
+        "score": score,
+        "tier": "l1" if hit else None,
+        "refused_by": refused_by,
+        "reason": reason,
+        "cached_query": entry.query,
+    }
+
+
+def _check_query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError(
+            f"cache: expected a non-empty query string, got {query!r}; hint: type a question"
+        )
+    return query
+
+
+def _check_threshold(threshold: object) -> float:
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not -1.0 <= threshold <= 1.0
+    ):
+        raise ConfigError(
+            f"cache_lookup: threshold must be a cosine in [-1, 1] or null, got {threshold!r}; "
+            "hint: leave it out for the calibrated default"
+        )
+    return float(threshold)
+
+
+class TabMemory:
+    """Memory store and semantic cache of one Studio session (see the module docstring).
+
+    Args:
+        session: The Studio session (its storage port and model).
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._backend: KVMemoryBackend | None = None
+        self._store: MemoryStore | None = None
+        self._cache: TabCache | None = None
+        self._fingerprint: str | None = None
+        self.embedder_words = ""
+
+    def _settle(self) -> str | None:
+        """Drops store and cache when the usable embedder changed; returns its fingerprint."""
+        fingerprint, words = embedder_status(self.session)
+        self.embedder_words = words
+        if fingerprint != self._fingerprint:
+            if self._store is not None and isinstance(self._store.vector_index, GpuVectorIndex):
+                self._store.vector_index.release()
+            if self._cache is not None:
+                self._cache.release()
+            self._store = None
+            self._cache = None
+            self._fingerprint = fingerprint
+        return fingerprint
+
+    async def store(self) -> MemoryStore:
+        """The memory store for the embedder usable now."""
+        fingerprint = self._settle()
+        if self._store is None:
+            if self._backend is None:
+                self._backend = KVMemoryBackend(await self.session.kv(), NAMESPACE)
+            embedder = SessionEmbedder(self.session) if fingerprint else None
+            self._store = MemoryStore(
+                self._backend, embedder, vector_index=_index(self.session, bool(fingerprint))
+            )
+        return self._store
+
+    async def cache(self) -> TabCache:
+        """The semantic cache for the embedder usable now."""
+        fingerprint = self._settle()
+        if self._cache is None:
+            self._cache = TabCache(await self.session.kv(), self.session, bool(fingerprint))
+        return self._cache
+
+
+__all__ = [
+    "LEXICAL_THRESHOLD",
+    "MODEL_THRESHOLD",
+    "NAMESPACE",
+    "SessionEmbedder",
+    "TabCache",
+    "TabMemory",
+    "embedder_status",
+    "trigram_vector",
+]
