@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from typing import Any
 
 from evermind.model.config import MambaConfig
 from evermind.model.init import init_params
@@ -22,6 +24,16 @@ TEXT = (
     "Memories are recalled by meaning and by exact words; caches save repeated work. "
 ) * 30
 FIXED_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def run_sync(coroutine: Any) -> Any:
+    """``asyncio.run``, also from a thread that already runs a loop (sync Playwright does)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 @lru_cache(maxsize=4)
@@ -69,7 +81,7 @@ def tiny_package(
     train_ids, held = split(job, tokenize(tok, TEXT))
     result = None
     if steps > 0:
-        result = asyncio.run(Trainer(backend, train_ids, held, job.train).run())
+        result = run_sync(Trainer(backend, train_ids, held, job.train).run())
     return export_package(
         job,
         config,
