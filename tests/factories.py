@@ -6,8 +6,8 @@ Everything is made here, from a short text, with the project's own code: no fixt
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
