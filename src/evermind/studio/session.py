@@ -295,12 +295,9 @@ class Session:
             raise ConfigError("there is no saved training session to resume")
         self.tokenizer = Tokenizer.from_json(await kv.get("session", "tokenizer"))
         corpus = await kv.get("session", "corpus")
-        self.sources = {
-            n: (corpus if i == 0 else "", d) for i, (n, d) in enumerate(meta["sources"])
-        }
-        self.sources = {n: v for n, v in self.sources.items() if v[0]} or {
-            "restored": (corpus, "restored")
-        }
+        # The corpus was stored joined; it comes back as one source described by all of them.
+        described = "; ".join(d for _, d in meta["sources"]) or "restored session"
+        self.sources = {"restored corpus": (corpus, described)}
         self.held_out_fraction = float(meta["held_out_fraction"])
         self.tokenize()
         train = TrainConfig(**meta["train"])
