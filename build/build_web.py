@@ -5,7 +5,10 @@ Inputs, and nothing else (no CDN, no download from anywhere but the package regi
 - micropip from PyPI (pinned by version and sha256; Pyodide's lock pins Pyodide's own
   build of it, so the lock we serve carries PyPI's hash instead);
 - the pure-Python ``evermind`` wheel built from ``src/`` (it carries ``shaders/`` too);
-- ``web/``, ``static/`` and ``shaders/``.
+- ``web/``, ``static/`` and ``shaders/``;
+- DuckDB-wasm from the npm package ``@duckdb/duckdb-wasm`` for the Data panel's SQL box:
+  its browser module bundled into one file with ``esbuild`` (both pinned in
+  package-lock.json), plus the EH worker and wasm, under ``vendor/duckdb/``.
 
 The build is incremental: a digest of every input is kept in ``dist/web/.stamp`` and an
 unchanged tree is not rebuilt. The new bundle is assembled beside the old one and swapped
@@ -41,6 +44,11 @@ PYODIDE_FILES = [
 MICROPIP_VERSION = "0.11.1"
 MICROPIP_WHEEL = f"micropip-{MICROPIP_VERSION}-py3-none-any.whl"
 MICROPIP_SHA256 = "768de165adb8e66906039d8fec4127a57f522dfdf8e6fbff877a4616941ecfd3"
+DUCKDB_NPM = ROOT / "node_modules" / "@duckdb" / "duckdb-wasm"
+DUCKDB_FILES = ["duckdb-browser-eh.worker.js", "duckdb-eh.wasm"]
+ESBUILD = ROOT / "node_modules" / ".bin" / "esbuild"
+# What the page needs from DuckDB; a narrow entry keeps the bundle small.
+DUCKDB_ENTRY = 'export { AsyncDuckDB, VoidLogger, ConsoleLogger } from "@duckdb/duckdb-wasm";\n'
 # Fixed wheel timestamps make the wheel (and so the bundle) reproducible.
 SOURCE_DATE_EPOCH = "1767225600"  # 2026-01-01T00:00:00Z
 
@@ -60,7 +68,19 @@ def _inputs() -> list[Path]:
         files += sorted(p for p in (ROOT / folder).glob(pattern) if p.is_file())
     files += [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__).resolve()]
     files += [PYODIDE_NPM / name for name in PYODIDE_FILES]
+    files += _duckdb_inputs()
     return files
+
+
+def _duckdb_inputs() -> list[Path]:
+    modules = ROOT / "node_modules"
+    return [
+        DUCKDB_NPM / "package.json",
+        DUCKDB_NPM / "dist" / "duckdb-browser.mjs",
+        *(DUCKDB_NPM / "dist" / name for name in DUCKDB_FILES),
+        modules / "apache-arrow" / "package.json",
+        modules / "esbuild" / "package.json",
+    ]
 
 
 def input_digest() -> str:
@@ -131,6 +151,58 @@ def _evermind_wheel(out: Path) -> Path:
     return wheels[0]
 
 
+# --- DuckDB-wasm (the Data panel's SQL over CSV) -------------------------------------------
+
+
+def _duckdb_bundle() -> Path:
+    """esbuild's one-file ESM build of DuckDB-wasm's browser module, cached by its inputs.
+
+    DuckDB's module imports the bare specifiers ``apache-arrow``/``flatbuffers``/``tslib``;
+    bundling resolves them once here instead of ~150 requests through an import map.
+    """
+    key = hashlib.sha256(DUCKDB_ENTRY.encode())
+    for path in _duckdb_inputs():
+        if path.suffix != ".wasm":
+            key.update(hashlib.sha256(path.read_bytes()).digest())
+    out = CACHE / "duckdb" / f"duckdb-{key.hexdigest()[:16]}.mjs"
+    if out.is_file():
+        return out
+    if not ESBUILD.is_file():
+        raise BuildError(f"missing {ESBUILD.relative_to(ROOT)}; run `npm ci` first")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    entry = out.parent / "entry.mjs"  # inside the tree, so node_modules resolves from it
+    entry.write_text(DUCKDB_ENTRY)
+    partial = out.with_suffix(".tmp")
+    cmd = [
+        str(ESBUILD),
+        str(entry),
+        "--bundle",
+        "--format=esm",
+        "--platform=browser",
+        "--minify",
+        "--log-level=warning",
+        f"--outfile={partial}",
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+    if result.returncode != 0 or not partial.is_file():
+        raise BuildError(f"bundling DuckDB-wasm with esbuild failed:\n{result.stderr}")
+    partial.rename(out)
+    return out
+
+
+def _duckdb(staging: Path) -> None:
+    """Puts the DuckDB bundle, its EH worker and wasm under ``vendor/duckdb/``."""
+    target = staging / "vendor" / "duckdb"
+    target.mkdir(parents=True)
+    shutil.copy2(_duckdb_bundle(), target / "duckdb.mjs")
+    for name in DUCKDB_FILES:
+        source = DUCKDB_NPM / "dist" / name
+        try:  # the wasm is 34 MB: a hard link saves the copy where the filesystem allows
+            os.link(source, target / name)
+        except OSError:
+            shutil.copy2(source, target / name)
+
+
 def build(force: bool = False) -> bool:
     """Builds dist/web if stale (or ``force``); returns True when it built."""
     digest = input_digest()
@@ -156,6 +228,8 @@ def build(force: bool = False) -> bool:
         shutil.copytree(ROOT / "web", staging, dirs_exist_ok=True)
         shutil.copytree(ROOT / "static", staging / "static")
         shutil.copytree(ROOT / "shaders", staging / "shaders")
+        # DuckDB-wasm, loaded by the page only when the SQL box is used.
+        _duckdb(staging)
         version = wheel.name.split("-")[1]
         info = {
             "version": version,

@@ -2,10 +2,20 @@
 // `call(fn, kwargs)` runs evermind.studio.api.<fn>(**kwargs) in the worker's Python and
 // resolves with its result, or rejects with an Error whose name is the Python error type.
 
+// Browsers start workers only from the page's origin. When this bundle is served from
+// another origin (a CDN; it must then send CORS headers), a same-origin blob: worker imports
+// the real one, whose import.meta.url still points at the bundle.
+export function startWorker(url, type = "module") {
+  if (url.origin === location.origin) return new Worker(url, { type });
+  const source = type === "module" ? `import ${JSON.stringify(url.href)};` : `importScripts(${JSON.stringify(url.href)});`;
+  const trampoline = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  return new Worker(trampoline, { type });
+}
+
 export class EvermindRuntime {
   constructor({ base } = {}) {
     this.base = base ? new URL(base, location.href) : new URL("./", import.meta.url);
-    this.worker = new Worker(new URL("worker.js", this.base), { type: "module" });
+    this.worker = startWorker(new URL("worker.js", this.base), "module");
     this.pending = new Map();
     this.listeners = new Set();
     this.nextId = 1;
@@ -48,6 +58,19 @@ export class EvermindRuntime {
   on(listener) {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  // Delivers a page-side event to every listener (Studios sharing this runtime use it to
+  // tell each other what changed in the shared Python session).
+  emitLocal(event) {
+    for (const listener of this.listeners) listener(event);
+  }
+
+  // The WebGPU device facts from the `boot` call, asked for once per runtime.
+  device() {
+    this._device ??= this.ready.then(() => this.call("boot"));
+    this._device.catch(() => { this._device = null; });
+    return this._device;
   }
 }
 

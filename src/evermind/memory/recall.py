@@ -103,7 +103,7 @@ async def _candidates(
         try:
             await store.ensure_vectors()
             (query_vector,) = await cache.vectors([query], persist=False)
-            found.semantic = store._vectors.search(query_vector, pool, accept)
+            found.semantic = await store._vectors.asearch(query_vector, pool, accept)
             found.used_vectors = True
         except EvermindError:
             raise

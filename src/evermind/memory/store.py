@@ -70,6 +70,8 @@ class MemoryStore:
         fingerprint: The embedder's cache name, overriding what it says or what is derived.
         clock: Returns the current time in seconds since the epoch (injectable for tests).
         use_numpy: Vector search on numpy (True), pure Python (False), or numpy if present.
+        vector_index: The vector index to rank with (e.g. a ``GpuVectorIndex`` in the tab);
+            overrides ``use_numpy``. It must be empty and is owned by the store from then on.
 
     Raises:
         ConfigError: A bad argument (capacity < 1, an unusable embedder or backend).
@@ -86,6 +88,7 @@ class MemoryStore:
         fingerprint: str | None = None,
         clock: Callable[[], float] = time.time,
         use_numpy: bool | None = None,
+        vector_index: VectorIndex | None = None,
     ) -> None:
         if isinstance(backend, str | os.PathLike):
             from evermind.memory.sqlite_backend import SQLiteBackend
@@ -107,7 +110,12 @@ class MemoryStore:
         self._records: dict[str, MemoryRecord] = {}
         self._version: int | None = None
         self._bm25 = BM25Index(self.options.bm25_k1, self.options.bm25_b)
-        self._vectors = VectorIndex(use_numpy)
+        if vector_index is not None and len(vector_index):
+            raise ConfigError(
+                f"MemoryStore: vector_index must be empty, got one holding {len(vector_index)} "
+                "vectors; hint: the store fills it from its own memories"
+            )
+        self._vectors = vector_index if vector_index is not None else VectorIndex(use_numpy)
         self._vector_hash: dict[str, str] = {}
         self._sync_lock = asyncio.Lock()
 
@@ -124,6 +132,11 @@ class MemoryStore:
     def has_embedder(self) -> bool:
         """Whether recall can rank semantically."""
         return self._cache is not None
+
+    @property
+    def vector_index(self) -> VectorIndex:
+        """The index recall's semantic step searches (its ``last_scan`` says which scan ran)."""
+        return self._vectors
 
     @property
     def vector_cache(self) -> VectorCache | None:

@@ -10,7 +10,8 @@ similar to this query vector" by scanning all of them (exact, no approximation).
 
 numpy is imported lazily and guarded, so this module stays importable (and browser-safe)
 without it. An exact scan is fine up to a few tens of thousands of memories; beyond ~50k an ANN
-index would pay (not implemented here).
+index would pay (not implemented here). Recall calls the async ``asearch``; subclasses plug in
+other scans there (``evermind.memory.gpu_vectors.GpuVectorIndex``: the GPU top-k kernel).
 """
 
 from __future__ import annotations
@@ -210,6 +211,21 @@ class VectorIndex:
             window = len(sims)
         # Equal cosines come back in slot order; re-sort so ties go by key as documented.
         return sorted(out, key=lambda kv: (-kv[1], kv[0]))
+
+    async def asearch(
+        self, query: Sequence[float], k: int, accept: Callable[[str], bool] | None = None
+    ) -> list[tuple[str, float]]:
+        """Async :meth:`search`, the form recall calls.
+
+        The seam for scans that must await (a GPU readback): a subclass overrides this and
+        keeps ``search`` as its exact CPU fallback (see ``evermind.memory.gpu_vectors``).
+        """
+        return self.search(query, k, accept)
+
+    @property
+    def last_scan(self) -> str:
+        """Which scan answered the latest search: ``"numpy"`` or ``"python"`` here."""
+        return "numpy" if self._np is not None else "python"
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:

@@ -41,8 +41,12 @@ def _to_py(value: Any) -> Any:
     return value
 
 
-async def _done(js_target: Any, ok: str, fail: str, what: str) -> Any:
-    """Waits for ``ok``/``fail`` (e.g. onsuccess/onerror) on an IDB request or transaction."""
+def _watch(js_target: Any, ok: str, fail: str, what: str) -> asyncio.Future[Any]:
+    """Attaches ``ok``/``fail`` handlers *now* and returns the future they settle.
+
+    Attach before any await: an IDB request whose event fired with no handler attached is
+    never reported again (two requests of one transaction must both be watched first).
+    """
     loop = asyncio.get_event_loop()
     future: asyncio.Future[Any] = loop.create_future()
 
@@ -58,11 +62,18 @@ async def _done(js_target: Any, ok: str, fail: str, what: str) -> Any:
     js_ok, js_fail = create_proxy(on_ok), create_proxy(on_fail)
     setattr(js_target, ok, js_ok)
     setattr(js_target, fail, js_fail)
-    try:
-        return await future
-    finally:
+
+    def release(_future: asyncio.Future[Any]) -> None:
         js_ok.destroy()
         js_fail.destroy()
+
+    future.add_done_callback(release)
+    return future
+
+
+async def _done(js_target: Any, ok: str, fail: str, what: str) -> Any:
+    """Waits for ``ok``/``fail`` (e.g. onsuccess/onerror) on an IDB request or transaction."""
+    return await _watch(js_target, ok, fail, what)
 
 
 class IndexedDB:
@@ -102,8 +113,10 @@ class IndexedDB:
         js_tx = self.js_db.transaction(store, "readonly")
         js_store = js_tx.objectStore(store)
         js_keys, js_values = js_store.getAllKeys(), js_store.getAll()
-        keys = await _done(js_keys, "onsuccess", "onerror", f"keys of {store}")
-        values = await _done(js_values, "onsuccess", "onerror", f"values of {store}")
+        # Both watched before the first await: the values' success fires right after the keys'.
+        keys_done = _watch(js_keys, "onsuccess", "onerror", f"keys of {store}")
+        values_done = _watch(js_values, "onsuccess", "onerror", f"values of {store}")
+        keys, values = await keys_done, await values_done
         return [(str(k), _to_py(v)) for k, v in zip(keys, values, strict=True)]
 
     async def write(

@@ -1,7 +1,8 @@
 """The Studio's Memory and Cache RPC handlers (``docs/studio-rpc.md``), over :mod:`tab_memory`.
 
 ``memory_remember``, ``memory_recall``, ``memory_forget``, ``memory_list``, ``cache_lookup``
-and ``cache_store`` run on the worker's session: IndexedDB storage, the tab's model as
+and ``cache_store`` (plus the bulk ``memory_import``/``memory_export``/``cache_import`` for
+import, export and benchmarks) run on the worker's session: IndexedDB storage, the tab's model as
 embedder when one is ready (lexical ranking otherwise) and the GPU cosine scan. Every recall
 and lookup result says how it was ranked (``ranked_by``) and which scan ran (``scan``).
 Registered by the import at the end of :mod:`evermind.studio.api`. Browser-safe.
@@ -119,3 +120,34 @@ async def cache_store(query: str, response: Any) -> dict[str, Any]:
     """Caches ``response`` as the answer to ``query``."""
     cache = await tab_memory().cache()
     return await cache.store(query, response)
+
+
+@handler
+async def memory_import(entries: list[dict[str, Any]], mode: str = "merge") -> dict[str, Any]:
+    """Loads memories in ``memory_export`` form in one transaction (``merge``/``overwrite``)."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"memory_import: entries must be a list, got {type(entries).__name__}")
+    store = await tab_memory().store()
+    imported = await store.import_(entries, mode)  # type: ignore[arg-type]
+    return {"imported": imported, "count": await store.count()}
+
+
+@handler
+async def memory_export() -> dict[str, Any]:
+    """Every memory of the tab, in ``memory_import`` form."""
+    store = await tab_memory().store()
+    return {"entries": await store.export()}
+
+
+@handler
+async def cache_import(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Caches many ``{query, response}`` pairs in one transaction."""
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and "query" in e for e in entries
+    ):
+        raise ConfigError(
+            "cache_import: expected a list of {query, response} objects; "
+            "hint: [{'query': 'How do I …?', 'response': '…'}]"
+        )
+    cache = await tab_memory().cache()
+    return await cache.store_many([(e["query"], e.get("response")) for e in entries])

@@ -86,6 +86,12 @@ class Session:
             else int(size / BYTES_PER_TOKEN_ESTIMATE),
             "sample": sample_text(text, 400),
             "held_out_fraction": self.held_out_fraction,
+            "tokenizer": None
+            if self.tokenizer is None
+            else {
+                "vocab_size": self.tokenizer.vocab_size,
+                "num_merges": len(self.tokenizer.spec.merges),
+            },
         }
 
     def add_source(self, name: str, text: str, description: str) -> None:
@@ -206,13 +212,15 @@ class Session:
         }
 
     def _progress(self, p: Progress) -> None:
-        remaining = (p.steps - p.step) * (p.elapsed_s / max(1, p.step - self._resumed_at))
+        # elapsed_s counts training time over all steps, restored ones included.
+        remaining = (p.steps - p.step) * (p.elapsed_s / max(1, p.step))
         self.emit(
             "train-progress",
             step=p.step,
             steps=p.steps,
             loss=p.loss,
             lr=p.lr,
+            n_params=self.config.n_params if self.config else None,
             eval_loss=p.eval_loss,
             tokens=p.tokens,
             tokens_per_second=round(p.tokens_per_second, 1),
@@ -224,7 +232,6 @@ class Session:
         assert self.trainer is not None and self.job is not None
         trainer, train = self.trainer, self.job.train
         self._request = None
-        self._resumed_at = trainer.step
         self.state = "training"
         self.emit("train-state", state="training", step=trainer.step)
         every = train.checkpoint_every or train.steps

@@ -1,0 +1,454 @@
+// The Studio application: one object per mounted Studio (the page or an <evermind-studio>
+// element). It owns the shell (header, step sidebar, panels), the state every panel reads,
+// the RPC calls that change it, and the enabling of buttons by their prerequisites.
+// Panels (./panels/*.js) only build markup and call the methods here, so the element's
+// JS API and the buttons run exactly the same code.
+import { h } from "./dom.js";
+import { describeError } from "./errors.js";
+import { dataPanel } from "./panels/data.js";
+import { tokenizerPanel } from "./panels/tokenizer.js";
+import { trainPanel } from "./panels/train.js";
+import { tryPanel } from "./panels/try.js";
+import { exportPanel } from "./panels/export.js";
+import { memoryPanel } from "./panels/memory.js";
+import { cachePanel } from "./panels/cache.js";
+import { fromBase64 } from "./dom.js";
+import { modelsEndpoint, pushPackage } from "./push.js";
+
+const PANELS = [dataPanel, tokenizerPanel, trainPanel, tryPanel, exportPanel, memoryPanel, cachePanel];
+const MARKS = { done: "✓", active: "●", todo: "○" };
+const MARK_WORDS = { done: "done", active: "in progress", todo: "not started" };
+
+let nextAppId = 1;
+
+export class StudioApp extends EventTarget {
+  /**
+   * @param {ShadowRoot|HTMLElement} root where the Studio is drawn
+   * @param {object} options {runtime, preset, corpusUrl, runtimeUrl}
+   */
+  constructor(root, { runtime, preset = "nano", corpusUrl = null, runtimeUrl = "" } = {}) {
+    super();
+    this.id = nextAppId++;
+    this.root = root;
+    this.runtime = runtime;
+    this.options = { preset, corpusUrl, runtimeUrl };
+    this.state = {
+      phase: "booting", // booting | ready | error
+      device: null,
+      corpus: null,
+      tokenizer: null,
+      training: "idle", // idle | running | paused | finished | stopped | error
+      progress: null,
+      summary: null,
+      checkpoint: null,
+      exported: null,
+      memoryCount: 0,
+      cacheStored: 0,
+    };
+    this.gates = [];
+    this.busyButtons = new Set();
+    this.unsubscribe = runtime.on((e) => this._onEvent(e));
+    this._build();
+    this.ready = this._boot();
+  }
+
+  // ---- shell ---------------------------------------------------------------------------
+
+  _build() {
+    this.pill = h("span", { id: "status-pill", class: "pill", role: "status", "aria-live": "polite", dataset: { state: "booting" }, text: "starting" });
+    this.adapterLine = h("span", { id: "fact-adapter", class: "adapter", title: "GPU adapter", text: "–" });
+    const header = h(
+      "header",
+      { class: "topbar" },
+      h("img", { src: new URL("../static/evermind.svg", import.meta.url).href, alt: "", width: 26, height: 26 }),
+      h("h1", { text: "Evermind Studio" }),
+      this.adapterLine,
+      this.pill,
+    );
+    this.bootMessage = h("p", { id: "boot-message", text: "Loading…" });
+    this.bootBar = h("div", { id: "boot-bar" });
+    this.bootHelp = h("p", { id: "webgpu-help", class: "warning", hidden: true });
+    this.bootCard = h(
+      "section",
+      { class: "boot card", "aria-label": "Starting" },
+      this.bootMessage,
+      h("div", { class: "progress", "aria-hidden": "true" }, this.bootBar),
+      this.bootHelp,
+    );
+    this.facts = {};
+    const fact = (key, label) => [h("dt", { text: label }), (this.facts[key] = h("dd", { id: `fact-${key}`, text: "–" }))];
+    const factList = h(
+      "dl",
+      { id: "boot-facts", class: "facts" },
+      fact("transport", "Transport"),
+      fact("python", "Python"),
+      fact("pyodide", "Pyodide"),
+      fact("evermind", "Evermind"),
+      fact("python-ready", "Python ready"),
+      fact("device-ready", "Device ready"),
+    );
+
+    this.panels = PANELS.map((make) => make(this));
+    this.stepButtons = [];
+    const list = h("ol", { class: "steps" });
+    this.panels.forEach((panel, index) => {
+      panel.mark = h("span", { class: "mark", "aria-hidden": "true", text: MARKS.todo });
+      panel.markWords = h("span", { class: "sr-only", text: MARK_WORDS.todo });
+      panel.sub = h("small", { class: "sub" });
+      const button = h(
+        "button",
+        {
+          type: "button",
+          class: "step",
+          id: `step-${panel.id}`,
+          "aria-controls": `panel-${panel.id}`,
+          dataset: { panel: panel.id, status: "todo" },
+          onclick: () => this.show(panel.id, { focus: false }),
+          onkeydown: (e) => this._stepKey(e, index),
+        },
+        panel.mark,
+        h("span", { class: "step-text" }, h("span", { class: "step-title", text: `${index + 1}. ${panel.title}` }), panel.sub),
+        panel.markWords,
+      );
+      this.stepButtons.push(button);
+      list.append(h("li", {}, button));
+      panel.element.id = `panel-${panel.id}`;
+      panel.element.classList.add("panel");
+      panel.element.setAttribute("aria-labelledby", `heading-${panel.id}`);
+      panel.element.setAttribute("tabindex", "-1");
+      panel.element.hidden = true;
+    });
+    const nav = h(
+      "nav",
+      { class: "sidebar", "aria-label": "Studio steps" },
+      h("div", { class: "sidebar-inner" }, list, h("details", { class: "runtime-facts" }, h("summary", { text: "Runtime" }), factList)),
+    );
+    this.main = h("main", { class: "panels" }, this.bootCard, ...this.panels.map((p) => p.element));
+    this.shell = h("div", { class: "studio", dataset: { phase: "booting" } }, header, h("div", { class: "layout" }, nav, this.main));
+    this.root.append(this.shell);
+    this.show(this.panels[0].id, { focus: false });
+    this.refresh();
+  }
+
+  _stepKey(e, index) {
+    const n = this.stepButtons.length;
+    const target = { ArrowDown: index + 1, ArrowRight: index + 1, ArrowUp: index - 1, ArrowLeft: index - 1, Home: 0, End: n - 1 }[e.key];
+    if (target === undefined) return;
+    e.preventDefault();
+    const next = (target + n) % n;
+    this.stepButtons[next].focus();
+    this.show(this.panels[next].id, { focus: false });
+  }
+
+  /** Shows one panel; `focus` moves keyboard focus to its heading region. */
+  show(id, { focus = true } = {}) {
+    for (const panel of this.panels) {
+      const on = panel.id === id;
+      panel.element.hidden = !on;
+      const button = this.stepButtons[this.panels.indexOf(panel)];
+      if (button) {
+        // Roving focus: only the current step is in the Tab order; arrows move within.
+        button.tabIndex = on ? 0 : -1;
+        if (on) button.setAttribute("aria-current", "step");
+        else button.removeAttribute("aria-current");
+      }
+      if (on && panel.onShow) panel.onShow();
+    }
+    this.current = id;
+    if (focus) this.panels.find((p) => p.id === id)?.element.focus();
+  }
+
+  /**
+   * Ties `button`'s enabled state to a prerequisite: `reason()` returns null when it may be
+   * pressed, or words saying what is missing (shown as the button's hint).
+   */
+  gate(button, reason, hintEl) {
+    const entry = { button, reason, hintEl };
+    this.gates.push(entry);
+    this._applyGate(entry);
+    return button;
+  }
+
+  _applyGate({ button, reason, hintEl }) {
+    const phase = this.state.phase;
+    const why = phase !== "ready" ? (phase === "error" ? "The runtime did not start." : "Starting…") : reason();
+    button.disabled = Boolean(why) || this.busyButtons.has(button);
+    button.title = why || "";
+    if (hintEl) {
+      hintEl.textContent = why || "";
+      hintEl.hidden = !why;
+    }
+  }
+
+  /** Re-evaluates every gate, the step marks and the header after a state change. */
+  refresh() {
+    // Buttons drawn for a list (e.g. a source's Remove) leave with their row.
+    if (this.shell) {
+      const home = this.shell.getRootNode();
+      this.gates = this.gates.filter((g) => g.button.getRootNode() === home);
+    }
+    for (const entry of this.gates) this._applyGate(entry);
+    this.panels.forEach((panel, index) => {
+      const status = panel.status();
+      const button = this.stepButtons[index];
+      if (!button) return;
+      button.dataset.status = status;
+      panel.mark.textContent = MARKS[status];
+      panel.markWords.textContent = `, ${MARK_WORDS[status]}`;
+      panel.sub.textContent = panel.summary?.() ?? "";
+      panel.update?.();
+    });
+  }
+
+  /** Merges `patch` into the state; shares it with other Studios on the same runtime. */
+  setState(patch, { share = true } = {}) {
+    Object.assign(this.state, patch);
+    this.refresh();
+    if (share) this.runtime.emitLocal?.({ event: "studio-state", origin: this.id, patch });
+  }
+
+  /** Runs `task` with `button` busy; its error is shown in `messageEl` and re-thrown. */
+  async run(button, task, messageEl) {
+    if (button) {
+      this.busyButtons.add(button);
+      button.setAttribute("aria-busy", "true");
+      this.refresh();
+    }
+    if (messageEl) this.say(messageEl, "");
+    try {
+      return await task();
+    } catch (err) {
+      if (messageEl) this.say(messageEl, describeError(err), "error");
+      this.fail(err);
+      return undefined;
+    } finally {
+      if (button) {
+        this.busyButtons.delete(button);
+        button.removeAttribute("aria-busy");
+      }
+      this.refresh();
+    }
+  }
+
+  /** Writes a status line (kind: "" | "ok" | "error"). */
+  say(el, text, kind = "") {
+    el.textContent = text;
+    el.dataset.kind = kind;
+    el.hidden = !text;
+  }
+
+  /** Announces an error to listeners (the element turns it into `evermind-error`). */
+  fail(err) {
+    this.dispatchEvent(new CustomEvent("error", { detail: { name: err?.name ?? "Error", message: String(err?.message ?? err), text: describeError(err) } }));
+  }
+
+  // ---- runtime -------------------------------------------------------------------------
+
+  async call(fn, kwargs = {}) {
+    return this.runtime.call(fn, kwargs);
+  }
+
+  _onEvent(e) {
+    if (e.event === "boot" && this.state.phase === "booting") {
+      this._bootStage(e.message, e.stage === "python" ? 0.2 : 0.6);
+    } else if (e.event === "studio-state" && e.origin !== this.id) {
+      this.setState(e.patch, { share: false });
+    } else if (e.event === "error" && e.stage) {
+      this._bootFailed(new Error(e.message));
+    }
+    for (const panel of this.panels) panel.onEvent?.(e);
+    this.dispatchEvent(new CustomEvent("runtime-event", { detail: e }));
+  }
+
+  _bootStage(message, fraction) {
+    this.bootMessage.textContent = message;
+    this.bootBar.style.width = `${Math.round(fraction * 100)}%`;
+  }
+
+  _setPill(text, state) {
+    this.pill.textContent = text;
+    this.pill.dataset.state = state;
+    this.shell.dataset.phase = state;
+  }
+
+  _bootFailed(err) {
+    if (this.state.phase === "error") return;
+    this._bootStage(`Failed to start: ${err.message}`, 1);
+    this.bootHelp.textContent = describeError(err);
+    this.bootHelp.hidden = false;
+    this._setPill(err.name === "NoAdapterError" ? "no-gpu" : "error", err.name === "NoAdapterError" ? "no-gpu" : "error");
+    this.setState({ phase: "error" }, { share: false });
+  }
+
+  async _boot() {
+    const t0 = performance.now();
+    if (!("gpu" in navigator)) {
+      this.bootHelp.textContent = describeError({ name: "NoAdapterError", message: "navigator.gpu is missing." });
+      this.bootHelp.hidden = false;
+    }
+    this._bootStage("Starting the worker…", 0.05);
+    try {
+      const boot = await this.runtime.ready;
+      const pythonReady = performance.now() - t0;
+      this._bootStage("Opening the WebGPU device…", 0.85);
+      const device = await this.runtime.device();
+      const deviceReady = performance.now() - t0;
+      const a = device.adapter ?? {};
+      this.adapterLine.textContent = [a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(" · ") || "unnamed adapter";
+      this.facts.transport.textContent = device.transport;
+      this.facts.python.textContent = device.python;
+      this.facts.pyodide.textContent = boot.pyodide;
+      this.facts.evermind.textContent = device.evermind;
+      this.facts["python-ready"].textContent = `${(pythonReady / 1000).toFixed(2)} s`;
+      this.facts["device-ready"].textContent = `${(deviceReady / 1000).toFixed(2)} s`;
+      this._bootStage("Ready.", 1);
+      this.bootCard.hidden = true;
+      this._setPill("ready", "ready");
+      this.setState({ phase: "ready", device }, { share: false });
+      await this._restore();
+      return { ok: true, boot, device, python_ready_ms: Math.round(pythonReady), device_ready_ms: Math.round(deviceReady) };
+    } catch (err) {
+      this._bootFailed(err);
+      this.fail(err);
+      return { ok: false, error: err.message, name: err.name };
+    }
+  }
+
+  /** After boot: what the worker already holds (another Studio's work, a saved checkpoint). */
+  async _restore() {
+    const [corpus, session, summary] = await Promise.all([
+      this.call("corpus_info").catch(() => null),
+      this.call("session_status").catch(() => null),
+      this.call("train_summary").catch(() => null), // rejects while no model exists
+    ]);
+    const patch = {};
+    if (corpus && corpus.bytes > 0) patch.corpus = corpus;
+    if (summary) {
+      patch.summary = summary;
+      patch.training = { training: "running" }[summary.state] ?? summary.state;
+      patch.tokenizer ??= { vocab_size: session?.vocab_size ?? null, restored: true };
+    } else if (session?.has_checkpoint) {
+      patch.checkpoint = session;
+    }
+    this.setState(patch, { share: false });
+  }
+
+  // ---- the work (shared by the panels and the element's JS API) --------------------------
+
+  /** Loads the default corpus, or the `corpus-url` text when that attribute is set. */
+  async useDefaultCorpus() {
+    let corpus;
+    if (this.options.corpusUrl) {
+      const url = new URL(this.options.corpusUrl, document.baseURI);
+      const response = await fetch(url);
+      if (!response.ok) throw new Error(`corpus-url ${url.href}: HTTP ${response.status}; expected a text file`);
+      const last = /^https?:$/.test(url.protocol) ? decodeURIComponent(url.pathname.split("/").pop()) : "";
+      const name = last || "corpus.txt";
+      corpus = await this.call("corpus_add", { name, text: await response.text() });
+    } else {
+      corpus = await this.call("corpus_default");
+    }
+    this.setState({ corpus, tokenizer: null }); // a new corpus needs a new tokenizer
+    return corpus;
+  }
+
+  /** Adds text (a file's contents or a paste) under `name`; `column` picks a CSV column. */
+  async addText(name, text, column = null) {
+    const kwargs = { name, text };
+    if (column) kwargs.column = column;
+    const corpus = await this.call("corpus_add", kwargs);
+    this.setState({ corpus, tokenizer: null }); // a new corpus needs a new tokenizer
+    return corpus;
+  }
+
+  async removeSource(name) {
+    const corpus = await this.call("corpus_remove", { name });
+    this.setState({ corpus, tokenizer: null }); // a new corpus needs a new tokenizer
+    return corpus;
+  }
+
+  async trainTokenizer(vocabSize = 2048) {
+    this.setState({ tokenizerRunning: true });
+    try {
+      const tokenizer = await this.call("tokenizer_train", { vocab_size: vocabSize });
+      this.setState({ tokenizer, checkpoint: null });
+      return tokenizer;
+    } finally {
+      this.setState({ tokenizerRunning: false });
+    }
+  }
+
+  /**
+   * Trains; resolves with the summary. With `prepare`, missing data and tokenizer are made
+   * first (the default corpus or `corpus-url`, then a tokenizer of `vocab_size`).
+   */
+  async train(options = {}, { prepare = false, resume = false } = {}) {
+    if (this.state.training === "running") throw new Error("training is already running; pause or stop it first");
+    if (prepare && !resume) {
+      if (!this.state.corpus || !this.state.corpus.bytes) await this.useDefaultCorpus();
+      if (!this.state.tokenizer || (options.vocab_size && options.vocab_size !== this.state.tokenizer.vocab_size)) {
+        await this.trainTokenizer(options.vocab_size ?? 2048);
+      }
+    }
+    this.lastExport = null; // the model is about to change
+    const kwargs = { ...options };
+    delete kwargs.vocab_size;
+    if (!kwargs.config) kwargs.preset ??= this.options.preset;
+    this.setState({ training: "running", nParams: undefined, progress: resume ? this.state.progress : null, summary: resume ? this.state.summary : null, trainOptions: kwargs });
+    this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume, steps: kwargs.steps } }));
+    try {
+      const summary = resume ? await this.call("train_resume") : await this.call("train_start", kwargs);
+      this.setState({ training: summary.state, summary, checkpoint: null });
+      if (summary.state === "finished") this.dispatchEvent(new CustomEvent("trained", { detail: summary }));
+      return summary;
+    } catch (err) {
+      const session = await this.call("session_status").catch(() => null);
+      this.setState({ training: "error", trainError: err, checkpoint: session?.has_checkpoint ? session : null });
+      throw err;
+    }
+  }
+
+  resume() {
+    return this.train({}, { resume: true });
+  }
+
+  async pause() {
+    return this.call("train_pause");
+  }
+
+  async stop() {
+    return this.call("train_stop");
+  }
+
+  /** Whether a trained model is in the worker (this or another Studio trained one). */
+  get hasModel() {
+    const s = this.state.summary;
+    return Boolean(s && s.step > 0 && this.state.training !== "running");
+  }
+
+  async generate(prompt, options = {}) {
+    return this.call("generate", { prompt, ...options });
+  }
+
+  async embed(texts) {
+    return this.call("embed", { texts });
+  }
+
+  async exportPackage({ name = "evermind-studio", version = "0.1.0", dtype = "float32" } = {}) {
+    const result = await this.call("export_package", { name, version, dtype });
+    const blob = new Blob([fromBase64(result.data_b64)], { type: "application/zip" });
+    const exported = { filename: result.filename, bytes: result.bytes, digest: result.digest, ref: result.ref, blob };
+    this.setState({ exported: { ...exported, blob: undefined } });
+    this.lastExport = exported;
+    return exported;
+  }
+
+  /** Exports (if needed) and POSTs the package to `<url>/v1/models`; resolves with {id, digest}. */
+  async push(url, token, options = {}) {
+    modelsEndpoint(url); // a bad URL fails before the export
+    const exported = this.lastExport && !options.fresh ? this.lastExport : await this.exportPackage(options);
+    const served = await pushPackage(url, token, exported.blob);
+    this.setState({ pushed: served });
+    return served;
+  }
+}

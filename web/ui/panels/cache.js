@@ -1,0 +1,74 @@
+// Cache panel: try a query against the semantic cache (hit or miss, tier, score, and which
+// guard refused a near-miss and why), and store a response for a query.
+import { h, field, formatNumber } from "../dom.js";
+
+export function cachePanel(app) {
+  const message = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  const query = field("Query", h("input", { type: "search", name: "cache-query", autocomplete: "off", placeholder: "convert 100 USD to EUR" }));
+  const threshold = field("Threshold", h("input", { type: "number", name: "cache-threshold", min: 0, max: 1, step: 0.01, placeholder: "default" }));
+  threshold.field.classList.add("tiny");
+  const lookup = app.gate(h("button", { type: "button", class: "primary", id: "cache-lookup", text: "Look up" }), () => (query.input.value.trim() ? null : "Type a query."));
+  query.input.addEventListener("input", () => app.refresh());
+  const verdict = h("div", { class: "verdict", id: "cache-verdict", "aria-live": "polite" });
+
+  const storeQuery = field("Query", h("input", { type: "text", name: "cache-store-query", autocomplete: "off", placeholder: "convert 100 USD to EUR" }));
+  const storeResponse = field("Response", h("textarea", { name: "cache-store-response", rows: 3, placeholder: "100 USD is about 92 EUR." }));
+  const storeHint = h("small", { class: "hint gate-hint", hidden: true });
+  const store = app.gate(
+    h("button", { type: "button", id: "cache-store", text: "Store" }),
+    () => (storeQuery.input.value.trim() && storeResponse.input.value.trim() ? null : "Enter a query and its response."),
+    storeHint,
+  );
+  for (const input of [storeQuery.input, storeResponse.input]) input.addEventListener("input", () => app.refresh());
+
+  const doLookup = () => app.run(lookup, async () => {
+    const kwargs = { query: query.input.value };
+    if (threshold.input.value !== "") kwargs.threshold = Number(threshold.input.value);
+    const r = await app.call("cache_lookup", kwargs);
+    const row = (label, value, cls = "") => [h("dt", { text: label }), h("dd", { class: cls, text: value })];
+    verdict.replaceChildren(
+      h("p", { class: `badge ${r.hit ? "hit" : "miss"}`, text: r.hit ? "Hit" : "Miss" }),
+      h(
+        "dl",
+        { class: "facts" },
+        row("Tier", r.tier ?? "–"),
+        row("Score", formatNumber(r.score, 3)),
+        ...(r.refused_by ? row("Refused by", r.refused_by, "mono") : []),
+        ...(r.reason ? row("Reason", r.reason) : []),
+        ...(r.hit ? row("Response", r.response ?? "") : []),
+      ),
+    );
+    verdict.dataset.hit = String(Boolean(r.hit));
+  }, message);
+  lookup.addEventListener("click", doLookup);
+  query.input.addEventListener("keydown", (e) => { if (e.key === "Enter" && !lookup.disabled) doLookup(); });
+
+  store.addEventListener("click", () => app.run(store, async () => {
+    const r = await app.call("cache_store", { query: storeQuery.input.value, response: storeResponse.input.value });
+    app.setState({ cacheStored: app.state.cacheStored + (r.stored ? 1 : 0) }, { share: false });
+    app.say(message, r.stored ? "Stored. Look up a paraphrase to see it hit." : "Not stored.", r.stored ? "ok" : "");
+    if (!query.input.value) query.input.value = storeQuery.input.value;
+    app.refresh();
+  }, message));
+
+  const element = h(
+    "section",
+    {},
+    h("header", { class: "panel-head" }, h("h2", { id: "heading-cache", text: "Cache" }), h("p", { class: "lead", text: "A semantic cache that serves a stored answer to a paraphrase — and refuses near-misses (other numbers, negations, swapped directions) even when they look alike." })),
+    message,
+    h(
+      "div",
+      { class: "grid-2" },
+      h("section", { class: "sub-card" }, h("h3", { text: "Look up" }), h("div", { class: "row align-end" }, query.field, threshold.field, lookup), verdict),
+      h("section", { class: "sub-card" }, h("h3", { text: "Store a response" }), storeQuery.field, storeResponse.field, h("div", { class: "row" }, store, storeHint)),
+    ),
+  );
+
+  return {
+    id: "cache",
+    title: "Cache",
+    element,
+    status: () => (app.state.cacheStored > 0 ? "done" : "todo"),
+    summary: () => (app.state.cacheStored > 0 ? `${app.state.cacheStored} stored` : "empty"),
+  };
+}

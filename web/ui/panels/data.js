@@ -1,0 +1,225 @@
+// Data panel: the default corpus, dropped/picked files, pasted text, and SQL over a dropped
+// CSV through DuckDB-wasm (loaded only when the SQL box is first used). Shows the sources,
+// size, token estimate, held-out split and a sample of what the model will read.
+import { h, field, formatBytes, formatCount } from "../dom.js";
+
+const ACCEPT = ".txt,.md,.markdown,.rst,.json,.jsonl,.ndjson,.csv,text/plain,text/markdown,text/csv,application/json";
+
+/** A table name DuckDB accepts without quoting trouble: letters, digits, underscores. */
+function tableName(fileName, taken) {
+  let base = fileName.replace(/\.[^.]+$/, "").replace(/[^A-Za-z0-9_]+/g, "_").replace(/^(\d)/, "_$1") || "data";
+  let name = base;
+  for (let i = 2; taken.has(name); i += 1) name = `${base}_${i}`;
+  return name;
+}
+
+export function dataPanel(app) {
+  const message = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  const csvTables = new Map(); // table name -> {file, text}
+
+  // Default corpus.
+  const defaultHint = h("small", { class: "hint" });
+  const defaultButton = app.gate(
+    h("button", { type: "button", class: "primary", text: app.options.corpusUrl ? "Use the linked corpus" : "Use the default corpus" }),
+    () => null,
+  );
+  defaultButton.addEventListener("click", () => app.run(defaultButton, async () => {
+    const corpus = await app.useDefaultCorpus();
+    app.say(message, `Loaded ${formatBytes(corpus.bytes)} of text.`, "ok");
+  }, message));
+  defaultHint.textContent = app.options.corpusUrl
+    ? `Fetches ${app.options.corpusUrl}.`
+    : "Docstrings of the Python standard library, harvested in this tab. No download.";
+
+  // Files.
+  const fileInput = h("input", { type: "file", multiple: true, accept: ACCEPT, class: "file-input", "aria-describedby": "drop-hint" });
+  fileInput.id = "data-files";
+  const dropzone = h(
+    "div",
+    { class: "dropzone" },
+    h("label", { for: fileInput.id }, h("strong", { text: "Drop files here" }), " or ", h("span", { class: "linkish", text: "choose files" })),
+    h("small", { id: "drop-hint", class: "hint", text: ".txt .md .json .jsonl .csv — read in this tab, never uploaded" }),
+    fileInput,
+  );
+  const addFiles = (files) => app.run(null, async () => {
+    const added = [];
+    for (const file of files) {
+      const text = await file.text();
+      if (/\.csv$/i.test(file.name)) {
+        const name = tableName(file.name, new Set(csvTables.keys()));
+        csvTables.set(name, { file: file.name, text });
+        added.push(`${file.name} (as SQL table ${name})`);
+      } else {
+        await app.addText(file.name, text);
+        added.push(file.name);
+      }
+    }
+    renderCsv();
+    app.say(message, `Added ${added.join(", ")}.`, "ok");
+  }, message);
+  fileInput.addEventListener("change", () => {
+    if (fileInput.files.length) addFiles([...fileInput.files]).finally(() => { fileInput.value = ""; });
+  });
+  for (const type of ["dragenter", "dragover"]) {
+    dropzone.addEventListener(type, (e) => { e.preventDefault(); dropzone.classList.add("over"); });
+  }
+  dropzone.addEventListener("dragleave", () => dropzone.classList.remove("over"));
+  dropzone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    dropzone.classList.remove("over");
+    if (app.state.phase === "ready" && e.dataTransfer?.files?.length) addFiles([...e.dataTransfer.files]);
+  });
+
+  // Paste.
+  const pasteName = field("Name", h("input", { type: "text", name: "paste-name", value: "pasted.txt", autocomplete: "off" }));
+  const pasteText = field("Text", h("textarea", { name: "paste-text", rows: 5, placeholder: "Paste notes, docs, chat logs…" }));
+  const pasteHint = h("small", { class: "hint gate-hint", hidden: true });
+  const pasteButton = app.gate(h("button", { type: "button", text: "Add pasted text" }), () => (pasteText.input.value.trim() ? null : "Paste some text first."), pasteHint);
+  pasteText.input.addEventListener("input", () => app.refresh());
+  pasteButton.addEventListener("click", () => app.run(pasteButton, async () => {
+    const name = pasteName.input.value.trim() || "pasted.txt";
+    await app.addText(name, pasteText.input.value);
+    pasteText.input.value = "";
+    app.say(message, `Added ${name}.`, "ok");
+  }, message));
+
+  // SQL over a dropped CSV.
+  const sqlText = field("SQL", h("textarea", { name: "sql", rows: 3, spellcheck: "false", class: "mono" }), "DuckDB SQL; each dropped CSV is a table.");
+  const sqlTables = h("p", { class: "tables" });
+  const sqlResult = h("div", { class: "sql-result" });
+  const columnSelect = field("Column to add", h("select", { name: "sql-column" }));
+  const sqlMessage = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  let sqlRows = null;
+  const sqlRun = app.gate(h("button", { type: "button", text: "Run query" }), () => (sqlText.input.value.trim() ? null : "Write a query first."));
+  const sqlAdd = app.gate(h("button", { type: "button", text: "Add column to corpus" }), () => (sqlRows?.length ? null : "Run a query that returns rows first."));
+  const csvWholeButtons = h("div", { class: "row" });
+  const sqlBox = h(
+    "section",
+    { class: "sub-card sql", "aria-label": "SQL over CSV", hidden: true },
+    h("h3", { text: "SQL over your CSV" }),
+    sqlTables,
+    sqlText.field,
+    h("div", { class: "row" }, sqlRun),
+    sqlResult,
+    h("div", { class: "row align-end" }, columnSelect.field, sqlAdd),
+    sqlMessage,
+    csvWholeButtons,
+  );
+  sqlText.input.addEventListener("input", () => app.refresh());
+
+  function renderCsv() {
+    sqlBox.hidden = csvTables.size === 0;
+    const names = [...csvTables.keys()];
+    sqlTables.replaceChildren("Tables: ", ...names.flatMap((n, i) => [i ? ", " : "", h("code", { text: n })]));
+    if (!sqlText.input.value && names.length) sqlText.input.value = `SELECT * FROM ${names[0]} LIMIT 20`;
+    csvWholeButtons.replaceChildren(
+      ...names.map((name) => {
+        const b = app.gate(h("button", { type: "button", class: "quiet", text: `Add all text columns of ${csvTables.get(name).file}` }), () => null);
+        b.addEventListener("click", () => app.run(b, async () => {
+          await app.addText(csvTables.get(name).file, csvTables.get(name).text);
+          app.say(sqlMessage, `Added the text columns of ${csvTables.get(name).file}.`, "ok");
+        }, sqlMessage));
+        return b;
+      }),
+    );
+    app.refresh();
+  }
+
+  sqlRun.addEventListener("click", () => app.run(sqlRun, async () => {
+    app.say(sqlMessage, "Loading DuckDB (first use only)…");
+    const { openDuckDB } = await import("../../duckdb.js");
+    const db = await openDuckDB();
+    for (const [name, { text }] of csvTables) await db.registerCSV(name, text);
+    app.say(sqlMessage, "Running…");
+    const { columns, rows } = await db.query(sqlText.input.value);
+    sqlRows = rows;
+    columnSelect.input.replaceChildren(...columns.map((c) => h("option", { value: c, text: c })));
+    const preview = rows.slice(0, 8);
+    sqlResult.replaceChildren(
+      h("div", { class: "table-scroll" }, h(
+        "table",
+        {},
+        h("thead", {}, h("tr", {}, ...columns.map((c) => h("th", { scope: "col", text: c })))),
+        h("tbody", {}, ...preview.map((r) => h("tr", {}, ...columns.map((c) => h("td", { text: String(r[c] ?? "").slice(0, 80) }))))),
+      )),
+      h("small", { class: "hint", text: `${rows.length} row${rows.length === 1 ? "" : "s"}${rows.length > preview.length ? `, first ${preview.length} shown` : ""}` }),
+    );
+    app.say(sqlMessage, "");
+  }, sqlMessage));
+
+  sqlAdd.addEventListener("click", () => app.run(sqlAdd, async () => {
+    const column = columnSelect.input.value;
+    const texts = sqlRows.map((r) => r[column]).filter((v) => v !== null && v !== undefined && String(v).trim());
+    const name = `sql-${column}.txt`;
+    await app.addText(name, texts.map(String).join("\n\n"));
+    app.say(sqlMessage, `Added ${texts.length} values of ${column} as ${name}.`, "ok");
+  }, sqlMessage));
+
+  // What the corpus holds.
+  const sources = h("ul", { class: "sources", "aria-label": "Corpus sources" });
+  const stats = {};
+  const stat = (key, label) => h("div", { class: "stat" }, h("span", { class: "stat-label", text: label }), (stats[key] = h("span", { class: "stat-value", id: `data-${key}`, text: "–" })));
+  const sample = h("pre", { class: "sample", id: "data-sample", tabindex: "0", "aria-label": "Corpus sample" });
+  const overview = h(
+    "section",
+    { class: "sub-card", "aria-label": "Corpus" },
+    h("h3", { text: "Corpus" }),
+    h("div", { class: "stats" }, stat("size", "Size"), stat("tokens", "Token estimate"), stat("held-out", "Held-out split"), stat("sources", "Sources")),
+    sources,
+    h("h4", { text: "Sample" }),
+    sample,
+  );
+
+  const element = h(
+    "section",
+    {},
+    h("header", { class: "panel-head" }, h("h2", { id: "heading-data", text: "Data" }), h("p", { class: "lead", text: "What should your model read? Start with the built-in corpus or bring your own text." })),
+    message,
+    h(
+      "div",
+      { class: "grid-2" },
+      h(
+        "section",
+        { class: "sub-card", "aria-label": "Add text" },
+        h("h3", { text: "Add text" }),
+        h("div", { class: "row" }, defaultButton),
+        defaultHint,
+        dropzone,
+        pasteName.field,
+        pasteText.field,
+        h("div", { class: "row" }, pasteButton, pasteHint),
+      ),
+      overview,
+    ),
+    sqlBox,
+  );
+
+  function update() {
+    const c = app.state.corpus;
+    stats.size.textContent = c ? formatBytes(c.bytes) : "–";
+    stats.tokens.textContent = c ? `≈ ${formatCount(c.token_estimate)}` : "–";
+    stats["held-out"].textContent = c ? `${Math.round((c.held_out_fraction ?? 0) * 100)} %` : "–";
+    stats.sources.textContent = c ? String(c.sources.length) : "0";
+    sample.textContent = c?.sample || "Nothing yet. Add text on the left.";
+    const list = c?.sources ?? [];
+    const key = JSON.stringify(list.map((s) => [s.name, s.bytes]));
+    if (key === sources.dataset.key) return;
+    sources.dataset.key = key;
+    sources.replaceChildren(
+      ...list.map((s) => {
+        const remove = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Remove ${s.name}`, text: "Remove" }), () => (app.state.training === "running" ? "Training is running." : null));
+        remove.addEventListener("click", () => app.run(remove, () => app.removeSource(s.name), message));
+        return h("li", {}, h("span", { class: "source-name", text: s.name }), h("span", { class: "source-meta", text: [formatBytes(s.bytes), s.description].filter(Boolean).join(" · ") }), remove);
+      }),
+    );
+  }
+
+  return {
+    id: "data",
+    title: "Data",
+    element,
+    update,
+    status: () => (app.state.corpus?.bytes > 0 ? "done" : csvTables.size ? "active" : "todo"),
+    summary: () => (app.state.corpus?.bytes > 0 ? `${formatBytes(app.state.corpus.bytes)} · ≈${formatCount(app.state.corpus.token_estimate)} tok` : "add text"),
+  };
+}

@@ -1,0 +1,106 @@
+// Memory panel: remember (key, content, tags, importance), recall with scores and how each
+// hit was ranked, forget, and the most recent entries. Stored in this browser (IndexedDB),
+// embedded by the tab's own model when one is trained (lexical ranking otherwise).
+import { h, field, formatNumber } from "../dom.js";
+
+const splitTags = (text) => text.split(",").map((t) => t.trim()).filter(Boolean);
+
+export function memoryPanel(app) {
+  const message = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  const key = field("Key", h("input", { type: "text", name: "memory-key", autocomplete: "off", placeholder: "user.prefers.language" }));
+  const content = field("Content", h("textarea", { name: "memory-content", rows: 3, placeholder: "The user writes Python and prefers short answers." }));
+  const tags = field("Tags", h("input", { type: "text", name: "memory-tags", autocomplete: "off", placeholder: "preferences, profile" }), "Comma-separated.");
+  const importance = field("Importance", h("input", { type: "range", name: "memory-importance", min: 0, max: 1, step: 0.05, value: 0.5 }));
+  const rememberHint = h("small", { class: "hint gate-hint", hidden: true });
+  const remember = app.gate(
+    h("button", { type: "button", class: "primary", id: "memory-remember", text: "Remember" }),
+    () => (key.input.value.trim() && content.input.value.trim() ? null : "Enter a key and some content."),
+    rememberHint,
+  );
+  for (const input of [key.input, content.input]) input.addEventListener("input", () => app.refresh());
+
+  const query = field("Query", h("input", { type: "search", name: "memory-query", autocomplete: "off", placeholder: "What language does the user like?" }));
+  const topK = field("Top k", h("input", { type: "number", name: "memory-top-k", min: 1, max: 50, value: 5 }));
+  topK.field.classList.add("tiny");
+  const recall = app.gate(h("button", { type: "button", id: "memory-recall", text: "Recall" }), () => (query.input.value.trim() ? null : "Type a query."));
+  query.input.addEventListener("input", () => app.refresh());
+  const hits = h("ol", { class: "hits", id: "memory-hits", "aria-live": "polite" });
+  const recent = h("ul", { class: "hits compact", id: "memory-list" });
+
+  const forgetButton = (k) => {
+    const b = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Forget ${k}`, text: "Forget" }), () => null);
+    b.addEventListener("click", () => app.run(b, async () => {
+      const r = await app.call("memory_forget", { key: k });
+      app.say(message, r.forgotten ? `Forgot ${k}.` : `${k} was not stored.`, r.forgotten ? "ok" : "");
+      for (const li of hits.querySelectorAll("li")) if (li.dataset.key === k) li.remove();
+      await list();
+    }, message));
+    return b;
+  };
+
+  async function list() {
+    const r = await app.call("memory_list", { limit: 20 });
+    app.setState({ memoryCount: r.items.length }, { share: false });
+    recent.replaceChildren(
+      ...(r.items.length
+        ? r.items.map((it) => h("li", { dataset: { key: it.key } }, h("code", { text: it.key }), h("span", { class: "hit-content", text: it.content }), ...(it.tags ?? []).map((t) => h("span", { class: "tag", text: t })), forgetButton(it.key)))
+        : [h("li", { class: "hint", text: "Nothing remembered yet." })]),
+    );
+  }
+
+  remember.addEventListener("click", () => app.run(remember, async () => {
+    const k = key.input.value.trim();
+    await app.call("memory_remember", { key: k, content: content.input.value, tags: splitTags(tags.input.value), importance: Number(importance.input.value) });
+    app.say(message, `Remembered ${k}.`, "ok");
+    key.input.value = "";
+    content.input.value = "";
+    tags.input.value = "";
+    await list();
+  }, message));
+
+  const doRecall = () => app.run(recall, async () => {
+    const r = await app.call("memory_recall", { query: query.input.value, top_k: Number(topK.input.value) });
+    hits.replaceChildren(
+      ...(r.hits.length
+        ? r.hits.map((hit) => h(
+          "li",
+          { dataset: { key: hit.key } },
+          h("div", { class: "hit-head" }, h("code", { text: hit.key }), h("span", { class: "score", title: "score", text: formatNumber(hit.score, 3) }), h("span", { class: "ranked-by", text: hit.ranked_by }), forgetButton(hit.key)),
+          h("p", { class: "hit-content", text: hit.content }),
+          h("div", {}, ...(hit.tags ?? []).map((t) => h("span", { class: "tag", text: t }))),
+        ))
+        : [h("li", { class: "hint", text: "No memories match." })]),
+    );
+  }, message);
+  recall.addEventListener("click", doRecall);
+  query.input.addEventListener("keydown", (e) => { if (e.key === "Enter" && !recall.disabled) doRecall(); });
+
+  const element = h(
+    "section",
+    {},
+    h("header", { class: "panel-head" }, h("h2", { id: "heading-memory", text: "Memory" }), h("p", { class: "lead", text: "An agent memory kept in this browser. Recall mixes keyword and meaning (once a model is trained) and says how each hit was ranked." })),
+    message,
+    h(
+      "div",
+      { class: "grid-2" },
+      h("section", { class: "sub-card" }, h("h3", { text: "Remember" }), key.field, content.field, h("div", { class: "grid-2 tight" }, tags.field, importance.field), h("div", { class: "row" }, remember, rememberHint)),
+      h("section", { class: "sub-card" }, h("h3", { text: "Recall" }), h("div", { class: "row align-end" }, query.field, topK.field, recall), hits),
+    ),
+    h("section", { class: "sub-card" }, h("h3", { text: "Recent" }), recent),
+  );
+
+  let listed = false;
+  return {
+    id: "memory",
+    title: "Memory",
+    element,
+    onShow() {
+      if (!listed && app.state.phase === "ready") {
+        listed = true;
+        list().catch((err) => { listed = false; app.say(message, String(err.message), "error"); });
+      }
+    },
+    status: () => (app.state.memoryCount > 0 ? "done" : "todo"),
+    summary: () => (app.state.memoryCount > 0 ? `${app.state.memoryCount} remembered` : "empty"),
+  };
+}

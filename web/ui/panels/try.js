@@ -1,0 +1,107 @@
+// Try panel: streamed generation with sampling controls, embedding cosine between two texts,
+// and evaluation on held-out text (perplexity, bits/token, top-1/top-5 accuracy).
+import { h, field, formatCount, formatNumber } from "../dom.js";
+
+export function tryPanel(app) {
+  const needModel = () => (app.hasModel ? null : app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3).");
+
+  // Generation.
+  const genMessage = h("p", { class: "message", id: "try-generate-message", role: "status", "aria-live": "polite", hidden: true });
+  const prompt = field("Prompt", h("textarea", { name: "prompt", rows: 3, id: "try-prompt" }));
+  prompt.input.value = "The";
+  const temperature = field("Temperature", h("input", { type: "number", name: "temperature", value: 0.8, min: 0, max: 2, step: 0.05 }));
+  const topK = field("Top-k", h("input", { type: "number", name: "top_k", value: 40, min: 0, max: 65536, step: 1 }));
+  const topP = field("Top-p", h("input", { type: "number", name: "top_p", value: 0.95, min: 0, max: 1, step: 0.01 }));
+  const maxTokens = field("Max tokens", h("input", { type: "number", name: "max_new_tokens", value: 64, min: 1, max: 2048, step: 1 }));
+  const genHint = h("small", { class: "hint gate-hint", hidden: true });
+  const genButton = app.gate(h("button", { type: "button", class: "primary", id: "try-generate", text: "Generate" }), needModel, genHint);
+  const output = h("output", { class: "generation", id: "try-output", "aria-live": "polite" });
+  const outPrompt = h("span", { class: "prompt-echo" });
+  const outText = h("span", { class: "generated" });
+  output.append(outPrompt, outText);
+  let streaming = false;
+  genButton.addEventListener("click", () => app.run(genButton, async () => {
+    outPrompt.textContent = prompt.input.value;
+    outText.textContent = "";
+    streaming = true;
+    try {
+      const r = await app.generate(prompt.input.value, {
+        temperature: Number(temperature.input.value),
+        top_k: Number(topK.input.value),
+        top_p: Number(topP.input.value),
+        max_new_tokens: Number(maxTokens.input.value),
+      });
+      outText.textContent = r.text;
+      app.setState({ tried: true }, { share: false });
+      app.say(genMessage, `${r.tokens} tokens at ${formatCount(r.tokens_per_second)} tokens/s.`, "ok");
+    } finally {
+      streaming = false;
+    }
+  }, genMessage));
+
+  // Similarity.
+  const simMessage = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  const textA = field("Text A", h("textarea", { name: "sim-a", rows: 2 }));
+  const textB = field("Text B", h("textarea", { name: "sim-b", rows: 2 }));
+  textA.input.value = "Return the absolute value of a number.";
+  textB.input.value = "Compute the magnitude of x.";
+  const simButton = app.gate(h("button", { type: "button", id: "try-similarity", text: "Compare" }), needModel);
+  const simValue = h("span", { class: "big-number", id: "try-cosine", text: "–" });
+  const simBar = h("meter", { min: -1, max: 1, value: 0, "aria-label": "cosine similarity" });
+  simButton.addEventListener("click", () => app.run(simButton, async () => {
+    const r = await app.call("similarity", { a: textA.input.value, b: textB.input.value });
+    simValue.textContent = r.cosine.toFixed(3);
+    simBar.value = r.cosine;
+  }, simMessage));
+
+  // Evaluation.
+  const evalMessage = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  const evalText = field("Text (empty: the held-out split)", h("textarea", { name: "eval-text", rows: 2 }));
+  const evalButton = app.gate(h("button", { type: "button", id: "try-evaluate", text: "Evaluate" }), needModel);
+  const evalStats = h("div", { class: "stats", id: "try-eval" });
+  evalButton.addEventListener("click", () => app.run(evalButton, async () => {
+    const text = evalText.input.value.trim();
+    const r = await app.call("evaluate", text ? { text } : {});
+    const stat = (label, value) => h("div", { class: "stat" }, h("span", { class: "stat-label", text: label }), h("span", { class: "stat-value", text: value }));
+    evalStats.replaceChildren(
+      stat("Perplexity", formatNumber(r.perplexity, 4)),
+      stat("Bits/token", formatNumber(r.bits_per_token, 3)),
+      stat("Top-1", `${(r.top1_accuracy * 100).toFixed(1)} %`),
+      stat("Top-5", `${(r.top5_accuracy * 100).toFixed(1)} %`),
+      stat("Tokens", formatCount(r.tokens)),
+    );
+  }, evalMessage));
+
+  const element = h(
+    "section",
+    {},
+    h("header", { class: "panel-head" }, h("h2", { id: "heading-try", text: "Try" }), h("p", { class: "lead", text: "Talk to the model, compare meanings, and measure it on text it has not seen." })),
+    h(
+      "section",
+      { class: "sub-card" },
+      h("h3", { text: "Generate" }),
+      prompt.field,
+      h("div", { class: "grid-4 tight" }, temperature.field, topK.field, topP.field, maxTokens.field),
+      h("div", { class: "row" }, genButton, genHint),
+      output,
+      genMessage,
+    ),
+    h(
+      "div",
+      { class: "grid-2" },
+      h("section", { class: "sub-card" }, h("h3", { text: "Embedding similarity" }), textA.field, textB.field, h("div", { class: "row" }, simButton, simValue, simBar), simMessage),
+      h("section", { class: "sub-card" }, h("h3", { text: "Evaluate" }), evalText.field, h("div", { class: "row" }, evalButton), evalStats, evalMessage),
+    ),
+  );
+
+  return {
+    id: "try",
+    title: "Try",
+    element,
+    onEvent(e) {
+      if (e.event === "generate-token" && streaming) outText.textContent += e.text;
+    },
+    status: () => (app.state.tried ? "done" : app.hasModel ? "active" : "todo"),
+    summary: () => (app.hasModel ? "model ready" : "needs a model"),
+  };
+}
