@@ -23,6 +23,8 @@ from evermind.errors import ConfigError, EvermindError
 from evermind.kernels.harness import run_case
 from evermind.pipeline import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.studio.session import Session
+from evermind.tokenizer import Tokenizer
+from evermind.train.corpus import harvest_stdlib_docstrings
 from evermind.train.loop import TrainConfig
 from evermind.train.sources import extract_text
 
@@ -266,6 +268,27 @@ async def similarity(a: str, b: str) -> dict[str, Any]:
 async def evaluate(text: str | None = None) -> dict[str, Any]:
     """Bench metrics on the held-out split (or on ``text``)."""
     return await session().evaluate(text)
+
+
+@handler
+async def tokenizer_bench(max_bytes: int = 2_000_000, vocab_size: int = 4096) -> dict[str, Any]:
+    """Times harvesting the default corpus, training the tokenizer and encoding, in this host."""
+    start = time.perf_counter()
+    text = harvest_stdlib_docstrings(int(max_bytes))
+    harvested = time.perf_counter()
+    tok = Tokenizer.train(text, int(vocab_size))
+    trained = time.perf_counter()
+    ids = tok.encode(text)
+    encoded = time.perf_counter()
+    return {
+        "bytes": len(text.encode("utf-8")),
+        "vocab_size": tok.vocab_size,
+        "tokens": len(ids),
+        "harvest_s": round(harvested - start, 3),
+        "train_s": round(trained - harvested, 3),
+        "encode_s": round(encoded - trained, 3),
+        "python": platform.python_version(),
+    }
 
 
 @handler
