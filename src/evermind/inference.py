@@ -7,7 +7,6 @@ and streams text without splitting UTF-8 sequences. The runtime serves with this
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from evermind.errors import ConfigError
+from evermind.metrics import lm_metrics
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
 from evermind.package import Package, read_package
@@ -198,17 +198,7 @@ class Model:
             top1 += int(np.sum(top[:, 0] == targets))
             top5 += int(np.sum((top == targets[:, None]).any(1)))
             count += targets.size
-        seconds = time.perf_counter() - start
-        ce = nll / count
-        return {
-            "cross_entropy": ce,
-            "perplexity": math.exp(min(ce, 700.0)),
-            "bits_per_token": ce / math.log(2),
-            "top1_accuracy": top1 / count,
-            "top5_accuracy": top5 / count,
-            "tokens": float(count),
-            "tokens_per_second": count / seconds if seconds > 0 else 0.0,
-        }
+        return lm_metrics(nll, count, top1, top5, time.perf_counter() - start)
 
 
 def compare(a: dict[str, float], b: dict[str, float], tie_band: float = 0.01) -> dict[str, Any]:

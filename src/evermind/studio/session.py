@@ -19,6 +19,7 @@ from typing import Any
 
 from evermind import gpu
 from evermind.errors import ConfigError, DeviceLostError
+from evermind.metrics import lm_metrics
 from evermind.model.config import PRESETS, MambaConfig
 from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
@@ -487,17 +488,7 @@ class Session:
                 best = sorted(range(v), key=values.__getitem__, reverse=True)[:5]
                 top1 += best[0] == target
                 top5 += target in best
-        seconds = time.perf_counter() - start
-        ce = nll / count
-        return {
-            "cross_entropy": ce,
-            "perplexity": math.exp(min(ce, 700)),
-            "bits_per_token": ce / math.log(2),
-            "top1_accuracy": top1 / count,
-            "top5_accuracy": top5 / count,
-            "tokens": count,
-            "tokens_per_second": round(count / seconds, 1) if seconds else 0.0,
-        }
+        return lm_metrics(nll, count, top1, top5, time.perf_counter() - start)
 
     async def export(self, name: str, version: str, dtype: str) -> dict[str, Any]:
         """The ``.evermind`` package of the current weights, base64-encoded."""
