@@ -195,6 +195,9 @@ class SemanticCache:
         self.ttl = None if ttl is None else float(ttl)
         self._clock = clock
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        # (namespace, fingerprint, query) -> entry key: storing an answer replaces the old
+        # one for the same query without scanning every entry.
+        self._by_query: dict[tuple[str, str, str], int] = {}
         self._next_key = 0
         self._stats = CacheStats()
         self._embed = embed
@@ -221,7 +224,7 @@ class SemanticCache:
         self._fingerprint = fingerprint or _default_fingerprint(embed)
         stale = [k for k, e in self._entries.items() if e.fingerprint != self._fingerprint]
         for key in stale:
-            del self._entries[key]
+            self._drop(key)
 
     def invalidate(self, namespace: str | None = None, query: str | None = None) -> int:
         """Drops L1 entries of ``namespace`` (all when None) whose query is ``query`` (all
@@ -233,7 +236,7 @@ class SemanticCache:
             and (query is None or e.query == query)
         ]
         for key in doomed:
-            del self._entries[key]
+            self._drop(key)
         return len(doomed)
 
     # ----------------------------------------------------------------- sync API
@@ -356,7 +359,7 @@ class SemanticCache:
         candidates: list[tuple[float, int]] = []
         for key, entry in list(self._entries.items()):
             if entry.expires_at is not None and entry.expires_at <= now:
-                del self._entries[key]
+                self._drop(key)
                 self._stats.expirations += 1
                 continue
             if entry.namespace != namespace or entry.fingerprint != self._fingerprint:
@@ -416,18 +419,24 @@ class SemanticCache:
         expires = None if self.ttl is None else self._clock() + self.ttl
         entry = _Entry(namespace, self._fingerprint, query, vector, response, meta, expires)
         self._entries[self._next_key] = entry
+        self._by_query[(namespace, self._fingerprint, query)] = self._next_key
         self._next_key += 1
         self._stats.stores += 1
         while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+            self._drop(next(iter(self._entries)))
             self._stats.evictions += 1
+
+    def _drop(self, key: int) -> None:
+        entry = self._entries.pop(key)
+        index_key = (entry.namespace, entry.fingerprint, entry.query)
+        if self._by_query.get(index_key) == key:
+            del self._by_query[index_key]
 
     def invalidate_exact(self, query: str, namespace: str) -> None:
         """Drops this fingerprint's entry for exactly ``query`` in ``namespace``, if any."""
-        for key, entry in list(self._entries.items()):
-            same = entry.query == query and entry.namespace == namespace
-            if same and entry.fingerprint == self._fingerprint:
-                del self._entries[key]
+        key = self._by_query.get((namespace, self._fingerprint, query))
+        if key is not None:
+            self._drop(key)
 
     def _l2_ns(self, namespace: str) -> str:
         return f"{namespace}@{self._fingerprint}"
