@@ -58,11 +58,16 @@ def tiny_config(tokenizer: Tokenizer, d_model: int = 16, n_layer: int = 2) -> Ma
 
 @lru_cache(maxsize=8)
 def tiny_package(
-    name: str = "tiny", version: str = "0.1.0", steps: int = 30, seed: int = 0
+    name: str = "tiny",
+    version: str = "0.1.0",
+    steps: int = 30,
+    seed: int = 0,
+    d_model: int = 16,
+    n_layer: int = 2,
 ) -> bytes:
     """A real `.evermind` package: tokenizer + a model trained ``steps`` CPU steps on TEXT."""
     tok = tiny_tokenizer()
-    config = tiny_config(tok)
+    config = tiny_config(tok, d_model=d_model, n_layer=n_layer)
     job = JobConfig(
         name=name,
         version=version,
