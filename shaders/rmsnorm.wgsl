@@ -8,7 +8,14 @@
 //   rmsnorm_bwd_dw_partial  partial[c,j] = sum over rows m of chunk c (ascending) of
 //                           dy[m,j] * x[m,j] * rstd[m]; chunk c holds rows [c*R, (c+1)*R)
 //   rmsnorm_bwd_dw_finish   dw[j] (+)= sum over c = 0..C-1 (ascending) of partial[c,j]
+//   rmsnorm_fwd_rows        the forward, one invocation per row (row-serial strategy)
+//   rmsnorm_bwd_dx_rows     dx, one invocation per row (row-serial strategy)
 // "(+)=" accumulates when params.accumulate != 0 and overwrites otherwise.
+// Two strategies compute the same values: the tree entry points (rmsnorm_fwd,
+// rmsnorm_bwd_dx) spread a row over a workgroup and reduce it through workgroup memory,
+// which suits GPUs; the row-serial ones (*_rows) give each invocation a whole row and loop
+// over D in column order, with no workgroup memory and no barriers, which suits CPU
+// adapters (lavapipe, SwiftShader), where barriers are expensive.
 //
 // Bindings (group 0; each entry point binds only the ones it uses):
 //   0 x        storage read        M*D f32
@@ -23,11 +30,12 @@
 // Dispatch:
 //   rmsnorm_fwd, rmsnorm_bwd_dx: one workgroup of WG invocations per row, the row index
 //     folded as wid.y * nwg.x + wid.x (grid_1d(M, 1)); lane j handles columns j, j+WG, ...
+//   rmsnorm_fwd_rows, rmsnorm_bwd_dx_rows: grid_1d(M, WG); invocation m handles row m.
 //   rmsnorm_bwd_dw_partial: (ceil(D / WG), C) workgroups; invocation (c, j).
 //   rmsnorm_bwd_dw_finish: grid_1d(D, WG); invocation j.
 // Determinism: row sums are a fixed binary tree in workgroup memory over lanes whose own
-// partial sums run in column order; the dw reduction is two fixed-order loops. No atomics,
-// so two runs give identical bits.
+// partial sums run in column order (row-serial: one loop in column order); the dw
+// reduction is two fixed-order loops. No atomics, so two runs give identical bits.
 // Numerical hazards: mean(x^2) overflows f32 when |x| reaches ~1e19 (rstd then becomes 0);
 // eps keeps rstd finite for an all-zero row. WG must be a power of two (the tree halves it).
 
@@ -145,4 +153,49 @@ fn rmsnorm_bwd_dw_finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_i
         acc += dw[j];
     }
     dw[j] = acc;
+}
+
+// -- row-serial strategy: one invocation per row, no workgroup memory, no barriers ----------
+
+@compute @workgroup_size(WG)
+fn rmsnorm_fwd_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(local_invocation_id) lid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = (wid.y * nwg.x + wid.x) * WG + lid.x;
+    if (row >= params.m) { return; }
+    let base = row * params.d;
+    var sum_sq = 0.0;
+    for (var j = 0u; j < params.d; j++) {
+        let v = x[base + j];
+        sum_sq += v * v;
+    }
+    let r = inverseSqrt(sum_sq / f32(params.d) + params.eps);
+    rstd[row] = r;
+    for (var j = 0u; j < params.d; j++) {
+        y[base + j] = x[base + j] * r * weight[j];
+    }
+}
+
+@compute @workgroup_size(WG)
+fn rmsnorm_bwd_dx_rows(@builtin(workgroup_id) wid: vec3<u32>,
+                       @builtin(local_invocation_id) lid: vec3<u32>,
+                       @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = (wid.y * nwg.x + wid.x) * WG + lid.x;
+    if (row >= params.m) { return; }
+    let base = row * params.d;
+    let r = rstd[row];
+    var dot = 0.0;  // sum_j g * xhat
+    for (var j = 0u; j < params.d; j++) {
+        dot += dy[base + j] * weight[j] * (x[base + j] * r);
+    }
+    let mean_dot = dot / f32(params.d);
+    for (var j = 0u; j < params.d; j++) {
+        let g = dy[base + j] * weight[j];
+        let xhat = x[base + j] * r;
+        var value = r * (g - xhat * mean_dot);
+        if (params.accumulate != 0u) {
+            value += dx[base + j];
+        }
+        dx[base + j] = value;
+    }
 }

@@ -20,6 +20,8 @@ SHAPES = [(1, 1), (3, 257), (7, 4099), (131, 255), (5, 4096)]
 # Loss: atol 2e-5 + rtol 1e-5 (log of a sum of up to 4k terms, and the target logit's
 # shifted value); gradient: probabilities in [0, 1] times scale, atol 1e-6 * scale.
 LOSS_ATOL, LOSS_RTOL = 2e-5, 1e-5
+# A workgroup per row reduced as a tree, and an invocation per row looping over V.
+STRATEGIES = ["tree", "row_serial"]
 
 
 def _inputs(m: int, v: int, seed: int, spread: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
@@ -50,10 +52,13 @@ def _run(device, logits: np.ndarray, targets: np.ndarray, ce: CrossEntropy | Non
     return out, scale
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize(("m", "v"), SHAPES)
-def test_matches_reference(device, m: int, v: int) -> None:
+def test_matches_reference(device, m: int, v: int, strategy: str) -> None:
     logits, targets = _inputs(m, v, seed=m * 1000 + v)
-    (row_loss, dlogits, loss), scale = _run(device, logits, targets)
+    ce = CrossEntropy(device, strategy=strategy)
+    assert ce.strategy == strategy
+    (row_loss, dlogits, loss), scale = _run(device, logits, targets, ce)
     want_rows, want_d = ref.softmax_xent_ref(logits, targets, scale)
     assert_close(row_loss, want_rows, atol=LOSS_ATOL, rtol=LOSS_RTOL, name=f"row_loss {m}x{v}")
     assert_close(dlogits, want_d, atol=1e-6 * scale, rtol=1e-5, name=f"dlogits {m}x{v}")
@@ -66,7 +71,8 @@ def test_matches_reference(device, m: int, v: int) -> None:
     )
 
 
-def test_extreme_logits_are_stable(device) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_extreme_logits_are_stable(device, strategy: str) -> None:
     # Logits of +-1e4: a naive exp overflows; the shifted form must stay finite and exact.
     m, v = 6, 257
     logits, targets = _inputs(m, v, seed=9, spread=1.0)
@@ -74,7 +80,9 @@ def test_extreme_logits_are_stable(device) -> None:
     logits[1, 5] = 1e4 + 10.0  # one row with a clear winner
     logits[2] = np.float32(-1e4)  # a constant row: uniform softmax
     targets[:] = [4, 5, 7, 0, IGNORE_INDEX, 256]
-    (row_loss, dlogits, loss), scale = _run(device, logits, targets)
+    (row_loss, dlogits, loss), scale = _run(
+        device, logits, targets, CrossEntropy(device, strategy=strategy)
+    )
     assert np.isfinite(row_loss).all() and np.isfinite(dlogits).all() and np.isfinite(loss)
     want_rows, want_d = ref.softmax_xent_ref(logits, targets, scale)
     assert_close(row_loss, want_rows, atol=LOSS_ATOL, rtol=LOSS_RTOL, name="extreme row_loss")
@@ -82,10 +90,11 @@ def test_extreme_logits_are_stable(device) -> None:
     assert row_loss[4] == 0.0 and not dlogits[4].any(), "ignored row must be exactly zero"
 
 
-def test_runs_are_bitwise_identical_and_scale_rewrites(device) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_runs_are_bitwise_identical_and_scale_rewrites(device, strategy: str) -> None:
     m, v = 37, 1031
     logits, targets = _inputs(m, v, seed=4)
-    ce = CrossEntropy(device)
+    ce = CrossEntropy(device, strategy=strategy)
     b_logits, b_targets = device.upload(logits), device.upload(targets)
     row_loss, dlogits, loss = device.buffer(4 * m), device.buffer(4 * m * v), device.buffer(4)
     steps = ce.loss_and_grad(b_logits, b_targets, row_loss, dlogits, loss, m, v, 1.0)
@@ -120,6 +129,25 @@ def test_rejects_bad_arguments(device) -> None:
         ce.forward_backward(small, small, small, device.buffer(16), 2, 3, 1.0)
     with pytest.raises(ShapeError, match="V >= 1"):
         ce.forward_backward(small, small, small, device.buffer(16), 1, 0, 1.0)
+    with pytest.raises(ConfigError, match="strategy must be one of"):
+        CrossEntropy(device, strategy="rows")
+
+
+def test_auto_strategy_follows_the_adapter(device) -> None:
+    want = "row_serial" if device.is_cpu_adapter else "tree"
+    assert CrossEntropy(device).strategy == want
+
+
+def test_strategies_agree_at_the_nano_shape(device) -> None:
+    # M = B*L = 512 rows (32 row-serial workgroups) over the nano vocabulary.
+    logits, targets = _inputs(512, 2048, seed=12)
+    tree, _ = _run(device, logits, targets, CrossEntropy(device, strategy="tree"))
+    serial, scale = _run(device, logits, targets, CrossEntropy(device, strategy="row_serial"))
+    assert_close(serial[0], tree[0], atol=LOSS_ATOL, rtol=LOSS_RTOL, name="row_loss")
+    assert_close(serial[1], tree[1], atol=1e-6 * scale, rtol=1e-5, name="dlogits")
+    assert_close(
+        np.array(serial[2]), np.array(tree[2]), atol=LOSS_ATOL, rtol=LOSS_RTOL, name="loss"
+    )
 
 
 def test_reference_gradient_matches_finite_differences() -> None:
@@ -147,14 +175,15 @@ def browser_cases() -> list:
 
     launcher = "evermind.kernels.cross_entropy:CrossEntropy"
     cases = []
-    for m, v in [(5, 257), (3, 4099)]:
+    shapes = [(5, 257, "tree"), (3, 4099, "tree"), (5, 257, "row_serial"), (19, 131, "row_serial")]
+    for m, v, strategy in shapes:
         logits, targets = _inputs(m, v, seed=42 + v)
         targets[1] = IGNORE_INDEX
         scale = 1.0 / ref.valid_count_ref(targets, v)
         want_rows, want_d = ref.softmax_xent_ref(logits, targets, scale)
         cases.append(
             KernelCase(
-                f"cross_entropy.loss_and_grad {m}x{v}",
+                f"cross_entropy.loss_and_grad {strategy} {m}x{v}",
                 launcher,
                 "loss_and_grad",
                 [
@@ -181,6 +210,7 @@ def browser_cases() -> list:
                 },
                 LOSS_ATOL,
                 LOSS_RTOL,
+                ctor={"strategy": strategy},
             )
         )
     return cases

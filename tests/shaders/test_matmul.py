@@ -31,6 +31,9 @@ SHAPES = [
 # Model shapes of the nano preset (B*L = 512 tokens): in_proj, x_proj, dt_proj, out_proj and
 # the tied LM head, as (M, N, K) of the forward Y = X·Wᵀ.
 MODEL_SHAPES = [(512, 512, 128), (512, 40, 256), (512, 256, 8), (512, 128, 256), (512, 4096, 128)]
+# Sizes divisible by 4 (the vectorised entry points' condition) around the same edges: one
+# vec4, WG tile +-4, a run past a multiple of 8 columns, K = 4 (one vec4 of k).
+VECTOR_SHAPES = [(4, 4, 4), (36, 132, 20), (68, 124, 132), (132, 260, 12), (60, 4, 68), (8, 8, 1)]
 MODES = {
     "NT (linear fwd)": (False, True),
     "NN (input grad)": (False, False),
@@ -76,8 +79,41 @@ def test_awkward_shapes_match_reference(device, mode: str) -> None:
         assert_close(got, want, atol=tolerance(k), rtol=1e-6, name=f"{mode} {m}x{n}x{k}")
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_vector_loads_match_reference_and_scalar_bits(device, mode: str) -> None:
+    # The vectorised entry points run main's fmas in main's order: same bits, not just close.
+    trans_a, trans_b = MODES[mode]
+    scalar, vector = Matmul(device, vector_loads=False), Matmul(device, vector_loads=True)
+    used = set()
+    for m, n, k in VECTOR_SHAPES:
+        a, b = _operands(m, n, k, trans_a, trans_b, seed=m + 5 * n + 11 * k)
+        kw = {"trans_a": trans_a, "trans_b": trans_b}
+        got = _run(device, vector, a, b, m, n, k, **kw)
+        want = ref.matmul_ref(a, b, trans_a=trans_a, trans_b=trans_b)
+        assert_close(got, want, atol=tolerance(k), rtol=1e-6, name=f"vec4 {mode} {m}x{n}x{k}")
+        same = _run(device, scalar, a, b, m, n, k, **kw)
+        assert np.array_equal(got.view(np.uint32), same.view(np.uint32)), f"{mode} {m}x{n}x{k}"
+        used.add(vector.entry_point(m, n, k, trans_a, trans_b))
+        assert scalar.entry_point(m, n, k, trans_a, trans_b) == "main"
+    assert used - {"main"}, f"{mode}: no vectorised entry point ran"
+
+
+def test_vector_entry_points_need_divisible_sizes(device) -> None:
+    mm = Matmul(device, vector_loads=True)
+    assert mm.entry_point(5, 7, 8, False, True) == "main_nt_k4"
+    assert mm.entry_point(5, 7, 9, False, True) == "main"
+    assert mm.entry_point(5, 8, 8, False, False) == "main_nn_v4"
+    assert mm.entry_point(5, 7, 8, False, False) == "main"
+    assert mm.entry_point(8, 8, 3, True, False) == "main_tn_v4"
+    assert mm.entry_point(6, 8, 3, True, False) == "main"
+    assert Matmul(device).vector_loads == device.is_cpu_adapter
+
+
+@pytest.mark.parametrize("vector_loads", [False, True])
 @pytest.mark.parametrize(("m", "n", "k"), MODEL_SHAPES)
-def test_model_shapes_forward_and_backward(device, m: int, n: int, k: int) -> None:
+def test_model_shapes_forward_and_backward(
+    device, m: int, n: int, k: int, vector_loads: bool
+) -> None:
     rng = np.random.default_rng(m + n + k)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
@@ -90,7 +126,7 @@ def test_model_shapes_forward_and_backward(device, m: int, n: int, k: int) -> No
         device.buffer(4 * size, label=name)
         for size, name in ((m * n, "y"), (m * k, "dx"), (n * k, "dw"))
     )
-    mm = Matmul(device)
+    mm = Matmul(device, vector_loads=vector_loads)
     device.submit(
         [
             mm.linear(bx, bw, y, m, k, n, bias=bbias),
@@ -124,13 +160,14 @@ def test_model_shapes_forward_and_backward(device, m: int, n: int, k: int) -> No
     device.destroy(bx, bw, bbias, bdy, y, dx, dw)
 
 
-def test_accumulate_adds_into_output(device) -> None:
+@pytest.mark.parametrize(("m", "n", "k"), [(65, 131, 63), (64, 132, 63)])
+def test_accumulate_adds_into_output(device, m: int, n: int, k: int) -> None:
     # The tied embedding: dW gets the LM head's contribution, then the embedding's.
-    m, n, k = 65, 131, 63
+    # The second shape runs main_tn_v4 where vector loads are on.
     a, b = _operands(m, n, k, True, False, seed=5)
     start = np.random.default_rng(6).standard_normal((m, n)).astype(np.float32)
     ba, bb, bc = device.upload(a), device.upload(b), device.upload(start)
-    mm = Matmul(device)
+    mm = Matmul(device, vector_loads=True)
     step = mm.matmul(ba, bb, bc, m, n, k, trans_a=True, accumulate=True)
     device.submit([step, step])
     once = ref.matmul_ref(a, b, trans_a=True)
@@ -214,10 +251,18 @@ def test_reference_backward_matches_finite_differences() -> None:
 
 def browser_cases() -> list:
     """Small cases for the browser run (see tests/kernel_cases.py)."""
-    from tests.kernel_cases import KernelCase
 
     launcher = "evermind.kernels.matmul:Matmul"
-    m, n, k = 33, 67, 29
+    cases = []
+    # Odd sizes run main; sizes divisible by 4 run the vectorised entry points.
+    for (m, n, k), vector_loads in (((33, 67, 29), False), ((36, 68, 28), True)):
+        cases += _linear_cases(launcher, m, n, k, vector_loads)
+    return cases
+
+
+def _linear_cases(launcher: str, m: int, n: int, k: int, vector_loads: bool) -> list:
+    from tests.kernel_cases import KernelCase
+
     rng = np.random.default_rng(42)
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
@@ -228,7 +273,7 @@ def browser_cases() -> list:
     tol = tolerance(max(m, n, k))
     return [
         KernelCase(
-            "matmul.linear",
+            f"matmul.linear {m}x{n}x{k} vector_loads={vector_loads}",
             launcher,
             "linear",
             [{"buf": "x"}, {"buf": "w"}, {"buf": "y"}, m, k, n, {"buf": "bias"}],
@@ -236,9 +281,10 @@ def browser_cases() -> list:
             {"y": ref.linear_fwd_ref(x, w, bias)},
             tol,
             1e-6,
+            ctor={"vector_loads": vector_loads},
         ),
         KernelCase(
-            "matmul.linear_bwd_input",
+            f"matmul.linear_bwd_input {m}x{n}x{k} vector_loads={vector_loads}",
             launcher,
             "linear_bwd_input",
             [{"buf": "dy"}, {"buf": "w"}, {"buf": "dx"}, m, k, n],
@@ -246,9 +292,10 @@ def browser_cases() -> list:
             {"dx": dx},
             tol,
             1e-6,
+            ctor={"vector_loads": vector_loads},
         ),
         KernelCase(
-            "matmul.linear_bwd_weight_accumulate",
+            f"matmul.linear_bwd_weight_accumulate {m}x{n}x{k} vector_loads={vector_loads}",
             launcher,
             "linear_bwd_weight",
             [{"buf": "dy"}, {"buf": "x"}, {"buf": "dw"}, m, k, n, True],
@@ -256,5 +303,6 @@ def browser_cases() -> list:
             {"dw": dw + start},
             2 * tol,
             1e-6,
+            ctor={"vector_loads": vector_loads},
         ),
     ]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from evermind.errors import ConfigError, ShapeError
+from evermind.gpu.base import is_cpu_adapter_info
 from evermind.kernels import rmsnorm_ref as ref
 from evermind.kernels.rmsnorm import RMSNorm
 from tests.conftest import read_f32
@@ -24,6 +25,8 @@ FWD_ATOL, FWD_RTOL = 1e-6, 2e-5
 DX_ATOL, DX_RTOL = 2e-5, 1e-4
 # dw sums M <= 512 products of O(1): f32 accumulation error ~ sqrt(M) ulp of the magnitude.
 DW_ATOL, DW_RTOL = 5e-5, 5e-5
+# Both strategies of the forward and dx: a workgroup per row (tree), an invocation per row.
+STRATEGIES = ["tree", "row_serial"]
 
 
 def _inputs(m: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -43,9 +46,11 @@ def _run(
     dw0: np.ndarray | None = None,
     accumulate: bool = False,
     workgroup_size: int = 64,
+    strategy: str = "tree",
 ):
     m, d = x.shape
-    norm = RMSNorm(device, workgroup_size=workgroup_size)
+    norm = RMSNorm(device, workgroup_size=workgroup_size, strategy=strategy)
+    assert norm.strategy == strategy
     bx, bw, bgy = (
         device.upload(x, label="x"),
         device.upload(w, label="w"),
@@ -70,12 +75,15 @@ def _run(
     return out
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("workgroup_size", [64, 128])
 @pytest.mark.parametrize("m", MS)
 @pytest.mark.parametrize("d", DS)
-def test_forward_and_backward_match_reference(device, m: int, d: int, workgroup_size: int) -> None:
+def test_forward_and_backward_match_reference(
+    device, m: int, d: int, workgroup_size: int, strategy: str
+) -> None:
     x, w, gy = _inputs(m, d, seed=1000 * m + d)
-    y, rstd, dx, dw = _run(device, x, w, gy, workgroup_size=workgroup_size)
+    y, rstd, dx, dw = _run(device, x, w, gy, workgroup_size=workgroup_size, strategy=strategy)
     ry, rrstd = ref.rmsnorm_fwd_ref(x, w, EPS)
     rdx, rdw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
     assert_close(y, ry, atol=FWD_ATOL, rtol=FWD_RTOL, name=f"y M={m} D={d}")
@@ -84,22 +92,24 @@ def test_forward_and_backward_match_reference(device, m: int, d: int, workgroup_
     assert_close(dw, rdw, atol=DW_ATOL, rtol=DW_RTOL, name=f"dw M={m} D={d}")
 
 
-def test_backward_accumulates_and_is_deterministic(device) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_backward_accumulates_and_is_deterministic(device, strategy: str) -> None:
     m, d = 37, 129
     x, w, gy = _inputs(m, d, seed=5)
     rng = np.random.default_rng(6)
     dx0 = rng.standard_normal((m, d)).astype(np.float32)
     dw0 = rng.standard_normal(d).astype(np.float32)
-    _, _, dx, dw = _run(device, x, w, gy, dx0, dw0, accumulate=True)
+    _, _, dx, dw = _run(device, x, w, gy, dx0, dw0, accumulate=True, strategy=strategy)
     rdx, rdw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
     assert_close(dx, dx0 + rdx, atol=DX_ATOL, rtol=DX_RTOL, name="dx accumulated")
     assert_close(dw, dw0 + rdw, atol=DW_ATOL, rtol=DW_RTOL, name="dw accumulated")
-    again = _run(device, x, w, gy, dx0, dw0, accumulate=True)
+    again = _run(device, x, w, gy, dx0, dw0, accumulate=True, strategy=strategy)
     assert np.array_equal(again[2].view(np.uint32), dx.view(np.uint32)), "dx differs between runs"
     assert np.array_equal(again[3].view(np.uint32), dw.view(np.uint32)), "dw differs between runs"
 
 
-def test_extreme_rows_stay_finite(device) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_extreme_rows_stay_finite(device, strategy: str) -> None:
     d = 129
     rows = [
         np.zeros(d),  # rstd = 1/sqrt(eps): y = 0, no division by zero
@@ -111,7 +121,7 @@ def test_extreme_rows_stay_finite(device) -> None:
     x = np.array(rows, dtype=np.float32)
     m = x.shape[0]
     _, w, gy = _inputs(m, d, seed=9)
-    y, rstd, dx, dw = _run(device, x, w, gy)
+    y, rstd, dx, dw = _run(device, x, w, gy, strategy=strategy)
     for name, got in (("y", y), ("rstd", rstd), ("dx", dx), ("dw", dw)):
         assert np.isfinite(got).all(), f"{name} has non-finite values on extreme rows"
     ry, rrstd = ref.rmsnorm_fwd_ref(x, w, EPS)
@@ -152,6 +162,34 @@ def test_bad_arguments_raise(device) -> None:
         norm.forward(small, small, small, small, 3, 4)
     with pytest.raises(ConfigError, match="eps"):
         norm.forward(small, small, small, small, 1, 1, eps=0.0)
+    with pytest.raises(ConfigError, match="strategy must be one of"):
+        RMSNorm(device, strategy="serial")
+
+
+def test_auto_strategy_follows_the_adapter(device) -> None:
+    want = "row_serial" if device.is_cpu_adapter else "tree"
+    assert RMSNorm(device).strategy == want
+    assert RMSNorm(device, strategy="auto").strategy == want
+
+
+def test_cpu_adapter_detection() -> None:
+    lavapipe = {"device": "llvmpipe (LLVM 15.0.6, 256 bits)", "adapter_type": "CPU"}
+    swiftshader = {"vendor": "google", "architecture": "swiftshader", "adapter_type": ""}
+    gpu = {"vendor": "nvidia", "architecture": "ampere", "adapter_type": "DiscreteGPU"}
+    assert is_cpu_adapter_info(lavapipe) and is_cpu_adapter_info(swiftshader)
+    assert is_cpu_adapter_info({"device": "llvmpipe"})  # no adapter type reported
+    assert not is_cpu_adapter_info(gpu) and not is_cpu_adapter_info({})
+
+
+def test_strategies_agree_with_each_other(device) -> None:
+    # The nano shape: both strategies reduce rows in a different order, so they differ
+    # only by rounding; dw comes from the same passes and must be identical.
+    x, w, gy = _inputs(512, 128, seed=77)
+    tree = _run(device, x, w, gy, strategy="tree")
+    serial = _run(device, x, w, gy, strategy="row_serial")
+    for name, a, b in zip(("y", "rstd", "dx"), tree, serial, strict=False):
+        assert_close(b, a, atol=DX_ATOL, rtol=DX_RTOL, name=f"{name} row_serial vs tree")
+    assert_close(serial[3], tree[3], atol=DW_ATOL, rtol=DW_RTOL, name="dw row_serial vs tree")
 
 
 def browser_cases() -> list:
@@ -160,14 +198,21 @@ def browser_cases() -> list:
 
     launcher = "evermind.kernels.rmsnorm:RMSNorm"
     cases = []
-    for m, d in ((5, 129), (3, 7)):
+    # Row-serial at M = WG + 6 (two workgroups, the second partly idle) and a tiny row.
+    shapes = (
+        ((5, 129), "tree"),
+        ((3, 7), "tree"),
+        ((70, 129), "row_serial"),
+        ((3, 7), "row_serial"),
+    )
+    for (m, d), strategy in shapes:
         x, w, gy = _inputs(m, d, seed=40 + d)
         y, rstd = ref.rmsnorm_fwd_ref(x, w, EPS)
         dx, dw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
         zeros = np.zeros((m, d), np.float32)
         cases.append(
             KernelCase(
-                f"rmsnorm.forward M={m} D={d}",
+                f"rmsnorm.forward {strategy} M={m} D={d}",
                 launcher,
                 "forward",
                 [{"buf": "x"}, {"buf": "w"}, {"buf": "y"}, {"buf": "rstd"}, m, d, EPS],
@@ -175,11 +220,12 @@ def browser_cases() -> list:
                 {"y": y, "rstd": rstd},
                 FWD_ATOL,
                 FWD_RTOL,
+                ctor={"strategy": strategy},
             )
         )
         cases.append(
             KernelCase(
-                f"rmsnorm.backward M={m} D={d}",
+                f"rmsnorm.backward {strategy} M={m} D={d}",
                 launcher,
                 "backward",
                 [
@@ -203,6 +249,7 @@ def browser_cases() -> list:
                 {"dx": dx, "dw": dw},
                 DX_ATOL,
                 DX_RTOL,
+                ctor={"strategy": strategy},
             )
         )
     return cases

@@ -159,6 +159,18 @@ def _as_bytes_view(data: Any) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
+def is_cpu_adapter_info(info: Mapping[str, str]) -> bool:
+    """Whether adapter information (``Device.adapter_info``) describes a CPU adapter.
+
+    lavapipe reports adapter type ``CPU`` and device ``llvmpipe (...)``; Chromium's
+    SwiftShader reports architecture ``swiftshader`` (the browser gives no adapter type).
+    """
+    if info.get("adapter_type", "").strip().upper() == "CPU":
+        return True
+    names = " ".join(info.get(key, "") for key in ("architecture", "device", "vendor")).lower()
+    return any(word in names for word in ("llvmpipe", "lavapipe", "swiftshader"))
+
+
 class Device(ABC):
     """One WebGPU device, the same API on both hosts.
 
@@ -175,6 +187,16 @@ class Device(ABC):
     def __init__(self) -> None:
         self._kernels: dict[tuple[str, str, tuple[tuple[str, float], ...]], Kernel] = {}
         self._modules: dict[str, Any] = {}
+
+    @property
+    def is_cpu_adapter(self) -> bool:
+        """Whether the adapter is a software rasteriser running on the CPU.
+
+        True for Mesa lavapipe (device ``llvmpipe ...`` or adapter type ``CPU``) and for
+        Chromium's SwiftShader (architecture or device ``swiftshader``). Launchers use it to
+        pick strategies that suit CPUs (no workgroup barriers) over ones that suit GPUs.
+        """
+        return is_cpu_adapter_info(self.adapter_info)
 
     # -- transport primitives -------------------------------------------------------------
     @abstractmethod

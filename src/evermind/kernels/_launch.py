@@ -1,9 +1,30 @@
-"""Small helpers shared by the kernel launchers (argument checks, f32 sizes)."""
+"""Small helpers shared by the kernel launchers (argument checks, f32 sizes, strategies)."""
 
 from __future__ import annotations
 
-from evermind.errors import ShapeError
-from evermind.gpu import Buffer
+from evermind.errors import ConfigError, ShapeError
+from evermind.gpu import Buffer, Device
+
+#: Row-reduction strategies: ``"tree"`` (a workgroup per row, reduced through workgroup
+#: memory: suits GPUs), ``"row_serial"`` (an invocation per row looping over it: no barriers,
+#: suits CPU adapters) and ``"auto"`` (row-serial on a CPU adapter, tree otherwise).
+ROW_STRATEGIES = ("auto", "tree", "row_serial")
+
+
+def resolve_row_strategy(op: str, device: Device, strategy: str) -> str:
+    """Returns ``"tree"`` or ``"row_serial"`` for ``strategy`` on ``device``.
+
+    Raises:
+        ConfigError: ``strategy`` is not one of :data:`ROW_STRATEGIES`.
+    """
+    if strategy not in ROW_STRATEGIES:
+        raise ConfigError(
+            f"{op}: strategy must be one of {', '.join(ROW_STRATEGIES)}, got {strategy!r}; "
+            "hint: 'auto' picks row_serial on CPU adapters and tree on GPUs"
+        )
+    if strategy == "auto":
+        return "row_serial" if device.is_cpu_adapter else "tree"
+    return strategy
 
 
 def need_f32(op: str, name: str, buf: Buffer, count: int) -> None:

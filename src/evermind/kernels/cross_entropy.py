@@ -7,6 +7,11 @@ that mean, so a training step needs no per-step readback of ``M`` values. The me
 ``scale`` (1 / number of valid targets) changes with the padding of each batch: rewrite it
 in the recorded dispatches with :meth:`CrossEntropy.set_scale` instead of recording again.
 The numpy twins are in ``cross_entropy_ref.py``.
+
+Two strategies (``strategy=``): ``"tree"`` reduces each row in a workgroup through
+workgroup memory (GPUs); ``"row_serial"`` gives each row to one invocation that loops over
+the vocabulary (no barriers, one exp per logit: several times faster on SwiftShader);
+``"auto"`` (the default) picks row-serial on CPU adapters (:attr:`Device.is_cpu_adapter`).
 """
 
 from __future__ import annotations
@@ -16,11 +21,14 @@ from collections.abc import Iterable
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
-from evermind.kernels._launch import need_f32
+from evermind.kernels._launch import need_f32, resolve_row_strategy
 
 SHADER = "cross_entropy"
 #: Invocations per workgroup (the WGSL ``override WG``); a power of two up to 256.
 WORKGROUP_SIZE = 256
+#: Rows per workgroup of the row-serial strategy (its ``WG``): small, so that even a short
+#: batch spreads over several workgroups (the CPU adapters run workgroups in parallel).
+ROW_SERIAL_WORKGROUP_SIZE = 16
 #: The target value whose rows do not count (PyTorch's default).
 IGNORE_INDEX = -100
 
@@ -35,10 +43,15 @@ class CrossEntropy:
 
     Args:
         device: The GPU device.
-        workgroup_size: Override for ``WG``: a power of two in [1, 256].
+        workgroup_size: Override for ``WG`` of the tree strategy: a power of two in
+            [1, 256]. The row-serial strategy uses :data:`ROW_SERIAL_WORKGROUP_SIZE`.
+        strategy: ``"auto"``, ``"tree"`` or ``"row_serial"`` (see the module docstring);
+            the resolved choice is kept in ``self.strategy``.
     """
 
-    def __init__(self, device: Device, workgroup_size: int = WORKGROUP_SIZE) -> None:
+    def __init__(
+        self, device: Device, workgroup_size: int = WORKGROUP_SIZE, strategy: str = "auto"
+    ) -> None:
         if workgroup_size < 1 or workgroup_size > 256 or workgroup_size & (workgroup_size - 1):
             raise ConfigError(
                 f"cross_entropy: workgroup_size must be a power of two in [1, 256] (the tree "
@@ -46,6 +59,7 @@ class CrossEntropy:
             )
         self.device = device
         self.workgroup_size = workgroup_size
+        self.strategy = resolve_row_strategy("cross_entropy", device, strategy)
 
     def _params(self, m: int, v: int, ignore_index: int, scale: float, label: str) -> Buffer:
         return self.device.uniform(
@@ -90,7 +104,15 @@ class CrossEntropy:
         if dlogits is logits:
             raise ShapeError(f"{op}: dlogits must be a different buffer from logits")
         params = self._params(m, v, ignore_index, scale, "cross_entropy.params")
-        kernel = self.device.kernel(SHADER, "softmax_xent", {"WG": self.workgroup_size})
+        if self.strategy == "row_serial":
+            entry, wg, grid = (
+                "softmax_xent_rows",
+                ROW_SERIAL_WORKGROUP_SIZE,
+                grid_1d(m, ROW_SERIAL_WORKGROUP_SIZE),
+            )
+        else:  # one workgroup per row: grid_1d with a "workgroup size" of 1 folds M into 2-D
+            entry, wg, grid = "softmax_xent", self.workgroup_size, grid_1d(m, 1)
+        kernel = self.device.kernel(SHADER, entry, {"WG": wg})
         bindings = {
             _LOGITS: logits,
             _TARGETS: targets,
@@ -98,8 +120,7 @@ class CrossEntropy:
             _DLOGITS: dlogits,
             _PARAMS: params,
         }
-        # One workgroup per row: grid_1d with a "workgroup size" of 1 folds M rows into 2-D.
-        return self.device.dispatch(kernel, bindings, grid_1d(m, 1), label=f"softmax_xent {m}x{v}")
+        return self.device.dispatch(kernel, bindings, grid, label=f"{entry} {m}x{v}")
 
     def mean(self, row_loss: Buffer, loss: Buffer, m: int, scale: float) -> Dispatch:
         """``loss[0] = scale * sum(row_loss)`` — the mean over valid targets, deterministic.
@@ -116,9 +137,13 @@ class CrossEntropy:
         need_f32(op, "row_loss", row_loss, m)
         need_f32(op, "loss", loss, 1)
         params = self._params(m, 1, IGNORE_INDEX, scale, "cross_entropy.mean.params")
-        kernel = self.device.kernel(SHADER, "loss_mean", {"WG": self.workgroup_size})
+        if self.strategy == "row_serial":  # one invocation sums the rows in order
+            entry, wg = "loss_mean_serial", 1
+        else:
+            entry, wg = "loss_mean", self.workgroup_size
+        kernel = self.device.kernel(SHADER, entry, {"WG": wg})
         return self.device.dispatch(
-            kernel, {_ROW_LOSS: row_loss, _LOSS: loss, _PARAMS: params}, 1, label="loss_mean"
+            kernel, {_ROW_LOSS: row_loss, _LOSS: loss, _PARAMS: params}, 1, label=entry
         )
 
     def loss_and_grad(

@@ -4,6 +4,11 @@ Every method records one dispatch ``C (+)= op(A) · op(B) (+ bias)`` and returns
 transposes are pipeline ``override`` constants (one compiled pipeline per mode), the sizes
 and the bias/accumulate flags live in the dispatch's ``Params`` uniform. The numpy twins are
 in ``matmul_ref.py``.
+
+With ``vector_loads`` (the default on CPU adapters, :attr:`Device.is_cpu_adapter`), a mode
+whose sizes divide by 4 runs a vectorised entry point (``main_nt_k4``, ``main_nn_v4``,
+``main_tn_v4``) that reads vec4s instead of scalars and gives bit-identical results; other
+sizes fall back to ``main``.
 """
 
 from __future__ import annotations
@@ -60,9 +65,17 @@ class Matmul:
     Args:
         device: The GPU device.
         workgroup: ``(WG_X, WG_Y)`` overrides; their product must be at most 256.
+        vector_loads: Use the vectorised entry points where the sizes allow; ``None`` (the
+            default) picks them on CPU adapters, where they measured faster, and the scalar
+            ``main`` elsewhere. Kept, resolved, in ``self.vector_loads``.
     """
 
-    def __init__(self, device: Device, workgroup: tuple[int, int] = WORKGROUP) -> None:
+    def __init__(
+        self,
+        device: Device,
+        workgroup: tuple[int, int] = WORKGROUP,
+        vector_loads: bool | None = None,
+    ) -> None:
         wg_x, wg_y = workgroup
         if wg_x < 1 or wg_y < 1 or wg_x * wg_y > 256:
             raise ConfigError(
@@ -71,6 +84,7 @@ class Matmul:
             )
         self.device = device
         self.workgroup = (wg_x, wg_y)
+        self.vector_loads = device.is_cpu_adapter if vector_loads is None else vector_loads
         self._no_bias: Buffer | None = None
 
     def _placeholder(self) -> Buffer:
@@ -140,7 +154,7 @@ class Matmul:
         )
         kernel = self.device.kernel(
             SHADER,
-            "main",
+            self.entry_point(m, n, k, trans_a, trans_b),
             {
                 "WG_X": wg_x,
                 "WG_Y": wg_y,
@@ -157,6 +171,18 @@ class Matmul:
         }
         mode = f"{'T' if trans_a else 'N'}{'T' if trans_b else 'N'}"
         return self.device.dispatch(kernel, bindings, groups, label=f"matmul.{mode} {m}x{n}x{k}")
+
+    def entry_point(self, m: int, n: int, k: int, trans_a: bool, trans_b: bool) -> str:
+        """The WGSL entry point :meth:`matmul` records for this shape and mode."""
+        if not self.vector_loads:
+            return "main"
+        if trans_b and not trans_a and k % 4 == 0:
+            return "main_nt_k4"  # A and B' columns read four k at a time
+        if not trans_a and not trans_b and k % 4 == 0 and n % 4 == 0:
+            return "main_nn_v4"  # A four k at a time, B four columns at a time
+        if trans_a and not trans_b and m % 4 == 0 and n % 4 == 0:
+            return "main_tn_v4"  # A' four rows, B four columns at a time
+        return "main"
 
     def linear(
         self,

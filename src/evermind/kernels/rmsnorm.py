@@ -1,9 +1,14 @@
 """Launchers for ``shaders/rmsnorm.wgsl``: RMSNorm forward and backward.
 
 ``y = x * rsqrt(mean(x^2) + eps) * w`` over the last axis of ``x (M, D)``. The forward also
-writes ``rstd (M,)``, which the backward reads. The backward is three dispatches: ``dx`` (one
-workgroup per row), then ``dw`` as fixed-order partial sums over chunks of rows and a
-fixed-order sum of the partials, so the result is bit-for-bit reproducible.
+writes ``rstd (M,)``, which the backward reads. The backward is three dispatches: ``dx``,
+then ``dw`` as fixed-order partial sums over chunks of rows and a fixed-order sum of the
+partials, so the result is bit-for-bit reproducible.
+
+The forward and ``dx`` have two strategies (``strategy=``): ``"tree"`` runs a workgroup per
+row and reduces it through workgroup memory (GPUs); ``"row_serial"`` runs an invocation per
+row that loops over ``D`` (no barriers: on SwiftShader it is several times faster);
+``"auto"`` (the default) picks row-serial on CPU adapters (:attr:`Device.is_cpu_adapter`).
 
 Browser-safe (standard library and ``evermind`` only). The numpy twins are in
 ``rmsnorm_ref.py``.
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
-from evermind.kernels._launch import need_f32
+from evermind.kernels._launch import need_f32, resolve_row_strategy
 
 SHADER = "rmsnorm"
 #: Invocations per workgroup (the WGSL ``override WG``): a power of two <= 256. 64 measured
@@ -45,6 +50,8 @@ class RMSNorm:
         device: The GPU device.
         workgroup_size: Override for ``WG``; a power of two <= 256.
         rows_per_chunk: Rows one invocation sums in the ``dw`` partial pass (>= 1).
+        strategy: ``"auto"``, ``"tree"`` or ``"row_serial"`` for the forward and ``dx``
+            (see the module docstring); the resolved choice is kept in ``self.strategy``.
     """
 
     def __init__(
@@ -52,8 +59,10 @@ class RMSNorm:
         device: Device,
         workgroup_size: int = WORKGROUP_SIZE,
         rows_per_chunk: int = ROWS_PER_CHUNK,
+        strategy: str = "auto",
     ) -> None:
         self.device = device
+        self.strategy = resolve_row_strategy("rmsnorm", device, strategy)
         self.workgroup_size = check_power_of_two("rmsnorm", workgroup_size)
         if rows_per_chunk < 1:
             raise ConfigError(f"rmsnorm: rows_per_chunk must be >= 1, got {rows_per_chunk}")
@@ -104,13 +113,20 @@ class RMSNorm:
         need_f32(op, "y", y, m * d)
         need_f32(op, "rstd", rstd, m)
         params = self._params("fwd", m, d, eps, False, 0)
-        kernel = self.device.kernel(SHADER, "rmsnorm_fwd", self._kernel_overrides())
+        entry, grid = self._row_entry("rmsnorm_fwd", m)
+        kernel = self.device.kernel(SHADER, entry, self._kernel_overrides())
         return self.device.dispatch(
             kernel,
             {_X: x, _W: weight, _Y: y, _RSTD: rstd, _PARAMS: params},
-            grid_1d(m, 1),
-            label="rmsnorm_fwd",
+            grid,
+            label=entry,
         )
+
+    def _row_entry(self, tree_entry: str, m: int) -> tuple[str, tuple[int, int, int]]:
+        """The entry point and grid of a per-row pass under this launcher's strategy."""
+        if self.strategy == "row_serial":
+            return f"{tree_entry}_rows", grid_1d(m, self.workgroup_size)
+        return tree_entry, grid_1d(m, 1)  # one workgroup per row
 
     def backward(
         self,
@@ -164,11 +180,12 @@ class RMSNorm:
         params = self._params("bwd", m, d, 1.0, accumulate, chunks)
         wg = self.workgroup_size
         dev = self.device
+        dx_entry, dx_grid = self._row_entry("rmsnorm_bwd_dx", m)
         dx = dev.dispatch(
-            dev.kernel(SHADER, "rmsnorm_bwd_dx", self._kernel_overrides()),
+            dev.kernel(SHADER, dx_entry, self._kernel_overrides()),
             {_X: x, _W: weight, _RSTD: rstd, _DY: grad_y, _DX: grad_x, _PARAMS: params},
-            grid_1d(m, 1),
-            label="rmsnorm_bwd_dx",
+            dx_grid,
+            label=dx_entry,
         )
         dw_partial = dev.dispatch(
             dev.kernel(SHADER, "rmsnorm_bwd_dw_partial", self._kernel_overrides()),
