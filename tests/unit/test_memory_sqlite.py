@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ WRITER = textwrap.dedent(
 
     async def main(path, prefix, count):
         store = MemoryStore(path)
+        open(f"{path}.ready-{prefix}", "w").close()  # imported and opened: ready to write
         while not os.path.exists(path + ".go"):  # start barrier: all writers at once
             time.sleep(0.001)
         for i in range(count):
@@ -123,6 +125,13 @@ def test_three_processes_write_300_each(tmp_path: Path) -> None:
         )
         for n in range(3)
     ]
+    # Release the writers only once all three have started (imports take longer than 300
+    # writes, so touching ".go" at once let the first writer finish before the last began).
+    deadline = time.monotonic() + 120
+    while not all(Path(f"{path}.ready-p{n}").exists() for n in range(3)):
+        assert time.monotonic() < deadline, "writers did not start"
+        assert all(proc.poll() is None for proc in procs), "a writer exited early"
+        time.sleep(0.01)
     Path(f"{path}.go").touch()
     for proc in procs:
         _, err = proc.communicate(timeout=240)
