@@ -142,6 +142,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from evermind import bench_report
 
+    if args.what == "serve":
+        # The runtime's load test: requests/s and latency on loopback, vs PyTorch.
+        from evermind.runtime import bench as serve_bench
+
+        argv = ["--seconds", "1", "--clients", "1,8"] if args.quick else []
+        return serve_bench.main([*argv, *(["--json"] if args.json else [])])
     if args.native_only and args.browser_only:
         raise EvermindError("bench: --native-only and --browser-only exclude each other")
     if args.cpu_threads < 1:
@@ -198,7 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
         "embedding latency, beside numpy and PyTorch). Runs native wgpu-py and headless "
         "Chromium in one run and prints them side by side.",
     )
-    bench.add_argument("what", choices=["kernels", "train"], help="what to benchmark")
+    bench.add_argument(
+        "what",
+        choices=["kernels", "train", "serve"],
+        help="kernels and train: native and browser in one run; serve: the runtime on loopback",
+    )
     bench.add_argument("--quick", action="store_true", help="fewer sizes, steps and repeats")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
     bench.add_argument("--native-only", action="store_true", help="skip the browser")
