@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 
 import evermind
+from evermind.errors import EvermindError
+from evermind.studio.headless import call_studio
 from tests.browser.conftest import RecordedPage, open_studio
 from tests.factories import TEXT
 
@@ -18,14 +20,12 @@ TINY = {"d_model": 16, "n_layer": 2, "d_state": 4}
 
 
 def call(rec: RecordedPage, fn: str, **kwargs):
-    outcome = rec.page.evaluate(
-        """([fn, kwargs]) => window.evermind.call(fn, kwargs).then(
-               r => ({ok: true, result: r}),
-               e => ({ok: false, error: e.name + ': ' + e.message}))""",
-        [fn, kwargs],
-    )
-    assert outcome["ok"], f"{fn}: {outcome['error']}\n" + "\n".join(rec.console[-20:])
-    return outcome["result"]
+    """A Studio worker call from the page (the same helper headless training uses)."""
+    try:
+        return call_studio(rec.page, fn, **kwargs)
+    except EvermindError:
+        print("\n".join(rec.console[-20:]))
+        raise
 
 
 def test_train_reload_resume_export_and_native_agreement(browser, server, tmp_path) -> None:

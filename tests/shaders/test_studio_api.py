@@ -62,7 +62,7 @@ def test_whole_studio_flow_natively(events) -> None:
     )
     exported = call("export_package", name="studio-test", version="1.2.3")
     pkg = read_package(base64.b64decode(exported["data_b64"]))
-    assert pkg.ref == "evermind/studio-test:1.2.3" if hasattr(pkg, "ref") else True
+    assert pkg.ref == "evermind/studio-test:1.2.3"
     assert pkg.manifest["training"]["steps"] == 6
 
 

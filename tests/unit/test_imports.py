@@ -70,9 +70,3 @@ print(json.dumps(failed))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     failed = json.loads(out.stdout.strip().splitlines()[-1])
     assert not failed, f"browser-safe modules need native packages: {failed}"
-
-
-def test_every_native_module_says_why_in_its_docstring() -> None:
-    _, host_only = _modules()
-    for name in host_only:
-        assert name.startswith("evermind."), name

@@ -19,7 +19,7 @@ from evermind.errors import ConfigError, EvermindError
 BOOT_TIMEOUT_MS = 180_000
 
 
-def _call(page: Any, fn: str, **kwargs: Any) -> Any:
+def call_studio(page: Any, fn: str, **kwargs: Any) -> Any:
     """Runs a Studio worker call from the page; errors come back as EvermindError."""
     outcome = page.evaluate(
         """([fn, kwargs]) => window.evermind.call(fn, kwargs).then(
@@ -84,13 +84,15 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
             )
             page.evaluate("window.evermind.on(e => window.__evermindHeadlessEvent(e))")
             if corpus_text is None:
-                info = _call(page, "corpus_default", max_bytes=args.corpus_bytes)
+                info = call_studio(page, "corpus_default", max_bytes=args.corpus_bytes)
                 print(f"corpus: {info['sources'][0]['description']}", file=sys.stderr)
             else:
-                _call(page, "corpus_add", name=Path(args.corpus).name or "corpus", text=corpus_text)
-            _call(page, "tokenizer_train", vocab_size=args.vocab_size)
+                call_studio(
+                    page, "corpus_add", name=Path(args.corpus).name or "corpus", text=corpus_text
+                )
+            call_studio(page, "tokenizer_train", vocab_size=args.vocab_size)
             start = time.perf_counter()
-            summary = _call(
+            summary = call_studio(
                 page,
                 "train_start",
                 preset=args.preset,
@@ -101,7 +103,7 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
                 seed=args.seed,
             )
             seconds = time.perf_counter() - start
-            exported = _call(page, "export_package", name=args.name, version=args.version)
+            exported = call_studio(page, "export_package", name=args.name, version=args.version)
         finally:
             browser.close()
     out = Path(args.out)

@@ -200,9 +200,12 @@ class Session:
             self.model, self.train_ids, self.held_ids, train, on_progress=self._progress
         )
 
-    def _meta(self) -> dict[str, Any]:
+    def _meta(self, checkpoint_step: int | None = None) -> dict[str, Any]:
         assert self.job is not None and self.config is not None
         return {
+            # Written in the same transaction as the checkpoint, so that the status of a
+            # session is known without reading the (megabytes of) checkpoint itself.
+            "checkpoint_step": checkpoint_step,
             "train": asdict(self.job.train),
             "preset": self.job.preset,
             "model": self.config.to_hf_config(),
@@ -276,7 +279,9 @@ class Session:
         assert self.trainer is not None
         blob = await self.trainer.checkpoint()
         kv = await self.kv()
-        await kv.write("session", puts=[("checkpoint", blob), ("meta", self._meta())])
+        await kv.write(
+            "session", puts=[("checkpoint", blob), ("meta", self._meta(self.trainer.step))]
+        )
         self.emit("train-checkpoint", step=self.trainer.step, bytes=len(blob))
 
     def request(self, what: str) -> dict[str, Any]:
@@ -324,15 +329,10 @@ class Session:
         """What a reload could resume."""
         kv = await self.kv()
         meta = await kv.get("session", "meta")
-        blob = await kv.get("session", "checkpoint")
-        step = 0
-        if blob:
-            from evermind.train.checkpoint import unpack_checkpoint
-
-            step = int(unpack_checkpoint(blob)[0]["step"])
+        step = meta.get("checkpoint_step") if meta else None
         return {
-            "has_checkpoint": bool(blob),
-            "step": step,
+            "has_checkpoint": step is not None,
+            "step": step or 0,
             "steps": meta["train"]["steps"] if meta else 0,
             "preset": meta["preset"] if meta else None,
             "vocab_size": meta["model"]["vocab_size"] if meta else None,

@@ -145,7 +145,6 @@ class ProgressBar:
 async def train_native(args: argparse.Namespace) -> dict[str, Any]:
     """Runs the whole job natively; returns the summary line's fields."""
     from evermind.model.init import init_params
-    from evermind.package import write_package_file  # noqa: F401 - imported for its checks
     from evermind.pipeline import (
         JobConfig,
         export_package,
@@ -219,7 +218,7 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
 
     trainer = Trainer(backend, train_ids, held, train_cfg, on_progress=show)
     result = await trainer.run()
-    final = await (backend.read_params() if args.device == "gpu" else _as_async(backend.params()))
+    final = await backend.read_params() if args.device == "gpu" else backend.params()
     data = export_package(job, config, final, tokenizer, result, corpus, f"{label} {args.device}")
     out = Path(args.out)
     _atomic_write(out, data)
@@ -233,10 +232,6 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
         "out": str(out),
     }
     return summary
-
-
-async def _as_async(value: Any) -> Any:
-    return value
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
