@@ -10,6 +10,7 @@ Usage::
 
     python build/eval_mcp_recall.py                        # lexical only
     python build/eval_mcp_recall.py --model my.evermind    # lexical only, then with the model
+    python build/eval_mcp_recall.py --tune-from base.evermind  # ... with base tuned on the facts
     python build/eval_mcp_recall.py --json results.json
 
 These are development numbers (the set is for tuning); report them as such.
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,35 +51,34 @@ def hit_keys(text: str) -> list[str]:
     return [match.group(2) for match in HIT_LINE.finditer(text)]
 
 
-async def run(path: Path, model: Path | None) -> dict[str, Any]:
+async def run(path: Path, model: Path | None, memory_file: Path) -> dict[str, Any]:
     """Stores the facts and asks the questions through one stdio server; returns metrics."""
     facts, questions = load_set(path)
-    with tempfile.TemporaryDirectory() as folder:
-        args = ["-m", "evermind.cli", "mcp", "--memory-file", str(Path(folder) / "memory.db")]
-        args += ["--max-results", str(TOP_K)]
-        if model is not None:
-            args += ["--model", str(model)]
-        params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
-        async with Client(params, read_timeout_seconds=600) as client:
-            start = time.perf_counter()
-            for fact in facts:
-                stored = await client.call_tool(
-                    "memory_remember",
-                    {"key": fact["key"], "content": fact["content"], "tags": fact.get("tags", [])},
-                )
-                if stored.is_error:
-                    raise RuntimeError(f"remember {fact['key']} failed: {stored.content}")
-            write_s = time.perf_counter() - start
-            ranked: list[tuple[dict[str, Any], list[str]]] = []
-            start = time.perf_counter()
-            for question in questions:
-                result = await client.call_tool(
-                    "memory_recall", {"query": question["question"], "top_k": TOP_K}
-                )
-                text = "".join(block.text for block in result.content if block.type == "text")
-                ranked.append((question, hit_keys(text)))
-            recall_s = time.perf_counter() - start
-            ranked_by = text.splitlines()[-1]
+    args = ["-m", "evermind.cli", "mcp", "--memory-file", str(memory_file)]
+    args += ["--max-results", str(TOP_K)]
+    if model is not None:
+        args += ["--model", str(model)]
+    params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
+    async with Client(params, read_timeout_seconds=600) as client:
+        start = time.perf_counter()
+        for fact in facts:
+            stored = await client.call_tool(
+                "memory_remember",
+                {"key": fact["key"], "content": fact["content"], "tags": fact.get("tags", [])},
+            )
+            if stored.is_error:
+                raise RuntimeError(f"remember {fact['key']} failed: {stored.content}")
+        write_s = time.perf_counter() - start
+        ranked: list[tuple[dict[str, Any], list[str]]] = []
+        start = time.perf_counter()
+        for question in questions:
+            result = await client.call_tool(
+                "memory_recall", {"query": question["question"], "top_k": TOP_K}
+            )
+            text = "".join(block.text for block in result.content if block.type == "text")
+            ranked.append((question, hit_keys(text)))
+        recall_s = time.perf_counter() - start
+        ranked_by = text.splitlines()[-1]
     return score(ranked) | {
         "ranked_by": ranked_by,
         "remember_ms": 1000 * write_s / len(facts),
@@ -111,11 +112,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", type=Path, default=DEFAULT_SET, help="memory_recall_dev.jsonl")
     parser.add_argument("--model", type=Path, help="a .evermind package (semantic recall)")
+    parser.add_argument(
+        "--tune-from",
+        type=Path,
+        help="a .evermind package: tune its embedder on the remembered facts "
+        "(evermind tune-embedder on the lexical run's memory file), then recall with it",
+    )
+    parser.add_argument("--tuned-out", type=Path, help="keep the tuned package here")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
-    runs: dict[str, Any] = {"lexical": anyio.run(run, args.set, None)}
-    if args.model is not None:
-        runs["model"] = anyio.run(run, args.set, args.model)
+    with tempfile.TemporaryDirectory() as folder:
+        lexical_file = Path(folder) / "lexical.db"
+        runs: dict[str, Any] = {"lexical": anyio.run(run, args.set, None, lexical_file)}
+        model = args.model
+        if args.tune_from is not None:
+            # The user's workflow: tune the embedder on what the agent has remembered.
+            model = args.tuned_out or Path(folder) / "tuned.evermind"
+            command = [sys.executable, "-m", "evermind.cli", "tune-embedder"]
+            command += ["--model", str(args.tune_from), "--texts", str(lexical_file)]
+            command += ["--out", str(model)]
+            start = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"tune-embedder failed:\n{done.stderr}")
+            print(f"tune-embedder: {done.stdout.strip()} ({time.perf_counter() - start:.0f} s)")
+        if model is not None:
+            runs["model"] = anyio.run(run, args.set, model, Path(folder) / "model.db")
     print("| ranker | questions | n | recall@1 | recall@5 | MRR (top 5) |")
     print("|---|---|---|---|---|---|")
     for name, result in runs.items():

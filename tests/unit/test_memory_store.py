@@ -117,14 +117,72 @@ def test_hybrid_recall_labels_and_finds(make_store: StoreFactory) -> None:
         await _fill(store)
         hits = await store.recall("TSR-417 solver timeout", top_k=3)
         assert hits[0].key == "err-417"
-        assert hits[0].ranked_by.startswith("semantic+lexical; rrf k=60")
+        assert hits[0].ranked_by.startswith("semantic+lexical; convex w=0.40")
         assert "cosine" in hits[0].signals and "bm25" in hits[0].signals
+        rrf = await store.recall(
+            "TSR-417 solver timeout", top_k=3, options=RecallOptions(fusion="rrf")
+        )
+        assert rrf[0].key == "err-417"
+        assert rrf[0].ranked_by.startswith("semantic+lexical; rrf k=60")
+        assert "rrf" in rrf[0].signals
         # Semantic alone still finds misspelt words BM25 cannot match.
         hits = await store.recall(
             "Neovimm LazyVimm", options=RecallOptions(lexical=False, mmr=False)
         )
         assert hits[0].key == "pref-editor"
         assert hits[0].ranked_by.startswith("semantic only")
+
+    run(body())
+
+
+class TableEmbedder:
+    """Vectors looked up by text: lets a test fix every cosine exactly."""
+
+    fingerprint = "table-v1"
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.table[text] for text in texts]
+
+
+def test_convex_fusion_weighs_normalised_scores(make_store: StoreFactory) -> None:
+    """w = 0 keeps BM25's order, w = 1 the cosine order, between them the convex mix."""
+    table = {
+        "alpha route solver notes": [1.0, 0.0, 0.0],
+        "alpha alpha alpha solver": [0.0, 1.0, 0.0],
+        "unrelated words only": [0.6, 0.8, 0.0],
+        "alpha solver": [0.8, 0.6, 0.0],
+    }
+    no_extras = {"mmr": False, "importance": False, "recency": False}
+
+    async def body() -> None:
+        store = make_store(embedder=TableEmbedder(table))
+        await store.remember("a", "alpha route solver notes")
+        await store.remember("b", "alpha alpha alpha solver")
+        await store.remember("c", "unrelated words only")
+
+        async def order(weight: float) -> list[str]:
+            options = RecallOptions(semantic_weight=weight, **no_extras)
+            return [hit.key for hit in await store.recall("alpha solver", options=options)]
+
+        assert (await order(0.0))[:2] == ["b", "a"]  # BM25: b repeats the query's words
+        assert await order(1.0) == ["c", "a", "b"]  # cosine: c 0.96, a 0.8, b 0.6
+        mixed = await store.recall(
+            "alpha solver", options=RecallOptions(semantic_weight=0.5, **no_extras)
+        )
+        by_key = {hit.key: hit for hit in mixed}
+        top = max(hit.signals["bm25"] for hit in mixed)
+        for hit in mixed:  # cosine min-max: b 0.0, a 0.5556, c 1.0
+            scaled = (hit.signals["cosine"] - 0.6) / (0.96 - 0.6)
+            expected = 0.5 * hit.signals["bm25"] / top + 0.5 * scaled
+            assert hit.signals["fused"] == pytest.approx(max(expected, 1e-9), abs=1e-6)
+        assert by_key["c"].signals["bm25"] == 0.0  # looked up for a semantic-only candidate
+        with pytest.raises(ConfigError, match="fusion must be one of"):
+            RecallOptions(fusion="max")
+        with pytest.raises(ConfigError, match="semantic_weight"):
+            RecallOptions(semantic_weight=1.5)
 
     run(body())
 

@@ -8,7 +8,8 @@ Browser-safe: standard library and ``evermind`` only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ from evermind.memory.ranking import (
     top_k,
 )
 from evermind.memory.records import Hit, MemoryRecord, RecallOptions
+from evermind.memory.vectors import normalise
 
 if TYPE_CHECKING:
     from evermind.memory.store import MemoryStore
@@ -35,6 +37,10 @@ class _Candidates:
 
     lexical: list[tuple[str, float]] = field(default_factory=list)
     semantic: list[tuple[str, float]] = field(default_factory=list)
+    #: BM25 of every memory sharing a term with the query (fills in semantic-only candidates).
+    bm25_all: dict[str, float] = field(default_factory=dict)
+    #: Cosine of the query with a candidate's stored vector (fills in lexical-only ones).
+    cosine_of: Callable[[str], float | None] | None = None
     base_label: str = ""
     used_vectors: bool = False
 
@@ -58,7 +64,9 @@ async def run_recall(
     if not relevance:
         return []
     steps = [found.base_label]
-    if found.lexical and found.semantic:
+    if found.lexical and found.semantic and opts.fusion == "convex":
+        steps.append(f"convex w={opts.semantic_weight:.2f}")
+    elif found.lexical and found.semantic:
         steps.append(f"rrf k={opts.rrf_k}")
     weighted: dict[str, float] = {}
     for key, value in relevance.items():
@@ -105,13 +113,15 @@ async def _candidates(
             (query_vector,) = await cache.vectors([query], persist=False)
             found.semantic = await store._vectors.asearch(query_vector, pool, accept)
             found.used_vectors = True
+            found.cosine_of = _cosine_lookup(store, query_vector)
         except EvermindError:
             raise
         except Exception:
             logger.warning("semantic recall failed; falling back to lexical", exc_info=True)
             failed = True
     if opts.lexical or failed:
-        found.lexical = top_k(store._bm25.scores(query), pool, accept)
+        found.bm25_all = store._bm25.scores(query)
+        found.lexical = top_k(found.bm25_all, pool, accept)
     if found.used_vectors and opts.lexical:
         found.base_label = "semantic+lexical"
     elif found.used_vectors:
@@ -134,7 +144,9 @@ def _fuse(
         signals.setdefault(key, {})["bm25"] = score
     for key, score in found.semantic:
         signals.setdefault(key, {})["cosine"] = score
-    if found.lexical and found.semantic:
+    if found.lexical and found.semantic and opts.fusion == "convex":
+        fused = _convex(found, opts.semantic_weight, signals)
+    elif found.lexical and found.semantic:
         fused = reciprocal_rank_fusion(
             [[key for key, _ in found.lexical], [key for key, _ in found.semantic]], opts.rrf_k
         )
@@ -154,6 +166,60 @@ def _fuse(
     for key, value in relevance.items():
         signals[key]["relevance"] = value
     return relevance, signals
+
+
+def _cosine_lookup(
+    store: MemoryStore, query_vector: Sequence[float]
+) -> Callable[[str], float | None]:
+    """Cosine of the (normalised) query with a memory's stored vector; None when it has none."""
+    query_unit = normalise(query_vector)
+
+    def cosine(key: str) -> float | None:
+        vector = store._vectors.vector(key)
+        if vector is None:
+            return None
+        return math.fsum(x * y for x, y in zip(vector, query_unit, strict=True))
+
+    return cosine
+
+
+def _convex(
+    found: _Candidates, weight: float, signals: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    """Convex combination of normalised scores over the union of both rankers' candidates.
+
+    ``(1 − w)·bm25 / max bm25 + w·(cos − min cos) / (max cos − min cos)``: BM25 scaled by the
+    query's best match, cosine min-max scaled over the candidates (Bruch et al., 2023, "An
+    Analysis of Fusion Functions for Hybrid Retrieval": convex combination of normalised
+    scores beats reciprocal-rank fusion, and degrades gracefully when one ranker is weak).
+    A candidate only one ranker returned gets its other score looked up: its BM25 (0 when it
+    shares no term) or its stored vector's cosine (the lowest cosine when it has none).
+    """
+    keys = list(
+        dict.fromkeys([key for key, _ in found.lexical] + [key for key, _ in found.semantic])
+    )
+    semantic = dict(found.semantic)
+    bm25 = {key: found.bm25_all.get(key, 0.0) for key in keys}
+    cosines: dict[str, float] = {}
+    for key in keys:
+        value = semantic.get(key)
+        if value is None and found.cosine_of is not None:
+            value = found.cosine_of(key)
+        if value is not None:
+            cosines[key] = value
+    low, high = min(cosines.values()), max(cosines.values())
+    top = max(bm25.values())
+    fused: dict[str, float] = {}
+    for key in keys:
+        lexical = bm25[key] / top if top > 0 else 0.0
+        cosine = cosines.get(key, low)
+        scaled = (cosine - low) / (high - low) if high > low else 1.0
+        signals[key].setdefault("bm25", bm25[key])
+        signals[key].setdefault("cosine", cosine)
+        # A floor keeps the weakest candidate ranked (last) rather than dropped.
+        fused[key] = max((1.0 - weight) * lexical + weight * scaled, 1e-9)
+        signals[key]["fused"] = fused[key]
+    return fused
 
 
 def _mmr(

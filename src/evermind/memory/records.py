@@ -141,6 +141,10 @@ class Hit:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
+#: The ways ``RecallOptions.fusion`` can combine lexical and semantic scores.
+FUSIONS = ("convex", "rrf")
+
+
 @dataclass(frozen=True)
 class RecallOptions:
     """Which recall steps run, and their knobs. Every step can be switched off.
@@ -148,6 +152,11 @@ class RecallOptions:
     Attributes:
         lexical: Rank by BM25 (k1, b below).
         semantic: Rank by embedding cosine (only when the store has an embedder).
+        fusion: How lexical and semantic scores combine when both run: ``"convex"``
+            (``(1 − w)·bm25/max bm25 + w·min-max-scaled cosine``) or ``"rrf"``
+            (reciprocal-rank fusion).
+        semantic_weight: w of convex fusion: 0 is lexical order, 1 is semantic order. The
+            default 0.4 was chosen on the memory development set with a tuned embedder.
         rrf_k: Reciprocal-rank-fusion constant; fused score of a memory is
             ``Σ 1 / (rrf_k + rank)`` over the rankings it appears in (rank from 1).
         mmr: Re-order the fused candidates by maximal marginal relevance for diversity.
@@ -164,6 +173,8 @@ class RecallOptions:
 
     lexical: bool = True
     semantic: bool = True
+    fusion: str = "convex"
+    semantic_weight: float = 0.4
     rrf_k: int = 60
     mmr: bool = True
     mmr_lambda: float = 0.7
@@ -183,6 +194,7 @@ class RecallOptions:
                 "hint: keep lexical=True for stores without an embedder"
             )
         checks: list[tuple[str, float, float, float]] = [
+            ("semantic_weight", self.semantic_weight, 0.0, 1.0),
             ("rrf_k", self.rrf_k, 0, math.inf),
             ("mmr_lambda", self.mmr_lambda, 0.0, 1.0),
             ("importance_weight", self.importance_weight, 0.0, 1.0),
@@ -197,6 +209,10 @@ class RecallOptions:
                 raise ConfigError(
                     f"RecallOptions: {name} must be in [{low}, {high}], got {value!r}"
                 )
+        if self.fusion not in FUSIONS:
+            raise ConfigError(
+                f"RecallOptions: fusion must be one of {list(FUSIONS)}, got {self.fusion!r}"
+            )
 
 
 @dataclass(frozen=True)

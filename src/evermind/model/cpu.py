@@ -321,11 +321,20 @@ class CpuMamba:
         Args:
             ids: Token ids, shape (B, L).
         """
-        ids = self._check_ids(ids, 2, "forward_train")
+        hidden, cache = self.hidden_train(ids)
+        return hidden @ self.params["backbone.embeddings.weight"].T, cache
+
+    def hidden_train(self, ids: Any) -> tuple[FloatArray, ForwardCache]:
+        """Final normed hidden states (B, L, D) plus every activation the backward needs.
+
+        Args:
+            ids: Token ids, shape (B, L).
+        """
+        ids = self._check_ids(ids, 2, "hidden_train")
         hidden, cache = self._forward(ids, keep=True)
         if cache is None:  # pragma: no cover - keep=True always returns a cache
             raise RuntimeError("forward cache missing")
-        return hidden @ self.params["backbone.embeddings.weight"].T, cache
+        return hidden, cache
 
     def backward(self, cache: ForwardCache, dlogits: FloatArray) -> dict[str, FloatArray]:
         """Gradient of every parameter given the gradient of the logits.
@@ -344,13 +353,33 @@ class CpuMamba:
                 f"CpuMamba.backward: dlogits has shape {dlogits.shape}, expected "
                 f"{(*cache.ids.shape, cfg.vocab_size)}; hint: one row of V per input position"
             )
-        grads = {name: np.zeros_like(value) for name, value in self.params.items()}
         # Tied LM head: the embedding's first gradient contribution.
         flat_dlogits = dlogits.reshape(-1, cfg.vocab_size)  # (M, V)
-        grads["backbone.embeddings.weight"] += flat_dlogits.T @ cache.hidden.reshape(
-            -1, cfg.d_model
-        )  # (V, D)
-        dhidden = dlogits @ embedding  # (B, L, D)
+        head_grad = flat_dlogits.T @ cache.hidden.reshape(-1, cfg.d_model)  # (V, D)
+        grads = self.backward_hidden(cache, dlogits @ embedding)  # dhidden: (B, L, D)
+        grads["backbone.embeddings.weight"] += head_grad
+        return grads
+
+    def backward_hidden(self, cache: ForwardCache, dhidden: FloatArray) -> dict[str, FloatArray]:
+        """Gradient of every parameter given the gradient of the final normed hidden states.
+
+        The entry for losses that read the hidden states rather than the logits (the
+        contrastive embedding objective of ``evermind.train.contrastive``).
+
+        Args:
+            cache: From :meth:`forward_train` (or :meth:`hidden_train`) on the current weights.
+            dhidden: d(loss)/d(hidden), shape (B, L, D).
+
+        Returns:
+            One gradient per parameter, in ``config.param_shapes()`` order and shapes.
+        """
+        cfg = self.config
+        if dhidden.shape != (*cache.ids.shape, cfg.d_model):
+            raise ShapeError(
+                f"CpuMamba.backward_hidden: dhidden has shape {dhidden.shape}, expected "
+                f"{(*cache.ids.shape, cfg.d_model)}; hint: one row of d_model per input position"
+            )
+        grads = {name: np.zeros_like(value) for name, value in self.params.items()}
         dh, grads["backbone.norm_f.weight"] = rmsnorm_bwd(
             dhidden, cache.h_final, self.params["backbone.norm_f.weight"], cache.rstd_final
         )

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,33 @@ def register(sub: Any) -> None:
     embed.add_argument("--model", required=True, help="a .evermind package")
     embed.add_argument("texts", nargs="+")
     embed.set_defaults(func=cmd_embed)
+
+    tune = sub.add_parser(
+        "tune-embedder",
+        help="tune a model's embeddings for recall on your own texts (contrastive, numpy)",
+        description="Tunes the package's weights so that texts about the same thing embed "
+        "close together (InfoNCE over random crops of each text, in-batch negatives) and "
+        "writes a new package. Serve it with `evermind mcp --model OUT` or the runtime.",
+    )
+    tune.add_argument("--model", required=True, help="the .evermind package to start from")
+    tune.add_argument(
+        "--texts",
+        required=True,
+        help="an Evermind memory file (.db: its memories), .jsonl (strings or objects with "
+        "'content'/'text') or a text file (one text per paragraph, else per line)",
+    )
+    tune.add_argument("--tenant", default="default", help="memory file tenant (default 'default')")
+    tune.add_argument(
+        "--namespace", default="default", help="memory file namespace (default 'default')"
+    )
+    tune.add_argument("--steps", type=int, help="optimiser steps (default 300)")
+    tune.add_argument("--batch-size", type=int, help="texts per step (default 32)")
+    tune.add_argument("--lr", type=float, help="Adam learning rate (default 5e-4)")
+    tune.add_argument("--temperature", type=float, help="InfoNCE temperature (default 0.05)")
+    tune.add_argument("--seed", type=int, help="seeds batches and crops (default 0)")
+    tune.add_argument("--version", help="version of the new package (default: <old>-tuned)")
+    tune.add_argument("--out", required=True, help="output package path")
+    tune.set_defaults(func=cmd_tune_embedder)
 
     evaluate = sub.add_parser("eval", help="bench metrics of a model on a text file (JSON)")
     evaluate.add_argument("--model", required=True, help="a .evermind package")
@@ -293,4 +321,64 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model = evermind.load(args.model)
     text = Path(args.text_file).read_text(encoding="utf-8")
     print(json.dumps(model.evaluate(text)))
+    return 0
+
+
+def cmd_tune_embedder(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    import evermind
+    from evermind.mcp.config import store_namespace
+    from evermind.package import Tensor, write_package
+    from evermind.package.manifest import utc_timestamp
+    from evermind.train.contrastive import TuneConfig, load_texts, tune_embedder
+
+    knobs = ("steps", "batch_size", "lr", "temperature", "seed")
+    config = TuneConfig(
+        **{name: getattr(args, name) for name in knobs if getattr(args, name) is not None}
+    )
+    model = evermind.load(args.model)
+    texts = load_texts(args.texts, store_namespace(args.tenant, args.namespace))
+    print(f"tuning {model.name} on {len(texts)} texts from {args.texts}", file=sys.stderr)
+    bar = ProgressBar("tune", config.steps)
+    result = tune_embedder(
+        model, texts, config, on_step=lambda step, loss: bar.update(step, f"loss {loss:.3f}")
+    )
+    bar.update(config.steps, force=True)
+    package = model.package
+    shapes = model.config.param_shapes()
+    tensors = {
+        name: Tensor(shapes[name], array("f", model.cpu.params[name].astype("<f4").tobytes()))
+        for name in shapes
+    }
+    training = {**package.manifest.get("training", {})}
+    training["embedding_tuning"] = result.summary(config)
+    version = args.version or f"{package.version}-tuned"
+    data = write_package(
+        name=package.name,
+        version=version,
+        created_at=utc_timestamp(datetime.now(UTC)),
+        producer=f"evermind {evermind.__version__} (numpy tune-embedder)",
+        config=package.config,
+        tensors=tensors,
+        tokenizer_json=package.tokenizer_json,
+        training=training,
+        bench=package.manifest.get("bench", {}),
+        generation_config=package.generation_config,
+    )
+    out = Path(args.out)
+    _atomic_write(out, data)
+    print(
+        json.dumps(
+            {
+                "model": f"{package.name}:{version}",
+                "texts": result.texts,
+                "steps": result.steps,
+                "first_loss": round(result.first_loss, 4),
+                "final_loss": round(result.final_loss, 4),
+                "seconds": round(result.seconds, 1),
+                "out": str(out),
+            }
+        )
+    )
     return 0

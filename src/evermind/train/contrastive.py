@@ -1,0 +1,379 @@
+"""Tuning the model's sentence embeddings for retrieval on the user's own texts (numpy, CPU).
+
+A causal language model trained on next-token prediction embeds sentences poorly: its mean
+hidden state says more about syntax than about what a memory is *about*. This module tunes
+the same weights with a contrastive objective so that texts about the same thing land close
+together, without labels, in the manner of Contriever (Izacard et al., 2022, "Unsupervised
+Dense Information Retrieval with Contrastive Learning"):
+
+- **views**: two independent random crops of the same text (a contiguous run of 20–60% of
+  its words, each word then dropped with probability 0.15) form a positive pair;
+- **in-batch negatives**: the crops of every other text in the batch are negatives;
+- **loss**: symmetric InfoNCE over the cosine similarities divided by a temperature τ;
+- **embedding**: the one ``CpuMamba.embed`` and the runtime use (mean final normed hidden
+  state, L2-normalised), so the tuned package serves exactly what was trained.
+
+The gradient flows through the normalisation and the pooling into
+``CpuMamba.backward_hidden`` and from there into every weight; ``info_nce`` and ``pool_*``
+are checked against finite differences in ``tests/unit/test_contrastive.py``.
+
+The texts are the user's own (memories, notes); a crop of a memory must find the rest of
+it, which teaches the embedder which words and phrases belong together in this user's
+world. ``evermind tune-embedder`` is the command. Native-only (numpy).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evermind.errors import ConfigError, ShapeError
+
+FloatArray = np.ndarray
+
+__all__ = [
+    "TuneConfig",
+    "TuneResult",
+    "crop_view",
+    "info_nce",
+    "load_texts",
+    "pool_bwd",
+    "pool_fwd",
+    "tune_embedder",
+]
+
+#: Fewest words a text needs to give two different crops.
+MIN_WORDS = 3
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """Knobs of the contrastive tuning (defaults measured on the memory development set).
+
+    Attributes:
+        steps: Optimiser steps.
+        batch_size: Texts per step (each gives two views; the others are negatives).
+        lr: Adam learning rate (constant after a linear warm-up of ``warmup_steps``).
+        warmup_steps: Steps of linear learning-rate warm-up.
+        temperature: InfoNCE temperature τ: similarities are divided by it.
+        min_crop: Shortest crop, as a fraction of the text's words.
+        max_crop: Longest crop, as a fraction of the text's words.
+        word_drop: Probability of dropping each word of a crop.
+        max_tokens: Tokens kept per view (longer views are cut).
+        seed: Seeds the batches and crops.
+    """
+
+    steps: int = 300
+    batch_size: int = 32
+    lr: float = 5e-4
+    warmup_steps: int = 20
+    temperature: float = 0.05
+    min_crop: float = 0.2
+    max_crop: float = 0.6
+    word_drop: float = 0.15
+    max_tokens: int = 64
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str, float, float, float]] = [
+            ("steps", self.steps, 1, math.inf),
+            ("batch_size", self.batch_size, 2, math.inf),
+            ("lr", self.lr, 1e-12, 1.0),
+            ("warmup_steps", self.warmup_steps, 0, math.inf),
+            ("temperature", self.temperature, 1e-3, 10.0),
+            ("min_crop", self.min_crop, 0.01, 1.0),
+            ("max_crop", self.max_crop, 0.01, 1.0),
+            ("word_drop", self.word_drop, 0.0, 0.9),
+            ("max_tokens", self.max_tokens, 2, math.inf),
+        ]
+        for name, value, low, high in checks:
+            if not (isinstance(value, int | float) and low <= value <= high):
+                raise ConfigError(f"TuneConfig: {name} must be in [{low}, {high}], got {value!r}")
+        if self.min_crop > self.max_crop:
+            raise ConfigError(
+                f"TuneConfig: min_crop {self.min_crop} is above max_crop {self.max_crop}; "
+                "expected min_crop <= max_crop"
+            )
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What a tuning run did.
+
+    Attributes:
+        steps: Optimiser steps taken.
+        texts: Distinct texts trained on.
+        first_loss: Mean InfoNCE loss over the first 10% of steps.
+        final_loss: Mean InfoNCE loss over the last 10% of steps.
+        seconds: Wall time.
+        losses: The loss of every step.
+    """
+
+    steps: int
+    texts: int
+    first_loss: float
+    final_loss: float
+    seconds: float
+    losses: list[float]
+
+    def summary(self, config: TuneConfig) -> dict[str, Any]:
+        """The JSON summary written into the package's ``training.embedding_tuning``."""
+        return {
+            "objective": "infonce-crops",
+            "steps": self.steps,
+            "texts": self.texts,
+            "first_loss": round(self.first_loss, 4),
+            "final_loss": round(self.final_loss, 4),
+            "seconds": round(self.seconds, 1),
+            **asdict(config),
+        }
+
+
+def crop_view(
+    text: str,
+    rng: random.Random,
+    min_crop: float = 0.2,
+    max_crop: float = 0.6,
+    word_drop: float = 0.15,
+) -> str:
+    """A random contiguous run of ``text``'s words with some words dropped.
+
+    Always keeps at least ``MIN_WORDS`` words (or all of a shorter text) and at least one word
+    after dropping.
+    """
+    words = text.split()
+    n = len(words)
+    length = min(n, max(MIN_WORDS, round(n * rng.uniform(min_crop, max_crop))))
+    start = rng.randint(0, n - length)
+    span = words[start : start + length]
+    kept = [word for word in span if rng.random() >= word_drop]
+    return " ".join(kept or span)
+
+
+def pool_fwd(hidden: FloatArray, mask: FloatArray) -> tuple[FloatArray, tuple[Any, ...]]:
+    """Mean of ``hidden`` (B, L, D) over the True positions of ``mask`` (B, L), L2-normalised.
+
+    Returns:
+        (unit vectors (B, D), what :func:`pool_bwd` needs).
+    """
+    if mask.shape != hidden.shape[:2]:
+        raise ShapeError(f"pool_fwd: mask {mask.shape} does not match hidden {hidden.shape[:2]}")
+    weights = mask.astype(hidden.dtype) / np.maximum(mask.sum(axis=1, keepdims=True), 1)  # (B, L)
+    pooled = np.einsum("bl,bld->bd", weights, hidden)  # (B, D)
+    norm = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)  # (B, 1)
+    unit = pooled / norm
+    return unit, (weights, unit, norm)
+
+
+def pool_bwd(dunit: FloatArray, saved: tuple[Any, ...]) -> FloatArray:
+    """Gradient with respect to the hidden states (B, L, D) given that of the unit vectors."""
+    weights, unit, norm = saved
+    dpooled = (dunit - unit * np.sum(unit * dunit, axis=1, keepdims=True)) / norm  # (B, D)
+    dhidden: FloatArray = weights[:, :, None] * dpooled[:, None, :]
+    return dhidden
+
+
+def _log_softmax(x: FloatArray) -> FloatArray:
+    shifted = x - x.max(axis=1, keepdims=True)
+    result: FloatArray = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return result
+
+
+def info_nce(
+    a: FloatArray, b: FloatArray, temperature: float
+) -> tuple[float, FloatArray, FloatArray]:
+    """Symmetric InfoNCE of paired unit vectors: row i of ``a`` should find row i of ``b``.
+
+    ``loss = ½·mean_i CE(softmax_j(a_i·b_j/τ), i) + ½·mean_j CE(softmax_i(a_i·b_j/τ), j)``.
+
+    Args:
+        a: (N, D) first views.
+        b: (N, D) second views.
+        temperature: τ.
+
+    Returns:
+        (loss, dL/da, dL/db).
+    """
+    if a.shape != b.shape or a.ndim != 2:
+        raise ShapeError(f"info_nce: views must both be (N, D), got {a.shape} and {b.shape}")
+    n = a.shape[0]
+    logits = a @ b.T / temperature  # (N, N)
+    log_rows = _log_softmax(logits)
+    log_cols = _log_softmax(logits.T)
+    loss = -0.5 * (np.trace(log_rows) + np.trace(log_cols)) / n
+    eye = np.eye(n, dtype=a.dtype)
+    dlogits = ((np.exp(log_rows) - eye) + (np.exp(log_cols) - eye).T) / (2 * n)
+    da = dlogits @ b / temperature
+    db = dlogits.T @ a / temperature
+    return float(loss), da, db
+
+
+def _pad(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    width = max(len(row) for row in rows)
+    ids = np.zeros((len(rows), width), np.int64)
+    mask = np.zeros((len(rows), width), bool)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)] = row
+        mask[r, : len(row)] = True
+    return ids, mask
+
+
+def tune_embedder(
+    model: Any,
+    texts: Sequence[str],
+    config: TuneConfig | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+) -> TuneResult:
+    """Tunes ``model``'s weights in place (``model.cpu.params``) for retrieval on ``texts``.
+
+    Args:
+        model: An :class:`evermind.inference.Model`.
+        texts: The user's texts (memories, notes, paragraphs); duplicates are dropped.
+        config: The knobs; default :class:`TuneConfig`.
+        on_step: Called with (step, loss) after every step (progress bars).
+
+    Raises:
+        ConfigError: Fewer than two distinct texts of at least ``MIN_WORDS`` words.
+    """
+    cfg = config or TuneConfig()
+    pool = sorted({t.strip() for t in texts if len(t.split()) >= MIN_WORDS})
+    if len(pool) < 2:
+        raise ConfigError(
+            f"tune_embedder: got {len(pool)} distinct text(s) of at least {MIN_WORDS} words; "
+            "expected at least 2 (each text's crops are the negatives of the others')"
+        )
+    batch = min(cfg.batch_size, len(pool))
+    rng = random.Random(cfg.seed)
+    cpu = model.cpu
+    params: dict[str, FloatArray] = cpu.params
+    first = {name: np.zeros_like(value) for name, value in params.items()}
+    second = {name: np.zeros_like(value) for name, value in params.items()}
+    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    losses: list[float] = []
+    start = time.perf_counter()
+    for step in range(1, cfg.steps + 1):
+        chosen = rng.sample(pool, batch)
+        views = [
+            model._prompt_ids(crop_view(text, rng, cfg.min_crop, cfg.max_crop, cfg.word_drop))[
+                : cfg.max_tokens
+            ]
+            for _ in range(2)
+            for text in chosen
+        ]
+        ids, mask = _pad(views)
+        hidden, cache = cpu.hidden_train(ids)  # (2N, L, D)
+        unit, saved = pool_fwd(hidden, mask)
+        loss, da, db = info_nce(unit[:batch], unit[batch:], cfg.temperature)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"tune_embedder: loss is {loss} at step {step}")
+        dhidden = pool_bwd(np.concatenate([da, db]), saved).astype(hidden.dtype)
+        grads = cpu.backward_hidden(cache, dhidden)
+        lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+        for name, value in params.items():
+            grad = grads[name]
+            first[name] = beta1 * first[name] + (1 - beta1) * grad
+            second[name] = beta2 * second[name] + (1 - beta2) * grad * grad
+            m_hat = first[name] / (1 - beta1**step)
+            v_hat = second[name] / (1 - beta2**step)
+            value -= (lr * m_hat / (np.sqrt(v_hat) + eps)).astype(value.dtype)
+        losses.append(loss)
+        if on_step is not None:
+            on_step(step, loss)
+    tenth = max(1, len(losses) // 10)
+    return TuneResult(
+        steps=cfg.steps,
+        texts=len(pool),
+        first_loss=float(np.mean(losses[:tenth])),
+        final_loss=float(np.mean(losses[-tenth:])),
+        seconds=time.perf_counter() - start,
+        losses=losses,
+    )
+
+
+def load_texts(path: str | Path, namespace: str = "default/default") -> list[str]:
+    """The texts to tune on, from a memory store, JSON lines, or plain text.
+
+    - ``.db``/``.sqlite``/``.sqlite3``: the content of every live memory of store namespace
+      ``namespace`` (``tenant/namespace``) in an Evermind memory file (the store
+      ``evermind mcp`` and the runtime write);
+    - ``.jsonl``/``.ndjson``: one text per line: a JSON string, or an object's ``content`` or
+      ``text`` field;
+    - anything else: UTF-8 text, one text per paragraph (blank-line separated), or per line
+      when it has no blank lines.
+
+    Raises:
+        ConfigError: Missing or unreadable file, bad JSON line (named by number), no texts.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise ConfigError(f"--texts {str(path)!r}: no such file")
+    suffix = source.suffix.lower()
+    texts: list[str]
+    if suffix in {".db", ".sqlite", ".sqlite3"}:
+        texts = _memory_texts(source, namespace)
+    elif suffix in {".jsonl", ".ndjson"}:
+        texts = []
+        for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"{source.name} line {number}: not JSON ({err.msg})") from err
+            value = row if isinstance(row, str) else None
+            if isinstance(row, dict):
+                value = row.get("content", row.get("text"))
+            if not isinstance(value, str):
+                raise ConfigError(
+                    f"{source.name} line {number}: expected a string or an object with a "
+                    "'content' or 'text' string"
+                )
+            texts.append(value)
+    else:
+        try:
+            body = source.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{source.name}: not UTF-8 text ({err.reason})") from err
+        blocks = [block.strip() for block in body.split("\n\n")]
+        if len([b for b in blocks if b]) < 2:
+            blocks = [line.strip() for line in body.splitlines()]
+        texts = [" ".join(block.split()) for block in blocks if block]
+    if not texts:
+        raise ConfigError(f"{source.name}: holds no texts to tune on")
+    return texts
+
+
+def _memory_texts(path: Path, namespace: str) -> list[str]:
+    """Contents of the live memories of one namespace of an Evermind SQLite memory file."""
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as err:
+        raise ConfigError(f"{path.name}: cannot open the memory file ({err})") from err
+    try:
+        rows = connection.execute(
+            "SELECT content FROM memories WHERE namespace = ? AND archived = 0 "
+            "AND (expires_at IS NULL OR expires_at > ?) ORDER BY key",
+            (namespace, time.time()),
+        ).fetchall()
+    except sqlite3.Error as err:
+        raise ConfigError(
+            f"{path.name}: not an Evermind memory file ({err}); hint: pass the file given "
+            "to --memory-file, or a .jsonl/.txt of texts"
+        ) from err
+    finally:
+        connection.close()
+    if not rows:
+        raise ConfigError(
+            f"{path.name}: namespace {namespace!r} holds no live memories; hint: name the "
+            "namespace the memories were written to"
+        )
+    return [str(content) for (content,) in rows]
