@@ -33,7 +33,12 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
-DEFAULT_SET = Path("/work/shared/eval/memory_recall_dev.jsonl")
+ROOT = Path(__file__).resolve().parent.parent
+#: The development set: $EVERMIND_EVAL_DIR, else the shared folder next to the checkout.
+DEFAULT_SET = (
+    Path(os.environ.get("EVERMIND_EVAL_DIR", ROOT.parent / "shared" / "eval"))
+    / "memory_recall_dev.jsonl"
+)
 HIT_LINE = re.compile(r"^\[(\d+)\] (\S+) \(score ([0-9.]+); tags: (.*)\)$", re.M)
 TOP_K = 5
 
