@@ -9,6 +9,7 @@ among the others more often than before.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -234,3 +235,21 @@ def test_tune_embedder_command_writes_a_verified_package(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert missing.returncode != 0 and "no such file" in missing.stderr
+    # Without --texts: the memory file evermind mcp and the runtime use.
+    memory_file = tmp_path / "runtime.db"
+
+    async def fill() -> None:
+        store = MemoryStore(SQLiteBackend(memory_file, namespace="default/default"))
+        for index, fact in enumerate(FACTS):
+            await store.remember(f"fact-{index}", fact)
+
+    run_sync(fill())
+    default = subprocess.run(
+        [sys.executable, "-m", "evermind.cli", "tune-embedder", "--model", str(source),
+         "--steps", "2", "--batch-size", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "EVERMIND_MEMORY_FILE": str(memory_file)},
+    )  # fmt: skip
+    assert default.returncode == 0, default.stderr
+    assert json.loads(default.stdout)["texts"] == len(FACTS)
+    assert str(memory_file) in default.stderr

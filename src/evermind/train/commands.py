@@ -84,9 +84,10 @@ def register(sub: Any) -> None:
     tune.add_argument("--model", required=True, help="the .evermind package to start from")
     tune.add_argument(
         "--texts",
-        required=True,
         help="an Evermind memory file (.db: its memories), .jsonl (strings or objects with "
-        "'content'/'text') or a text file (one text per paragraph, else per line)",
+        "'content'/'text') or a text file (one text per paragraph, else per line); default: "
+        "the memory file `evermind mcp` and the runtime use ($EVERMIND_MEMORY_FILE, else the "
+        "per-user data directory)",
     )
     tune.add_argument("--tenant", default="default", help="memory file tenant (default 'default')")
     tune.add_argument(
@@ -328,7 +329,7 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     import evermind
-    from evermind.mcp.config import store_namespace
+    from evermind.mcp.config import resolve_memory_file, store_namespace
     from evermind.package import Tensor, write_package
     from evermind.package.manifest import utc_timestamp
     from evermind.train.contrastive import TuneConfig, load_texts, tune_embedder
@@ -338,8 +339,9 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
         **{name: getattr(args, name) for name in knobs if getattr(args, name) is not None}
     )
     model = evermind.load(args.model)
-    texts = load_texts(args.texts, store_namespace(args.tenant, args.namespace))
-    print(f"tuning {model.name} on {len(texts)} texts from {args.texts}", file=sys.stderr)
+    source = args.texts or resolve_memory_file(None)
+    texts = load_texts(source, store_namespace(args.tenant, args.namespace))
+    print(f"tuning {model.name} on {len(texts)} texts from {source}", file=sys.stderr)
     bar = ProgressBar("tune", config.steps)
     result = tune_embedder(
         model, texts, config, on_step=lambda step, loss: bar.update(step, f"loss {loss:.3f}")

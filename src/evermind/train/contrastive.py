@@ -315,7 +315,7 @@ def load_texts(path: str | Path, namespace: str = "default/default") -> list[str
     """
     source = Path(path)
     if not source.is_file():
-        raise ConfigError(f"--texts {str(path)!r}: no such file")
+        raise ConfigError(f"texts {str(path)!r}: no such file")
     suffix = source.suffix.lower()
     texts: list[str]
     if suffix in {".db", ".sqlite", ".sqlite3"}:
