@@ -34,10 +34,19 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The development set: $EVERMIND_EVAL_DIR, else the shared folder next to the checkout.
-DEFAULT_SET = (
-    Path(os.environ.get("EVERMIND_EVAL_DIR", ROOT.parent / "shared" / "eval"))
-    / "memory_recall_dev.jsonl"
+#: The development set: $EVERMIND_EVAL_DIR, else the shared folder next to the checkout, else
+#: the team's shared folder.
+DEFAULT_SET = next(
+    (
+        Path(folder) / "memory_recall_dev.jsonl"
+        for folder in (
+            os.environ.get("EVERMIND_EVAL_DIR") or ROOT.parent / "shared" / "eval",
+            ROOT.parent / "shared" / "eval",
+            "/work/shared/eval",
+        )
+        if (Path(folder) / "memory_recall_dev.jsonl").is_file()
+    ),
+    ROOT.parent / "shared" / "eval" / "memory_recall_dev.jsonl",
 )
 HIT_LINE = re.compile(r"^\[(\d+)\] (\S+) \(score ([0-9.]+); tags: (.*)\)$", re.M)
 TOP_K = 5
