@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from evermind.errors import ConfigError
+from evermind.mcp.config import resolve_memory_file
 from evermind.package import read_package
 from evermind.runtime.auth import Principal, RateLimiter, TokenTable, parse_tokens
 from evermind.runtime.config import RuntimeConfig, default_data_dir, is_loopback
@@ -135,3 +137,8 @@ def test_config_checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert default_data_dir() == tmp_path / "evermind"
     monkeypatch.delenv("XDG_DATA_HOME")
     assert default_data_dir() == Path.home() / ".local" / "share" / "evermind"
+    # The runtime and the MCP server resolve one directory, so they share one memory file;
+    # a relative XDG_DATA_HOME is ignored (XDG Base Directory spec) by both.
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/dir")
+    assert default_data_dir() == Path.home() / ".local" / "share" / "evermind"
+    assert resolve_memory_file(None, {**os.environ}).parent == default_data_dir()

@@ -11,12 +11,12 @@ and ``evermind serve`` see the same memories. Native-only.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from evermind.errors import ConfigError
+from evermind.paths import data_dir
 
 #: Environment variable naming the memory file (overridden by ``--memory-file``).
 MEMORY_FILE_ENV = "EVERMIND_MEMORY_FILE"
@@ -74,28 +74,6 @@ class ServerConfig:
                 f"ServerConfig: default_results ({self.default_results}) exceeds max_results "
                 f"({self.max_results}); hint: raise --max-results or lower the default"
             )
-
-
-def data_dir(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
-    """Returns the per-user data directory of Evermind (not created).
-
-    Linux and other Unix: ``$XDG_DATA_HOME/evermind`` (default ``~/.local/share/evermind``);
-    macOS: ``~/Library/Application Support/evermind``; Windows: ``%LOCALAPPDATA%\\evermind``.
-
-    Args:
-        env: The environment to read (default ``os.environ``).
-        platform: ``sys.platform`` value to resolve for (default the running one).
-    """
-    env = os.environ if env is None else env
-    platform = sys.platform if platform is None else platform
-    home = Path(env.get("HOME") or env.get("USERPROFILE") or Path.home())
-    if platform == "win32":
-        base = env.get("LOCALAPPDATA") or env.get("APPDATA")
-        return (Path(base) if base else home / "AppData" / "Local") / "evermind"
-    if platform == "darwin":
-        return home / "Library" / "Application Support" / "evermind"
-    xdg = env.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else home / ".local" / "share") / "evermind"
 
 
 def resolve_memory_file(

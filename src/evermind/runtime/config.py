@@ -8,31 +8,24 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from evermind.errors import ConfigError
+from evermind.paths import data_dir
 
 MIB = 1024 * 1024
 DEFAULT_PORT = 8377
 
 
 def default_data_dir() -> Path:
-    """The per-user data directory of the runtime.
+    """The per-user data directory of the runtime: :func:`evermind.paths.data_dir`.
 
     ``$XDG_DATA_HOME/evermind`` (default ``~/.local/share/evermind``) on Linux and other
     Unixes, ``~/Library/Application Support/evermind`` on macOS, ``%LOCALAPPDATA%\\evermind``
-    on Windows.
+    on Windows. The MCP server resolves the same directory, so both share one memory file.
     """
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "evermind"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "evermind"
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base_path = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
-    return base_path / "evermind"
+    return data_dir()
 
 
 def is_loopback(host: str) -> bool:
