@@ -443,3 +443,29 @@ def test_stdio_with_model_ranks_semantically(tmp_path: Path) -> None:
         timeout=60,
     )
     assert refused.returncode == 2 and "expected a .evermind package" in refused.stderr
+
+
+def test_untuned_model_is_served_with_a_warning_and_a_tuned_one_without(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from evermind.mcp.server import load_embedder
+    from tests.factories import tiny_package
+
+    untuned = tmp_path / "untuned.evermind"
+    untuned.write_bytes(tiny_package())
+    with caplog.at_level("WARNING", logger="evermind.mcp.server"):
+        assert load_embedder(untuned) is not None
+    assert "not tuned for recall" in caplog.text and "evermind tune-embedder" in caplog.text
+    caplog.clear()
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(f"memory number {i} about topic {i * 7}" for i in range(6)))
+    tuned = tmp_path / "tuned.evermind"
+    done = subprocess.run(
+        [sys.executable, "-m", "evermind.cli", "tune-embedder", "--model", str(untuned),
+         "--texts", str(texts), "--steps", "1", "--batch-size", "4", "--out", str(tuned)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with caplog.at_level("WARNING", logger="evermind.mcp.server"):
+        assert load_embedder(tuned) is not None
+    assert "not tuned" not in caplog.text

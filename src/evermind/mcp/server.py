@@ -34,6 +34,13 @@ def load_embedder(model_file: Path | None) -> Any:
         return None
     model = evermind.load(model_file)
     logger.info("embedding with %s (%s)", model_file, getattr(model, "fingerprint", "?"))
+    if "embedding_tuning" not in model.package.manifest.get("training", {}):
+        logger.warning(
+            "%s: this model's embeddings are not tuned for recall, so fusing them barely helps "
+            "BM25; hint: evermind tune-embedder --model %s --out tuned.evermind",
+            model_file,
+            model_file,
+        )
     return model
 
 
