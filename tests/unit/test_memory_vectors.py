@@ -48,6 +48,9 @@ def test_numpy_and_python_paths_agree_through_updates(n: int, dim: int) -> None:
     for key, cos in got_slow:
         ref = sum(x * y for x, y in zip(normalise(live[key]), q, strict=True))
         assert cos == pytest.approx(ref, abs=1e-5)
+        assert fast.cosine_to(key, q) == pytest.approx(ref, abs=1e-5)
+        assert slow.cosine_to(key, q) == pytest.approx(ref, abs=1e-5)
+    assert fast.cosine_to("missing", q) is None and slow.cosine_to("missing", q) is None
     assert len(fast) == len(live) == len(slow)
     some = next(iter(live), None)
     if some is not None:

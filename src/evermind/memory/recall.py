@@ -8,9 +8,9 @@ Browser-safe: standard library and ``evermind`` only.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from evermind.errors import EvermindError
@@ -113,7 +113,7 @@ async def _candidates(
             (query_vector,) = await cache.vectors([query], persist=False)
             found.semantic = await store._vectors.asearch(query_vector, pool, accept)
             found.used_vectors = True
-            found.cosine_of = _cosine_lookup(store, query_vector)
+            found.cosine_of = partial(store._vectors.cosine_to, unit_query=normalise(query_vector))
         except EvermindError:
             raise
         except Exception:
@@ -166,21 +166,6 @@ def _fuse(
     for key, value in relevance.items():
         signals[key]["relevance"] = value
     return relevance, signals
-
-
-def _cosine_lookup(
-    store: MemoryStore, query_vector: Sequence[float]
-) -> Callable[[str], float | None]:
-    """Cosine of the (normalised) query with a memory's stored vector; None when it has none."""
-    query_unit = normalise(query_vector)
-
-    def cosine(key: str) -> float | None:
-        vector = store._vectors.vector(key)
-        if vector is None:
-            return None
-        return math.fsum(x * y for x, y in zip(vector, query_unit, strict=True))
-
-    return cosine
 
 
 def _convex(

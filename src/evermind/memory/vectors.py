@@ -161,6 +161,17 @@ class VectorIndex:
             return float(self._matrix[a] @ self._matrix[b])
         return _dot(self._rows[a], self._rows[b])
 
+    def cosine_to(self, key: str, unit_query: Sequence[float]) -> float | None:
+        """Cosine of ``key``'s stored vector with ``unit_query``, a vector already passed
+        through :func:`normalise`; None when ``key`` has no vector."""
+        slot = self._slot.get(key)
+        if slot is None:
+            return None
+        if self._np is not None:
+            np = self._np
+            return float(self._matrix[slot] @ np.asarray(unit_query, dtype=np.float32))
+        return _dot(self._rows[slot], unit_query)
+
     def scores(self, query: Sequence[float]) -> dict[str, float]:
         """Returns the cosine of ``query`` with every stored vector."""
         if not self._keys:
