@@ -330,7 +330,7 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
 
     import evermind
     from evermind.mcp.config import resolve_memory_file, store_namespace
-    from evermind.package import Tensor, write_package
+    from evermind.package import Tensor, write_package_file
     from evermind.package.manifest import utc_timestamp
     from evermind.train.contrastive import TuneConfig, load_texts, tune_embedder
 
@@ -356,7 +356,10 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
     training = {**package.manifest.get("training", {})}
     training["embedding_tuning"] = result.summary(config)
     version = args.version or f"{package.version}-tuned"
-    data = write_package(
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_package_file(
+        out,
         name=package.name,
         version=version,
         created_at=utc_timestamp(datetime.now(UTC)),
@@ -368,8 +371,6 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
         bench=package.manifest.get("bench", {}),
         generation_config=package.generation_config,
     )
-    out = Path(args.out)
-    _atomic_write(out, data)
     print(
         json.dumps(
             {
