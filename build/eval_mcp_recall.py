@@ -34,20 +34,21 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The development set: $EVERMIND_EVAL_DIR, else the shared folder next to the checkout, else
-#: the team's shared folder.
-DEFAULT_SET = next(
-    (
-        Path(folder) / "memory_recall_dev.jsonl"
-        for folder in (
-            os.environ.get("EVERMIND_EVAL_DIR") or ROOT.parent / "shared" / "eval",
-            ROOT.parent / "shared" / "eval",
-            "/work/shared/eval",
-        )
-        if (Path(folder) / "memory_recall_dev.jsonl").is_file()
-    ),
-    ROOT.parent / "shared" / "eval" / "memory_recall_dev.jsonl",
-)
+
+
+def find_set() -> Path:
+    """The development set: in $EVERMIND_EVAL_DIR, else the shared folder next to the
+    checkout, else the team's shared folder (the first that holds it; else the first place)."""
+    folders = [
+        os.environ.get("EVERMIND_EVAL_DIR"),
+        ROOT.parent / "shared" / "eval",
+        "/work/shared/eval",
+    ]
+    candidates = [Path(folder) / "memory_recall_dev.jsonl" for folder in folders if folder]
+    return next((path for path in candidates if path.is_file()), candidates[0])
+
+
+DEFAULT_SET = find_set()
 HIT_LINE = re.compile(r"^\[(\d+)\] (\S+) \(score ([0-9.]+); tags: (.*)\)$", re.M)
 TOP_K = 5
 

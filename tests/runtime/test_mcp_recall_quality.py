@@ -13,8 +13,8 @@ Takes about seven minutes on two CPU cores, most of it the 300 tuning steps.
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,25 +22,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Where the development set may be: $EVERMIND_EVAL_DIR, the shared folder next to this
-#: checkout, or the team's shared folder (CI's clean checkout may live anywhere).
-CANDIDATES = [
-    *([Path(os.environ["EVERMIND_EVAL_DIR"])] if os.environ.get("EVERMIND_EVAL_DIR") else []),
-    ROOT.parent / "shared" / "eval",
-    Path("/work/shared/eval"),
-]
-DEV_SET = next(
-    (folder / "memory_recall_dev.jsonl" for folder in CANDIDATES
-     if (folder / "memory_recall_dev.jsonl").is_file()),
-    CANDIDATES[0] / "memory_recall_dev.jsonl",
-)  # fmt: skip
+EVAL_SCRIPT = ROOT / "build" / "eval_mcp_recall.py"
+_spec = importlib.util.spec_from_file_location("eval_mcp_recall", EVAL_SCRIPT)
+assert _spec is not None and _spec.loader is not None
+_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_script)
+#: Where the script finds the development set ($EVERMIND_EVAL_DIR, ../shared/eval, …).
+DEV_SET: Path = _script.DEFAULT_SET
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not DEV_SET.is_file(),
-        reason=f"the memory development set is in none of {[str(c) for c in CANDIDATES]}; "
-        "set EVERMIND_EVAL_DIR",
+        reason=f"the memory development set is not at {DEV_SET} (nor the script's other "
+        "places); set EVERMIND_EVAL_DIR",
     ),
 ]
 
@@ -55,7 +50,7 @@ def test_tuned_model_beats_lexical_recall_at_1(tmp_path: Path) -> None:
     assert trained.returncode == 0, trained.stderr[-2000:]
     results = tmp_path / "recall.json"
     evaluated = subprocess.run(
-        [sys.executable, str(ROOT / "build" / "eval_mcp_recall.py"), "--set", str(DEV_SET),
+        [sys.executable, str(EVAL_SCRIPT), "--set", str(DEV_SET),
          "--tune-from", str(base), "--json", str(results)],
         capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
