@@ -20,6 +20,8 @@ Messages say what was expected, what was received, and a hint.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class EvermindError(Exception):
     """Base class of every error Evermind raises on purpose."""
@@ -77,3 +79,11 @@ class StorageError(EvermindError):
 
 class BundleError(EvermindError):
     """The offline web bundle (dist/web) could not be built or is incomplete."""
+
+
+def check_ranges(owner: str, checks: Iterable[tuple[str, object, float, float]]) -> None:
+    """Raises :class:`ConfigError` for the first ``(name, value, low, high)`` whose value is
+    not a number in ``[low, high]``; ``owner`` (e.g. ``"RecallOptions"``) starts the message."""
+    for name, value, low, high in checks:
+        if not (isinstance(value, int | float) and low <= value <= high):
+            raise ConfigError(f"{owner}: {name} must be in [{low}, {high}], got {value!r}")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from evermind.errors import ConfigError
+from evermind.errors import ConfigError, check_ranges
 
 #: Longest key accepted; keys are identifiers, not documents.
 MAX_KEY_LENGTH = 512
@@ -193,22 +193,20 @@ class RecallOptions:
                 "RecallOptions: lexical and semantic are both off; expected at least one ranker; "
                 "hint: keep lexical=True for stores without an embedder"
             )
-        checks: list[tuple[str, float, float, float]] = [
-            ("semantic_weight", self.semantic_weight, 0.0, 1.0),
-            ("rrf_k", self.rrf_k, 0, math.inf),
-            ("mmr_lambda", self.mmr_lambda, 0.0, 1.0),
-            ("importance_weight", self.importance_weight, 0.0, 1.0),
-            ("recency_weight", self.recency_weight, 0.0, 1.0),
-            ("half_life_s", self.half_life_s, 1e-9, math.inf),
-            ("candidate_pool", self.candidate_pool, 1, math.inf),
-            ("bm25_k1", self.bm25_k1, 0.0, math.inf),
-            ("bm25_b", self.bm25_b, 0.0, 1.0),
-        ]
-        for name, value, low, high in checks:
-            if not (isinstance(value, int | float) and low <= value <= high):
-                raise ConfigError(
-                    f"RecallOptions: {name} must be in [{low}, {high}], got {value!r}"
-                )
+        check_ranges(
+            "RecallOptions",
+            [
+                ("semantic_weight", self.semantic_weight, 0.0, 1.0),
+                ("rrf_k", self.rrf_k, 0, math.inf),
+                ("mmr_lambda", self.mmr_lambda, 0.0, 1.0),
+                ("importance_weight", self.importance_weight, 0.0, 1.0),
+                ("recency_weight", self.recency_weight, 0.0, 1.0),
+                ("half_life_s", self.half_life_s, 1e-9, math.inf),
+                ("candidate_pool", self.candidate_pool, 1, math.inf),
+                ("bm25_k1", self.bm25_k1, 0.0, math.inf),
+                ("bm25_b", self.bm25_b, 0.0, 1.0),
+            ],
+        )
         if self.fusion not in FUSIONS:
             raise ConfigError(
                 f"RecallOptions: fusion must be one of {list(FUSIONS)}, got {self.fusion!r}"

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from evermind.errors import ConfigError, ShapeError
+from evermind.errors import ConfigError, ShapeError, check_ranges
 
 FloatArray = np.ndarray
 
@@ -84,20 +84,20 @@ class TuneConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        checks: list[tuple[str, float, float, float]] = [
-            ("steps", self.steps, 1, math.inf),
-            ("batch_size", self.batch_size, 2, math.inf),
-            ("lr", self.lr, 1e-12, 1.0),
-            ("warmup_steps", self.warmup_steps, 0, math.inf),
-            ("temperature", self.temperature, 1e-3, 10.0),
-            ("min_crop", self.min_crop, 0.01, 1.0),
-            ("max_crop", self.max_crop, 0.01, 1.0),
-            ("word_drop", self.word_drop, 0.0, 0.9),
-            ("max_tokens", self.max_tokens, 2, math.inf),
-        ]
-        for name, value, low, high in checks:
-            if not (isinstance(value, int | float) and low <= value <= high):
-                raise ConfigError(f"TuneConfig: {name} must be in [{low}, {high}], got {value!r}")
+        check_ranges(
+            "TuneConfig",
+            [
+                ("steps", self.steps, 1, math.inf),
+                ("batch_size", self.batch_size, 2, math.inf),
+                ("lr", self.lr, 1e-12, 1.0),
+                ("warmup_steps", self.warmup_steps, 0, math.inf),
+                ("temperature", self.temperature, 1e-3, 10.0),
+                ("min_crop", self.min_crop, 0.01, 1.0),
+                ("max_crop", self.max_crop, 0.01, 1.0),
+                ("word_drop", self.word_drop, 0.0, 0.9),
+                ("max_tokens", self.max_tokens, 2, math.inf),
+            ],
+        )
         if self.min_crop > self.max_crop:
             raise ConfigError(
                 f"TuneConfig: min_crop {self.min_crop} is above max_crop {self.max_crop}; "
