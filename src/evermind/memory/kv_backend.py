@@ -29,11 +29,12 @@ import json
 import logging
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 from evermind.errors import StorageError
 from evermind.memory.backend import select_evictions
+from evermind.memory.inmemory import InMemoryHub
 from evermind.memory.records import MemoryRecord, WriteResult
 
 logger = logging.getLogger(__name__)
@@ -67,13 +68,9 @@ def vector_key(fingerprint: str, digest: str) -> str:
     return f"x/{len(fingerprint)}/{fingerprint}/{digest}"
 
 
-@dataclass
-class _Mirror:
-    """What this backend last read or wrote: all namespaces' records, versions, vectors."""
-
-    records: dict[str, dict[str, MemoryRecord]] = field(default_factory=dict)
-    versions: dict[str, int] = field(default_factory=dict)
-    vectors: dict[tuple[str, str], array[float]] = field(default_factory=dict)
+#: What this backend last read or wrote: all namespaces' records, versions and vectors, the
+#: same three tables the in-memory backends share.
+_Mirror = InMemoryHub
 
 
 class KVMemoryBackend:
