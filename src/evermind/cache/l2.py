@@ -146,7 +146,19 @@ class HttpSemanticCacheBackend:
         parts = [p for p in (self.namespace, namespace) if p]
         return "/".join(parts) or None
 
-    def _request(self, path: str, payload: dict[str, JSONValue]) -> HttpRequest:
+    def _request(
+        self,
+        path: str,
+        payload: dict[str, JSONValue],
+        namespace: str | None,
+        query: str | None,
+    ) -> HttpRequest:
+        """The POST of ``payload`` plus the scoped namespace and the query, when there are."""
+        scoped = self._namespace(namespace)
+        if scoped:
+            payload["namespace"] = scoped
+        if query is not None:
+            payload["query"] = query
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -160,12 +172,7 @@ class HttpSemanticCacheBackend:
             "embedding": cast(JSONValue, list(embedding)),
             "threshold": threshold,
         }
-        scoped = self._namespace(namespace)
-        if scoped:
-            payload["namespace"] = scoped
-        if query is not None:
-            payload["query"] = query
-        return self._request(LOOKUP_PATH, payload)
+        return self._request(LOOKUP_PATH, payload, namespace, query)
 
     def _store_request(
         self,
@@ -179,14 +186,9 @@ class HttpSemanticCacheBackend:
             "embedding": cast(JSONValue, list(embedding)),
             "response": response,
         }
-        scoped = self._namespace(namespace)
-        if scoped:
-            payload["namespace"] = scoped
         if meta is not None:
             payload["meta"] = cast(JSONValue, meta)
-        if query is not None:
-            payload["query"] = query
-        return self._request(STORE_PATH, payload)
+        return self._request(STORE_PATH, payload, namespace, query)
 
     def _send_sync(self, request: HttpRequest) -> HttpResponse:
         answer = self._transport(request)
