@@ -131,7 +131,12 @@ def test_crop_view_keeps_a_contiguous_run_of_words() -> None:
         assert 8 <= len(words) <= 24
         first = int(words[0][1:])
         assert words == [f"w{i}" for i in range(first, first + len(words))]
-    assert crop_view("one two", rng) == "one two"
+    # A text shorter than MIN_WORDS is kept whole (before dropping), and never dropped empty.
+    assert crop_view("one two", rng, word_drop=0.0) == "one two"
+    assert all(
+        crop_view("one two", rng, word_drop=0.9) in {"one", "two", "one two"} for _ in range(20)
+    )
+    assert all(crop_view("solo", rng, word_drop=0.9) == "solo" for _ in range(20))
 
 
 def crop_retrieval_accuracy(model: evermind.Model, seed: int) -> float:
