@@ -350,7 +350,7 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
     package = model.package
     shapes = model.config.param_shapes()
     tensors = {
-        name: Tensor(shapes[name], array("f", model.cpu.params[name].astype("<f4").tobytes()))
+        name: Tensor(shapes[name], array("f", model.cpu.params[name].astype("float32").tobytes()))
         for name in shapes
     }
     training = {**package.manifest.get("training", {})}
