@@ -10,12 +10,13 @@ import pytest
 from evermind.errors import ConfigError
 from evermind.mcp.config import resolve_memory_file
 from evermind.package import read_package
-from evermind.runtime.auth import Principal, RateLimiter, TokenTable, parse_tokens
+from evermind.runtime.auth import RateLimiter, TokenTable
 from evermind.runtime.config import RuntimeConfig, default_data_dir, is_loopback
 from evermind.runtime.errors import ApiError
 from evermind.runtime.generation import render_chat
 from evermind.runtime.installs import InstallConflict, InstallStore, version_key
 from evermind.runtime.registry import parse_model_id
+from evermind.tokens import Principal, parse_tokens
 from tests.factories import tiny_package
 
 

@@ -42,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from evermind.errors import ConfigError
 from evermind.memory import MemoryStore
+from evermind.tokens import parse_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +75,8 @@ def load_tokens_file(path: str | Path) -> list[tuple[str, Tenant]]:
     """Reads a tokens file in the runtime's format; returns ``(token, tenant)`` pairs.
 
     Raises:
-        ConfigError: The file is missing, unreadable or malformed (see ``evermind.runtime.auth``).
+        ConfigError: The file is missing, unreadable or malformed (see ``evermind.tokens``).
     """
-    from evermind.runtime.auth import parse_tokens
-
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:

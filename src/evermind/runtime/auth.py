@@ -1,90 +1,22 @@
 """Tenancy: bearer tokens, tenants, access levels, per-tenant rate limits (native-only).
 
-The tokens file maps each token to a tenant and an access level, one per line::
-
-    # token                              tenant   access
-    4f9c2a...e1                          acme     write
-    77b0d1...9a                          acme     read
-    c3e8f0...42                          globex   write
-
-Blank lines and ``#`` comments are ignored; ``access`` defaults to ``write``. Tokens are
-compared in constant time (every entry is compared, always, on sha256 digests of equal
-length), so response timing does not reveal how much of a token matched.
+The tokens file format and :class:`Principal` live in :mod:`evermind.tokens` (the MCP server
+reads the same file). Tokens are compared in constant time (every
+entry is compared, always, on sha256 digests of equal length), so response timing does not
+reveal how much of a token matched.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from evermind.errors import ConfigError
 from evermind.runtime.errors import ApiError
-
-Access = Literal["read", "write"]
-TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-MIN_TOKEN_CHARS = 8
-#: The tenant of a server started without a tokens file.
-DEFAULT_TENANT = "default"
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the tenant every read and write is scoped to, and the access level."""
-
-    tenant: str
-    access: Access
-
-    @property
-    def can_write(self) -> bool:
-        """Whether this caller may install, delete and store."""
-        return self.access == "write"
-
-
-def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Principal]]:
-    """Parses the tokens file format (see the module docstring).
-
-    Raises:
-        ConfigError: A malformed line, a short token, a bad tenant name or a duplicate token.
-    """
-    entries: list[tuple[str, Principal]] = []
-    seen: set[str] = set()
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        where = f"{source}:{number}"
-        if len(parts) not in (2, 3):
-            raise ConfigError(
-                f"{where}: expected 'TOKEN TENANT [read|write]', got {len(parts)} fields"
-            )
-        token, tenant = parts[0], parts[1]
-        access = parts[2] if len(parts) == 3 else "write"
-        if len(token) < MIN_TOKEN_CHARS:
-            raise ConfigError(
-                f"{where}: token has {len(token)} characters, expected at least "
-                f"{MIN_TOKEN_CHARS}; hint: python -c 'import secrets; print(secrets.token_hex())'"
-            )
-        if not TENANT_PATTERN.fullmatch(tenant):
-            raise ConfigError(
-                f"{where}: tenant {tenant!r} is not 1-64 characters of [A-Za-z0-9._-] "
-                "starting with a letter or digit"
-            )
-        if access not in ("read", "write"):
-            raise ConfigError(f"{where}: access must be 'read' or 'write', got {access!r}")
-        if token in seen:
-            raise ConfigError(f"{where}: this token appears twice; each token maps to one tenant")
-        seen.add(token)
-        entries.append((token, Principal(tenant, "write" if access == "write" else "read")))
-    if not entries:
-        raise ConfigError(f"{source}: no tokens found; expected lines 'TOKEN TENANT [read|write]'")
-    return entries
+from evermind.tokens import DEFAULT_TENANT, Principal, parse_tokens
 
 
 class TokenTable:

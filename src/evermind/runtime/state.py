@@ -2,7 +2,7 @@
 
 :class:`Runtime` is built once per app (at start-up) from a
 :class:`~evermind.runtime.config.RuntimeConfig`; routes get it, and the caller's
-:class:`~evermind.runtime.auth.Principal`, through the FastAPI dependencies below. The
+:class:`~evermind.tokens.Principal`, through the FastAPI dependencies below. The
 principal is settled by the auth middleware before any body is read.
 """
 
@@ -16,7 +16,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from evermind.runtime.auth import Principal, RateLimiter, TokenTable
+from evermind.runtime.auth import RateLimiter, TokenTable
 from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
@@ -25,6 +25,7 @@ from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
+from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
 
