@@ -3,7 +3,7 @@
 Browser-safe. ``evermind bench kernels|train`` boots the bundle in headless Chromium and
 calls these through ``window.evermind.call``, so the same :mod:`evermind.bench` code runs on
 ``navigator.gpu`` as on native wgpu-py, in one CLI run. Registered on the worker's handler
-table by importing this module at the end of :mod:`evermind.studio.api`.
+table through this module's ``router``, which :mod:`evermind.studio.api` merges.
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from evermind import bench, gpu
-from evermind.studio.api import emit, handler
+from evermind.studio.rpc import Router, emit
+
+router = Router()
+handler = router.handler
 
 
 @handler
