@@ -14,9 +14,35 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evermind.errors import ConfigError
-from evermind.runtime.errors import ApiError
+from evermind.errors import AccessError, ConfigError
 from evermind.tokens import DEFAULT_TENANT, Principal, parse_tokens
+
+
+class Unauthenticated(AccessError):
+    """The request carries no bearer token, another scheme, or a token not in the file."""
+
+
+class PermissionDenied(AccessError):
+    """The caller's token is read-only and the request writes."""
+
+    code = "read_only_token"
+
+
+class RateLimited(AccessError):
+    """The tenant's token bucket is empty.
+
+    Attributes:
+        retry_after_s: Whole seconds after which a retry will be admitted.
+    """
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple[type[RateLimited], tuple[str, int]]:
+        return (type(self), (str(self), self.retry_after_s))
 
 
 class TokenTable:
@@ -50,26 +76,21 @@ class TokenTable:
         """The caller of a request with this ``Authorization`` header.
 
         Raises:
-            ApiError: 401 when the header is missing, not ``Bearer``, or the token is unknown.
+            Unauthenticated: The header is missing, not ``Bearer``, or the token is unknown.
         """
         if not self.enabled:
             return Principal(DEFAULT_TENANT, "write")
-        challenge = {"WWW-Authenticate": 'Bearer realm="evermind"'}
         if not authorization:
-            raise ApiError(
-                401,
+            raise Unauthenticated(
                 "missing bearer token; expected an 'Authorization: Bearer <token>' header; "
                 "hint: ask the server's operator for a token from its tokens file",
-                "missing_token",
-                challenge,
+                code="missing_token",
             )
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(
-                401,
+            raise Unauthenticated(
                 f"unsupported authorization scheme {scheme!r}; expected 'Bearer <token>'",
-                "invalid_authorization",
-                challenge,
+                code="invalid_authorization",
             )
         wanted = _digest(token.strip())
         found: Principal | None = None
@@ -77,12 +98,10 @@ class TokenTable:
             if hmac.compare_digest(digest, wanted):
                 found = who
         if found is None:
-            raise ApiError(
-                401,
+            raise Unauthenticated(
                 "invalid bearer token; it is not in the server's tokens file; "
                 "hint: check for a typo or an expired token",
-                "invalid_token",
-                challenge,
+                code="invalid_token",
             )
         return found
 
@@ -112,7 +131,7 @@ class RateLimiter:
         """Takes one request from ``tenant``'s bucket.
 
         Raises:
-            ApiError: 429 with ``Retry-After`` when the bucket is empty.
+            RateLimited: The bucket is empty (``retry_after_s`` says for how long).
         """
         if self.rate <= 0:
             return
@@ -122,11 +141,9 @@ class RateLimiter:
         if level < 1.0:
             wait = (1.0 - level) / self.rate
             self._buckets[tenant] = (level, now)
-            raise ApiError(
-                429,
+            raise RateLimited(
                 f"rate limit of {self.rate:g} requests/s (burst {self.burst:g}) exceeded for "
                 f"this tenant; retry in {wait:.2f} s",
-                "rate_limited",
-                {"Retry-After": str(max(1, round(wait + 0.5)))},
+                max(1, round(wait + 0.5)),
             )
         self._buckets[tenant] = (level - 1.0, now)

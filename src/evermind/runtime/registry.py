@@ -18,9 +18,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from evermind.errors import NotFound, Unavailable
 from evermind.inference import Model
 from evermind.package import read_package
-from evermind.runtime.errors import ApiError
 from evermind.runtime.installs import Install, InstallStore
 
 logger = logging.getLogger(__name__)
@@ -33,6 +33,18 @@ _ID = re.compile(
 _OVERHEAD_BYTES = 1 << 20
 
 LoadKey = tuple[str, str, str, str]
+
+
+class ModelNotFound(NotFound):
+    """The id names no model of the caller's tenant (or cannot name a package at all)."""
+
+    code = "model_not_found"
+
+
+class PackageChanged(Unavailable):
+    """An installed package's file no longer has the digest it was installed with."""
+
+    code = "package_changed"
 
 
 @dataclass
@@ -60,15 +72,13 @@ def parse_model_id(model_id: str) -> tuple[str, str | None]:
     """``(name, version or None)`` of ``evermind/<name>[:<version>]`` (prefix optional).
 
     Raises:
-        ApiError: 404 when the id cannot name a package.
+        ModelNotFound: The id cannot name a package.
     """
     match = _ID.fullmatch(model_id.strip()) if isinstance(model_id, str) else None
     if match is None:
-        raise ApiError(
-            404,
+        raise ModelNotFound(
             f"model {model_id!r} not found; expected an id like 'evermind/<name>:<version>' or "
-            "'evermind/<name>'; hint: GET /v1/models lists yours",
-            "model_not_found",
+            "'evermind/<name>'; hint: GET /v1/models lists yours"
         )
     return match.group(1), match.group(2)
 
@@ -106,8 +116,8 @@ class ModelRegistry:
         """The install ``model_id`` names for ``tenant``.
 
         Raises:
-            ApiError: 404 when the tenant has no such model (another tenant's model is
-                reported exactly like a missing one).
+            ModelNotFound: The tenant has no such model (another tenant's model is reported
+                exactly like a missing one).
         """
         name, version = parse_model_id(model_id)
         if version is None:
@@ -115,11 +125,9 @@ class ModelRegistry:
         else:
             install = self.installs.get(tenant, name, version)
         if install is None:
-            raise ApiError(
-                404,
+            raise ModelNotFound(
                 f"model {model_id!r} not found; hint: push it first (POST /v1/models) or list "
-                "your models with GET /v1/models",
-                "model_not_found",
+                "your models with GET /v1/models"
             )
         return install
 
@@ -195,10 +203,8 @@ class ModelRegistry:
 def _load(install: Install) -> Model:
     package = read_package(install.path)
     if package.digest != install.digest:
-        raise ApiError(
-            503,
+        raise PackageChanged(
             f"installed package {install.ref} changed on disk (digest {package.digest}, "
-            f"installed {install.digest}); hint: push it again",
-            "package_changed",
+            f"installed {install.digest}); hint: push it again"
         )
     return Model(package)

@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect
 from evermind.errors import PackageError
 from evermind.package import Package, PackageLimits, read_package
 from evermind.runtime.errors import ApiError
-from evermind.runtime.installs import Install, InstallConflict
+from evermind.runtime.installs import Install
 from evermind.runtime.registry import parse_model_id
 from evermind.runtime.state import Reader, Runtime, RuntimeDep, Writer
 
@@ -86,18 +86,9 @@ async def push_model(
             )
         except PackageError as err:
             raise ApiError(400, f"invalid package: {err}", "invalid_package") from err
-        try:
-            install, created = await loop.run_in_executor(
-                runtime.executor, runtime.installs.install, who.tenant, upload, package
-            )
-        except InstallConflict as conflict:
-            raise ApiError(
-                409,
-                f"{conflict.existing.ref} is already installed with digest "
-                f"{conflict.existing.digest}, this package has {package.digest}; hint: bump "
-                "the version, or DELETE the installed one first",
-                "ref_conflict",
-            ) from None
+        install, created = await loop.run_in_executor(
+            runtime.executor, runtime.installs.install, who.tenant, upload, package
+        )
     finally:
         upload.unlink(missing_ok=True)
     body = {"id": install.ref, "object": "model", "digest": install.digest, "created": created}
