@@ -1,8 +1,9 @@
 """``/v1/models``: push (install), list, inspect and delete packages (native-only).
 
 A push streams the request body to a file under ``tmp/`` with a size cap (413), verifies it
-fully with the package reader in the worker pool (400 with the reader's message), and
-installs it atomically (:mod:`evermind.runtime.installs`).
+fully with the package reader in the worker pool (400 with the reader's message), installs it
+atomically (:mod:`evermind.runtime.installs`) and hands the verified package to the registry,
+so the first generation builds its model from it rather than parsing the file again.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ async def push_model(
         install, created = await loop.run_in_executor(
             runtime.executor, runtime.installs.install, who.tenant, upload, package
         )
+        runtime.registry.keep_verified(install, package)  # the first use builds from it
     finally:
         upload.unlink(missing_ok=True)
     body = {"id": install.ref, "object": "model", "digest": install.digest, "created": created}
