@@ -2,7 +2,7 @@
 
 Owns tenant authentication, the per-tenant rate limit and the ASGI app:
 
-- **Tokens file**: the runtime's format (``evermind.runtime.auth``), one
+- **Tokens file**: the runtime's format (``evermind.tokens``), one
   ``TOKEN TENANT [read|write]`` per line, so one file serves ``evermind serve`` and
   ``evermind mcp --http``. A ``read`` token gets the read-only tool set.
 - **Authentication**: the presented token's SHA-256 is compared with every token's using
