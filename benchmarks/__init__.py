@@ -33,7 +33,12 @@ Each script runs as ``python -m benchmarks.<name> --help`` from the checkout's r
         return benchmarks.main(argv)
 
     # in build_parser(): every word after `bench` (options and --help too) goes to main
-    bench = sub.add_parser("bench", add_help=False, prefix_chars="\\0", help=benchmarks_help)
+    bench = sub.add_parser(
+        "bench",
+        add_help=False,
+        prefix_chars="\\0",
+        help="benchmark kernels, the model or the runtime (from a checkout; bench --help)",
+    )
     bench.add_argument("argv", nargs="*")
     bench.set_defaults(func=lambda args: cmd_bench(args.argv))
 '''
