@@ -12,10 +12,7 @@ Run natively with ``asyncio.run(bench(await open_device()))``.
 
 from __future__ import annotations
 
-import statistics
-import time
 from array import array
-from collections.abc import Sequence
 from typing import Any
 
 from evermind.gpu import Buffer, Device, Dispatch
@@ -24,6 +21,7 @@ from evermind.kernels.conv1d import Conv1d
 from evermind.kernels.embedding import Embedding, build_csr
 from evermind.kernels.grad_norm import GradNorm
 from evermind.kernels.rmsnorm import RMSNorm
+from evermind.studio.bench.timing import median_ms
 
 # The nano model (see evermind.model.config; kernels may not import the model package).
 NANO = {
@@ -59,18 +57,6 @@ def _ids(m: int, vocab: int, seed: int = 7) -> list[int]:
     return out
 
 
-async def _median_ms(device: Device, dispatches: Sequence[Dispatch], repeats: int) -> float:
-    device.submit(dispatches)  # warm-up: first-use costs (pipeline caches, page faults)
-    await device.sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        device.submit(dispatches)
-        await device.sync()
-        times.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(times)
-
-
 def _row(kernel: str, shape: str, ms: float, nbytes: int) -> dict[str, Any]:
     return {
         "kernel": kernel,
@@ -91,10 +77,8 @@ async def _embedding(
     out = device.buffer(4 * m * d, label="out")
     grad_table = device.buffer(4 * vocab * d, label="grad_table")
     shape = f"M={m} V={vocab} D={d}"
-    fwd_ms = await _median_ms(device, [emb.forward(ids_buf, table, out, m, vocab, d)], repeats)
-    bwd_ms = await _median_ms(
-        device, [emb.backward(csr_buf, out, grad_table, m, vocab, d)], repeats
-    )
+    fwd_ms = await median_ms(device, [emb.forward(ids_buf, table, out, m, vocab, d)], repeats)
+    bwd_ms = await median_ms(device, [emb.backward(csr_buf, out, grad_table, m, vocab, d)], repeats)
     distinct = build_csr(ids, vocab)[0]
     rows = [
         _row("embedding gather", shape, fwd_ms, 4 * m + 8 * m * d),
@@ -113,8 +97,8 @@ async def _rmsnorm(device: Device, m: int, d: int, repeats: int) -> list[dict[st
     y, dx = device.buffer(4 * m * d, label="y"), device.buffer(4 * m * d, label="dx")
     rstd, dw = device.buffer(4 * m, label="rstd"), device.buffer(4 * d, label="dw")
     fwd = norm.forward(x, w, y, rstd, m, d)
-    fwd_ms = await _median_ms(device, [fwd], repeats)
-    bwd_ms = await _median_ms(device, norm.backward(x, w, rstd, dy, dx, dw, m, d), repeats)
+    fwd_ms = await median_ms(device, [fwd], repeats)
+    bwd_ms = await median_ms(device, norm.backward(x, w, rstd, dy, dx, dw, m, d), repeats)
     device.destroy(x, w, dy, y, dx, rstd, dw)
     shape = f"M={m} D={d}"
     return [
@@ -133,8 +117,8 @@ async def _conv1d(
     y, dx = device.buffer(4 * n, label="y"), device.buffer(4 * n, label="dx")
     dw, db = device.buffer(4 * d * taps, label="dw"), device.buffer(4 * d, label="db")
     dims = (batch, length, d, taps)
-    fwd_ms = await _median_ms(device, [conv.forward(x, w, b, y, *dims)], repeats)
-    bwd_ms = await _median_ms(device, conv.backward(x, w, dy, dx, dw, db, *dims), repeats)
+    fwd_ms = await median_ms(device, [conv.forward(x, w, b, y, *dims)], repeats)
+    bwd_ms = await median_ms(device, conv.backward(x, w, dy, dx, dw, db, *dims), repeats)
     device.destroy(x, dy, w, b, y, dx, dw, db)
     shape = f"B={batch} L={length} D={d} K={taps}"
     return [
@@ -178,8 +162,8 @@ async def _optimizer(
         grads.append(g)
         updates.append(opt.update(p, g, m, v, n, clip, decay))
     total = sum(n for n, _ in sizes)
-    norm_ms = await _median_ms(device, gn.record(grads, norm, clip, 1.0), repeats)
-    adamw_ms = await _median_ms(device, updates, repeats)
+    norm_ms = await median_ms(device, gn.record(grads, norm, clip, 1.0), repeats)
+    adamw_ms = await median_ms(device, updates, repeats)
     device.destroy(*buffers, norm, clip)
     shape = f"{len(sizes)} tensors, {total} floats"
     return [

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Quality tables for issue 7: memory recall and semantic cache, lexical vs Evermind vs hybrid.
 
-Runs the development sets in ``/work/shared/eval`` (see their README; these are development
-numbers, the held-out set decides the real ones):
+Runs the development sets in ``--eval-dir``, else ``$EVERMIND_EVAL_DIR``, else ``shared/eval``
+next to the checkout (see their README; these are development numbers, the held-out set
+decides the real ones):
 
 - memory (``memory_recall_dev.jsonl``, through ``MemoryStore.recall`` over all 155 facts):
   recall@1, recall@5, MRR, trap@1 for *lexical only* (BM25, no embedder), *Evermind only*
@@ -19,7 +20,7 @@ The Evermind embedder is a ``.evermind`` package loaded with ``evermind.load`` (
 model; the tab's GPU model computes the same embeddings)::
 
     .venv/bin/evermind train --device gpu --steps 300 --out /tmp/default.evermind
-    .venv/bin/python build/eval_quality.py --model /tmp/default.evermind --json quality.json
+    .venv/bin/python -m evals.quality --model /tmp/default.evermind --json quality.json
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.quality``
+    sys.path.insert(0, str(ROOT))
 try:
     import evermind
 except ImportError:
@@ -44,6 +47,8 @@ except ImportError:
 import numpy as np  # noqa: E402
 
 import evermind  # noqa: E402
+from evals import memory as eval_memory  # noqa: E402
+from evals import require  # noqa: E402
 from evermind.cache import default_guard  # noqa: E402
 from evermind.memory import RecallOptions  # noqa: E402
 from evermind.studio.tab_memory import (  # noqa: E402
@@ -157,26 +162,26 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="a .evermind package")
-    parser.add_argument("--eval-dir", type=Path, default=Path("/work/shared/eval"))
+    parser.add_argument(
+        "--eval-dir",
+        type=Path,
+        help="the folder of the development sets (default: $EVERMIND_EVAL_DIR, else "
+        "shared/eval next to the checkout)",
+    )
     parser.add_argument("--only", choices=("cache", "memory"))
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    if not (args.eval_dir / "eval_dev.py").is_file():
-        print(f"eval_quality: {args.eval_dir}/eval_dev.py not found; pass --eval-dir")
-        return 2
+    eval_dir = require("eval_dev.py", args.eval_dir).parent
     started = time.perf_counter()
     model = evermind.load(args.model)
     embedder = Evermind(model)
     print(f"model: {args.model} ({getattr(model, 'ref', '?')})\n")
     report: dict[str, Any] = {"model": str(args.model)}
     if args.only in (None, "memory"):
-        eval_memory = _module(ROOT / "build" / "eval_memory.py", "eval_memory")
-        report["memory"] = memory_tables(
-            eval_memory, args.eval_dir / "memory_recall_dev.jsonl", embedder
-        )
+        report["memory"] = memory_tables(eval_memory, eval_dir / eval_memory.DATA_NAME, embedder)
     if args.only in (None, "cache"):
-        eval_dev = _module(args.eval_dir / "eval_dev.py", "eval_dev")
-        report["cache"] = cache_tables(eval_dev, args.eval_dir / "cache_pairs_dev.jsonl", embedder)
+        eval_dev = _module(eval_dir / "eval_dev.py", "eval_dev")
+        report["cache"] = cache_tables(eval_dev, eval_dir / "cache_pairs_dev.jsonl", embedder)
     seconds = time.perf_counter() - started
     print(f"(development numbers; {seconds:.0f} s, {embedder.texts} texts embedded)")
     if args.json:

@@ -3,12 +3,13 @@
 Runs the shared evaluator (``eval_dev.py``, cache part only) with
 ``evermind.cache.guards.default_guard`` on its trigram baseline embedder and prints its
 tables, per miss type and domain. Extra arguments are passed through (``--threshold``,
-``--json out.json``, ``--embedder module:function``).
+``--json out.json``, ``--embedder module:function``). The evaluator is found in
+``--eval-dir``, else ``$EVERMIND_EVAL_DIR``, else ``shared/eval`` next to the checkout.
 
 Usage::
 
-    .venv/bin/python build/eval_cache.py
-    .venv/bin/python build/eval_cache.py --eval-dir /work/shared/eval --json cache.json
+    .venv/bin/python -m evals.cache
+    .venv/bin/python -m evals.cache --eval-dir ../shared/eval --json cache.json
 
 The numbers are development numbers: the held-out set decides the real ones.
 """
@@ -21,18 +22,25 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.cache``
+    sys.path.insert(0, str(ROOT))
+
+from evals import require  # noqa: E402
+
 GUARD = ROOT / "src" / "evermind" / "cache" / "guards.py"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the evaluator; returns its exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--eval-dir", type=Path, default=Path("/work/shared/eval"))
+    parser.add_argument(
+        "--eval-dir",
+        type=Path,
+        help="the folder of the development sets (default: $EVERMIND_EVAL_DIR, else "
+        "shared/eval next to the checkout)",
+    )
     args, passthrough = parser.parse_known_args(argv)
-    script = args.eval_dir / "eval_dev.py"
-    if not script.is_file():
-        print(f"eval_cache: {script} not found; pass --eval-dir", file=sys.stderr)
-        return 2
+    script = require("eval_dev.py", args.eval_dir)
     command = [
         sys.executable,
         str(script),

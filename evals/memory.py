@@ -14,9 +14,12 @@ Runs lexical-only (no embedder) always and hybrid when ``--embedder module:funct
 (``function(texts) -> vectors``; a module part ending in ``.py`` is loaded from that file).
 This is a development set: the numbers are development numbers.
 
+The set is found in ``$EVERMIND_EVAL_DIR``, else ``shared/eval`` next to the checkout (or
+pass ``--data``).
+
 Usage:
-    .venv/bin/python build/eval_memory.py
-    .venv/bin/python build/eval_memory.py --embedder my_embed.py:embed_texts --json out.json
+    .venv/bin/python -m evals.memory
+    .venv/bin/python -m evals.memory --embedder my_embed.py:embed_texts --json out.json
 """
 
 from __future__ import annotations
@@ -36,16 +39,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.memory``
+    sys.path.insert(0, str(ROOT))
 try:
     import evermind  # noqa: F401
 except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(ROOT / "src"))
 
+from evals import require  # noqa: E402
 from evermind.memory import Hit, MemoryStore, RecallOptions  # noqa: E402
 
-DEFAULT_DATA = (
-    Path(os.environ.get("EVERMIND_EVAL_DIR", "/work/shared/eval")) / "memory_recall_dev.jsonl"
-)
+#: The development set's file name (in the folder :func:`evals.find` looks in).
+DATA_NAME = "memory_recall_dev.jsonl"
 
 #: The BM25 baseline row of the set's README (eval_dev.py, word tokens, k1 1.2, b 0.75).
 README_BM25 = {"r@1": 0.551, "r@5": 0.724, "mrr": 0.638, "trap@1": 0.065}
@@ -146,12 +151,17 @@ def print_table(name: str, table: dict[str, dict[str, float]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help=f"the set (default: {DATA_NAME} in $EVERMIND_EVAL_DIR, else shared/eval next to "
+        "the checkout)",
+    )
     parser.add_argument("--embedder", help="module:function, texts -> vectors (adds hybrid)")
     parser.add_argument("--no-mmr", action="store_true", help="switch the MMR step off")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    facts, questions = load(args.data)
+    facts, questions = load(args.data if args.data is not None else require(DATA_NAME))
     options = RecallOptions(mmr=not args.no_mmr)
     runs: list[tuple[str, Any]] = [("memorystore lexical", None)]
     if args.embedder:

@@ -9,7 +9,7 @@ our single-threaded encode against HF's multi-threaded ``encode_batch`` over the
 
 Usage::
 
-    .venv/bin/python build/bench_tokenizer.py [--bytes 2000000] [--vocab 4096]
+    .venv/bin/python -m benchmarks.tokenizer [--bytes 2000000] [--vocab 4096]
 """
 
 from __future__ import annotations

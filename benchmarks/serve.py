@@ -7,7 +7,7 @@ the same to run), then for each request kind and client count runs closed-loop c
 a fixed time and reports requests/s and p50/p99 latency. Finally it measures generation
 tokens/s of the same model in-process against the PyTorch CPU reference
 (``transformers.MambaForCausalLM`` loaded from the package's config and weights) and
-reports the ratio. Run as ``python -m evermind.runtime.bench`` or ``evermind bench serve``.
+reports the ratio. Run as ``python -m benchmarks.serve`` or ``evermind bench serve``.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m evermind.runtime.bench``."""
+    """``python -m benchmarks.serve`` (``evermind bench serve``)."""
     parser = argparse.ArgumentParser(prog="evermind bench serve", description=__doc__)
     parser.add_argument("--package", help="serve this .evermind file (default: nano model)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per cell")

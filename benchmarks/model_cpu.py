@@ -7,7 +7,7 @@ Measures, for the nano preset (d_model 128, 4 layers, vocab 4096, batch 1):
   forward + masked mean + L2 normalisation.
 Absolute numbers depend on the machine (and on other load); the ratios are what to read.
 
-Usage: .venv/bin/python build/bench_model_cpu.py [--tokens 256] [--repeats 20]
+Usage: .venv/bin/python -m benchmarks.model_cpu [--tokens 256] [--repeats 20]
 """
 
 from __future__ import annotations

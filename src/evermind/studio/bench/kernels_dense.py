@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
-import time
 from array import array
-from collections.abc import Sequence
 from typing import Any
 
-from evermind.gpu import Buffer, Device, Dispatch
+from evermind.gpu import Buffer, Device
 from evermind.kernels.cross_entropy import CrossEntropy
 from evermind.kernels.matmul import Matmul
 from evermind.kernels.topk import TopK
+from evermind.studio.bench.timing import median_ms
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +37,6 @@ def _pattern(count: int, phase: float = 0.0, scale: float = 1.0) -> array[float]
     return array("f", (scale * math.sin(0.37 * i + phase) for i in range(count)))
 
 
-async def _time(device: Device, dispatches: Sequence[Dispatch], repeats: int) -> float:
-    """Median milliseconds of submit + sync, after one warm-up run."""
-    device.submit(dispatches)
-    await device.sync()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        device.submit(dispatches)
-        await device.sync()
-        samples.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(samples)
-
-
 async def _bench_matmul(device: Device, quick: bool, repeats: int) -> list[dict[str, Any]]:
     mm = Matmul(device)
     rows: list[dict[str, Any]] = []
@@ -62,7 +47,7 @@ async def _bench_matmul(device: Device, quick: bool, repeats: int) -> list[dict[
         b = device.upload(_pattern(n * k, 1.0), label="bench.b")
         c = device.buffer(4 * m * n, label="bench.c")
         step = mm.matmul(a, b, c, m, n, k, trans_a=mode == "TN", trans_b=mode == "NT")
-        ms = await _time(device, [step], repeats)
+        ms = await median_ms(device, [step], repeats)
         rows.append(
             {
                 "kernel": f"matmul {mode}",
@@ -83,7 +68,7 @@ async def _bench_cross_entropy(device: Device, repeats: int) -> dict[str, Any]:
     row_loss, loss = device.buffer(4 * m), device.buffer(4)
     dlogits = device.buffer(4 * m * v, label="bench.dlogits")
     steps = ce.loss_and_grad(logits, targets, row_loss, dlogits, loss, m, v, 1.0 / m)
-    ms = await _time(device, steps, repeats)
+    ms = await median_ms(device, steps, repeats)
     device.destroy(logits, targets, row_loss, loss, dlogits)
     moved = 2 * 4 * m * v  # logits read + dlogits written (targets, losses are negligible)
     return {
@@ -100,7 +85,7 @@ async def _bench_topk(device: Device, n: int, repeats: int) -> dict[str, Any]:
     query = device.upload(_pattern(d, 0.5), label="bench.q")
     scores, index = device.buffer(4 * k), device.buffer(4 * k)
     steps = TopK(device).search(query, stored, scores, index, 1, n, d, k)
-    ms = await _time(device, steps, repeats)
+    ms = await median_ms(device, steps, repeats)
     device.destroy(stored, query, scores, index)
     return {"kernel": "cosine top-k", "shape": f"N={n} D={d} k={k}", "ms": round(ms, 3)}
 

@@ -11,7 +11,7 @@ are a bench-only dependency; Playwright drives the browser). What runs here:
   and weights, trained with torch autograd + ``torch.optim.AdamW`` (the PyTorch reference);
 - :func:`run_in_browser`: the Studio bundle in headless Chromium, calling worker handlers.
 
-Every model benchmark returns the rows of :func:`evermind.bench.gpu_model_bench`:
+Every model benchmark returns the rows of :func:`evermind.studio.bench.suite.gpu_model_bench`:
 ``{"metric", "value", "unit", "detail"}``.
 """
 
@@ -31,7 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from evermind.bench import (
+from evermind.errors import ConfigError, GPUError
+from evermind.model.init import init_params
+from evermind.studio.bench.kernels_dense import MATMUL_SHAPES
+from evermind.studio.bench.suite import (
     BENCH_LR,
     EMBED_TOKENS,
     NANO_BATCH,
@@ -40,9 +43,6 @@ from evermind.bench import (
     nano_config,
     synthetic_batch,
 )
-from evermind.errors import ConfigError, GPUError
-from evermind.kernels.bench_dense import MATMUL_SHAPES
-from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
 from evermind.train.loop import TrainConfig
 
@@ -111,7 +111,7 @@ def _sizes(quick: bool) -> tuple[int, int, int, int]:
 
 # -- numpy ----------------------------------------------------------------------------------
 def numpy_matmul_rows(quick: bool = False) -> list[dict[str, Any]]:
-    """numpy's float32 GFLOP/s at every shape of ``bench_dense.MATMUL_SHAPES``.
+    """numpy's float32 GFLOP/s at every shape of ``kernels_dense.MATMUL_SHAPES``.
 
     Same shapes and transposes as the WGSL matmul rows (``quick`` skips the ones above
     512³, as the kernel benchmark does), so the two line up row by row. A roofline is a

@@ -1,10 +1,11 @@
 """Benchmarks that run on either transport: kernels, the training step's breakdown, the model.
 
 Browser-safe (standard library and ``evermind`` only): the same functions run natively
-(wgpu-py) and in the tab (the Studio's ``bench_kernels`` / ``bench_train`` calls), so one
-CLI run can print both transports side by side. Nothing here checks numbers: the tests do.
+(wgpu-py, from ``benchmarks/``) and in the tab (the Studio's ``bench_kernels`` /
+``bench_train`` calls), so one CLI run can print both transports side by side. Nothing here
+checks numbers: the tests do.
 
-- :func:`run_kernel_bench`: every ``evermind.kernels.bench_*`` module's rows.
+- :func:`run_kernel_bench`: every ``evermind.studio.bench.kernels_*`` module's rows.
 - :func:`step_breakdown`: the nano model's recorded training step, its dispatches grouped
   by kernel family (the shader they run) and by phase, each group timed as one submit.
 - :func:`gpu_model_bench`: training, forward, generation tokens/s and the latency to embed
@@ -24,10 +25,9 @@ import random
 import statistics
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import evermind.kernels
+import evermind.studio.bench
 from evermind import gpu
 from evermind.errors import ConfigError
 from evermind.gpu import Device, Dispatch
@@ -35,6 +35,7 @@ from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder, sample
 from evermind.model.init import init_params
+from evermind.studio.bench.timing import adapter_name, median_call_ms, median_ms
 from evermind.train.loop import Batch, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -53,16 +54,10 @@ BENCH_LR = 1e-3
 def bench_modules() -> list[str]:
     """Names of the kernel benchmark modules, sorted."""
     return sorted(
-        f"evermind.kernels.{m.name}"
-        for m in pkgutil.iter_modules(evermind.kernels.__path__)
-        if m.name.startswith("bench_")
+        f"evermind.studio.bench.{m.name}"
+        for m in pkgutil.iter_modules(evermind.studio.bench.__path__)
+        if m.name.startswith("kernels_")
     )
-
-
-def adapter_name(device: Device) -> str:
-    """A short human name of the device's adapter (e.g. ``llvmpipe (LLVM 15.0.6, 256 bits)``)."""
-    info = device.adapter_info
-    return info.get("device") or info.get("description") or info.get("architecture", "") or "?"
 
 
 async def run_kernel_bench(
@@ -110,34 +105,6 @@ def nano_model(device: Device, vocab_size: int = NANO_VOCAB) -> GpuMamba:
     model = GpuMamba(device, cfg, NANO_BATCH, NANO_SEQ_LEN, train)
     model.load_params(init_params(cfg, 0))
     return model
-
-
-# -- timing helpers ------------------------------------------------------------------------
-async def median_ms(
-    device: Device, dispatches: Sequence[Dispatch], repeats: int, warm_up: bool = True
-) -> float:
-    """Median milliseconds of one submit of ``dispatches`` + sync (after one warm-up run)."""
-    if warm_up:
-        device.submit(dispatches)
-        await device.sync()
-    samples = []
-    for _ in range(max(1, repeats)):
-        start = time.perf_counter()
-        device.submit(dispatches)
-        await device.sync()
-        samples.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(samples)
-
-
-async def median_call_ms(call: Callable[[], Awaitable[object]], repeats: int) -> float:
-    """Median milliseconds of ``await call()``, after one warm-up call."""
-    await call()
-    samples = []
-    for _ in range(max(1, repeats)):
-        start = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(samples)
 
 
 # -- the training step's breakdown -----------------------------------------------------------

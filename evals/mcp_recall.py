@@ -5,13 +5,15 @@ Starts a real ``evermind mcp`` subprocess on a fresh memory file, stores every f
 question with ``memory_recall`` and scores the keys of the hits it returns, as
 ``eval_dev.py`` defines the metrics: recall@k = |gold ∩ top k| / min(k, |gold|), MRR over the
 returned hits. Runs lexical-only, and again with ``--model FILE.evermind`` when one is given.
+The set is found in ``$EVERMIND_EVAL_DIR``, else ``shared/eval`` next to the checkout (or
+pass ``--set``).
 
 Usage::
 
-    python build/eval_mcp_recall.py                        # lexical only
-    python build/eval_mcp_recall.py --model my.evermind    # lexical only, then with the model
-    python build/eval_mcp_recall.py --tune-from base.evermind  # ... with base tuned on the facts
-    python build/eval_mcp_recall.py --json results.json
+    python -m evals.mcp_recall                        # lexical only
+    python -m evals.mcp_recall --model my.evermind    # lexical only, then with the model
+    python -m evals.mcp_recall --tune-from base.evermind  # ... with base tuned on the facts
+    python -m evals.mcp_recall --json results.json
 
 These are development numbers (the set is for tuning); report them as such.
 """
@@ -34,21 +36,13 @@ import anyio
 from mcp import Client, StdioServerParameters
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.mcp_recall``
+    sys.path.insert(0, str(ROOT))
 
+from evals import require  # noqa: E402
 
-def find_set() -> Path:
-    """The development set: in $EVERMIND_EVAL_DIR, else the shared folder next to the
-    checkout, else the team's shared folder (the first that holds it; else the first place)."""
-    folders = [
-        os.environ.get("EVERMIND_EVAL_DIR"),
-        ROOT.parent / "shared" / "eval",
-        "/work/shared/eval",
-    ]
-    candidates = [Path(folder) / "memory_recall_dev.jsonl" for folder in folders if folder]
-    return next((path for path in candidates if path.is_file()), candidates[0])
-
-
-DEFAULT_SET = find_set()
+#: The development set's file name (in the folder :func:`evals.find` looks in).
+SET_NAME = "memory_recall_dev.jsonl"
 HIT_LINE = re.compile(r"^\[(\d+)\] (\S+) \(score ([0-9.]+); tags: (.*)\)$", re.M)
 TOP_K = 5
 
@@ -125,7 +119,12 @@ def score(ranked: list[tuple[dict[str, Any], list[str]]]) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", type=Path, default=DEFAULT_SET, help="memory_recall_dev.jsonl")
+    parser.add_argument(
+        "--set",
+        type=Path,
+        help=f"the set (default: {SET_NAME} in $EVERMIND_EVAL_DIR, else shared/eval next to "
+        "the checkout)",
+    )
     parser.add_argument("--model", type=Path, help="a .evermind package (semantic recall)")
     parser.add_argument(
         "--tune-from",
@@ -136,6 +135,8 @@ def main() -> int:
     parser.add_argument("--tuned-out", type=Path, help="keep the tuned package here")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    if args.set is None:
+        args.set = require(SET_NAME)
     with tempfile.TemporaryDirectory() as folder:
         lexical_file = Path(folder) / "lexical.db"
         runs: dict[str, Any] = {"lexical": anyio.run(run, args.set, None, lexical_file)}

@@ -1,10 +1,10 @@
-"""``evermind bench``: runs both transports in one run and prints them side by side.
+"""``evermind bench kernels|train``: both transports in one run, printed side by side.
 
-Native-only (numpy, wgpu-py, Playwright through :mod:`evermind.bench_host`). Two reports:
+Native-only (numpy, wgpu-py, Playwright through :mod:`benchmarks.host`). Two reports:
 
-- kernels: every kernel row of :func:`evermind.bench.run_kernel_suite` on native wgpu-py
-  and in the browser, beside numpy's matmul GFLOP/s (the CPU roofline), then the share of
-  the nano training step each kernel family and each phase takes on both;
+- kernels: every kernel row of :func:`evermind.studio.bench.suite.run_kernel_suite` on
+  native wgpu-py and in the browser, beside numpy's matmul GFLOP/s (the CPU roofline),
+  then the share of the nano training step each kernel family and each phase takes on both;
 - train: training / forward / generation tokens/s and the 64-token embedding latency of
   the nano model on the browser, native wgpu-py, the numpy CPU model and the PyTorch
   reference, with every value's ratio to PyTorch's.
@@ -15,21 +15,32 @@ prints it); :func:`format_kernels` / :func:`format_train` turn it into table lin
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import platform
+import subprocess
+import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from evermind import bench, bench_host
-from evermind.errors import EvermindError
+from benchmarks import host
+from evermind.errors import BundleError, EvermindError
+from evermind.studio.bench import suite
 
 log = logging.getLogger(__name__)
+
+#: The checkout this package sits in, its bundle build and the bundle it builds.
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_SCRIPT = ROOT / "build" / "build_web.py"
+DEFAULT_BUNDLE = ROOT / "dist" / "web"
 
 #: The transports, in column order.
 TRANSPORTS = ("native", "browser")
@@ -76,17 +87,17 @@ def collect_kernels(
     suites: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
     if native:
-        suites["native"] = asyncio.run(bench.run_kernel_suite(quick))
+        suites["native"] = asyncio.run(suite.run_kernel_suite(quick))
     if browser:
         try:
             if bundle is None:
                 raise EvermindError("the browser run needs a built bundle (dist/web)")
-            (suites["browser"],) = bench_host.run_in_browser(
+            (suites["browser"],) = host.run_in_browser(
                 bundle, [("bench_kernels", {"quick": quick})]
             )
         except EvermindError as err:
             errors.append(f"browser: {err}")
-    numpy_rows = {row["shape"]: row["gflops"] for row in bench_host.numpy_matmul_rows(quick)}
+    numpy_rows = {row["shape"]: row["gflops"] for row in host.numpy_matmul_rows(quick)}
     kernels = _merge(suites, "kernels", ("kernel", "shape"), ("ms", "gflops", "gbps"))
     for row in kernels:
         row["unit"] = None
@@ -245,21 +256,21 @@ def collect_train(
         try:
             if bundle is None:
                 raise EvermindError("the browser run needs a built bundle (dist/web)")
-            (suite,) = bench_host.run_in_browser(bundle, [("bench_train", {"quick": quick})])
-            backends["browser"] = f"browser WebGPU ({suite['adapter']})"
-            results["browser"] = suite["rows"]
+            (done,) = host.run_in_browser(bundle, [("bench_train", {"quick": quick})])
+            backends["browser"] = f"browser WebGPU ({done['adapter']})"
+            results["browser"] = done["rows"]
         except EvermindError as err:
             errors.append(f"browser: {err}")
     if native:
-        suite = asyncio.run(bench.run_model_suite(quick))
-        backends["native"] = f"native {suite['transport']} ({suite['adapter']})"
-        results["native"] = suite["rows"]
+        done = asyncio.run(suite.run_model_suite(quick))
+        backends["native"] = f"native {done['transport']} ({done['adapter']})"
+        results["native"] = done["rows"]
     threads = f"{cpu_threads} thread{'s' * (cpu_threads > 1)}"
     backends["numpy"] = f"numpy CPU model ({threads})"
-    results["numpy"] = bench_host.numpy_model_bench(quick, cpu_threads)
-    if bench_host.torch_available():
+    results["numpy"] = host.numpy_model_bench(quick, cpu_threads)
+    if host.torch_available():
         backends["torch"] = f"PyTorch CPU ({threads})"
-        results["torch"] = bench_host.torch_model_bench(quick, cpu_threads)
+        results["torch"] = host.torch_model_bench(quick, cpu_threads)
     else:
         errors.append("torch: not installed (pip install torch transformers); no ratios")
     reference = {row["metric"]: row["value"] for row in results.get("torch", [])}
@@ -306,3 +317,96 @@ def format_train(doc: dict[str, Any]) -> list[str]:
             out += ["", "Ratios" + suffix + ":"]
         out += _table(header, rows, left=1)
     return out + _errors(doc)
+
+
+# -- the command ------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``evermind bench``."""
+    parser = argparse.ArgumentParser(
+        prog="evermind bench",
+        description="Benchmarks: `kernels` (every WGSL kernel and the training step's share "
+        "per kernel family) or `train` (tokens/s of training, forward and generation, and "
+        "embedding latency, beside numpy and PyTorch). Runs native wgpu-py and headless "
+        "Chromium in one run and prints them side by side. `serve`: the runtime on loopback.",
+    )
+    parser.add_argument(
+        "what",
+        choices=["kernels", "train", "serve"],
+        help="kernels and train: native and browser in one run; serve: the runtime on loopback",
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer sizes, steps and repeats")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--native-only", action="store_true", help="skip the browser")
+    parser.add_argument("--browser-only", action="store_true", help="skip native wgpu-py")
+    parser.add_argument("--dir", help="use this built bundle instead of the checkout's dist/web")
+    parser.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=1,
+        help="threads of the CPU references, PyTorch and numpy's BLAS (default 1: on a busy "
+        "machine more threads spin against each other)",
+    )
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parses ``evermind bench`` options, runs the benchmark, prints it; returns the status.
+
+    Exit status 1 when a part failed (the document's ``errors``), 0 otherwise.
+
+    Raises:
+        EvermindError: Conflicting options, or no bundle for the browser run.
+    """
+    args = build_parser().parse_args(argv)
+    if args.what == "serve":
+        # The runtime's load test: requests/s and latency on loopback, vs PyTorch.
+        from benchmarks import serve
+
+        serve_argv = ["--seconds", "1", "--clients", "1,8"] if args.quick else []
+        return serve.main([*serve_argv, *(["--json"] if args.json else [])])
+    if args.native_only and args.browser_only:
+        raise EvermindError("bench: --native-only and --browser-only exclude each other")
+    if args.cpu_threads < 1:
+        raise EvermindError(f"bench: --cpu-threads must be >= 1, got {args.cpu_threads}")
+    native, browser = not args.browser_only, not args.native_only
+    bundle = None
+    if browser:
+        # The build's progress lines go to stderr so that --json prints JSON alone.
+        sys.stdout.flush()
+        saved_stdout = os.dup(1)
+        os.dup2(2, 1)
+        try:
+            bundle = ensure_bundle(Path(args.dir) if args.dir else None)
+        finally:
+            os.dup2(saved_stdout, 1)
+            os.close(saved_stdout)
+    doc: dict[str, Any]
+    if args.what == "kernels":
+        doc = collect_kernels(args.quick, native, browser, bundle)
+        lines = format_kernels(doc)
+    else:
+        doc = collect_train(args.quick, native, browser, bundle, args.cpu_threads)
+        lines = format_train(doc)
+    print(json.dumps(doc) if args.json else "\n".join(lines))
+    return 1 if doc["errors"] else 0
+
+
+def ensure_bundle(directory: Path | None = None) -> Path:
+    """The bundle folder for the browser run, building the checkout's ``dist/web`` when stale.
+
+    Raises:
+        BundleError: No bundle exists and it cannot be built here.
+    """
+    if directory is not None:
+        if not (directory / "index.html").is_file():
+            raise BundleError(f"{directory} has no index.html; is it a built Studio bundle?")
+        return directory
+    if BUILD_SCRIPT.is_file():
+        result = subprocess.run([sys.executable, str(BUILD_SCRIPT)], check=False)
+        if result.returncode != 0:
+            raise BundleError(f"building the bundle failed (exit {result.returncode}); see above")
+    if not (DEFAULT_BUNDLE / "index.html").is_file():
+        raise BundleError(
+            f"no Studio bundle at {DEFAULT_BUNDLE}; run `make bundle` in a checkout or pass --dir"
+        )
+    return DEFAULT_BUNDLE

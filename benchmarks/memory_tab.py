@@ -18,8 +18,8 @@ absolute browser numbers are upper bounds; compare ratios within one run.
 
 Usage::
 
-    .venv/bin/python build/bench_memory_tab.py --sizes 1000,10000,100000 --model /tmp/d.evermind
-    .venv/bin/python build/bench_memory_tab.py --browser --sizes 1000,10000
+    .venv/bin/python -m benchmarks.memory_tab --sizes 1000,10000,100000 --model /tmp/d.evermind
+    .venv/bin/python -m benchmarks.memory_tab --browser --sizes 1000,10000
 """
 
 from __future__ import annotations
@@ -54,9 +54,7 @@ SEMANTIC_CACHE_MAX = 10_000
 
 
 def _bench_memory_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "bench_memory", ROOT / "build" / "bench_memory.py"
-    )
+    spec = importlib.util.spec_from_file_location("bench_memory", ROOT / "benchmarks" / "memory.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

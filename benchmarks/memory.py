@@ -7,8 +7,8 @@ random projection of hashed words (a benchmark stand-in, not a model). Absolute 
 the machine; compare the ratios printed in one run.
 
 Usage:
-    .venv/bin/python build/bench_memory.py                 # sizes 1000, 10000
-    .venv/bin/python build/bench_memory.py --sizes 50000 --dim 384
+    .venv/bin/python -m benchmarks.memory                 # sizes 1000, 10000
+    .venv/bin/python -m benchmarks.memory --sizes 50000 --dim 384
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ warm-up, so it includes one submit and one readback round trip (reported as the 
 Native run::
 
     .venv/bin/python -c "import asyncio; from evermind.gpu.native import open_native_device; \\
-from evermind.kernels.bench_scan import bench; \\
+from evermind.studio.bench.kernels_scan import bench; \\
 [print(r) for r in asyncio.run(bench(open_native_device()))]"
 """
 
@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from array import array
-from collections.abc import Sequence
 from typing import Any
 
-from evermind.gpu import Buffer, Device, Dispatch
+from evermind.gpu import Buffer, Device
 from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.selective_scan import SelectiveScan, states_count
+from evermind.studio.bench.timing import median_ms
 
 #: (B, L, D, N): the issue's benchmark shape and the nano model's training shape.
 SCAN_SHAPES = ((4, 256, 256, 16), (4, 128, 256, 16))
@@ -33,20 +32,6 @@ STEP_SHAPE = (1, 256, 16, 4)
 
 def _uniform(rng: random.Random, count: int, low: float, high: float) -> array[float]:
     return array("f", (rng.uniform(low, high) for _ in range(count)))
-
-
-async def _time_ms(device: Device, dispatches: Sequence[Dispatch], repeats: int) -> float:
-    """Median milliseconds of submit + sync over ``repeats`` runs, after one warm-up."""
-    device.submit(dispatches)
-    await device.sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        device.submit(dispatches)
-        await device.sync()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return 1000.0 * times[len(times) // 2]
 
 
 async def _bench_scan(
@@ -75,24 +60,24 @@ async def _bench_scan(
         {
             "kernel": "selective scan fwd (inference, no states)",
             "shape": label,
-            "ms": await _time_ms(device, fwd_infer, repeats),
+            "ms": await median_ms(device, fwd_infer, repeats),
         },
         {
             "kernel": "selective scan fwd (training, stores h)",
             "shape": label,
-            "ms": await _time_ms(device, fwd_train, repeats),
+            "ms": await median_ms(device, fwd_train, repeats),
         },
         # The backward overwrites the states with dL/dh; its cost does not depend on their
         # values, so it is timed alone on whatever the buffer holds.
         {
             "kernel": "selective scan bwd (5 passes)",
             "shape": label,
-            "ms": await _time_ms(device, bwd, repeats),
+            "ms": await median_ms(device, bwd, repeats),
         },
         {
             "kernel": "selective scan fwd+bwd",
             "shape": label,
-            "ms": await _time_ms(device, fwd_train + bwd, repeats),
+            "ms": await median_ms(device, fwd_train + bwd, repeats),
         },
     ]
     for dispatch in bwd:
@@ -100,7 +85,7 @@ async def _bench_scan(
             {
                 "kernel": f"selective scan {dispatch.label}",
                 "shape": label,
-                "ms": await _time_ms(device, [dispatch], repeats),
+                "ms": await median_ms(device, [dispatch], repeats),
             }
         )
     device.destroy(x, delta, dy, a_log, b_in, c_in, d_skip, y, states)
@@ -140,22 +125,22 @@ async def _bench_step(device: Device, repeats: int) -> list[dict[str, Any]]:
         {
             "kernel": "recurrent conv_step",
             "shape": label,
-            "ms": await _time_ms(device, [conv], repeats),
+            "ms": await median_ms(device, [conv], repeats),
         },
         {
             "kernel": "recurrent ssm_step",
             "shape": label,
-            "ms": await _time_ms(device, [ssm], repeats),
+            "ms": await median_ms(device, [ssm], repeats),
         },
         {
             "kernel": "recurrent conv_step+ssm_step",
             "shape": label,
-            "ms": await _time_ms(device, [conv, ssm], repeats),
+            "ms": await median_ms(device, [conv, ssm], repeats),
         },
         {
             "kernel": "sync (empty submit + readback)",
             "shape": "-",
-            "ms": await _time_ms(device, [], repeats),
+            "ms": await median_ms(device, [], repeats),
         },
     ]
     device.destroy(*bufs.values())
