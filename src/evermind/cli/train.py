@@ -14,7 +14,12 @@ import os
 import sys
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evermind.job import JobBackend, JobConfig
+    from evermind.model.config import MambaConfig
+    from evermind.types import TrainConfig
 
 
 def register(sub: Any) -> None:
@@ -110,7 +115,8 @@ def register(sub: Any) -> None:
     evaluate.set_defaults(func=cmd_eval)
 
 
-def _job_config(args: argparse.Namespace) -> Any:
+def _job_config(args: argparse.Namespace) -> JobConfig:
+    """The job ``evermind train`` describes (schedule: warmup 10%, floor lr/10)."""
     from evermind.job import JobConfig
     from evermind.types import TrainConfig
 
@@ -146,7 +152,9 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
     printer = JobPrinter()
     printer.start("tokenizer", args.vocab_size)
 
-    async def make_backend(config: Any, params: Any, train_cfg: Any) -> JobBackend:
+    async def make_backend(
+        config: MambaConfig, params: dict[str, array[float]], train_cfg: TrainConfig
+    ) -> JobBackend:
         built: JobBackend
         if args.device == "gpu":
             from evermind.gpu.native import open_native_device
@@ -166,7 +174,7 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
 
             cpu = CpuBackend(config, params, train_cfg)
 
-            async def read_params() -> Any:
+            async def read_params() -> dict[str, array[float]]:
                 return cpu.params()
 
             built = JobBackend(cpu, read_params, "numpy cpu")
