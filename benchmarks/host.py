@@ -344,8 +344,8 @@ def run_in_browser(
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    from evermind.headless import launch_options
-    from evermind.webserver import BundleServer
+    from evermind.studio.browser import launch_options
+    from evermind.studio.webserver import BundleServer
 
     console: list[str] = []
     results: list[Any] = []

@@ -184,8 +184,8 @@ def _page_calls(page: Any) -> tuple[Any, Any]:
 def run_browser(sizes: list[int], queries: int) -> None:
     from playwright.sync_api import sync_playwright
 
-    from evermind.headless import launch_options
-    from evermind.webserver import BundleServer
+    from evermind.studio.browser import launch_options
+    from evermind.studio.webserver import BundleServer
 
     sys.path.insert(0, str(ROOT))
     from tests.browser.test_memory_browser import CORPUS, TINY

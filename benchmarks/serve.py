@@ -35,8 +35,8 @@ PROMPT = "The standard library"
 
 def nano_package() -> bytes:
     """A nano model package (d_model 128, 4 layers, 2048-token vocabulary), untrained."""
+    from evermind.job import JobConfig, export_package, model_config, train_tokenizer
     from evermind.model.init import init_params
-    from evermind.pipeline import JobConfig, export_package, model_config, train_tokenizer
     from evermind.train.corpus import harvest_stdlib_docstrings
 
     text = harvest_stdlib_docstrings(200_000)

@@ -20,8 +20,8 @@ from typing import Any
 import evermind
 from evermind import gpu
 from evermind.errors import ConfigError, EvermindError
+from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
-from evermind.pipeline import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.studio.session import Session
 from evermind.tokenizer import Tokenizer
 from evermind.train.corpus import harvest_stdlib_docstrings

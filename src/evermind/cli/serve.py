@@ -1,6 +1,6 @@
 """``evermind serve`` and ``evermind push`` (native-only; heavy imports inside the commands).
 
-``register(subparsers)`` adds both subcommands to the ``evermind`` CLI.
+``register(subparsers)`` adds both subcommands to the ``evermind`` command.
 """
 
 from __future__ import annotations
@@ -120,9 +120,3 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     push.add_argument("--token", help="bearer token (default: $EVERMIND_TOKEN)")
     push.set_defaults(func=cmd_push)
-
-
-if __name__ == "__main__":
-    from evermind.cli import main
-
-    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,9 @@
-"""A static file server for the offline bundle, bound to loopback by default.
+"""A static file server for the offline bundle, bound to loopback by default (native-only).
 
-Standard library only. MIME types are set explicitly (``.mjs``/``.wasm`` are missing from
-Python 3.11's table and would otherwise fall back to the OS's mime.types).
+Serves the built Studio to a browser on this machine: ``evermind studio``, headless training,
+``evermind doctor`` and the browser tests. Standard library only. MIME types are set
+explicitly (``.mjs``/``.wasm`` are missing from Python 3.11's table and would otherwise fall
+back to the OS's mime.types).
 """
 
 from __future__ import annotations

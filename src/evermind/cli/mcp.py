@@ -4,7 +4,7 @@
 ``--http``, over streamable HTTP with bearer-token tenants. ``evermind install-mcp`` registers
 the stdio server in the config of every MCP host found (or the ones named), all pointing at
 one memory file. The SDK and server stacks are imported inside the command functions so that
-``evermind --help`` stays fast. Native-only.
+``evermind --help`` stays fast. Native-only. The server itself is :mod:`evermind.mcp`.
 """
 
 from __future__ import annotations

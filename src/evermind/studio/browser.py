@@ -1,8 +1,9 @@
 """Finds and launches a Chromium with WebGPU for headless use (native-only; Playwright).
 
-Used by the browser tests, ``evermind doctor`` and headless training. Playwright's own
-browser is used when it is installed; otherwise a system Chromium (``EVERMIND_CHROMIUM``,
-then the usual names on PATH and the usual install paths).
+Used by the browser tests, ``evermind doctor``, the benchmarks and headless training
+(:mod:`evermind.studio.headless`). Playwright's own browser is used when it is installed;
+otherwise a system Chromium (``EVERMIND_CHROMIUM``, then the usual names on PATH and the
+usual install paths).
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""``evermind train | generate | embed | eval`` (registered by ``evermind.cli``)."""
+"""``evermind train | generate | embed | eval | tune-embedder`` (native-only).
+
+Parses the arguments, shows progress and prints the summary; the work is the job's
+(:mod:`evermind.job`): natively on wgpu-py or numpy, or (``--headless``) in the Studio page
+in headless Chromium (:mod:`evermind.studio.headless`).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,18 @@ import asyncio
 import json
 import os
 import sys
-import time
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evermind.errors import ConfigError
+if TYPE_CHECKING:
+    from evermind.job import JobBackend, JobConfig
+    from evermind.model.config import MambaConfig
+    from evermind.types import TrainConfig
 
 
 def register(sub: Any) -> None:
-    """Adds the training and inference subcommands to the CLI."""
+    """Adds the training and inference subcommands to the ``evermind`` command."""
     train = sub.add_parser("train", help="train a model on a corpus and write a .evermind package")
     train.add_argument(
         "--device",
@@ -108,81 +115,10 @@ def register(sub: Any) -> None:
     evaluate.set_defaults(func=cmd_eval)
 
 
-def read_corpus(spec: str, max_bytes: int) -> tuple[str, str]:
-    """(text, description) of ``--corpus``: 'default', a file, or a folder of files."""
-    from evermind.pipeline import default_corpus
-    from evermind.train.sources import TEXT_SUFFIXES, extract_text
-
-    if spec == "default":
-        return default_corpus(max_bytes)
-    path = Path(spec)
-    if not path.exists():
-        raise ConfigError(f"--corpus {spec!r}: no such file or folder")
-    suffixes = (*TEXT_SUFFIXES, ".json", ".jsonl", ".ndjson", ".csv")
-    files = (
-        sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in suffixes)
-        if path.is_dir()
-        else [path]
-    )
-    if not files:
-        raise ConfigError(f"--corpus {spec!r}: no text, Markdown, JSON, JSONL or CSV files inside")
-    parts, used = [], 0
-    for file in files:
-        text = extract_text(file.name, file.read_bytes())
-        if used + len(text) > max_bytes:
-            text = text[: max_bytes - used]
-        parts.append(text)
-        used += len(text)
-        if used >= max_bytes:
-            break
-    text = "\n\n".join(p for p in parts if p)
-    if not text.strip():
-        raise ConfigError(f"--corpus {spec!r}: the files hold no text")
-    return text, f"{len(files)} file(s) from {path.name} ({len(text.encode()):,} bytes)"
-
-
-class ProgressBar:
-    """A one-line terminal progress bar on stderr (redrawn at most 10 times a second)."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total = label, max(1, total)
-        self.start = time.perf_counter()
-        self._last = 0.0
-        self.tty = sys.stderr.isatty()
-
-    def update(self, done: int, extra: str = "", force: bool = False) -> None:
-        now = time.perf_counter()
-        if not force and now - self._last < 0.1 and done < self.total:
-            return
-        self._last = now
-        frac = min(1.0, done / self.total)
-        elapsed = now - self.start
-        eta = elapsed / frac - elapsed if frac > 0 else 0.0
-        bar = "#" * int(frac * 24)
-        line = (
-            f"{self.label} [{bar:<24}] {done}/{self.total} {extra} {elapsed:5.1f}s eta {eta:5.1f}s"
-        )
-        if self.tty:
-            sys.stderr.write("\r" + line[:160].ljust(120))
-            if done >= self.total:
-                sys.stderr.write("\n")
-        elif done >= self.total or force:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-
-async def train_native(args: argparse.Namespace) -> dict[str, Any]:
-    """Runs the whole job natively; returns the summary line's fields."""
-    from evermind.model.init import init_params
-    from evermind.pipeline import (
-        JobConfig,
-        export_package,
-        model_config,
-        split,
-        tokenize,
-        train_tokenizer,
-    )
-    from evermind.train.loop import TrainConfig, Trainer
+def _job_config(args: argparse.Namespace) -> JobConfig:
+    """The job ``evermind train`` describes (schedule: warmup 10%, floor lr/10)."""
+    from evermind.job import JobConfig
+    from evermind.types import TrainConfig
 
     train_cfg = TrainConfig(
         steps=args.steps,
@@ -194,7 +130,7 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         eval_every=max(1, args.steps // 6),
     )
-    job = JobConfig(
+    return JobConfig(
         name=args.name,
         version=args.version,
         preset=args.preset,
@@ -202,56 +138,55 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         train=train_cfg,
     )
+
+
+async def train_native(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs the whole job natively (wgpu-py or numpy); returns the summary line's fields."""
+    from evermind.cli.progress import JobPrinter
+    from evermind.job import JobBackend, read_corpus, run_job
+    from evermind.package import write_file_atomic
+
+    job = _job_config(args)
     text, corpus = read_corpus(args.corpus, args.corpus_bytes)
     print(f"corpus: {corpus}", file=sys.stderr)
-    bar = ProgressBar("tokenizer", args.vocab_size)
-    tokenizer = train_tokenizer(text, args.vocab_size, on_progress=lambda d, t: bar.update(d))
-    bar.update(bar.total, force=True)
-    tokens = tokenize(tokenizer, text)
-    train_ids, held = split(job, tokens)
-    config = model_config(job, tokenizer)
-    params = init_params(config, job.seed)
-    print(
-        f"model: {job.preset}, {config.n_params:,} parameters, vocab {config.vocab_size}; "
-        f"{len(train_ids):,} training tokens, {len(held):,} held out",
-        file=sys.stderr,
-    )
-    backend: Any
-    if args.device == "gpu":
-        from evermind.gpu.native import open_native_device
-        from evermind.model.gpu import GpuMamba
+    printer = JobPrinter()
+    printer.start("tokenizer", args.vocab_size)
 
-        device = open_native_device()
-        print(
-            f"device: {device.adapter_info['device'] or device.adapter_info['vendor']} "
-            f"({device.adapter_info['backend']})",
-            file=sys.stderr,
-        )
-        backend = GpuMamba(device, config, train_cfg.batch_size, train_cfg.seq_len, train_cfg)
-        backend.load_params(params)
-        label = "wgpu"
-    else:
-        from evermind.train.cpu_backend import CpuBackend
+    async def make_backend(
+        config: MambaConfig, params: dict[str, array[float]], train_cfg: TrainConfig
+    ) -> JobBackend:
+        built: JobBackend
+        if args.device == "gpu":
+            from evermind.gpu.native import open_native_device
+            from evermind.model.gpu import GpuMamba
 
-        backend = CpuBackend(config, params, train_cfg)
-        label = "numpy"
-    bar = ProgressBar("train", train_cfg.steps)
+            device = open_native_device()
+            print(
+                f"device: {device.adapter_info['device'] or device.adapter_info['vendor']} "
+                f"({device.adapter_info['backend']})",
+                file=sys.stderr,
+            )
+            model = GpuMamba(device, config, train_cfg.batch_size, train_cfg.seq_len, train_cfg)
+            model.load_params(params)
+            built = JobBackend(model, model.read_params, "wgpu gpu")
+        else:
+            from evermind.train.cpu_backend import CpuBackend
 
-    def show(p: Any) -> None:
-        ev = f" eval {p.eval_loss:.3f}" if p.eval_loss is not None else ""
-        bar.update(
-            p.step,
-            f"loss {p.loss:.3f}{ev} {p.tokens_per_second:,.0f} tok/s",
-            force=p.eval_loss is not None,
-        )
+            cpu = CpuBackend(config, params, train_cfg)
 
-    trainer = Trainer(backend, train_ids, held, train_cfg, on_progress=show)
-    result = await trainer.run()
-    final = await backend.read_params() if args.device == "gpu" else backend.params()
-    data = export_package(job, config, final, tokenizer, result, corpus, f"{label} {args.device}")
+            async def read_params() -> dict[str, array[float]]:
+                return cpu.params()
+
+            built = JobBackend(cpu, read_params, "numpy cpu")
+        printer.start("train", train_cfg.steps)
+        return built
+
+    output = await run_job(job, text, corpus, make_backend, on_event=printer)
     out = Path(args.out)
-    _atomic_write(out, data)
-    summary = {
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(out, output.package)
+    result = output.result
+    return {
         "steps": result.steps,
         "tokens": result.tokens,
         "initial_loss": round(result.initial_loss, 4),
@@ -260,26 +195,60 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_second": result.tokens_per_second,
         "out": str(out),
     }
-    return summary
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def train_headless(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs the whole job in the Studio page in headless Chromium; returns the summary."""
+    from evermind.cli.progress import JobPrinter
+    from evermind.job import read_corpus
+    from evermind.package import write_file_atomic
+    from evermind.studio.bundle import ensure_bundle
+    from evermind.studio.headless import train_in_browser
+
+    bundle = ensure_bundle(None)
+    corpus_text = None
+    if args.corpus != "default":
+        corpus_text, description = read_corpus(args.corpus, args.corpus_bytes)
+        print(f"corpus: {description}", file=sys.stderr)
+    run = train_in_browser(
+        bundle,
+        preset=args.preset,
+        vocab_size=args.vocab_size,
+        steps=args.steps,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        seed=args.seed,
+        name=args.name,
+        version=args.version,
+        corpus_text=corpus_text,
+        corpus_name=Path(args.corpus).name or "corpus",
+        corpus_bytes=args.corpus_bytes,
+        on_event=JobPrinter(),
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(out, run.package)
+    print(
+        f"trained in {run.seconds:.1f} s in the browser; wrote {out} ({len(run.package):,} "
+        f"bytes, {run.ref})",
+        file=sys.stderr,
+    )
+    summary = run.summary
+    return {
+        "steps": summary["step"],
+        "tokens": summary["tokens"],
+        "initial_loss": summary["initial_loss"],
+        "final_loss": summary["final_loss"],
+        "eval_loss": summary["eval_loss"],
+        "tokens_per_second": summary["tokens_per_second"],
+        "out": str(out),
+        "device": "browser",
+    }
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    if args.headless:
-        from evermind.studio.headless import train_headless
-
-        summary = train_headless(args)
-    else:
-        summary = asyncio.run(train_native(args))
+    summary = train_headless(args) if args.headless else asyncio.run(train_native(args))
     if args.push:
         from evermind.runtime.push import push_package
 
@@ -329,6 +298,7 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     import evermind
+    from evermind.cli.progress import ProgressBar
     from evermind.mcp.config import resolve_memory_file, store_namespace
     from evermind.package import Tensor, write_package_file
     from evermind.package.manifest import utc_timestamp
