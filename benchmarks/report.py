@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -32,15 +31,14 @@ from typing import Any
 import numpy as np
 
 from benchmarks import host
-from evermind.errors import BundleError, EvermindError
+from evermind.errors import EvermindError
 from evermind.studio.bench import suite
+from evermind.studio.bundle import ensure_bundle
 
 log = logging.getLogger(__name__)
 
 #: The checkout this package sits in, its bundle build and the bundle it builds.
 ROOT = Path(__file__).resolve().parents[1]
-BUILD_SCRIPT = ROOT / "build" / "build_web.py"
-DEFAULT_BUNDLE = ROOT / "dist" / "web"
 
 #: The transports, in column order.
 TRANSPORTS = ("native", "browser")
@@ -389,24 +387,3 @@ def run(argv: Sequence[str] | None = None) -> int:
         lines = format_train(doc)
     print(json.dumps(doc) if args.json else "\n".join(lines))
     return 1 if doc["errors"] else 0
-
-
-def ensure_bundle(directory: Path | None = None) -> Path:
-    """The bundle folder for the browser run, building the checkout's ``dist/web`` when stale.
-
-    Raises:
-        BundleError: No bundle exists and it cannot be built here.
-    """
-    if directory is not None:
-        if not (directory / "index.html").is_file():
-            raise BundleError(f"{directory} has no index.html; is it a built Studio bundle?")
-        return directory
-    if BUILD_SCRIPT.is_file():
-        result = subprocess.run([sys.executable, str(BUILD_SCRIPT)], check=False)
-        if result.returncode != 0:
-            raise BundleError(f"building the bundle failed (exit {result.returncode}); see above")
-    if not (DEFAULT_BUNDLE / "index.html").is_file():
-        raise BundleError(
-            f"no Studio bundle at {DEFAULT_BUNDLE}; run `make bundle` in a checkout or pass --dir"
-        )
-    return DEFAULT_BUNDLE
