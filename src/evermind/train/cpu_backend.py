@@ -59,10 +59,12 @@ class CpuBackend:
         clip = self.train.grad_clip
         if clip > 0 and norm > 0:
             scale *= clip_scale(norm, clip)
-        self._adamw(grads, scale, lr, step)
+        self._optimizer_step(grads, scale, lr, step)
         return float(np.mean(losses))
 
-    def _adamw(self, grads: dict[str, np.ndarray], scale: float, lr: float, step: int) -> None:
+    def _optimizer_step(
+        self, grads: dict[str, np.ndarray], scale: float, lr: float, step: int
+    ) -> None:
         t = self.train
         for name, p in self.model.params.items():
             # In place: the model owns these arrays.
