@@ -17,8 +17,8 @@ def out_dtype(*arrays: Any) -> np.dtype[Any]:
 
     Integer-only or Python-scalar inputs give float64.
     """
-    dtype = np.result_type(*(np.asarray(a).dtype for a in arrays))
-    return dtype if np.issubdtype(dtype, np.floating) else np.dtype(np.float64)
+    dtype = np.result_type(*arrays)
+    return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
 def f64(a: Any) -> F64:

@@ -23,6 +23,14 @@ def _taps(weight: Floats) -> Floats:
     return f64(weight).reshape(weight.shape[0], -1)  # (D, K)
 
 
+def _pad_time(x: Floats, taps: int) -> Floats:
+    """x (B, L, D) in float64 with K-1 zero steps before t = 0: (B, L+K-1, D)."""
+    batch, length, dim = x.shape
+    padded = np.zeros((batch, length + taps - 1, dim))
+    padded[:, taps - 1 :] = x
+    return padded
+
+
 def conv1d_fwd(x: Floats, weight: Floats, bias: Floats) -> Floats:
     """Causal depthwise convolution along time.
 
@@ -36,8 +44,8 @@ def conv1d_fwd(x: Floats, weight: Floats, bias: Floats) -> Floats:
     """
     w = _taps(weight)  # (D, K)
     length, taps = x.shape[1], w.shape[1]
-    x_pad = np.pad(f64(x), ((0, 0), (taps - 1, 0), (0, 0)))  # (B, L+K-1, D), zeros before t=0
-    y = np.broadcast_to(f64(bias), x.shape).copy()  # (B, L, D)
+    x_pad = _pad_time(x, taps)  # (B, L+K-1, D), zeros before t = 0
+    y = np.zeros(x.shape) + f64(bias)  # (B, L, D)
     for k in range(taps):
         y += w[:, k] * x_pad[:, k : k + length]
     return y.astype(out_dtype(x, weight, bias))
@@ -57,7 +65,7 @@ def conv1d_bwd(x: Floats, weight: Floats, grad_y: Floats) -> tuple[Floats, Float
     w = _taps(weight)  # (D, K)
     length, taps = x.shape[1], w.shape[1]
     gy = f64(grad_y)
-    x_pad = np.pad(f64(x), ((0, 0), (taps - 1, 0), (0, 0)))  # (B, L+K-1, D)
+    x_pad = _pad_time(x, taps)  # (B, L+K-1, D)
     grad_x_pad = np.zeros_like(x_pad)
     grad_w = np.empty_like(w)
     for k in range(taps):
