@@ -17,7 +17,12 @@ def out_dtype(*arrays: Any) -> np.dtype[Any]:
 
     Integer-only or Python-scalar inputs give float64.
     """
-    dtype = np.result_type(*arrays)
+    dtype = np.result_type(
+        *(
+            a if isinstance(a, np.ndarray | np.generic | float | int) else np.asarray(a)
+            for a in arrays
+        )
+    )
     return dtype if dtype.kind == "f" else np.dtype(np.float64)
 
 
