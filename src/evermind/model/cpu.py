@@ -2,8 +2,9 @@
 
 NATIVE-ONLY: imports numpy; never imported by browser code.
 
-This module owns :class:`CpuMamba`, the reference every other implementation is tested against
-(the ``transformers`` port) and the model the native runtime serves when no GPU is around. It is
+This module owns :class:`CpuMamba`, the model-level reference (the GPU model's training step
+and decoding, and the ``transformers`` port, are tested against it) and the model the native
+runtime serves when no GPU is around. It is
 built from the one numpy reference of each op in :mod:`evermind.ops` (the functions the kernel
 tests compare the WGSL kernels with), in the kernels' conventions: the scan takes the time step
 before softplus and ``A_log``, the decoding state is the kernels' (B, I, K) conv register and
