@@ -1,20 +1,25 @@
-"""numpy reference for ``shaders/adamw.wgsl`` (native-only module).
+"""numpy reference for ``shaders/adamw.wgsl``: one AdamW step (native-only).
 
-Slow and obvious on purpose: torch ``optim.AdamW``'s update written out in float64, one
-formula per line, in torch's order.
+torch ``optim.AdamW``'s update written out in float64, one formula per line, in torch's
+order; the CPU trainer and the contrastive tuner (``weight_decay=0``: plain Adam) run it,
+the GPU kernel is tested against it. Tensors of any shape; results in ``param``'s dtype::
+
+    p  = p * (1 - lr * weight_decay)                  (decayed tensors only)
+    m  = m + (1 - beta1) * (g - m)
+    v  = v * beta2 + (1 - beta2) * g^2
+    p  = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-from numpy.typing import NDArray
 
-Floats = NDArray[np.floating[Any]]
+from evermind.ops._dtype import Floats, f64
+
+__all__ = ["adamw_step"]
 
 
-def adamw_step_ref(
+def adamw_step(
     param: Floats,
     grad: Floats,
     exp_avg: Floats,
@@ -43,12 +48,12 @@ def adamw_step_ref(
         eps: Added to the bias-corrected RMS.
         weight_decay: Decoupled decay rate, applied only when ``decay``.
         decay: Whether this tensor decays.
-        clip_scale: The global-norm clip factor.
+        clip_scale: The global-norm clip factor (and any gradient scale, e.g. 1 / micro-batches).
     """
-    p = param.astype(np.float64)
-    g = grad.astype(np.float64) * clip_scale
-    m = exp_avg.astype(np.float64)
-    v = exp_avg_sq.astype(np.float64)
+    p = f64(param)
+    g = f64(grad) * clip_scale
+    m = f64(exp_avg)
+    v = f64(exp_avg_sq)
     if decay:
         p = p * (1.0 - lr * weight_decay)
     m = m + (1.0 - beta1) * (g - m)
