@@ -25,7 +25,7 @@ from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
-from evermind.model.sampling import sample as sample  # re-exported for older importers
+from evermind.model.sampling import sample
 
 
 class GpuDecoder:

@@ -33,8 +33,9 @@ from evermind.errors import ConfigError
 from evermind.gpu import Device, Dispatch
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba
-from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder, sample
+from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
+from evermind.model.sampling import sample
 from evermind.studio.bench.timing import adapter_name, median_call_ms, median_ms
 from evermind.train.loop import Batch, TrainConfig
 
