@@ -4,8 +4,8 @@ This module owns the English guard list (:data:`ENGLISH_GUARDS`, the cache's def
 :class:`FunctionGuard` (a rule over two parsed queries, named) and :func:`default_guard`.
 Cosine similarity alone cannot tell "convert USD to EUR" from "convert EUR to USD": a
 near-miss changes one or two words and keeps the rest, so it embeds closer to the cached
-query than a true paraphrase does.
-Each guard here compares one aspect of the two queries and names what differs:
+query than a true paraphrase does. Each guard here compares one aspect of the two queries
+and names what differs:
 
 =============  ==========================================================================
 name           refuses when
@@ -92,10 +92,10 @@ class FunctionGuard:
         return self.rule(analyze(query), analyze(cached_query))
 
 
-# Word-alignment similarity (see :func:`evermind.cache.english.analysis.similarity`) at and above
-# which two queries count as "the same sentence with a small edit". Between such queries
-# any changed content word, swapped slots or changed negation refuses; true paraphrases
-# rewrite the sentence and mostly fall below it.
+# Word-alignment similarity (see :func:`evermind.cache.english.analysis.similarity`) at
+# and above which two queries count as "the same sentence with a small edit". Between
+# such queries any changed content word, swapped slots or changed negation refuses; true
+# paraphrases rewrite the sentence and mostly fall below it.
 NEAR_IDENTICAL = 0.65
 # Between CLOSE and NEAR_IDENTICAL, queries count as near-identical too, but the edit guard
 # refuses only a small substitution (at most SMALL_EDIT content words on either side): a
@@ -103,8 +103,8 @@ NEAR_IDENTICAL = 0.65
 CLOSE = 0.5
 SMALL_EDIT = 2
 # Two queries that share this share of content words (see
-# :func:`evermind.cache.english.analysis.content_overlap`) and are at least SIMILAR_FLOOR similar
-# also count as near-identical: a swap ("A to B" / "B to A") keeps every word but breaks
+# :func:`evermind.cache.english.analysis.content_overlap`) and are at least SIMILAR_FLOOR
+# similar also count as near-identical: a swap ("A to B" / "B to A") keeps every word but breaks
 # the word-order alignment.
 SHARED_WORDS = 0.7
 SIMILAR_FLOOR = 0.4

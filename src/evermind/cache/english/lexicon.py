@@ -5,19 +5,19 @@ This module owns reading ``evermind/cache/english/data/*.json`` (through
 and turning each list into the typed constant the rules consult. The lists themselves
 are data, reviewed and extended in the JSON files:
 
-==================  ======================================================================
-file                holds
-==================  ======================================================================
-numbers.json        number words, tens, multipliers, ordinals, fraction words
-dates.json          months, holidays, weekdays, other date words
-units.json          units by dimension, ambiguous units, glued suffixes, currency symbols
-function_words      stopwords, fillers, words never an entity, determiners, version words
-negation.json       negators, negating prefixes, words that end a negation's scope
-direction.json      source/target/relation markers, direction contrast sets
-operations.json     operation contrast sets (create/delete, mean/median)
-aliases.json        synonym groups, entity aliases, demonym suffixes
-symbols.json        Unicode forms replaced before tokenising ("°C" -> "degC")
-==================  ======================================================================
+===================  =====================================================================
+file                 holds
+===================  =====================================================================
+numbers.json         number words, tens, multipliers, ordinals, fraction words
+dates.json           months, holidays, weekdays, other date words
+units.json           units by dimension, ambiguous units, glued suffixes, currency symbols
+function_words.json  stopwords, fillers, words never an entity, determiners, version words
+negation.json        negators, negating prefixes, words that end a negation's scope
+direction.json       source/target/relation markers, direction contrast sets
+operations.json      operation contrast sets (create/delete, mean/median)
+aliases.json         synonym groups, entity aliases, demonym suffixes
+symbols.json         Unicode forms replaced before tokenising ("°C" -> "degC")
+===================  =====================================================================
 
 The lists are general English and general technical vocabulary; none is taken from an
 evaluation set. Words are stored folded (lower-case, no accents); a group of
