@@ -1,6 +1,6 @@
 """The comparison rules behind each cache guard, over two parsed queries.
 
-This module owns the rules themselves; :mod:`evermind.cache.guards` names them and puts
+This module owns the rules themselves; :mod:`evermind.cache.english.guards` names them and puts
 them in order. Every rule takes the incoming query's :class:`Analysis` and the cached
 query's, and returns None (nothing to object to) or a short reason. Most rules refuse only
 on a *substitution*: something in each query that the other lacks. A rewording that drops
@@ -16,14 +16,14 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from evermind.cache.analysis import (
-    WEEKDAYS,
+from evermind.cache.english.analysis import (
     Analysis,
     acronyms_covering,
     canonical,
     entity_matched,
 )
-from evermind.cache.lexicon import (
+from evermind.cache.english.lexicon import (
+    DETERMINERS,
     ENTITY_ALIASES,
     MONTHS,
     NEGATING_PREFIXES,
@@ -34,19 +34,15 @@ from evermind.cache.lexicon import (
     STOPWORDS,
     TARGET_MARKERS,
     UNITS,
+    VERSION_WORDS,
+    WEEKDAYS,
 )
-from evermind.cache.normalize import Token, stem
-from evermind.cache.quantities import Quantity
+from evermind.cache.english.quantities import Quantity
+from evermind.text import Token, stem
 
 T = TypeVar("T")
 _SPLIT_IDENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-_VERSION_WORDS = frozenset({"version", "release", "ver", "v"})
 _NEGATION_SCOPE = 3
-# After a negated auxiliary, a determiner opens the subject, which is not negated:
-# "why doesn't my printer connect" negates "connect", not "printer".
-_DETERMINERS = frozenset(
-    {"my", "the", "your", "our", "their", "his", "her", "this", "that", "a", "an"}
-)
 
 
 def _unmatched(
@@ -166,7 +162,7 @@ def _versions(a: Analysis) -> list[str]:
                 and previous.kind == "word"
                 and (previous.text[:1].isupper() and previous.low not in STOPWORDS)
             )
-            if tok.number is None or named or (previous and previous.low in _VERSION_WORDS):
+            if tok.number is None or named or (previous and previous.low in VERSION_WORDS):
                 found.append(tok.low)
     return found
 
@@ -311,7 +307,7 @@ def _polarity(
         if low in NEGATORS or low.endswith("n't") or low == "non":
             count, scope = count + 1, reach
             following = toks[i + 1].low if i + 1 < len(toks) else ""
-            skip_subject = low.endswith("n't") and following in _DETERMINERS
+            skip_subject = low.endswith("n't") and following in DETERMINERS
             continue
         if low == "free" and tok.joined and i > 0:  # "penalty-free": without a penalty
             word = canonical(toks[i - 1].low)

@@ -15,8 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from evermind.cache.lexicon import (
+from evermind.cache.english.lexicon import (
+    AMBIGUOUS_BARE,
     AMBIGUOUS_UNITS,
+    CURRENCY_SYMBOLS,
+    FRACTION_WORDS,
     GLUED_UNIT_SUFFIXES,
     HOLIDAYS,
     MONTHS,
@@ -26,12 +29,9 @@ from evermind.cache.lexicon import (
     TENS_WORDS,
     UNITS,
 )
-from evermind.cache.normalize import Token
+from evermind.text import Token
 
 __all__ = ["Quantity", "Reading", "read_quantities"]
-
-_CURRENCY_SYMBOLS = {"$": "usd", "£": "gbp", "€": "eur", "¥": "jpy"}
-_HALF_WORDS = {"half": 0.5, "quarter": 0.25}
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def _word_number(tokens: tuple[Token, ...], i: int) -> tuple[float, int] | None:
 def _and_a_half(tokens: tuple[Token, ...], j: int) -> float | None:
     """Value of "and a half" / "and a quarter" starting at ``j`` ("and"), else None."""
     if j + 2 < len(tokens) and tokens[j].low == "and" and tokens[j + 1].low in ("a", "an"):
-        return _HALF_WORDS.get(tokens[j + 2].low)
+        return FRACTION_WORDS.get(tokens[j + 2].low)
     return None
 
 
@@ -285,7 +285,8 @@ def read_quantities(tokens: tuple[Token, ...]) -> Reading:
     """Finds every quantity in a token sequence.
 
     Args:
-        tokens: Output of :func:`evermind.cache.normalize.tokenize`.
+        tokens: Output of :func:`evermind.text.tokenize`, run on the text after
+            :func:`evermind.cache.english.analysis.prepare`.
 
     Returns:
         The quantities, the token indexes they used, and the unit words without a number.
@@ -309,18 +310,12 @@ def read_quantities(tokens: tuple[Token, ...]) -> Reading:
     return Reading(tuple(found), frozenset(used), frozenset(bare))
 
 
-# Unit words too common in plain English to count as a unit mention without a number.
-AMBIGUOUS_BARE = frozenset(
-    {"second", "m", "g", "l", "b", "d", "h", "s", "y", "min", "in", "c", "f"}
-)
-
-
 def _read_one(tokens: tuple[Token, ...], i: int) -> tuple[Quantity, int, int] | None:
     """The quantity starting at ``i`` as (quantity, first index, index after), or None."""
     date = _date(tokens, i)
     if date is not None:
         return date[0], i, date[1]
-    currency = _CURRENCY_SYMBOLS.get(tokens[i].low)
+    currency = CURRENCY_SYMBOLS.get(tokens[i].low)
     start = i + 1 if currency else i
     if start >= len(tokens):
         return None

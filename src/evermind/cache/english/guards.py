@@ -1,9 +1,11 @@
-"""Guards that decide whether a cached answer may be served for a new query.
+"""The English guards that decide whether a cached answer may be served for a new query.
 
-This module owns the guard list and :func:`default_guard`. Cosine similarity alone cannot
-tell "convert USD to EUR" from "convert EUR to USD": a near-miss changes one or two words
-and keeps the rest, so it embeds closer to the cached query than a true paraphrase does.
-Each guard here compares one aspect of the two queries and names what differs:
+This module owns the English guard list (:data:`ENGLISH_GUARDS`, the cache's default),
+:class:`FunctionGuard` (a rule over two parsed queries, named) and :func:`default_guard`.
+Cosine similarity alone cannot tell "convert USD to EUR" from "convert EUR to USD": a
+near-miss changes one or two words and keeps the rest, so it embeds closer to the cached
+query than a true paraphrase does. Each guard here compares one aspect of the two queries
+and names what differs:
 
 =============  ==========================================================================
 name           refuses when
@@ -33,19 +35,19 @@ edit           the queries share most words but one changes a content word the o
 
 Guards only ever refuse; a guard that finds nothing to compare accepts. Add your own by
 passing any object with a ``name`` and ``check(query, cached_query) -> str | None`` to
-:class:`GuardChain`.
+:class:`evermind.cache.guard.GuardChain`.
 
 Browser-safe: standard library only.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from evermind.cache.analysis import Analysis, content_overlap, similarity
-from evermind.cache.guard_base import FunctionGuard, Guard, Refusal
-from evermind.cache.guard_rules import (
+from evermind.cache.english.analysis import Analysis, analyze, content_overlap, similarity
+from evermind.cache.english.lexicon import DIRECTION_CONTRASTS, OPERATION_CONTRASTS
+from evermind.cache.english.rules import (
     contrast_conflict,
     date_conflict,
     direction_role_conflict,
@@ -58,26 +60,42 @@ from evermind.cache.guard_rules import (
     unit_conflict,
     version_conflict,
 )
-from evermind.cache.lexicon import DIRECTION_CONTRASTS, OPERATION_CONTRASTS
+from evermind.cache.guard import Guard, GuardChain, Refusal
 
 __all__ = [
-    "DEFAULT_CHAIN",
-    "DEFAULT_GUARDS",
+    "ENGLISH_CHAIN",
+    "ENGLISH_GUARDS",
     "NEAR_IDENTICAL",
     "FunctionGuard",
-    "Guard",
-    "GuardChain",
-    "Refusal",
     "default_guard",
     "explain",
+    "guard_names",
 ]
 
-logger = logging.getLogger(__name__)
 
-# Word-alignment similarity (see :func:`evermind.cache.analysis.similarity`) at and above
-# which two queries count as "the same sentence with a small edit". Between such queries
-# any changed content word, swapped slots or changed negation refuses; true paraphrases
-# rewrite the sentence and mostly fall below it.
+@dataclass(frozen=True)
+class FunctionGuard:
+    """Wraps a rule over two :class:`Analysis` objects as a :class:`Guard`.
+
+    Attributes:
+        name: Shown in refusals and cache statistics.
+        rule: ``rule(query_analysis, cached_analysis) -> reason | None``.
+        description: One line on what the guard refuses.
+    """
+
+    name: str
+    rule: Callable[[Analysis, Analysis], str | None]
+    description: str = ""
+
+    def check(self, query: str, cached_query: str) -> str | None:
+        """Runs the rule on the parsed queries."""
+        return self.rule(analyze(query), analyze(cached_query))
+
+
+# Word-alignment similarity (see :func:`evermind.cache.english.analysis.similarity`) at
+# and above which two queries count as "the same sentence with a small edit". Between
+# such queries any changed content word, swapped slots or changed negation refuses; true
+# paraphrases rewrite the sentence and mostly fall below it.
 NEAR_IDENTICAL = 0.65
 # Between CLOSE and NEAR_IDENTICAL, queries count as near-identical too, but the edit guard
 # refuses only a small substitution (at most SMALL_EDIT content words on either side): a
@@ -85,8 +103,8 @@ NEAR_IDENTICAL = 0.65
 CLOSE = 0.5
 SMALL_EDIT = 2
 # Two queries that share this share of content words (see
-# :func:`evermind.cache.analysis.content_overlap`) and are at least SIMILAR_FLOOR similar
-# also count as near-identical: a swap ("A to B" / "B to A") keeps every word but breaks
+# :func:`evermind.cache.english.analysis.content_overlap`) and are at least SIMILAR_FLOOR
+# similar also count as near-identical: a swap ("A to B" / "B to A") keeps every word but breaks
 # the word-order alignment.
 SHARED_WORDS = 0.7
 SIMILAR_FLOOR = 0.4
@@ -124,7 +142,7 @@ def _negation(a: Analysis, b: Analysis) -> str | None:
     return None
 
 
-DEFAULT_GUARDS: tuple[FunctionGuard, ...] = (
+ENGLISH_GUARDS: tuple[FunctionGuard, ...] = (
     FunctionGuard("error_code", identifier_conflict, "error codes and identifiers agree"),
     FunctionGuard("version", version_conflict, "versions agree"),
     FunctionGuard("date", date_conflict, "weekdays, months, dates and times agree"),
@@ -142,65 +160,19 @@ DEFAULT_GUARDS: tuple[FunctionGuard, ...] = (
 )
 
 
-class GuardChain:
-    """Runs guards in order; the first refusal wins.
-
-    Calling the chain returns a bool, so it can be used wherever a guard callable
-    ``(query, cached_query[, cosine]) -> bool`` is expected.
-
-    Args:
-        guards: The guards to run, in order. Defaults to :data:`DEFAULT_GUARDS`.
-    """
-
-    def __init__(self, guards: Iterable[Guard] = DEFAULT_GUARDS) -> None:
-        self.guards: tuple[Guard, ...] = tuple(guards)
-        names = [g.name for g in self.guards]
-        if len(set(names)) != len(names):
-            from evermind.errors import ConfigError
-
-            raise ConfigError(
-                f"GuardChain: expected unique guard names, received {names}; "
-                "hint: give each custom guard its own name"
-            )
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The guard names, in order."""
-        return tuple(g.name for g in self.guards)
-
-    def check(self, query: str, cached_query: str) -> Refusal | None:
-        """The first guard's refusal, or None when every guard accepts."""
-        for guard in self.guards:
-            reason = guard.check(query, cached_query)
-            if reason is not None:
-                logger.debug(
-                    "guard %s refused %r vs %r: %s", guard.name, query, cached_query, reason
-                )
-                return Refusal(guard.name, reason)
-        return None
-
-    def without(self, *names: str) -> GuardChain:
-        """A copy of the chain without the named guards."""
-        return GuardChain(g for g in self.guards if g.name not in names)
-
-    def __call__(self, query: str, cached_query: str, cosine: float | None = None) -> bool:
-        """True when serving the cached answer would be safe (``cosine`` is ignored)."""
-        del cosine
-        return self.check(query, cached_query) is None
-
-
-DEFAULT_CHAIN = GuardChain()
+#: The English guards as one chain (the semantic cache's default guard).
+ENGLISH_CHAIN = GuardChain(ENGLISH_GUARDS)
 
 
 def explain(query: str, cached_query: str) -> Refusal | None:
     """Why :func:`default_guard` refuses, or None when it accepts."""
-    return DEFAULT_CHAIN.check(query, cached_query)
+    return ENGLISH_CHAIN.check(query, cached_query)
 
 
 def default_guard(query: str, cached_query: str, cosine: float | None = None) -> bool:
     """True when serving ``cached_query``'s answer for ``query`` would be safe.
 
-    Runs :data:`DEFAULT_GUARDS` in order. The optional ``cosine`` (already past the
+    Runs :data:`ENGLISH_GUARDS` in order. The optional ``cosine`` (already past the
     cache's threshold) is accepted for the evaluator's calling convention and ignored.
 
     Args:
@@ -211,9 +183,9 @@ def default_guard(query: str, cached_query: str, cosine: float | None = None) ->
     Returns:
         False when any guard refuses.
     """
-    return DEFAULT_CHAIN(query, cached_query, cosine)
+    return ENGLISH_CHAIN(query, cached_query, cosine)
 
 
-def guard_names(guards: Sequence[Guard] = DEFAULT_GUARDS) -> list[str]:
+def guard_names(guards: Sequence[Guard] = ENGLISH_GUARDS) -> list[str]:
     """The names of ``guards`` (the default list unless given)."""
     return [g.name for g in guards]

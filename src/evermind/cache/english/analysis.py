@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from evermind.cache.lexicon import (
+from evermind.cache.english.lexicon import (
+    DATE_WORDS,
     DEMONYM_SUFFIXES,
     ENTITY_ALIASES,
     FILLER_WORDS,
@@ -25,41 +26,39 @@ from evermind.cache.lexicon import (
     NEGATORS,
     NOT_ENTITIES,
     STOPWORDS,
+    SYMBOL_REPLACEMENTS,
     SYNONYM_GROUPS,
     UNITS,
+    WEEKDAYS,
 )
-from evermind.cache.normalize import Token, stem, tokenize
-from evermind.cache.quantities import Reading, read_quantities
+from evermind.cache.english.quantities import Reading, read_quantities
+from evermind.text import Token, stem, tokenize
 
 __all__ = ["WEEKDAYS", "Analysis", "analyze", "content_overlap", "entity_matched", "similarity"]
 
-WEEKDAYS: dict[str, int] = {
-    "monday": 0,
-    "tuesday": 1,
-    "wednesday": 2,
-    "thursday": 3,
-    "friday": 4,
-    "saturday": 5,
-    "sunday": 6,
-    "mon": 0,
-    "tue": 1,
-    "tues": 1,
-    "wed": 2,
-    "thu": 3,
-    "thur": 3,
-    "thurs": 3,
-    "fri": 4,
-    "sat": 5,
-    "sun": 6,
-}
 _DATE_WORDS = (
     frozenset(MONTHS)
     | frozenset(WEEKDAYS)
     | frozenset(w for phrase in HOLIDAYS for w in phrase.split())
-    | {"may", "day", "eve", "weekday", "weekend"}
+    | DATE_WORDS
 )
 _MATH_OPERATORS = frozenset({"+", "-", "=", "*", "/", "^", "<", ">"})
 _CAMEL_HUMP = re.compile(r"[a-z0-9][A-Z]")
+_HALF_AFTER_DIGIT = re.compile(r"(\d)\s*½")
+_LETTER_IN_PARENS = re.compile(r"(\d)\(([A-Za-z])\)")  # 401(k) -> 401k
+
+
+def prepare(text: str) -> str:
+    """Replaces the Unicode forms the English rules read before tokenising.
+
+    Degrees become unit words so that "200°C" and "200 degrees Celsius" read the same
+    (see ``data/symbols.json``); ½ after a digit is a decimal, ¼ and ¾ become words.
+    """
+    text = _HALF_AFTER_DIGIT.sub(r"\1.5", text).replace("½", " half ")
+    text = text.replace("¼", " quarter ").replace("¾", " 0.75 ")
+    for old, new in SYMBOL_REPLACEMENTS:
+        text = text.replace(old, new)
+    return _LETTER_IN_PARENS.sub(r"\1\2", text)
 
 
 def _canonical_map() -> dict[str, str]:
@@ -154,7 +153,7 @@ def analyze(text: str) -> Analysis:
     Returns:
         Its :class:`Analysis`.
     """
-    tokens = tokenize(text)
+    tokens = tokenize(prepare(text))
     reading = read_quantities(tokens)
     stems: list[tuple[int, str]] = []
     content: list[str] = []
