@@ -27,7 +27,8 @@ if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.
 
 from evals import require  # noqa: E402
 
-GUARD = ROOT / "src" / "evermind" / "cache" / "guards.py"
+# The cache's default guard (the English plug-in), imported by eval_dev.py as module:function.
+GUARD = "evermind.cache.english:default_guard"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         "cache",
         "--guard",
-        f"{GUARD}:default_guard",
+        GUARD,
         "--by-type",
         *passthrough,
     ]
