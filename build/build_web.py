@@ -60,12 +60,14 @@ class BuildError(Exception):
 def _inputs() -> list[Path]:
     files: list[Path] = []
     for folder, pattern in (
-        ("src/evermind", "**/*.py"),
+        ("src/evermind", "**/*"),  # code and the data files the wheel carries
         ("shaders", "*.wgsl"),
         ("web", "**/*"),
         ("static", "**/*"),
     ):
-        files += sorted(p for p in (ROOT / folder).glob(pattern) if p.is_file())
+        files += sorted(
+            p for p in (ROOT / folder).glob(pattern) if p.is_file() and "__pycache__" not in p.parts
+        )
     files += [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__).resolve()]
     files += [PYODIDE_NPM / name for name in PYODIDE_FILES]
     files += _duckdb_inputs()

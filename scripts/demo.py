@@ -13,7 +13,6 @@ Environment: DEMO_STEPS (default 60), DEMO_CORPUS_BYTES (default 400000).
 
 from __future__ import annotations
 
-import argparse
 import os
 import secrets
 import sys
@@ -33,30 +32,35 @@ def main() -> int:
     import httpx
     from openai import OpenAI
 
+    from evermind.cli.progress import JobPrinter
+    from evermind.package import write_file_atomic
     from evermind.runtime.config import RuntimeConfig
     from evermind.runtime.push import push_package
     from evermind.runtime.server import ServerThread
-    from evermind.studio.headless import train_headless
+    from evermind.studio.bundle import ensure_bundle
+    from evermind.studio.headless import train_in_browser
 
     start = time.perf_counter()
     banner(
         "1. Train in the browser (headless Chromium, WebGPU) on the standard library's docstrings"
     )
-    args = argparse.Namespace(
-        corpus="default",
-        corpus_bytes=int(os.environ.get("DEMO_CORPUS_BYTES", 400_000)),
+    run = train_in_browser(
+        ensure_bundle(None),
         preset="nano",
         vocab_size=2048,
         steps=int(os.environ.get("DEMO_STEPS", 60)),
+        lr=3e-3,
         batch_size=4,
         seq_len=64,
-        lr=3e-3,
         seed=0,
         name="evermind-default",
         version="0.1.0",
-        out=str(OUT),
+        corpus_bytes=int(os.environ.get("DEMO_CORPUS_BYTES", 400_000)),
+        on_event=JobPrinter(),
     )
-    summary = train_headless(args)
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(OUT, run.package)
+    summary = run.summary
     print(
         f"loss {summary['initial_loss']:.3f} -> {summary['final_loss']:.3f} "
         f"(held-out {summary['eval_loss']:.3f}) at {summary['tokens_per_second']:.0f} tokens/s "

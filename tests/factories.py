@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from evermind.job import JobConfig, export_package, split, tokenize, train_tokenizer
 from evermind.model.config import MambaConfig
 from evermind.model.init import init_params
-from evermind.pipeline import JobConfig, export_package, split, tokenize, train_tokenizer
 from evermind.tokenizer import Tokenizer
 from evermind.train.cpu_backend import CpuBackend
 from evermind.train.loop import TrainConfig, Trainer

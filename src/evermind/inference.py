@@ -8,6 +8,7 @@ and streams text without splitting UTF-8 sequences. The runtime serves with this
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from evermind.errors import ConfigError
 from evermind.metrics import lm_metrics
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.model.sampling import sample
+from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.package import Package, read_package
 from evermind.tokenizer import Tokenizer
 
@@ -106,7 +109,7 @@ class Model:
             raise ConfigError(
                 f"temperature must be >= 0 and top_p in (0, 1]; got {temperature}, {top_p}"
             )
-        rng = np.random.default_rng(seed)
+        rng = random.Random(seed)
         stops = [s for s in (stop or []) if s]
         ids = self._prompt_ids(prompt)
         self.last_prompt_tokens, self.last_completion_tokens = len(ids), 0
@@ -120,7 +123,7 @@ class Model:
         eos = self.tokenizer.eos_id
         for _ in range(max_new_tokens):
             assert logits is not None
-            token = _sample(logits[0], temperature, top_k, top_p, rng)
+            token = sample(logits[0].tolist(), temperature, top_k, top_p, rng)
             self.last_completion_tokens += 1
             if token == eos:
                 self.last_finish_reason = "stop"
@@ -191,9 +194,7 @@ class Model:
             window = ids[lo : lo + EVAL_WINDOW + 1]
             logits = self.cpu.forward(window[None, :-1])[0].astype(np.float64)  # (L, V)
             targets = window[1:]
-            m = logits.max(1, keepdims=True)
-            logz = np.log(np.exp(logits - m).sum(1)) + m[:, 0]
-            nll += float(np.sum(logz - logits[np.arange(targets.size), targets]))
+            nll += float(np.sum(cross_entropy_fwd(logits, targets)))
             top = np.argsort(-logits, axis=1)[:, :5]
             top1 += int(np.sum(top[:, 0] == targets))
             top5 += int(np.sum((top == targets[:, None]).any(1)))
@@ -216,31 +217,6 @@ def compare(a: dict[str, float], b: dict[str, float], tie_band: float = 0.01) ->
         "tie_band": tie_band,
         "cross_entropy": {"a": ce_a, "b": ce_b},
     }
-
-
-def _sample(
-    logits: np.ndarray,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    rng: np.random.Generator,
-) -> int:
-    if temperature == 0:
-        return int(np.argmax(logits))
-    z = logits.astype(np.float64) / temperature
-    if top_k is not None and 0 < top_k < z.size:
-        cutoff = np.partition(z, -top_k)[-top_k]
-        z = np.where(z < cutoff, -np.inf, z)
-    probs = np.exp(z - z.max())
-    probs /= probs.sum()
-    if top_p is not None and top_p < 1:
-        order = np.argsort(-probs)
-        cumulative = np.cumsum(probs[order])
-        keep = order[: int(np.searchsorted(cumulative, top_p)) + 1]
-        mask = np.zeros_like(probs)
-        mask[keep] = probs[keep]
-        probs = mask / mask.sum()
-    return int(rng.choice(probs.size, p=probs))
 
 
 def load(source: bytes | bytearray | memoryview | str | os.PathLike[str]) -> Model:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evermind.webserver import BundleServer
+from evermind.studio.webserver import BundleServer
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOT_TIMEOUT_MS = 120_000
@@ -38,7 +38,7 @@ def server(bundle_dir: Path) -> Iterator[BundleServer]:
 def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
-    from evermind.headless import launch_options
+    from evermind.studio.browser import launch_options
 
     with sync_playwright() as p:
         b = p.chromium.launch(**launch_options(p))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from evermind.runtime.bench import format_table, run_serve_bench
+from benchmarks.serve import format_table, run_serve_bench
+
 from tests.factories import tiny_package
 
 

@@ -4,7 +4,7 @@ The whole user workflow, with real processes: train a nano language model on the
 corpus (numpy), store the 155 facts of the memory development set through ``evermind mcp``
 (``memory_remember``), tune the model's embedder on that memory file
 (``evermind tune-embedder``), then ask the 205 questions through ``memory_recall`` on a server
-started with ``--model`` and compare with the lexical-only server. ``build/eval_mcp_recall.py``
+started with ``--model`` and compare with the lexical-only server. ``evals/mcp_recall.py``
 does the storing, asking and scoring; this test runs it and checks its numbers. They are
 development numbers (the set is for tuning; the held-out set is not in the repository).
 
@@ -13,29 +13,24 @@ Takes about seven minutes on two CPU cores, most of it the 300 tuning steps.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from evals import find
 
 ROOT = Path(__file__).resolve().parents[2]
-EVAL_SCRIPT = ROOT / "build" / "eval_mcp_recall.py"
-_spec = importlib.util.spec_from_file_location("eval_mcp_recall", EVAL_SCRIPT)
-assert _spec is not None and _spec.loader is not None
-_script = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_script)
-#: Where the script finds the development set ($EVERMIND_EVAL_DIR, ../shared/eval, …).
-DEV_SET: Path = _script.DEFAULT_SET
+EVAL_SCRIPT = ROOT / "evals" / "mcp_recall.py"
+#: Where the script finds the development set ($EVERMIND_EVAL_DIR, else ../shared/eval).
+DEV_SET: Path = find("memory_recall_dev.jsonl")
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not DEV_SET.is_file(),
-        reason=f"the memory development set is not at {DEV_SET} (nor the script's other "
-        "places); set EVERMIND_EVAL_DIR",
+        reason=f"the memory development set is not at {DEV_SET}; set EVERMIND_EVAL_DIR",
     ),
 ]
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from evermind.errors import ShapeError
-from evermind.kernels import conv1d_ref as ref
 from evermind.kernels.conv1d import Conv1d
+from evermind.ops import conv1d as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close, finite_difference
 
@@ -79,9 +79,9 @@ def test_forward_and_backward_match_reference(
 ) -> None:
     x, w, b, gy = _inputs(batch, length, d, taps, seed=batch * 10_000 + length * 10 + taps)
     y, dx, dw, db = _run(device, x, w, b, gy)
-    rdx, rdw, rdb = ref.conv1d_bwd_ref(x, w, gy)
+    rdx, rdw, rdb = ref.conv1d_bwd(x, w, gy)
     tag = f"B={batch} L={length} D={d} K={taps}"
-    assert_close(y, ref.conv1d_fwd_ref(x, w, b), atol=ATOL, rtol=RTOL, name=f"y {tag}")
+    assert_close(y, ref.conv1d_fwd(x, w, b), atol=ATOL, rtol=RTOL, name=f"y {tag}")
     assert_close(dx, rdx, atol=ATOL, rtol=RTOL, name=f"dx {tag}")
     assert_close(dw, rdw, atol=DW_ATOL, rtol=DW_RTOL, name=f"dw {tag}")
     assert_close(db, rdb, atol=DW_ATOL, rtol=DW_RTOL, name=f"db {tag}")
@@ -104,8 +104,8 @@ def test_strided_x_and_accumulation(device) -> None:
     y, dx_full, dw, db = _run(
         device, x, w, b, gy, x_full=x_full, stride=stride, offset=offset, init=init, accumulate=True
     )
-    rdx, rdw, rdb = ref.conv1d_bwd_ref(x, w, gy)
-    assert_close(y, ref.conv1d_fwd_ref(x, w, b), atol=ATOL, rtol=RTOL, name="y strided")
+    rdx, rdw, rdb = ref.conv1d_bwd(x, w, gy)
+    assert_close(y, ref.conv1d_fwd(x, w, b), atol=ATOL, rtol=RTOL, name="y strided")
     want_dx = init[0].copy()
     want_dx[offset:].reshape(batch, length, stride)[..., :d] += rdx
     assert_close(dx_full, want_dx, atol=ATOL, rtol=RTOL, name="dx strided (z columns untouched)")
@@ -127,10 +127,10 @@ def test_extreme_inputs(device) -> None:
     x[1, :, 1] = 1e-30  # denormal-range products may flush to zero: absolute error tiny
     x[0, 3, 2] = -3e5
     y, dx, dw, db = _run(device, x, w, b, gy)
-    rdx, rdw, rdb = ref.conv1d_bwd_ref(x, w, gy)
+    rdx, rdw, rdb = ref.conv1d_bwd(x, w, gy)
     for name, got in (("y", y), ("dx", dx), ("dw", dw), ("db", db)):
         assert np.isfinite(got).all(), f"{name} not finite"
-    assert_close(y, ref.conv1d_fwd_ref(x, w, b), atol=ATOL, rtol=RTOL, name="y extremes")
+    assert_close(y, ref.conv1d_fwd(x, w, b), atol=ATOL, rtol=RTOL, name="y extremes")
     assert_close(dx, rdx, atol=ATOL, rtol=RTOL, name="dx extremes")
     assert_close(dw, rdw, atol=DW_ATOL, rtol=DW_RTOL, name="dw extremes")
     assert_close(db, rdb, atol=DW_ATOL, rtol=DW_RTOL, name="db extremes")
@@ -156,13 +156,13 @@ def test_reference_matches_torch_conv1d() -> None:
     y_t = y_t.transpose(1, 2)
     y_t.backward(torch.tensor(gy, dtype=torch.float64))
     assert_close(
-        ref.conv1d_fwd_ref(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64)),
+        ref.conv1d_fwd(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64)),
         y_t.detach().numpy(),
         atol=1e-12,
         rtol=1e-12,
         name="ref vs torch y",
     )
-    rdx, rdw, rdb = ref.conv1d_bwd_ref(
+    rdx, rdw, rdb = ref.conv1d_bwd(
         x.astype(np.float64), w.astype(np.float64), gy.astype(np.float64)
     )
     assert_close(rdx, x64.grad.numpy(), atol=1e-12, rtol=1e-12, name="ref vs torch dx")
@@ -176,24 +176,24 @@ def test_reference_backward_matches_finite_differences() -> None:
     w = rng.standard_normal((3, 1, 4))
     b = rng.standard_normal(3)
     gy = rng.standard_normal((2, 5, 3))
-    dx, dw, db = ref.conv1d_bwd_ref(x, w, gy)
+    dx, dw, db = ref.conv1d_bwd(x, w, gy)
     assert_close(
         dx,
-        finite_difference(lambda v: float(np.sum(gy * ref.conv1d_fwd_ref(v, w, b))), x),
+        finite_difference(lambda v: float(np.sum(gy * ref.conv1d_fwd(v, w, b))), x),
         atol=1e-7,
         rtol=1e-6,
         name="dx vs FD",
     )
     assert_close(
         dw,
-        finite_difference(lambda v: float(np.sum(gy * ref.conv1d_fwd_ref(x, v, b))), w),
+        finite_difference(lambda v: float(np.sum(gy * ref.conv1d_fwd(x, v, b))), w),
         atol=1e-7,
         rtol=1e-6,
         name="dw vs FD",
     )
     assert_close(
         db,
-        finite_difference(lambda v: float(np.sum(gy * ref.conv1d_fwd_ref(x, w, v))), b),
+        finite_difference(lambda v: float(np.sum(gy * ref.conv1d_fwd(x, w, v))), b),
         atol=1e-7,
         rtol=1e-6,
         name="db vs FD",
@@ -207,7 +207,7 @@ def browser_cases() -> list:
     launcher = "evermind.kernels.conv1d:Conv1d"
     batch, length, d, taps = 2, 67, 33, 4
     x, w, b, gy = _inputs(batch, length, d, taps, seed=90)
-    dx, dw, db = ref.conv1d_bwd_ref(x, w, gy)
+    dx, dw, db = ref.conv1d_bwd(x, w, gy)
     dims = [batch, length, d, taps]
     return [
         KernelCase(
@@ -216,7 +216,7 @@ def browser_cases() -> list:
             "forward",
             [{"buf": "x"}, {"buf": "w"}, {"buf": "b"}, {"buf": "y"}, *dims],
             {"x": x, "w": w, "b": b, "y": np.zeros_like(x)},
-            {"y": ref.conv1d_fwd_ref(x, w, b)},
+            {"y": ref.conv1d_fwd(x, w, b)},
             ATOL,
             RTOL,
         ),
@@ -265,4 +265,4 @@ def test_forward_past_the_workgroup_fold(device) -> None:
     device.submit([conv.forward(bx, bw, bb, by, batch, length, d, taps)])
     got = read_f32(device, by).reshape(x.shape)
     device.destroy(bx, bw, bb, by)
-    assert_close(got, ref.conv1d_fwd_ref(x, w, b), atol=ATOL, rtol=RTOL, name="y folded grid")
+    assert_close(got, ref.conv1d_fwd(x, w, b), atol=ATOL, rtol=RTOL, name="y folded grid")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from evermind.errors import ConfigError, ShapeError
-from evermind.kernels import cross_entropy_ref as ref
 from evermind.kernels.cross_entropy import IGNORE_INDEX, CrossEntropy
+from evermind.ops import cross_entropy as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close, finite_difference
 
@@ -24,6 +24,11 @@ LOSS_ATOL, LOSS_RTOL = 2e-5, 1e-5
 STRATEGIES = ["tree", "row_serial"]
 
 
+def softmax_xent(logits: np.ndarray, targets: np.ndarray, scale: float):
+    """Per-row loss (M,) and ``dlogits (M, V)``, as the kernel's fused pass writes them."""
+    return ref.cross_entropy_fwd(logits, targets), ref.cross_entropy_bwd(logits, targets, scale)
+
+
 def _inputs(m: int, v: int, seed: int, spread: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     logits = (rng.standard_normal((m, v)) * spread).astype(np.float32)
@@ -36,7 +41,7 @@ def _inputs(m: int, v: int, seed: int, spread: float = 3.0) -> tuple[np.ndarray,
 
 def _run(device, logits: np.ndarray, targets: np.ndarray, ce: CrossEntropy | None = None):
     m, v = logits.shape
-    count = ref.valid_count_ref(targets, v)
+    count = ref.valid_count(targets, v)
     scale = 1.0 / max(count, 1)
     ce = ce or CrossEntropy(device)
     b_logits, b_targets = device.upload(logits, label="logits"), device.upload(targets, label="t")
@@ -59,12 +64,12 @@ def test_matches_reference(device, m: int, v: int, strategy: str) -> None:
     ce = CrossEntropy(device, strategy=strategy)
     assert ce.strategy == strategy
     (row_loss, dlogits, loss), scale = _run(device, logits, targets, ce)
-    want_rows, want_d = ref.softmax_xent_ref(logits, targets, scale)
+    want_rows, want_d = softmax_xent(logits, targets, scale)
     assert_close(row_loss, want_rows, atol=LOSS_ATOL, rtol=LOSS_RTOL, name=f"row_loss {m}x{v}")
     assert_close(dlogits, want_d, atol=1e-6 * scale, rtol=1e-5, name=f"dlogits {m}x{v}")
     assert_close(
         np.array(loss),
-        np.array(ref.mean_loss_ref(logits, targets)),
+        np.array(ref.mean_loss(logits, targets)),
         atol=LOSS_ATOL,
         rtol=LOSS_RTOL,
         name=f"mean loss {m}x{v}",
@@ -84,7 +89,7 @@ def test_extreme_logits_are_stable(device, strategy: str) -> None:
         device, logits, targets, CrossEntropy(device, strategy=strategy)
     )
     assert np.isfinite(row_loss).all() and np.isfinite(dlogits).all() and np.isfinite(loss)
-    want_rows, want_d = ref.softmax_xent_ref(logits, targets, scale)
+    want_rows, want_d = softmax_xent(logits, targets, scale)
     assert_close(row_loss, want_rows, atol=LOSS_ATOL, rtol=LOSS_RTOL, name="extreme row_loss")
     assert_close(dlogits, want_d, atol=1e-6 * scale, rtol=1e-5, name="extreme dlogits")
     assert row_loss[4] == 0.0 and not dlogits[4].any(), "ignored row must be exactly zero"
@@ -153,10 +158,10 @@ def test_strategies_agree_at_the_nano_shape(device) -> None:
 def test_reference_gradient_matches_finite_differences() -> None:
     logits, targets = _inputs(4, 5, seed=1, spread=2.0)
     targets[:] = [1, IGNORE_INDEX, 4, 0]
-    count = ref.valid_count_ref(targets, 5)
+    count = ref.valid_count(targets, 5)
 
     def mean_loss(x: np.ndarray) -> float:
-        # float64 throughout: the same formula as softmax_xent_ref, summed over valid rows
+        # float64 throughout: the same formula as ops.cross_entropy, summed over valid rows
         total = 0.0
         for i, t in enumerate(targets):
             if t != IGNORE_INDEX:
@@ -164,9 +169,9 @@ def test_reference_gradient_matches_finite_differences() -> None:
         return total / count
 
     numeric = finite_difference(mean_loss, logits.astype(np.float64))
-    _, analytic = ref.softmax_xent_ref(logits, targets, 1.0 / count)
+    _, analytic = softmax_xent(logits, targets, 1.0 / count)
     assert_close(analytic, numeric, atol=1e-6, rtol=1e-5, name="dlogits finite differences")
-    assert abs(ref.mean_loss_ref(logits, targets) - mean_loss(logits.astype(np.float64))) < 1e-6
+    assert abs(ref.mean_loss(logits, targets) - mean_loss(logits.astype(np.float64))) < 1e-6
 
 
 def browser_cases() -> list:
@@ -179,8 +184,8 @@ def browser_cases() -> list:
     for m, v, strategy in shapes:
         logits, targets = _inputs(m, v, seed=42 + v)
         targets[1] = IGNORE_INDEX
-        scale = 1.0 / ref.valid_count_ref(targets, v)
-        want_rows, want_d = ref.softmax_xent_ref(logits, targets, scale)
+        scale = 1.0 / ref.valid_count(targets, v)
+        want_rows, want_d = softmax_xent(logits, targets, scale)
         cases.append(
             KernelCase(
                 f"cross_entropy.loss_and_grad {strategy} {m}x{v}",
@@ -206,7 +211,7 @@ def browser_cases() -> list:
                 {
                     "row_loss": want_rows,
                     "dlogits": want_d,
-                    "loss": np.array([ref.mean_loss_ref(logits, targets)], np.float32),
+                    "loss": np.array([ref.mean_loss(logits, targets)], np.float32),
                 },
                 LOSS_ATOL,
                 LOSS_RTOL,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from evermind.errors import ShapeError
-from evermind.kernels import embedding_ref as ref
 from evermind.kernels.embedding import Embedding, build_csr, csr_words
+from evermind.ops import embedding as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close
 
@@ -44,7 +44,7 @@ def test_forward_and_backward_match_reference(device, m: int, vocab: int, d: int
     table = rng.standard_normal((vocab, d)).astype(np.float32)
     assert_close(
         _gather(device, ids, table),
-        ref.embedding_fwd_ref(ids, table),
+        ref.embedding_fwd(ids, table),
         atol=0,
         rtol=0,
         name=f"gather M={m} V={vocab} D={d}",
@@ -63,7 +63,7 @@ def test_forward_and_backward_match_reference(device, m: int, vocab: int, d: int
     got = read_f32(device, bgt, vocab * d).reshape(vocab, d)
     assert_close(
         got,
-        ref.embedding_bwd_ref(ids, grad_out, grad_table0),
+        ref.embedding_bwd(ids, grad_out, grad_table0),
         atol=BWD_ATOL,
         rtol=BWD_RTOL,
         name=f"scatter-add M={m} V={vocab} D={d}",
@@ -88,7 +88,7 @@ def test_recorded_backward_replays_with_new_ids_and_is_deterministic(device) -> 
         device.write(bgt, zeros)
         device.submit(plan)
         got = read_f32(device, bgt, vocab * d).reshape(vocab, d)
-        want = ref.embedding_bwd_ref(ids, grad_out, zeros.reshape(vocab, d))
+        want = ref.embedding_bwd(ids, grad_out, zeros.reshape(vocab, d))
         assert_close(
             got, want, atol=BWD_ATOL, rtol=BWD_RTOL, name=f"replay U={len(set(ids.tolist()))}"
         )
@@ -171,7 +171,7 @@ def browser_cases() -> list:
             "forward",
             [{"buf": "ids"}, {"buf": "table"}, {"buf": "out"}, m, vocab, d],
             {"ids": ids, "table": table, "out": np.zeros((m, d), np.float32)},
-            {"out": ref.embedding_fwd_ref(ids, table)},
+            {"out": ref.embedding_fwd(ids, table)},
             0.0,
             0.0,
         ),
@@ -181,7 +181,7 @@ def browser_cases() -> list:
             "backward",
             [{"buf": "csr"}, {"buf": "grad_out"}, {"buf": "grad_table"}, m, vocab, d],
             {"csr": csr, "grad_out": grad_out, "grad_table": grad_table},
-            {"grad_table": ref.embedding_bwd_ref(ids, grad_out, grad_table)},
+            {"grad_table": ref.embedding_bwd(ids, grad_out, grad_table)},
             BWD_ATOL,
             BWD_RTOL,
         ),

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from evermind.errors import ConfigError, ShapeError
-from evermind.kernels import grad_norm_ref as ref
 from evermind.kernels.grad_norm import GradNorm
+from evermind.ops import grad_norm as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close
 
@@ -42,11 +42,11 @@ def _norm_and_clip(device, grads: list[np.ndarray], max_norm: float, **ctor) -> 
 def test_norm_and_clip_over_many_tensors(device, max_norm: float) -> None:
     grads = _grads(SIZES, seed=1)
     norm, clip = _norm_and_clip(device, grads, max_norm)
-    want = ref.global_norm_ref(grads)
+    want = ref.global_norm(grads)
     assert_close(np.array([norm]), np.array([want]), atol=0, rtol=NORM_RTOL, name="global norm")
     assert_close(
         np.array([clip]),
-        np.array([ref.clip_scale_ref(want, max_norm)]),
+        np.array([ref.clip_scale(want, max_norm)]),
         atol=0,
         rtol=NORM_RTOL,
         name=f"clip_scale max_norm={max_norm}",
@@ -67,13 +67,13 @@ def test_arena_segments_match_separate_buffers_and_are_deterministic(device) -> 
         device.submit(plan)
         results.append(read_f32(device, norm)[0])
     assert results[0].tobytes() == results[1].tobytes(), "norm differs between runs"
-    want = ref.global_norm_ref(grads)
+    want = ref.global_norm(grads)
     assert_close(
         np.array(results), np.array([want, want]), atol=0, rtol=NORM_RTOL, name="arena norm"
     )
     assert_close(
         read_f32(device, clip),
-        np.array([ref.clip_scale_ref(want, 2.0)]),
+        np.array([ref.clip_scale(want, 2.0)]),
         atol=0,
         rtol=NORM_RTOL,
         name="arena clip",
@@ -96,7 +96,7 @@ def test_extreme_but_finite_gradients(device) -> None:
         np.zeros(9, np.float32),
     ]
     norm, clip = _norm_and_clip(device, grads, 1.0)
-    want = ref.global_norm_ref(grads)
+    want = ref.global_norm(grads)
     assert_close(np.array([norm]), np.array([want]), atol=0, rtol=NORM_RTOL, name="huge norm")
     assert_close(np.array([clip]), np.array([1.0 / want]), atol=0, rtol=NORM_RTOL, name="tiny clip")
     zero_norm, zero_clip = _norm_and_clip(device, [np.zeros(10, np.float32)], 1.0)
@@ -105,9 +105,9 @@ def test_extreme_but_finite_gradients(device) -> None:
 
 def test_torch_style_reference_agrees_with_kernel_semantics() -> None:
     grads = _grads([10, 33, 7], seed=4)
-    total, clipped = ref.clip_grad_norm_torch_ref(grads, 0.75)
-    assert math.isclose(total, ref.global_norm_ref(grads), rel_tol=1e-12)
-    scale = ref.clip_scale_ref(total, 0.75)
+    total, clipped = ref.clip_grad_norm_torch(grads, 0.75)
+    assert math.isclose(total, ref.global_norm(grads), rel_tol=1e-12)
+    scale = ref.clip_scale(total, 0.75)
     for g, c in zip(grads, clipped, strict=True):
         assert_close(
             c, g * np.float32(scale), atol=1e-7, rtol=1e-6, name="torch-style clipped grads"
@@ -122,9 +122,7 @@ def test_torch_style_reference_matches_torch() -> None:
         for t, g in zip(tensors, grads, strict=True):
             t.grad = torch.tensor(g, dtype=torch.float64)
         total_t = float(torch.nn.utils.clip_grad_norm_(tensors, max_norm))
-        total, clipped = ref.clip_grad_norm_torch_ref(
-            [g.astype(np.float64) for g in grads], max_norm
-        )
+        total, clipped = ref.clip_grad_norm_torch([g.astype(np.float64) for g in grads], max_norm)
         assert math.isclose(total, total_t, rel_tol=1e-12), (total, total_t)
         for t, c in zip(tensors, clipped, strict=True):
             assert_close(c, t.grad.numpy(), atol=1e-15, rtol=1e-12, name="clipped vs torch")
@@ -147,7 +145,7 @@ def browser_cases() -> list:
     launcher = "evermind.kernels.grad_norm:GradNorm"
     sizes = [7, 1000, 257]
     grads = _grads(sizes, seed=6)
-    want = ref.global_norm_ref(grads)
+    want = ref.global_norm(grads)
     cases = []
     for max_norm in (1.0, 1e4):
         cases.append(
@@ -163,7 +161,7 @@ def browser_cases() -> list:
                 },
                 {
                     "norm": np.array([want], np.float32),
-                    "clip": np.array([ref.clip_scale_ref(want, max_norm)], np.float32),
+                    "clip": np.array([ref.clip_scale(want, max_norm)], np.float32),
                 },
                 0.0,
                 NORM_RTOL,

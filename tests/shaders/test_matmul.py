@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from evermind.errors import ConfigError, ShapeError
-from evermind.kernels import matmul_ref as ref
 from evermind.kernels.matmul import Matmul
+from evermind.ops import matmul as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close, finite_difference
 
@@ -75,7 +75,7 @@ def test_awkward_shapes_match_reference(device, mode: str) -> None:
     for m, n, k in SHAPES:
         a, b = _operands(m, n, k, trans_a, trans_b, seed=m * 7 + n * 3 + k)
         got = _run(device, mm, a, b, m, n, k, trans_a=trans_a, trans_b=trans_b)
-        want = ref.matmul_ref(a, b, trans_a=trans_a, trans_b=trans_b)
+        want = ref.matmul_fwd(a, b, trans_a=trans_a, trans_b=trans_b)
         assert_close(got, want, atol=tolerance(k), rtol=1e-6, name=f"{mode} {m}x{n}x{k}")
 
 
@@ -89,7 +89,7 @@ def test_vector_loads_match_reference_and_scalar_bits(device, mode: str) -> None
         a, b = _operands(m, n, k, trans_a, trans_b, seed=m + 5 * n + 11 * k)
         kw = {"trans_a": trans_a, "trans_b": trans_b}
         got = _run(device, vector, a, b, m, n, k, **kw)
-        want = ref.matmul_ref(a, b, trans_a=trans_a, trans_b=trans_b)
+        want = ref.matmul_fwd(a, b, trans_a=trans_a, trans_b=trans_b)
         assert_close(got, want, atol=tolerance(k), rtol=1e-6, name=f"vec4 {mode} {m}x{n}x{k}")
         same = _run(device, scalar, a, b, m, n, k, **kw)
         assert np.array_equal(got.view(np.uint32), same.view(np.uint32)), f"{mode} {m}x{n}x{k}"
@@ -134,11 +134,11 @@ def test_model_shapes_forward_and_backward(
             mm.linear_bwd_weight(bdy, bx, dw, m, k, n),
         ]
     )
-    rdx, rdw, _ = ref.linear_bwd_ref(x, w, dy)
+    rdx, rdw, _ = ref.linear_bwd(x, w, dy)
     w_rms = float(np.sqrt(np.mean(w.astype(np.float64) ** 2)))
     assert_close(
         read_f32(device, y, m * n).reshape(m, n),
-        ref.linear_fwd_ref(x, w, bias),
+        ref.linear_fwd(x, w, bias),
         atol=tolerance(k, w_rms) + 1e-6,
         rtol=1e-6,
         name=f"Y {m}x{n}x{k}",
@@ -170,7 +170,7 @@ def test_accumulate_adds_into_output(device, m: int, n: int, k: int) -> None:
     mm = Matmul(device, vector_loads=True)
     step = mm.matmul(ba, bb, bc, m, n, k, trans_a=True, accumulate=True)
     device.submit([step, step])
-    once = ref.matmul_ref(a, b, trans_a=True)
+    once = ref.matmul_fwd(a, b, trans_a=True)
     want = (start.astype(np.float64) + 2 * once.astype(np.float64)).astype(np.float32)
     assert_close(
         read_f32(device, bc, m * n).reshape(m, n),
@@ -195,7 +195,7 @@ def test_extreme_magnitudes_stay_finite(device) -> None:
     scale = float(np.sqrt(np.mean(a.astype(np.float64) ** 2) * np.mean(b.astype(np.float64) ** 2)))
     assert_close(
         got,
-        ref.matmul_ref(a, b, trans_b=True),
+        ref.matmul_fwd(a, b, trans_b=True),
         atol=tolerance(k, scale),
         rtol=1e-6,
         name="extreme magnitudes",
@@ -223,7 +223,7 @@ def test_reference_backward_matches_finite_differences() -> None:
     def loss(x_: np.ndarray, w_: np.ndarray, b_: np.ndarray) -> float:
         return float(np.sum(probe * (x_ @ w_.T + b_)))
 
-    dx, dw, db = ref.linear_bwd_ref(
+    dx, dw, db = ref.linear_bwd(
         x.astype(np.float32), w.astype(np.float32), probe.astype(np.float32)
     )
     assert_close(
@@ -269,7 +269,7 @@ def _linear_cases(launcher: str, m: int, n: int, k: int, vector_loads: bool) -> 
     bias = rng.standard_normal(n).astype(np.float32)
     dy = rng.standard_normal((m, n)).astype(np.float32)
     start = rng.standard_normal((n, k)).astype(np.float32)
-    dx, dw, _ = ref.linear_bwd_ref(x, w, dy)
+    dx, dw, _ = ref.linear_bwd(x, w, dy)
     tol = tolerance(max(m, n, k))
     return [
         KernelCase(
@@ -278,7 +278,7 @@ def _linear_cases(launcher: str, m: int, n: int, k: int, vector_loads: bool) -> 
             "linear",
             [{"buf": "x"}, {"buf": "w"}, {"buf": "y"}, m, k, n, {"buf": "bias"}],
             {"x": x, "w": w, "bias": bias, "y": np.zeros((m, n), np.float32)},
-            {"y": ref.linear_fwd_ref(x, w, bias)},
+            {"y": ref.linear_fwd(x, w, bias)},
             tol,
             1e-6,
             ctor={"vector_loads": vector_loads},

@@ -15,7 +15,8 @@ from evermind.model.cpu import CpuMamba
 from evermind.model.gpu import GpuMamba
 from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
-from evermind.train.loop import TrainConfig
+from evermind.train.schedule import Schedule
+from evermind.types import TrainConfig
 from tests.numerics import assert_close
 
 # Awkward on purpose: nothing is a multiple of a workgroup size.
@@ -66,7 +67,7 @@ def test_twenty_training_steps_track_the_cpu_backend(device) -> None:
     gpu = GpuMamba(device, CONFIG, B, L, train)
     gpu.load_params(params)
     cpu = CpuBackend(CONFIG, params, train)
-    schedule = train.schedule()
+    schedule = Schedule.for_training(train)
     gpu_losses, cpu_losses = [], []
     for step in range(20):
         batch = _batch(100 + step % 2)  # two batches, revisited: the loss must fall

@@ -10,8 +10,9 @@ import numpy as np
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
 from evermind.model.gpu import GpuMamba
-from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder, sample
+from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
+from evermind.model.sampling import sample
 from tests.numerics import assert_close
 
 CONFIG = MambaConfig(d_model=20, n_layer=2, vocab_size=37, d_state=5, d_conv=4)

@@ -7,7 +7,7 @@ import pytest
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.kernels.pool import Pool
-from evermind.kernels.pool_ref import mean_l2_ref
+from evermind.ops import pool as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close
 
@@ -36,7 +36,7 @@ def test_matches_reference(device, b: int, seq_len: int, d: int) -> None:
     lengths[0] = seq_len  # one full row
     got = _run(device, hidden, lengths)
     assert_close(
-        got, mean_l2_ref(hidden, lengths), atol=ATOL, rtol=RTOL, name=f"pool {b}x{seq_len}x{d}"
+        got, ref.pool_fwd(hidden, lengths), atol=ATOL, rtol=RTOL, name=f"pool {b}x{seq_len}x{d}"
     )
     assert_close(
         np.linalg.norm(got.astype(np.float64), axis=1),
@@ -56,7 +56,7 @@ def test_padding_is_ignored_and_edges(device) -> None:
     hidden[3] = 0.0
     lengths = np.array([4, 0, 50, 9], np.uint32)
     got = _run(device, hidden, lengths)
-    assert_close(got, mean_l2_ref(hidden, lengths), atol=ATOL, rtol=RTOL, name="pool edges")
+    assert_close(got, ref.pool_fwd(hidden, lengths), atol=ATOL, rtol=RTOL, name="pool edges")
     assert not got[1].any() and not got[3].any(), "empty and zero rows must be zero vectors"
 
 
@@ -73,7 +73,7 @@ def test_extreme_magnitudes_normalise(device) -> None:
     lengths = np.full(b, seq_len, np.uint32)
     got = _run(device, hidden, lengths)
     assert np.isfinite(got).all()
-    assert_close(got, mean_l2_ref(hidden, lengths), atol=ATOL, rtol=RTOL, name="pool extremes")
+    assert_close(got, ref.pool_fwd(hidden, lengths), atol=ATOL, rtol=RTOL, name="pool extremes")
 
 
 def test_rejects_bad_arguments(device) -> None:
@@ -103,7 +103,7 @@ def browser_cases() -> list:
                 "mean_l2",
                 [{"buf": "hidden"}, {"buf": "lengths"}, {"buf": "out"}, b, seq_len, d],
                 {"hidden": hidden, "lengths": lengths, "out": np.zeros((b, d), np.float32)},
-                {"out": mean_l2_ref(hidden, lengths)},
+                {"out": ref.pool_fwd(hidden, lengths)},
                 ATOL,
                 RTOL,
             )

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from evermind.errors import ShapeError
-from evermind.kernels import recurrent_step_ref as ref
 from evermind.kernels.recurrent_step import RecurrentStep
-from evermind.kernels.selective_scan_ref import selective_scan_ref
+from evermind.ops import recurrent_step as ref
+from evermind.ops.selective_scan import selective_scan_fwd
 from tests.conftest import read_f32
 from tests.numerics import assert_close
 
@@ -86,10 +86,10 @@ def _decode(device, inp: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]
 def test_stepping_reproduces_parallel_conv_and_scan(device, shape) -> None:
     inp = _inputs(*shape, seed=sum(shape))
     x_conv, y = _decode(device, inp)
-    want_x = ref.causal_conv1d_silu_ref(inp["u"], inp["weight"], inp["bias"])
+    want_x = ref.causal_conv1d_silu(inp["u"], inp["weight"], inp["bias"])
     assert_close(x_conv, want_x, atol=ATOL, rtol=RTOL, name=f"conv steps vs causal conv1d {shape}")
     # The scan reference runs on the GPU's conv output, so y isolates the SSM step's error.
-    want_y, _ = selective_scan_ref(
+    want_y, _ = selective_scan_fwd(
         x_conv, inp["delta_raw"], inp["A_log"], inp["B"], inp["C"], inp["D"]
     )
     assert_close(y, want_y, atol=ATOL, rtol=RTOL, name=f"ssm steps vs parallel scan {shape}")
@@ -157,8 +157,8 @@ def test_single_steps_match_step_references(device) -> None:
             ),
         ]
     )
-    want_x, want_state = ref.conv_step_ref(conv_state, x, weight, bias)
-    want_y, want_h = ref.ssm_step_ref(h, x, delta_raw, a_log, b_t, c_t, d_skip)
+    want_x, want_state = ref.conv_step(conv_state, x, weight, bias)
+    want_y, want_h = ref.ssm_step(h, x, delta_raw, a_log, b_t, c_t, d_skip)
     got_state = read_f32(device, bufs["conv_state"], conv_state.size).reshape(conv_state.shape)
     assert_close(got_state, want_state, atol=0, rtol=0, name="conv_state shift")
     assert_close(
@@ -195,7 +195,7 @@ def test_conv_reference_matches_numpy_convolve() -> None:
     x = rng.standard_normal((1, 11, 3))
     w = rng.standard_normal((3, 1, 4))
     bias = rng.standard_normal(3)
-    got = ref.causal_conv1d_silu_ref(x, w, bias)
+    got = ref.causal_conv1d_silu(x, w, bias)
     for d in range(3):
         # PyTorch's conv1d is a cross-correlation: flip the taps for np.convolve.
         pre = np.convolve(x[0, :, d], w[d, 0, ::-1])[:11] + bias[d]
@@ -216,7 +216,7 @@ def browser_cases() -> list:
     x = rng.standard_normal((batch, dim)).astype(f32)
     weight = rng.standard_normal((dim, 1, d_conv)).astype(f32)
     bias = rng.standard_normal(dim).astype(f32)
-    want_x, want_state = ref.conv_step_ref(conv_state, x, weight, bias)
+    want_x, want_state = ref.conv_step(conv_state, x, weight, bias)
     conv_case = KernelCase(
         "recurrent_step.conv_step",
         launcher,
@@ -248,7 +248,7 @@ def browser_cases() -> list:
     a_log = np.log(rng.uniform(1.0, 16.0, (dim, n))).astype(f32)
     b_t, c_t = (rng.standard_normal((batch, n)).astype(f32) for _ in range(2))
     d_skip = rng.standard_normal(dim).astype(f32)
-    want_y, want_h = ref.ssm_step_ref(h, x, delta_raw, a_log, b_t, c_t, d_skip)
+    want_y, want_h = ref.ssm_step(h, x, delta_raw, a_log, b_t, c_t, d_skip)
     names = ("h", "x_c", "delta_raw", "A_log", "B_t", "C_t", "D", "y")
     ssm_case = KernelCase(
         "recurrent_step.ssm_step",

@@ -7,8 +7,8 @@ import pytest
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.gpu.base import is_cpu_adapter_info
-from evermind.kernels import rmsnorm_ref as ref
 from evermind.kernels.rmsnorm import RMSNorm
+from evermind.ops import rmsnorm as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close, finite_difference
 
@@ -84,8 +84,8 @@ def test_forward_and_backward_match_reference(
 ) -> None:
     x, w, gy = _inputs(m, d, seed=1000 * m + d)
     y, rstd, dx, dw = _run(device, x, w, gy, workgroup_size=workgroup_size, strategy=strategy)
-    ry, rrstd = ref.rmsnorm_fwd_ref(x, w, EPS)
-    rdx, rdw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+    ry, rrstd = ref.rmsnorm_fwd(x, w, EPS)
+    rdx, rdw = ref.rmsnorm_bwd(x, w, gy, EPS)
     assert_close(y, ry, atol=FWD_ATOL, rtol=FWD_RTOL, name=f"y M={m} D={d}")
     assert_close(rstd, rrstd, atol=0, rtol=FWD_RTOL, name=f"rstd M={m} D={d}")
     assert_close(dx, rdx, atol=DX_ATOL, rtol=DX_RTOL, name=f"dx M={m} D={d}")
@@ -100,7 +100,7 @@ def test_backward_accumulates_and_is_deterministic(device, strategy: str) -> Non
     dx0 = rng.standard_normal((m, d)).astype(np.float32)
     dw0 = rng.standard_normal(d).astype(np.float32)
     _, _, dx, dw = _run(device, x, w, gy, dx0, dw0, accumulate=True, strategy=strategy)
-    rdx, rdw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+    rdx, rdw = ref.rmsnorm_bwd(x, w, gy, EPS)
     assert_close(dx, dx0 + rdx, atol=DX_ATOL, rtol=DX_RTOL, name="dx accumulated")
     assert_close(dw, dw0 + rdw, atol=DW_ATOL, rtol=DW_RTOL, name="dw accumulated")
     again = _run(device, x, w, gy, dx0, dw0, accumulate=True, strategy=strategy)
@@ -124,8 +124,8 @@ def test_extreme_rows_stay_finite(device, strategy: str) -> None:
     y, rstd, dx, dw = _run(device, x, w, gy, strategy=strategy)
     for name, got in (("y", y), ("rstd", rstd), ("dx", dx), ("dw", dw)):
         assert np.isfinite(got).all(), f"{name} has non-finite values on extreme rows"
-    ry, rrstd = ref.rmsnorm_fwd_ref(x, w, EPS)
-    rdx, rdw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+    ry, rrstd = ref.rmsnorm_fwd(x, w, EPS)
+    rdx, rdw = ref.rmsnorm_bwd(x, w, gy, EPS)
     assert_close(y, ry, atol=FWD_ATOL, rtol=FWD_RTOL, name="y extremes")
     assert_close(rstd, rrstd, atol=0, rtol=FWD_RTOL, name="rstd extremes")
     # dx scales with rstd, which is 316 on the zero and tiny rows: scale atol with it.
@@ -142,12 +142,12 @@ def test_reference_backward_matches_finite_differences() -> None:
     gy = rng.standard_normal((m, d))
 
     def loss_x(v: np.ndarray) -> float:
-        return float(np.sum(gy * ref.rmsnorm_fwd_ref(v, w, EPS)[0]))
+        return float(np.sum(gy * ref.rmsnorm_fwd(v, w, EPS)[0]))
 
     def loss_w(v: np.ndarray) -> float:
-        return float(np.sum(gy * ref.rmsnorm_fwd_ref(x, v, EPS)[0]))
+        return float(np.sum(gy * ref.rmsnorm_fwd(x, v, EPS)[0]))
 
-    dx, dw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+    dx, dw = ref.rmsnorm_bwd(x, w, gy, EPS)
     assert dx.dtype == np.float64
     assert_close(dx, finite_difference(loss_x, x), atol=1e-7, rtol=1e-6, name="dx vs FD")
     assert_close(dw, finite_difference(loss_w, w), atol=1e-7, rtol=1e-6, name="dw vs FD")
@@ -207,8 +207,8 @@ def browser_cases() -> list:
     )
     for (m, d), strategy in shapes:
         x, w, gy = _inputs(m, d, seed=40 + d)
-        y, rstd = ref.rmsnorm_fwd_ref(x, w, EPS)
-        dx, dw = ref.rmsnorm_bwd_ref(x, w, gy, EPS)
+        y, rstd = ref.rmsnorm_fwd(x, w, EPS)
+        dx, dw = ref.rmsnorm_bwd(x, w, gy, EPS)
         zeros = np.zeros((m, d), np.float32)
         cases.append(
             KernelCase(

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from evermind.errors import ShapeError
-from evermind.kernels import selective_scan_ref as ref
 from evermind.kernels.selective_scan import SelectiveScan, states_count
+from evermind.ops import selective_scan as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close, finite_difference
 
@@ -90,7 +90,7 @@ def _check_grads(got: list[np.ndarray], want: tuple[np.ndarray, ...], label: str
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"B{b}L{t}D{d}N{n}" for b, t, d, n in SHAPES])
 def test_forward_matches_reference(device, shape) -> None:
     inp = _inputs(*shape, seed=sum(shape))
-    want_y, want_states = ref.selective_scan_ref(*(inp[k] for k in NAMES))
+    want_y, want_states = ref.selective_scan_fwd(*(inp[k] for k in NAMES))
     y, states = _forward(device, inp)
     assert_close(y, want_y, atol=ATOL, rtol=RTOL, name=f"y {shape}")
     assert_close(states, want_states, atol=ATOL, rtol=RTOL, name=f"states {shape}")
@@ -101,7 +101,7 @@ def test_forward_matches_reference(device, shape) -> None:
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"B{b}L{t}D{d}N{n}" for b, t, d, n in SHAPES])
 def test_backward_matches_reference(device, shape) -> None:
     inp = _inputs(*shape, seed=1000 + sum(shape))
-    want = ref.selective_scan_bwd_ref(inp["dy"], *(inp[k] for k in NAMES))
+    want = ref.selective_scan_bwd(inp["dy"], *(inp[k] for k in NAMES))
     _check_grads(_backward(device, inp), want, str(shape))
 
 
@@ -114,14 +114,14 @@ def test_extreme_inputs(device) -> None:
     inp["delta_raw"] = rng.choice(extremes, size=(batch, length, dim)).astype(np.float32)
     inp["A_log"][:, : n // 2] = np.float32(np.log(16.0))  # A = -16: decay exp(-480) underflows to 0
     inp["A_log"][:, n // 2 :] = np.float32(-4.0)  # A ~ -0.018: decay close to 1
-    want_y, _ = ref.selective_scan_ref(*(inp[k] for k in NAMES))
+    want_y, _ = ref.selective_scan_fwd(*(inp[k] for k in NAMES))
     y, states = _forward(device, inp)
     assert np.isfinite(y).all() and np.isfinite(states).all(), "forward produced non-finite values"
     assert_close(y, want_y, atol=ATOL, rtol=RTOL, name="y extremes")
     got = _backward(device, inp)
     for name, g in zip(GRAD_NAMES, got, strict=True):
         assert np.isfinite(g).all(), f"{name} has non-finite values at extreme inputs"
-    _check_grads(got, ref.selective_scan_bwd_ref(inp["dy"], *(inp[k] for k in NAMES)), "extremes")
+    _check_grads(got, ref.selective_scan_bwd(inp["dy"], *(inp[k] for k in NAMES)), "extremes")
 
 
 def test_tiny_delta_is_not_flushed_to_zero(device) -> None:
@@ -132,7 +132,7 @@ def test_tiny_delta_is_not_flushed_to_zero(device) -> None:
     inp["B"][:] = 1.0
     inp["A_log"][:] = 0.0
     _, states = _forward(device, inp)
-    _, want_states = ref.selective_scan_ref(*(inp[k] for k in NAMES))
+    _, want_states = ref.selective_scan_fwd(*(inp[k] for k in NAMES))
     assert_close(states, want_states, atol=0.0, rtol=1e-5, name="states at delta ~ 9.4e-14")
 
 
@@ -170,13 +170,13 @@ def test_reference_backward_matches_finite_differences(raw_range) -> None:
         rng.standard_normal(dim),
     ]
     dy = rng.standard_normal((batch, length, dim))
-    analytic = ref.selective_scan_bwd_ref(dy, *inputs)
+    analytic = ref.selective_scan_bwd(dy, *inputs)
     for i, name in enumerate(GRAD_NAMES):
 
         def loss(v: np.ndarray, i: int = i) -> float:
             args = list(inputs)
             args[i] = v
-            return float(np.sum(dy * ref.selective_scan_ref(*args)[0]))
+            return float(np.sum(dy * ref.selective_scan_fwd(*args)[0]))
 
         numeric = finite_difference(loss, inputs[i], eps=1e-6)
         assert_close(analytic[i], numeric, atol=1e-6, rtol=1e-6, name=f"{name} finite differences")
@@ -190,7 +190,7 @@ def browser_cases() -> list:
     cases = []
     batch, length, dim, n = 2, 33, 5, 16
     inp = _inputs(batch, length, dim, n, seed=42)
-    y, states = ref.selective_scan_ref(*(inp[k] for k in NAMES))
+    y, states = ref.selective_scan_fwd(*(inp[k] for k in NAMES))
     zeros_y = np.zeros_like(inp["x"])
     zeros_states = np.zeros(states.shape, np.float32)
     sizes = [batch, length, dim, n]
@@ -210,8 +210,8 @@ def browser_cases() -> list:
 
     batch, length, dim, n = 1, 19, 7, 4
     inp = _inputs(batch, length, dim, n, seed=43)
-    _, states = ref.selective_scan_ref(*(inp[k] for k in NAMES))
-    grads = ref.selective_scan_bwd_ref(inp["dy"], *(inp[k] for k in NAMES))
+    _, states = ref.selective_scan_fwd(*(inp[k] for k in NAMES))
+    grads = ref.selective_scan_bwd(inp["dy"], *(inp[k] for k in NAMES))
     buffers = {k: inp[k] for k in (*NAMES, "dy")}
     buffers["states"] = states.astype(np.float32)
     buffers.update(

@@ -9,7 +9,7 @@ import pytest
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.kernels.topk import TopK
-from evermind.kernels.topk_ref import cosine_scores_ref, topk_ref
+from evermind.ops import topk as ref
 from tests.conftest import read_f32
 from tests.numerics import assert_close
 
@@ -39,9 +39,9 @@ def _run(device, query: np.ndarray, stored: np.ndarray, k: int, topk: TopK | Non
 
 def _check(query, stored, k, got_scores, got_index, name: str) -> None:
     """Exact index match where the reference order is unambiguous at f32 precision."""
-    want_scores, want_index = topk_ref(query, stored, k)
+    want_scores, want_index = ref.topk(query, stored, k)
     assert_close(got_scores, want_scores, atol=SCORE_ATOL, rtol=0, name=f"{name} scores")
-    exact = cosine_scores_ref(query, stored)
+    exact = ref.cosine_scores(query, stored)
     for qi in range(query.shape[0]):
         # The returned rows really have the returned scores, and come best first.
         assert_close(
@@ -105,7 +105,7 @@ def test_ties_prefer_lower_index_and_runs_repeat(device) -> None:
     second = _run(device, query, stored, k, topk)
     np.testing.assert_array_equal(first[1], second[1])
     np.testing.assert_array_equal(first[0], second[0])
-    scores = cosine_scores_ref(query, stored)[0]
+    scores = ref.cosine_scores(query, stored)[0]
     best = np.argmax(scores)
     ranked = [int(i) for i in np.nonzero(pick == pick[best])[0][:k]]
     assert first[1][0].tolist()[: len(ranked)] == ranked
@@ -149,7 +149,7 @@ def browser_cases() -> list:
         rng = np.random.default_rng(42 + n)
         stored = _unit_rows(n, d, rng)
         query = rng.standard_normal((q, d)).astype(np.float32)
-        want_scores, want_index = topk_ref(query, stored, k)
+        want_scores, want_index = ref.topk(query, stored, k)
         cases.append(
             KernelCase(
                 f"topk.search Q={q} N={n} k={k}",

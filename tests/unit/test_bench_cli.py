@@ -1,7 +1,9 @@
 """`evermind bench`: the tables' structure (never the times, which depend on the machine).
 
 The kernel report runs for real on native wgpu-py (lavapipe here) with ``--quick
---native-only --json``; the checks are on what the rows say and how they add up.
+--native-only --json``; the checks are on what the rows say and how they add up. The
+commands run through ``python -m benchmarks``, the checkout's entry point that
+``evermind bench`` forwards its arguments to (``benchmarks.main``).
 """
 
 from __future__ import annotations
@@ -9,18 +11,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks.host import numpy_matmul_rows
+from benchmarks.report import format_kernels
 
-from evermind.bench import NANO_BATCH, NANO_SEQ_LEN, NANO_VOCAB, synthetic_batch
-from evermind.bench_host import numpy_matmul_rows
-from evermind.bench_report import format_kernels
+from evermind.studio.bench.suite import NANO_BATCH, NANO_SEQ_LEN, NANO_VOCAB, synthetic_batch
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _evermind(*args: str) -> subprocess.CompletedProcess[str]:
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``evermind bench ARGS``, through the entry point the CLI forwards them to."""
     return subprocess.run(
-        [sys.executable, "-m", "evermind.cli", *args],
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
@@ -30,7 +37,7 @@ def _evermind(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def kernels_doc() -> dict[str, Any]:
-    out = _evermind("bench", "kernels", "--quick", "--native-only", "--json")
+    out = _bench("kernels", "--quick", "--native-only", "--json")
     assert out.returncode == 0, out.stderr
     doc: dict[str, Any] = json.loads(out.stdout)
     return doc
@@ -93,7 +100,7 @@ def test_kernel_table_prints_a_row_per_kernel_and_only_the_run_transport(kernels
 
 
 def test_native_only_and_browser_only_exclude_each_other() -> None:
-    out = _evermind("bench", "kernels", "--native-only", "--browser-only")
+    out = _bench("kernels", "--native-only", "--browser-only")
     assert out.returncode == 2
     assert "exclude each other" in out.stderr
 
@@ -116,7 +123,7 @@ def test_synthetic_batch_is_deterministic_shifted_and_in_vocabulary() -> None:
 
 @pytest.mark.slow
 def test_train_report_rows_and_ratios_to_pytorch() -> None:
-    out = _evermind("bench", "train", "--quick", "--native-only", "--json")
+    out = _bench("train", "--quick", "--native-only", "--json")
     doc = json.loads(out.stdout)
     backends = set(doc["backends"])
     assert {"native", "numpy"} <= backends and "browser" not in backends

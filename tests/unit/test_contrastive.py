@@ -23,14 +23,13 @@ from evermind.errors import ConfigError, ShapeError
 from evermind.memory import MemoryStore
 from evermind.memory.sqlite_backend import SQLiteBackend
 from evermind.model.cpu import CpuMamba
+from evermind.ops.pool import lengths_of_mask, pool_bwd, pool_fwd
 from evermind.package import read_package
 from evermind.train.contrastive import (
     TuneConfig,
     crop_view,
     info_nce,
     load_texts,
-    pool_bwd,
-    pool_fwd,
     tune_embedder,
 )
 from tests.factories import run_sync, tiny_package
@@ -84,12 +83,14 @@ def test_pooling_gradient_matches_finite_differences() -> None:
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=bool)
     weights = rng.standard_normal((3, 4))
 
-    def loss() -> float:
-        return float(np.sum(pool_fwd(hidden, mask)[0] * weights))
+    lengths = lengths_of_mask(mask)
 
-    unit, saved = pool_fwd(hidden, mask)
+    def loss() -> float:
+        return float(np.sum(pool_fwd(hidden, lengths) * weights))
+
+    unit = pool_fwd(hidden, lengths)
     np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0)
-    dhidden = pool_bwd(weights, saved)
+    dhidden = pool_bwd(hidden, lengths, weights)
     assert np.all(dhidden[~mask] == 0), "padding must get no gradient"
     check_grads("pool", loss, {"hidden": (hidden, dhidden)})
 
@@ -105,9 +106,12 @@ def test_whole_model_contrastive_gradient_matches_finite_differences() -> None:
 
     def loss_and_grads() -> tuple[float, dict[str, np.ndarray]]:
         hidden, cache = model.hidden_train(ids)
-        unit, saved = pool_fwd(hidden, mask)
+        lengths = lengths_of_mask(mask)
+        unit = pool_fwd(hidden, lengths)
         value, da, db = info_nce(unit[:2], unit[2:], 0.5)
-        return value, model.backward_hidden(cache, pool_bwd(np.concatenate([da, db]), saved))
+        return value, model.backward_hidden(
+            cache, pool_bwd(hidden, lengths, np.concatenate([da, db]))
+        )
 
     _, grads = loss_and_grads()
     errors = {}

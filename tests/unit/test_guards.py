@@ -5,10 +5,13 @@ None of these pairs comes from the development evaluation set.
 
 from __future__ import annotations
 
+from importlib.resources import files
+
 import pytest
 
 from evermind.cache import DEFAULT_GUARDS, GuardChain, default_guard, explain
-from evermind.cache.guard_base import Guard
+from evermind.cache.english.lexicon import DATA_FILES, load
+from evermind.cache.guard import Guard
 from evermind.errors import ConfigError
 
 GUARDS = {guard.name: guard for guard in DEFAULT_GUARDS}
@@ -261,3 +264,13 @@ def test_default_guard_accepts_the_evaluator_signature() -> None:
     assert default_guard(
         "How do I remove a Docker volume?", "How do I delete a Docker volume?", 0.93
     )
+
+
+def test_english_word_lists_load_from_the_package_resources() -> None:
+    shipped = {p.name for p in (files("evermind.cache.english") / "data").iterdir()}
+    assert shipped == {f"{name}.json" for name in DATA_FILES}
+    for name in DATA_FILES:
+        data = dict(load(name))
+        assert data.pop("about", None), f"{name}.json says what it holds"
+        for key, words in data.items():
+            assert words, f"{name}.json: {key} is empty"

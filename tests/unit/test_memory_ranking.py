@@ -1,4 +1,4 @@
-"""Tokenizer, BM25 (against a from-scratch reference), RRF, MMR, weighting factors."""
+"""BM25 (against a from-scratch reference), RRF, MMR, weighting factors."""
 
 from __future__ import annotations
 
@@ -15,39 +15,21 @@ from evermind.memory.ranking import (
     mmr_order,
     recency_factor,
     reciprocal_rank_fusion,
-    stem,
-    tokenize,
     top_k,
 )
-
-
-def test_tokenizer_keeps_codes_whole_and_split() -> None:
-    tokens = tokenize("Error TSR-417 on db-prod-01.tessera.internal, SKU TSR-ENT-A.")
-    for whole in ("tsr-417", "db-prod-01.tessera.internal", "tsr-ent-a"):
-        assert whole in tokens
-    for part in ("tsr", "417", "db", "prod", "01", "tessera", "internal", "ent"):
-        assert part in tokens
-    assert "on" not in tokens  # stop word
-    assert tokenize("Niamh’s reports") == ["niamh", "report"]
-    assert tokenize("ÉCOLE") == tokenize("école")
-
-
-def test_stemming_is_light_and_leaves_codes() -> None:
-    assert stem("reports") == "report" and stem("policies") == "policy"
-    assert stem("status") == "status" and stem("class") == "class"
-    assert stem("v2s") == "v2s" and stem("417") == "417"
+from evermind.text import terms
 
 
 def bm25_reference(docs: list[str], query: str, k1: float = 1.2, b: float = 0.75) -> list[float]:
     """Textbook Okapi BM25 over the same tokens, computed from scratch."""
-    tokenized = [tokenize(d) for d in docs]
+    tokenized = [terms(d) for d in docs]
     n = len(docs)
     avg = sum(len(t) for t in tokenized) / n
     out = []
     for toks in tokenized:
         counts = Counter(toks)
         score = 0.0
-        for term in set(tokenize(query)):
+        for term in set(terms(query)):
             df = sum(term in t for t in tokenized)
             if df == 0:
                 continue

@@ -1,4 +1,4 @@
-"""Tests of the numpy CPU model (evermind.model.cpu) and its ops (evermind.model.cpu_ops).
+"""Tests of the numpy CPU model (evermind.model.cpu) and the ops it is built from (evermind.ops).
 
 Gradient checks run in float64 against central finite differences on tiny, deliberately odd
 shapes; the error measure is the relative error of each gradient tensor,
@@ -20,20 +20,12 @@ import pytest
 from evermind.errors import ConfigError, ShapeError
 from evermind.model import MambaConfig, init_params
 from evermind.model.cpu import CpuMamba
-from evermind.model.cpu_ops import (
-    conv1d_bwd,
-    conv1d_fwd,
-    cross_entropy_bwd,
-    cross_entropy_fwd,
-    rmsnorm_bwd,
-    rmsnorm_fwd,
-    selective_scan_bwd,
-    selective_scan_fwd,
-    silu_bwd,
-    silu_fwd,
-    softplus_bwd,
-    softplus_fwd,
-)
+from evermind.ops.adamw import adamw_step
+from evermind.ops.conv1d import conv1d_bwd, conv1d_fwd
+from evermind.ops.cross_entropy import cross_entropy_bwd, mean_loss, valid_count
+from evermind.ops.elementwise import silu_bwd, silu_fwd, softplus_bwd, softplus_fwd
+from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd
+from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd
 
 FD_STEP = 1e-5
 GRAD_RTOL = 1e-6
@@ -78,7 +70,7 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
 
 
-# ---- per-op finite-difference checks ---------------------------------------------------------
+# ---- per-op finite-difference checks (the ops the model is built from, evermind.ops) ------
 
 
 def test_pointwise_ops_backward(rng: np.random.Generator) -> None:
@@ -93,7 +85,7 @@ def test_pointwise_ops_backward(rng: np.random.Generator) -> None:
         def loss(f: Callable[[Any], Any] = fwd) -> float:
             return float(np.sum(f(x) * probe))
 
-        check_grads(name, loss, {"x": (x, bwd(probe, x))})
+        check_grads(name, loss, {"x": (x, bwd(x, probe))})
 
 
 def test_pointwise_ops_extreme_inputs_stay_finite() -> None:
@@ -102,7 +94,7 @@ def test_pointwise_ops_extreme_inputs_stay_finite() -> None:
     with np.errstate(over="raise", invalid="raise", divide="raise"):
         assert np.allclose(softplus_fwd(x), [0, 0, np.log(2), 100, 1e4])
         assert np.allclose(silu_fwd(x), [0, 0, 0, 100, 1e4])
-        assert np.all(np.isfinite(silu_bwd(np.ones_like(x), x)))
+        assert np.all(np.isfinite(silu_bwd(x, np.ones_like(x))))
 
 
 def test_rmsnorm_backward(rng: np.random.Generator) -> None:
@@ -111,7 +103,8 @@ def test_rmsnorm_backward(rng: np.random.Generator) -> None:
     probe = rng.standard_normal((2, 5, 7))
     y, rstd = rmsnorm_fwd(x, weight, 1e-5)
     np.testing.assert_allclose(y, x / np.sqrt(np.mean(x**2, -1, keepdims=True) + 1e-5) * weight)
-    dx, dweight = rmsnorm_bwd(probe, x, weight, rstd)
+    assert rstd.shape == (2, 5)
+    dx, dweight = rmsnorm_bwd(x, weight, probe, 1e-5)
 
     def loss() -> float:
         return float(np.sum(rmsnorm_fwd(x, weight, 1e-5)[0] * probe))
@@ -140,7 +133,7 @@ def test_conv1d_backward(rng: np.random.Generator) -> None:
     weight = rng.standard_normal((5, 4))
     bias = rng.standard_normal(5)
     probe = rng.standard_normal((2, 6, 5))
-    dx, dweight, dbias = conv1d_bwd(probe, x, weight)
+    dx, dweight, dbias = conv1d_bwd(x, weight, probe)
 
     def loss() -> float:
         return float(np.sum(conv1d_fwd(x, weight, bias) * probe))
@@ -151,45 +144,47 @@ def test_conv1d_backward(rng: np.random.Generator) -> None:
 def scan_inputs(
     rng: np.random.Generator, batch: int, length: int, d_inner: int, d_state: int
 ) -> tuple[np.ndarray, ...]:
-    u = rng.standard_normal((batch, length, d_inner))
-    delta = np.log1p(np.exp(rng.standard_normal((batch, length, d_inner))))  # positive
-    A = -np.exp(rng.standard_normal((d_inner, d_state)) * 0.5)
+    """(x, delta_raw, A_log, B, C, D) in the kernels' convention."""
+    x = rng.standard_normal((batch, length, d_inner))
+    delta_raw = rng.standard_normal((batch, length, d_inner))
+    A_log = rng.standard_normal((d_inner, d_state)) * 0.5
     B = rng.standard_normal((batch, length, d_state))
     C = rng.standard_normal((batch, length, d_state))
     D = rng.standard_normal(d_inner)
-    return u, delta, A, B, C, D
+    return x, delta_raw, A_log, B, C, D
 
 
 def test_selective_scan_forward_matches_explicit_recurrence(rng: np.random.Generator) -> None:
-    u, delta, A, B, C, D = scan_inputs(rng, 2, 7, 5, 3)
-    y, _ = selective_scan_fwd(u, delta, A, B, C, D)
+    x, delta_raw, A_log, B, C, D = scan_inputs(rng, 2, 7, 5, 3)
+    y, _ = selective_scan_fwd(x, delta_raw, A_log, B, C, D)
+    delta, A = np.log1p(np.exp(delta_raw)), -np.exp(A_log)
     for b in range(2):
         h = np.zeros((5, 3))
         for t in range(7):
             for i in range(5):
                 for n in range(3):
                     h[i, n] = np.exp(delta[b, t, i] * A[i, n]) * h[i, n]
-                    h[i, n] += delta[b, t, i] * B[b, t, n] * u[b, t, i]
-                expected = sum(h[i, n] * C[b, t, n] for n in range(3)) + D[i] * u[b, t, i]
+                    h[i, n] += delta[b, t, i] * B[b, t, n] * x[b, t, i]
+                expected = sum(h[i, n] * C[b, t, n] for n in range(3)) + D[i] * x[b, t, i]
                 assert abs(y[b, t, i] - expected) < 1e-12
 
 
 def test_selective_scan_backward(rng: np.random.Generator) -> None:
-    u, delta, A, B, C, D = scan_inputs(rng, 2, 5, 4, 3)
+    x, delta_raw, A_log, B, C, D = scan_inputs(rng, 2, 5, 4, 3)
     probe = rng.standard_normal((2, 5, 4))
-    _, cache = selective_scan_fwd(u, delta, A, B, C, D)
-    du, ddelta, dA, dB, dC, dD = selective_scan_bwd(probe, u, delta, A, B, C, D, cache)
+    _, states = selective_scan_fwd(x, delta_raw, A_log, B, C, D)
+    dx, ddelta, dA_log, dB, dC, dD = selective_scan_bwd(probe, x, delta_raw, A_log, B, C, D, states)
 
     def loss() -> float:
-        return float(np.sum(selective_scan_fwd(u, delta, A, B, C, D)[0] * probe))
+        return float(np.sum(selective_scan_fwd(x, delta_raw, A_log, B, C, D)[0] * probe))
 
     check_grads(
         "scan",
         loss,
         {
-            "u": (u, du),
-            "delta": (delta, ddelta),
-            "A": (A, dA),
+            "x": (x, dx),
+            "delta_raw": (delta_raw, ddelta),
+            "A_log": (A_log, dA_log),
             "B": (B, dB),
             "C": (C, dC),
             "D": (D, dD),
@@ -200,26 +195,27 @@ def test_selective_scan_backward(rng: np.random.Generator) -> None:
 def test_cross_entropy_forward_and_backward(rng: np.random.Generator) -> None:
     logits = rng.standard_normal((6, 11)) * 2
     targets = np.array([3, -100, 0, 10, 7, -100])
-    loss, probs = cross_entropy_fwd(logits, targets)
+    loss = mean_loss(logits, targets)
     valid = targets != -100
     log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
     expected = -np.mean(log_softmax[valid, targets[valid]])
     assert loss == pytest.approx(expected, rel=1e-12)
-    dlogits = cross_entropy_bwd(probs, targets)
+    dlogits = cross_entropy_bwd(logits, targets, 1.0 / valid_count(targets, 11))
     assert np.all(dlogits[~valid] == 0)
     check_grads(
         "cross_entropy",
-        lambda: cross_entropy_fwd(logits, targets)[0],
+        lambda: mean_loss(logits, targets),
         {"logits": (logits, dlogits)},
     )
 
 
-def test_cross_entropy_rejects_bad_targets() -> None:
-    logits = np.zeros((2, 5))
-    with pytest.raises(ShapeError, match=r"\[0, 5\)"):
-        cross_entropy_fwd(logits, np.array([1, 5]))
+def test_loss_rejects_bad_targets() -> None:
+    model = CpuMamba(TINY, init_params(TINY, 0))
+    ids = np.array([[1, 2]])
+    with pytest.raises(ShapeError, match=r"\[0, 11\)"):
+        model.loss_and_grads(ids, np.array([[1, 11]]))
     with pytest.raises(ShapeError, match="at least one target"):
-        cross_entropy_fwd(logits, np.array([-100, -100]))
+        model.loss_and_grads(ids, np.array([[-100, -100]]))
 
 
 # ---- whole model -----------------------------------------------------------------------------
@@ -281,7 +277,7 @@ def test_forward_train_exposes_activations_and_backward_checks_shapes() -> None:
     logits, cache = model.forward_train(ids)
     np.testing.assert_array_equal(logits, model.forward(ids))
     assert len(cache.layers) == TINY.n_layer
-    assert cache.layers[1].scan.states.shape == (2, 3, TINY.d_inner, TINY.d_state)
+    assert cache.layers[1].states.shape == (2, 3, TINY.d_inner, TINY.d_state)
     np.testing.assert_array_equal(cache.hidden, model.hidden(ids))
     # backward is linear in dlogits: the CE gradient splits into its per-row parts.
     dlogits = np.random.default_rng(0).standard_normal(logits.shape)
@@ -451,7 +447,7 @@ def test_overfits_a_short_sequence_with_adam() -> None:
     sequence = np.random.default_rng(9).integers(0, config.vocab_size, 41)
     ids, targets = sequence[None, :-1], sequence[None, 1:]  # 40 positions
     moments = {n: (np.zeros_like(p), np.zeros_like(p)) for n, p in model.params.items()}
-    lr, beta1, beta2, max_steps = 1e-2, 0.9, 0.999, 300
+    lr, max_steps = 1e-2, 300
     start = time.perf_counter()
     first = loss = model.loss_and_grads(ids, targets)[0]
     for step in range(1, max_steps + 1):
@@ -459,10 +455,9 @@ def test_overfits_a_short_sequence_with_adam() -> None:
         if loss < 0.1:
             break
         for name, param in model.params.items():
-            m, v = moments[name]
-            m += (1 - beta1) * (grads[name] - m)
-            v += (1 - beta2) * (grads[name] ** 2 - v)
-            param -= lr * (m / (1 - beta1**step)) / (np.sqrt(v / (1 - beta2**step)) + 1e-8)
+            param[...], *moments[name] = adamw_step(  # plain Adam: no weight decay
+                param, grads[name], *moments[name], step=step, lr=lr, weight_decay=0.0
+            )
     elapsed = time.perf_counter() - start
     print(f"overfit: loss {first:.3f} -> {loss:.4f} in {step} steps, {elapsed:.1f} s")
     assert loss < 0.1

@@ -15,8 +15,9 @@ from evermind.model.init import init_params
 from evermind.train.checkpoint import CheckpointError, pack_checkpoint, unpack_checkpoint
 from evermind.train.cpu_backend import CpuBackend
 from evermind.train.data import BatchSampler, eval_windows, split_held_out
-from evermind.train.loop import TrainConfig, Trainer
+from evermind.train.loop import Trainer
 from evermind.train.schedule import Schedule
+from evermind.types import TrainConfig
 
 CONFIG = MambaConfig(d_model=16, n_layer=2, vocab_size=23, d_state=4)
 

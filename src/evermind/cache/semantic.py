@@ -4,7 +4,8 @@ This module owns :class:`SemanticCache` (L1: in-process vectors with LRU capacit
 namespaces, plus an optional L2 backend), the lookup result :class:`CacheLookup` and the
 counters :class:`CacheStats`. A lookup embeds the query, takes the stored entries whose
 cosine reaches the threshold, best first, and serves the first one every guard accepts
-(see :mod:`evermind.cache.guards`). The embedder's fingerprint is part of every key, so a
+(see :mod:`evermind.cache.guard`; by default the English guards of
+:mod:`evermind.cache.english`). The embedder's fingerprint is part of every key, so a
 new model never serves vectors made by an old one.
 
 Browser-safe: standard library only. The sync methods work with a sync embedder and a
@@ -22,8 +23,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from evermind.cache.guard_base import Refusal
-from evermind.cache.guards import DEFAULT_CHAIN, GuardChain, default_guard
+from evermind.cache.english import ENGLISH_CHAIN, default_guard
+from evermind.cache.guard import GuardChain, Refusal
 from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
 from evermind.errors import ConfigError, ShapeError, StorageError
 
@@ -155,7 +156,8 @@ class SemanticCache:
         embed: ``embed(text) -> vector`` (sync or async). Vectors are L2-normalised here.
         threshold: Cosine at and above which a stored query is a candidate, in [-1, 1].
         guard: A :class:`GuardChain` (refusals are named per guard), any callable
-            ``(query, cached_query) -> bool``, or None for cosine only.
+            ``(query, cached_query) -> bool``, or None for cosine only. Defaults to the
+            English guards (:data:`evermind.cache.english.ENGLISH_CHAIN`).
         l2: An optional shared backend (see :class:`evermind.cache.l2.HttpSemanticCacheBackend`).
         capacity: Most L1 entries kept (all namespaces together); least recently used go.
         ttl: Seconds an entry lives, or None for no expiry.
@@ -172,7 +174,7 @@ class SemanticCache:
         embed: Embedder,
         *,
         threshold: float = 0.9,
-        guard: GuardChain | GuardCallable | None = default_guard,
+        guard: GuardChain | GuardCallable | None = ENGLISH_CHAIN,
         l2: SemanticCacheBackend | None = None,
         capacity: int = 1024,
         ttl: float | None = None,
@@ -342,8 +344,8 @@ class SemanticCache:
     def _refusal(self, query: str, cached_query: str) -> Refusal | None:
         if self.guard is None:
             return None
-        if self.guard is default_guard:  # the function form of DEFAULT_CHAIN: keep its reasons
-            return DEFAULT_CHAIN.check(query, cached_query)
+        if self.guard is default_guard:  # the function form of ENGLISH_CHAIN: keep its reasons
+            return ENGLISH_CHAIN.check(query, cached_query)
         if isinstance(self.guard, GuardChain):
             return self.guard.check(query, cached_query)
         if self.guard(query, cached_query):

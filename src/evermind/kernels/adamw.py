@@ -10,8 +10,8 @@ same small uniform, ``AdamW.step_params``. :meth:`AdamW.set_step` rewrites it wi
 ``device.write`` (learning rate, bias corrections for the step number); call it once
 before submitting each step's plan. Everything else is fixed at recording time.
 
-Browser-safe (standard library and ``evermind`` only). The numpy twin is in
-``adamw_ref.py``.
+Browser-safe (standard library and ``evermind`` only).
+The numpy reference is ``evermind.ops.adamw``.
 """
 
 from __future__ import annotations

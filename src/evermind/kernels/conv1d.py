@@ -9,8 +9,8 @@ as fixed-order partial sums over chunks of (b, t) rows and a fixed-order sum of 
 in_proj's ``(B, L, 2 * d_inner)`` output: pass ``x_stride`` (floats between consecutive
 rows) and ``x_offset`` (floats before element (0, 0)).
 
-Browser-safe (standard library and ``evermind`` only). The numpy twins are in
-``conv1d_ref.py``.
+Browser-safe (standard library and ``evermind`` only).
+The numpy reference is ``evermind.ops.conv1d``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ each row's loss and the gradient of the MEAN loss with respect to the logits;
 that mean, so a training step needs no per-step readback of ``M`` values. The mean's
 ``scale`` (1 / number of valid targets) changes with the padding of each batch: rewrite it
 in the recorded dispatches with :meth:`CrossEntropy.set_scale` instead of recording again.
-The numpy twins are in ``cross_entropy_ref.py``.
+The numpy reference is ``evermind.ops.cross_entropy``.
 
 Two strategies (``strategy=``): ``"tree"`` reduces each row in a workgroup through
 workgroup memory (GPUs); ``"row_serial"`` gives each row to one invocation that loops over

@@ -1,8 +1,8 @@
 """Launchers for ``shaders/elementwise.wgsl``: add, mul, SiLU, softplus and their backwards.
 
 Each method records one dispatch over ``n`` flat float32 values and returns it; add it to a
-:class:`evermind.gpu.Plan` or submit it directly. The numpy twins are in
-``elementwise_ref.py``.
+:class:`evermind.gpu.Plan` or submit it directly.
+The numpy reference is ``evermind.ops.elementwise``.
 """
 
 from __future__ import annotations

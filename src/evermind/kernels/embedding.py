@@ -10,8 +10,8 @@ Per step, the ids change but nothing is re-recorded: call :meth:`Embedding.write
 (or :meth:`Embedding.write_ids` and :meth:`Embedding.write_csr`) to rewrite the id and CSR
 buffers with ``device.write`` before submitting the recorded plan.
 
-Browser-safe (standard library and ``evermind`` only). The numpy twins are in
-``embedding_ref.py``.
+Browser-safe (standard library and ``evermind`` only).
+The numpy reference is ``evermind.ops.embedding``.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ recording time, so the result is bit-for-bit reproducible.
 A tensor is a whole buffer, or a ``(buffer, float_offset, count)`` view into a larger one
 (a flat gradient arena). :meth:`GradNorm.segments` covers the arena case in one call.
 
-Browser-safe (standard library and ``evermind`` only). The numpy twins are in
-``grad_norm_ref.py``.
+Browser-safe (standard library and ``evermind`` only).
+The numpy reference is ``evermind.ops.grad_norm``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Every method records one dispatch ``C (+)= op(A) · op(B) (+ bias)`` and returns it. The
 transposes are pipeline ``override`` constants (one compiled pipeline per mode), the sizes
-and the bias/accumulate flags live in the dispatch's ``Params`` uniform. The numpy twins are
-in ``matmul_ref.py``.
+and the bias/accumulate flags live in the dispatch's ``Params`` uniform. The numpy reference
+is ``evermind.ops.matmul``.
 
 With ``vector_loads`` (the default on CPU adapters, :attr:`Device.is_cpu_adapter`), a mode
 whose sizes divide by 4 runs a vectorised entry point (``main_nt_k4``, ``main_nn_v4``,

@@ -1,8 +1,8 @@
 """Launcher for ``shaders/pool.wgsl``: mean-pool over valid positions, then L2-normalise.
 
 This is the embedding head: the final hidden states (B, L, D) of a batch of texts become
-(B, D) unit vectors for the memory store and the semantic cache. The numpy twin is in
-``pool_ref.py``.
+(B, D) unit vectors for the memory store and the semantic cache.
+The numpy reference is ``evermind.ops.pool``.
 """
 
 from __future__ import annotations

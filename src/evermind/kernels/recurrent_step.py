@@ -9,8 +9,8 @@ Two dispatches per layer and token, both O(1) in the sequence length:
 Both are recorded once and replayed for every generated token: the per-token inputs (x, delta,
 B_t, C_t) are written into the same buffers by the kernels that produce them, and the states
 are updated in place, so nothing in a uniform changes between steps. Start a new sequence by
-zeroing ``conv_state`` and ``h`` (``device.write`` of zeros). The numpy twins are in
-``recurrent_step_ref.py``.
+zeroing ``conv_state`` and ``h`` (``device.write`` of zeros).
+The numpy reference is ``evermind.ops.recurrent_step``.
 """
 
 from __future__ import annotations

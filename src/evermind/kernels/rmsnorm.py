@@ -10,8 +10,8 @@ row and reduces it through workgroup memory (GPUs); ``"row_serial"`` runs an inv
 row that loops over ``D`` (no barriers: on SwiftShader it is several times faster);
 ``"auto"`` (the default) picks row-serial on CPU adapters (:attr:`Device.is_cpu_adapter`).
 
-Browser-safe (standard library and ``evermind`` only). The numpy twins are in
-``rmsnorm_ref.py``.
+Browser-safe (standard library and ``evermind`` only).
+The numpy reference is ``evermind.ops.rmsnorm``.
 """
 
 from __future__ import annotations

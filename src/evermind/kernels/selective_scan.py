@@ -19,7 +19,7 @@ second (B, L, D, N) buffer is needed. ``bench_scan.py`` reports both forwards.
 The backward is five passes (dC; the reverse recurrence; per-token dx/ddelta; dB; dA_log, dD)
 because one pass would need more than the 8 storage buffers a WebGPU stage gets by default.
 
-The numpy twins are in ``selective_scan_ref.py``.
+The numpy reference is ``evermind.ops.selective_scan``.
 """
 
 from __future__ import annotations

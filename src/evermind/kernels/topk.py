@@ -4,7 +4,7 @@
 queries, score and select per chunk, then merge rounds until one chunk is left — with its
 scratch buffers allocated once. To search again with new queries, ``device.write`` them
 into the query buffer and submit the same list; a different N, D, Q or k needs a new
-recording. The numpy twin is in ``topk_ref.py``.
+recording. The numpy reference is ``evermind.ops.topk``.
 """
 
 from __future__ import annotations

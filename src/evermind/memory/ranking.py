@@ -1,84 +1,20 @@
-"""Ranking for recall: tokenizer, incremental BM25, reciprocal-rank fusion, MMR, weighting.
+"""Ranking for recall: incremental BM25, reciprocal-rank fusion, MMR, weighting.
 
 Everything here is pure computation over plain Python data. Browser-safe: standard library only.
 
-The tokenizer keeps identifiers whole *and* split: ``"TSR-417 on db-prod-01.tessera.internal"``
-gives ``tsr-417, tsr, 417, on, db-prod-01.tessera.internal, db, prod, 01, tessera, internal``
-(stop words such as ``on`` are then dropped), so an exact code matches exactly and its parts
-still match loosely. Words get a light, rule-based English stemming (plural and ``-ing``/``-ed``
-endings) so "reports" meets "report".
+BM25 indexes the terms of :func:`evermind.text.terms`: identifiers kept whole *and* split
+(``"TSR-417"`` gives ``tsr-417, tsr, 417``) so an exact code matches exactly and its parts
+still match loosely, stop words dropped, words stemmed by :func:`evermind.text.stem` so
+"reports" meets "report".
 """
 
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-# Alphanumeric runs joined by identifier punctuation: codes (TSR-417), hosts, SKUs, paths.
-_COMPOUND = re.compile(r"[^\W_]+(?:[-_./:@#+][^\W_]+)*")
-_PART = re.compile(r"[^\W_]+")
-_POSSESSIVE = re.compile(r"(?<=\w)'s\b")
-
-_STOP_WORD_TEXT = """
-a about above after again against all am an and any are as at be because been before
-being below between both but by can could did do does doing down during each few for from
-further had has have having he her here hers herself him himself his how i if in into is it
-its itself just me more most my myself no nor not of off on once only or other our ours
-ourselves out over own same she should so some such than that the their theirs them
-themselves then there these they this those through to too under until up very was we were
-what when where which while who whom why will with would you your yours yourself
-yourselves s t
-"""
-STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
-
-
-def normalise_text(text: str) -> str:
-    """NFKC-normalises, case-folds and straightens apostrophes."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return text.replace("\u2019", "'").replace("\u2018", "'")
-
-
-def stem(word: str) -> str:
-    """A light English suffix stripper (plurals, -ing, -ed); leaves codes and numbers alone."""
-    if len(word) <= 3 or not word.isalpha():
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    if word.endswith("ing") and len(word) > 5:
-        return word[:-3]
-    if word.endswith("ed") and len(word) > 4:
-        return word[:-2]
-    return word
-
-
-def tokenize(text: str, *, keep_stop_words: bool = False) -> list[str]:
-    """Splits text into ranking tokens: whole identifiers plus their stemmed parts.
-
-    Args:
-        text: Any text.
-        keep_stop_words: Keep function words ("the", "to") instead of dropping them.
-
-    Returns:
-        Tokens in order of appearance, with repeats (term frequency matters to BM25).
-    """
-    norm = _POSSESSIVE.sub("", normalise_text(text))
-    tokens: list[str] = []
-    for match in _COMPOUND.finditer(norm):
-        whole = match.group()
-        parts = _PART.findall(whole)
-        if len(parts) > 1:
-            tokens.append(whole)
-        for part in parts:
-            if keep_stop_words or part not in STOP_WORDS:
-                tokens.append(stem(part))
-    return tokens
+from evermind.text import terms
 
 
 class BM25Index:
@@ -87,14 +23,14 @@ class BM25Index:
     Args:
         k1: Term-frequency saturation (1.2 is the usual default).
         b: Length normalisation, 0 (none) … 1 (full).
-        tokenizer: Text -> tokens; ``tokenize`` by default.
+        tokenizer: Text -> terms; :func:`evermind.text.terms` by default.
     """
 
     def __init__(
         self,
         k1: float = 1.2,
         b: float = 0.75,
-        tokenizer: Callable[[str], list[str]] = tokenize,
+        tokenizer: Callable[[str], list[str]] = terms,
     ) -> None:
         self.k1 = k1
         self.b = b

@@ -2,10 +2,15 @@
 
 NATIVE-ONLY: imports numpy; never imported by browser code.
 
-This module owns :class:`CpuMamba`, the reference every other implementation is tested against
-(the WGSL kernels, the ``transformers`` port) and the model the native runtime serves when no
-GPU is around. Everything is vectorised over batch, channels and state; the only Python loops
-are over layers, over time inside the scan, and over the K conv taps.
+This module owns :class:`CpuMamba`, the model-level reference (the GPU model's training step
+and decoding, and the ``transformers`` port, are tested against it) and the model the native
+runtime serves when no GPU is around. It is
+built from the one numpy reference of each op in :mod:`evermind.ops` (the functions the kernel
+tests compare the WGSL kernels with), in the kernels' conventions: the scan takes the time step
+before softplus and ``A_log``, the decoding state is the kernels' (B, I, K) conv register and
+(B, I, N) SSM state. Only the matmuls are numpy's ``@`` directly. The ops compute in float64
+and return the model's dtype; their Python loops are over time inside the scan and over the K
+conv taps.
 
     h = E[ids]                                   # (B, L, D)
     for each layer: h = h + mixer(rmsnorm(h))    # (B, L, D)
@@ -26,23 +31,16 @@ import numpy.typing as npt
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.model.config import MambaConfig
-from evermind.model.cpu_ops import (
-    FloatArray,
-    IntArray,
-    ScanCache,
-    conv1d_bwd,
-    conv1d_fwd,
-    cross_entropy_bwd,
-    cross_entropy_fwd,
-    rmsnorm_bwd,
-    rmsnorm_fwd,
-    selective_scan_bwd,
-    selective_scan_fwd,
-    silu_bwd,
-    silu_fwd,
-    softplus_bwd,
-    softplus_fwd,
-)
+from evermind.ops._dtype import Floats as FloatArray
+from evermind.ops._dtype import Ints as IntArray
+from evermind.ops.conv1d import conv1d_bwd, conv1d_fwd
+from evermind.ops.cross_entropy import cross_entropy_bwd, mean_loss, valid_count
+from evermind.ops.elementwise import silu_bwd, silu_fwd
+from evermind.ops.embedding import embedding_bwd, embedding_fwd
+from evermind.ops.pool import lengths_of_mask, pool_fwd
+from evermind.ops.recurrent_step import conv_step, ssm_step
+from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd
+from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd
 
 __all__ = ["CpuMamba", "ForwardCache", "LayerCache", "MambaState"]
 
@@ -55,18 +53,16 @@ class LayerCache:
 
     h_in: FloatArray  # (B, L, D)  block input (residual stream)
     x_norm: FloatArray  # (B, L, D)  rmsnorm(h_in)
-    rstd: FloatArray  # (B, L, 1)
+    rstd: FloatArray  # (B, L)
     x_in: FloatArray  # (B, L, I)  first half of in_proj
     z: FloatArray  # (B, L, I)  gate, second half of in_proj
     conv: FloatArray  # (B, L, I)  conv1d output before SiLU
-    x_conv: FloatArray  # (B, L, I)  silu(conv): the scan input u
+    x_conv: FloatArray  # (B, L, I)  silu(conv): the scan input x
     dt_low: FloatArray  # (B, L, R)
-    dt_pre: FloatArray  # (B, L, I)  before softplus
-    delta: FloatArray  # (B, L, I)
+    dt_pre: FloatArray  # (B, L, I)  the scan's delta_raw (softplus is the scan's)
     B: FloatArray  # (B, L, N)
     C: FloatArray  # (B, L, N)
-    A: FloatArray  # (I, N)
-    scan: ScanCache
+    states: FloatArray  # (B, L, I, N)  every scan state h_t
     y: FloatArray  # (B, L, I)  scan output before the gate
 
 
@@ -77,7 +73,7 @@ class ForwardCache:
     ids: IntArray  # (B, L)
     layers: list[LayerCache]  # one per block, in order
     h_final: FloatArray  # (B, L, D) residual stream before norm_f
-    rstd_final: FloatArray  # (B, L, 1)
+    rstd_final: FloatArray  # (B, L)
     hidden: FloatArray  # (B, L, D) rmsnorm_f output
 
 
@@ -86,7 +82,8 @@ class MambaState:
     """Recurrent decoding state: O(1) per sequence, whatever the length decoded so far.
 
     Attributes:
-        conv: Per layer, the last K-1 conv inputs, oldest first, shape (B, K-1, I).
+        conv: Per layer, the register of the last K conv inputs, oldest first, shape (B, I, K)
+            (the kernel's layout; the next step shifts the oldest out).
         ssm: Per layer, the SSM state h, shape (B, I, N).
     """
 
@@ -153,13 +150,13 @@ class CpuMamba:
     # ---- parameters --------------------------------------------------------------------------
 
     def _layer(self, index: int) -> dict[str, FloatArray]:
-        """Views of one layer's weights under short names (conv weight as (I, K))."""
+        """Views of one layer's weights under short names."""
         prefix = f"backbone.layers.{index}."
         p = self.params
         return {
             "norm": p[prefix + "norm.weight"],  # (D,)
             "in_proj": p[prefix + "mixer.in_proj.weight"],  # (2I, D)
-            "conv_w": p[prefix + "mixer.conv1d.weight"][:, 0, :],  # (I, K)
+            "conv_w": p[prefix + "mixer.conv1d.weight"],  # (I, 1, K)
             "conv_b": p[prefix + "mixer.conv1d.bias"],  # (I,)
             "x_proj": p[prefix + "mixer.x_proj.weight"],  # (R + 2N, I)
             "dt_w": p[prefix + "mixer.dt_proj.weight"],  # (I, R)
@@ -190,7 +187,7 @@ class CpuMamba:
         """One block's mixer path on the residual stream h (B, L, D): (out (B, L, D), cache)."""
         cfg = self.config
         d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
-        x_norm, rstd = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, L, D), (B, L, 1)
+        x_norm, rstd = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, L, D), (B, L)
         xz = x_norm @ w["in_proj"].T  # (B, L, 2I)
         x_in, z = xz[..., :d_inner], xz[..., d_inner:]  # (B, L, I) each
         conv = conv1d_fwd(x_in, w["conv_w"], w["conv_b"])  # (B, L, I)
@@ -199,14 +196,13 @@ class CpuMamba:
         dt_low = dbc[..., :rank]  # (B, L, R)
         B = dbc[..., rank : rank + d_state]  # (B, L, N)
         C = dbc[..., rank + d_state :]  # (B, L, N)
-        dt_pre = dt_low @ w["dt_w"].T + w["dt_b"]  # (B, L, I)
-        delta = softplus_fwd(dt_pre)  # (B, L, I)
-        A = -np.exp(w["A_log"])  # (I, N): negative, so the state decays
-        y, scan = selective_scan_fwd(x_conv, delta, A, B, C, w["D"])  # (B, L, I)
+        dt_pre = dt_low @ w["dt_w"].T + w["dt_b"]  # (B, L, I), before softplus
+        # (B, L, I), (B, L, I, N); delta = softplus(dt_pre) and A = -exp(A_log) < 0 inside.
+        y, states = selective_scan_fwd(x_conv, dt_pre, w["A_log"], B, C, w["D"])
         out = (y * silu_fwd(z)) @ w["out_proj"].T  # (B, L, D)
         cache = LayerCache(
             h_in=h, x_norm=x_norm, rstd=rstd, x_in=x_in, z=z, conv=conv, x_conv=x_conv,
-            dt_low=dt_low, dt_pre=dt_pre, delta=delta, B=B, C=C, A=A, scan=scan, y=y,
+            dt_low=dt_low, dt_pre=dt_pre, B=B, C=C, states=states, y=y,
         )  # fmt: skip
         return out, cache
 
@@ -214,7 +210,8 @@ class CpuMamba:
         """Final normed hidden state (B, L, D), and the activations when ``keep``."""
         cfg = self.config
         layers: list[LayerCache] = []
-        h = self.params["backbone.embeddings.weight"][ids]  # (B, L, D)
+        embedding = self.params["backbone.embeddings.weight"]  # (V, D)
+        h = embedding_fwd(ids, embedding).reshape(*ids.shape, cfg.d_model)  # (B, L, D)
         for index in range(cfg.n_layer):
             out, layer_cache = self._block_fwd(self._layer(index), h)
             if keep:
@@ -260,7 +257,8 @@ class CpuMamba:
             Unit vectors, shape (B, D).
 
         Raises:
-            ShapeError: Mask shape differs from ids, or a row has no valid position.
+            ShapeError: Mask shape differs from ids, a row has no valid position, or a row is
+                not a prefix (True after False).
         """
         ids = self._check_ids(ids, 2, "embed")
         mask = np.asarray(mask, dtype=bool)
@@ -274,12 +272,9 @@ class CpuMamba:
                 f"CpuMamba.embed: expected at least one True in every mask row, rows "
                 f"{np.nonzero(counts == 0)[0].tolist()} have none; hint: do not embed empty texts"
             )
+        lengths = lengths_of_mask(mask)  # (B,); raises unless every row is a prefix
         hidden, _ = self._forward(ids, keep=False)  # (B, L, D)
-        weights = mask.astype(self.dtype) / counts[:, None].astype(self.dtype)  # (B, L)
-        pooled: FloatArray = np.einsum("bl,bld->bd", weights, hidden)  # (B, D)
-        norm = np.linalg.norm(pooled, axis=1, keepdims=True)  # (B, 1)
-        unit: FloatArray = pooled / np.maximum(norm, float(np.finfo(self.dtype).tiny))
-        return unit
+        return pool_fwd(hidden, lengths)
 
     # ---- training: loss and full backward ----------------------------------------------------
 
@@ -307,12 +302,25 @@ class CpuMamba:
                 f"CpuMamba.loss_and_grads: targets have shape {targets.shape} dtype "
                 f"{targets.dtype}, expected integers shaped like ids {ids.shape}"
             )
-        logits, cache = self.forward_train(ids)  # (B, L, V)
+        vocab = self.config.vocab_size
         flat_targets = targets.reshape(-1)
-        loss, probs = cross_entropy_fwd(
-            logits.reshape(-1, self.config.vocab_size), flat_targets, ignore_index
-        )
-        dlogits = cross_entropy_bwd(probs, flat_targets, ignore_index)  # (M, V)
+        counted = flat_targets != ignore_index
+        bad = counted & ((flat_targets < 0) | (flat_targets >= vocab))
+        if bad.any():
+            raise ShapeError(
+                f"cross_entropy: expected targets in [0, {vocab}) or {ignore_index} (ignored), "
+                f"got {flat_targets[bad][:5].tolist()}; hint: check the tokenizer's vocab_size"
+            )
+        count = valid_count(flat_targets, vocab, ignore_index)
+        if count == 0:
+            raise ShapeError(
+                f"cross_entropy: expected at least one target != ignore_index={ignore_index}, "
+                f"got none of {flat_targets.size}; hint: the mean over zero targets is undefined"
+            )
+        logits, cache = self.forward_train(ids)  # (B, L, V)
+        flat_logits = logits.reshape(-1, vocab)  # (M, V)
+        loss = mean_loss(flat_logits, flat_targets, ignore_index)
+        dlogits = cross_entropy_bwd(flat_logits, flat_targets, 1.0 / count, ignore_index)
         return loss, self.backward(cache, dlogits.reshape(logits.shape))
 
     def forward_train(self, ids: Any) -> tuple[FloatArray, ForwardCache]:
@@ -381,14 +389,14 @@ class CpuMamba:
             )
         grads = {name: np.zeros_like(value) for name, value in self.params.items()}
         dh, grads["backbone.norm_f.weight"] = rmsnorm_bwd(
-            dhidden, cache.h_final, self.params["backbone.norm_f.weight"], cache.rstd_final
+            cache.h_final, self.params["backbone.norm_f.weight"], dhidden, cfg.rms_eps
         )
         for index in reversed(range(cfg.n_layer)):
             # The residual passes dh through unchanged and adds the mixer's path.
             dh = dh + self._block_bwd(index, dh, cache.layers[index], grads)
         # The embedding's second contribution: the gather h = E[ids] (repeated ids accumulate).
-        np.add.at(
-            grads["backbone.embeddings.weight"], cache.ids.reshape(-1), dh.reshape(-1, cfg.d_model)
+        grads["backbone.embeddings.weight"] = embedding_bwd(
+            cache.ids, dh.reshape(-1, cfg.d_model), grads["backbone.embeddings.weight"]
         )
         return grads
 
@@ -407,30 +415,27 @@ class CpuMamba:
         grads[prefix + "out_proj.weight"] = flat(dout).T @ flat(gated)  # (D, I)
         dgated = dout @ w["out_proj"]  # (B, L, I)
         dy = dgated * gate  # (B, L, I)
-        dz = silu_bwd(dgated * c.y, c.z)  # (B, L, I)
+        dz = silu_bwd(c.z, dgated * c.y)  # (B, L, I)
 
-        du, ddelta, dA, dB, dC, dD = selective_scan_bwd(
-            dy, c.x_conv, c.delta, c.A, c.B, c.C, w["D"], c.scan
+        du, ddt_pre, grads[prefix + "A_log"], dB, dC, grads[prefix + "D"] = selective_scan_bwd(
+            dy, c.x_conv, c.dt_pre, w["A_log"], c.B, c.C, w["D"], c.states
         )
-        grads[prefix + "A_log"] = dA * c.A  # A = -exp(A_log) so dA/dA_log = A
-        grads[prefix + "D"] = dD
-        ddt_pre = softplus_bwd(ddelta, c.dt_pre)  # (B, L, I)
         grads[prefix + "dt_proj.weight"] = flat(ddt_pre).T @ flat(c.dt_low)  # (I, R)
         grads[prefix + "dt_proj.bias"] = flat(ddt_pre).sum(axis=0)  # (I,)
         ddbc = np.concatenate([ddt_pre @ w["dt_w"], dB, dC], axis=-1)  # (B, L, R + 2N)
         grads[prefix + "x_proj.weight"] = flat(ddbc).T @ flat(c.x_conv)  # (R + 2N, I)
         dx_conv = du + ddbc @ w["x_proj"]  # (B, L, I)
 
-        dconv = silu_bwd(dx_conv, c.conv)  # (B, L, I)
-        dx_in, dconv_w, dconv_b = conv1d_bwd(dconv, c.x_in, w["conv_w"])
-        grads[prefix + "conv1d.weight"] = dconv_w[:, None, :]  # (I, 1, K)
-        grads[prefix + "conv1d.bias"] = dconv_b
+        dconv = silu_bwd(c.conv, dx_conv)  # (B, L, I)
+        dx_in, grads[prefix + "conv1d.weight"], grads[prefix + "conv1d.bias"] = conv1d_bwd(
+            c.x_in, w["conv_w"], dconv
+        )
         dxz = np.concatenate([dx_in, dz], axis=-1)  # (B, L, 2I)
         grads[prefix + "in_proj.weight"] = flat(dxz).T @ flat(c.x_norm)  # (2I, D)
         dx_norm = dxz @ w["in_proj"]  # (B, L, D)
 
         dh_in, grads[f"backbone.layers.{index}.norm.weight"] = rmsnorm_bwd(
-            dx_norm, c.h_in, w["norm"], c.rstd
+            c.h_in, w["norm"], dx_norm, self.config.rms_eps
         )
         return dh_in
 
@@ -443,8 +448,7 @@ class CpuMamba:
         cfg = self.config
         return MambaState(
             conv=[
-                np.zeros((batch, cfg.d_conv - 1, cfg.d_inner), self.dtype)
-                for _ in range(cfg.n_layer)
+                np.zeros((batch, cfg.d_inner, cfg.d_conv), self.dtype) for _ in range(cfg.n_layer)
             ],
             ssm=[
                 np.zeros((batch, cfg.d_inner, cfg.d_state), self.dtype) for _ in range(cfg.n_layer)
@@ -472,27 +476,18 @@ class CpuMamba:
             )
         d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
-        h = embedding[ids]  # (B, D)
+        h = embedding_fwd(ids, embedding)  # (B, D)
         for index in range(cfg.n_layer):
             w = self._layer(index)
-            conv_state, ssm = state.conv[index], state.ssm[index]  # (B, K-1, I), (B, I, N)
+            conv_state, ssm = state.conv[index], state.ssm[index]  # (B, I, K), (B, I, N)
             x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, D)
             xz = x_norm @ w["in_proj"].T  # (B, 2I)
             x_in, z = xz[:, :d_inner], xz[:, d_inner:]  # (B, I) each
-            # Conv over the window [K-1 remembered inputs, current input]; tap K-1 is current.
-            conv = x_in * w["conv_w"][:, -1] + w["conv_b"]  # (B, I)
-            if cfg.d_conv > 1:
-                conv += np.einsum("bki,ik->bi", conv_state, w["conv_w"][:, :-1])
-                conv_state[:, :-1] = conv_state[:, 1:]  # shift out the oldest input
-                conv_state[:, -1] = x_in
-            x_conv = silu_fwd(conv)  # (B, I)
+            x_conv, conv_state[...] = conv_step(conv_state, x_in, w["conv_w"], w["conv_b"])
             dbc = x_conv @ w["x_proj"].T  # (B, R + 2N)
             B, C = dbc[:, rank : rank + d_state], dbc[:, rank + d_state :]  # (B, N) each
-            delta = softplus_fwd(dbc[:, :rank] @ w["dt_w"].T + w["dt_b"])  # (B, I)
-            A = -np.exp(w["A_log"])  # (I, N)
-            ssm *= np.exp(delta[:, :, None] * A)  # (B, I, N)
-            ssm += (delta * x_conv)[:, :, None] * B[:, None, :]
-            y = (ssm @ C[:, :, None])[:, :, 0] + w["D"] * x_conv  # (B, I)
+            dt_pre = dbc[:, :rank] @ w["dt_w"].T + w["dt_b"]  # (B, I), before softplus
+            y, ssm[...] = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"])  # (B, I)
             h = h + (y * silu_fwd(z)) @ w["out_proj"].T  # (B, D)
         hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps)
         return hidden @ embedding.T, state  # (B, V)

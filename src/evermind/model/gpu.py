@@ -42,7 +42,7 @@ from evermind.kernels.rmsnorm import RMSNorm
 from evermind.kernels.selective_scan import SelectiveScan, states_count
 from evermind.model.config import MambaConfig
 from evermind.model.gpu_layout import SlotSpec, slot_specs
-from evermind.train.loop import Batch, TrainConfig
+from evermind.types import Batch, TrainConfig
 
 
 @dataclass(eq=False)

@@ -10,8 +10,6 @@ the weight buffers of a :class:`~evermind.model.gpu.GpuMamba` (e.g. the one trai
 
 from __future__ import annotations
 
-import heapq
-import math
 import random
 import struct
 from array import array
@@ -27,6 +25,7 @@ from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
+from evermind.model.sampling import sample
 
 
 class GpuDecoder:
@@ -154,33 +153,6 @@ class GpuDecoder:
                 return
             yield token
             logits = await self.step(token)
-
-
-def sample(
-    logits: Sequence[float],
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    rng: random.Random,
-) -> int:
-    """Samples a token id (pure Python): greedy at temperature 0, else top-k / top-p."""
-    if temperature <= 0:
-        return max(range(len(logits)), key=logits.__getitem__)
-    k = len(logits) if not top_k or top_k <= 0 else min(top_k, len(logits))
-    best = heapq.nlargest(k, range(len(logits)), key=logits.__getitem__)
-    top = logits[best[0]]
-    weights = [math.exp((logits[i] - top) / temperature) for i in best]
-    total = sum(weights)
-    probs = [w / total for w in weights]
-    if top_p is not None and top_p < 1:
-        cumulative, cut = 0.0, len(probs)
-        for index, prob in enumerate(probs):
-            cumulative += prob
-            if cumulative >= top_p:
-                cut = index + 1
-                break
-        best, probs = best[:cut], probs[:cut]
-    return rng.choices(best, weights=probs, k=1)[0]
 
 
 class GpuEmbedder:

@@ -27,7 +27,7 @@ from evermind.package.schema import (
     tokenizer_vocab_size,
 )
 from evermind.package.tensor import Tensor
-from evermind.package.writer import write_package, write_package_file
+from evermind.package.writer import write_file_atomic, write_package, write_package_file
 
 __all__ = [
     "SCHEMA",
@@ -41,6 +41,7 @@ __all__ = [
     "read_package",
     "tokenizer_vocab_size",
     "utc_timestamp",
+    "write_file_atomic",
     "write_package",
     "write_package_file",
 ]

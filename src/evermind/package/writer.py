@@ -220,6 +220,23 @@ def write_package_file(
         generation_config=generation_config,
         readme=readme,
     )
+    return write_file_atomic(path, archive)
+
+
+def write_file_atomic(path: str | os.PathLike[str], data: bytes) -> str:
+    """Write package bytes (or any bytes) to `path` atomically (temp file, fsync, rename).
+
+    Args:
+        path: Destination file; its directory must exist.
+        data: The bytes, e.g. from :func:`write_package` or a package made in the browser.
+
+    Returns:
+        ``"sha256:<hex>"`` of the bytes.
+
+    Raises:
+        PackageError: The file cannot be written; nothing is left behind on failure.
+    """
+    archive = data
     target = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(target))
     try:

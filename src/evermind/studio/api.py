@@ -23,8 +23,8 @@ from typing import Any
 import evermind
 from evermind import gpu
 from evermind.errors import ConfigError, EvermindError
+from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
-from evermind.pipeline import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.studio import bench_api, memory_api
 from evermind.studio.rpc import Handler, Router, emit, merge, session, set_emitter
 from evermind.tokenizer import Tokenizer

@@ -1,16 +1,17 @@
 """The Studio worker's benchmark calls: the kernel suite and the model's speeds in the tab.
 
 Browser-safe. ``evermind bench kernels|train`` boots the bundle in headless Chromium and
-calls these through ``window.evermind.call``, so the same :mod:`evermind.bench` code runs on
-``navigator.gpu`` as on native wgpu-py, in one CLI run. Registered on the worker's handler
-table through this module's ``router``, which :mod:`evermind.studio.api` merges.
+calls these through ``window.evermind.call``, so the same :mod:`evermind.studio.bench` code
+runs on ``navigator.gpu`` as on native wgpu-py, in one CLI run. Registered on the worker's
+handler table through this module's ``router``, which :mod:`evermind.studio.api` merges.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from evermind import bench, gpu
+from evermind import gpu
+from evermind.studio.bench import suite
 from evermind.studio.rpc import Router, emit
 
 router = Router()
@@ -23,10 +24,10 @@ async def bench_kernels(quick: bool = False, step: bool = True) -> dict[str, Any
 
     Returns:
         ``{"transport", "adapter", "kernels": [rows], "step": [rows]}`` as
-        :func:`evermind.bench.run_kernel_suite` describes.
+        :func:`evermind.studio.bench.suite.run_kernel_suite` describes.
     """
     emit("bench-progress", message="Timing the kernels…")
-    return await bench.run_kernel_suite(bool(quick), await gpu.open_device(), bool(step))
+    return await suite.run_kernel_suite(bool(quick), await gpu.open_device(), bool(step))
 
 
 @handler
@@ -37,4 +38,4 @@ async def bench_train(quick: bool = False) -> dict[str, Any]:
         ``{"transport", "adapter", "rows": [{"metric", "value", "unit", "detail"}]}``.
     """
     emit("bench-progress", message="Timing the model…")
-    return await bench.run_model_suite(bool(quick), await gpu.open_device())
+    return await suite.run_model_suite(bool(quick), await gpu.open_device())

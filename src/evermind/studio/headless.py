@@ -1,20 +1,23 @@
-"""``evermind train --headless``: drive the Studio page in headless Chromium (native-only).
+"""Headless training: the job run by the Studio page in headless Chromium (native-only).
 
-The same page a person uses, through Playwright: the training runs in the tab's worker on
-the browser's WebGPU (SwiftShader where there is no GPU), progress is mirrored to a terminal
-progress bar, and the exported ``.evermind`` package is written to disk.
+The same page a person uses, through Playwright: the Studio session in the tab's worker runs
+the job's steps (:mod:`evermind.job`) on the browser's WebGPU (SwiftShader where there is no
+GPU). The page's events come back through a callback as :data:`~evermind.job.JobEvent`
+values, and the exported package's bytes are returned; the caller shows the progress and
+writes the file (``evermind train --headless`` in :mod:`evermind.cli.train`).
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evermind.errors import ConfigError, EvermindError
+from evermind.job import DEFAULT_CORPUS_BYTES, Note, OnEvent, TokenizerProgress
+from evermind.types import Progress
 
 BOOT_TIMEOUT_MS = 180_000
 
@@ -32,44 +35,100 @@ def call_studio(page: Any, fn: str, **kwargs: Any) -> Any:
     return outcome["result"]
 
 
-def train_headless(args: argparse.Namespace) -> dict[str, Any]:
-    """Runs the whole job in the Studio page; returns the summary line's fields."""
+@dataclass
+class BrowserRun:
+    """What a headless run made.
+
+    Attributes:
+        package: The ``.evermind`` package bytes, exported in the tab.
+        ref: ``evermind/<name>:<version>``.
+        seconds: Wall time of the training call.
+        summary: The Studio session's training summary (step, tokens, losses, ...).
+    """
+
+    package: bytes
+    ref: str
+    seconds: float
+    summary: dict[str, Any]
+
+
+def page_event(event: dict[str, Any]) -> Note | TokenizerProgress | Progress | None:
+    """The job event of one Studio page event (None for those a terminal does not show)."""
+    kind = event.get("event")
+    if kind == "tokenizer-progress":
+        return TokenizerProgress(int(event["done"]), int(event["total"]))
+    if kind == "train-progress":
+        return Progress(
+            step=int(event["step"]),
+            steps=int(event["steps"]),
+            loss=float(event["loss"]),
+            lr=float(event.get("lr") or 0.0),
+            tokens=int(event.get("tokens") or 0),
+            tokens_per_second=float(event["tokens_per_second"]),
+            elapsed_s=float(event.get("elapsed_s") or 0.0),
+            eval_loss=event.get("eval_loss"),
+        )
+    if kind == "error":
+        return Note("browser", str(event.get("message")), interrupts=True)
+    return None
+
+
+def train_in_browser(
+    bundle: Path,
+    *,
+    preset: str,
+    vocab_size: int,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seq_len: int,
+    seed: int,
+    name: str,
+    version: str,
+    corpus_text: str | None = None,
+    corpus_name: str = "corpus",
+    corpus_bytes: int = DEFAULT_CORPUS_BYTES,
+    on_event: OnEvent | None = None,
+) -> BrowserRun:
+    """Runs the whole job in the Studio page of ``bundle`` in headless Chromium.
+
+    Args:
+        bundle: The built Studio bundle folder (:func:`evermind.studio.bundle.ensure_bundle`).
+        preset: Model size preset.
+        vocab_size: Tokenizer vocabulary size.
+        steps: Optimiser steps.
+        lr: Peak learning rate (the page derives the schedule, as the Studio's form does).
+        batch_size: Sequences per step.
+        seq_len: Tokens per sequence.
+        seed: Seed of the weights and batches.
+        name: Package name.
+        version: Package version.
+        corpus_text: The corpus; None for the default (harvested in the tab).
+        corpus_name: The source name the corpus is added under.
+        corpus_bytes: Cap of the default corpus in bytes.
+        on_event: Receives the job's events (notes, tokenizer and training progress).
+
+    Raises:
+        ConfigError: The Studio did not start in the browser.
+        EvermindError: A Studio call failed in the browser.
+    """
     from playwright.sync_api import sync_playwright
 
-    from evermind.cli import ensure_bundle
-    from evermind.headless import launch_options
-    from evermind.train.commands import ProgressBar, _atomic_write, read_corpus
-    from evermind.webserver import BundleServer
+    from evermind.studio.browser import launch_options
+    from evermind.studio.webserver import BundleServer
 
-    bundle = ensure_bundle(None)
-    corpus_text = None
-    if args.corpus != "default":
-        corpus_text, description = read_corpus(args.corpus, args.corpus_bytes)
-        print(f"corpus: {description}", file=sys.stderr)
-    bars: dict[str, ProgressBar] = {}
+    def emit(event: Note | TokenizerProgress | Progress | None) -> None:
+        if event is not None and on_event is not None:
+            on_event(event)
 
-    def on_event(event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "tokenizer-progress":
-            bar = bars.setdefault("tok", ProgressBar("tokenizer", int(event["total"])))
-            bar.update(int(event["done"]))
-        elif kind == "train-progress":
-            bar = bars.setdefault("train", ProgressBar("train", int(event["steps"])))
-            ev = event.get("eval_loss")
-            extra = f"loss {event['loss']:.3f}" + (f" eval {ev:.3f}" if ev is not None else "")
-            bar.update(
-                int(event["step"]),
-                f"{extra} {event['tokens_per_second']:,.0f} tok/s",
-                force=ev is not None,
-            )
-        elif kind == "error":
-            print(f"\nbrowser: {event.get('message')}", file=sys.stderr)
+    def on_page_event(event: dict[str, Any]) -> None:
+        emit(page_event(event))
 
     with BundleServer(bundle) as server, sync_playwright() as p:
         browser = p.chromium.launch(**launch_options(p))
         try:
             page = browser.new_context().new_page()
-            page.expose_function("__evermindHeadlessEvent", on_event)
+            page.expose_function("__evermindHeadlessEvent", on_page_event)
             page.goto(server.url + "index.html")
             page.wait_for_function("window.__done === true", timeout=BOOT_TIMEOUT_MS)
             booted = page.evaluate("window.__evermind")
@@ -78,48 +137,32 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
                     f"the Studio did not start in headless Chromium: {booted.get('error')}"
                 )
             adapter = booted["device"]["adapter"]
-            print(
-                f"browser WebGPU adapter: {adapter['vendor']} {adapter['architecture']}".rstrip(),
-                file=sys.stderr,
-            )
+            emit(Note("browser WebGPU adapter", f"{adapter['vendor']} {adapter['architecture']}"))
             page.evaluate("window.evermind.on(e => window.__evermindHeadlessEvent(e))")
             if corpus_text is None:
-                info = call_studio(page, "corpus_default", max_bytes=args.corpus_bytes)
-                print(f"corpus: {info['sources'][0]['description']}", file=sys.stderr)
+                info = call_studio(page, "corpus_default", max_bytes=corpus_bytes)
+                emit(Note("corpus", info["sources"][0]["description"]))
             else:
-                call_studio(
-                    page, "corpus_add", name=Path(args.corpus).name or "corpus", text=corpus_text
-                )
-            call_studio(page, "tokenizer_train", vocab_size=args.vocab_size)
+                call_studio(page, "corpus_add", name=corpus_name, text=corpus_text)
+            call_studio(page, "tokenizer_train", vocab_size=vocab_size)
             start = time.perf_counter()
             summary = call_studio(
                 page,
                 "train_start",
-                preset=args.preset,
-                steps=args.steps,
-                lr=args.lr,
-                batch_size=args.batch_size,
-                seq_len=args.seq_len,
-                seed=args.seed,
+                preset=preset,
+                steps=steps,
+                lr=lr,
+                batch_size=batch_size,
+                seq_len=seq_len,
+                seed=seed,
             )
             seconds = time.perf_counter() - start
-            exported = call_studio(page, "export_package", name=args.name, version=args.version)
+            exported = call_studio(page, "export_package", name=name, version=version)
         finally:
             browser.close()
-    out = Path(args.out)
-    _atomic_write(out, base64.b64decode(exported["data_b64"]))
-    print(
-        f"trained in {seconds:.1f} s in the browser; wrote {out} ({exported['bytes']:,} bytes, "
-        f"{exported['ref']})",
-        file=sys.stderr,
+    return BrowserRun(
+        package=base64.b64decode(exported["data_b64"]),
+        ref=exported["ref"],
+        seconds=seconds,
+        summary=summary,
     )
-    return {
-        "steps": summary["step"],
-        "tokens": summary["tokens"],
-        "initial_loss": summary["initial_loss"],
-        "final_loss": summary["final_loss"],
-        "eval_loss": summary["eval_loss"],
-        "tokens_per_second": summary["tokens_per_second"],
-        "out": str(out),
-        "device": "browser",
-    }

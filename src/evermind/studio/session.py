@@ -1,8 +1,9 @@
 """The Studio's state in the tab: corpus, tokenizer, model, training control (browser-safe).
 
-One :class:`Session` per worker. It trains through :class:`~evermind.train.loop.Trainer` on
-the GPU model, checkpoints to the storage port (IndexedDB in the tab) every N steps and on
-pause/stop, and rebuilds itself from that checkpoint after a reload or a lost device.
+One :class:`Session` per worker. It runs the job's steps (:mod:`evermind.job`) one panel
+at a time, trains through :class:`~evermind.train.loop.Trainer` on the GPU model,
+checkpoints to the storage port (IndexedDB in the tab) every N steps and on pause/stop,
+and rebuilds itself from that checkpoint after a reload or a lost device.
 """
 
 from __future__ import annotations
@@ -19,17 +20,25 @@ from typing import Any
 
 from evermind import gpu
 from evermind.errors import ConfigError, DeviceLostError
+from evermind.job import (
+    JobConfig,
+    export_package,
+    model_config,
+    sample_text,
+    tokenize_split,
+    train_tokenizer,
+)
 from evermind.metrics import lm_metrics
-from evermind.model.config import PRESETS, MambaConfig
+from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
 from evermind.package import read_package
-from evermind.pipeline import JobConfig, export_package, sample_text, train_tokenizer
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
-from evermind.train.data import eval_windows, split_held_out
-from evermind.train.loop import Progress, TrainConfig, Trainer
+from evermind.train.data import eval_windows
+from evermind.train.loop import Trainer
+from evermind.types import Progress, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -139,27 +148,11 @@ class Session:
     def tokenize(self) -> None:
         """Encodes the corpus and splits off the held-out tail."""
         assert self.tokenizer is not None
-        tokens = array("i", self.tokenizer.encode(self.corpus_text))
-        self.train_ids, self.held_ids = split_held_out(tokens, self.held_out_fraction)
+        self.train_ids, self.held_ids = tokenize_split(
+            self.tokenizer, self.corpus_text, self.held_out_fraction
+        )
 
     # -- training ----------------------------------------------------------------------------
-    def _model_config(self, preset: str, custom: dict[str, Any] | None) -> MambaConfig:
-        assert self.tokenizer is not None
-        eos = self.tokenizer.eos_id or 0
-        ids = {"eos_token_id": eos, "bos_token_id": eos, "pad_token_id": eos}
-        if custom:
-            allowed = {"d_model", "n_layer", "d_state", "expand", "d_conv"}
-            unknown = set(custom) - allowed
-            if unknown:
-                raise ConfigError(
-                    f"custom model config: unknown keys {sorted(unknown)}; "
-                    f"allowed {sorted(allowed)}"
-                )
-            return MambaConfig(vocab_size=self.tokenizer.vocab_size, **custom, **ids)
-        if preset not in PRESETS:
-            raise ConfigError(f"unknown preset {preset!r}; choose {', '.join(PRESETS)}")
-        return MambaConfig.preset(preset, self.tokenizer.vocab_size, **ids)
-
     async def start(
         self, preset: str, custom: dict[str, Any] | None, train: TrainConfig
     ) -> dict[str, Any]:
@@ -174,7 +167,7 @@ class Session:
             seed=train.seed,
             train=train,
         )
-        self.config = self._model_config(preset, custom)
+        self.config = model_config(self.job, self.tokenizer, custom)
         await self._build(init_params(self.config, train.seed))
         kv = await self.kv()
         await kv.write(

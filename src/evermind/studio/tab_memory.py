@@ -9,7 +9,7 @@
 - a :class:`TabCache`: cached answers in object store ``"cache"`` (one JSON row per query),
   looked up by cosine (the model's vector beside a character-trigram one, or trigrams alone
   without a model) over the same kind of vector index, then the cache guards
-  (:data:`evermind.cache.guards.DEFAULT_CHAIN`) before anything is served.
+  (:data:`evermind.cache.DEFAULT_CHAIN`) before anything is served.
 
 The embedder is re-chosen on every call: when the session's fingerprint changes (more
 training, a reload, a new model) or the model starts or stops training, store and cache are
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from evermind.cache.guards import DEFAULT_CHAIN
+from evermind.cache import DEFAULT_CHAIN
 from evermind.errors import ConfigError
 from evermind.memory import MemoryStore, VectorIndex
 from evermind.memory.gpu_vectors import GpuVectorIndex

@@ -13,9 +13,11 @@ Dense Information Retrieval with Contrastive Learning"):
 - **embedding**: the one ``CpuMamba.embed`` and the runtime use (mean final normed hidden
   state, L2-normalised), so the tuned package serves exactly what was trained.
 
-The gradient flows through the normalisation and the pooling into
-``CpuMamba.backward_hidden`` and from there into every weight; ``info_nce`` and ``pool_*``
-are checked against finite differences in ``tests/unit/test_contrastive.py``.
+The gradient flows through the normalisation and the pooling (:mod:`evermind.ops.pool`) into
+``CpuMamba.backward_hidden`` and from there into every weight; the weights move by Adam
+(:func:`evermind.ops.adamw.adamw_step` without weight decay). ``info_nce`` (two
+:mod:`evermind.ops.cross_entropy` passes) is checked against finite differences in
+``tests/unit/test_contrastive.py``.
 
 The texts are the user's own (memories, notes); a crop of a memory must find the rest of
 it, which teaches the embedder which words and phrases belong together in this user's
@@ -37,6 +39,9 @@ from typing import Any
 import numpy as np
 
 from evermind.errors import ConfigError, ShapeError, check_ranges
+from evermind.ops.adamw import adamw_step
+from evermind.ops.cross_entropy import cross_entropy_bwd, cross_entropy_fwd
+from evermind.ops.pool import lengths_of_mask, pool_bwd, pool_fwd
 
 FloatArray = np.ndarray
 
@@ -46,8 +51,6 @@ __all__ = [
     "crop_view",
     "info_nce",
     "load_texts",
-    "pool_bwd",
-    "pool_fwd",
     "tune_embedder",
 ]
 
@@ -159,35 +162,6 @@ def crop_view(
     return " ".join(kept or span)
 
 
-def pool_fwd(hidden: FloatArray, mask: FloatArray) -> tuple[FloatArray, tuple[Any, ...]]:
-    """Mean of ``hidden`` (B, L, D) over the True positions of ``mask`` (B, L), L2-normalised.
-
-    Returns:
-        (unit vectors (B, D), what :func:`pool_bwd` needs).
-    """
-    if mask.shape != hidden.shape[:2]:
-        raise ShapeError(f"pool_fwd: mask {mask.shape} does not match hidden {hidden.shape[:2]}")
-    weights = mask.astype(hidden.dtype) / np.maximum(mask.sum(axis=1, keepdims=True), 1)  # (B, L)
-    pooled = np.einsum("bl,bld->bd", weights, hidden)  # (B, D)
-    norm = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)  # (B, 1)
-    unit = pooled / norm
-    return unit, (weights, unit, norm)
-
-
-def pool_bwd(dunit: FloatArray, saved: tuple[Any, ...]) -> FloatArray:
-    """Gradient with respect to the hidden states (B, L, D) given that of the unit vectors."""
-    weights, unit, norm = saved
-    dpooled = (dunit - unit * np.sum(unit * dunit, axis=1, keepdims=True)) / norm  # (B, D)
-    dhidden: FloatArray = weights[:, :, None] * dpooled[:, None, :]
-    return dhidden
-
-
-def _log_softmax(x: FloatArray) -> FloatArray:
-    shifted = x - x.max(axis=1, keepdims=True)
-    result: FloatArray = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    return result
-
-
 def info_nce(
     a: FloatArray, b: FloatArray, temperature: float
 ) -> tuple[float, FloatArray, FloatArray]:
@@ -207,11 +181,13 @@ def info_nce(
         raise ShapeError(f"info_nce: views must both be (N, D), got {a.shape} and {b.shape}")
     n = a.shape[0]
     logits = a @ b.T / temperature  # (N, N)
-    log_rows = _log_softmax(logits)
-    log_cols = _log_softmax(logits.T)
-    loss = -0.5 * (np.trace(log_rows) + np.trace(log_cols)) / n
-    eye = np.eye(n, dtype=a.dtype)
-    dlogits = ((np.exp(log_rows) - eye) + (np.exp(log_cols) - eye).T) / (2 * n)
+    pairs = np.arange(n)  # row i's target is column i, and column j's is row j
+    loss = 0.5 * (
+        cross_entropy_fwd(logits, pairs).mean() + cross_entropy_fwd(logits.T, pairs).mean()
+    )
+    dlogits = (  # (N, N): each direction's mean contributes half
+        cross_entropy_bwd(logits, pairs, 0.5 / n) + cross_entropy_bwd(logits.T, pairs, 0.5 / n).T
+    )
     da = dlogits @ b / temperature
     db = dlogits.T @ a / temperature
     return float(loss), da, db
@@ -257,7 +233,6 @@ def tune_embedder(
     params: dict[str, FloatArray] = cpu.params
     first = {name: np.zeros_like(value) for name, value in params.items()}
     second = {name: np.zeros_like(value) for name, value in params.items()}
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
     losses: list[float] = []
     start = time.perf_counter()
     for step in range(1, cfg.steps + 1):
@@ -271,20 +246,18 @@ def tune_embedder(
         ]
         ids, mask = _pad(views)
         hidden, cache = cpu.hidden_train(ids)  # (2N, L, D)
-        unit, saved = pool_fwd(hidden, mask)
+        lengths = lengths_of_mask(mask)  # (2N,)
+        unit = pool_fwd(hidden, lengths)  # (2N, D)
         loss, da, db = info_nce(unit[:batch], unit[batch:], cfg.temperature)
         if not math.isfinite(loss):
             raise FloatingPointError(f"tune_embedder: loss is {loss} at step {step}")
-        dhidden = pool_bwd(np.concatenate([da, db]), saved).astype(hidden.dtype)
+        dhidden = pool_bwd(hidden, lengths, np.concatenate([da, db]))  # (2N, L, D)
         grads = cpu.backward_hidden(cache, dhidden)
         lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-        for name, value in params.items():
-            grad = grads[name]
-            first[name] = beta1 * first[name] + (1 - beta1) * grad
-            second[name] = beta2 * second[name] + (1 - beta2) * grad * grad
-            m_hat = first[name] / (1 - beta1**step)
-            v_hat = second[name] / (1 - beta2**step)
-            value -= (lr * m_hat / (np.sqrt(v_hat) + eps)).astype(value.dtype)
+        for name, value in params.items():  # Adam: AdamW without weight decay
+            value[...], first[name], second[name] = adamw_step(
+                value, grads[name], first[name], second[name], step=step, lr=lr, weight_decay=0.0
+            )
         losses.append(loss)
         if on_step is not None:
             on_step(step, loss)

@@ -1,10 +1,11 @@
 """The numpy training backend: the CPU model with AdamW (native-only, numpy).
 
-Its AdamW follows ``torch.optim.AdamW`` exactly (decoupled decay ``p *= 1 - lr·wd`` on
-decayed tensors; bias-corrected moments; ``eps`` added after the square root), and the
-global-norm clip follows ``torch.nn.utils.clip_grad_norm_`` (scale by
-``max_norm / (norm + 1e-6)`` when that is below 1). The GPU AdamW kernel is tested
-against the same definition.
+Its AdamW is :func:`evermind.ops.adamw.adamw_step`, ``torch.optim.AdamW`` exactly (decoupled
+decay ``p *= 1 - lr·wd`` on decayed tensors; bias-corrected moments; ``eps`` added after the
+square root), and the global-norm clip is :mod:`evermind.ops.grad_norm`, as
+``torch.nn.utils.clip_grad_norm_`` (scale by ``max_norm / (norm + 1e-6)`` when that is below
+1). The GPU AdamW and grad-norm kernels are tested against the same functions; the evaluation
+loss is :func:`evermind.ops.cross_entropy.cross_entropy_fwd`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import numpy as np
 
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.ops.adamw import adamw_step
+from evermind.ops.cross_entropy import cross_entropy_fwd
+from evermind.ops.grad_norm import clip_scale, global_norm
 from evermind.train.loop import Batch, TrainConfig
 
 
@@ -51,35 +55,39 @@ class CpuBackend:
             for k, v in g.items():
                 grads[k] = grads[k] + v if k in grads else v
         scale = 1.0 / len(micro_batches)
-        norm = float(np.sqrt(sum(float(np.sum((g * scale) ** 2)) for g in grads.values())))
+        norm = global_norm(list(grads.values()), scale)
         clip = self.train.grad_clip
         if clip > 0 and norm > 0:
-            scale *= min(1.0, clip / (norm + 1e-6))
-        self._adamw(grads, scale, lr, step)
+            scale *= clip_scale(norm, clip)
+        self._optimizer_step(grads, scale, lr, step)
         return float(np.mean(losses))
 
-    def _adamw(self, grads: dict[str, np.ndarray], scale: float, lr: float, step: int) -> None:
+    def _optimizer_step(
+        self, grads: dict[str, np.ndarray], scale: float, lr: float, step: int
+    ) -> None:
         t = self.train
-        bias1 = 1 - t.beta1**step
-        bias2 = 1 - t.beta2**step
         for name, p in self.model.params.items():
-            g = (grads[name] * scale).astype(np.float32)
-            m, v = self.m[name], self.v[name]
-            m *= t.beta1
-            m += (1 - t.beta1) * g
-            v *= t.beta2
-            v += (1 - t.beta2) * g * g
-            if not self.config.no_decay(name):
-                p *= 1 - lr * t.weight_decay
-            denom = np.sqrt(v) / np.sqrt(bias2) + t.eps
-            p -= (lr / bias1) * m / denom
+            # In place: the model owns these arrays.
+            p[...], self.m[name][...], self.v[name][...] = adamw_step(
+                p,
+                grads[name],
+                self.m[name],
+                self.v[name],
+                step=step,
+                lr=lr,
+                beta1=t.beta1,
+                beta2=t.beta2,
+                eps=t.eps,
+                weight_decay=t.weight_decay,
+                decay=not self.config.no_decay(name),
+                clip_scale=scale,
+            )
 
     async def eval_batch(self, batch: Batch) -> tuple[float, int]:
         ids, targets = self._shape(batch)
         logits = self.model.forward(ids).reshape(-1, self.config.vocab_size).astype(np.float64)
         flat = targets.reshape(-1)
-        logz = np.log(np.sum(np.exp(logits - logits.max(1, keepdims=True)), 1)) + logits.max(1)
-        return float(np.sum(logz - logits[np.arange(flat.size), flat])), int(flat.size)
+        return float(np.sum(cross_entropy_fwd(logits, flat))), int(flat.size)
 
     async def state(self) -> dict[str, array[float]]:
         out: dict[str, array[float]] = {}

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from evermind.errors import ConfigError
+from evermind.types import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,11 @@ class Schedule:
             )
         if not 0 <= self.min_lr <= self.max_lr:
             raise ConfigError(f"Schedule.min_lr: expected 0..max_lr, got {self.min_lr}")
+
+    @classmethod
+    def for_training(cls, config: TrainConfig) -> Schedule:
+        """The schedule that training settings describe (warmup capped at ``steps``)."""
+        return cls(config.lr, config.steps, min(config.warmup_steps, config.steps), config.min_lr)
 
     def lr(self, step: int) -> float:
         """Learning rate for 0-based ``step``."""

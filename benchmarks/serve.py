@@ -1,0 +1,262 @@
+"""``evermind bench serve``: throughput and latency of a live runtime on loopback (native-only).
+
+Starts ``evermind serve`` in a subprocess (fresh data directory, no auth, no rate limit),
+pushes a package (by default a freshly initialised nano model: d_model 128, 4 layers, a
+2048-token BPE vocabulary trained on standard-library docstrings; untrained weights cost
+the same to run), then for each request kind and client count runs closed-loop clients for
+a fixed time and reports requests/s and p50/p99 latency. Finally it measures generation
+tokens/s of the same model in-process against the PyTorch CPU reference
+(``transformers.MambaForCausalLM`` loaded from the package's config and weights) and
+reports the ratio. Run as ``python -m benchmarks.serve`` or ``evermind bench serve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+EMBED_TEXT = "Memories are recalled by meaning and by exact words; caches save repeated work."
+PROMPT = "The standard library"
+
+
+def nano_package() -> bytes:
+    """A nano model package (d_model 128, 4 layers, 2048-token vocabulary), untrained."""
+    from evermind.job import JobConfig, export_package, model_config, train_tokenizer
+    from evermind.model.init import init_params
+    from evermind.train.corpus import harvest_stdlib_docstrings
+
+    text = harvest_stdlib_docstrings(200_000)
+    tokenizer = train_tokenizer(text, 2048)
+    job = JobConfig(name="bench-nano", version="1.0.0", preset="nano", vocab_size=2048)
+    config = model_config(job, tokenizer)
+    return export_package(
+        job, config, init_params(config, 0), tokenizer, None, "stdlib docstrings", "cpu"
+    )
+
+
+class _Server:
+    def __init__(self, data: Path) -> None:
+        from evermind.runtime.server import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [
+            sys.executable, "-m", "evermind.cli", "serve", "--port", str(self.port),
+            "--data", str(data), "--rate-limit", "0", "--log-level", "warning",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the benchmark server did not start within 60 s")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+async def _cell(
+    url: str, kind: str, model: str, clients: int, seconds: float, max_tokens: int
+) -> dict[str, Any]:
+    body: dict[str, Any]
+    if kind == "embeddings":
+        path, body = "/v1/embeddings", {"model": model, "input": EMBED_TEXT}
+    else:
+        path = "/v1/completions"
+        body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 1.0}
+    latencies: list[float] = []
+    tokens = 0
+    errors = 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def worker(index: int) -> None:
+            nonlocal tokens, errors
+            n = 0
+            while time.perf_counter() < deadline:
+                payload = {**body, "seed": index * 100_003 + n} if kind != "embeddings" else body
+                n += 1
+                sent = time.perf_counter()
+                response = await client.post(path, json=payload)
+                if response.status_code != 200:
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - sent)
+                if kind != "embeddings":
+                    tokens += int(response.json()["usage"]["completion_tokens"])
+
+        await asyncio.gather(*(worker(i) for i in range(clients)))
+        elapsed = time.perf_counter() - start
+    ms = np.array(latencies) * 1000 if latencies else np.zeros(1)
+    return {
+        "kind": kind,
+        "clients": clients,
+        "requests": len(latencies),
+        "errors": errors,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(float(np.percentile(ms, 50)), 1),
+        "p99_ms": round(float(np.percentile(ms, 99)), 1),
+        "completion_tokens_per_s": round(tokens / elapsed, 1) if kind != "embeddings" else None,
+    }
+
+
+def _tokens_per_second_ours(package: bytes, new_tokens: int, seconds: float) -> float:
+    import evermind
+
+    model = evermind.load(package)
+    model.complete(PROMPT, max_new_tokens=4, temperature=0)  # warm up
+    produced, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        produced += model.complete(
+            PROMPT, max_new_tokens=new_tokens, temperature=0
+        ).completion_tokens
+    return produced / (time.perf_counter() - start)
+
+
+def _tokens_per_second_torch(package: bytes, new_tokens: int, seconds: float) -> float:
+    import importlib
+
+    import evermind
+
+    # Typed as Any: the reference is measured, not type-checked (transformers' stubs are loose).
+    torch: Any = importlib.import_module("torch")
+    transformers: Any = importlib.import_module("transformers")
+    prompt_ids = evermind.load(package).tokenizer.encode(PROMPT)
+    with tempfile.TemporaryDirectory() as folder:
+        zipfile.ZipFile(io.BytesIO(package)).extractall(folder)
+        model = transformers.MambaForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.eval()
+    ids = torch.tensor([prompt_ids])
+    options = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
+    with torch.inference_mode():
+        model.generate(ids, **{**options, "max_new_tokens": 4, "min_new_tokens": 4})
+        produced, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            out = model.generate(ids, **options)
+            produced += int(out.shape[1] - ids.shape[1])
+    return float(produced / (time.perf_counter() - start))
+
+
+def run_serve_bench(
+    package: bytes | None = None,
+    seconds: float = 3.0,
+    concurrency: Sequence[int] = (1, 8, 32),
+    max_tokens: int = 32,
+    reference: bool = True,
+) -> dict[str, Any]:
+    """Runs the whole benchmark and returns its rows and the generation comparison.
+
+    Args:
+        package: The package to serve; None builds the nano model.
+        seconds: Length of each (kind, clients) cell.
+        concurrency: Client counts.
+        max_tokens: Completion length of the completion cells.
+        reference: Also measure the PyTorch reference (needs torch and transformers).
+    """
+    package = package if package is not None else nano_package()
+    from evermind.runtime.push import push_package
+
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        server = _Server(Path(folder) / "data")
+        try:
+            file = Path(folder) / "model.evermind"
+            file.write_bytes(package)
+            model = push_package(file, server.url)["id"]
+            warm = {"model": model, "prompt": PROMPT, "max_tokens": 2}
+            httpx.post(server.url + "/v1/completions", json=warm, timeout=60)
+            for kind in ("embeddings", "completions"):
+                for clients in concurrency:
+                    cell = _cell(server.url, kind, model, clients, seconds, max_tokens)
+                    rows.append(asyncio.run(cell))
+        finally:
+            server.stop()
+    generation: dict[str, Any] = {
+        "new_tokens": max_tokens,
+        "evermind_numpy_tokens_per_s": round(
+            _tokens_per_second_ours(package, max_tokens, seconds), 1
+        ),
+    }
+    if reference:
+        torch_rate = _tokens_per_second_torch(package, max_tokens, seconds)
+        generation["pytorch_tokens_per_s"] = round(torch_rate, 1)
+        generation["ratio_vs_pytorch"] = round(
+            generation["evermind_numpy_tokens_per_s"] / torch_rate, 2
+        )
+    return {"model": model, "cpu_count": os.cpu_count(), "rows": rows, "generation": generation}
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The benchmark as a Markdown table plus the generation comparison line."""
+    lines = [
+        f"model {result['model']} on loopback, {result['cpu_count']} CPU(s)",
+        "",
+        "| kind | clients | req/s | p50 ms | p99 ms | completion tok/s | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in result["rows"]:
+        rate = row["completion_tokens_per_s"]
+        lines.append(
+            f"| {row['kind']} | {row['clients']} | {row['requests_per_s']} | {row['p50_ms']} | "
+            f"{row['p99_ms']} | {'' if rate is None else rate} | {row['errors']} |"
+        )
+    gen = result["generation"]
+    line = f"generation ({gen['new_tokens']} tokens, in-process): evermind numpy " + (
+        f"{gen['evermind_numpy_tokens_per_s']} tok/s"
+    )
+    if "pytorch_tokens_per_s" in gen:
+        line += (
+            f", PyTorch MambaForCausalLM {gen['pytorch_tokens_per_s']} tok/s, "
+            f"ratio {gen['ratio_vs_pytorch']}x"
+        )
+    return "\n".join([*lines, "", line])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.serve`` (``evermind bench serve``)."""
+    parser = argparse.ArgumentParser(prog="evermind bench serve", description=__doc__)
+    parser.add_argument("--package", help="serve this .evermind file (default: nano model)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per cell")
+    parser.add_argument("--clients", default="1,8,32", help="comma-separated client counts")
+    parser.add_argument("--max-tokens", type=int, default=32, help="completion length")
+    parser.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    result = run_serve_bench(
+        Path(args.package).read_bytes() if args.package else None,
+        seconds=args.seconds,
+        concurrency=[int(c) for c in args.clients.split(",")],
+        max_tokens=args.max_tokens,
+        reference=not args.no_reference,
+    )
+    print(json.dumps(result, indent=1) if args.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

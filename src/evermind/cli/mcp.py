@@ -1,0 +1,168 @@
+"""The ``evermind mcp`` and ``evermind install-mcp`` subcommands.
+
+``evermind mcp`` serves the memory tools over stdio (what MCP hosts launch) or, with
+``--http``, over streamable HTTP with bearer-token tenants. ``evermind install-mcp`` registers
+the stdio server in the config of every MCP host found (or the ones named), all pointing at
+one memory file. The SDK and server stacks are imported inside the command functions so that
+``evermind --help`` stays fast. Native-only. The server itself is :mod:`evermind.mcp`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from evermind.mcp.config import MEMORY_FILE_ENV, MODEL_ENV, ServerConfig
+
+DEFAULT_HTTP_PORT = 8787
+
+
+def _server_config(args: argparse.Namespace) -> ServerConfig:
+    return ServerConfig(
+        max_results=args.max_results,
+        default_results=min(args.max_results, ServerConfig.default_results),
+        max_chars=args.max_chars,
+        readonly=args.readonly,
+    )
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Runs the MCP memory server (stdio, or streamable HTTP with ``--http``)."""
+    import anyio
+
+    from evermind.mcp.config import resolve_memory_file, resolve_model_file, store_namespace
+    from evermind.mcp.server import build_server, load_embedder, open_store, run_stdio
+
+    # stdout is the protocol channel under stdio: everything human-readable goes to stderr.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+    config = _server_config(args)
+    memory_file = resolve_memory_file(args.memory_file)
+    embedder = load_embedder(resolve_model_file(args.model))
+    if not args.http:
+        namespace = store_namespace(args.tenant, args.namespace)
+        store = open_store(memory_file, embedder, namespace)
+        anyio.run(run_stdio, store, config)
+        return 0
+
+    from dataclasses import replace
+
+    from evermind.mcp.http import RateLimiter, build_http_app, load_tokens_file, serve_http
+
+    tokens = None if args.tokens_file is None else load_tokens_file(args.tokens_file)
+
+    def tenant_store(tenant: str) -> Any:
+        # Tenants share the memory file; each is its own namespace, as in the runtime.
+        return open_store(memory_file, embedder, store_namespace(tenant, args.namespace))
+
+    def build(store: Any, readonly: bool) -> Any:
+        return build_server(store, replace(config, readonly=config.readonly or readonly))
+
+    limiter = RateLimiter(args.rate_limit)
+    app = build_http_app(tenant_store, build, tokens, host=args.host, limiter=limiter)
+    tenants = {t.name for _, t in tokens or []}
+    mode = "open (loopback, no token)" if tokens is None else f"{len(tenants)} tenants"
+    print(
+        f"Evermind MCP: http://{args.host}:{args.port}/mcp  ({mode}; memory {memory_file}; "
+        "Ctrl-C to stop)",
+        file=sys.stderr,
+        flush=True,
+    )
+    serve_http(app, args.host, args.port)
+    return 0
+
+
+def cmd_install_mcp(args: argparse.Namespace) -> int:
+    """Registers (or with ``--uninstall`` removes) the stdio server in MCP host configs."""
+    from evermind.mcp.installer import install, parse_hosts, server_command, uninstall
+
+    hosts = parse_hosts(args.host)
+    if args.uninstall:
+        results = uninstall(hosts, name=args.name, dry_run=args.dry_run)
+    else:
+        command = server_command(args.memory_file, args.model, args.readonly)
+        results = install(hosts, command, name=args.name, dry_run=args.dry_run)
+    if not results:
+        print(
+            "no MCP host found (looked for Claude Code, Claude Desktop, Cursor, Windsurf, VS Code, "
+            "Cline, Gemini CLI, Codex CLI); pass --host all or --host claude-code,cursor,…"
+        )
+        return 1
+    width = max(len(r.host) for r in results)
+    for result in results:
+        line = f"{result.host:<{width}}  {result.action:<9}  {result.path}"
+        print(line + (f"  ({result.detail})" if result.detail else ""))
+    if not args.uninstall and any(r.action in ("created", "updated") for r in results):
+        print(f"command: {' '.join(results[0].command)}" if results[0].command else "")
+        print("restart the host apps (or reload their MCP servers) to pick up the change")
+    return 1 if any(r.action == "invalid" for r in results) else 0
+
+
+def register(sub: Any) -> None:
+    """Adds ``mcp`` and ``install-mcp`` to the ``evermind`` command's subparsers."""
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve memory to MCP agents (stdio; --http for streamable HTTP)",
+        description=(
+            "Serve Evermind memory as MCP tools: memory_recall, memory_get, "
+            "memory_recall_by_tag, memory_remember, memory_forget."
+        ),
+    )
+    mcp.add_argument(
+        "--memory-file",
+        help=f"SQLite memory file (default ${MEMORY_FILE_ENV}, else runtime.db in the data dir)",
+    )
+    mcp.add_argument("--model", help=f"a .evermind package to embed with (default ${MODEL_ENV})")
+    mcp.add_argument(
+        "--tenant", default="default", help="the runtime tenant whose memories to serve (stdio)"
+    )
+    mcp.add_argument("--namespace", default="default", help="memory namespace (default 'default')")
+    mcp.add_argument("--readonly", action="store_true", help="serve only the read tools")
+    mcp.add_argument(
+        "--max-results", type=int, default=ServerConfig.max_results, help="cap on top_k / limit"
+    )
+    mcp.add_argument(
+        "--max-chars", type=int, default=ServerConfig.max_chars, help="preview length per hit"
+    )
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP interface (default 127.0.0.1)")
+    mcp.add_argument("--port", type=int, default=DEFAULT_HTTP_PORT, help="HTTP port (default 8787)")
+    mcp.add_argument(
+        "--tokens-file",
+        help="the runtime's tokens file: 'TOKEN TENANT [read|write]' lines (needed off loopback)",
+    )
+    mcp.add_argument(
+        "--rate-limit",
+        type=int,
+        default=600,
+        help="requests a minute per tenant (default 600)",
+    )
+    mcp.set_defaults(func=cmd_mcp)
+
+    inst = sub.add_parser(
+        "install-mcp",
+        help="register `evermind mcp` in MCP hosts (Claude Code, Cursor, VS Code, …)",
+        description=(
+            "Register the Evermind stdio MCP server in each host's config file: claude-code, "
+            "claude-desktop, cursor, windsurf, vscode, cline, gemini-cli, codex. Idempotent; "
+            "a .bak is written before any change; --uninstall reverses it."
+        ),
+    )
+    inst.add_argument(
+        "--host",
+        default="auto",
+        help="auto (hosts found on this machine), all, or a comma list (default auto)",
+    )
+    inst.add_argument("--readonly", action="store_true", help="register the read-only server")
+    inst.add_argument("--memory-file", help="the memory file every host shares (default: data dir)")
+    inst.add_argument("--model", help="a .evermind package the server embeds with")
+    inst.add_argument("--name", default="evermind", help="server name in the configs")
+    inst.add_argument("--uninstall", action="store_true", help="remove the server from the configs")
+    inst.add_argument(
+        "--dry-run", action="store_true", help="say what would change, change nothing"
+    )
+    inst.set_defaults(func=cmd_install_mcp)
+
+
+__all__ = ["cmd_install_mcp", "cmd_mcp", "register"]

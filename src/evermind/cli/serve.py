@@ -1,0 +1,122 @@
+"""``evermind serve`` and ``evermind push`` (native-only; heavy imports inside the commands).
+
+``register(subparsers)`` adds both subcommands to the ``evermind`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+MIB = 1024 * 1024
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Runs the runtime in the foreground."""
+    # The server runs many small requests in parallel on its worker pool; BLAS threads inside
+    # each small matmul would oversubscribe the cores (measured: 8 clients of embeddings fell
+    # from ~160 to ~10 requests/s). Set before numpy loads; an explicit setting wins.
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
+    import logging
+
+    from evermind.runtime.config import RuntimeConfig, default_data_dir
+    from evermind.runtime.server import serve
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    config = RuntimeConfig(
+        data_dir=Path(args.data) if args.data else default_data_dir(),
+        host=args.host,
+        port=args.port,
+        tokens_file=Path(args.tokens_file) if args.tokens_file else None,
+        insecure_no_auth=args.insecure_no_auth,
+        cors_origins=list(args.cors_origin or []),
+        max_package_bytes=int(args.max_package_mb * MIB),
+        max_request_bytes=int(args.max_request_mb * MIB),
+        max_tokens_cap=args.max_tokens,
+        default_max_tokens=min(128, args.max_tokens),
+        rate_limit=args.rate_limit,
+        memory_budget_bytes=int(args.memory_budget_mb * MIB),
+        **({"worker_threads": args.workers} if args.workers else {}),
+    )
+    config.check_exposure()
+    auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
+    print(
+        f"Evermind runtime on http://{config.host}:{config.port}  data: {config.data_dir}  "
+        f"{auth}  (docs at /docs; Ctrl-C to stop)",
+        flush=True,
+    )
+    serve(config, log_level=args.log_level)
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    """Pushes a package and prints the id it is served under."""
+    from evermind.runtime.push import push_package
+
+    token = args.token or os.environ.get("EVERMIND_TOKEN")
+    size = Path(args.file).stat().st_size if Path(args.file).is_file() else 0
+    show = size >= 4 * MIB and sys.stderr.isatty()
+
+    def progress(sent: int, total: int) -> None:
+        width = 30
+        done = int(width * sent / max(total, 1))
+        print(
+            f"\r[{'#' * done}{' ' * (width - done)}] {100 * sent / max(total, 1):5.1f}%  "
+            f"{sent / MIB:.1f}/{total / MIB:.1f} MiB",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    answer = push_package(args.file, args.to, token, progress=progress if show else None)
+    if show:
+        print(file=sys.stderr)
+    state = "installed" if answer.get("created", True) else "already installed"
+    print(answer["id"])
+    print(f"{state}: {answer.get('digest', '')}", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds ``serve`` and ``push`` to the ``evermind`` command."""
+    serve = sub.add_parser(
+        "serve", help="serve pushed .evermind packages (OpenAI-compatible API, memory, cache)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8377, help="TCP port (default 8377)")
+    serve.add_argument("--data", help="data directory (default: the per-user data dir)")
+    serve.add_argument("--tokens-file", help="token -> tenant file (see docs/runtime.md)")
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="allowed browser origin (repeatable; default: any loopback origin)",
+    )
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="allow a non-loopback --host without a tokens file",
+    )
+    serve.add_argument("--max-package-mb", type=float, default=1024, help="push size cap")
+    serve.add_argument("--max-request-mb", type=float, default=4, help="JSON body size cap")
+    serve.add_argument("--max-tokens", type=int, default=4096, help="max_tokens cap")
+    serve.add_argument(
+        "--rate-limit", type=float, default=100, help="requests/s per tenant (0: off)"
+    )
+    serve.add_argument(
+        "--memory-budget-mb", type=float, default=2048, help="memory for loaded models"
+    )
+    serve.add_argument("--workers", type=int, default=0, help="generation threads (0: auto)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=cmd_serve)
+
+    push = sub.add_parser("push", help="push a .evermind package to a runtime")
+    push.add_argument("file", help="the .evermind package")
+    push.add_argument(
+        "--to", required=True, metavar="URL", help="runtime URL, e.g. http://127.0.0.1:8377"
+    )
+    push.add_argument("--token", help="bearer token (default: $EVERMIND_TOKEN)")
+    push.set_defaults(func=cmd_push)

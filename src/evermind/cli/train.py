@@ -1,0 +1,357 @@
+"""``evermind train | generate | embed | eval | tune-embedder`` (native-only).
+
+Parses the arguments, shows progress and prints the summary; the work is the job's
+(:mod:`evermind.job`): natively on wgpu-py or numpy, or (``--headless``) in the Studio page
+in headless Chromium (:mod:`evermind.studio.headless`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from array import array
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evermind.job import JobBackend, JobConfig
+    from evermind.model.config import MambaConfig
+    from evermind.types import TrainConfig
+
+
+def register(sub: Any) -> None:
+    """Adds the training and inference subcommands to the ``evermind`` command."""
+    train = sub.add_parser("train", help="train a model on a corpus and write a .evermind package")
+    train.add_argument(
+        "--device",
+        choices=["gpu", "cpu"],
+        default="gpu",
+        help="gpu: WebGPU through wgpu-py (a real GPU, or lavapipe); cpu: numpy",
+    )
+    train.add_argument(
+        "--headless",
+        action="store_true",
+        help="train in headless Chromium through the Studio page (WebGPU in the browser)",
+    )
+    train.add_argument(
+        "--corpus",
+        default="default",
+        help="a text/markdown/JSON/JSONL/CSV file, a folder of them, or 'default' "
+        "(the Python standard library's docstrings)",
+    )
+    train.add_argument(
+        "--corpus-bytes",
+        type=int,
+        default=1_000_000,
+        help="cap on the corpus size in bytes (default 1,000,000)",
+    )
+    train.add_argument("--preset", default="nano", choices=["nano", "small", "base"])
+    train.add_argument("--vocab-size", type=int, default=2048)
+    train.add_argument("--steps", type=int, default=300)
+    train.add_argument("--batch-size", type=int, default=4)
+    train.add_argument("--seq-len", type=int, default=128)
+    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--name", default="evermind-default", help="package name")
+    train.add_argument("--version", default="0.1.0", help="package version")
+    train.add_argument("--out", default="model.evermind", help="output package path")
+    train.add_argument("--push", metavar="URL", help="push the package to a runtime after training")
+    train.add_argument(
+        "--token",
+        default=os.environ.get("EVERMIND_TOKEN"),
+        help="bearer token for --push (default $EVERMIND_TOKEN)",
+    )
+    train.set_defaults(func=cmd_train)
+
+    generate = sub.add_parser("generate", help="continue a prompt with a trained model (streams)")
+    generate.add_argument("--model", required=True, help="a .evermind package")
+    generate.add_argument("--max-new-tokens", type=int, default=64)
+    generate.add_argument("--temperature", type=float, default=0.8)
+    generate.add_argument("--top-k", type=int, default=40)
+    generate.add_argument("--top-p", type=float, default=0.95)
+    generate.add_argument("--seed", type=int, default=None)
+    generate.add_argument("prompt")
+    generate.set_defaults(func=cmd_generate)
+
+    embed = sub.add_parser("embed", help="print embeddings of texts as JSON lines")
+    embed.add_argument("--model", required=True, help="a .evermind package")
+    embed.add_argument("texts", nargs="+")
+    embed.set_defaults(func=cmd_embed)
+
+    tune = sub.add_parser(
+        "tune-embedder",
+        help="tune a model's embeddings for recall on your own texts (contrastive, numpy)",
+        description="Tunes the package's weights so that texts about the same thing embed "
+        "close together (InfoNCE over random crops of each text, in-batch negatives) and "
+        "writes a new package. Serve it with `evermind mcp --model OUT` or the runtime.",
+    )
+    tune.add_argument("--model", required=True, help="the .evermind package to start from")
+    tune.add_argument(
+        "--texts",
+        help="an Evermind memory file (.db: its memories), .jsonl (strings or objects with "
+        "'content'/'text') or a text file (one text per paragraph, else per line); default: "
+        "the memory file `evermind mcp` and the runtime use ($EVERMIND_MEMORY_FILE, else the "
+        "per-user data directory)",
+    )
+    tune.add_argument("--tenant", default="default", help="memory file tenant (default 'default')")
+    tune.add_argument(
+        "--namespace", default="default", help="memory file namespace (default 'default')"
+    )
+    tune.add_argument("--steps", type=int, help="optimiser steps (default 300)")
+    tune.add_argument("--batch-size", type=int, help="texts per step (default 32)")
+    tune.add_argument("--lr", type=float, help="Adam learning rate (default 5e-4)")
+    tune.add_argument("--temperature", type=float, help="InfoNCE temperature (default 0.05)")
+    tune.add_argument("--seed", type=int, help="seeds batches and crops (default 0)")
+    tune.add_argument("--version", help="version of the new package (default: <old>-tuned)")
+    tune.add_argument("--out", required=True, help="output package path")
+    tune.set_defaults(func=cmd_tune_embedder)
+
+    evaluate = sub.add_parser("eval", help="bench metrics of a model on a text file (JSON)")
+    evaluate.add_argument("--model", required=True, help="a .evermind package")
+    evaluate.add_argument("--text-file", required=True)
+    evaluate.set_defaults(func=cmd_eval)
+
+
+def _job_config(args: argparse.Namespace) -> JobConfig:
+    """The job ``evermind train`` describes (schedule: warmup 10%, floor lr/10)."""
+    from evermind.job import JobConfig
+    from evermind.types import TrainConfig
+
+    train_cfg = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        lr=args.lr,
+        min_lr=args.lr / 10,
+        warmup_steps=min(30, args.steps // 10),
+        seed=args.seed,
+        eval_every=max(1, args.steps // 6),
+    )
+    return JobConfig(
+        name=args.name,
+        version=args.version,
+        preset=args.preset,
+        vocab_size=args.vocab_size,
+        seed=args.seed,
+        train=train_cfg,
+    )
+
+
+async def train_native(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs the whole job natively (wgpu-py or numpy); returns the summary line's fields."""
+    from evermind.cli.progress import JobPrinter
+    from evermind.job import JobBackend, read_corpus, run_job
+    from evermind.package import write_file_atomic
+
+    job = _job_config(args)
+    text, corpus = read_corpus(args.corpus, args.corpus_bytes)
+    print(f"corpus: {corpus}", file=sys.stderr)
+    printer = JobPrinter()
+    printer.start("tokenizer", args.vocab_size)
+
+    async def make_backend(
+        config: MambaConfig, params: dict[str, array[float]], train_cfg: TrainConfig
+    ) -> JobBackend:
+        built: JobBackend
+        if args.device == "gpu":
+            from evermind.gpu.native import open_native_device
+            from evermind.model.gpu import GpuMamba
+
+            device = open_native_device()
+            print(
+                f"device: {device.adapter_info['device'] or device.adapter_info['vendor']} "
+                f"({device.adapter_info['backend']})",
+                file=sys.stderr,
+            )
+            model = GpuMamba(device, config, train_cfg.batch_size, train_cfg.seq_len, train_cfg)
+            model.load_params(params)
+            built = JobBackend(model, model.read_params, "wgpu gpu")
+        else:
+            from evermind.train.cpu_backend import CpuBackend
+
+            cpu = CpuBackend(config, params, train_cfg)
+
+            async def read_params() -> dict[str, array[float]]:
+                return cpu.params()
+
+            built = JobBackend(cpu, read_params, "numpy cpu")
+        printer.start("train", train_cfg.steps)
+        return built
+
+    output = await run_job(job, text, corpus, make_backend, on_event=printer)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(out, output.package)
+    result = output.result
+    return {
+        "steps": result.steps,
+        "tokens": result.tokens,
+        "initial_loss": round(result.initial_loss, 4),
+        "final_loss": round(result.final_loss, 4),
+        "eval_loss": None if result.eval_loss is None else round(result.eval_loss, 4),
+        "tokens_per_second": result.tokens_per_second,
+        "out": str(out),
+    }
+
+
+def train_headless(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs the whole job in the Studio page in headless Chromium; returns the summary."""
+    from evermind.cli.progress import JobPrinter
+    from evermind.job import read_corpus
+    from evermind.package import write_file_atomic
+    from evermind.studio.bundle import ensure_bundle
+    from evermind.studio.headless import train_in_browser
+
+    bundle = ensure_bundle(None)
+    corpus_text = None
+    if args.corpus != "default":
+        corpus_text, description = read_corpus(args.corpus, args.corpus_bytes)
+        print(f"corpus: {description}", file=sys.stderr)
+    run = train_in_browser(
+        bundle,
+        preset=args.preset,
+        vocab_size=args.vocab_size,
+        steps=args.steps,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        seed=args.seed,
+        name=args.name,
+        version=args.version,
+        corpus_text=corpus_text,
+        corpus_name=Path(args.corpus).name or "corpus",
+        corpus_bytes=args.corpus_bytes,
+        on_event=JobPrinter(),
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(out, run.package)
+    print(
+        f"trained in {run.seconds:.1f} s in the browser; wrote {out} ({len(run.package):,} "
+        f"bytes, {run.ref})",
+        file=sys.stderr,
+    )
+    summary = run.summary
+    return {
+        "steps": summary["step"],
+        "tokens": summary["tokens"],
+        "initial_loss": summary["initial_loss"],
+        "final_loss": summary["final_loss"],
+        "eval_loss": summary["eval_loss"],
+        "tokens_per_second": summary["tokens_per_second"],
+        "out": str(out),
+        "device": "browser",
+    }
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    summary = train_headless(args) if args.headless else asyncio.run(train_native(args))
+    if args.push:
+        from evermind.runtime.push import push_package
+
+        served = push_package(Path(summary["out"]), args.push, args.token)
+        summary["pushed"] = served.get("id")
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import evermind
+
+    model = evermind.load(args.model)
+    for piece in model.stream(
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    ):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    import evermind
+
+    model = evermind.load(args.model)
+    for text, vector in zip(args.texts, model.embed(args.texts), strict=True):
+        print(json.dumps({"text": text, "embedding": [round(float(x), 6) for x in vector]}))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import evermind
+
+    model = evermind.load(args.model)
+    text = Path(args.text_file).read_text(encoding="utf-8")
+    print(json.dumps(model.evaluate(text)))
+    return 0
+
+
+def cmd_tune_embedder(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    import evermind
+    from evermind.cli.progress import ProgressBar
+    from evermind.mcp.config import resolve_memory_file, store_namespace
+    from evermind.package import Tensor, write_package_file
+    from evermind.package.manifest import utc_timestamp
+    from evermind.train.contrastive import TuneConfig, load_texts, tune_embedder
+
+    knobs = ("steps", "batch_size", "lr", "temperature", "seed")
+    config = TuneConfig(
+        **{name: getattr(args, name) for name in knobs if getattr(args, name) is not None}
+    )
+    model = evermind.load(args.model)
+    source = args.texts or resolve_memory_file(None)
+    texts = load_texts(source, store_namespace(args.tenant, args.namespace))
+    print(f"tuning {model.name} on {len(texts)} texts from {source}", file=sys.stderr)
+    bar = ProgressBar("tune", config.steps)
+    result = tune_embedder(
+        model, texts, config, on_step=lambda step, loss: bar.update(step, f"loss {loss:.3f}")
+    )
+    bar.update(config.steps, force=True)
+    package = model.package
+    shapes = model.config.param_shapes()
+    tensors = {
+        name: Tensor(shapes[name], array("f", model.cpu.params[name].astype("float32").tobytes()))
+        for name in shapes
+    }
+    training = {**package.manifest.get("training", {})}
+    training["embedding_tuning"] = result.summary(config)
+    version = args.version or f"{package.version}-tuned"
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_package_file(
+        out,
+        name=package.name,
+        version=version,
+        created_at=utc_timestamp(datetime.now(UTC)),
+        producer=f"evermind {evermind.__version__} (numpy tune-embedder)",
+        config=package.config,
+        tensors=tensors,
+        tokenizer_json=package.tokenizer_json,
+        training=training,
+        bench=package.manifest.get("bench", {}),
+        generation_config=package.generation_config,
+    )
+    print(
+        json.dumps(
+            {
+                "model": f"{package.name}:{version}",
+                "texts": result.texts,
+                "steps": result.steps,
+                "first_loss": round(result.first_loss, 4),
+                "final_loss": round(result.final_loss, 4),
+                "seconds": round(result.seconds, 1),
+                "out": str(out),
+            }
+        )
+    )
+    return 0

@@ -1,0 +1,67 @@
+"""numpy reference for ``shaders/elementwise.wgsl``: SiLU, softplus, sigmoid, product (native-only).
+
+Pointwise, any shape; computed in float64 and returned in the input's floating dtype.
+Argument order is the kernel's: the forward input first, the upstream gradient last.
+
+    sigmoid(x)     = 1 / (1 + exp(-x)), written 0.5 (1 + tanh(x / 2)): no overflow for any x
+    silu(x)        = x * sigmoid(x)
+    softplus(x)    = log(1 + exp(x)), the identity past 20 (torch's threshold, as the kernels)
+    d(x * y)       = (grad * y, grad * x)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evermind.ops._dtype import Floats, f64, out_dtype
+
+__all__ = [
+    "SOFTPLUS_THRESHOLD",
+    "mul_bwd",
+    "sigmoid",
+    "silu_bwd",
+    "silu_fwd",
+    "softplus_bwd",
+    "softplus_fwd",
+]
+
+#: torch.nn.functional.softplus's default threshold: past it softplus is the identity.
+SOFTPLUS_THRESHOLD = 20.0
+
+
+def _sigmoid64(x: Floats) -> Floats:
+    return 0.5 * (1.0 + np.tanh(0.5 * f64(x)))
+
+
+def sigmoid(x: Floats) -> Floats:
+    """Logistic function of ``x`` (any shape)."""
+    return _sigmoid64(x).astype(out_dtype(x))
+
+
+def silu_fwd(x: Floats) -> Floats:
+    """SiLU (swish) ``x * sigmoid(x)``."""
+    return (f64(x) * _sigmoid64(x)).astype(out_dtype(x))
+
+
+def silu_bwd(x: Floats, grad: Floats) -> Floats:
+    """Gradient of SiLU: ``grad * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``."""
+    x64, s = f64(x), _sigmoid64(x)
+    return (f64(grad) * s * (1.0 + x64 * (1.0 - s))).astype(out_dtype(x, grad))
+
+
+def softplus_fwd(x: Floats) -> Floats:
+    """``log(1 + exp(x))`` without overflow, the identity past :data:`SOFTPLUS_THRESHOLD`."""
+    x64 = f64(x)
+    return np.where(x64 > SOFTPLUS_THRESHOLD, x64, np.logaddexp(0.0, x64)).astype(out_dtype(x))
+
+
+def softplus_bwd(x: Floats, grad: Floats) -> Floats:
+    """Gradient of softplus: ``grad * sigmoid(x)``, exactly ``grad`` past the threshold."""
+    slope = np.where(f64(x) > SOFTPLUS_THRESHOLD, 1.0, _sigmoid64(x))
+    return (f64(grad) * slope).astype(out_dtype(x, grad))
+
+
+def mul_bwd(x: Floats, y: Floats, grad: Floats) -> tuple[Floats, Floats]:
+    """Gradients of ``x * y`` with respect to ``x`` and ``y``."""
+    dtype = out_dtype(x, y, grad)
+    return (f64(grad) * f64(y)).astype(dtype), (f64(grad) * f64(x)).astype(dtype)

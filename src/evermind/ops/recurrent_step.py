@@ -1,0 +1,78 @@
+"""numpy reference for ``shaders/recurrent_step.wgsl``: one decoding step (native-only).
+
+Two O(1)-per-token pieces, built from the parallel ops so that decoding step by step equals
+the parallel forward by construction:
+
+- :func:`conv_step`: shift the input x (B, D) into the (B, D, K) register of the last K conv
+  inputs (oldest first), then ``silu(conv1d)`` at the newest position (= the last output of
+  :func:`evermind.ops.conv1d.conv1d_fwd` over the register);
+- :func:`ssm_step`: one step of the selective scan (:func:`evermind.ops.selective_scan.scan_step`)
+  on the state h (B, D, N), with the kernel's raw ``delta_raw`` and ``A_log``.
+
+:func:`causal_conv1d_silu` is the parallel conv branch (B, L, D) that running
+:func:`conv_step` over a sequence reproduces; the scan's parallel form is
+:func:`evermind.ops.selective_scan.selective_scan_fwd`. float64 inside, results in the
+inputs' floating dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evermind.ops._dtype import Floats, f64, out_dtype
+from evermind.ops.conv1d import conv1d_fwd
+from evermind.ops.elementwise import silu_fwd, softplus_fwd
+from evermind.ops.selective_scan import scan_step
+
+__all__ = ["causal_conv1d_silu", "conv_step", "ssm_step"]
+
+
+def causal_conv1d_silu(x: Floats, weight: Floats, bias: Floats) -> Floats:
+    """``silu(conv1d(x))``: the conv branch over a whole sequence.
+
+    Args:
+        x: Input, (B, L, D).
+        weight: Depthwise taps, (D, 1, K) (or (D, K)).
+        bias: (D,).
+
+    Returns:
+        (B, L, D).
+    """
+    return silu_fwd(conv1d_fwd(x, weight, bias))
+
+
+def conv_step(conv_state: Floats, x: Floats, weight: Floats, bias: Floats) -> tuple[Floats, Floats]:
+    """One conv step: shift ``x`` (B, D) into ``conv_state`` (B, D, K), then ``silu(conv)``.
+
+    Returns:
+        ``(x_conv (B, D), new_state (B, D, K))``; the oldest input is shifted out.
+    """
+    dtype = out_dtype(conv_state, x, weight, bias)
+    state = np.concatenate([f64(conv_state)[:, :, 1:], f64(x)[:, :, None]], axis=2)  # (B, D, K)
+    # Over the register as a length-K sequence, the last conv output reads exactly its K taps.
+    window = state.transpose(0, 2, 1)  # (B, K, D)
+    x_conv = causal_conv1d_silu(window, f64(weight), f64(bias))[:, -1]  # (B, D)
+    return x_conv.astype(dtype), state.astype(dtype)
+
+
+def ssm_step(
+    h: Floats, x_c: Floats, delta_raw: Floats, A_log: Floats, B_t: Floats, C_t: Floats, D: Floats
+) -> tuple[Floats, Floats]:
+    """One selective-scan step.
+
+    Args:
+        h: State, (B, D, N).
+        x_c: Input (the conv step's output), (B, D).
+        delta_raw: Time step before softplus, (B, D).
+        A_log: (D, N); A = -exp(A_log).
+        B_t, C_t: (B, N).
+        D: Skip gain, (D,).
+
+    Returns:
+        ``(y (B, D), new_h (B, D, N))``.
+    """
+    dtype = out_dtype(h, x_c, delta_raw, A_log, B_t, C_t, D)
+    delta = f64(softplus_fwd(f64(delta_raw)))  # (B, D)
+    A = -np.exp(f64(A_log))  # (D, N)
+    y, new_h = scan_step(f64(h), f64(x_c), delta, A, f64(B_t), f64(C_t), f64(D))
+    return y.astype(dtype), new_h.astype(dtype)
