@@ -1,19 +1,41 @@
 """The one exception tree of Evermind.
 
 Every error the package raises on purpose derives from :class:`EvermindError`, so a
-caller can catch the whole family with one clause and a narrower branch when it cares::
+caller can catch the whole family with one clause and a narrower branch when it cares.
+Domain errors are raised where they arise (the module in brackets defines the ones that
+carry domain data); the generic branches are defined here::
 
     EvermindError
-    ├── ConfigError            bad configuration or user-supplied options (also ValueError)
-    ├── ShapeError             an array/tensor of the wrong shape or dtype (also ValueError)
-    ├── GPUError               anything that went wrong talking to WebGPU
-    │   ├── NoAdapterError     no WebGPU adapter on this host (with a hint how to get one)
-    │   ├── ShaderCompileError WGSL failed to compile; carries file, line and column
-    │   └── DeviceLostError    the device was lost (driver reset, out of memory)
-    ├── TokenizerError         tokenizer training/loading/encoding failed
-    ├── PackageError           a `.evermind` package is invalid, corrupt or unsafe
-    ├── StorageError           the memory / cache storage backend failed
-    └── BundleError            the offline web bundle could not be built or found
+    ├── ConfigError              bad configuration or user-supplied options (also ValueError)
+    │   └── InvalidConfig        a host's MCP config cannot be edited safely [mcp.installer]
+    ├── InputError               bad input data: a request field, a file's contents, a missing
+    │                            input file; not a setting (also ValueError)
+    ├── ShapeError               an array/tensor of the wrong shape or dtype (also ValueError)
+    ├── NotFound                 a named thing does not exist
+    │   └── ModelNotFound        no such model for this tenant [runtime.registry]
+    ├── Conflict                 the request contradicts what is already stored
+    │   └── InstallConflict      the ref is installed with another digest [runtime.installs]
+    ├── Unavailable              the thing exists but cannot serve now
+    │   └── PackageChanged       an installed package's bytes changed on disk [runtime.registry]
+    ├── AccessError              the caller may not do this now
+    │   ├── Unauthenticated      no, or an unknown, bearer token [runtime.auth]
+    │   ├── PermissionDenied     a read-only token asked to write [runtime.auth]
+    │   └── RateLimited          the tenant's request budget is spent [runtime.auth]
+    ├── TrainingDiverged         a training run's loss became non-finite
+    ├── GPUError                 anything that went wrong talking to WebGPU
+    │   ├── NoAdapterError       no WebGPU adapter on this host (with a hint how to get one)
+    │   ├── ShaderCompileError   WGSL failed to compile; carries file, line and column
+    │   └── DeviceLostError      the device was lost (driver reset, out of memory)
+    ├── TokenizerError           tokenizer training/loading/encoding failed
+    ├── PackageError             a `.evermind` package is invalid, corrupt or unsafe
+    ├── StorageError             the memory / cache storage backend failed
+    ├── BundleError              the offline web bundle could not be built or found
+    └── PushError                the runtime refused a push, or was unreachable [runtime.push]
+
+Library code raises these and never an HTTP error; the runtime maps them to HTTP statuses in
+one table (``runtime/app.py``), the Studio worker sends their class name to the page. Every
+error has a ``code``, a short machine-readable reason (``"model_not_found"``; empty when the
+class says enough), which the runtime sends as the error's ``code``.
 
 Messages say what was expected, what was received, and a hint.
 """
@@ -24,15 +46,71 @@ from collections.abc import Iterable
 
 
 class EvermindError(Exception):
-    """Base class of every error Evermind raises on purpose."""
+    """Base class of every error Evermind raises on purpose.
+
+    Args:
+        *args: The message (what was expected, what was received, a hint).
+        code: A short machine-readable reason, e.g. ``"invalid_namespace"``; None keeps the
+            class's (empty unless the class sets one).
+    """
+
+    code: str = ""
+
+    def __init__(self, *args: object, code: str | None = None) -> None:
+        super().__init__(*args)
+        if code is not None:
+            self.code = code
 
 
 class ConfigError(EvermindError, ValueError):
     """A configuration value or user option is invalid."""
 
 
+class InputError(EvermindError, ValueError):
+    """Input data is invalid or missing: a request's field, a file's contents, an input file.
+
+    Not for settings (that is :class:`ConfigError`): the fix is to change the data.
+    """
+
+
 class ShapeError(EvermindError, ValueError):
     """An input has the wrong shape, size or dtype for the operation."""
+
+
+class NotFound(EvermindError):
+    """A named thing (a model, an entry) does not exist, or not for this caller."""
+
+
+class Conflict(EvermindError):
+    """The request contradicts what is already stored (e.g. the same ref, other bytes)."""
+
+
+class Unavailable(EvermindError):
+    """The thing exists but cannot serve now; retrying later or re-sending it may help."""
+
+
+class AccessError(EvermindError):
+    """The caller may not do this now (no credentials, too little access, over its rate)."""
+
+
+class TrainingDiverged(EvermindError):
+    """A training run's loss became non-finite (NaN or infinity); its state is unusable.
+
+    Attributes:
+        step: The 1-based step whose loss diverged.
+        loss: That loss.
+    """
+
+    def __init__(self, step: int, loss: float) -> None:
+        super().__init__(
+            f"training diverged at step {step}: loss is {loss}; "
+            "lower the learning rate or enable gradient clipping"
+        )
+        self.step = step
+        self.loss = loss
+
+    def __reduce__(self) -> tuple[type[TrainingDiverged], tuple[int, float]]:
+        return (type(self), (self.step, self.loss))
 
 
 class GPUError(EvermindError):

@@ -20,8 +20,8 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 
-from evermind.memory import MemoryStore
 from evermind.memory.sqlite_backend import SQLiteBackend
+from evermind.memory.sync import SyncMemoryStore
 from tests.runtime.test_mcp_server import free_port, wait_healthy
 
 PER_WRITER = 1000
@@ -92,7 +92,7 @@ def test_two_mcp_servers_and_the_runtime_write_3000_memories(tmp_path: Path) -> 
         runtime.wait(timeout=15)
         log.close()
 
-    with MemoryStore.open(memory_file, namespace="default/default") as store:
+    with SyncMemoryStore(memory_file, namespace="default/default") as store:
         records = {r["key"]: r["content"] for r in store.export()}
     expected = {
         f"{label}-{number:04d}": f"{label} wrote memory {number}"

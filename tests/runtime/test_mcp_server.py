@@ -39,7 +39,7 @@ from evermind.mcp.http import (
     load_tokens_file,
 )
 from evermind.mcp.render import ELLIPSIS, cut
-from evermind.memory import MemoryStore
+from evermind.memory.sync import SyncMemoryStore
 
 ALL_TOOLS = {
     "memory_recall",
@@ -198,7 +198,7 @@ def test_stdio_readonly_server_sees_what_another_server_wrote(tmp_path: Path) ->
 
     anyio.run(scenario)
     # The same file, read by a plain store in the runtime's namespace of the default tenant.
-    with MemoryStore.open(memory_file, namespace="default/default") as store:
+    with SyncMemoryStore(memory_file, namespace="default/default") as store:
         record = store.get("pref-editor")
         assert record is not None and "Neovim" in record.content
 

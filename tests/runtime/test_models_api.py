@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import evermind
+from evermind.package import Package, PackageLimits, reader
 from evermind.runtime.server import ServerThread
 from tests.factories import tiny_package
 from tests.runtime.helpers import (
@@ -79,6 +80,26 @@ def test_push_list_generate_stream_embed_delete(alpha: httpx.Client) -> None:
     assert gone.status_code == 200 and gone.json()["deleted"] is True
     assert "evermind/lifecycle:1.0.0" not in model_ids(alpha)
     assert_error(alpha.post("/v1/completions", json=body), 404, "model_not_found")
+
+
+def test_a_push_and_its_first_generation_parse_the_package_once(
+    alpha: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry builds the first model from the package the push verified."""
+    package = tiny_package("parsed-once", "1.0.0")
+    parses: list[int] = []
+    verify = reader._verify
+
+    def counting(data: bytes, limits: PackageLimits) -> Package:
+        parses.append(len(data))
+        return verify(data, limits)
+
+    monkeypatch.setattr(reader, "_verify", counting)
+    assert push(alpha, package).status_code == 201
+    body = {"model": "evermind/parsed-once:1.0.0", "prompt": "The", "max_tokens": 4}
+    for _ in range(2):
+        assert alpha.post("/v1/completions", json=body).status_code == 200
+    assert parses == [len(package)]
 
 
 def test_same_ref_same_digest_is_idempotent_other_digest_conflicts(alpha: httpx.Client) -> None:

@@ -10,12 +10,12 @@ import pytest
 from evermind.errors import ConfigError
 from evermind.mcp.config import resolve_memory_file
 from evermind.package import read_package
-from evermind.runtime.auth import Principal, RateLimiter, TokenTable, parse_tokens
+from evermind.runtime.auth import RateLimited, RateLimiter, TokenTable, Unauthenticated
 from evermind.runtime.config import RuntimeConfig, default_data_dir, is_loopback
-from evermind.runtime.errors import ApiError
 from evermind.runtime.generation import render_chat
 from evermind.runtime.installs import InstallConflict, InstallStore, version_key
-from evermind.runtime.registry import parse_model_id
+from evermind.runtime.registry import ModelNotFound, parse_model_id
+from evermind.tokens import Principal, parse_tokens
 from tests.factories import tiny_package
 
 
@@ -50,9 +50,9 @@ def test_authenticate() -> None:
         ("Bearer abcdefgh-2", "invalid_token"),
         ("Bearer abcdefgh-", "invalid_token"),
     ):
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(Unauthenticated) as refused:
             table.authenticate(header)
-        assert refused.value.status == 401 and refused.value.code == code
+        assert refused.value.code == code
     assert TokenTable(None).authenticate(None) == Principal("default", "write")
 
 
@@ -61,13 +61,13 @@ def test_rate_limiter_refills_over_time() -> None:
     limiter = RateLimiter(rate=2.0, burst=2, clock=lambda: now[0])
     limiter.check("a")
     limiter.check("a")
-    with pytest.raises(ApiError) as limited:
+    with pytest.raises(RateLimited) as limited:
         limiter.check("a")
-    assert limited.value.status == 429 and limited.value.headers["Retry-After"] == "1"
+    assert limited.value.retry_after_s == 1
     limiter.check("b")  # other tenants have their own bucket
     now[0] = 0.5  # one token back at 2/s
     limiter.check("a")
-    with pytest.raises(ApiError):
+    with pytest.raises(RateLimited):
         limiter.check("a")
     RateLimiter(rate=0).check("a")  # 0 disables
 
@@ -78,7 +78,7 @@ def test_version_order_and_model_ids() -> None:
     assert parse_model_id("evermind/notes:1.2.0") == ("notes", "1.2.0")
     assert parse_model_id("notes") == ("notes", None)
     for bad in ("evermind/", "Evermind/Notes", "evermind/a:b:c", "../x"):
-        with pytest.raises(ApiError):
+        with pytest.raises(ModelNotFound):
             parse_model_id(bad)
 
 

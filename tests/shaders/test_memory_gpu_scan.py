@@ -143,10 +143,10 @@ def test_studio_handlers_rank_with_the_tab_model_on_the_gpu(monkeypatch) -> None
     """memory_* and cache_* with a trained tiny model: semantic ranking and the GPU scan."""
     import json
 
-    from evermind.studio import api, memory_api
+    from evermind.studio import api, memory_api, rpc
     from tests.factories import TEXT
 
-    monkeypatch.setattr(api, "_session", None)
+    monkeypatch.setattr(rpc, "_session", None)
     monkeypatch.setattr(memory_api, "_tab", None)
 
     def call(fn: str, **kwargs):

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from evermind.package import read_package
-from evermind.studio import api
+from evermind.studio import api, rpc
 from evermind.studio.session import Session
 from tests.factories import TEXT
 
@@ -20,7 +20,7 @@ TINY = {"d_model": 16, "n_layer": 2, "d_state": 4}
 def events(monkeypatch):
     seen: list[dict] = []
     api.set_emitter(lambda s: seen.append(json.loads(s)))
-    monkeypatch.setattr(api, "_session", None)
+    monkeypatch.setattr(rpc, "_session", None)
     yield seen
     api.set_emitter(None)
 

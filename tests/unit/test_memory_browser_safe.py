@@ -1,4 +1,4 @@
-"""Every browser-safe memory/cognition module imports with numpy, sqlite3 and wgpu blocked."""
+"""Every browser-safe memory module imports with numpy, sqlite3 and wgpu blocked."""
 
 from __future__ import annotations
 
@@ -19,11 +19,6 @@ BROWSER_SAFE = [
     "evermind.memory.sanitize",
     "evermind.memory.store",
     "evermind.memory.recall",
-    "evermind.cognition",
-    "evermind.cognition.canonical",
-    "evermind.cognition.reconcile",
-    "evermind.cognition.gatherers",
-    "evermind.cognition.engine",
 ]
 
 
@@ -36,7 +31,6 @@ def test_browser_safe_modules_import_and_work_without_native_deps() -> None:
         for name in {BROWSER_SAFE!r}:
             importlib.import_module(name)
         from evermind.memory import InMemoryBackend, MemoryStore
-        from evermind.cognition import Claim, EvermindCognition
 
         async def main():
             def embed(texts):
@@ -45,8 +39,6 @@ def test_browser_safe_modules_import_and_work_without_native_deps() -> None:
             store = MemoryStore(InMemoryBackend(), embedder=embed)
             await store.remember("k", "works in the browser")
             hits = await store.recall("browser")
-            cog = EvermindCognition(store)
-            await cog.commit(Claim("host", "pyodide"))
             return hits[0].key, hits[0].ranked_by
 
         print(asyncio.run(main()))

@@ -468,8 +468,7 @@ def test_recency_prefers_fresh_memories() -> None:
 
 def test_path_constructor_and_sync_wrapper(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "sync.db"
-    with MemoryStore.open(path) as store:
-        assert isinstance(store, SyncMemoryStore)
+    with SyncMemoryStore(path) as store:
         store.remember("k", "remembered from a script", tags=["script"], ttl=3600)
         assert store.get("k") is not None
         assert [h.key for h in store.recall("script")] == ["k"]

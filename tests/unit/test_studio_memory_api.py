@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from evermind.studio import api, memory_api
+from evermind.studio import api, memory_api, rpc
 from evermind.studio.tab_memory import LEXICAL_THRESHOLD
 
 
 @pytest.fixture(autouse=True)
 def fresh_session(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(api, "_session", None)
+    monkeypatch.setattr(rpc, "_session", None)
     monkeypatch.setattr(memory_api, "_tab", None)
     yield
 

@@ -2,7 +2,7 @@
 
 Owns tenant authentication, the per-tenant rate limit and the ASGI app:
 
-- **Tokens file**: the runtime's format (``evermind.runtime.auth``), one
+- **Tokens file**: the runtime's format (``evermind.tokens``), one
   ``TOKEN TENANT [read|write]`` per line, so one file serves ``evermind serve`` and
   ``evermind mcp --http``. A ``read`` token gets the read-only tool set.
 - **Authentication**: the presented token's SHA-256 is compared with every token's using
@@ -42,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from evermind.errors import ConfigError
 from evermind.memory import MemoryStore
+from evermind.tokens import parse_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +75,8 @@ def load_tokens_file(path: str | Path) -> list[tuple[str, Tenant]]:
     """Reads a tokens file in the runtime's format; returns ``(token, tenant)`` pairs.
 
     Raises:
-        ConfigError: The file is missing, unreadable or malformed (see ``evermind.runtime.auth``).
+        ConfigError: The file is missing, unreadable or malformed (see ``evermind.tokens``).
     """
-    from evermind.runtime.auth import parse_tokens
-
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:

@@ -32,13 +32,14 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from evermind.errors import ConfigError
 from evermind.mcp.config import resolve_memory_file, resolve_model_file
 from evermind.mcp.hosts import HostEnv, HostSpec, select_hosts
 
 DEFAULT_NAME = "evermind"
 
 
-class InvalidConfig(Exception):
+class InvalidConfig(ConfigError):
     """A host config that cannot be edited safely (reported, never raised to the user)."""
 
 

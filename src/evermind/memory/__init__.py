@@ -6,7 +6,7 @@ Public API::
     store = MemoryStore(indexeddb_backend, embedder=model)   # browser: a MemoryBackend
     await store.remember("pref-editor", "Niamh uses Neovim", tags=["pref"], ttl=3600)
     hits = await store.recall("which editor?", top_k=5)     # list[Hit], each with ranked_by
-    sync = MemoryStore.open("memory.db")                     # blocking wrapper for scripts
+    sync = SyncMemoryStore("memory.db")                      # blocking wrapper for scripts
 
 This package is browser-safe except ``sqlite_backend`` and ``sync`` (native only), which are
 not imported here eagerly.

@@ -1,20 +1,21 @@
-"""The recall pipeline of ``MemoryStore``: candidates, fusion, weighting, MMR, hits.
+"""Recall: ranks a :class:`Snapshot` of memories for a query (candidates, fusion, weighting,
+MMR, hits).
 
-Split from ``store.py`` so the store module holds state and I/O and this one holds the ranking
-decisions. It reads the store's snapshot (records, BM25 index, vector index) and never writes.
-Browser-safe: standard library and ``evermind`` only.
+The store hands out a ``Snapshot`` (its records, BM25 index and vector index, and the time)
+and, when it has an embedder, a ``QueryEmbedder``; this module ranks them and never imports
+the store, reads its state or writes. Browser-safe: standard library and ``evermind`` only.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
 
 from evermind.errors import EvermindError
 from evermind.memory.ranking import (
+    BM25Index,
     importance_factor,
     jaccard,
     mmr_order,
@@ -23,10 +24,28 @@ from evermind.memory.ranking import (
     top_k,
 )
 from evermind.memory.records import Hit, MemoryRecord, RecallOptions
-from evermind.memory.vectors import normalise
+from evermind.memory.vectors import VectorIndex, normalise
 
-if TYPE_CHECKING:
-    from evermind.memory.store import MemoryStore
+#: Embeds a query for the semantic step (the store first embeds memories not yet indexed).
+QueryEmbedder = Callable[[str], Awaitable[Sequence[float]]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What recall ranks: a namespace's memories at one moment, with their indexes.
+
+    Attributes:
+        records: Every memory by key (archived and expired ones too; recall skips them).
+        bm25: The BM25 index over the records' contents.
+        vectors: The vector index (holds the memories embedded so far).
+        now: The time of the recall, seconds since the epoch (for expiry and recency).
+    """
+
+    records: Mapping[str, MemoryRecord]
+    bm25: BM25Index
+    vectors: VectorIndex
+    now: float
+
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +65,26 @@ class _Candidates:
 
 
 async def run_recall(
-    store: MemoryStore, query: str, k: int, tags: set[str] | None, opts: RecallOptions
+    snapshot: Snapshot,
+    query: str,
+    k: int,
+    tags: set[str] | None,
+    opts: RecallOptions,
+    embed_query: QueryEmbedder | None = None,
 ) -> list[Hit]:
-    """Ranks the store's live memories for ``query`` (see ``MemoryStore.recall``)."""
-    now = store.clock()
-    records = store._records
+    """Ranks the snapshot's live memories for ``query`` (see ``MemoryStore.recall``).
+
+    Args:
+        snapshot: The memories and their indexes.
+        query: Free text.
+        k: How many hits at most.
+        tags: Only memories carrying all of these (None: no filter).
+        opts: The recall options.
+        embed_query: Embeds the query for the semantic step; None ranks lexically
+            ("no embedder").
+    """
+    now = snapshot.now
+    records = snapshot.records
 
     def accept(key: str) -> bool:
         record = records.get(key)
@@ -59,7 +93,7 @@ async def run_recall(
         return tags is None or tags.issubset(record.tags)
 
     pool = max(opts.candidate_pool, k)
-    found = await _candidates(store, query, pool, accept, opts)
+    found = await _candidates(snapshot, embed_query, query, pool, accept, opts)
     relevance, signals = _fuse(found, opts)
     if not relevance:
         return []
@@ -88,7 +122,7 @@ async def run_recall(
     if opts.recency:
         steps.append(f"recency half-life {opts.half_life_s / 86400:g}d")
     if opts.mmr and len(weighted) > 1:
-        order = _mmr(store, weighted, k, opts.mmr_lambda, found.used_vectors)
+        order = _mmr(snapshot, weighted, k, opts.mmr_lambda, found.used_vectors)
         steps.append(f"mmr λ={opts.mmr_lambda:.2f}")
     else:
         order = [key for key, _ in top_k(weighted, k)]
@@ -97,30 +131,30 @@ async def run_recall(
 
 
 async def _candidates(
-    store: MemoryStore,
+    snapshot: Snapshot,
+    embed_query: QueryEmbedder | None,
     query: str,
     pool: int,
     accept: Callable[[str], bool],
     opts: RecallOptions,
 ) -> _Candidates:
     found = _Candidates()
-    cache = store.vector_cache
-    semantic = opts.semantic and cache is not None
     failed = False
-    if semantic and cache is not None:
+    if opts.semantic and embed_query is not None:
         try:
-            await store.ensure_vectors()
-            (query_vector,) = await cache.vectors([query], persist=False)
-            found.semantic = await store._vectors.asearch(query_vector, pool, accept)
+            query_vector = await embed_query(query)
+            found.semantic = await snapshot.vectors.asearch(query_vector, pool, accept)
             found.used_vectors = True
-            found.cosine_of = partial(store._vectors.cosine_to, unit_query=normalise(query_vector))
+            found.cosine_of = partial(
+                snapshot.vectors.cosine_to, unit_query=normalise(query_vector)
+            )
         except EvermindError:
             raise
         except Exception:
             logger.warning("semantic recall failed; falling back to lexical", exc_info=True)
             failed = True
     if opts.lexical or failed:
-        found.bm25_all = store._bm25.scores(query)
+        found.bm25_all = snapshot.bm25.scores(query)
         found.lexical = top_k(found.bm25_all, pool, accept)
     if found.used_vectors and opts.lexical:
         found.base_label = "semantic+lexical"
@@ -128,7 +162,7 @@ async def _candidates(
         found.base_label = "semantic only: lexical off"
     elif failed:
         found.base_label = "lexical only: embedder failed"
-    elif cache is None:
+    elif embed_query is None:
         found.base_label = "lexical only: no embedder"
     else:
         found.base_label = "lexical only: semantic off"
@@ -208,19 +242,19 @@ def _convex(
 
 
 def _mmr(
-    store: MemoryStore, weighted: dict[str, float], k: int, lam: float, use_vectors: bool
+    snapshot: Snapshot, weighted: dict[str, float], k: int, lam: float, use_vectors: bool
 ) -> list[str]:
     best = max(weighted.values())
     scaled = {key: value / best for key, value in weighted.items()}
     if use_vectors:
 
         def similarity(a: str, b: str) -> float:
-            return max(0.0, store._vectors.cosine(a, b))
+            return max(0.0, snapshot.vectors.cosine(a, b))
 
     else:
 
         def similarity(a: str, b: str) -> float:
-            return jaccard(store._bm25.terms(a), store._bm25.terms(b))
+            return jaccard(snapshot.bm25.terms(a), snapshot.bm25.terms(b))
 
     return [key for key, _ in mmr_order(scaled, similarity, k, lam)]
 
@@ -237,3 +271,6 @@ def _hit(record: MemoryRecord, score: float, label: str, signals: dict[str, floa
         signals=dict(signals),
         meta=dict(record.meta),
     )
+
+
+__all__ = ["QueryEmbedder", "Snapshot", "run_recall"]

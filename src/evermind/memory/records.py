@@ -39,7 +39,7 @@ class MemoryRecord:
         updated_at: Latest write of this key, seconds since the epoch.
         expires_at: When the memory stops existing (seconds since the epoch), or None.
         archived: Kept for history only: never returned by recall, recent or recall_by_tag.
-        meta: JSON-serialisable extra fields (cognition keeps belief history here).
+        meta: JSON-serialisable extra fields.
     """
 
     key: str

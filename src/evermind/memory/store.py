@@ -29,12 +29,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from types import MappingProxyType
+from typing import Any, Literal
 
 from evermind.errors import ConfigError, EvermindError
 from evermind.memory.backend import MemoryBackend
 from evermind.memory.embedder import VectorCache, as_embedder
 from evermind.memory.ranking import BM25Index
+from evermind.memory.recall import Snapshot, run_recall
 from evermind.memory.records import (
     Hit,
     MemoryRecord,
@@ -47,9 +49,6 @@ from evermind.memory.records import (
     validate_ttl,
 )
 from evermind.memory.vectors import VectorIndex
-
-if TYPE_CHECKING:
-    from evermind.memory.sync import SyncMemoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -119,15 +118,6 @@ class MemoryStore:
         self._vectors = vector_index if vector_index is not None else VectorIndex(use_numpy)
         self._vector_hash: dict[str, str] = {}
         self._sync_lock = asyncio.Lock()
-
-    @classmethod
-    def open(
-        cls, path: str | os.PathLike[str], embedder: Any = None, **kwargs: Any
-    ) -> SyncMemoryStore:
-        """Opens a SQLite-backed store with a blocking API, for scripts (native only)."""
-        from evermind.memory.sync import SyncMemoryStore
-
-        return SyncMemoryStore(path, embedder, **kwargs)
 
     @property
     def has_embedder(self) -> bool:
@@ -332,16 +322,32 @@ class MemoryStore:
             Scored hits; each hit's ``ranked_by`` names the steps that ranked it. Expired and
             archived memories are never returned.
         """
-        from evermind.memory.recall import run_recall
-
         if not isinstance(query, str):
             raise ConfigError(f"recall: query must be a string, got {type(query).__name__}")
         _check_count(top_k, "recall: top_k")
         wanted = None if tags is None else set(normalise_tags(tags))
         await self.refresh()
-        return await run_recall(self, query, top_k, wanted, options or self.options)
+        embed_query = None if self._cache is None else self._embed_query
+        return await run_recall(
+            self.snapshot(), query, top_k, wanted, options or self.options, embed_query
+        )
+
+    async def _embed_query(self, query: str) -> Sequence[float]:
+        """Embeds every memory not yet indexed, then the query (not persisted)."""
+        assert self._cache is not None  # only handed to recall when there is an embedder
+        await self.ensure_vectors()
+        (vector,) = await self._cache.vectors([query], persist=False)
+        return vector
 
     # ------------------------------------------------------------------ snapshot
+
+    def snapshot(self) -> Snapshot:
+        """The in-memory view recall ranks: records, BM25 and vector indexes, and the time.
+
+        Call :meth:`refresh` first to see other writers' changes. The records are a read-only
+        view; the indexes are the store's own (recall only reads them).
+        """
+        return Snapshot(MappingProxyType(self._records), self._bm25, self._vectors, self.clock())
 
     def _live(self, now: float) -> Iterable[MemoryRecord]:
         return (r for r in self._records.values() if not r.archived and not r.is_expired(now))

@@ -8,8 +8,11 @@ semantic cache, Prometheus metrics. ``evermind push`` is the client side of an i
 Modules, one idea each:
 
 - ``config``: :class:`RuntimeConfig` and the default data directory.
-- ``errors``: :class:`ApiError`, the OpenAI-style JSON error every route raises.
-- ``auth``: the tokens file, tenants, constant-time token lookup, per-tenant rate limit.
+- ``errors``: :class:`ApiError`, the OpenAI-style JSON error; routes raise it for bad
+  requests, and ``app`` maps every library error to it in one table (nothing below the routes
+  imports it).
+- ``auth``: constant-time token lookup, per-tenant rate limit (the tokens file format is
+  :mod:`evermind.tokens`).
 - ``installs``: packages on disk — atomic install, scan, delete.
 - ``registry``: refs to installs, the lazily loaded models in an LRU by memory budget.
 - ``generation``: the chat template and generation on the worker thread pool.

@@ -9,6 +9,9 @@
    (401), the tenant's rate limit (429) and the request-size cap (413), all before any
    body is parsed;
 3. the routes, whose errors become ``{"error": {"message", "type", "code"}}``.
+
+Library code raises domain errors (:mod:`evermind.errors`); :data:`HTTP_STATUS` is the one
+place they become HTTP statuses.
 """
 
 from __future__ import annotations
@@ -28,8 +31,19 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import evermind
-from evermind.errors import ConfigError, EvermindError, ShapeError, StorageError
+from evermind.errors import (
+    AccessError,
+    ConfigError,
+    Conflict,
+    EvermindError,
+    InputError,
+    NotFound,
+    ShapeError,
+    StorageError,
+    Unavailable,
+)
 from evermind.runtime import routes_cache, routes_memory, routes_models, routes_openai
+from evermind.runtime.auth import PermissionDenied, RateLimited, Unauthenticated
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError, error_body
 from evermind.runtime.state import Runtime
@@ -39,6 +53,38 @@ logger = logging.getLogger(__name__)
 #: Origins allowed by default: any port on the loopback interface (the Studio's page).
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 PUSH = ("POST", "/v1/models")
+
+#: Library errors by HTTP status and default ``code`` (an error's own ``code`` wins), most
+#: specific first: the one place a domain error becomes an HTTP status.
+HTTP_STATUS: tuple[tuple[type[EvermindError], int, str], ...] = (
+    (Unauthenticated, 401, "unauthenticated"),
+    (PermissionDenied, 403, "forbidden"),
+    (RateLimited, 429, "rate_limited"),
+    (AccessError, 403, "forbidden"),
+    (NotFound, 404, "not_found"),
+    (Conflict, 409, "conflict"),
+    (Unavailable, 503, "unavailable"),
+    (ConfigError, 400, "invalid_request"),
+    (InputError, 400, "invalid_request"),
+    (ShapeError, 400, "invalid_request"),
+    (StorageError, 500, "storage_error"),
+    (EvermindError, 500, "server_error"),
+)
+#: The challenge a 401 answer carries (RFC 6750).
+BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="evermind"'}
+
+
+def as_api_error(err: EvermindError) -> ApiError:
+    """The HTTP answer to a library error, by :data:`HTTP_STATUS` (an ``ApiError`` as is)."""
+    if isinstance(err, ApiError):
+        return err
+    status, code = next((s, c) for kind, s, c in HTTP_STATUS if isinstance(err, kind))
+    headers: dict[str, str] = {}
+    if isinstance(err, Unauthenticated):
+        headers = dict(BEARER_CHALLENGE)
+    elif isinstance(err, RateLimited):
+        headers = {"Retry-After": str(err.retry_after_s)}
+    return ApiError(status, str(err), err.code or code, headers)
 
 
 class FrontDoor:
@@ -84,8 +130,11 @@ class FrontDoor:
         try:
             if scope["path"].startswith("/v1/") and scope["method"] != "OPTIONS":
                 receive = await self._admit(scope, receive)
-        except ApiError as err:
-            response = JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+        except EvermindError as err:
+            refused = as_api_error(err)
+            response = JSONResponse(
+                refused.body(), status_code=refused.status, headers=refused.headers
+            )
             await response(scope, receive, send_and_count)
             return
         await self.app(scope, receive, send_and_count)
@@ -187,13 +236,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(message, kind, code), status_code=err.status_code)
 
     async def evermind_error(request: Request, err: Exception) -> JSONResponse:
-        if isinstance(err, ConfigError | ShapeError):
-            return JSONResponse(
-                error_body(str(err), "invalid_request_error", "invalid_request"), status_code=400
-            )
-        logger.exception("request %s %s failed", request.method, request.url.path)
-        code = "storage_error" if isinstance(err, StorageError) else "server_error"
-        return JSONResponse(error_body(str(err), "server_error", code), status_code=500)
+        assert isinstance(err, EvermindError)
+        answer = as_api_error(err)
+        if answer.status == 500:
+            logger.exception("request %s %s failed", request.method, request.url.path)
+        return JSONResponse(answer.body(), status_code=answer.status, headers=answer.headers)
 
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
         logger.exception("request %s %s failed", request.method, request.url.path)

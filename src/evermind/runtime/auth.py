@@ -1,90 +1,48 @@
 """Tenancy: bearer tokens, tenants, access levels, per-tenant rate limits (native-only).
 
-The tokens file maps each token to a tenant and an access level, one per line::
-
-    # token                              tenant   access
-    4f9c2a...e1                          acme     write
-    77b0d1...9a                          acme     read
-    c3e8f0...42                          globex   write
-
-Blank lines and ``#`` comments are ignored; ``access`` defaults to ``write``. Tokens are
-compared in constant time (every entry is compared, always, on sha256 digests of equal
-length), so response timing does not reveal how much of a token matched.
+The tokens file format and :class:`Principal` live in :mod:`evermind.tokens` (the MCP server
+reads the same file). Tokens are compared in constant time (every
+entry is compared, always, on sha256 digests of equal length), so response timing does not
+reveal how much of a token matched.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from evermind.errors import ConfigError
-from evermind.runtime.errors import ApiError
-
-Access = Literal["read", "write"]
-TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-MIN_TOKEN_CHARS = 8
-#: The tenant of a server started without a tokens file.
-DEFAULT_TENANT = "default"
+from evermind.errors import AccessError, ConfigError
+from evermind.tokens import DEFAULT_TENANT, Principal, parse_tokens
 
 
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the tenant every read and write is scoped to, and the access level."""
-
-    tenant: str
-    access: Access
-
-    @property
-    def can_write(self) -> bool:
-        """Whether this caller may install, delete and store."""
-        return self.access == "write"
+class Unauthenticated(AccessError):
+    """The request carries no bearer token, another scheme, or a token not in the file."""
 
 
-def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Principal]]:
-    """Parses the tokens file format (see the module docstring).
+class PermissionDenied(AccessError):
+    """The caller's token is read-only and the request writes."""
 
-    Raises:
-        ConfigError: A malformed line, a short token, a bad tenant name or a duplicate token.
+    code = "read_only_token"
+
+
+class RateLimited(AccessError):
+    """The tenant's token bucket is empty.
+
+    Attributes:
+        retry_after_s: Whole seconds after which a retry will be admitted.
     """
-    entries: list[tuple[str, Principal]] = []
-    seen: set[str] = set()
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        where = f"{source}:{number}"
-        if len(parts) not in (2, 3):
-            raise ConfigError(
-                f"{where}: expected 'TOKEN TENANT [read|write]', got {len(parts)} fields"
-            )
-        token, tenant = parts[0], parts[1]
-        access = parts[2] if len(parts) == 3 else "write"
-        if len(token) < MIN_TOKEN_CHARS:
-            raise ConfigError(
-                f"{where}: token has {len(token)} characters, expected at least "
-                f"{MIN_TOKEN_CHARS}; hint: python -c 'import secrets; print(secrets.token_hex())'"
-            )
-        if not TENANT_PATTERN.fullmatch(tenant):
-            raise ConfigError(
-                f"{where}: tenant {tenant!r} is not 1-64 characters of [A-Za-z0-9._-] "
-                "starting with a letter or digit"
-            )
-        if access not in ("read", "write"):
-            raise ConfigError(f"{where}: access must be 'read' or 'write', got {access!r}")
-        if token in seen:
-            raise ConfigError(f"{where}: this token appears twice; each token maps to one tenant")
-        seen.add(token)
-        entries.append((token, Principal(tenant, "write" if access == "write" else "read")))
-    if not entries:
-        raise ConfigError(f"{source}: no tokens found; expected lines 'TOKEN TENANT [read|write]'")
-    return entries
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple[type[RateLimited], tuple[str, int]]:
+        return (type(self), (str(self), self.retry_after_s))
 
 
 class TokenTable:
@@ -118,26 +76,21 @@ class TokenTable:
         """The caller of a request with this ``Authorization`` header.
 
         Raises:
-            ApiError: 401 when the header is missing, not ``Bearer``, or the token is unknown.
+            Unauthenticated: The header is missing, not ``Bearer``, or the token is unknown.
         """
         if not self.enabled:
             return Principal(DEFAULT_TENANT, "write")
-        challenge = {"WWW-Authenticate": 'Bearer realm="evermind"'}
         if not authorization:
-            raise ApiError(
-                401,
+            raise Unauthenticated(
                 "missing bearer token; expected an 'Authorization: Bearer <token>' header; "
                 "hint: ask the server's operator for a token from its tokens file",
-                "missing_token",
-                challenge,
+                code="missing_token",
             )
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(
-                401,
+            raise Unauthenticated(
                 f"unsupported authorization scheme {scheme!r}; expected 'Bearer <token>'",
-                "invalid_authorization",
-                challenge,
+                code="invalid_authorization",
             )
         wanted = _digest(token.strip())
         found: Principal | None = None
@@ -145,12 +98,10 @@ class TokenTable:
             if hmac.compare_digest(digest, wanted):
                 found = who
         if found is None:
-            raise ApiError(
-                401,
+            raise Unauthenticated(
                 "invalid bearer token; it is not in the server's tokens file; "
                 "hint: check for a typo or an expired token",
-                "invalid_token",
-                challenge,
+                code="invalid_token",
             )
         return found
 
@@ -180,7 +131,7 @@ class RateLimiter:
         """Takes one request from ``tenant``'s bucket.
 
         Raises:
-            ApiError: 429 with ``Retry-After`` when the bucket is empty.
+            RateLimited: The bucket is empty (``retry_after_s`` says for how long).
         """
         if self.rate <= 0:
             return
@@ -190,11 +141,9 @@ class RateLimiter:
         if level < 1.0:
             wait = (1.0 - level) / self.rate
             self._buckets[tenant] = (level, now)
-            raise ApiError(
-                429,
+            raise RateLimited(
                 f"rate limit of {self.rate:g} requests/s (burst {self.burst:g}) exceeded for "
                 f"this tenant; retry in {wait:.2f} s",
-                "rate_limited",
-                {"Retry-After": str(max(1, round(wait + 0.5)))},
+                max(1, round(wait + 0.5)),
             )
         self._buckets[tenant] = (level - 1.0, now)

@@ -27,8 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from evermind.cache import default_guard
-from evermind.errors import StorageError
-from evermind.runtime.errors import ApiError
+from evermind.errors import InputError, StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -93,16 +92,15 @@ def normalised(embedding: list[float]) -> np.ndarray:
     """``embedding`` as a unit float32 vector.
 
     Raises:
-        ApiError: 400 for non-finite values or a zero vector.
+        InputError: Non-finite values or a zero vector.
     """
     vector = np.asarray(embedding, np.float64)
     norm = float(np.linalg.norm(vector)) if np.all(np.isfinite(vector)) else float("nan")
     if not np.isfinite(norm) or norm == 0.0:
-        raise ApiError(
-            400,
+        raise InputError(
             f"embedding: expected finite numbers with a non-zero norm, got norm {norm}; "
             "hint: send the embedding your embedder returned",
-            "invalid_embedding",
+            code="invalid_embedding",
         )
     return (vector / norm).astype(np.float32)
 
@@ -219,8 +217,8 @@ class SemanticCacheStore:
             response_json = json.dumps(response, allow_nan=False)
             meta_json = None if meta is None else json.dumps(meta, allow_nan=False)
         except ValueError as err:
-            raise ApiError(
-                400, f"response/meta: expected JSON values, got {err}", "invalid_json"
+            raise InputError(
+                f"response/meta: expected JSON values, got {err}", code="invalid_json"
             ) from err
 
         def work() -> int:

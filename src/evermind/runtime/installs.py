@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evermind.errors import StorageError
+from evermind.errors import Conflict, StorageError
 from evermind.package import Package
 
 logger = logging.getLogger(__name__)
@@ -71,12 +71,26 @@ class Install:
         return (self.tenant, self.name, self.version)
 
 
-class InstallConflict(Exception):
-    """The ref is installed with another digest (the caller answers 409)."""
+class InstallConflict(Conflict):
+    """The ref is installed with another digest.
 
-    def __init__(self, existing: Install) -> None:
-        super().__init__(existing.ref)
+    Attributes:
+        existing: The install that holds the ref.
+        digest: The digest of the package that was refused.
+    """
+
+    code = "ref_conflict"
+
+    def __init__(self, existing: Install, digest: str) -> None:
+        super().__init__(
+            f"{existing.ref} is already installed with digest {existing.digest}, this package "
+            f"has {digest}; hint: bump the version, or DELETE the installed one first"
+        )
         self.existing = existing
+        self.digest = digest
+
+    def __reduce__(self) -> tuple[type[InstallConflict], tuple[Install, str]]:
+        return (type(self), (self.existing, self.digest))
 
 
 def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
@@ -186,7 +200,7 @@ class InstallStore:
             upload.unlink(missing_ok=True)
             if existing.digest == package.digest:
                 return existing, False
-            raise InstallConflict(existing)
+            raise InstallConflict(existing, package.digest)
         final = self.models_dir / tenant / package.name / package.version
         stage = self.tmp_dir / f"stage-{uuid.uuid4().hex}"
         try:
@@ -203,7 +217,7 @@ class InstallStore:
                 shutil.rmtree(stage, ignore_errors=True)
                 if existing.digest == package.digest:
                     return existing, False
-                raise InstallConflict(existing)
+                raise InstallConflict(existing, package.digest)
             _fsync_dir(final.parent)
         except OSError as err:
             shutil.rmtree(stage, ignore_errors=True)

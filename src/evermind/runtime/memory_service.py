@@ -16,10 +16,10 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from evermind.errors import InputError
 from evermind.inference import Model
 from evermind.memory import MemoryStore
 from evermind.memory.sqlite_backend import SQLiteBackend
-from evermind.runtime.errors import ApiError
 
 logger = logging.getLogger(__name__)
 
@@ -33,15 +33,14 @@ def check_namespace(namespace: str | None) -> str:
     """The namespace a request names (``default`` when it names none).
 
     Raises:
-        ApiError: 400 for an empty namespace or one with control characters.
+        InputError: An empty namespace, or one with control characters.
     """
     if namespace is None:
         return DEFAULT_NAMESPACE
     if not namespace or len(namespace) > 256 or not namespace.isprintable():
-        raise ApiError(
-            400,
+        raise InputError(
             f"namespace: expected 1-256 printable characters, got {namespace[:40]!r}",
-            "invalid_namespace",
+            code="invalid_namespace",
         )
     return namespace
 

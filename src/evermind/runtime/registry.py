@@ -4,7 +4,10 @@ This module owns :class:`ModelRegistry`: it resolves an id (``evermind/<name>:<v
 or ``evermind/<name>``, the newest version) to an :class:`~evermind.runtime.installs.Install`
 of the caller's tenant, and keeps loaded :class:`~evermind.inference.Model` objects in an
 LRU bounded by a memory budget. Models load lazily, on first use, in the worker pool, once
-even when many requests ask at the same time. Usage counters per model live here too.
+even when many requests ask at the same time. A push hands over the package it just verified
+(:meth:`ModelRegistry.keep_verified`), so the first use builds the model from that object
+instead of reading and verifying the file again: one push, one parse. Usage counters per
+model live here too.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from evermind.errors import NotFound, Unavailable
 from evermind.inference import Model
-from evermind.package import read_package
-from evermind.runtime.errors import ApiError
+from evermind.package import Package, read_package
 from evermind.runtime.installs import Install, InstallStore
 
 logger = logging.getLogger(__name__)
@@ -33,6 +36,18 @@ _ID = re.compile(
 _OVERHEAD_BYTES = 1 << 20
 
 LoadKey = tuple[str, str, str, str]
+
+
+class ModelNotFound(NotFound):
+    """The id names no model of the caller's tenant (or cannot name a package at all)."""
+
+    code = "model_not_found"
+
+
+class PackageChanged(Unavailable):
+    """An installed package's file no longer has the digest it was installed with."""
+
+    code = "package_changed"
 
 
 @dataclass
@@ -60,15 +75,13 @@ def parse_model_id(model_id: str) -> tuple[str, str | None]:
     """``(name, version or None)`` of ``evermind/<name>[:<version>]`` (prefix optional).
 
     Raises:
-        ApiError: 404 when the id cannot name a package.
+        ModelNotFound: The id cannot name a package.
     """
     match = _ID.fullmatch(model_id.strip()) if isinstance(model_id, str) else None
     if match is None:
-        raise ApiError(
-            404,
+        raise ModelNotFound(
             f"model {model_id!r} not found; expected an id like 'evermind/<name>:<version>' or "
-            "'evermind/<name>'; hint: GET /v1/models lists yours",
-            "model_not_found",
+            "'evermind/<name>'; hint: GET /v1/models lists yours"
         )
     return match.group(1), match.group(2)
 
@@ -76,8 +89,13 @@ def parse_model_id(model_id: str) -> tuple[str, str | None]:
 def estimate_bytes(install: Install) -> int:
     """Memory a loaded model of ``install`` holds: float32 weights twice (the verified
     package's tensors and the CPU model's arrays) plus a fixed overhead."""
+    return 2 * _package_bytes(install)
+
+
+def _package_bytes(install: Install) -> int:
+    """Memory a verified package of ``install`` holds: its float32 tensors plus overhead."""
     n_params = int(install.manifest.get("model", {}).get("n_params", 0))
-    return 8 * n_params + _OVERHEAD_BYTES
+    return 4 * n_params + _OVERHEAD_BYTES // 2
 
 
 class ModelRegistry:
@@ -96,6 +114,8 @@ class ModelRegistry:
         self._executor = executor
         self._loaded: OrderedDict[LoadKey, tuple[Model, int]] = OrderedDict()
         self._loading: dict[LoadKey, asyncio.Future[Model]] = {}
+        #: Packages verified by a push and not used yet, oldest first, with their sizes.
+        self._verified: OrderedDict[LoadKey, tuple[Package, int]] = OrderedDict()
         self.stats: dict[LoadKey, ModelStats] = {}
         self.loads = 0
         self.evictions = 0
@@ -106,8 +126,8 @@ class ModelRegistry:
         """The install ``model_id`` names for ``tenant``.
 
         Raises:
-            ApiError: 404 when the tenant has no such model (another tenant's model is
-                reported exactly like a missing one).
+            ModelNotFound: The tenant has no such model (another tenant's model is reported
+                exactly like a missing one).
         """
         name, version = parse_model_id(model_id)
         if version is None:
@@ -115,11 +135,9 @@ class ModelRegistry:
         else:
             install = self.installs.get(tenant, name, version)
         if install is None:
-            raise ApiError(
-                404,
+            raise ModelNotFound(
                 f"model {model_id!r} not found; hint: push it first (POST /v1/models) or list "
-                "your models with GET /v1/models",
-                "model_not_found",
+                "your models with GET /v1/models"
             )
         return install
 
@@ -149,9 +167,14 @@ class ModelRegistry:
     # ------------------------------------------------------------------ loading
 
     async def model(self, install: Install) -> Model:
-        """The loaded model of ``install``: from the LRU, or read and verified now.
+        """The loaded model of ``install``: from the LRU, built from the package its push
+        verified, or read and verified now.
 
         Must be called on the event loop (the LRU is not locked).
+
+        Raises:
+            PackageChanged: The file on disk no longer has the installed digest.
+            PackageError: The file on disk no longer reads as a valid package.
         """
         key = self.key(install)
         hit = self._loaded.get(key)
@@ -166,7 +189,11 @@ class ModelRegistry:
         self._loading[key] = future
         try:
             start = time.perf_counter()
-            model = await loop.run_in_executor(self._executor, _load, install)
+            verified = self._verified.pop(key, None)
+            if verified is not None:
+                model = await loop.run_in_executor(self._executor, Model, verified[0])
+            else:
+                model = await loop.run_in_executor(self._executor, _load, install)
             logger.info("loaded %s in %.2f s", install.ref, time.perf_counter() - start)
             self.loads += 1
             self._admit(key, model, estimate_bytes(install))
@@ -186,19 +213,36 @@ class ModelRegistry:
             self.evictions += 1
             logger.info("evicted %s:%s of tenant %s (memory budget)", old[1], old[2], old[0])
 
+    def keep_verified(self, install: Install, package: Package) -> None:
+        """Keeps ``package``, which a push just read and verified as ``install``, for the
+        first use to build its model from (instead of parsing the file again).
+
+        Kept packages count against the memory budget together with the loaded models;
+        beyond it the oldest kept ones are dropped (their first use reads the file then).
+        Must be called on the event loop.
+        """
+        key = self.key(install)
+        if package.digest != install.digest or key in self._loaded or key in self._loading:
+            return
+        self._verified[key] = (package, _package_bytes(install))
+        self._verified.move_to_end(key)
+        kept = sum(size for _, size in self._verified.values())
+        while self._verified and self.loaded_bytes + kept > self.budget_bytes:
+            _, (_, size) = self._verified.popitem(last=False)
+            kept -= size
+
     def unload(self, install: Install) -> None:
         """Drops ``install``'s model from memory (after a delete)."""
         self._loaded.pop(self.key(install), None)
+        self._verified.pop(self.key(install), None)
         self.stats.pop(self.key(install), None)
 
 
 def _load(install: Install) -> Model:
     package = read_package(install.path)
     if package.digest != install.digest:
-        raise ApiError(
-            503,
+        raise PackageChanged(
             f"installed package {install.ref} changed on disk (digest {package.digest}, "
-            f"installed {install.digest}); hint: push it again",
-            "package_changed",
+            f"installed {install.digest}); hint: push it again"
         )
     return Model(package)

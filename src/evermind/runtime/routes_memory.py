@@ -11,11 +11,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from evermind.memory import Hit, MemoryStore
-from evermind.runtime.auth import Principal
 from evermind.runtime.errors import ApiError
 from evermind.runtime.memory_service import check_namespace
 from evermind.runtime.schemas import RecallRequest, RememberRequest
 from evermind.runtime.state import Reader, Runtime, RuntimeDep, Writer
+from evermind.tokens import Principal
 
 router = APIRouter(tags=["memory"])
 

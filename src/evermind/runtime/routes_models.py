@@ -1,8 +1,9 @@
 """``/v1/models``: push (install), list, inspect and delete packages (native-only).
 
 A push streams the request body to a file under ``tmp/`` with a size cap (413), verifies it
-fully with the package reader in the worker pool (400 with the reader's message), and
-installs it atomically (:mod:`evermind.runtime.installs`).
+fully with the package reader in the worker pool (400 with the reader's message), installs it
+atomically (:mod:`evermind.runtime.installs`) and hands the verified package to the registry,
+so the first generation builds its model from it rather than parsing the file again.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from evermind.errors import PackageError
 from evermind.package import Package, PackageLimits, read_package
 from evermind.runtime.errors import ApiError
-from evermind.runtime.installs import Install, InstallConflict
+from evermind.runtime.installs import Install
 from evermind.runtime.registry import parse_model_id
 from evermind.runtime.state import Reader, Runtime, RuntimeDep, Writer
 
@@ -86,18 +87,10 @@ async def push_model(
             )
         except PackageError as err:
             raise ApiError(400, f"invalid package: {err}", "invalid_package") from err
-        try:
-            install, created = await loop.run_in_executor(
-                runtime.executor, runtime.installs.install, who.tenant, upload, package
-            )
-        except InstallConflict as conflict:
-            raise ApiError(
-                409,
-                f"{conflict.existing.ref} is already installed with digest "
-                f"{conflict.existing.digest}, this package has {package.digest}; hint: bump "
-                "the version, or DELETE the installed one first",
-                "ref_conflict",
-            ) from None
+        install, created = await loop.run_in_executor(
+            runtime.executor, runtime.installs.install, who.tenant, upload, package
+        )
+        runtime.registry.keep_verified(install, package)  # the first use builds from it
     finally:
         upload.unlink(missing_ok=True)
     body = {"id": install.ref, "object": "model", "digest": install.digest, "created": created}

@@ -21,7 +21,6 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from evermind.inference import EMBED_MAX_TOKENS, Model
-from evermind.runtime.auth import Principal
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
 from evermind.runtime.generation import (
@@ -38,6 +37,7 @@ from evermind.runtime.schemas import (
     EmbeddingRequest,
 )
 from evermind.runtime.state import Reader, Runtime, RuntimeDep
+from evermind.tokens import Principal
 
 router = APIRouter(tags=["openai"])
 

@@ -2,7 +2,7 @@
 
 :class:`Runtime` is built once per app (at start-up) from a
 :class:`~evermind.runtime.config.RuntimeConfig`; routes get it, and the caller's
-:class:`~evermind.runtime.auth.Principal`, through the FastAPI dependencies below. The
+:class:`~evermind.tokens.Principal`, through the FastAPI dependencies below. The
 principal is settled by the auth middleware before any body is read.
 """
 
@@ -16,15 +16,15 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from evermind.runtime.auth import Principal, RateLimiter, TokenTable
+from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
 from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
-from evermind.runtime.errors import ApiError
 from evermind.runtime.generation import Generator
 from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
+from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def principal_of(request: Request) -> Principal:
     """The principal the auth middleware put in the request scope."""
     principal = request.scope.get("evermind.principal")
     if not isinstance(principal, Principal):
-        raise ApiError(401, "not authenticated; expected a bearer token", "missing_token")
+        raise Unauthenticated("not authenticated; expected a bearer token", code="missing_token")
     return principal
 
 
@@ -111,15 +111,13 @@ async def writer(request: Request) -> Principal:
     """The caller, who must hold a write token.
 
     Raises:
-        ApiError: 403 for a read-only token.
+        PermissionDenied: The token is read-only.
     """
     principal = principal_of(request)
     if not principal.can_write:
-        raise ApiError(
-            403,
+        raise PermissionDenied(
             "this token is read-only; installing, deleting and storing need a token with "
-            "'write' access in the server's tokens file",
-            "read_only_token",
+            "'write' access in the server's tokens file"
         )
     return principal
 

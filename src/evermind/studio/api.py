@@ -4,6 +4,10 @@ The JS worker (``web/worker.js``) forwards ``{fn, kwargs}`` messages from the pa
 :func:`call` and posts the JSON result back. Progress and log lines go out through the
 emitter the worker installs with :func:`set_emitter`, so this module never touches ``js``.
 The same handlers run natively (wgpu-py) in the unit tests.
+
+This module holds the session's handlers (boot, corpus, tokenizer, training, generation,
+packages); :mod:`~evermind.studio.memory_api` and :mod:`~evermind.studio.bench_api` hold
+theirs. Each builds a :class:`~evermind.studio.rpc.Router`; :data:`HANDLERS` merges them once.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import logging
 import platform
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import evermind
@@ -22,7 +25,8 @@ from evermind import gpu
 from evermind.errors import ConfigError, EvermindError
 from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
-from evermind.studio.session import Session
+from evermind.studio import bench_api, memory_api
+from evermind.studio.rpc import Handler, Router, emit, merge, session, set_emitter
 from evermind.tokenizer import Tokenizer
 from evermind.train.corpus import harvest_stdlib_docstrings
 from evermind.train.loop import TrainConfig
@@ -30,27 +34,8 @@ from evermind.train.sources import extract_text
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[..., Awaitable[Any]]
-HANDLERS: dict[str, Handler] = {}
-_emitter: Callable[[str], None] | None = None
-
-
-def handler(fn: Handler) -> Handler:
-    """Registers ``fn`` under its name as an RPC handler."""
-    HANDLERS[fn.__name__] = fn
-    return fn
-
-
-def set_emitter(emit: Callable[[str], None] | None) -> None:
-    """Installs the callable that sends one JSON event string to the page."""
-    global _emitter
-    _emitter = emit
-
-
-def emit(event: str, **fields: Any) -> None:
-    """Sends ``{"event": event, ...fields}`` to the page (dropped when no emitter)."""
-    if _emitter is not None:
-        _emitter(json.dumps({"event": event, **fields}))
+router = Router()
+handler = router.handler
 
 
 async def call(name: str, kwargs_json: str = "{}") -> str:
@@ -102,15 +87,6 @@ async def kernel_case(spec: dict[str, Any]) -> dict[str, str]:
 
 
 # -- the Studio session -------------------------------------------------------------------
-_session: Session | None = None
-
-
-def session() -> Session:
-    """The worker's one Studio session."""
-    global _session
-    if _session is None:
-        _session = Session(emit)
-    return _session
 
 
 @handler
@@ -305,5 +281,7 @@ async def export_package(
     return await session().export(name, version, dtype)
 
 
-import evermind.studio.bench_api  # noqa: E402
-from evermind.studio import memory_api  # noqa: E402,F401
+#: Every RPC handler by name: this module's, the Memory tab's and the benchmarks'.
+HANDLERS: dict[str, Handler] = merge(router, memory_api.router, bench_api.router)
+
+__all__ = ["HANDLERS", "call", "emit", "session", "set_emitter"]

@@ -2,8 +2,8 @@
 
 Browser-safe. ``evermind bench kernels|train`` boots the bundle in headless Chromium and
 calls these through ``window.evermind.call``, so the same :mod:`evermind.studio.bench` code
-runs on ``navigator.gpu`` as on native wgpu-py, in one CLI run. Registered on the worker's handler
-table by importing this module at the end of :mod:`evermind.studio.api`.
+runs on ``navigator.gpu`` as on native wgpu-py, in one CLI run. Registered on the worker's
+handler table through this module's ``router``, which :mod:`evermind.studio.api` merges.
 """
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from evermind import gpu
-from evermind.studio.api import emit, handler
 from evermind.studio.bench import suite
+from evermind.studio.rpc import Router, emit
+
+router = Router()
+handler = router.handler
 
 
 @handler

@@ -5,7 +5,7 @@ and ``cache_store`` (plus the bulk ``memory_import``/``memory_export``/``cache_i
 import, export and benchmarks) run on the worker's session: IndexedDB storage, the tab's model as
 embedder when one is ready (lexical ranking otherwise) and the GPU cosine scan. Every recall
 and lookup result says how it was ranked (``ranked_by``) and which scan ran (``scan``).
-Registered by the import at the end of :mod:`evermind.studio.api`. Browser-safe.
+Registered on this module's ``router``, which :mod:`evermind.studio.api` merges. Browser-safe.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from evermind.errors import ConfigError
-from evermind.studio.api import handler, session
+from evermind.studio.rpc import Router, session
 from evermind.studio.tab_memory import TabMemory
 
+router = Router()
+handler = router.handler
 _tab: TabMemory | None = None
 
 

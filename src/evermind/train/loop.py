@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Protocol
 
-from evermind.errors import ConfigError
+from evermind.errors import TrainingDiverged
 from evermind.train.checkpoint import pack_checkpoint, unpack_checkpoint
 from evermind.train.data import BatchSampler, eval_windows
 from evermind.train.schedule import Schedule
@@ -113,10 +113,7 @@ class Trainer:
             loss = await self.backend.train_step(micro, lr, self.step + 1)
             self._train_seconds += time.perf_counter() - start
             if not math.isfinite(loss):
-                raise ConfigError(
-                    f"training diverged at step {self.step + 1}: loss is {loss}; "
-                    "lower the learning rate or enable gradient clipping"
-                )
+                raise TrainingDiverged(self.step + 1, loss)
             self.step += 1
             self.tokens += tokens_per_step
             self.losses.append(loss)
