@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from evermind.errors import EvermindError
 
 if TYPE_CHECKING:
-    from evermind.inference import Model
+    from evermind.model.inference import Model
 
 
 def load(source: Any) -> Model:
-    """Loads a ``.evermind`` package (path or bytes) as a CPU :class:`~evermind.inference.Model`.
+    """Loads a ``.evermind`` package (path or bytes) as a CPU model (``model.inference.Model``).
 
     Native only (numpy); imported lazily so that ``import evermind`` stays browser-safe.
     """
-    from evermind.inference import load as _load
+    from evermind.model.inference import load as _load
 
     return _load(source)
 

@@ -1,6 +1,6 @@
 """The bench metrics of a language model on a text, from its summed statistics (browser-safe).
 
-The CPU model (``evermind.inference``) and the tab (``evermind.studio``) both report these.
+The CPU model (``evermind.model.inference``) and the tab (``evermind.studio``) both report these.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one next-token sampler: greedy, temperature, top-k, top-p (browser-safe, standard library).
 
 Both decoders use it: :class:`evermind.model.gpu_infer.GpuDecoder` in the tab and
-:class:`evermind.inference.Model` natively (on ``CpuMamba``'s logits), so a seed means the
+:class:`evermind.model.inference.Model` natively (on ``CpuMamba``'s logits), so a seed means the
 same thing on both and the tab needs no numpy.
 """
 

@@ -14,7 +14,7 @@ The model continues after the final ``Assistant:``; generation stops at ``\\nUse
 model starting the next user turn) in addition to the caller's ``stop`` strings, and the
 reply's leading whitespace is dropped.
 
-:class:`Generator` runs :meth:`evermind.inference.Model.stream` on the worker thread pool, so
+:class:`Generator` runs :meth:`evermind.model.inference.Model.stream` on the worker thread pool, so
 the event loop never waits for the model. Each request works on a shallow copy of the model
 (shared weights, private ``last_*`` counters), so concurrent requests on one model are safe.
 """
@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from evermind.inference import Model
+from evermind.model.inference import Model
 
 #: Stop string the chat template adds: the model starting the next user turn.
 CHAT_STOP = "\nUser:"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from evermind.errors import InputError
-from evermind.inference import Model
 from evermind.memory import MemoryStore
 from evermind.memory.sqlite_backend import SQLiteBackend
+from evermind.model.inference import Model
 
 logger = logging.getLogger(__name__)
 

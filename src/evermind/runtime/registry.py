@@ -2,7 +2,7 @@
 
 This module owns :class:`ModelRegistry`: it resolves an id (``evermind/<name>:<version>``
 or ``evermind/<name>``, the newest version) to an :class:`~evermind.runtime.installs.Install`
-of the caller's tenant, and keeps loaded :class:`~evermind.inference.Model` objects in an
+of the caller's tenant, and keeps loaded :class:`~evermind.model.inference.Model` objects in an
 LRU bounded by a memory budget. Models load lazily, on first use, in the worker pool, once
 even when many requests ask at the same time. A push hands over the package it just verified
 (:meth:`ModelRegistry.keep_verified`), so the first use builds the model from that object
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evermind.errors import NotFound, Unavailable
-from evermind.inference import Model
+from evermind.model.inference import Model
 from evermind.package import Package, read_package
 from evermind.runtime.installs import Install, InstallStore
 

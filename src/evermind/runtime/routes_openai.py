@@ -20,7 +20,7 @@ import numpy as np
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from evermind.inference import EMBED_MAX_TOKENS, Model
+from evermind.model.inference import EMBED_MAX_TOKENS, Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
 from evermind.runtime.generation import (

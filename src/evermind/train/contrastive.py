@@ -212,7 +212,7 @@ def tune_embedder(
     """Tunes ``model``'s weights in place (``model.cpu.params``) for retrieval on ``texts``.
 
     Args:
-        model: An :class:`evermind.inference.Model`.
+        model: An :class:`evermind.model.inference.Model`.
         texts: The user's texts (memories, notes, paragraphs); duplicates are dropped.
         config: The knobs; default :class:`TuneConfig`.
         on_step: Called with (step, loss) after every step (progress bars).
