@@ -14,7 +14,7 @@ but recompute the forward (one more exp per state, the scan's dominant cost) ins
 backward, and dC needs every h_t anyway. Measured on lavapipe at B4 L128 D256 N16 the store
 makes the forward ~1.6x slower (~7 ms -> ~11 ms), while a recompute would put the same exp work
 back into the backward. The backward reuses the same buffer in place for g_t = dL/dh_t, so no
-second (B, L, D, N) buffer is needed. ``bench_scan.py`` reports both forwards.
+second (B, L, D, N) buffer is needed. ``evermind.studio.bench.kernels_scan`` reports both forwards.
 
 The backward is five passes (dC; the reverse recurrence; per-token dx/ddelta; dB; dA_log, dD)
 because one pass would need more than the 8 storage buffers a WebGPU stage gets by default.

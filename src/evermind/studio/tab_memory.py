@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 #: The memory store's namespace inside the tab's IndexedDB.
 NAMESPACE = "studio"
-#: Cosine thresholds of the cache (development set, build/eval_quality.py): with a model the
+#: Cosine thresholds of the cache (development set, evals/quality.py): with a model the
 #: lookup vector is the model's and the trigram vector side by side (cosine = their mean);
 #: without one, trigrams alone. Both keep near-miss false hits near 1% and wrong-entry hits
 #: of the whole cache under 4% with the default guards (the guards refuse the rest).
