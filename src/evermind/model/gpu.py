@@ -466,16 +466,23 @@ class GpuMamba:
             mm.linear_bwd_input(self.dz, head.param, self.dpooled, b, dm, e),
             pool.mean_bwd(self.dpooled, self.lengths, scratch["dhf"], b, length, dm),
         ]
-        self.embed_plan = dev.plan("embedding step").add(
-            self._forward(store_states=True, logits=False)
-        )
-        self.embed_plan.add(
-            [
+
+        def embed_head() -> list[Dispatch]:
+            return [
                 pool.mean(self.hf, self.lengths, self.pooled, b, length, dm),
                 el.centre(self.pooled, self.centre, self.centred, b, dm),
                 mm.linear(self.centred, head.param, self.z, b, dm, e),
             ]
+
+        # Inference: pooled states and z, without stored states, loss or backward.
+        self.embed_eval_plan = dev.plan("embedding forward").add(
+            self._forward(store_states=False, logits=False)
         )
+        self.embed_eval_plan.add(embed_head())
+        self.embed_plan = dev.plan("embedding step").add(
+            self._forward(store_states=True, logits=False)
+        )
+        self.embed_plan.add(embed_head())
         self.embed_plan.add(
             el.loss_and_grad(
                 self.z,
@@ -639,6 +646,21 @@ class GpuMamba:
         self.emb.write_step(self.ids, self.csr, ids, self.config.vocab_size)
         self.device.write(self.lengths, array("I", lengths))
         self.device.write(self.embed_targets, array("f", targets))
+
+    async def embed_forward(self, ids: Any, lengths: Any) -> tuple[array[float], array[float]]:
+        """The pooled states p (B·D floats) and ``z = W · (p − μ)`` (B·E floats) of a batch.
+
+        Args:
+            ids: B·L token ids, each text's tokens first (right padding).
+            lengths: B valid lengths.
+        """
+        slot = self._embed_head()
+        e = slot.spec.count // self.config.d_model
+        self._write_embed_batch((ids, lengths, array("f", bytes(4 * self.batch_size * e))))
+        self.embed_eval_plan.run()
+        b, dm = self.batch_size, self.config.d_model
+        pooled = array("f", await self.device.read(self.pooled, 4 * b * dm))
+        return pooled, array("f", await self.device.read(self.z, 4 * b * e))
 
     async def embed_forward_backward(self, batch: EmbedBatch) -> float:
         """Accumulates one embedding micro-batch's gradients; returns its loss contribution.
