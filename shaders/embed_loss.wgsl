@@ -117,14 +117,14 @@ fn cosine(@builtin(workgroup_id) wid: vec3<u32>,
     let zn = max(sz * sqrt(sums.x), params.eps);
     let tn = max(st * sqrt(sums.y), params.eps);
     // (z . T) / (zn tn) = (sz / zn) (st / tn) (scaled dot): no product of two norms.
-    let cos = (sz / zn) * (st / tn) * sums.z;
+    let cos_b = (sz / zn) * (st / tn) * sums.z;
     if (lid == 0u) {
-        row_loss[b] = 1.0 - cos;
+        row_loss[b] = 1.0 - cos_b;
     }
     let inv_zn = 1.0 / zn;
     let inv_tn = 1.0 / tn;
     let g = -params.scale * inv_zn;
     for (var e = lid; e < dim; e += WG) {
-        dz[row + e] = g * (targets[row + e] * inv_tn - cos * z[row + e] * inv_zn);
+        dz[row + e] = g * (targets[row + e] * inv_tn - cos_b * z[row + e] * inv_zn);
     }
 }

@@ -160,4 +160,20 @@ def browser_cases() -> list:
                 1e-4,
             )
         )
+    b, d = 3, 65
+    rng = np.random.default_rng(3)
+    pooled = rng.standard_normal((b, d)).astype(np.float32)
+    mu = rng.standard_normal(d).astype(np.float32)
+    cases.append(
+        KernelCase(
+            f"embed_loss.centre {b}x{d}",
+            launcher,
+            "centre",
+            [{"buf": "pooled"}, {"buf": "mu"}, {"buf": "out"}, b, d],
+            {"pooled": pooled, "mu": mu, "out": np.zeros((b, d), np.float32)},
+            {"out": ref.centre_fwd(pooled, mu)},
+            0.0,
+            0.0,
+        )
+    )
     return cases

@@ -108,6 +108,40 @@ def browser_cases() -> list:
                 RTOL,
             )
         )
+    # The plain mean and its backward (the embedding objective), with an empty text.
+    b, seq_len, d = 3, 5, 65
+    rng = np.random.default_rng(9)
+    hidden = rng.standard_normal((b, seq_len, d)).astype(np.float32)
+    grad = rng.standard_normal((b, d)).astype(np.float32)
+    lengths = np.array([seq_len, 2, 0], np.uint32)
+    cases.append(
+        KernelCase(
+            f"pool.mean {b}x{seq_len}x{d}",
+            launcher,
+            "mean",
+            [{"buf": "hidden"}, {"buf": "lengths"}, {"buf": "out"}, b, seq_len, d],
+            {"hidden": hidden, "lengths": lengths, "out": np.zeros((b, d), np.float32)},
+            {"out": ref.mean_pool_fwd(hidden, lengths)},
+            ATOL,
+            RTOL,
+        )
+    )
+    cases.append(
+        KernelCase(
+            f"pool.mean_bwd {b}x{seq_len}x{d}",
+            launcher,
+            "mean_bwd",
+            [{"buf": "grad"}, {"buf": "lengths"}, {"buf": "dhidden"}, b, seq_len, d],
+            {
+                "grad": grad,
+                "lengths": lengths,
+                "dhidden": np.ones((b, seq_len, d), np.float32),
+            },
+            {"dhidden": ref.mean_pool_bwd(grad, lengths, seq_len)},
+            1e-7,
+            1e-6,
+        )
+    )
     return cases
 
 
