@@ -218,3 +218,41 @@ def test_embedding_steps_reduce_the_loss(device) -> None:
     # The LM step recorded beside it still works on the shared weights.
     ids = batch[0]
     assert np.isfinite(asyncio.run(gpu.train_step([(ids, ids)], 1e-3, 16)))
+
+
+def test_embedding_gradient_accumulation_equals_one_big_batch(device) -> None:
+    params = init_params(CONFIG, seed=8)
+    b = len(LENGTHS)
+    train = TrainConfig(batch_size=b, seq_len=L, grad_accum=2, grad_clip=0.0)
+    gpu = GpuMamba(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
+    gpu.load_params(params)
+    head = np.eye(EMBED_DIM, CONFIG.d_model)  # the default head
+    one, two = _embed_batch(5), _embed_batch(6)
+    gpu.embed_zero_plan.run()
+    loss = asyncio.run(gpu.embed_forward_backward(one)) + asyncio.run(
+        gpu.embed_forward_backward(two)
+    )
+    got = asyncio.run(gpu.read_grads())
+    both = tuple(x + y for x, y in zip(one, two, strict=True))
+    ref_loss, ref_grads, _ = _embed_reference(params, np.zeros(CONFIG.d_model), head, both)
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    for name in ("backbone.embeddings.weight", "backbone.layers.0.mixer.in_proj.weight"):
+        ref = ref_grads[name]
+        assert_close(
+            np.frombuffer(got[name], np.float32).reshape(ref.shape),
+            ref,
+            atol=2e-4 * float(np.abs(ref).max()),
+            rtol=2e-3,
+            name=f"accumulated embedding grad {name}",
+        )
+
+
+def test_embedding_step_needs_a_train_config(device) -> None:
+    from evermind.errors import ShapeError
+
+    with pytest.raises(ShapeError, match="embed_dim needs a TrainConfig"):
+        GpuMamba(device, CONFIG, 1, 4, embed_dim=3)
+    with pytest.raises(ShapeError, match="no embedding step"):
+        GpuMamba(device, CONFIG, 1, 4, TrainConfig(batch_size=1, seq_len=4)).load_embedder(
+            array("f", [0.0] * CONFIG.d_model)
+        )
