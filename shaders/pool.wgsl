@@ -5,15 +5,21 @@
 //   pooled[d] = (1 / n) * sum_{t < n} hidden[b, t, d]            (0 when n = 0)
 //   out[b, d] = pooled[d] / max(||pooled||_2, eps)               (torch F.normalize)
 // so a row with no valid positions, or an all-zero mean, comes out as the zero vector.
+// Two more entry points serve the embedding objective (shaders/embed_loss.wgsl):
+//   mean       out[b, d] = pooled[d]                           (no normalisation)
+//   mean_bwd   dhidden[b, t, d] = grad_pooled[b, d] / n  for t < n, 0 elsewhere
 //
-// Bindings (group 0):
-//   0 hidden   storage read        B*L*D f32, row-major (B, L, D)
-//   1 lengths  storage read        B u32
-//   2 out      storage read_write  B*D f32
-//   3 params   uniform             Params
-// Dispatch: one workgroup per batch row, b = wid.y * nwg.x + wid.x (2-D past 65,535 rows);
-// the WG invocations stride over D (d = lid.x, lid.x + WG, ...), so neighbouring
-// invocations read neighbouring floats of each position.
+// Bindings (group 0; each entry point binds only the ones it uses):
+//   0 hidden       storage read        B*L*D f32, row-major (B, L, D)     mean_l2, mean
+//   1 lengths      storage read        B u32                              all
+//   2 out          storage read_write  B*D f32                            mean_l2, mean
+//   3 params       uniform             Params                             all
+//   4 grad_pooled  storage read        B*D f32                            mean_bwd
+//   5 dhidden      storage read_write  B*L*D f32 (overwritten)            mean_bwd
+// Dispatch: mean_l2 and mean: one workgroup per batch row, b = wid.y * nwg.x + wid.x (2-D
+// past 65,535 rows); the WG invocations stride over D (d = lid.x, lid.x + WG, ...), so
+// neighbouring invocations read neighbouring floats of each position. mean_bwd:
+// grid_1d(B*L*D, WG), one invocation per element of dhidden.
 // Determinism: the sum over t runs in order per invocation; the two reductions over D
 // (max |x| and the sum of squares) are fixed-shape trees in workgroup memory (WG must be
 // a power of two).
@@ -32,6 +38,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> lengths: array<u32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> params: Params;
+@group(0) @binding(4) var<storage, read> grad_pooled: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dhidden: array<f32>;
 
 override WG: u32 = 128;
 
@@ -99,4 +107,46 @@ fn mean_l2(@builtin(workgroup_id) wid: vec3<u32>,
     for (var d = lid; d < dim; d += WG) {
         out[row_out + d] = out[row_out + d] * inv_norm;
     }
+}
+
+@compute @workgroup_size(WG)
+fn mean(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(local_invocation_id) lid3: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let b = wid.y * nwg.x + wid.x;
+    if (b >= params.batch) {
+        return;
+    }
+    let dim = params.dim;
+    let n = min(lengths[b], params.seq_len);
+    let inv_n = select(0.0, 1.0 / f32(n), n > 0u);
+    let row_in = b * params.seq_len * dim;
+    for (var d = lid3.x; d < dim; d += WG) {
+        var sum = 0.0;
+        for (var t = 0u; t < n; t++) {
+            sum += hidden[row_in + t * dim + d];
+        }
+        out[b * dim + d] = sum * inv_n;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn mean_bwd(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(local_invocation_id) lid3: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = (wid.y * nwg.x + wid.x) * WG + lid3.x;
+    let dim = params.dim;
+    let per_row = params.seq_len * dim;
+    if (i >= params.batch * per_row) {
+        return;
+    }
+    let b = i / per_row;
+    let t = (i % per_row) / dim;
+    let d = i % dim;
+    let n = min(lengths[b], params.seq_len);
+    var value = 0.0;
+    if (t < n) {
+        value = grad_pooled[b * dim + d] / f32(n);
+    }
+    dhidden[i] = value;
 }

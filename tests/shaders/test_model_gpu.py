@@ -137,3 +137,122 @@ def test_gpu_training_memorises_a_tiny_text(device) -> None:
     losses = [asyncio.run(gpu.train_step([batch], 2e-2, step)) for step in range(1, 121)]
     print(f"overfit: {losses[0]:.3f} -> {losses[-1]:.4f}")
     assert losses[-1] < 0.1
+
+
+# The embedding objective: texts padded on the right, an awkward head width E.
+EMBED_DIM = 7
+LENGTHS = [L, 4, 1]
+
+
+def _embed_batch(seed: int) -> tuple[array, array, array]:
+    rng = np.random.default_rng(seed)
+    b = len(LENGTHS)
+    ids = rng.integers(0, CONFIG.vocab_size, size=(b, L)).astype(np.int32)
+    for row, n in enumerate(LENGTHS):
+        ids[row, n:] = 0  # padding id
+    targets = rng.standard_normal((b, EMBED_DIM)).astype(np.float32)
+    return array("i", ids.ravel().tolist()), array("I", LENGTHS), array("f", targets.ravel())
+
+
+def _embed_reference(params, centre, head, batch) -> tuple[float, dict, np.ndarray]:
+    from evermind.ops.embed_loss import embed_loss_bwd, embed_loss_fwd
+    from evermind.ops.pool import mean_pool_bwd, mean_pool_fwd
+
+    ids_a, lengths_a, targets_a = batch
+    b = len(lengths_a)
+    ids = np.frombuffer(ids_a, np.int32).reshape(b, L)
+    lengths = np.frombuffer(lengths_a, np.uint32).astype(np.int64)
+    targets = np.frombuffer(targets_a, np.float32).reshape(b, EMBED_DIM).astype(np.float64)
+    cpu = CpuMamba(CONFIG, params)
+    hidden, cache = cpu.hidden_train(ids)
+    pooled = mean_pool_fwd(hidden.astype(np.float64), lengths)
+    loss = embed_loss_fwd(pooled, centre, head, targets)
+    dpooled, dhead = embed_loss_bwd(pooled, centre, head, targets)
+    grads = cpu.backward_hidden(cache, mean_pool_bwd(dpooled, lengths, L))
+    return loss, grads, dhead
+
+
+def test_one_embedding_step_loss_and_every_gradient_match_numpy(device) -> None:
+    params = init_params(CONFIG, seed=6)
+    b = len(LENGTHS)
+    rng = np.random.default_rng(0)
+    centre = (rng.standard_normal(CONFIG.d_model) * 0.1).astype(np.float32)
+    head = (rng.standard_normal((EMBED_DIM, CONFIG.d_model)) * 0.3).astype(np.float32)
+    train = TrainConfig(batch_size=b, seq_len=L, grad_clip=0.0)
+    gpu = GpuMamba(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
+    gpu.load_params(params)
+    gpu.load_embedder(array("f", centre), array("f", head.ravel()))
+    batch = _embed_batch(3)
+    gpu.embed_zero_plan.run()
+    loss = asyncio.run(gpu.embed_forward_backward(batch))
+    grads = asyncio.run(gpu.read_grads())
+    dhead = np.frombuffer(asyncio.run(gpu.read_embed_head_grad()), np.float32)
+
+    ref_loss, ref_grads, ref_dhead = _embed_reference(params, centre, head, batch)
+    print(f"embedding loss gpu {loss:.6f} numpy {ref_loss:.6f}")
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    for name, ref, got in [
+        *(
+            (n, r, np.frombuffer(grads[n], np.float32).reshape(r.shape))
+            for n, r in ref_grads.items()
+        ),
+        ("embedder.head.weight", ref_dhead, dhead.reshape(ref_dhead.shape)),
+    ]:
+        scale = float(np.abs(ref).max()) or 1.0
+        # As the LM step: fp32 with different summation orders, relative to the largest.
+        assert_close(got, ref, atol=2e-4 * scale, rtol=2e-3, name=f"embedding grad {name}")
+
+
+def test_embedding_steps_reduce_the_loss(device) -> None:
+    b = len(LENGTHS)
+    train = TrainConfig(batch_size=b, seq_len=L, lr=1e-2, grad_clip=1.0, weight_decay=0.1)
+    gpu = GpuMamba(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
+    gpu.load_params(init_params(CONFIG, seed=7))
+    batch = _embed_batch(4)
+    losses = [asyncio.run(gpu.embed_train_step([batch], 1e-2, step)) for step in range(1, 16)]
+    print("embedding losses", [round(x, 4) for x in losses])
+    assert losses[-1] < 0.5 * losses[0]
+    centre, head = asyncio.run(gpu.read_embedder())
+    assert not any(centre), "the centring vector is fixed"
+    assert np.isfinite(np.frombuffer(head, np.float32)).all()
+    # The LM step recorded beside it still works on the shared weights.
+    ids = batch[0]
+    assert np.isfinite(asyncio.run(gpu.train_step([(ids, ids)], 1e-3, 16)))
+
+
+def test_embedding_gradient_accumulation_equals_one_big_batch(device) -> None:
+    params = init_params(CONFIG, seed=8)
+    b = len(LENGTHS)
+    train = TrainConfig(batch_size=b, seq_len=L, grad_accum=2, grad_clip=0.0)
+    gpu = GpuMamba(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
+    gpu.load_params(params)
+    head = np.eye(EMBED_DIM, CONFIG.d_model)  # the default head
+    one, two = _embed_batch(5), _embed_batch(6)
+    gpu.embed_zero_plan.run()
+    loss = asyncio.run(gpu.embed_forward_backward(one)) + asyncio.run(
+        gpu.embed_forward_backward(two)
+    )
+    got = asyncio.run(gpu.read_grads())
+    both = tuple(x + y for x, y in zip(one, two, strict=True))
+    ref_loss, ref_grads, _ = _embed_reference(params, np.zeros(CONFIG.d_model), head, both)
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    for name in ("backbone.embeddings.weight", "backbone.layers.0.mixer.in_proj.weight"):
+        ref = ref_grads[name]
+        assert_close(
+            np.frombuffer(got[name], np.float32).reshape(ref.shape),
+            ref,
+            atol=2e-4 * float(np.abs(ref).max()),
+            rtol=2e-3,
+            name=f"accumulated embedding grad {name}",
+        )
+
+
+def test_embedding_step_needs_a_train_config(device) -> None:
+    from evermind.errors import ShapeError
+
+    with pytest.raises(ShapeError, match="embed_dim needs a TrainConfig"):
+        GpuMamba(device, CONFIG, 1, 4, embed_dim=3)
+    with pytest.raises(ShapeError, match="no embedding step"):
+        GpuMamba(device, CONFIG, 1, 4, TrainConfig(batch_size=1, seq_len=4)).load_embedder(
+            array("f", [0.0] * CONFIG.d_model)
+        )

@@ -9,7 +9,7 @@ from evermind.errors import ConfigError, ShapeError
 from evermind.kernels.pool import Pool
 from evermind.ops import pool as ref
 from tests.conftest import read_f32
-from tests.numerics import assert_close
+from tests.numerics import assert_close, finite_difference
 
 # (B, L, D): D = 1, WG-1, WG+1, a prime, the nano d_model 128 and a 2*WG+1; L = 1 and a prime.
 SHAPES = [(1, 1, 1), (3, 7, 127), (4, 128, 128), (5, 13, 129), (2, 31, 257), (7, 3, 131)]
@@ -108,4 +108,76 @@ def browser_cases() -> list:
                 RTOL,
             )
         )
+    # The plain mean and its backward (the embedding objective), with an empty text.
+    b, seq_len, d = 3, 5, 65
+    rng = np.random.default_rng(9)
+    hidden = rng.standard_normal((b, seq_len, d)).astype(np.float32)
+    grad = rng.standard_normal((b, d)).astype(np.float32)
+    lengths = np.array([seq_len, 2, 0], np.uint32)
+    cases.append(
+        KernelCase(
+            f"pool.mean {b}x{seq_len}x{d}",
+            launcher,
+            "mean",
+            [{"buf": "hidden"}, {"buf": "lengths"}, {"buf": "out"}, b, seq_len, d],
+            {"hidden": hidden, "lengths": lengths, "out": np.zeros((b, d), np.float32)},
+            {"out": ref.mean_pool_fwd(hidden, lengths)},
+            ATOL,
+            RTOL,
+        )
+    )
+    cases.append(
+        KernelCase(
+            f"pool.mean_bwd {b}x{seq_len}x{d}",
+            launcher,
+            "mean_bwd",
+            [{"buf": "grad"}, {"buf": "lengths"}, {"buf": "dhidden"}, b, seq_len, d],
+            {
+                "grad": grad,
+                "lengths": lengths,
+                "dhidden": np.ones((b, seq_len, d), np.float32),
+            },
+            {"dhidden": ref.mean_pool_bwd(grad, lengths, seq_len)},
+            1e-7,
+            1e-6,
+        )
+    )
     return cases
+
+
+@pytest.mark.parametrize(("b", "seq_len", "d"), SHAPES)
+def test_mean_and_its_backward_match_reference(device, b: int, seq_len: int, d: int) -> None:
+    rng = np.random.default_rng(b * 7 + d)
+    hidden = rng.standard_normal((b, seq_len, d)).astype(np.float32)
+    lengths = rng.integers(0, seq_len + 2, size=b).astype(np.uint32)  # 0 and past L too
+    lengths[0] = seq_len
+    grad = rng.standard_normal((b, d)).astype(np.float32)
+    pool = Pool(device)
+    bh, bl, bg = (device.upload(a) for a in (hidden, lengths, grad))
+    out, dh = device.buffer(4 * b * d), device.buffer(4 * b * seq_len * d)
+    device.write(dh, np.full(b * seq_len * d, 7.0, np.float32))  # must be overwritten
+    device.submit([pool.mean(bh, bl, out, b, seq_len, d), pool.mean_bwd(bg, bl, dh, b, seq_len, d)])
+    got = read_f32(device, out, b * d).reshape(b, d)
+    got_dh = read_f32(device, dh, b * seq_len * d).reshape(b, seq_len, d)
+    device.destroy(bh, bl, bg, out, dh)
+    assert_close(got, ref.mean_pool_fwd(hidden, lengths), atol=ATOL, rtol=RTOL, name="mean")
+    want = ref.mean_pool_bwd(grad, lengths, seq_len)
+    assert_close(got_dh, want, atol=1e-7, rtol=1e-6, name="mean_bwd")
+
+
+def test_mean_backward_matches_finite_differences() -> None:
+    rng = np.random.default_rng(5)
+    hidden = rng.standard_normal((3, 4, 2))
+    lengths = np.array([4, 0, 2])
+    weights = rng.standard_normal((3, 2))
+
+    def loss(h: np.ndarray) -> float:
+        return float(np.sum(weights * ref.mean_pool_fwd(h, lengths)))
+
+    assert_close(
+        ref.mean_pool_bwd(weights, lengths, 4),
+        finite_difference(loss, hidden),
+        atol=1e-8,
+        rtol=1e-6,
+        name="mean_pool_bwd",
+    )

@@ -128,3 +128,37 @@ def test_a_native_package_opens_in_the_studio_with_the_same_greedy_text(events) 
     assert tab == evermind.load(data).complete("The quick", max_new_tokens=10, temperature=0).text
     metrics = call("evaluate", text="The quick brown fox jumps over the lazy dog.")
     assert metrics["tokens"] > 0
+
+
+def test_embedder_train_distils_teacher_vectors_on_the_gpu(events) -> None:
+    """The tab's model learns a teacher's geometry: two groups of texts, two directions."""
+    call("corpus_add", name="notes.md", text=TEXT)
+    call("tokenizer_train", vocab_size=300)
+    call("train_start", config=TINY, steps=2, batch_size=2, seq_len=16, lr=1e-2)
+    group_a = ["open a file", "read a file", "write the file", "close the file"]
+    group_b = ["a red apple", "green pears", "ripe bananas", "sweet plums"]
+    # A 5-wide "teacher": one direction per group (plus a small per-text offset).
+    texts = group_a + group_b
+    targets = [
+        [1.0, 0.1 * i, 0.0, 0.0, 0.0] if i < 4 else [0.0, 0.0, 1.0, 0.1 * i, 0.0]
+        for i in range(len(texts))
+    ]
+    before = call("embed", texts=texts)["vectors"]
+    assert len(before[0]) == 16  # the plain pooled embedding before distillation
+    out = call("embedder_train", texts=texts, targets=targets, steps=40, lr=1e-2, batch_size=4)
+    progress = [e for e in events if e["event"] == "embedder-progress"]
+    assert [p["step"] for p in progress] == list(range(1, 41))
+    print(f"embedder loss {out['first_loss']:.4f} -> {out['loss']:.4f}")
+    assert out["dim"] == 5 and out["loss"] < 0.5 * out["first_loss"]
+    after = call("embed", texts=texts)["vectors"]
+    assert len(after[0]) == 5
+
+    def cos(a, b):
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    within = min(cos(after[i], after[j]) for g in (range(4), range(4, 8)) for i in g for j in g)
+    across = max(cos(after[i], after[j]) for i in range(4) for j in range(4, 8))
+    print(f"within-group min cosine {within:.3f}, across-group max {across:.3f}")
+    assert within > across
+    # The language model shares the weights and still generates.
+    assert call("generate", prompt="The", max_new_tokens=3, temperature=0)["tokens"] <= 3

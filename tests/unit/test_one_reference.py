@@ -44,7 +44,11 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
     "cross_entropy": (("cross_entropy_fwd", "cross_entropy_bwd", "mean_loss"), True),
     "embedding": (("embedding_fwd", "embedding_bwd"), True),
     "matmul": (("matmul_fwd", "linear_fwd", "linear_bwd"), True),
-    "pool": (("pool_fwd", "pool_bwd"), True),
+    "pool": (("pool_fwd", "pool_bwd", "mean_pool_fwd", "mean_pool_bwd"), True),
+    "embed_loss": (
+        ("centre_fwd", "cosine_loss_fwd", "cosine_loss_bwd", "embed_loss_fwd", "embed_loss_bwd"),
+        True,
+    ),
     "topk": (("cosine_scores", "topk"), False),
     "grad_norm": (("global_norm", "clip_scale", "clip_grad_norm_torch"), False),
     "adamw": (("adamw_step",), False),

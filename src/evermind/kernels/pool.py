@@ -1,7 +1,9 @@
 """Launcher for ``shaders/pool.wgsl``: mean-pool over valid positions, then L2-normalise.
 
 This is the embedding head: the final hidden states (B, L, D) of a batch of texts become
-(B, D) unit vectors for the memory store and the semantic cache.
+(B, D) unit vectors for the memory store and the semantic cache. :meth:`Pool.mean` and
+:meth:`Pool.mean_bwd` are the plain mean and its backward, for training the embedding
+(``evermind.kernels.embed_loss``).
 The numpy reference is ``evermind.ops.pool``.
 """
 
@@ -18,7 +20,7 @@ WORKGROUP_SIZE = 128
 EPS = 1e-12
 
 # Binding slots of pool.wgsl.
-_HIDDEN, _LENGTHS, _OUT, _PARAMS = range(4)
+_HIDDEN, _LENGTHS, _OUT, _PARAMS, _GRAD_POOLED, _DHIDDEN = range(6)
 
 
 class Pool:
@@ -80,4 +82,72 @@ class Pool:
         # One workgroup per batch row, folded into 2-D past 65,535 rows.
         return self.device.dispatch(
             kernel, bindings, grid_1d(b, 1), label=f"mean_l2 {b}x{seq_len}x{d}"
+        )
+
+    def _params(self, b: int, seq_len: int, d: int, eps: float, label: str) -> Buffer:
+        return self.device.uniform(
+            pack_params(("u32", b), ("u32", seq_len), ("u32", d), ("f32", eps)), label=label
+        )
+
+    @staticmethod
+    def _check_sizes(op: str, b: int, seq_len: int, d: int) -> None:
+        if b < 1 or seq_len < 1 or d < 1:
+            raise ShapeError(f"{op}: expected B, L, D >= 1, got B={b}, L={seq_len}, D={d}")
+
+    def mean(
+        self, hidden: Buffer, lengths: Buffer, out: Buffer, b: int, seq_len: int, d: int
+    ) -> Dispatch:
+        """``out[b] = mean(hidden[b, :lengths[b]])`` (B, D), not normalised (0 when empty).
+
+        Args: as :meth:`mean_l2`, without ``eps``.
+        """
+        op = "pool.mean"
+        self._check_sizes(op, b, seq_len, d)
+        need_f32(op, "hidden", hidden, b * seq_len * d)
+        need_f32(op, "lengths (uint32)", lengths, b)
+        need_f32(op, "out", out, b * d)
+        params = self._params(b, seq_len, d, EPS, "pool.mean.params")
+        kernel = self.device.kernel(SHADER, "mean", {"WG": self.workgroup_size})
+        bindings = {_HIDDEN: hidden, _LENGTHS: lengths, _OUT: out, _PARAMS: params}
+        return self.device.dispatch(
+            kernel, bindings, grid_1d(b, 1), label=f"mean {b}x{seq_len}x{d}"
+        )
+
+    def mean_bwd(
+        self,
+        grad_pooled: Buffer,
+        lengths: Buffer,
+        dhidden: Buffer,
+        b: int,
+        seq_len: int,
+        d: int,
+    ) -> Dispatch:
+        """``dhidden[b, t] = grad_pooled[b] / n_b`` on the valid prefix, 0 elsewhere.
+
+        Args:
+            grad_pooled: (B, D) f32 gradient of the means.
+            lengths: (B,) uint32, the forward's.
+            dhidden: (B, L, D) f32 output, overwritten (padding positions get 0).
+            b: Batch size B.
+            seq_len: Sequence length L.
+            d: Model dimension D.
+        """
+        op = "pool.mean_bwd"
+        self._check_sizes(op, b, seq_len, d)
+        need_f32(op, "grad_pooled", grad_pooled, b * d)
+        need_f32(op, "lengths (uint32)", lengths, b)
+        need_f32(op, "dhidden", dhidden, b * seq_len * d)
+        params = self._params(b, seq_len, d, EPS, "pool.mean_bwd.params")
+        kernel = self.device.kernel(SHADER, "mean_bwd", {"WG": self.workgroup_size})
+        bindings = {
+            _GRAD_POOLED: grad_pooled,
+            _LENGTHS: lengths,
+            _DHIDDEN: dhidden,
+            _PARAMS: params,
+        }
+        return self.device.dispatch(
+            kernel,
+            bindings,
+            grid_1d(b * seq_len * d, self.workgroup_size),
+            label=f"mean_bwd {b}x{seq_len}x{d}",
         )

@@ -20,6 +20,18 @@ compare one step's loss and every gradient, then 20 steps of losses). Layer l, M
 
 Gradients accumulate: every weight gradient is added into its buffer, which the step zeroes
 first, so gradient accumulation over micro-batches is the same graph run again.
+
+With ``embed_dim=E`` a second training step is recorded beside the LM step: the embedding
+objective (cosine distillation of ``z = W · (pool(h_f) − μ)`` against teacher vectors T,
+``evermind.ops.embed_loss``), whose backward enters the same graph at the final norm::
+
+    h_f = rmsnorm_f(h_L)  (no LM head)
+    p   = mean-pool(h_f over each text's valid tokens) ;  z = (p − μ) · Wᵀ
+    L   = mean_b (1 − cos(z_b, T_b))
+    dW  = dzᵀ (p − μ) ;  dp = dz · W ;  dh_f[b, t] = dp_b / n_b (t < n_b)  → the blocks
+
+then the global-norm clip and AdamW over the model's weights and W. Per step Python writes
+the token ids, the lengths and the targets (:meth:`GpuMamba.embed_train_step`).
 """
 
 from __future__ import annotations
@@ -35,14 +47,19 @@ from evermind.kernels.adamw import AdamW
 from evermind.kernels.conv1d import Conv1d
 from evermind.kernels.cross_entropy import CrossEntropy
 from evermind.kernels.elementwise import Elementwise
+from evermind.kernels.embed_loss import EmbedLoss
 from evermind.kernels.embedding import Embedding
 from evermind.kernels.grad_norm import GradNorm
 from evermind.kernels.matmul import Matmul
+from evermind.kernels.pool import Pool
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.kernels.selective_scan import SelectiveScan, states_count
 from evermind.model.config import MambaConfig
-from evermind.model.gpu_layout import SlotSpec, slot_specs
+from evermind.model.gpu_layout import SlotSpec, embed_head_spec, slot_specs
 from evermind.types import Batch, TrainConfig
+
+#: One embedding micro-batch: (B·L token ids, B valid lengths, B·E target floats).
+EmbedBatch = tuple[Any, Any, Any]
 
 
 @dataclass(eq=False)
@@ -86,6 +103,9 @@ class GpuMamba:
         train: Optimiser settings; None builds an inference-only model (no gradients).
         weights: Share the weight buffers of another model (e.g. an evaluation or embedding
             model beside the training one) instead of allocating new ones.
+        embed_dim: With ``train``, also record the embedding training step with a projection
+            head W of E = ``embed_dim`` rows (see the module docstring); W starts as the
+            identity (``eye(E, d_model)``) and μ as zero until :meth:`load_embedder`.
     """
 
     def __init__(
@@ -96,6 +116,7 @@ class GpuMamba:
         seq_len: int,
         train: TrainConfig | None = None,
         weights: dict[str, Slot] | None = None,
+        embed_dim: int | None = None,
     ) -> None:
         self.device = dev = device
         self.config = cfg = config
@@ -141,9 +162,18 @@ class GpuMamba:
                 self.logits, self.targets, self.row_loss, self.dlogits, self.loss, m, v, 1.0 / m
             )
         )
+        self._scratch: dict[str, Buffer] | None = None
+        self.embed_dim = embed_dim
+        self.head: Slot | None = None
+        if embed_dim is not None and (train is None or embed_dim < 1):
+            raise ShapeError(
+                f"GpuMamba: embed_dim needs a TrainConfig and must be >= 1, got {embed_dim}"
+            )
         if training:
             assert train is not None
             self._record_training(train)
+            if embed_dim is not None:
+                self._record_embedding(train, embed_dim)
 
     # -- recording ---------------------------------------------------------------------------
     def _p(self, key: str) -> Buffer:
@@ -206,11 +236,13 @@ class GpuMamba:
             d.append(mm.linear(self.hf, self._p("embeddings"), self.logits, m, dm, cfg.vocab_size))
         return d
 
-    def _backward(self) -> list[Dispatch]:
-        cfg, m, mm, ew, dev = self.config, self.m, self.mm, self.ew, self.device
-        dm, di, r, n, v = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.vocab_size
-        b, length = self.batch_size, self.seq_len
-        t = {
+    def _backward_scratch(self) -> dict[str, Buffer]:
+        """The backward's scratch buffers, allocated once and shared by both training steps."""
+        if self._scratch is not None:
+            return self._scratch
+        cfg, m, dev = self.config, self.m, self.device
+        dm, di, r, n = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state
+        self._scratch = t = {
             name: dev.buffer(4 * size, label=f"bwd.{name}")
             for name, size in (
                 ("dh", m * dm),
@@ -232,14 +264,32 @@ class GpuMamba:
             )
         }
         self.ones_m = dev.upload(array("f", [1.0]) * m, label="ones")
+        return t
+
+    def _backward(self, head: list[Dispatch] | None = None) -> list[Dispatch]:
+        """The backward from the LM head's logits gradient, or from ``head``'s dispatches.
+
+        Args:
+            head: Dispatches that write d(loss)/d(h_final) into the ``dhf`` scratch buffer
+                (the embedding objective); None starts from ``self.dlogits`` through the tied
+                LM head.
+        """
+        cfg, m, mm, ew = self.config, self.m, self.mm, self.ew
+        dm, di, r, n, v = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.vocab_size
+        b, length = self.batch_size, self.seq_len
+        t = self._backward_scratch()
         d: list[Dispatch] = [ew.fill(t["dh"], m * dm)]
-        # Tied LM head and final norm.
-        d.append(mm.linear_bwd_input(self.dlogits, self._p("embeddings"), t["dhf"], m, dm, v))
-        d.append(
-            mm.linear_bwd_weight(
-                self.dlogits, self.hf, self._g("embeddings"), m, dm, v, accumulate=True
+        if head is None:
+            # Tied LM head.
+            d.append(mm.linear_bwd_input(self.dlogits, self._p("embeddings"), t["dhf"], m, dm, v))
+            d.append(
+                mm.linear_bwd_weight(
+                    self.dlogits, self.hf, self._g("embeddings"), m, dm, v, accumulate=True
+                )
             )
-        )
+        else:
+            d += head
+        # The final norm.
         d += self.rn.backward(
             self.h[-1],
             self._p("norm_f"),
@@ -383,6 +433,99 @@ class GpuMamba:
                 )
             )
 
+    def _record_embedding(self, train: TrainConfig, embed_dim: int) -> None:
+        """Records the embedding step: forward to h_f, pool, centre, W, cosine, backward."""
+        dev, cfg, mm = self.device, self.config, self.mm
+        b, length, dm, e = self.batch_size, self.seq_len, cfg.d_model, embed_dim
+        spec = embed_head_spec(cfg, e)
+        self.head = head = Slot(
+            spec,
+            dev.upload(_eye(e, dm), label=spec.key),
+            dev.buffer(4 * spec.count, label=f"grad.{spec.key}"),
+            dev.buffer(4 * spec.count, label=f"m.{spec.key}"),
+            dev.buffer(4 * spec.count, label=f"v.{spec.key}"),
+        )
+        assert head.grad is not None and head.exp_avg is not None and head.exp_avg_sq is not None
+        self.centre = dev.buffer(4 * dm, label="embed.centre")
+        self.lengths = dev.buffer(4 * b, label="embed.lengths")
+        self.embed_targets = dev.buffer(4 * b * e, label="embed.targets")
+
+        def buf(name: str, count: int) -> Buffer:
+            return dev.buffer(4 * count, label=f"embed.{name}")
+
+        self.pooled, self.centred = buf("pooled", b * dm), buf("centred", b * dm)
+        self.z, self.dz = buf("z", b * e), buf("dz", b * e)
+        self.dpooled, self.embed_row_loss = buf("dpooled", b * dm), buf("row_loss", b)
+        self.embed_loss = buf("loss", 1)
+        pool, el = Pool(dev), EmbedLoss(dev)
+        #: Each text's weight in the loss: the mean over the texts of all micro-batches.
+        self.embed_scale = 1.0 / (b * train.grad_accum)
+        scratch = self._backward_scratch()
+        head_bwd = [
+            mm.linear_bwd_weight(self.dz, self.centred, head.grad, b, dm, e, accumulate=True),
+            mm.linear_bwd_input(self.dz, head.param, self.dpooled, b, dm, e),
+            pool.mean_bwd(self.dpooled, self.lengths, scratch["dhf"], b, length, dm),
+        ]
+
+        def embed_head() -> list[Dispatch]:
+            return [
+                pool.mean(self.hf, self.lengths, self.pooled, b, length, dm),
+                el.centre(self.pooled, self.centre, self.centred, b, dm),
+                mm.linear(self.centred, head.param, self.z, b, dm, e),
+            ]
+
+        # Inference: pooled states and z, without stored states, loss or backward.
+        self.embed_eval_plan = dev.plan("embedding forward").add(
+            self._forward(store_states=False, logits=False)
+        )
+        self.embed_eval_plan.add(embed_head())
+        self.embed_plan = dev.plan("embedding step").add(
+            self._forward(store_states=True, logits=False)
+        )
+        self.embed_plan.add(embed_head())
+        self.embed_plan.add(
+            el.loss_and_grad(
+                self.z,
+                self.embed_targets,
+                self.embed_row_loss,
+                self.dz,
+                self.embed_loss,
+                b,
+                e,
+                self.embed_scale,
+            )
+        )
+        self.embed_plan.add(self._backward(head=head_bwd))
+        trained = [*self.slots.values(), head]
+        self.embed_zero_plan = dev.plan("zero embedding grads").add(
+            self.ew.fill(s.grad, s.spec.count) for s in trained if s.grad is not None
+        )
+        self.embed_grad_norm = dev.buffer(4, label="embed.grad_norm")
+        if train.grad_clip > 0:
+            self.embed_clip_scale = dev.buffer(4, label="embed.clip_scale")
+            clip = GradNorm(dev).record(
+                [s.grad for s in trained if s.grad is not None],
+                self.embed_grad_norm,
+                self.embed_clip_scale,
+                train.grad_clip,
+            )
+        else:
+            self.embed_clip_scale, clip = self.opt.unit_clip(), []
+        self.embed_opt_plan = dev.plan("embedding optimizer").add(clip)
+        for s in trained:
+            assert s.grad is not None and s.exp_avg is not None and s.exp_avg_sq is not None
+            self.embed_opt_plan.add(
+                self.opt.update(
+                    s.param,
+                    s.grad,
+                    s.exp_avg,
+                    s.exp_avg_sq,
+                    s.spec.count,
+                    self.embed_clip_scale,
+                    decay=s.spec.decay,
+                )
+            )
+
     # -- weights -----------------------------------------------------------------------------
     def load_params(self, params: dict[str, Any]) -> None:
         """Uploads weights given by Hugging Face name (flat ``array('f')`` or buffer objects)."""
@@ -452,6 +595,103 @@ class GpuMamba:
         (loss,) = struct.unpack("<f", await self.device.read(self.loss))
         return float(loss) * self.m, self.m
 
+    # -- the embedding objective -------------------------------------------------------------
+    def _embed_head(self) -> Slot:
+        if self.head is None:
+            raise ShapeError(
+                "GpuMamba: no embedding step was recorded; build the model with embed_dim=E "
+                "and a TrainConfig"
+            )
+        return self.head
+
+    def load_embedder(self, centre: Any, head: Any | None = None) -> None:
+        """Uploads μ (d_model floats) and, if given, W (E · d_model floats, row-major)."""
+        slot = self._embed_head()
+        dm = self.config.d_model
+        for name, values, count, buf in (
+            ("centre", centre, dm, self.centre),
+            ("head", head, slot.spec.count, slot.param),
+        ):
+            if values is None:
+                continue
+            data = memoryview(values).cast("B")
+            if len(data) != 4 * count:
+                raise ShapeError(
+                    f"GpuMamba.load_embedder: {name} has {len(data) // 4} floats, expected {count}"
+                )
+            self.device.write(buf, data)
+
+    async def read_embedder(self) -> tuple[array[float], array[float]]:
+        """Downloads ``(μ, W)`` as flat ``array('f')``."""
+        slot = self._embed_head()
+        centre = array("f", await self.device.read(self.centre, 4 * self.config.d_model))
+        head = array("f", await self.device.read(slot.param, 4 * slot.spec.count))
+        return centre, head
+
+    async def read_embed_head_grad(self) -> array[float]:
+        """Downloads W's accumulated gradient (for tests)."""
+        slot = self._embed_head()
+        assert slot.grad is not None
+        return array("f", await self.device.read(slot.grad, 4 * slot.spec.count))
+
+    def _write_embed_batch(self, batch: EmbedBatch) -> None:
+        ids, lengths, targets = batch
+        b, e = self.batch_size, self.embed_dim
+        if len(ids) != self.m or len(lengths) != b or e is None or len(targets) != b * e:
+            raise ShapeError(
+                f"GpuMamba: an embedding batch holds B·L = {self.m} ids (texts padded on the "
+                f"right), B = {b} lengths and B·E = {b * (e or 0)} target floats, got "
+                f"{len(ids)}, {len(lengths)} and {len(targets)}"
+            )
+        self.emb.write_step(self.ids, self.csr, ids, self.config.vocab_size)
+        self.device.write(self.lengths, array("I", lengths))
+        self.device.write(self.embed_targets, array("f", targets))
+
+    async def embed_forward(self, ids: Any, lengths: Any) -> tuple[array[float], array[float]]:
+        """The pooled states p (B·D floats) and ``z = W · (p − μ)`` (B·E floats) of a batch.
+
+        Args:
+            ids: B·L token ids, each text's tokens first (right padding).
+            lengths: B valid lengths.
+        """
+        slot = self._embed_head()
+        e = slot.spec.count // self.config.d_model
+        self._write_embed_batch((ids, lengths, array("f", bytes(4 * self.batch_size * e))))
+        self.embed_eval_plan.run()
+        b, dm = self.batch_size, self.config.d_model
+        pooled = array("f", await self.device.read(self.pooled, 4 * b * dm))
+        return pooled, array("f", await self.device.read(self.z, 4 * b * e))
+
+    async def embed_forward_backward(self, batch: EmbedBatch) -> float:
+        """Accumulates one embedding micro-batch's gradients; returns its loss contribution.
+
+        Args:
+            batch: ``(ids, lengths, targets)``: B·L token ids (each text's tokens first, then
+                any padding id), B valid lengths, and B·E teacher vectors row by row.
+        """
+        self._embed_head()
+        self._write_embed_batch(batch)
+        self.embed_plan.run()
+        (loss,) = struct.unpack("<f", await self.device.read(self.embed_loss))
+        return float(loss)
+
+    async def embed_train_step(
+        self, micro_batches: list[EmbedBatch], lr: float, step: int
+    ) -> float:
+        """One optimiser step of the embedding objective; returns the mean loss.
+
+        Zero grads → [forward + loss + backward] per micro-batch → clip → AdamW on the
+        model's weights and W (pass ``train.grad_accum`` micro-batches for the mean).
+        """
+        self._embed_head()
+        self.embed_zero_plan.run()
+        total = 0.0
+        for batch in micro_batches:
+            total += await self.embed_forward_backward(batch)
+        self.opt.set_step(step, lr)
+        self.embed_opt_plan.run()
+        return total
+
     async def state(self) -> dict[str, array[float]]:
         out = await self.read_params()
         for prefix, pick in (("adam.m.", lambda s: s.exp_avg), ("adam.v.", lambda s: s.exp_avg_sq)):
@@ -467,6 +707,14 @@ class GpuMamba:
                 if buf is not None:
                     data = memoryview(tensors[prefix + spec.hf_name]).cast("B")
                     self.device.write(buf, data[4 * spec.offset : 4 * (spec.offset + spec.count)])
+
+
+def _eye(rows: int, cols: int) -> array[float]:
+    """``eye(rows, cols)`` as a flat row-major ``array('f')``."""
+    out = array("f", bytes(4 * rows * cols))
+    for i in range(min(rows, cols)):
+        out[i * cols + i] = 1.0
+    return out
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -56,3 +56,18 @@ def slot_specs(config: MambaConfig) -> list[SlotSpec]:
         whole(f"{i}.out", mix + "out_proj.weight")
     whole("norm_f", "backbone.norm_f.weight")
     return specs
+
+
+#: Package names of the embedding head's tensors: the projection W (E, d_model) and the
+#: centring vector μ (d_model,) of ``e = normalize(W · (pool(h) − μ))``.
+EMBED_HEAD_NAME = "embedder.head.weight"
+EMBED_CENTRE_NAME = "embedder.centre"
+
+
+def embed_head_spec(config: MambaConfig, embed_dim: int) -> SlotSpec:
+    """The trainable projection head W (E, d_model) of the embedding objective.
+
+    Not weight-decayed: the cosine loss ignores the scale of ``W``, so decay would only
+    shrink it and raise the effective learning rate.
+    """
+    return SlotSpec("embed_head", EMBED_HEAD_NAME, 0, embed_dim * config.d_model, False)

@@ -10,6 +10,13 @@ model is causal, so texts are padded on the right), out (B, D). float64 inside, 
     out_b    = pooled_b / max(||pooled_b||, eps)          (a zero vector where n_b = 0)
     backward, with u = out_b and r = max(||pooled_b||, eps):
     dpooled_b = (dout_b - u (u . dout_b)) / r;  dhidden[b, t] = dpooled_b / n_b for t < n_b
+
+The plain mean (no normalisation) and its backward are :func:`mean_pool_fwd` and
+:func:`mean_pool_bwd` (the ``mean`` and ``mean_bwd`` entry points): the pooled vector the
+embedding objective centres and projects (``evermind.ops.embed_loss``)::
+
+    pooled_b = mean over t < n_b of hidden[b, t]            (0 where n_b = 0)
+    dhidden[b, t] = dpooled_b / n_b for t < n_b, 0 elsewhere
 """
 
 from __future__ import annotations
@@ -22,7 +29,14 @@ import numpy.typing as npt
 from evermind.errors import ShapeError
 from evermind.ops._dtype import F64, Floats, f64, out_dtype
 
-__all__ = ["POOL_EPS", "lengths_of_mask", "pool_bwd", "pool_fwd"]
+__all__ = [
+    "POOL_EPS",
+    "lengths_of_mask",
+    "mean_pool_bwd",
+    "mean_pool_fwd",
+    "pool_bwd",
+    "pool_fwd",
+]
 
 #: The norm floor.
 POOL_EPS = 1e-12
@@ -79,3 +93,27 @@ def pool_bwd(hidden: Floats, lengths: Any, grad_out: Floats, eps: float = POOL_E
     dpooled = (g - unit * np.sum(unit * g, axis=1, keepdims=True)) / norm  # (B, D)
     dhidden: Floats = weights[:, :, None] * dpooled[:, None, :]  # (B, L, D)
     return dhidden.astype(out_dtype(hidden, grad_out))
+
+
+def mean_pool_fwd(hidden: Floats, lengths: Any) -> Floats:
+    """Mean of each text's valid prefix, (B, D), not normalised (0 for an empty text).
+
+    Args:
+        hidden: (B, L, D).
+        lengths: (B,) valid prefix lengths (clamped to L).
+    """
+    weights = _weights64(hidden.shape, lengths)  # (B, L)
+    pooled: Floats = np.einsum("bl,bld->bd", weights, f64(hidden))  # (B, D)
+    return pooled.astype(out_dtype(hidden))
+
+
+def mean_pool_bwd(grad_pooled: Floats, lengths: Any, seq_len: int) -> Floats:
+    """Gradient with respect to ``hidden`` (B, L, D) given that of the mean (B, D).
+
+    The gradient of each text's mean is spread evenly over its valid positions; padding
+    (and every position of an empty text) gets zero.
+    """
+    g = f64(grad_pooled)  # (B, D)
+    weights = _weights64((g.shape[0], seq_len), lengths)  # (B, L)
+    dhidden: Floats = weights[:, :, None] * g[:, None, :]  # (B, L, D)
+    return dhidden.astype(out_dtype(grad_pooled))

@@ -234,6 +234,28 @@ async def embed(texts: list[str]) -> dict[str, Any]:
 
 
 @handler
+async def embedder_train(
+    texts: list[str],
+    targets: list[list[float]],
+    steps: int = 100,
+    lr: float = 3e-3,
+    batch_size: int = 8,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Distils teacher vectors (one per text, e.g. from a ``/v1/embeddings`` endpoint the
+    page called) into the tab's model on WebGPU (``embedder-progress`` events); ``embed``
+    then serves the distilled embedding."""
+    return await session().embedder_train(
+        list(texts),
+        [[float(x) for x in t] for t in targets],
+        int(steps),
+        float(lr),
+        int(batch_size),
+        int(seed),
+    )
+
+
+@handler
 async def similarity(a: str, b: str) -> dict[str, Any]:
     """Cosine similarity of two texts' embeddings."""
     va, vb = await session().embed([a, b])

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import logging
 import math
+import random
 import time
 from array import array
 from collections.abc import Callable
@@ -62,6 +63,10 @@ class Session:
         self.trainer: Trainer | None = None
         self._decoder: GpuDecoder | None = None
         self._embedder: GpuEmbedder | None = None
+        #: The distilled embedder (a GpuMamba sharing the model's weights, with W and μ)
+        #: once :meth:`embedder_train` ran; :meth:`embed` then serves normalize(W (p − μ)).
+        self._embed_model: GpuMamba | None = None
+        self._embed_steps = 0
         self.state = "idle"
         self._request: str | None = None
         self._kv: KeyValueStore | None = None
@@ -157,7 +162,7 @@ class Session:
         self, preset: str, custom: dict[str, Any] | None, train: TrainConfig
     ) -> dict[str, Any]:
         """Builds a fresh model and trains it from step 0."""
-        if self.state == "training":
+        if self.state in ("training", "embedding"):
             raise ConfigError("training is already running; pause or stop it first")
         if self.tokenizer is None or self.train_ids is None or self.held_ids is None:
             raise ConfigError("train a tokenizer in the Tokenizer panel first")
@@ -189,6 +194,7 @@ class Session:
         self.model = GpuMamba(device, self.config, train.batch_size, train.seq_len, train)
         self.model.load_params(params)
         self._decoder = self._embedder = None
+        self._embed_model, self._embed_steps = None, 0
         self.trainer = Trainer(
             self.model, self.train_ids, self.held_ids, train, on_progress=self._progress
         )
@@ -286,7 +292,7 @@ class Session:
 
     async def resume(self) -> dict[str, Any]:
         """Continues training: in memory if possible, else from the stored checkpoint."""
-        if self.state == "training":
+        if self.state in ("training", "embedding"):
             raise ConfigError("training is already running")
         if self.trainer is None:
             await self.restore_from_storage()
@@ -356,7 +362,7 @@ class Session:
 
     async def load_package(self, data: bytes) -> dict[str, Any]:
         """Opens a ``.evermind`` package in the tab (verified here) to try or export it."""
-        if self.state == "training":
+        if self.state in ("training", "embedding"):
             raise ConfigError("training is running; pause or stop it before opening a package")
         package = read_package(data)
         roles = package.manifest.get("tokenizer", {})
@@ -385,8 +391,8 @@ class Session:
     def _require_model(self) -> GpuMamba:
         if self.model is None:
             raise ConfigError("train a model first (or resume the saved session)")
-        if self.state == "training":
-            raise ConfigError("the model is training; pause it to try it")
+        if self.state in ("training", "embedding"):
+            raise ConfigError(f"the model is {self.state}; wait for it or pause it to try it")
         return self.model
 
     async def generate(
@@ -427,14 +433,149 @@ class Session:
             "tokens_per_second": round(count / seconds, 1) if seconds > 0 else 0.0,
         }
 
+    def _embed_batches(
+        self, texts: list[str], batch: int, length: int
+    ) -> list[tuple[array[int], array[int], int]]:
+        """Texts as right-padded (ids, lengths, real rows) batches of ``batch`` x ``length``."""
+        assert self.tokenizer is not None
+        eos = self.tokenizer.eos_id or 0
+        out = []
+        for start in range(0, len(texts), batch):
+            chunk = [
+                (self.tokenizer.encode(t) or [eos])[:length] for t in texts[start : start + batch]
+            ]
+            real = len(chunk)
+            chunk += [[eos]] * (batch - real)  # filler rows, ignored
+            ids, lengths = array("i"), array("I")
+            for row in chunk:
+                ids.extend(row + [eos] * (length - len(row)))
+                lengths.append(len(row))
+            out.append((ids, lengths, real))
+        return out
+
+    async def _pooled_mean(self, model: GpuMamba, texts: list[str]) -> array[float]:
+        """The mean of the texts' mean-pooled final states: the centring vector μ."""
+        assert self.config is not None
+        dm = self.config.d_model
+        total = [0.0] * dm
+        for ids, lengths, real in self._embed_batches(texts, model.batch_size, model.seq_len):
+            pooled, _ = await model.embed_forward(ids, lengths)
+            for row in range(real):
+                for d in range(dm):
+                    total[d] += pooled[row * dm + d]
+        return array("f", [x / len(texts) for x in total])
+
+    async def embedder_train(
+        self,
+        texts: list[str],
+        targets: list[list[float]],
+        steps: int,
+        lr: float,
+        batch_size: int,
+        seed: int = 0,
+    ) -> dict[str, Any]:
+        """Distils a teacher's vectors into the tab's model (``embedder-progress`` events).
+
+        The served embedding becomes ``normalize(W · (pool(h) − μ))``: μ the mean pooled
+        state of ``texts`` under the current weights (fixed), W (E, d_model) a projection
+        head starting at the identity; the cosine loss against ``targets`` trains W and
+        every model weight on the GPU (:meth:`GpuMamba.embed_train_step`), in place: the
+        language model shares those weights.
+
+        Args:
+            texts: The texts the page asked the teacher about.
+            targets: One teacher vector per text (all of one width E).
+            steps: Optimiser steps; each takes ``batch_size`` texts in a shuffled cycle.
+            lr: AdamW learning rate (constant; gradients clipped at norm 1).
+            batch_size: Texts per step.
+            seed: Order of the texts.
+        """
+        model = self._require_model()
+        assert self.tokenizer is not None and self.config is not None and self.job is not None
+        if not texts or len(texts) != len(targets):
+            raise ConfigError(
+                f"embedder_train: expected one target vector per text, got {len(texts)} texts "
+                f"and {len(targets)} vectors"
+            )
+        width = len(targets[0])
+        if width < 1 or any(len(t) != width for t in targets):
+            raise ConfigError("embedder_train: every target vector must have the same width > 0")
+        if steps < 1 or batch_size < 1:
+            raise ConfigError("embedder_train: steps and batch_size must be >= 1")
+        eos = self.tokenizer.eos_id or 0
+        longest = max(len(self.tokenizer.encode(t) or [eos]) for t in texts)
+        length = max(1, min(longest, self.job.train.seq_len))
+        batch = min(batch_size, len(texts))
+        train = TrainConfig(
+            steps=steps, batch_size=batch, seq_len=length, lr=lr, grad_clip=1.0, weight_decay=0.0
+        )
+        trainer = GpuMamba(
+            model.device, self.config, batch, length, train, weights=model.slots, embed_dim=width
+        )
+        trainer.load_embedder(await self._pooled_mean(trainer, texts))
+        order = list(range(len(texts)))
+        rng = random.Random(seed)
+        rng.shuffle(order)
+        cursor, losses = 0, []
+        previous, self.state = self.state, "embedding"
+        start = time.perf_counter()
+        try:
+            for step in range(1, steps + 1):
+                rows = []
+                for _ in range(batch):
+                    if cursor == len(order):
+                        rng.shuffle(order)
+                        cursor = 0
+                    rows.append(order[cursor])
+                    cursor += 1
+                ((ids, lengths, _),) = self._embed_batches([texts[i] for i in rows], batch, length)
+                flat = array("f", [x for i in rows for x in targets[i]])
+                loss = await trainer.embed_train_step([(ids, lengths, flat)], lr, step)
+                losses.append(loss)
+                self.emit(
+                    "embedder-progress",
+                    step=step,
+                    steps=steps,
+                    loss=_finite(loss),
+                    elapsed_s=round(time.perf_counter() - start, 2),
+                )
+        finally:
+            self.state = previous
+        self._embed_model, self._decoder, self._embedder = trainer, None, None
+        self._embed_steps += steps
+        return {
+            "steps": steps,
+            "dim": width,
+            "first_loss": _finite(losses[0]),
+            "loss": _finite(losses[-1]),
+            "seconds": round(time.perf_counter() - start, 2),
+        }
+
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """Unit-norm sentence embeddings from the tab's model."""
+        """Unit-norm sentence embeddings from the tab's model.
+
+        After :meth:`embedder_train`, ``normalize(W · (pool(h) − μ))`` (texts longer than
+        the embedder's training length are cut to it); before, the normalised mean pool.
+        """
         model = self._require_model()
         assert self.tokenizer is not None and self.config is not None
+        if self._embed_model is not None:
+            return await self._embed_distilled(self._embed_model, texts)
         if self._embedder is None:
             self._embedder = GpuEmbedder(model.device, self.config, model.slots)
         eos = self.tokenizer.eos_id or 0
         return await self._embedder.embed_ids([self.tokenizer.encode(t) or [eos] for t in texts])
+
+    async def _embed_distilled(self, model: GpuMamba, texts: list[str]) -> list[list[float]]:
+        width = model.embed_dim or 0
+        out: list[list[float]] = []
+        for ids, lengths, real in self._embed_batches(texts, model.batch_size, model.seq_len):
+            _, z = await model.embed_forward(ids, lengths)
+            for row in range(real):
+                vector = list(z[row * width : (row + 1) * width])
+                norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+                out.append([x / norm for x in vector])
+        return out
 
     @property
     def embedder_fingerprint(self) -> str:
@@ -444,7 +585,7 @@ class Session:
         return (
             "studio:"
             + hashlib.sha256(
-                repr((sorted(cfg.items()), step, id(self.model))).encode()
+                repr((sorted(cfg.items()), step, id(self.model), self._embed_steps)).encode()
             ).hexdigest()[:16]
         )
 
