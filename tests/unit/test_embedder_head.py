@@ -97,3 +97,13 @@ def test_fit_projection_is_least_squares() -> None:
     mu, w = fit_projection(raw, (raw - raw.mean(0)) @ w_true.T, ridge=0.0)
     np.testing.assert_allclose(mu, raw.mean(0))
     np.testing.assert_allclose(w, w_true, atol=1e-8)
+
+
+def test_transformers_still_loads_a_package_with_a_head(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    transformers = pytest.importorskip("transformers")
+    data = write_package(**tiny_package_kwargs(), embedder=_head(5))
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        archive.extractall(tmp_path)
+    assert (tmp_path / HEAD_MEMBER).is_file()
+    model = transformers.MambaForCausalLM.from_pretrained(tmp_path)
+    assert model.config.hidden_size == D
