@@ -107,3 +107,19 @@ def test_transformers_still_loads_a_package_with_a_head(tmp_path) -> None:  # ty
     assert (tmp_path / HEAD_MEMBER).is_file()
     model = transformers.MambaForCausalLM.from_pretrained(tmp_path)
     assert model.config.hidden_size == D
+
+
+def test_tuning_stage_lowers_the_cosine_loss_to_the_teacher() -> None:
+    from evermind.train.distill import DistillConfig, tune_towards
+
+    model = evermind.load(tiny_package(steps=3))
+    words = ["cats", "dogs", "files", "docker", "pizza", "trains", "rain", "tea"]
+    texts = [f"a note about {w} and more {w}" for w in words]
+    rng = np.random.default_rng(4)
+    target = rng.normal(size=(len(texts), 6))
+    target /= np.sqrt((target**2).sum(1, keepdims=True))
+    raw = model.embed_raw(texts).astype(np.float64)
+    mu, w = fit_projection(raw, target, 1e-2)
+    config = DistillConfig(tune_steps=40, tune_batch=8, tune_lr=3e-3)
+    losses = tune_towards(model, texts, target, mu, w, config)
+    assert np.mean(losses[-5:]) < losses[0] - 0.01

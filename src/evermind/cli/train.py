@@ -139,6 +139,11 @@ def register(sub: Any) -> None:
     distill.add_argument("--namespace", default="default", help="memory file namespace")
     distill.add_argument("--ridge", type=float, help="ridge strength (default 0.01)")
     distill.add_argument("--holdout", type=float, help="fraction held out to score (default 0.1)")
+    distill.add_argument(
+        "--tune-steps",
+        type=int,
+        help="also tune the SSM towards the teacher for this many Adam steps (default 0)",
+    )
     distill.add_argument("--version", help="version of the new package (default <old>-distilled)")
     distill.add_argument("--out", required=True, help="output package path")
     distill.set_defaults(func=cmd_distill_embedder)
@@ -337,7 +342,7 @@ def cmd_distill_embedder(args: argparse.Namespace) -> int:
     from evermind.train.distill import DistillConfig, distill_head, package_bytes
     from evermind.train.teachers import make_teacher
 
-    knobs = {"ridge": args.ridge, "holdout": args.holdout}
+    knobs = {"ridge": args.ridge, "holdout": args.holdout, "tune_steps": args.tune_steps}
     config = DistillConfig(**{k: v for k, v in knobs.items() if v is not None})
     model = evermind.load(args.model)
     source = resolve_memory_file(None) if args.texts == "memory" else args.texts

@@ -29,7 +29,10 @@ import numpy as np
 import evermind
 from evermind.errors import ConfigError
 from evermind.model.inference import Model, apply_head_rows
+from evermind.ops.adamw import adamw_step
+from evermind.ops.pool import lengths_of_mask, pool_bwd, pool_fwd
 from evermind.package import EmbedderHead, Tensor, utc_timestamp, write_package
+from evermind.train.contrastive import _pad
 from evermind.train.teachers import Teacher
 
 #: Called with (stage, done, total): stage is "student", "teacher" or "fit".
@@ -45,12 +48,22 @@ class DistillConfig:
         holdout: Fraction of the texts held out to score the student (0: score on train).
         seed: Shuffles texts before the split.
         chunk: Texts per embedding call (progress granularity).
+        tune_steps: Optional third stage: Adam steps on the SSM's weights (through
+            ``CpuMamba.backward_hidden``) minimising the cosine loss to the teacher with the
+            head fixed, then μ and W are refitted. 0 (default): head only.
+        tune_batch: Texts per tuning step.
+        tune_lr: Adam learning rate of the tuning stage.
+        max_tokens: Tokens per text in the tuning stage.
     """
 
     ridge: float = 1e-2
     holdout: float = 0.1
     seed: int = 0
     chunk: int = 64
+    tune_steps: int = 0
+    tune_batch: int = 32
+    tune_lr: float = 5e-4
+    max_tokens: int = 64
 
     def __post_init__(self) -> None:
         if self.ridge < 0 or not 0 <= self.holdout < 1 or self.chunk < 1:
@@ -171,6 +184,10 @@ def distill_head(
     if on_progress is not None:
         on_progress("fit", 0, 1)
     mu, w = fit_projection(raw[n_hold:], target[n_hold:], config.ridge)
+    if config.tune_steps > 0:
+        tune_towards(model, train, target[n_hold:], mu, w, config, on_progress)
+        raw = _chunked(model.embed_raw, pool, config.chunk, "student", on_progress)
+        mu, w = fit_projection(raw[n_hold:], target[n_hold:], config.ridge)
     head = EmbedderHead.from_lists(mu.tolist(), w.tolist(), "distill", teacher.name)
     student = apply_head_rows(head, raw.astype(np.float32)).astype(np.float64)
     if on_progress is not None:
@@ -185,6 +202,63 @@ def distill_head(
         neighbour_agreement=_neighbours(score_s, score_t),
         seconds=time.perf_counter() - start,
     )
+
+
+def _unit_fwd(e: np.ndarray) -> np.ndarray:
+    return np.asarray(pool_fwd(e[:, None, :], np.ones(len(e), np.int64)))
+
+
+def _unit_bwd(e: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    return np.asarray(pool_bwd(e[:, None, :], np.ones(len(e), np.int64), grad))[:, 0, :]
+
+
+def tune_towards(
+    model: Model,
+    texts: Sequence[str],
+    target: np.ndarray,
+    mu: np.ndarray,
+    w: np.ndarray,
+    config: DistillConfig,
+    on_progress: Progress | None = None,
+) -> list[float]:
+    """Adam on ``model.cpu.params`` (in place) minimising ``1 − cos(normalize(W(p − μ)), t)``.
+
+    Returns the loss of every step.
+    """
+    rng = random.Random(config.seed)
+    cpu = model.cpu
+    params = cpu.params
+    first = {name: np.zeros_like(value) for name, value in params.items()}
+    second = {name: np.zeros_like(value) for name, value in params.items()}
+    losses = []
+    batch = min(config.tune_batch, len(texts))
+    for step in range(1, config.tune_steps + 1):
+        rows = rng.sample(range(len(texts)), batch)
+        ids, mask = _pad([model._prompt_ids(texts[r])[: config.max_tokens] for r in rows])
+        hidden, cache = cpu.hidden_train(ids)  # (B, L, D)
+        lengths = lengths_of_mask(mask)
+        unit = np.asarray(pool_fwd(hidden, lengths), np.float64)  # (B, D)
+        e = (unit - mu) @ w.T  # (B, E)
+        s = _unit_fwd(e)
+        t = target[rows]
+        loss = float(np.mean(1.0 - np.sum(s * t, axis=1)))
+        de = _unit_bwd(e, -t / batch)  # (B, E)
+        dhidden = pool_bwd(hidden, lengths, de @ w)
+        grads = cpu.backward_hidden(cache, dhidden)
+        for name, value in params.items():
+            value[...], first[name], second[name] = adamw_step(
+                value,
+                grads[name],
+                first[name],
+                second[name],
+                step=step,
+                lr=config.tune_lr,
+                weight_decay=0.0,
+            )
+        losses.append(loss)
+        if on_progress is not None:
+            on_progress("tune", step, config.tune_steps)
+    return losses
 
 
 def package_bytes(
