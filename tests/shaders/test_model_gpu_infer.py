@@ -11,8 +11,10 @@ from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
 from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
+from evermind.model.inference import apply_head_rows
 from evermind.model.init import init_params
 from evermind.model.sampling import sample
+from evermind.package import EmbedderHead
 from tests.numerics import assert_close
 
 CONFIG = MambaConfig(d_model=20, n_layer=2, vocab_size=37, d_state=5, d_conv=4)
@@ -86,3 +88,24 @@ def test_sampling_respects_temperature_top_k_and_seed() -> None:
     a = [sample(logits, 1.0, None, 0.9, random.Random(7)) for _ in range(5)]
     b = [sample(logits, 1.0, None, 0.9, random.Random(7)) for _ in range(5)]
     assert a == b
+
+
+def test_embeddings_with_a_head_match_the_native_head(device) -> None:
+    """A package's embedding head gives the same vectors in the tab (pure Python after the
+    GPU readback) as natively (numpy, Model.embed's path)."""
+    params, model = _weights(device)
+    rng = np.random.default_rng(3)
+    head = EmbedderHead.from_lists(
+        (rng.normal(size=CONFIG.d_model) * 0.1).tolist(),
+        rng.normal(size=(6, CONFIG.d_model)).tolist(),
+        "distill",
+        "teacher/test",
+    )
+    embedder = GpuEmbedder(device, CONFIG, model.slots, batch_size=2, max_tokens=9, head=head)
+    texts = [[1, 2, 3], [5], [7, 8, 9, 10, 11]]
+    got = np.array(asyncio.run(embedder.embed_ids(texts)), np.float32)
+    cpu = CpuMamba(CONFIG, params)
+    raw = np.stack([cpu.embed(np.array([ids]), np.ones((1, len(ids)), bool))[0] for ids in texts])
+    want = apply_head_rows(head, raw)
+    assert got.shape == (3, 6)
+    assert_close(got, want, atol=1e-5, rtol=1e-4, name="embedding with head")

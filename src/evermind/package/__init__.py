@@ -2,7 +2,8 @@
 
 A package is a ZIP archive: ``manifest.json`` first, then ``README.md``, ``config.json``,
 ``generation_config.json``, ``model.safetensors`` and ``tokenizer.json`` — a Hugging Face
-``MambaForCausalLM`` directory once unzipped. docs/format.md is the specification.
+``MambaForCausalLM`` directory once unzipped — and optionally ``embedder.safetensors``, the
+embedding head (``head``). docs/format.md is the specification.
 
 Browser-safe: everything here is pure standard-library Python. The numpy helper lives in
 :mod:`evermind.package.native` (native only) and is not imported here.
@@ -15,6 +16,7 @@ Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion
 
 from __future__ import annotations
 
+from evermind.package.head import EmbedderHead, apply_head
 from evermind.package.limits import PackageLimits
 from evermind.package.manifest import utc_timestamp
 from evermind.package.reader import Package, read_package
@@ -31,10 +33,12 @@ from evermind.package.writer import write_file_atomic, write_package, write_pack
 
 __all__ = [
     "SCHEMA",
+    "EmbedderHead",
     "MambaDims",
     "Package",
     "PackageLimits",
     "Tensor",
+    "apply_head",
     "config_dims",
     "expected_tensor_shapes",
     "make_config",

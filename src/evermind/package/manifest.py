@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from evermind.errors import PackageError
+from evermind.package.head import HEAD_FIELD, check_head_field
 from evermind.package.schema import ARCHITECTURE, MANIFEST, SCHEMA
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -40,6 +41,8 @@ MANIFEST_FIELDS = frozenset(
         "files",
     }
 )
+#: Fields a manifest may carry or omit (absent: the package embeds without a head).
+OPTIONAL_FIELDS = frozenset({HEAD_FIELD})
 MODEL_FIELDS = frozenset(
     {
         "d_model",
@@ -226,12 +229,15 @@ def validate_manifest(manifest: Mapping[str, Any]) -> None:
     missing = MANIFEST_FIELDS - set(manifest)
     if missing:
         raise PackageError(f"{MANIFEST}: missing field(s) {sorted(missing)}")
-    unknown = set(manifest) - MANIFEST_FIELDS
+    unknown = set(manifest) - MANIFEST_FIELDS - OPTIONAL_FIELDS
     if unknown:
         raise PackageError(
             f"{MANIFEST}: unknown field(s) {sorted(unknown)}; expected only "
-            f"{sorted(MANIFEST_FIELDS)} (a new field needs a new schema version)"
+            f"{sorted(MANIFEST_FIELDS | OPTIONAL_FIELDS)} (a new field needs a new schema "
+            "version)"
         )
+    if HEAD_FIELD in manifest:
+        check_head_field(manifest[HEAD_FIELD])
     if not isinstance(manifest["name"], str) or not NAME_PATTERN.fullmatch(manifest["name"]):
         raise _fail(
             "name", "1-64 chars of [a-z0-9._-] starting with a letter or digit", manifest["name"]
@@ -273,6 +279,7 @@ def build_manifest(
     training: Mapping[str, Any],
     bench: Mapping[str, float],
     files: Mapping[str, Mapping[str, Any]],
+    embedder: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble and check a manifest.
 
@@ -286,6 +293,8 @@ def build_manifest(
         training: Free-form JSON-typed training summary (steps, tokens, corpus, losses...).
         bench: Metric name -> number.
         files: Member name -> ``{"sha256": hex, "size": bytes}`` for every other member.
+        embedder: The embedding head's description (see
+            :meth:`evermind.package.head.EmbedderHead.describe`); None: no head.
 
     Returns:
         The manifest dict.
@@ -306,5 +315,7 @@ def build_manifest(
         "training": dict(training),
         "version": version,
     }
+    if embedder is not None:
+        manifest[HEAD_FIELD] = dict(embedder)
     validate_manifest(manifest)
     return manifest

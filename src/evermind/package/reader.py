@@ -21,6 +21,7 @@ from typing import Any
 from evermind.errors import PackageError
 from evermind.package._json import loads_object
 from evermind.package.archive import SafeArchive
+from evermind.package.head import HEAD_FIELD, HEAD_MEMBER, EmbedderHead, head_from_member
 from evermind.package.limits import PackageLimits
 from evermind.package.manifest import check_json_typed, validate_manifest
 from evermind.package.safetensors_io import decode_safetensors
@@ -57,6 +58,8 @@ class Package:
         generation_config: The parsed ``generation_config.json``.
         readme: The ``README.md`` model card.
         digest: ``"sha256:<hex>"`` of the whole package file.
+        embedder: The embedding head (``embedder.safetensors``), None when the package has
+            none (it then embeds with the raw pooled vector).
     """
 
     manifest: dict[str, Any]
@@ -66,6 +69,7 @@ class Package:
     generation_config: dict[str, Any]
     readme: str
     digest: str
+    embedder: EmbedderHead | None = None
 
     @property
     def name(self) -> str:
@@ -107,7 +111,7 @@ def _load_source(
         raise PackageError(f"archive {path!r}: cannot be read ({err})") from err
 
 
-def _check_member_set(archive: SafeArchive, files: Mapping[str, Any]) -> None:
+def _check_member_set(archive: SafeArchive, files: Mapping[str, Any], head: bool) -> None:
     """Require the archive to hold exactly the manifest's members, with listed sizes."""
     present = set(archive.names) - {MANIFEST}
     missing = sorted(set(files) - present)
@@ -124,7 +128,12 @@ def _check_member_set(archive: SafeArchive, files: Mapping[str, Any]) -> None:
     absent = [name for name in REQUIRED_MEMBERS if name not in files]
     if absent:
         raise PackageError(f"member {absent[0]!r}: required by format v2 but absent")
-    foreign = sorted(set(files) - set(REQUIRED_MEMBERS))
+    if head != (HEAD_MEMBER in files):
+        raise PackageError(
+            f"member {HEAD_MEMBER!r}: {'required' if head else 'not allowed'} when "
+            f"{MANIFEST} {'has' if head else 'has no'} an {HEAD_FIELD!r} field"
+        )
+    foreign = sorted(set(files) - set(REQUIRED_MEMBERS) - {HEAD_MEMBER})
     if foreign:
         raise PackageError(
             f"member {foreign[0]!r}: not part of format v2; expected only "
@@ -144,7 +153,7 @@ def _read_members(
     """Read every listed member and verify its sha256."""
     contents: dict[str, bytes] = {}
     for name in sorted(files):
-        if name == WEIGHTS:
+        if name in (WEIGHTS, HEAD_MEMBER):
             data = archive.read(name, limit=limits.max_total_bytes, limit_name="max_total_bytes")
         else:
             data = archive.read(name, limit=limits.max_json_bytes, limit_name="max_json_bytes")
@@ -238,7 +247,7 @@ def _verify_archive(archive: SafeArchive, data: bytes, limits: PackageLimits) ->
     manifest = loads_object(raw_manifest, member=MANIFEST)
     validate_manifest(manifest)
     files = manifest["files"]
-    _check_member_set(archive, files)
+    _check_member_set(archive, files, HEAD_FIELD in manifest)
     contents = _read_members(archive, files, limits)
     config = loads_object(contents[CONFIG], member=CONFIG)
     generation = loads_object(contents[GENERATION_CONFIG], member=GENERATION_CONFIG)
@@ -251,6 +260,14 @@ def _verify_archive(archive: SafeArchive, data: bytes, limits: PackageLimits) ->
         name: Tensor(shape=tensor.shape, data=tensor.to_float32(), dtype="F32")
         for name, tensor in sorted(stored.items())
     }
+    head = None
+    if HEAD_FIELD in manifest:
+        head_tensors, _ = decode_safetensors(
+            contents[HEAD_MEMBER],
+            member=HEAD_MEMBER,
+            max_header_bytes=limits.max_safetensors_header_bytes,
+        )
+        head = head_from_member(head_tensors, manifest[HEAD_FIELD], config_dims(config).d_model)
     return Package(
         manifest=manifest,
         config=config,
@@ -259,6 +276,7 @@ def _verify_archive(archive: SafeArchive, data: bytes, limits: PackageLimits) ->
         generation_config=generation,
         readme=readme,
         digest="sha256:" + hashlib.sha256(data).hexdigest(),
+        embedder=head,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from evermind.errors import PackageError
 from evermind.package._json import dumps_canonical, loads_object
+from evermind.package.head import HEAD_MEMBER, EmbedderHead
 from evermind.package.manifest import DTYPES, build_manifest, check_json_typed
 from evermind.package.model_card import render_model_card
 from evermind.package.safetensors_io import encode_safetensors
@@ -76,6 +77,7 @@ def write_package(
     dtype: str = "float32",
     generation_config: Mapping[str, Any] | None = None,
     readme: str | None = None,
+    embedder: EmbedderHead | None = None,
 ) -> bytes:
     """Build a `.evermind` package in memory.
 
@@ -94,6 +96,8 @@ def write_package(
         dtype: Storage dtype of the weights, ``"float32"`` or ``"float16"``.
         generation_config: ``generation_config.json``; default: the config's token ids.
         readme: Model card text; default: :func:`render_model_card` of the manifest.
+        embedder: The embedding head, stored as ``embedder.safetensors`` (float32) and
+            described by the manifest's ``embedder`` field; None: no head.
 
     Returns:
         The archive bytes.
@@ -144,12 +148,21 @@ def write_package(
         TOKENIZER: tokenizer_bytes,
         WEIGHTS: weights,
     }
+    if embedder is not None:
+        if embedder.d_model != dims.d_model:
+            raise PackageError(
+                f"{HEAD_MEMBER}: the head takes {embedder.d_model} values but d_model is "
+                f"{dims.d_model}"
+            )
+        members[HEAD_MEMBER] = encode_safetensors(embedder.tensors(), dtype="F32")
     manifest = build_manifest(
-        **summary, files={key: _file_entry(value) for key, value in members.items()}
+        **summary,
+        files={key: _file_entry(value) for key, value in members.items()},
+        embedder=embedder.describe() if embedder is not None else None,
     )
     entries = [ZipMember(MANIFEST, dumps_canonical(manifest, member=MANIFEST), compress=True)]
     for member in sorted(members):
-        stored = member == WEIGHTS
+        stored = member in (WEIGHTS, HEAD_MEMBER)
         entries.append(
             ZipMember(
                 member,
@@ -178,6 +191,7 @@ def write_package_file(
     dtype: str = "float32",
     generation_config: Mapping[str, Any] | None = None,
     readme: str | None = None,
+    embedder: EmbedderHead | None = None,
 ) -> str:
     """Write a package to `path` atomically (temp file, fsync, rename).
 
@@ -198,6 +212,7 @@ def write_package_file(
         dtype: ``"float32"`` or ``"float16"``.
         generation_config: ``generation_config.json``.
         readme: Model card text.
+        embedder: The embedding head (see :func:`write_package`).
 
     Returns:
         The package digest, ``"sha256:<hex>"`` of the file.
@@ -219,6 +234,7 @@ def write_package_file(
         dtype=dtype,
         generation_config=generation_config,
         readme=readme,
+        embedder=embedder,
     )
     return write_file_atomic(path, archive)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from evermind.errors import ConfigError
 from evermind.paths import data_dir
+from evermind.train.teachers import LOCAL_TEACHERS
 
 MIB = 1024 * 1024
 DEFAULT_PORT = 8377
@@ -80,8 +81,17 @@ class RuntimeConfig:
     memory_budget_bytes: int = 2048 * MIB
     worker_threads: int = field(default_factory=lambda: min(32, (os.cpu_count() or 1) + 4))
     cache_max_entries: int = 100_000
+    #: Local teacher embedders served on ``/v1/embeddings`` to every tenant (e.g.
+    #: ``["minilm"]`` serves model ``teacher/all-minilm-l6-v2``; see train/teachers.py).
+    teachers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        unknown = sorted(set(self.teachers) - set(LOCAL_TEACHERS))
+        if unknown:
+            raise ConfigError(
+                f"RuntimeConfig.teachers: unknown teacher(s) {unknown}; expected some of "
+                f"{sorted(LOCAL_TEACHERS)}"
+            )
         self.data_dir = Path(self.data_dir)
         if self.tokens_file is not None:
             self.tokens_file = Path(self.tokens_file)

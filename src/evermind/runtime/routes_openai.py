@@ -38,6 +38,7 @@ from evermind.runtime.schemas import (
 )
 from evermind.runtime.state import Reader, Runtime, RuntimeDep
 from evermind.tokens import Principal
+from evermind.train.teachers import LOCAL_TEACHERS, local_teacher
 
 router = APIRouter(tags=["openai"])
 
@@ -267,13 +268,66 @@ def _embed_job(model: Model, texts: list[str]) -> tuple[np.ndarray, int]:
     return vectors, tokens
 
 
+def _served_teachers(config: RuntimeConfig) -> dict[str, str]:
+    """Model id -> local teacher name, for the teachers this runtime serves."""
+    return {LOCAL_TEACHERS[name]: name for name in config.teachers}
+
+
+def _teacher_job(runtime: Runtime, model_id: str, texts: list[str]) -> np.ndarray:
+    teacher = runtime.teachers.get(model_id)
+    if teacher is None:  # loaded once, on first use, in the worker thread
+        teacher = runtime.teachers.setdefault(
+            model_id, local_teacher(_served_teachers(runtime.config)[model_id])
+        )
+    vectors: np.ndarray = teacher.embed(texts)
+    return vectors
+
+
+async def _teacher_embeddings(
+    runtime: Runtime, body: EmbeddingRequest, texts: list[str]
+) -> JSONResponse:
+    """A served local teacher (``evermind serve --teacher minilm``): same reply shape."""
+    loop = asyncio.get_running_loop()
+    vectors = await loop.run_in_executor(runtime.executor, _teacher_job, runtime, body.model, texts)
+    if body.dimensions is not None and body.dimensions != vectors.shape[1]:
+        raise ApiError(
+            400,
+            f"dimensions: {body.model} embeds into {vectors.shape[1]} dimensions, got a "
+            f"request for {body.dimensions}; hint: omit dimensions",
+            "invalid_dimensions",
+        )
+    tokens = sum(max(1, len(t.split())) for t in texts)  # approximate (word count)
+    runtime.metrics.add_tokens("embedding", tokens)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": _embedding_items(vectors, body.encoding_format),
+            "model": body.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
+
+
+def _embedding_items(vectors: np.ndarray, encoding_format: str) -> list[dict[str, Any]]:
+    data = []
+    for i, row in enumerate(vectors):
+        encoded: Any
+        if encoding_format == "base64":
+            encoded = base64.b64encode(row.astype("<f4").tobytes()).decode("ascii")
+        else:
+            encoded = row.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": encoded})
+    return data
+
+
 @router.post("/v1/embeddings", summary="Embeddings (OpenAI shape)")
 async def embeddings(
     body: EmbeddingRequest,
     runtime: RuntimeDep,
     who: Reader,
 ) -> JSONResponse:
-    """Mean-pooled, L2-normalised final hidden states, one per input text."""
+    """The model's sentence embeddings (its head applied, if any), one per input text; or a
+    served local teacher's (``teacher/all-minilm-l6-v2`` with ``serve --teacher minilm``)."""
     texts = [body.input] if isinstance(body.input, str) else body.input
     config = runtime.config
     if not texts or len(texts) > config.max_embedding_inputs:
@@ -284,11 +338,13 @@ async def embeddings(
         )
     for i, text in enumerate(texts):
         _check_length(config, text, f"input[{i}]")
+    if body.model in _served_teachers(config):
+        return await _teacher_embeddings(runtime, body, texts)
     install, model = await _serve(runtime, who, body.model)
-    if body.dimensions is not None and body.dimensions != model.config.d_model:
+    if body.dimensions is not None and body.dimensions != model.embed_dim:
         raise ApiError(
             400,
-            f"dimensions: {install.ref} embeds into {model.config.d_model} dimensions, got a "
+            f"dimensions: {install.ref} embeds into {model.embed_dim} dimensions, got a "
             f"request for {body.dimensions}; hint: omit dimensions",
             "invalid_dimensions",
         )
@@ -299,13 +355,6 @@ async def embeddings(
     stats.embedded_inputs += len(texts)
     stats.last_used = time.time()
     runtime.metrics.add_tokens("embedding", tokens)
-    data = []
-    for i, row in enumerate(vectors):
-        encoded: Any
-        if body.encoding_format == "base64":
-            encoded = base64.b64encode(row.astype("<f4").tobytes()).decode("ascii")
-        else:
-            encoded = row.tolist()
-        data.append({"object": "embedding", "index": i, "embedding": encoded})
+    data = _embedding_items(vectors, body.encoding_format)
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
     return JSONResponse({"object": "list", "data": data, "model": install.ref, "usage": usage})

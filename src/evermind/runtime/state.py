@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Annotated
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -44,6 +44,8 @@ class Runtime:
     memory: MemoryService
     metrics: Metrics
     started_at: float
+    #: Loaded local teachers by model id (``teacher/...``), filled on first use.
+    teachers: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def open(cls, config: RuntimeConfig) -> Runtime:
