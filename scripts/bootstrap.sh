@@ -43,7 +43,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.evermind-installed
-want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+# The stamp covers this script too, so a new install step here reaches existing venvs.
+want=$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing evermind-memory[test] into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
