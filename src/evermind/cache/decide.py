@@ -29,7 +29,8 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
    negation, entities, direction, operation and codes.
 6. **No guessing.** When the runner-up scores within :data:`AMBIGUITY_MARGIN` of the best,
    would itself pass rules 4-5 and holds a different answer, the lookup is a miss
-   ("ambiguous").
+   ("ambiguous"), unless the best is the incoming vector itself (cosine 1 within float32
+   rounding) and the runner-up is not.
 
 Browser-safe: standard library and ``evermind.text`` only.
 """
@@ -84,6 +85,8 @@ STRONG_SHARED_TERMS = 2
 STRONG_OVERLAP = 0.5
 #: A runner-up this close to the best score with another answer makes the lookup a miss.
 AMBIGUITY_MARGIN = 0.01
+# A cosine this close to 1 is the same vector (float32 rounding aside).
+_SAME_VECTOR = 1.0 - 1e-6
 
 Guard = Callable[[str, str], Refusal | None]
 
@@ -269,6 +272,8 @@ def decide(
     for rival in ranked[1:]:
         if rival.score < best.score - AMBIGUITY_MARGIN or rival.score < tau:
             break
+        if best.score >= _SAME_VECTOR > rival.score:
+            break  # the best is the incoming vector itself: nothing to guess between
         same = rival.answer == best.answer and rival.answer is not None
         if not same and _veto(query, rival, guard, lexical) is None:
             return Decision(
