@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from evermind.studio import api, memory_api, rpc
 from evermind.cache.decide import FLOOR
+from evermind.studio import api, memory_api, rpc
 from evermind.studio.tab_memory import LEXICAL_THRESHOLD
 
 

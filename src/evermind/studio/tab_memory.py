@@ -160,9 +160,8 @@ class TabCache:
         """How this embedder scores the stored (mostly unrelated) queries; re-measured when
         their number has changed by a quarter."""
         measured, found = self._calibration
-        if measured or found.pairs == 0:
-            if not stale(measured, len(self.entries)):
-                return found
+        if not stale(measured, len(self.entries)):
+            return found
         keys = list(self.entries)
         sample = [keys[i] for i in sample_indices(len(keys))]
         cosines = [self.index.cosine(a, b) for i, a in enumerate(sample) for b in sample[i + 1 :]]
