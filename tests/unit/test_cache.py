@@ -95,13 +95,15 @@ def test_plain_callable_guard_is_counted_by_its_name() -> None:
     assert cache.stats.refusals == {"never": 1}
 
 
-def test_refused_best_candidate_falls_through_to_the_next() -> None:
+def test_refused_best_candidate_is_a_miss_never_a_search_down_the_list() -> None:
     cache = make_cache()
     cache.store("How do I create a Docker volume?", "docker volume create NAME")
     cache.store("How do I remove a Docker volume?", "docker volume rm NAME")
-    # The create entry scores higher (0.98) but is refused; the remove entry (0.96) serves.
+    # The create entry scores higher (0.98) and is refused: guards veto, they do not search,
+    # so the lower remove entry (0.96) is not served either.
     found = cache.lookup("How do I delete a Docker volume?")
-    assert found.hit and found.response == "docker volume rm NAME"
+    assert not found.hit and found.refused_by == "operation"
+    assert found.cached_query == "How do I create a Docker volume?"
     assert cache.stats.refusals == {"operation": 1}
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from evermind.cache.decide import FLOOR
 from evermind.studio import api, memory_api, rpc
 from evermind.studio.tab_memory import LEXICAL_THRESHOLD
 
@@ -106,7 +107,9 @@ def test_cache_hit_miss_and_guard_refusal_lexical() -> None:
     far = call("cache_lookup", query="What is the boiling point of water?")
     assert far["hit"] is False and "threshold" in far["reason"]
     loose = call("cache_lookup", query="What is the boiling point of water?", threshold=-1.0)
-    assert loose["threshold"] == -1.0 and loose["score"] is not None
+    # A threshold below the floor is raised to it (and the reason says so): never served.
+    assert loose["hit"] is False and loose["threshold"] == FLOOR
+    assert "raised" in loose["reason"]
     assert "threshold" in error("cache_lookup", query="x", threshold=2)["message"]
     assert error("cache_store", query=" ", response="r")["type"] == "ConfigError"
     memory_api._tab = None  # a reload: answers come back from the storage port

@@ -5,13 +5,18 @@ answer when a new query embeds close to a cached one *and* every guard agrees th
 queries ask the same thing. The guard protocol (:class:`Guard`, :class:`Refusal`,
 :class:`GuardChain`) is in :mod:`evermind.cache.guard`; the default guards are the English
 plug-in :mod:`evermind.cache.english` (:data:`DEFAULT_GUARDS`, :func:`default_guard`).
-:class:`HttpSemanticCacheBackend` is the shared L2 on the agent runtime.
+:class:`HttpSemanticCacheBackend` is the shared L2 on the agent runtime. Every cache (this
+library, the Studio tab, the runtime's L2) decides hit or miss with one function,
+:func:`evermind.cache.decide.decide`: a threshold calibrated on how the embedder scores
+unrelated stored queries, the best candidate only, shared content words, the guards, and a
+miss between near-tied different answers.
 
 Browser-safe: standard library only.
 """
 
 from __future__ import annotations
 
+from evermind.cache.decide import Calibration, Candidate, Decision, calibrate, decide
 from evermind.cache.english import (
     ENGLISH_CHAIN,
     ENGLISH_GUARDS,
@@ -34,6 +39,9 @@ __all__ = [
     "CacheAnswer",
     "CacheLookup",
     "CacheStats",
+    "Calibration",
+    "Candidate",
+    "Decision",
     "FunctionGuard",
     "Guard",
     "GuardChain",
@@ -43,6 +51,8 @@ __all__ = [
     "L2Hit",
     "Refusal",
     "SemanticCache",
+    "calibrate",
+    "decide",
     "default_guard",
     "explain",
 ]

@@ -2,11 +2,14 @@
 
 This module owns :class:`SemanticCache` (L1: in-process vectors with LRU capacity, TTL and
 namespaces, plus an optional L2 backend), the lookup result :class:`CacheLookup` and the
-counters :class:`CacheStats`. A lookup embeds the query, takes the stored entries whose
-cosine reaches the threshold, best first, and serves the first one every guard accepts
-(see :mod:`evermind.cache.guard`; by default the English guards of
-:mod:`evermind.cache.english`). The embedder's fingerprint is part of every key, so a
-new model never serves vectors made by an old one.
+counters :class:`CacheStats`. A lookup embeds the query, scores the stored entries and
+hands the best few to :func:`evermind.cache.decide.decide` — the one decision the tab and the
+runtime's L2 use too: a threshold calibrated on how this embedder scores the cache's own
+(unrelated) stored queries, the best candidate only (guards veto, they never search down the
+list), shared content words, the guards (by default the English guards of
+:mod:`evermind.cache.english`), and a miss when two different answers are near-tied. The
+embedder's fingerprint is part of every key, so a new model never serves vectors made by
+an old one.
 
 Browser-safe: standard library only. The sync methods work with a sync embedder and a
 sync L2 transport; the ``a``-prefixed methods accept sync or async ones.
@@ -15,6 +18,7 @@ sync L2 transport; the ``a``-prefixed methods accept sync or async ones.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
 import time
@@ -23,6 +27,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from evermind.cache.decide import (
+    UNCALIBRATED,
+    Calibration,
+    Candidate,
+    Decision,
+    calibrate,
+    decide,
+    pairwise_cosines,
+    sample_indices,
+    stale,
+)
 from evermind.cache.english import ENGLISH_CHAIN, default_guard
 from evermind.cache.guard import GuardChain, Refusal
 from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
@@ -50,8 +65,12 @@ class CacheLookup:
         score: Cosine of the best candidate seen (the served one on a hit), or None when
             no entry reached the threshold.
         cached_query: The query of the served entry, or of the best refused one.
-        refused_by: The guard that refused the best candidate on a miss, else None.
+        refused_by: What refused the best candidate on a miss: a guard's name, or
+            ``"lexical"``, ``"ambiguous"``, ``"calibration"`` (see
+            :func:`evermind.cache.decide.decide`); else None.
         reason: Why it hit or missed, in words.
+        threshold: The threshold that applied (explicit or calibrated, never below the
+            floor); None when the lookup did not get that far.
     """
 
     hit: bool
@@ -61,6 +80,7 @@ class CacheLookup:
     cached_query: str | None = None
     refused_by: str | None = None
     reason: str = ""
+    threshold: float | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +174,11 @@ class SemanticCache:
 
     Args:
         embed: ``embed(text) -> vector`` (sync or async). Vectors are L2-normalised here.
-        threshold: Cosine at and above which a stored query is a candidate, in [-1, 1].
+        threshold: An explicit cosine threshold in [-1, 1], or None (the default) for the
+            calibrated one. Either way the served score must also beat what unrelated texts
+            reach with this embedder (:func:`evermind.cache.decide.calibrate` over the stored
+            queries) and the floor :data:`evermind.cache.decide.FLOOR`: an explicit value is
+            raised to those, never lowered, and a miss's reason says when it was raised.
         guard: A :class:`GuardChain` (refusals are named per guard), any callable
             ``(query, cached_query) -> bool``, or None for cosine only. Defaults to the
             English guards (:data:`evermind.cache.english.ENGLISH_CHAIN`).
@@ -173,7 +197,7 @@ class SemanticCache:
         self,
         embed: Embedder,
         *,
-        threshold: float = 0.9,
+        threshold: float | None = None,
         guard: GuardChain | GuardCallable | None = ENGLISH_CHAIN,
         l2: SemanticCacheBackend | None = None,
         capacity: int = 1024,
@@ -181,16 +205,20 @@ class SemanticCache:
         fingerprint: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not isinstance(threshold, int | float) or not -1.0 <= float(threshold) <= 1.0:
+        if threshold is not None and (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, int | float)
+            or not -1.0 <= float(threshold) <= 1.0
+        ):
             raise ConfigError(
-                f"SemanticCache: threshold must be a cosine in [-1, 1], received {threshold!r}; "
-                "hint: 0.85-0.95 suits most sentence embedders"
+                f"SemanticCache: threshold must be a cosine in [-1, 1] or None, received "
+                f"{threshold!r}; hint: leave it out for the calibrated threshold"
             )
         if not isinstance(capacity, int) or capacity < 1:
             raise ConfigError(f"SemanticCache: capacity must be an int >= 1, received {capacity!r}")
         if ttl is not None and (not isinstance(ttl, int | float) or ttl <= 0):
             raise ConfigError(f"SemanticCache: ttl must be None or seconds > 0, received {ttl!r}")
-        self.threshold = float(threshold)
+        self.threshold = None if threshold is None else float(threshold)
         self.guard = guard
         self.l2 = l2
         self.capacity = capacity
@@ -204,8 +232,37 @@ class SemanticCache:
         self._stats = CacheStats()
         self._embed = embed
         self._fingerprint = fingerprint or _default_fingerprint(embed)
+        # (fingerprint, entries measured) -> calibration; re-measured as the cache grows.
+        self._calibration: tuple[str, int, Calibration] | None = None
 
     # ----------------------------------------------------------------- configuration
+
+    @property
+    def calibration(self) -> Calibration:
+        """How the current embedder scores the cache's stored (mostly unrelated) queries.
+
+        Measured on up to :data:`~evermind.cache.decide.CALIBRATION_SAMPLE` stored queries of
+        the current fingerprint, and again whenever their number has changed by a quarter.
+        """
+        mine = [e for e in self._entries.values() if e.fingerprint == self._fingerprint]
+        cached = self._calibration
+        if (
+            cached is not None
+            and cached[0] == self._fingerprint
+            and not stale(cached[1], len(mine))
+        ):
+            return cached[2]
+        sample = [mine[i].vector for i in sample_indices(len(mine))]
+        found = calibrate(pairwise_cosines(sample)) if len(sample) >= 2 else UNCALIBRATED
+        self._calibration = (self._fingerprint, len(mine) if found.pairs else 0, found)
+        return found
+
+    @property
+    def effective_threshold(self) -> float:
+        """The threshold a lookup applies now (explicit or calibrated, at least the floor)."""
+        return decide(
+            None, [], threshold=self.threshold, calibration=self.calibration, guard=None
+        ).threshold
 
     @property
     def fingerprint(self) -> str:
@@ -355,10 +412,19 @@ class SemanticCache:
     def _count_refusal(self, refusal: Refusal) -> None:
         self._stats.refusals[refusal.guard] = self._stats.refusals.get(refusal.guard, 0) + 1
 
+    def _decide(self, query: str, candidates: list[Candidate]) -> Decision:
+        guard = None if self.guard is None else self._refusal
+        found = decide(
+            query, candidates, threshold=self.threshold, calibration=self.calibration, guard=guard
+        )
+        if not found.hit and found.refused_by is not None:
+            self._count_refusal(Refusal(found.refused_by, found.reason))
+        return found
+
     def _lookup_with(self, query: str, vector: Vector, namespace: str, sync: bool) -> CacheLookup:
         """L1 lookup; with ``sync`` also the sync L2 lookup on an L1 miss."""
         now = self._clock()
-        candidates: list[tuple[float, int]] = []
+        scored: list[tuple[float, int]] = []
         for key, entry in list(self._entries.items()):
             if entry.expires_at is not None and entry.expires_at <= now:
                 self._drop(key)
@@ -368,34 +434,48 @@ class SemanticCache:
                 continue
             if len(entry.vector) != len(vector):
                 continue
-            score = sum(x * y for x, y in zip(entry.vector, vector, strict=True))
-            if score >= self.threshold:
-                candidates.append((score, key))
-        candidates.sort(reverse=True)
-        first_refusal: CacheLookup | None = None
-        for score, key in candidates:
+            scored.append(
+                (math.fsum(x * y for x, y in zip(entry.vector, vector, strict=True)), key)
+            )
+        scored.sort(reverse=True)
+        candidates = [
+            Candidate(key, score, self._entries[key].query, _answer_of(self._entries[key]))
+            for score, key in scored[:_CANDIDATES]
+        ]
+        exact = self._by_query.get((namespace, self._fingerprint, query))
+        if exact is not None and all(c.key != exact for c in candidates):
+            entry = self._entries[exact]
+            score = math.fsum(x * y for x, y in zip(entry.vector, vector, strict=True))
+            candidates.append(Candidate(exact, score, entry.query, _answer_of(entry)))
+        found = self._decide(query, candidates)
+        if found.hit and found.candidate is not None:
+            key = int(str(found.candidate.key))
             entry = self._entries[key]
-            refusal = self._refusal(query, entry.query)
-            if refusal is None:
-                self._entries.move_to_end(key)
-                return CacheLookup(
-                    True, entry.response, "l1", score, entry.query, None, "served from l1"
-                )
-            self._count_refusal(refusal)
-            if first_refusal is None:
-                first_refusal = CacheLookup(
-                    False,
-                    None,
-                    None,
-                    score,
-                    entry.query,
-                    refusal.guard,
-                    f"guard '{refusal.guard}' refused: {refusal.reason}",
-                )
-        miss = first_refusal or CacheLookup(False, reason="no entry reached the threshold")
+            self._entries.move_to_end(key)
+            return CacheLookup(
+                True,
+                entry.response,
+                "l1",
+                found.candidate.score,
+                entry.query,
+                None,
+                f"served from l1 ({found.reason})",
+                found.threshold,
+            )
+        cand = found.candidate
+        miss = CacheLookup(
+            False,
+            None,
+            None,
+            None if cand is None else cand.score,
+            None if cand is None else cand.query,
+            found.refused_by,
+            found.reason,
+            found.threshold,
+        )
         if sync and self.l2 is not None:
             hit = self._l2_call(
-                lambda b: b.lookup(list(vector), self.threshold, self._l2_ns(namespace), query)
+                lambda b: b.lookup(list(vector), found.threshold, self._l2_ns(namespace), query)
             )
             return self._accept_l2(query, vector, namespace, hit, miss)
         return miss
@@ -459,7 +539,8 @@ class SemanticCache:
         if self.l2 is None:
             return miss
         try:
-            hit = await self.l2.alookup(list(vector), self.threshold, self._l2_ns(namespace), query)
+            tau = miss.threshold if miss.threshold is not None else self.effective_threshold
+            hit = await self.l2.alookup(list(vector), tau, self._l2_ns(namespace), query)
         except StorageError as err:
             self._stats.l2_errors += 1
             logger.warning("semantic cache: L2 unavailable, continuing without it: %s", err)
@@ -485,16 +566,12 @@ class SemanticCache:
     def _accept_l2(
         self, query: str, vector: Vector, namespace: str, hit: L2Hit | None, miss: CacheLookup
     ) -> CacheLookup:
-        """Guards an L2 hit and promotes it into L1; returns ``miss`` when refused."""
-        if hit is None or hit.score < self.threshold:
+        """Judges an L2 hit with the same decision as L1 and promotes it into L1; returns
+        ``miss`` when it is refused."""
+        if hit is None:
             return miss
-        refusal: Refusal | None = None
         if hit.query is None and self.guard is not None:
-            refusal = Refusal("l2_unguarded", "the L2 hit did not say which query it answers")
-        elif hit.query is not None:
-            refusal = self._refusal(query, hit.query)
-        if refusal is not None:
-            self._count_refusal(refusal)
+            self._count_refusal(Refusal("l2_unguarded", "no query"))
             if miss.refused_by is not None:
                 return miss
             return CacheLookup(
@@ -502,14 +579,43 @@ class SemanticCache:
                 None,
                 None,
                 hit.score,
+                None,
+                "l2_unguarded",
+                "the L2 hit did not say which query it answers, so no guard could check it",
+                miss.threshold,
+            )
+        found = self._decide(query, [Candidate("l2", hit.score, hit.query, None)])
+        if not found.hit:
+            if miss.refused_by is not None or found.refused_by is None:
+                return miss
+            return CacheLookup(
+                False,
+                None,
+                None,
+                hit.score,
                 hit.query,
-                refusal.guard,
-                f"guard '{refusal.guard}' refused the l2 hit: {refusal.reason}",
+                found.refused_by,
+                f"the l2 hit was refused: {found.reason}",
+                found.threshold,
             )
         # Promote into L1. The protocol does not return the stored vector, so the incoming
         # query's vector (already within the threshold of it) stands in for it.
         self._store_l1(hit.query or query, tuple(vector), hit.response, None, namespace)
-        return CacheLookup(True, hit.response, "l2", hit.score, hit.query, None, "served from l2")
+        return CacheLookup(
+            True, hit.response, "l2", hit.score, hit.query, None, "served from l2", found.threshold
+        )
+
+
+#: How many of the best-scoring entries a lookup hands to the decision.
+_CANDIDATES = 4
+
+
+def _answer_of(entry: _Entry) -> object:
+    """What makes two entries' answers equal for the ambiguity rule."""
+    try:
+        return json.dumps(entry.response, sort_keys=True)
+    except (TypeError, ValueError):
+        return id(entry)
 
 
 def _default_fingerprint(embed: object) -> str:

@@ -4,11 +4,21 @@ MMR, hits).
 The store hands out a ``Snapshot`` (its records, BM25 index and vector index, and the time)
 and, when it has an embedder, a ``QueryEmbedder``; this module ranks them and never imports
 the store, reads its state or writes. Browser-safe: standard library and ``evermind`` only.
+
+**Relevance floor.** A query that shares no content term with any memory (BM25 finds
+nothing) and whose best cosine is not above what *unrelated* memories score against each
+other returns nothing ("no memory matches") rather than every memory at ~1.0. "Unrelated"
+is measured like the semantic cache's calibration (``evermind.cache.decide``, which this
+layer may not import): the :data:`FLOOR_QUANTILE` of the cosines between up to
+:data:`FLOOR_SAMPLE` stored memories, plus :data:`FLOOR_MARGIN`. With fewer than
+:data:`FLOOR_MIN_MEMORIES` embedded memories there is nothing to measure and the ranking is
+returned as before.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -48,6 +58,14 @@ class Snapshot:
 
 
 logger = logging.getLogger(__name__)
+
+#: The relevance floor (see the module docstring).
+FLOOR_QUANTILE = 0.99
+FLOOR_MARGIN = 0.03
+FLOOR_SAMPLE = 64
+FLOOR_MIN_MEMORIES = 8
+# vector index -> (vectors measured, the floor's cosine): re-measured as the index grows.
+_floors: weakref.WeakKeyDictionary[VectorIndex, tuple[int, float]] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -94,6 +112,8 @@ async def run_recall(
 
     pool = max(opts.candidate_pool, k)
     found = await _candidates(snapshot, embed_query, query, pool, accept, opts)
+    if _below_floor(snapshot, query, found):
+        return []
     relevance, signals = _fuse(found, opts)
     if not relevance:
         return []
@@ -128,6 +148,40 @@ async def run_recall(
         order = [key for key, _ in top_k(weighted, k)]
     label = "; ".join(steps)
     return [_hit(records[key], weighted[key], label, signals[key]) for key in order]
+
+
+def _unrelated_cosine(snapshot: Snapshot) -> float | None:
+    """The cosine unrelated memories reach (quantile + margin), or None: too few to say."""
+    index = snapshot.vectors
+    n = len(index)
+    if n < FLOOR_MIN_MEMORIES:
+        return None
+    cached = _floors.get(index)
+    if cached is not None and 0.8 * cached[0] <= n <= 1.25 * cached[0]:
+        return cached[1]
+    keys = [key for key in snapshot.records if key in index]
+    if len(keys) < FLOOR_MIN_MEMORIES:
+        return None
+    step = max(1, len(keys) // FLOOR_SAMPLE)
+    sample = keys[::step][:FLOOR_SAMPLE]
+    cosines = sorted(index.cosine(a, b) for i, a in enumerate(sample) for b in sample[i + 1 :])
+    value = cosines[min(len(cosines) - 1, int(FLOOR_QUANTILE * (len(cosines) - 1) + 0.5))]
+    floor = value + FLOOR_MARGIN
+    _floors[index] = (n, floor)
+    return floor
+
+
+def _below_floor(snapshot: Snapshot, query: str, found: _Candidates) -> bool:
+    """True when nothing is relevant: no shared term and no cosine above unrelated ones."""
+    lexical = found.bm25_all if found.bm25_all else snapshot.bm25.scores(query)
+    if any(score > 0 for score in lexical.values()):
+        return False
+    if not found.semantic:
+        return False  # nothing ranked either way: the caller already returns nothing
+    floor = _unrelated_cosine(snapshot)
+    if floor is None:
+        return False
+    return max(score for _, score in found.semantic) <= floor
 
 
 async def _candidates(
@@ -273,4 +327,12 @@ def _hit(record: MemoryRecord, score: float, label: str, signals: dict[str, floa
     )
 
 
-__all__ = ["QueryEmbedder", "Snapshot", "run_recall"]
+__all__ = [
+    "FLOOR_MARGIN",
+    "FLOOR_MIN_MEMORIES",
+    "FLOOR_QUANTILE",
+    "FLOOR_SAMPLE",
+    "QueryEmbedder",
+    "Snapshot",
+    "run_recall",
+]

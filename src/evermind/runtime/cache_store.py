@@ -2,10 +2,13 @@
 
 Entries are ``(tenant, namespace, embedding, response, meta, query, created)`` rows of the
 ``semantic_cache`` table in the runtime's database. A lookup compares the (L2-normalised)
-query embedding with every entry of the same tenant, namespace and dimension, and returns
-the best one at or above the threshold. When the request carries its ``query`` text and
-the entry stored one, :func:`evermind.cache.default_guard` must also agree that the two ask
-the same thing (the L1 cache's guards); a refused candidate makes way for the next best.
+query embedding with every entry of the same tenant, namespace and dimension and hands the
+best few to :func:`evermind.cache.decide.decide`, the decision the L1 caches use too: the
+threshold is the request's, raised to what unrelated texts reach with this embedder (the
+cosines between the scope's own stored entries, re-measured as it grows), the best candidate
+only (a refused best is a miss, never a search down the list), and a miss when two entries
+with different answers are near-tied. When the request carries its ``query`` text and the
+entry stored one, the lexical check and the English guards (the L1 cache's) must agree too.
 
 All SQLite work and the index live on one private worker thread, so no locks are needed and
 the event loop never blocks on the disk.
@@ -26,14 +29,24 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from evermind.cache import default_guard
+from evermind.cache import DEFAULT_CHAIN
+from evermind.cache.decide import (
+    UNCALIBRATED,
+    Calibration,
+    Candidate,
+    calibrate,
+    decide,
+    sample_indices,
+    stale,
+)
 from evermind.errors import InputError, StorageError
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-#: Candidates above the threshold the guards may refuse before the lookup is a miss.
-MAX_GUARDED_CANDIDATES = 16
+#: The best-scoring entries handed to the decision (the best is judged, the rest only show
+#: whether it is ambiguous).
+MAX_GUARDED_CANDIDATES = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS semantic_cache (
@@ -59,6 +72,7 @@ class LookupResult:
 
     hit: dict[str, Any] | None
     refused: int = 0
+    reason: str = ""
 
 
 class _Index:
@@ -68,6 +82,18 @@ class _Index:
         self.ids: list[int] = []
         self.queries: list[str | None] = []
         self._vectors = np.zeros((16, dim), np.float32)
+        self.calibration: tuple[int, Calibration] = (0, UNCALIBRATED)
+
+    def calibrated(self) -> Calibration:
+        """How the scope's embedder scores its stored entries against each other."""
+        measured, found = self.calibration
+        if not stale(measured, len(self.ids)):
+            return found
+        sample = self.vectors[sample_indices(len(self.ids), 256)]
+        gram = sample @ sample.T
+        found = calibrate(gram[np.triu_indices(len(sample), 1)].tolist())
+        self.calibration = (len(self.ids) if found.pairs else 0, found)
+        return found
 
     @property
     def vectors(self) -> np.ndarray:
@@ -172,21 +198,29 @@ class SemanticCacheStore:
         def work() -> LookupResult:
             index = self._index((tenant, namespace, vector.size))
             if not index.ids:
-                return LookupResult(None)
+                return LookupResult(None, reason="the cache is empty")
             scores = index.vectors @ vector  # (n,)
             order = np.argsort(-scores, kind="stable")[:MAX_GUARDED_CANDIDATES]
-            refused = 0
-            for position in order:
-                score = float(scores[position])
-                if score < threshold:
-                    break
-                cached_query = index.queries[position]
-                guarded = query is not None and cached_query is not None
-                if guarded and not default_guard(query or "", cached_query or ""):
-                    refused += 1
-                    continue
-                return LookupResult(self._hit(index.ids[position], score), refused)
-            return LookupResult(None, refused)
+            candidates = [
+                Candidate(int(p), float(scores[p]), index.queries[p], index.ids[p]) for p in order
+            ]
+            if query is None or candidates[0].query is None:
+                # Nothing to compare words with: threshold, calibration and ties still apply.
+                candidates = [Candidate(c.key, c.score, None, c.answer) for c in candidates]
+            found = decide(
+                query,
+                candidates,
+                threshold=threshold,
+                calibration=index.calibrated(),
+                guard=DEFAULT_CHAIN.check,
+            )
+            if not found.hit or found.candidate is None:
+                refused = 0 if found.refused_by is None else 1
+                return LookupResult(None, refused, found.reason)
+            position = int(str(found.candidate.key))
+            return LookupResult(
+                self._hit(index.ids[position], found.candidate.score), 0, found.reason
+            )
 
         return await self._run(work)
 

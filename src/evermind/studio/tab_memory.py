@@ -7,9 +7,11 @@
   session's model when one is ready (GPU embeddings, GPU cosine scan through
   :class:`~evermind.memory.gpu_vectors.GpuVectorIndex`) and lexically otherwise;
 - a :class:`TabCache`: cached answers in object store ``"cache"`` (one JSON row per query),
-  looked up by cosine (the model's vector beside a character-trigram one, or trigrams alone
-  without a model) over the same kind of vector index, then the cache guards
-  (:data:`evermind.cache.DEFAULT_CHAIN`) before anything is served.
+  scored by cosine (the model's vector beside a character-trigram one, or trigrams alone
+  without a model) over the same kind of vector index; the best few then go to
+  :func:`evermind.cache.decide.decide`, the one decision the library's ``SemanticCache``
+  and the runtime's L2 use too (calibrated threshold, best candidate only, lexical evidence,
+  the guards of :data:`evermind.cache.DEFAULT_CHAIN`, no guessing between near ties).
 
 The embedder is re-chosen on every call: when the session's fingerprint changes (more
 training, a reload, a new model) or the model starts or stops training, store and cache are
@@ -31,6 +33,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from evermind.cache import DEFAULT_CHAIN
+from evermind.cache.decide import (
+    UNCALIBRATED,
+    Calibration,
+    Candidate,
+    calibrate,
+    decide,
+    sample_indices,
+    stale,
+)
 from evermind.errors import ConfigError
 from evermind.memory import MemoryStore, VectorIndex
 from evermind.memory.gpu_vectors import GpuVectorIndex
@@ -43,12 +54,15 @@ log = logging.getLogger(__name__)
 
 #: The memory store's namespace inside the tab's IndexedDB.
 NAMESPACE = "studio"
-#: Cosine thresholds of the cache (development set, evals/quality.py): with a model the
-#: lookup vector is the model's and the trigram vector side by side (cosine = their mean);
-#: without one, trigrams alone. Both keep near-miss false hits near 1% and wrong-entry hits
-#: of the whole cache under 4% with the default guards (the guards refuse the rest).
+#: Lowest thresholds of the cache, whatever the calibration: with a model the lookup vector
+#: is the model's and the trigram vector side by side (cosine = their mean); without one,
+#: trigrams alone. The threshold that applies is the higher of these and what the
+#: calibration measures (``evermind.cache.decide``): how the embedder scores the cache's
+#: own, mostly unrelated, stored queries. With a model the floor stays 0.7: an untrained
+#: model's half of the vector alone scores ~0.5, so the trigram half must reach ~0.4 too.
+#: Without one, trigrams alone: 0.4, the library's floor (evals/cache_full.py measures it).
 HYBRID_THRESHOLD = 0.7
-LEXICAL_THRESHOLD = 0.5
+LEXICAL_THRESHOLD = 0.4
 #: Most cached answers kept in the tab; the oldest stored go first.
 CACHE_CAPACITY = 20_000
 #: Dimension of the lexical (character-trigram) vectors.
@@ -126,6 +140,7 @@ class TabCache:
         self.clock = clock
         self._loaded = False
         self._seq = 0
+        self._calibration: tuple[int, Calibration] = (0, UNCALIBRATED)
 
     @property
     def ranked_by(self) -> str:
@@ -139,8 +154,22 @@ class TabCache:
 
     @property
     def default_threshold(self) -> float:
-        """The cosine threshold used when a lookup names none."""
+        """The lowest cosine threshold a lookup applies (calibration may raise it)."""
         return HYBRID_THRESHOLD if self.semantic else LEXICAL_THRESHOLD
+
+    @property
+    def calibration(self) -> Calibration:
+        """How this embedder scores the stored (mostly unrelated) queries; re-measured when
+        their number has changed by a quarter."""
+        measured, found = self._calibration
+        if not stale(measured, len(self.entries)):
+            return found
+        keys = list(self.entries)
+        sample = [keys[i] for i in sample_indices(len(keys))]
+        cosines = [self.index.cosine(a, b) for i, a in enumerate(sample) for b in sample[i + 1 :]]
+        found = calibrate(cosines)
+        self._calibration = (len(keys) if found.pairs else 0, found)
+        return found
 
     async def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         lexical = [trigram_vector(t) for t in texts]
@@ -222,44 +251,51 @@ class TabCache:
         return {"stored": len(fresh), "entries": len(self.entries), "evicted": len(evict)}
 
     async def lookup(self, query: str, threshold: float | None = None) -> dict[str, Any]:
-        """Serves a cached answer when a stored query is close enough and every guard agrees."""
+        """Serves a cached answer when :func:`evermind.cache.decide.decide` says so."""
         query = _check_query(query)
-        tau = self.default_threshold if threshold is None else _check_threshold(threshold)
+        floor = self.default_threshold if threshold is None else _check_threshold(threshold)
         await self.load()
-        base = {"ranked_by": self.ranked_by, "threshold": tau, "entries": len(self.entries)}
+        calibration = self.calibration
+        base = {
+            "ranked_by": self.ranked_by,
+            "threshold": floor,
+            "entries": len(self.entries),
+            "calibration": calibration.words,
+        }
         exact = self.entries.get("q/" + hashlib.sha256(query.encode("utf-8")).hexdigest())
         if exact is not None:
             return {**base, **_answer(True, exact, 1.0, None, "exact match of a cached query")}
         (vector,) = await self._embed([query])
         found = await self.index.asearch(vector, min(64, len(self.entries)))
         base["scan"] = self.index.last_scan
-        best: dict[str, Any] | None = None
-        for key, score in found:
-            if score < tau:
-                break
-            entry = self.entries[key]
-            refusal = DEFAULT_CHAIN.check(query, entry.query)
-            if refusal is None:
-                return {**base, **_answer(True, entry, score, None, "served from l1")}
-            if best is None:
-                reason = f"guard '{refusal.guard}' refused: {refusal.reason}"
-                best = _answer(False, entry, score, refusal.guard, reason)
-        if best is not None:
-            return {**base, **best}
-        top = found[0][1] if found else None
-        reason = (
-            "the cache is empty"
-            if not self.entries
-            else f"no cached query reached the threshold {tau:g} (best cosine {top:.3f})"
+        candidates = [
+            Candidate(key, score, self.entries[key].query, _answer_key(self.entries[key]))
+            for key, score in found[:4]
+        ]
+        decision = decide(
+            query,
+            candidates,
+            threshold=floor,
+            calibration=calibration,
+            guard=DEFAULT_CHAIN.check,
         )
+        base["threshold"] = decision.threshold
+        cand = decision.candidate
+        if cand is not None:
+            entry = self.entries[str(cand.key)]
+            words = "served from l1" if decision.hit else decision.reason
+            return {
+                **base,
+                **_answer(decision.hit, entry, cand.score, decision.refused_by, words),
+            }
         return {
             **base,
             "hit": False,
             "response": None,
-            "score": top,
+            "score": found[0][1] if found else None,
             "tier": None,
             "refused_by": None,
-            "reason": reason,
+            "reason": decision.reason,
             "cached_query": None,
         }
 
@@ -281,6 +317,13 @@ def _answer(
         "reason": reason,
         "cached_query": entry.query,
     }
+
+
+def _answer_key(entry: _Cached) -> str:
+    try:
+        return json.dumps(entry.response, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(entry.response)
 
 
 def _check_query(query: object) -> str:

@@ -1,0 +1,187 @@
+"""The semantic cache measured the way it is used: one full cache, the product's own lookup.
+
+Every stored query of ``cache_pairs_dev.jsonl`` goes into ONE :class:`evermind.cache.
+SemanticCache` (the class whose decision, :func:`evermind.cache.decide.decide`, the tab's
+cache and the runtime's L2 share), with its defaults: calibrated threshold, English guards,
+lexical evidence. Then every paraphrase and every near-miss is looked up through its real
+``lookup``, and the script reports
+
+- **wrong answer**: a paraphrase served another entry's answer (share of paraphrases);
+- **near-miss hit**: a near-miss served anything (every such hit is a wrong answer);
+- **paraphrase hit**: a paraphrase served its own entry's answer;
+- the threshold the cache calibrated, and why lookups missed (``refused_by`` counts).
+
+Embedders: ``trigram`` (the tab's lexical character-trigram vectors), ``collapsed`` (a
+constant vector plus small noise: every cosine ~0.998, as an untrained or collapsed model),
+a ``.evermind`` package with ``--model``, and the local all-MiniLM-L6-v2 teacher when
+``sentence_transformers`` and the weights are importable (skipped with a note otherwise).
+
+**These are development numbers.** The cache's constants (``evermind.cache.decide``: the
+quantile, margin, floor and lexical overlap) were chosen looking at this whole set, so the
+table is printed for all ids and, separately, for even and odd ids; nothing is tuned per
+split, and a separate held-out set decides the real numbers.
+
+Usage::
+
+    PYTHONPATH=src .venv/bin/python -m evals.cache_full
+    PYTHONPATH=src .venv/bin/python -m evals.cache_full --model demo.evermind --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.cache_full``
+    sys.path.insert(0, str(ROOT))
+
+from evals import require  # noqa: E402
+from evermind.cache import SemanticCache  # noqa: E402
+from evermind.studio.tab_memory import trigram_vector  # noqa: E402
+
+DATA_NAME = "cache_pairs_dev.jsonl"
+BatchEmbed = Callable[[list[str]], Sequence[Sequence[float]]]
+
+
+def collapsed_vector(text: str, dim: int = 64, noise: float = 0.02) -> list[float]:
+    """A deliberately collapsed embedding: a constant direction plus small per-text noise."""
+    rng = random.Random(zlib.crc32(text.encode("utf-8")))
+    return [1.0 + noise * rng.gauss(0.0, 1.0) for _ in range(dim)]
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    """The triples of the cache set."""
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def measure(rows: list[dict[str, Any]], embed_batch: BatchEmbed, name: str) -> dict[str, Any]:
+    """One full cache of ``rows``' queries; every paraphrase and near-miss looked up in it."""
+    texts = sorted({r[f] for r in rows for f in ("query", "paraphrase", "near_miss")})
+    started = time.perf_counter()
+    vectors: dict[str, list[float]] = {}
+    for start in range(0, len(texts), 64):
+        batch = texts[start : start + 64]
+        for text, vector in zip(batch, embed_batch(batch), strict=True):
+            vectors[text] = [float(x) for x in vector]
+    embed_s = time.perf_counter() - started
+    cache = SemanticCache(vectors.__getitem__, fingerprint=f"eval-{name}", capacity=10_000)
+    for row in rows:
+        cache.store(row["query"], f"answer:{row['id']}")
+    outcomes: dict[str, dict[str, str]] = {}
+    refused: Counter[str] = Counter()
+    for row in rows:
+        mine = f"answer:{row['id']}"
+        para = cache.lookup(row["paraphrase"])
+        near = cache.lookup(row["near_miss"])
+        outcomes[row["id"]] = {
+            "paraphrase": "miss" if not para.hit else "own" if para.response == mine else "wrong",
+            "near_miss": "hit" if near.hit else "miss",
+        }
+        for found in (para, near):
+            if not found.hit:
+                refused[found.refused_by or "threshold"] += 1
+    report = {
+        "embedder": name,
+        "entries": len(cache),
+        "threshold": cache.effective_threshold,
+        "calibration": cache.calibration.words,
+        "embed_s": round(embed_s, 2),
+        "misses_by": dict(refused.most_common()),
+        "splits": {},
+    }
+    for split, keep in (
+        ("all", lambda i: True),
+        ("even ids", lambda i: i % 2 == 0),
+        ("odd ids", lambda i: i % 2 == 1),
+    ):
+        ids = [r["id"] for r in rows if keep(int(r["id"].lstrip("cd") or 0))]
+        n = len(ids) or 1
+        report["splits"][split] = {
+            "n": len(ids),
+            "wrong": sum(outcomes[i]["paraphrase"] == "wrong" for i in ids) / n,
+            "near_miss_hit": sum(outcomes[i]["near_miss"] == "hit" for i in ids) / n,
+            "paraphrase_hit": sum(outcomes[i]["paraphrase"] == "own" for i in ids) / n,
+        }
+    return report
+
+
+def _trigram(texts: list[str]) -> list[list[float]]:
+    return [trigram_vector(t) for t in texts]
+
+
+def _collapsed(texts: list[str]) -> list[list[float]]:
+    return [collapsed_vector(t) for t in texts]
+
+
+def _package(path: Path) -> BatchEmbed:
+    import evermind
+
+    model = evermind.load(path)
+
+    def embed(texts: list[str]) -> Sequence[Sequence[float]]:
+        return [list(map(float, v)) for v in model.embed(texts)]
+
+    return embed
+
+
+def _minilm() -> BatchEmbed | None:
+    try:
+        from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+
+        model = SentenceTransformer("all-MiniLM-L6-v2", device="cpu")
+    except Exception as err:
+        print(f"note: the MiniLM teacher is not available here, skipped ({err.__class__.__name__})")
+        return None
+
+    def embed(texts: list[str]) -> Sequence[Sequence[float]]:
+        return [list(map(float, v)) for v in model.encode(texts, normalize_embeddings=True)]
+
+    return embed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--eval-dir", type=Path, help="the folder of the development sets")
+    parser.add_argument("--model", type=Path, help="also measure this .evermind package")
+    parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM teacher")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    rows = load(require(DATA_NAME, args.eval_dir))
+    embedders: list[tuple[str, BatchEmbed]] = [("trigram", _trigram), ("collapsed", _collapsed)]
+    if args.model is not None:
+        embedders.append((f"package {args.model.name}", _package(args.model)))
+    if not args.no_minilm:
+        teacher = _minilm()
+        if teacher is not None:
+            embedders.append(("all-MiniLM-L6-v2", teacher))
+    reports = [measure(rows, embed, name) for name, embed in embedders]
+    print("| embedder | split | n | wrong answer | near-miss hit | paraphrase hit | threshold |")
+    print("|---|---|---|---|---|---|---|")
+    for rep in reports:
+        for split, m in rep["splits"].items():
+            print(
+                f"| {rep['embedder']} | {split} | {m['n']} | {m['wrong']:.3f} | "
+                f"{m['near_miss_hit']:.3f} | {m['paraphrase_hit']:.3f} | {rep['threshold']:.3f} |"
+            )
+    for rep in reports:
+        print(f"\n{rep['embedder']}: {rep['calibration']}; misses by {rep['misses_by']}")
+    print("\n(development numbers: the cache's constants were chosen on this whole set)")
+    if args.json:
+        args.json.write_text(json.dumps(reports, indent=2) + "\n", encoding="utf-8")
+    return 0 if all(not math.isnan(r["threshold"]) for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
