@@ -36,3 +36,14 @@ def need_f32(op: str, name: str, buf: Buffer, count: int) -> None:
             f"{op}: {name} ({buf.label!r}) holds {buf.nbytes // 4} f32 values but the op needs "
             f"{count}; allocate it with at least {4 * count} bytes"
         )
+
+
+def check_power_of_two(op: str, workgroup_size: int, minimum: int = 1) -> int:
+    """Returns ``workgroup_size`` or raises ConfigError unless it is a power of two in
+    [``minimum``, 256] (the launchers whose shaders reduce by halving the workgroup)."""
+    if not minimum <= workgroup_size <= 256 or workgroup_size & (workgroup_size - 1):
+        raise ConfigError(
+            f"{op}: workgroup_size must be a power of two in [{minimum}, 256] (the tree "
+            f"reduction halves it), got {workgroup_size}; hint: use 64, 128 or 256"
+        )
+    return workgroup_size

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
-from evermind.kernels._launch import need_f32, resolve_row_strategy
+from evermind.kernels._launch import check_power_of_two, need_f32, resolve_row_strategy
 
 SHADER = "cross_entropy"
 #: Invocations per workgroup (the WGSL ``override WG``); a power of two up to 256.
@@ -52,11 +52,7 @@ class CrossEntropy:
     def __init__(
         self, device: Device, workgroup_size: int = WORKGROUP_SIZE, strategy: str = "auto"
     ) -> None:
-        if workgroup_size < 1 or workgroup_size > 256 or workgroup_size & (workgroup_size - 1):
-            raise ConfigError(
-                f"cross_entropy: workgroup_size must be a power of two in [1, 256] (the tree "
-                f"reductions halve it), got {workgroup_size}; try 256"
-            )
+        check_power_of_two("cross_entropy", workgroup_size)
         self.device = device
         self.workgroup_size = workgroup_size
         self.strategy = resolve_row_strategy("cross_entropy", device, strategy)

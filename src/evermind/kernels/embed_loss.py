@@ -13,9 +13,9 @@ The numpy reference is ``evermind.ops.embed_loss``.
 
 from __future__ import annotations
 
-from evermind.errors import ConfigError, ShapeError
+from evermind.errors import ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
-from evermind.kernels._launch import need_f32
+from evermind.kernels._launch import check_power_of_two, need_f32
 from evermind.kernels.cross_entropy import CrossEntropy
 
 SHADER = "embed_loss"
@@ -37,11 +37,7 @@ class EmbedLoss:
     """
 
     def __init__(self, device: Device, workgroup_size: int = WORKGROUP_SIZE) -> None:
-        if workgroup_size < 1 or workgroup_size > 256 or workgroup_size & (workgroup_size - 1):
-            raise ConfigError(
-                f"embed_loss: workgroup_size must be a power of two in [1, 256] (the tree "
-                f"reductions halve it), got {workgroup_size}; try 64"
-            )
+        check_power_of_two("embed_loss", workgroup_size)
         self.device = device
         self.workgroup_size = workgroup_size
         self.ce = CrossEntropy(device)

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, pack_params
-from evermind.kernels._launch import need_f32
-from evermind.kernels.rmsnorm import check_power_of_two
+from evermind.kernels._launch import check_power_of_two, need_f32
 
 SHADER = "grad_norm"
 #: Invocations per workgroup (the WGSL ``override WG``): a power of two <= 256.

@@ -9,9 +9,9 @@ The numpy reference is ``evermind.ops.pool``.
 
 from __future__ import annotations
 
-from evermind.errors import ConfigError, ShapeError
+from evermind.errors import ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
-from evermind.kernels._launch import need_f32
+from evermind.kernels._launch import check_power_of_two, need_f32
 
 SHADER = "pool"
 #: Invocations per workgroup (the WGSL ``override WG``): one per model dimension at D=128.
@@ -32,11 +32,7 @@ class Pool:
     """
 
     def __init__(self, device: Device, workgroup_size: int = WORKGROUP_SIZE) -> None:
-        if workgroup_size < 1 or workgroup_size > 256 or workgroup_size & (workgroup_size - 1):
-            raise ConfigError(
-                f"pool: workgroup_size must be a power of two in [1, 256] (the tree reductions "
-                f"halve it), got {workgroup_size}; try 128"
-            )
+        check_power_of_two("pool", workgroup_size)
         self.device = device
         self.workgroup_size = workgroup_size
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
-from evermind.kernels._launch import need_f32, resolve_row_strategy
+from evermind.kernels._launch import check_power_of_two, need_f32, resolve_row_strategy
 
 SHADER = "rmsnorm"
 #: Invocations per workgroup (the WGSL ``override WG``): a power of two <= 256. 64 measured
@@ -31,16 +31,6 @@ _MAX_CHUNKS = 65535
 
 # Binding slots of rmsnorm.wgsl.
 _X, _W, _Y, _RSTD, _DY, _DX, _DW, _PARTIAL, _PARAMS = range(9)
-
-
-def check_power_of_two(op: str, workgroup_size: int) -> int:
-    """Returns ``workgroup_size`` or raises ConfigError unless it is a power of two <= 256."""
-    if not 1 <= workgroup_size <= 256 or workgroup_size & (workgroup_size - 1):
-        raise ConfigError(
-            f"{op}: workgroup_size must be a power of two in [1, 256] (the tree reduction "
-            f"halves it), got {workgroup_size}; hint: use 64, 128 or 256"
-        )
-    return workgroup_size
 
 
 class RMSNorm:

@@ -9,10 +9,10 @@ recording. The numpy reference is ``evermind.ops.topk``.
 
 from __future__ import annotations
 
-from evermind.errors import ConfigError, ShapeError
+from evermind.errors import ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, pack_params
 from evermind.gpu.base import MAX_GROUPS_PER_DIM
-from evermind.kernels._launch import need_f32
+from evermind.kernels._launch import check_power_of_two, need_f32
 
 SHADER = "topk"
 #: Candidates per workgroup chunk (the WGSL ``override WG``).
@@ -40,11 +40,7 @@ class TopK:
     """
 
     def __init__(self, device: Device, workgroup_size: int = WORKGROUP_SIZE) -> None:
-        if workgroup_size < 4 or workgroup_size > 256 or workgroup_size & (workgroup_size - 1):
-            raise ConfigError(
-                f"topk: workgroup_size must be a power of two in [4, 256], got "
-                f"{workgroup_size}; try 256"
-            )
+        check_power_of_two("topk", workgroup_size, minimum=4)
         self.device = device
         self.workgroup_size = workgroup_size
 
