@@ -6,7 +6,6 @@ host other than 127.0.0.1 (the launch flags also make every other host unresolva
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evermind.studio.webserver import BundleServer
+from tests import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOT_TIMEOUT_MS = 120_000
@@ -23,7 +23,7 @@ ALLOWED_PREFIXES = ("http://127.0.0.1:", "blob:", "data:")
 @pytest.fixture(scope="package")
 def bundle_dir() -> Path:
     """dist/web, rebuilt first if any input changed."""
-    result = subprocess.run([sys.executable, str(ROOT / "build" / "build_web.py")], check=False)
+    result = procs.run([sys.executable, str(ROOT / "build" / "build_web.py")], check=False)
     assert result.returncode == 0, "building dist/web failed"
     return ROOT / "dist" / "web"
 

@@ -4,7 +4,6 @@ export, and check the package natively (reader, CPU model's greedy continuation)
 from __future__ import annotations
 
 import base64
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import evermind
 from evermind.errors import EvermindError
 from evermind.studio.headless import call_studio
+from tests import procs
 from tests.browser.conftest import RecordedPage, open_studio
 from tests.factories import TEXT
 
@@ -124,7 +124,7 @@ def test_headless_cli_writes_a_valid_package(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
     out = tmp_path / "cli.evermind"
-    result = subprocess.run(
+    result = procs.run(
         [
             sys.executable,
             "-m",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests import procs
 from tests.browser.conftest import open_studio
 
 
@@ -46,7 +47,7 @@ def test_cli_studio_serves_a_page_that_reports_an_adapter(browser) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.Popen(
+    proc = procs.popen(
         [sys.executable, "-m", "evermind.cli", "studio", "--no-open", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -65,5 +66,4 @@ def test_cli_studio_serves_a_page_that_reports_an_adapter(browser) -> None:
         assert result["ok"] and result["device"]["adapter"]["vendor"]
         page.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        procs.stop_group(proc, grace_s=10)

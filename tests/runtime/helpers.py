@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+
+from tests import procs
 
 TOKEN_A = "tok-alpha-write-7f3a9c"
 TOKEN_A_READ = "tok-alpha-read-51d2e8"
@@ -79,7 +80,7 @@ class ServerProcess:
             "--tokens-file", str(self.tokens_file), "--log-level", "warning",
         ]  # fmt: skip
         with open(self.log, "ab") as sink:
-            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+            self.process = procs.popen(command, stdout=sink, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -95,15 +96,10 @@ class ServerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handlers run, exactly like a crash."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
+        if self.process is not None:
+            procs.kill_group(self.process)  # the server and anything it spawned
 
     def stop(self) -> None:
         """A graceful stop (SIGTERM), then SIGKILL if it hangs."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.process is not None:
+            procs.stop_group(self.process)

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import procs
 from tests.factories import tiny_package
 from tests.runtime.helpers import TOKEN_A, ServerProcess, bearer, write_tokens
 
@@ -67,7 +68,7 @@ def test_kill_during_push_keeps_the_previous_version(process: ServerProcess) -> 
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return procs.run(
         [sys.executable, "-m", "evermind.cli", *args],
         capture_output=True,
         text=True,

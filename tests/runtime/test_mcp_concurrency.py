@@ -22,6 +22,7 @@ from mcp import Client, StdioServerParameters
 
 from evermind.memory.sqlite_backend import SQLiteBackend
 from evermind.memory.sync import SyncMemoryStore
+from tests import procs
 from tests.runtime.test_mcp_server import free_port, wait_healthy
 
 PER_WRITER = 1000
@@ -72,7 +73,7 @@ def test_two_mcp_servers_and_the_runtime_write_3000_memories(tmp_path: Path) -> 
     command = [sys.executable, "-m", "evermind.cli", "serve", "--data", str(data)]
     command += ["--port", str(port), "--rate-limit", "0", "--log-level", "warning"]
     log = (tmp_path / "runtime.log").open("wb")
-    runtime = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    runtime = procs.popen(command, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     memory_file = data / "runtime.db"  # the runtime's database: one store for all three
     try:
@@ -88,8 +89,7 @@ def test_two_mcp_servers_and_the_runtime_write_3000_memories(tmp_path: Path) -> 
         anyio.run(everyone)
         print(f"3 x {PER_WRITER} concurrent writes in {time.perf_counter() - start:.1f} s")
     finally:
-        runtime.terminate()
-        runtime.wait(timeout=15)
+        procs.stop_group(runtime)
         log.close()
 
     with SyncMemoryStore(memory_file, namespace="default/default") as store:

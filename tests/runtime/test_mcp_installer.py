@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -22,6 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from evermind.mcp.hosts import HOSTS, HostEnv, HostSpec, select_hosts
 from evermind.mcp.installer import install, server_command, uninstall
+from tests import procs
 
 HOST_IDS = [host.name for host in HOSTS]
 
@@ -219,7 +219,7 @@ def test_cli_installs_everywhere_and_the_written_command_serves(home: HostEnv) -
     env = dict(os.environ)
     memory_file = home.home / "shared" / "memory.db"
     run = [sys.executable, "-m", "evermind.cli", "install-mcp", "--host", "all"]
-    first = subprocess.run(
+    first = procs.run(
         [*run, "--memory-file", str(memory_file)], env=env, capture_output=True, text=True
     )
     assert first.returncode == 0, first.stderr
@@ -229,7 +229,7 @@ def test_cli_installs_everywhere_and_the_written_command_serves(home: HostEnv) -
     assert len({(e["command"], tuple(e["args"])) for e in entries}) == 1  # one shared store
     assert entries[0]["args"][-2:] == ["--memory-file", str(memory_file)]
 
-    second = subprocess.run(
+    second = procs.run(
         [*run, "--memory-file", str(memory_file)], env=env, capture_output=True, text=True
     )
     assert second.returncode == 0 and second.stdout.count("unchanged") == len(HOSTS)
@@ -251,9 +251,7 @@ def test_cli_installs_everywhere_and_the_written_command_serves(home: HostEnv) -
 
     broken_gemini = next(h for h in HOSTS if h.name == "gemini-cli").config_path(home)
     broken_gemini.write_text("{oops")
-    third = subprocess.run(
-        [*run, "--uninstall"], env=env, capture_output=True, text=True, check=False
-    )
+    third = procs.run([*run, "--uninstall"], env=env, capture_output=True, text=True, check=False)
     assert third.returncode == 1  # one config was invalid: reported, not touched
     assert "invalid" in third.stdout and broken_gemini.read_text() == "{oops"
     assert third.stdout.count("removed") == len(HOSTS) - 1

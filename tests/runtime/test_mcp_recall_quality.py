@@ -14,12 +14,13 @@ Takes about seven minutes on two CPU cores, most of it the 300 tuning steps.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from evals import find
+
+from tests import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 EVAL_SCRIPT = ROOT / "evals" / "mcp_recall.py"
@@ -37,14 +38,14 @@ pytestmark = [
 
 def test_tuned_model_beats_lexical_recall_at_1(tmp_path: Path) -> None:
     base = tmp_path / "base.evermind"
-    trained = subprocess.run(
+    trained = procs.run(
         [sys.executable, "-m", "evermind.cli", "train", "--device", "cpu", "--steps", "200",
          "--out", str(base)],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-2000:]
     results = tmp_path / "recall.json"
-    evaluated = subprocess.run(
+    evaluated = procs.run(
         [sys.executable, str(EVAL_SCRIPT), "--set", str(DEV_SET),
          "--tune-from", str(base), "--json", str(results)],
         capture_output=True, text=True, timeout=1800, check=False,

@@ -40,6 +40,7 @@ from evermind.mcp.http import (
 )
 from evermind.mcp.render import ELLIPSIS, cut
 from evermind.memory.sync import SyncMemoryStore
+from tests import procs
 
 ALL_TOOLS = {
     "memory_recall",
@@ -252,18 +253,13 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         *("--rate-limit", str(RATE_LIMIT)),
     ]
     log = (folder / "server.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    process = procs.popen(command, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(base, process)
         yield {"base": base, "url": base + "/mcp", "tokens": tokens}
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        procs.stop_group(process, grace_s=10)
         log.close()
 
 
@@ -435,7 +431,7 @@ def test_stdio_with_model_ranks_semantically(tmp_path: Path) -> None:
     anyio.run(scenario)
 
     missing = tmp_path / "nope.evermind"
-    refused = subprocess.run(
+    refused = procs.run(
         [sys.executable, "-m", "evermind.cli", "mcp", "--model", str(missing)],
         capture_output=True,
         text=True,
@@ -460,7 +456,7 @@ def test_untuned_model_is_served_with_a_warning_and_a_tuned_one_without(
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(f"memory number {i} about topic {i * 7}" for i in range(6)))
     tuned = tmp_path / "tuned.evermind"
-    done = subprocess.run(
+    done = procs.run(
         [sys.executable, "-m", "evermind.cli", "tune-embedder", "--model", str(untuned),
          "--texts", str(texts), "--steps", "1", "--batch-size", "4", "--out", str(tuned)],
         capture_output=True, text=True, timeout=300, check=False,

@@ -19,13 +19,14 @@ from benchmarks.host import numpy_matmul_rows
 from benchmarks.report import format_kernels
 
 from evermind.studio.bench.suite import NANO_BATCH, NANO_SEQ_LEN, NANO_VOCAB, synthetic_batch
+from tests import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     """``evermind bench ARGS``, through the entry point the CLI forwards them to."""
-    return subprocess.run(
+    return procs.run(
         [sys.executable, "-m", "benchmarks", *args],
         cwd=ROOT,
         capture_output=True,

@@ -10,6 +10,7 @@ import pytest
 
 from evermind.cache import SemanticCache
 from evermind.errors import ConfigError, ShapeError
+from tests import procs
 
 # Fixed unit-ish vectors so every cosine in these tests is known exactly.
 VECTORS: dict[str, tuple[float, ...]] = {
@@ -247,7 +248,6 @@ def test_bad_queries_and_vectors_are_rejected() -> None:
 
 def test_cache_modules_are_browser_safe() -> None:
     """Every evermind.cache module imports with numpy and wgpu blocked."""
-    import subprocess
     import sys
 
     code = (
@@ -257,6 +257,6 @@ def test_cache_modules_are_browser_safe() -> None:
         "    importlib.import_module('evermind.cache.' + m.name)\n"
         "print('ok')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    done = procs.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"

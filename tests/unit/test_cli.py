@@ -8,10 +8,11 @@ import sys
 import pytest
 
 from evermind.cli import build_parser, main
+from tests import procs
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return procs.run(
         [sys.executable, "-m", "evermind.cli", *args], capture_output=True, text=True, check=False
     )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from evermind.train.contrastive import (
     load_texts,
     tune_embedder,
 )
+from tests import procs
 from tests.factories import run_sync, tiny_package
 from tests.unit.test_model_cpu import TINY, check_grads, numeric_grad, random_params, rel_error
 
@@ -223,7 +223,7 @@ def test_tune_embedder_command_writes_a_verified_package(tmp_path: Path) -> None
     texts = tmp_path / "facts.txt"
     texts.write_text("\n".join(FACTS))
     out = tmp_path / "out.evermind"
-    done = subprocess.run(
+    done = procs.run(
         [sys.executable, "-m", "evermind.cli", "tune-embedder", "--model", str(source),
          "--texts", str(texts), "--steps", "3", "--batch-size", "4", "--out", str(out)],
         capture_output=True, text=True, timeout=300, check=False,
@@ -238,7 +238,7 @@ def test_tune_embedder_command_writes_a_verified_package(tmp_path: Path) -> None
     before = evermind.load(source).embed(FACTS[:2])
     after = evermind.load(out).embed(FACTS[:2])
     assert not np.allclose(before, after), "tuning must change the embeddings"
-    missing = subprocess.run(
+    missing = procs.run(
         [sys.executable, "-m", "evermind.cli", "tune-embedder", "--model", str(source),
          "--texts", str(tmp_path / "nope.txt"), "--out", str(out)],
         capture_output=True, text=True, timeout=300, check=False,
@@ -253,7 +253,7 @@ def test_tune_embedder_command_writes_a_verified_package(tmp_path: Path) -> None
             await store.remember(f"fact-{index}", fact)
 
     run_sync(fill())
-    default = subprocess.run(
+    default = procs.run(
         [sys.executable, "-m", "evermind.cli", "tune-embedder", "--model", str(source),
          "--steps", "2", "--batch-size", "4", "--out", str(out)],
         capture_output=True, text=True, timeout=300, check=False,

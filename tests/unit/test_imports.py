@@ -9,11 +9,11 @@ from __future__ import annotations
 import ast
 import json
 import pkgutil
-import subprocess
 import sys
 from pathlib import Path
 
 import evermind
+from tests import procs
 
 SRC = Path(evermind.__file__).parent
 BLOCKED = [
@@ -67,6 +67,6 @@ for name in {safe!r}:
         failed[name] = f"{{type(err).__name__}}: {{err}}"
 print(json.dumps(failed))
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    out = procs.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     failed = json.loads(out.stdout.strip().splitlines()[-1])
     assert not failed, f"browser-safe modules need native packages: {failed}"

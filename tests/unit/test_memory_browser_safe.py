@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 
+from tests import procs
 from tests.unit.test_memory_helpers import SRC
 
 BROWSER_SAFE = [
@@ -44,7 +44,7 @@ def test_browser_safe_modules_import_and_work_without_native_deps() -> None:
         print(asyncio.run(main()))
         """
     )
-    out = subprocess.run(
+    out = procs.run(
         [sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr

@@ -16,6 +16,7 @@ import pytest
 from evermind.errors import StorageError
 from evermind.memory import MemoryRecord, MemoryStore
 from evermind.memory.sqlite_backend import SCHEMA_VERSION, SQLiteBackend
+from tests import procs
 from tests.unit.test_memory_helpers import SRC, run
 
 WRITER = textwrap.dedent(
@@ -116,8 +117,8 @@ def test_vectors_round_trip_as_float32(tmp_path: Path) -> None:
 def test_three_processes_write_300_each(tmp_path: Path) -> None:
     path = tmp_path / "multi.db"
     SQLiteBackend(path).close_sync()  # create the schema once, like a deployment would
-    procs = [
-        subprocess.Popen(
+    writers = [
+        procs.popen(
             [sys.executable, "-c", WRITER, str(path), f"p{n}", "300"],
             env=_env(),
             stdout=subprocess.DEVNULL,
@@ -127,15 +128,19 @@ def test_three_processes_write_300_each(tmp_path: Path) -> None:
     ]
     # Release the writers only once all three have started (imports take longer than 300
     # writes, so touching ".go" at once let the first writer finish before the last began).
-    deadline = time.monotonic() + 120
-    while not all(Path(f"{path}.ready-p{n}").exists() for n in range(3)):
-        assert time.monotonic() < deadline, "writers did not start"
-        assert all(proc.poll() is None for proc in procs), "a writer exited early"
-        time.sleep(0.01)
-    Path(f"{path}.go").touch()
-    for proc in procs:
-        _, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err.decode()
+    try:
+        deadline = time.monotonic() + 120
+        while not all(Path(f"{path}.ready-p{n}").exists() for n in range(3)):
+            assert time.monotonic() < deadline, "writers did not start"
+            assert all(proc.poll() is None for proc in writers), "a writer exited early"
+            time.sleep(0.01)
+        Path(f"{path}.go").touch()
+        for proc in writers:
+            _, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err.decode()
+    finally:
+        for proc in writers:
+            procs.kill_group(proc)
 
     async def check() -> None:
         store = MemoryStore(path)
@@ -156,7 +161,7 @@ def test_three_processes_write_300_each(tmp_path: Path) -> None:
 def test_sigkill_mid_write_loses_no_acknowledged_write(tmp_path: Path) -> None:
     path = tmp_path / "crash.db"
     Path(f"{path}.go").touch()
-    proc = subprocess.Popen(
+    proc = procs.popen(
         [sys.executable, "-c", WRITER, str(path), "c", "1000000"],
         env=_env(),
         stdout=subprocess.PIPE,
@@ -169,8 +174,7 @@ def test_sigkill_mid_write_loses_no_acknowledged_write(tmp_path: Path) -> None:
         acknowledged.append(line.strip())
         if len(acknowledged) >= 150:
             break
-    proc.send_signal(signal.SIGKILL)  # mid-loop: a write is likely in flight
-    proc.wait(timeout=30)
+    procs.kill_group(proc)  # SIGKILL mid-loop: a write is likely in flight
     assert proc.returncode == -signal.SIGKILL
 
     async def check() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
 import textwrap
 
@@ -11,6 +10,7 @@ import pytest
 
 from evermind.errors import ShapeError
 from evermind.memory.vectors import VectorIndex, normalise
+from tests import procs
 from tests.unit.test_memory_helpers import SRC
 
 
@@ -87,7 +87,7 @@ def test_module_works_with_numpy_blocked() -> None:
         print("ok")
         """
     )
-    out = subprocess.run(
+    out = procs.run(
         [sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr

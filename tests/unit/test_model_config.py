@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import math
 import random
-import subprocess
 import sys
 import textwrap
 from array import array
@@ -17,6 +16,7 @@ import pytest
 from evermind.errors import ConfigError
 from evermind.model import PRESETS, MambaConfig, init_params
 from evermind.model.init import _exp, _expm1, _log
+from tests import procs
 
 TINY = MambaConfig(d_model=6, n_layer=2, vocab_size=11, d_state=3)
 
@@ -176,7 +176,7 @@ def test_browser_safe_modules_import_without_numpy() -> None:
         assert "numpy" not in sys.modules
         """
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    procs.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 # ---- init_params -----------------------------------------------------------------------------

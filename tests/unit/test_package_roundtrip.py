@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import zipfile
 from array import array
@@ -27,6 +26,7 @@ from evermind.package import (
     write_package_file,
 )
 from evermind.package.native import tensors_as_numpy
+from tests import procs
 from tests.unit.test_package_support import (
     CREATED_AT,
     tiny_config,
@@ -98,7 +98,7 @@ def test_reproducible_in_a_fresh_interpreter(tmp_path: Path) -> None:
         "sys.stdout.buffer.write(write_package(**tiny_package_kwargs()))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    other = subprocess.run(
+    other = procs.run(
         [sys.executable, "-c", script, str(Path(__file__).parents[2])],
         check=True,
         capture_output=True,
@@ -155,7 +155,7 @@ def test_manifest_lists_every_other_member() -> None:
 def test_unzip_tool_extracts_a_transformers_directory(tmp_path: Path) -> None:
     path = tmp_path / "tiny.evermind"
     write_package_file(path, **tiny_package_kwargs())
-    subprocess.run(["unzip", "-q", str(path), "-d", str(tmp_path / "out")], check=True, timeout=60)
+    procs.run(["unzip", "-q", str(path), "-d", str(tmp_path / "out")], check=True, timeout=60)
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == sorted(ORDER)
     config = json.loads((out / "config.json").read_text())
@@ -285,8 +285,6 @@ def test_package_modules_import_without_numpy() -> None:
         "for name in names: importlib.import_module('evermind.package.' + name)\n"
         "print(len(names))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-    )
+    result = procs.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) >= 10

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import sys
 
 import pytest
 
 from evermind.errors import ConfigError
 from evermind.train.corpus import SKIPPED_MODULES, harvest_stdlib_docstrings
+from tests import procs
 
 _HASH_SCRIPT = (
     "import hashlib, sys; from evermind.train.corpus import harvest_stdlib_docstrings as h; "
@@ -39,7 +39,7 @@ def test_full_harvest_is_deterministic_and_reaches_two_megabytes() -> None:
     """Two fresh interpreters (import side effects isolated) give the same 2 MB corpus."""
     results = []
     for _ in range(2):
-        done = subprocess.run(
+        done = procs.run(
             [sys.executable, "-c", _HASH_SCRIPT, "2000000"],
             capture_output=True,
             text=True,
@@ -59,7 +59,7 @@ def test_skipped_modules_are_not_imported_by_the_harvest() -> None:
         + repr(sorted(SKIPPED_MODULES))
         + ")))"
     )
-    done = subprocess.run(
+    done = procs.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     )
     assert json.loads(done.stdout) == []
