@@ -33,6 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         tokens_file=Path(args.tokens_file) if args.tokens_file else None,
         insecure_no_auth=args.insecure_no_auth,
         cors_origins=list(args.cors_origin or []),
+        allowed_hosts=list(args.allowed_host or []),
         max_package_bytes=int(args.max_package_mb * MIB),
         max_request_bytes=int(args.max_request_mb * MIB),
         max_tokens_cap=args.max_tokens,
@@ -95,6 +96,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         metavar="ORIGIN",
         help="allowed browser origin (repeatable; default: any loopback origin)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="host name clients reach the server by (repeatable; default: loopback names when "
+        "bound to loopback, else any); other Host headers get 421",
     )
     serve.add_argument(
         "--insecure-no-auth",

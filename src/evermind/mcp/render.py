@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 
 from evermind.memory import Hit, MemoryRecord, fence
+from evermind.memory.sanitize import inline
 
 ELLIPSIS = "…"
 #: The first words of the last line of a recall answer.
@@ -33,7 +34,12 @@ def cut(text: str, max_chars: int) -> str:
 
 
 def _tags(tags: Sequence[str]) -> str:
-    return ", ".join(tags) if tags else "-"
+    return ", ".join(inline(tag) for tag in tags) if tags else "-"
+
+
+def _key(key: str) -> str:
+    """A key quoted for a line outside the fence (sanitised, no line breaks, no markers)."""
+    return repr(inline(key))
 
 
 def render_recall(
@@ -58,7 +64,8 @@ def render_recall(
     capped = f" (top_k capped at {cap})" if requested > cap else ""
     if not hits:
         return (
-            f"No memory matches {cut(query, max_chars)!r} ({searched} memories searched){capped}.\n"
+            f"No memory matches {_key(cut(query, max_chars))} "
+            f"({searched} memories searched){capped}.\n"
             f"{RANKED_BY_PREFIX}nothing matched"
         )
     items = [
@@ -67,7 +74,7 @@ def render_recall(
     ]
     orders = list(dict.fromkeys(hit.ranked_by for hit in hits))
     header = (
-        f"{len(hits)} of {searched} memories for {cut(query, max_chars)!r}{capped}. "
+        f"{len(hits)} of {searched} memories for {_key(cut(query, max_chars))}{capped}. "
         "Previews are cut; call memory_get(key) for a full text."
     )
     return f"{header}\n{fence(items)}\n{RANKED_BY_PREFIX}{' | '.join(orders)}"
@@ -80,7 +87,8 @@ def render_record(record: MemoryRecord, now: float | None = None) -> str:
     if record.expires_at is not None:
         expiry = f"; expires in {max(0.0, record.expires_at - now):.0f} s"
     header = (
-        f"memory {record.key!r}: tags: {_tags(record.tags)}; importance {record.importance:.2f}; "
+        f"memory {_key(record.key)}: tags: {_tags(record.tags)}; "
+        f"importance {record.importance:.2f}; "
         f"written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(record.updated_at))}"
         f"{expiry}"
     )
@@ -93,10 +101,10 @@ def render_tagged(
     """The answer of ``memory_recall_by_tag``: newest first, previews cut to ``max_chars``."""
     capped = f" (limit capped at {cap})" if requested > cap else ""
     if not records:
-        return f"No memory is tagged {tag!r}{capped}."
+        return f"No memory is tagged {_key(tag)}{capped}."
     items = [f"{r.key} (tags: {_tags(r.tags)})\n{cut(r.content, max_chars)}" for r in records]
     header = (
-        f"{len(records)} memories tagged {tag!r}, newest first{capped}. "
+        f"{len(records)} memories tagged {_key(tag)}, newest first{capped}. "
         "Call memory_get(key) for a full text."
     )
     return f"{header}\n{fence(items, title=f'tag {tag}')}"
@@ -109,7 +117,7 @@ def render_remembered(record: MemoryRecord, replaced: bool) -> str:
     if record.expires_at is not None:
         expiry = f"; expires in {record.expires_at - record.updated_at:.0f} s"
     return (
-        f"{verb} {record.key!r} ({len(record.content)} characters; tags: {_tags(record.tags)}; "
+        f"{verb} {_key(record.key)} ({len(record.content)} characters; tags: {_tags(record.tags)}; "
         f"importance {record.importance:.2f}{expiry})"
     )
 

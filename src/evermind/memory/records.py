@@ -19,6 +19,9 @@ from evermind.errors import ConfigError, check_ranges
 
 #: Longest key accepted; keys are identifiers, not documents.
 MAX_KEY_LENGTH = 512
+#: Deepest nesting of a JSON value accepted in ``meta`` (and, through the runtime, a cached
+#: response): a document deeper than this cannot be read back by every JSON encoder.
+MAX_JSON_DEPTH = 32
 
 
 def content_hash(content: str) -> str:
@@ -96,6 +99,7 @@ class MemoryRecord:
         meta = entry.get("meta") or {}
         if not isinstance(meta, Mapping):
             raise ConfigError(f"import: 'meta' must be a mapping, got {type(meta).__name__}")
+        meta = validate_meta(meta)
         created = _finite_time(entry.get("created_at", 0.0), "created_at")
         updated = _finite_time(entry.get("updated_at", created), "updated_at")
         expires = entry.get("expires_at")
@@ -108,7 +112,7 @@ class MemoryRecord:
             updated_at=updated,
             expires_at=None if expires is None else _finite_time(expires, "expires_at"),
             archived=bool(entry.get("archived", False)),
-            meta=dict(meta),
+            meta=meta,
         )
 
 
@@ -230,6 +234,83 @@ class WriteResult:
     evicted: tuple[str, ...] = ()
 
 
+def _surrogate(text: str) -> int | None:
+    """Index of the first lone surrogate in ``text`` (not encodable as UTF-8), else None."""
+    for index, char in enumerate(text):
+        if "\ud800" <= char <= "\udfff":
+            return index
+    return None
+
+
+def check_text(text: str, what: str) -> str:
+    """Returns ``text`` if it is valid Unicode (encodable as UTF-8).
+
+    Raises:
+        ConfigError: ``text`` holds a lone surrogate (e.g. a JSON ``"\\ud800"`` escape with no
+            partner): it cannot be stored, indexed or sent back.
+    """
+    at = _surrogate(text) if not text.isascii() else None
+    if at is not None:
+        raise ConfigError(
+            f"{what}: holds a lone UTF-16 surrogate (U+{ord(text[at]):04X}) at character {at}, "
+            "which is not valid Unicode; hint: send well-formed UTF-8 text"
+        )
+    return text
+
+
+def check_json(value: object, what: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Checks a JSON-like value before it is stored: its depth and every string in it.
+
+    Iterative (a hostile document cannot exhaust the stack). ``what`` names the value in the
+    error, with the path to the offending part.
+
+    Raises:
+        ConfigError: Nested deeper than ``max_depth``, a key that is not a string, a value that
+            is not JSON (e.g. NaN, a set), or a string with a lone surrogate.
+    """
+    stack: list[tuple[object, str, int]] = [(value, what, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            check_text(item, path)
+        elif isinstance(item, bool) or item is None or isinstance(item, int):
+            continue
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ConfigError(f"{path}: {item} is not a JSON number; hint: use null")
+        elif isinstance(item, Mapping | list | tuple):
+            if depth >= max_depth:
+                where = path if len(path) <= 80 else path[:77] + "..."
+                raise ConfigError(
+                    f"{what}: nested deeper than {max_depth} levels (at {where}); "
+                    "hint: flatten the structure"
+                )
+            if isinstance(item, Mapping):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise ConfigError(f"{path}: keys must be strings, got {key!r}")
+                    check_text(key, f"{path} key")
+                    stack.append((child, f"{path}.{key[:40]}", depth + 1))
+            else:
+                stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+        else:
+            raise ConfigError(f"{path}: {type(item).__name__} is not a JSON value")
+
+
+def validate_meta(meta: object) -> dict[str, Any]:
+    """Returns ``meta`` as a dict if it is a JSON object that can be stored and read back.
+
+    Raises:
+        ConfigError: Not a mapping, or :func:`check_json` refuses it.
+    """
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise ConfigError(f"meta: expected a JSON object (mapping), got {type(meta).__name__}")
+    check_json(meta, "meta")
+    return dict(meta)
+
+
 def validate_key(key: object) -> str:
     """Returns ``key`` if it is a usable memory key.
 
@@ -246,7 +327,7 @@ def validate_key(key: object) -> str:
             f"memory key: expected at most {MAX_KEY_LENGTH} characters, got {len(key)}; "
             "hint: keys identify memories, put the text in content"
         )
-    return key
+    return check_text(key, "memory key")
 
 
 def validate_content(content: object) -> str:
@@ -260,7 +341,7 @@ def validate_content(content: object) -> str:
             f"memory content: expected str, got {type(content).__name__}; "
             "hint: serialise structured data (e.g. json.dumps) before remembering it"
         )
-    return content
+    return check_text(content, "memory content")
 
 
 def validate_importance(importance: object) -> float:
@@ -313,7 +394,7 @@ def normalise_tags(tags: Iterable[object] | str) -> tuple[str, ...]:
     for tag in tags:
         if not isinstance(tag, str) or not tag.strip():
             raise ConfigError(f"tags: expected non-empty strings, got {tag!r}")
-        out.add(tag.strip().casefold())
+        out.add(check_text(tag, "tag").strip().casefold())
     return tuple(sorted(out))
 
 

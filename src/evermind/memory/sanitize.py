@@ -137,6 +137,22 @@ def sanitize_text(text: str) -> str:
     return sanitize(text).text
 
 
+def _defang(text: str) -> str:
+    """Replaces every fence marker in ``text`` so it cannot close (or reopen) a fence."""
+    for marker in (FENCE_OPEN, FENCE_CLOSE, "<<<", ">>>"):
+        text = text.replace(marker, "‹‹‹" if marker.startswith("<") else "›››")
+    return text
+
+
+def inline(text: str) -> str:
+    """``text`` made safe for one line next to a fence (a key, a tag, a title).
+
+    Sanitised like content, fence markers neutralised, and every line break Unicode knows
+    (``str.splitlines``: CR, LF, VT, FF, NEL, U+2028, U+2029, ...) turned into a space.
+    """
+    return " ".join(_defang(sanitize_text(text)).splitlines())
+
+
 def fence(items: Sequence[str], title: str = "recalled memories") -> str:
     """Sanitises ``items`` and wraps them as one fenced, numbered reference-data block.
 
@@ -147,13 +163,11 @@ def fence(items: Sequence[str], title: str = "recalled memories") -> str:
     Returns:
         The block: a note line, the opening fence, ``[n] text`` lines, the closing fence.
     """
-    lines = [FENCE_NOTE, f"{FENCE_OPEN} ({sanitize_text(title)}; {len(items)} items)"]
+    lines = [FENCE_NOTE, f"{FENCE_OPEN} ({inline(title)}; {len(items)} items)"]
     for number, item in enumerate(items, start=1):
-        body = sanitize_text(item)
-        # An item must not be able to close (or reopen) the fence.
-        for marker in (FENCE_OPEN, FENCE_CLOSE, "<<<", ">>>"):
-            body = body.replace(marker, "‹‹‹" if marker.startswith("<") else "›››")
-        body = body.replace("\n", "\n    ")
+        # An item must not be able to close (or reopen) the fence, and each of its lines
+        # (whatever Unicode line break ends it) is indented under its number.
+        body = "\n    ".join(_defang(sanitize_text(item)).splitlines())
         lines.append(f"[{number}] {body}")
     lines.append(FENCE_CLOSE)
     return "\n".join(lines)

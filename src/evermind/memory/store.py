@@ -46,6 +46,7 @@ from evermind.memory.records import (
     validate_content,
     validate_importance,
     validate_key,
+    validate_meta,
     validate_ttl,
 )
 from evermind.memory.vectors import VectorIndex
@@ -174,7 +175,7 @@ class MemoryStore:
             created_at=now,
             updated_at=now,
             expires_at=None if ttl_s is None else now + ttl_s,
-            meta=dict(meta or {}),
+            meta=validate_meta(meta),
         )
         result = await self.write([record])
         return result.stored[0] if result.stored else record

@@ -5,9 +5,11 @@
 ``/docs``). Request flow, outermost first:
 
 1. CORS (loopback origins by default, ``--cors-origin`` otherwise);
-2. :class:`FrontDoor`: timing and request metrics, then for ``/v1/*`` the bearer token
-   (401), the tenant's rate limit (429) and the request-size cap (413), all before any
-   body is parsed;
+2. :class:`FrontDoor`: timing and request metrics; the ``Host`` header (421 unless the server
+   is reached by a name it serves: DNS rebinding) and the ``Origin`` header (403 for a web
+   page of another origin, whatever the method: a cross-site form post never runs); then for
+   ``/v1/*`` one bearer token (401; two ``Authorization`` headers: 400), the tenant's rate
+   limit (429) and the request-size cap (413), all before any body is parsed;
 3. the routes, whose errors become ``{"error": {"message", "type", "code"}}``.
 
 Library code raises domain errors (:mod:`evermind.errors`); :data:`HTTP_STATUS` is the one
@@ -16,7 +18,9 @@ place they become HTTP statuses.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -44,7 +48,7 @@ from evermind.errors import (
 )
 from evermind.runtime import routes_cache, routes_memory, routes_models, routes_openai
 from evermind.runtime.auth import PermissionDenied, RateLimited, Unauthenticated
-from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.errors import ApiError, error_body
 from evermind.runtime.state import Runtime
 
@@ -52,7 +56,11 @@ logger = logging.getLogger(__name__)
 
 #: Origins allowed by default: any port on the loopback interface (the Studio's page).
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PUSH = ("POST", "/v1/models")
+#: Content types a push may declare (none is fine: a non-browser client). A web form can
+#: send text/plain, urlencoded or multipart without a preflight; none of those is a package.
+PUSH_TYPES = frozenset({"application/octet-stream", "application/zip", "application/x-evermind"})
 
 #: Library errors by HTTP status and default ``code`` (an error's own ``code`` wins), most
 #: specific first: the one place a domain error becomes an HTTP status.
@@ -128,6 +136,7 @@ class FrontDoor:
                 )
 
         try:
+            self._check_peer(scope)
             if scope["path"].startswith("/v1/") and scope["method"] != "OPTIONS":
                 receive = await self._admit(scope, receive)
         except EvermindError as err:
@@ -139,12 +148,56 @@ class FrontDoor:
             return
         await self.app(scope, receive, send_and_count)
 
+    def _check_peer(self, scope: Scope) -> None:
+        """Refuses a ``Host`` this server is not reached by, and a foreign web ``Origin``."""
+        config = self.runtime.config
+        host = origin = None
+        for key, value in scope["headers"]:
+            if key == b"host":
+                host = value.decode("latin-1")
+            elif key == b"origin":
+                origin = value.decode("latin-1")
+        if host is not None and not _host_allowed(host, config.allowed_hosts, config.host):
+            raise ApiError(
+                421,
+                f"Host {host[:100]!r} is not a name this server is reached by; hint: use "
+                "127.0.0.1 or localhost, or start the server with --allowed-host NAME",
+                "misdirected_request",
+            )
+        if origin is not None and scope["method"] != "OPTIONS":
+            allowed = (
+                origin in config.cors_origins
+                if config.cors_origins
+                else re.fullmatch(LOOPBACK_ORIGINS, origin) is not None
+            )
+            if not allowed:
+                raise ApiError(
+                    403,
+                    f"requests from the web page origin {origin[:100]!r} are refused; hint: "
+                    "start the server with --cors-origin ORIGIN to allow that page",
+                    "forbidden_origin",
+                )
+
     async def _admit(self, scope: Scope, receive: Receive) -> Receive:
+        if sum(1 for key, _ in scope["headers"] if key == b"authorization") > 1:
+            raise ApiError(
+                400,
+                "more than one Authorization header; expected exactly one bearer token",
+                "duplicate_authorization",
+            )
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         principal = self.runtime.tokens.authenticate(headers.get("authorization"))
         self.runtime.limiter.check(principal.tenant)
         scope["evermind.principal"] = principal
         if (scope["method"], scope["path"].rstrip("/")) == PUSH:
+            declared_type = headers.get("content-type", "").split(";")[0].strip().lower()
+            if declared_type and declared_type not in PUSH_TYPES:
+                raise ApiError(
+                    415,
+                    f"Content-Type {declared_type[:80]!r} is not a package; expected "
+                    "application/octet-stream (the bytes of a .evermind file)",
+                    "unsupported_media_type",
+                )
             return receive  # the push route streams with its own, larger cap
         cap = self.runtime.config.max_request_bytes
         declared = headers.get("content-length")
@@ -173,6 +226,25 @@ class FrontDoor:
             return replay.pop() if replay else await receive()
 
         return replayed
+
+
+def _host_allowed(header: str, allowed: list[str], bound: str) -> bool:
+    """Whether a ``Host`` header names this server (port ignored)."""
+    name = header.strip().lower()
+    if name.startswith("["):  # [::1]:8377
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.rsplit(":", 1)[0]
+    if allowed:
+        return name in {a.lower() for a in allowed}
+    if not is_loopback(bound):
+        return True  # bound to a public interface: any name may reach it
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback  # 127.0.0.2, ...
+    except ValueError:
+        return False  # attacker.example, 127.attacker.example
 
 
 def _body_too_large(size: int, cap: int) -> ApiError:
@@ -206,6 +278,10 @@ def _validation_message(err: RequestValidationError) -> tuple[str, str]:
     parts = []
     for problem in problems[:3]:
         location = ".".join(str(x) for x in problem.get("loc", ())[1:]) or "body"
+        error = problem.get("ctx", {}).get("error")
+        if problem.get("type") == "value_error" and location == "body" and error is not None:
+            parts.append(str(error))  # a whole-body check: its message names the field
+            continue
         parts.append(f"{location}: {problem.get('msg')} (got {_short(problem.get('input'))})")
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
     return "invalid request: " + "; ".join(parts) + more, "invalid_request"

@@ -50,7 +50,10 @@ class RuntimeConfig:
         tokens_file: Path of the tokens file (see docs/runtime.md); None: no auth, one
             tenant ``default`` with write access (loopback only unless ``insecure_no_auth``).
         insecure_no_auth: Allow running without tokens on a non-loopback address.
-        cors_origins: Exact allowed origins; empty: any ``http(s)://`` loopback origin.
+        cors_origins: Exact allowed origins; empty: any ``http(s)://`` loopback origin. A
+            request whose ``Origin`` is not allowed is refused (403) before it runs.
+        allowed_hosts: Host names the ``Host`` header may carry (421 otherwise: DNS
+            rebinding). Empty: loopback names when ``host`` is loopback, else any.
         max_package_bytes: Largest package a push may upload (413 beyond).
         max_request_bytes: Largest JSON request body (413 beyond).
         max_tokens_cap: Largest ``max_tokens`` a generation request may ask for (400 beyond).
@@ -70,6 +73,7 @@ class RuntimeConfig:
     tokens_file: Path | None = None
     insecure_no_auth: bool = False
     cors_origins: list[str] = field(default_factory=list)
+    allowed_hosts: list[str] = field(default_factory=list)
     max_package_bytes: int = 1024 * MIB
     max_request_bytes: int = 4 * MIB
     max_tokens_cap: int = 4096

@@ -3,19 +3,38 @@
 They validate types and ranges and become the OpenAPI schema at ``/docs``. Unknown fields
 are accepted and ignored (OpenAI clients send many); limits that depend on the server's
 configuration (``max_tokens`` cap, input sizes) are checked by the routes.
+
+Types are strict, as the OpenAI API documents them: ``"max_tokens": "10"`` or
+``"stream": "yes"`` is refused, not coerced. Before any field is read, the whole body is
+checked by :func:`evermind.memory.records.check_json`: no string (field, key, nested value)
+may hold a lone UTF-16 surrogate, and nothing may nest deeper than ``MAX_JSON_DEPTH`` — a
+value that could be stored but not read back (a 300-deep ``meta``) is refused before it is
+written.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from evermind.errors import ConfigError
+from evermind.memory.records import check_json
 
 Stop = str | list[str] | None
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _well_formed(cls, data: Any) -> Any:
+        try:
+            check_json(data, "body")
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return data
 
 
 class StreamOptions(_Body):

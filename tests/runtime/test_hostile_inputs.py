@@ -1,0 +1,210 @@
+"""Hostile requests get a clear 4xx, never a 500, and never a half-written row.
+
+The attacks of the hardening issue, each as a test: lone surrogates in every text field,
+subnormal temperatures, lax types (``"max_tokens": "10"``), JSON nested too deep to read back,
+a cross-site form post and a DNS-rebinding ``Host`` against a server without tokens, and two
+``Authorization`` headers. A property test then throws hypothesis-generated values at every
+field of every JSON endpoint and asserts the answer is never a 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.server import ServerThread
+from tests.factories import tiny_package
+from tests.runtime.helpers import TOKEN_A, assert_error
+
+MODEL = "evermind/hostile"
+LONE = "a\ud800b"
+
+
+def post(client: httpx.Client, path: str, body: Any, **headers: str) -> httpx.Response:
+    """POSTs ``body`` as JSON text as a client would send it (``\\ud800`` escapes and all)."""
+    data = json.dumps(body).encode()
+    return client.post(path, content=data, headers={"content-type": "application/json", **headers})
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerThread, alpha: httpx.Client) -> httpx.Client:
+    assert alpha.post("/v1/models", content=tiny_package("hostile", "1.0.0")).status_code in (
+        200,
+        201,
+    )
+    return alpha
+
+
+ENDPOINTS: dict[str, dict[str, Any]] = {
+    "/v1/completions": {"model": MODEL, "prompt": "hi", "max_tokens": 2},
+    "/v1/chat/completions": {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2,
+    },
+    "/v1/embeddings": {"model": MODEL, "input": "hi"},
+    "/v1/memory/remember": {"key": "k", "content": "hi", "tags": ["t"]},
+    "/v1/memory/recall": {"query": "hi"},
+    "/v1/semantic-cache/store": {"embedding": [1.0, 0.0], "response": "r", "query": "q"},
+    "/v1/semantic-cache/lookup": {"embedding": [1.0, 0.0], "query": "q"},
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/v1/completions", "prompt"),
+        ("/v1/embeddings", "input"),
+        ("/v1/memory/remember", "key"),
+        ("/v1/memory/remember", "content"),
+        ("/v1/memory/recall", "query"),
+        ("/v1/semantic-cache/store", "query"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_the_field(
+    client: httpx.Client, path: str, field: str
+) -> None:
+    body = {**ENDPOINTS[path], field: LONE}
+    message = assert_error(post(client, path, body), 400)
+    assert field in message and "surrogate" in message
+
+
+def test_lone_surrogates_in_chat_content_and_tags_are_refused(client: httpx.Client) -> None:
+    chat = {**ENDPOINTS["/v1/chat/completions"], "messages": [{"role": "user", "content": LONE}]}
+    assert "messages[0].content" in assert_error(post(client, "/v1/chat/completions", chat), 400)
+    tags = {**ENDPOINTS["/v1/memory/remember"], "tags": [LONE]}
+    assert "tags[0]" in assert_error(post(client, "/v1/memory/remember", tags), 400)
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-308, 2.2250738585072014e-308, 0.0])
+def test_a_subnormal_temperature_generates(client: httpx.Client, temperature: float) -> None:
+    body = {**ENDPOINTS["/v1/completions"], "temperature": temperature}
+    assert post(client, "/v1/completions", body).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("max_tokens", "10"), ("stream", "yes"), ("temperature", "0.5")]
+)
+def test_types_are_strict_as_the_openai_api_documents(
+    client: httpx.Client, field: str, value: str
+) -> None:
+    body = {**ENDPOINTS["/v1/completions"], field: value}
+    assert field in assert_error(post(client, "/v1/completions", body), 400)
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def test_deep_json_is_refused_before_the_write_and_the_namespace_stays_readable(
+    client: httpx.Client,
+) -> None:
+    namespace = "deep-json"
+    ok = {"key": "fine", "content": "a readable memory", "namespace": namespace}
+    assert post(client, "/v1/memory/remember", ok).status_code == 200
+    bad = {"key": "deep", "content": "x", "namespace": namespace, "meta": _deep(300)}
+    assert "nested deeper" in assert_error(post(client, "/v1/memory/remember", bad), 400)
+    listed = client.get("/v1/memory", params={"namespace": namespace})
+    assert listed.status_code == 200
+    assert [m["key"] for m in listed.json()["data"]] == ["fine"]  # nothing half-written
+    recalled = post(client, "/v1/memory/recall", {"query": "readable", "namespace": namespace})
+    assert recalled.status_code == 200 and recalled.json()["data"][0]["key"] == "fine"
+    cache = {
+        "embedding": [0.0, 1.0],
+        "response": _deep(300),
+        "query": "deep",
+        "namespace": namespace,
+    }
+    assert_error(post(client, "/v1/semantic-cache/store", cache), 400)
+    shallow = {**cache, "response": _deep(20)}  # deep but within the limit: stored and served
+    assert post(client, "/v1/semantic-cache/store", shallow).status_code == 200
+    hit = post(client, "/v1/semantic-cache/lookup", {"embedding": [0.0, 1.0], "query": "deep",
+                                                      "namespace": namespace})  # fmt: skip
+    assert hit.status_code == 200 and hit.json()["hit"]["response"] == _deep(20)
+
+
+def test_two_authorization_headers_are_refused(server: ServerThread) -> None:
+    headers = [("authorization", "Bearer wrong-token"), ("authorization", f"Bearer {TOKEN_A}")]
+    response = httpx.get(server.url + "/v1/models", headers=headers)
+    assert_error(response, 400, "duplicate_authorization")
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """A server WITHOUT a tokens file (loopback only): the one a web page could reach."""
+    root: Path = tmp_path_factory.mktemp("open-runtime")
+    with ServerThread(RuntimeConfig(data_dir=root / "data", port=0, rate_limit=0)) as running:
+        yield running
+
+
+def test_a_cross_site_form_post_cannot_install_a_model(open_server: ServerThread) -> None:
+    package = tiny_package("csrf", "1.0.0")
+    form = {"content-type": "text/plain", "origin": "https://attacker.example"}
+    refused = httpx.post(open_server.url + "/v1/models", content=package, headers=form)
+    assert_error(refused, 403, "forbidden_origin")
+    no_origin = httpx.post(
+        open_server.url + "/v1/models", content=package, headers={"content-type": "text/plain"}
+    )
+    assert_error(no_origin, 415, "unsupported_media_type")
+    assert httpx.get(open_server.url + "/v1/models").json()["data"] == []
+    # The Studio on another loopback port may push, as before.
+    studio = {"content-type": "application/octet-stream", "origin": "http://127.0.0.1:5173"}
+    assert (
+        httpx.post(open_server.url + "/v1/models", content=package, headers=studio).status_code
+        == 201
+    )
+
+
+def test_dns_rebinding_host_is_refused(open_server: ServerThread) -> None:
+    remember = {"key": "secret", "content": "the launch code"}
+    for host in ("attacker.example", "attacker.example:8377", "127.attacker.example"):
+        read = httpx.get(open_server.url + "/v1/memory", headers={"host": host})
+        assert_error(read, 421, "misdirected_request")
+        write = httpx.post(open_server.url + "/v1/memory/remember", json=remember,
+                           headers={"host": host})  # fmt: skip
+        assert_error(write, 421, "misdirected_request")
+    for host in ("127.0.0.1", "localhost:1234", "[::1]:8377"):
+        assert httpx.get(open_server.url + "/v1/memory", headers={"host": host}).status_code == 200
+
+
+HOSTILE = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=True),
+        st.text(max_size=20),
+        st.sampled_from([LONE, "\ud800", "\udfff", "10", "yes", "", "\x00", "\u2028", "NaN"]),
+    ),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(path=st.sampled_from(sorted(ENDPOINTS)), data=st.data())
+def test_no_hostile_value_in_any_field_gives_a_5xx(
+    client: httpx.Client, path: str, data: Any
+) -> None:
+    body = dict(ENDPOINTS[path])
+    field = data.draw(st.sampled_from([*sorted(body), "namespace", "meta", "temperature"]))
+    body[field] = data.draw(HOSTILE)
+    response = post(client, path, body)
+    assert response.status_code < 500, (path, field, body[field], response.text[:300])
