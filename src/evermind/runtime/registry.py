@@ -4,10 +4,11 @@ This module owns :class:`ModelRegistry`: it resolves an id (``evermind/<name>:<v
 or ``evermind/<name>``, the newest version) to an :class:`~evermind.runtime.installs.Install`
 of the caller's tenant, and keeps loaded :class:`~evermind.model.inference.Model` objects in an
 LRU bounded by a memory budget. Models load lazily, on first use, in the worker pool, once
-even when many requests ask at the same time. A push hands over the package it just verified
-(:meth:`ModelRegistry.keep_verified`), so the first use builds the model from that object
-instead of reading and verifying the file again: one push, one parse. Usage counters per
-model live here too.
+even when many requests ask at the same time. A push builds the model before it installs
+anything (:func:`servable`: the model is built from the package and runs one token and one
+embedding, so a package that reads but cannot be served is refused with the reason) and hands
+the built model over (:meth:`ModelRegistry.keep_built`): one push, one parse, one build.
+Usage counters per model live here too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from evermind.errors import NotFound, Unavailable
+import numpy as np
+
+from evermind.errors import EvermindError, NotFound, PackageError, Unavailable
 from evermind.model.inference import Model
 from evermind.package import Package, read_package
 from evermind.runtime.installs import Install, InstallStore
@@ -114,8 +117,6 @@ class ModelRegistry:
         self._executor = executor
         self._loaded: OrderedDict[LoadKey, tuple[Model, int]] = OrderedDict()
         self._loading: dict[LoadKey, asyncio.Future[Model]] = {}
-        #: Packages verified by a push and not used yet, oldest first, with their sizes.
-        self._verified: OrderedDict[LoadKey, tuple[Package, int]] = OrderedDict()
         self.stats: dict[LoadKey, ModelStats] = {}
         self.loads = 0
         self.evictions = 0
@@ -167,8 +168,8 @@ class ModelRegistry:
     # ------------------------------------------------------------------ loading
 
     async def model(self, install: Install) -> Model:
-        """The loaded model of ``install``: from the LRU, built from the package its push
-        verified, or read and verified now.
+        """The loaded model of ``install``: from the LRU (where a push leaves the model it
+        built), or read, verified and built now.
 
         Must be called on the event loop (the LRU is not locked).
 
@@ -189,11 +190,7 @@ class ModelRegistry:
         self._loading[key] = future
         try:
             start = time.perf_counter()
-            verified = self._verified.pop(key, None)
-            if verified is not None:
-                model = await loop.run_in_executor(self._executor, Model, verified[0])
-            else:
-                model = await loop.run_in_executor(self._executor, _load, install)
+            model = await loop.run_in_executor(self._executor, _load, install)
             logger.info("loaded %s in %.2f s", install.ref, time.perf_counter() - start)
             self.loads += 1
             self._admit(key, model, estimate_bytes(install))
@@ -213,29 +210,53 @@ class ModelRegistry:
             self.evictions += 1
             logger.info("evicted %s:%s of tenant %s (memory budget)", old[1], old[2], old[0])
 
-    def keep_verified(self, install: Install, package: Package) -> None:
-        """Keeps ``package``, which a push just read and verified as ``install``, for the
-        first use to build its model from (instead of parsing the file again).
+    def keep_built(self, install: Install, model: Model) -> None:
+        """Admits ``model``, which a push just built from ``install``'s package (see
+        :func:`servable`), as loaded: its first use does not read the file again.
 
-        Kept packages count against the memory budget together with the loaded models;
-        beyond it the oldest kept ones are dropped (their first use reads the file then).
-        Must be called on the event loop.
+        It counts against the memory budget like any loaded model (the least recently used
+        ones are evicted beyond it). Must be called on the event loop.
         """
         key = self.key(install)
-        if package.digest != install.digest or key in self._loaded or key in self._loading:
+        if model.fingerprint != install.digest or key in self._loaded or key in self._loading:
             return
-        self._verified[key] = (package, _package_bytes(install))
-        self._verified.move_to_end(key)
-        kept = sum(size for _, size in self._verified.values())
-        while self._verified and self.loaded_bytes + kept > self.budget_bytes:
-            _, (_, size) = self._verified.popitem(last=False)
-            kept -= size
+        self._admit(key, model, estimate_bytes(install))
 
     def unload(self, install: Install) -> None:
         """Drops ``install``'s model from memory (after a delete)."""
         self._loaded.pop(self.key(install), None)
-        self._verified.pop(self.key(install), None)
         self.stats.pop(self.key(install), None)
+
+
+def servable(package: Package) -> Model:
+    """Builds the model of a verified ``package`` and proves it can serve: every weight
+    finite, one greedy token generated, one text embedded to a finite vector.
+
+    Everything serving reads is read here: the config's fields, the tokenizer's model and
+    merges, the weights and the embedding head. Runs in the worker pool.
+
+    Raises:
+        PackageError: The package cannot be served; the message names the part.
+    """
+    try:
+        model = Model(package)
+    except PackageError:
+        raise
+    except (EvermindError, ValueError, TypeError, KeyError, IndexError, OverflowError) as err:
+        raise PackageError(f"cannot be served: {type(err).__name__}: {err}") from err
+    for name, values in model.cpu.params.items():
+        if not np.all(np.isfinite(values)):
+            raise PackageError(f"cannot be served: tensor {name!r} holds NaN or infinite values")
+    try:
+        model.complete("The", max_new_tokens=1, temperature=0.0)
+        vector = model.embed(["The"])
+    except (EvermindError, ValueError, TypeError, KeyError, IndexError, OverflowError) as err:
+        raise PackageError(
+            f"cannot be served: generating one token failed: {type(err).__name__}: {err}"
+        ) from err
+    if not np.all(np.isfinite(vector)):
+        raise PackageError("cannot be served: its embedding of a text is not finite")
+    return model
 
 
 def _load(install: Install) -> Model:

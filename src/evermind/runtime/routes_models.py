@@ -22,7 +22,7 @@ from evermind.errors import PackageError
 from evermind.package import Package, PackageLimits, read_package
 from evermind.runtime.errors import ApiError
 from evermind.runtime.installs import Install
-from evermind.runtime.registry import parse_model_id
+from evermind.runtime.registry import parse_model_id, servable
 from evermind.runtime.state import Reader, Runtime, RuntimeDep, Writer
 
 logger = logging.getLogger(__name__)
@@ -85,12 +85,13 @@ async def push_model(
             package: Package = await loop.run_in_executor(
                 runtime.executor, functools.partial(read_package, upload, limits=limits)
             )
+            model = await loop.run_in_executor(runtime.executor, servable, package)
         except PackageError as err:
             raise ApiError(400, f"invalid package: {err}", "invalid_package") from err
         install, created = await loop.run_in_executor(
             runtime.executor, runtime.installs.install, who.tenant, upload, package
         )
-        runtime.registry.keep_verified(install, package)  # the first use builds from it
+        runtime.registry.keep_built(install, model)  # the first use serves it as built
     finally:
         upload.unlink(missing_ok=True)
     body = {"id": install.ref, "object": "model", "digest": install.digest, "created": created}
