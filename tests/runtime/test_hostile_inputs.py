@@ -10,7 +10,9 @@ field of every JSON endpoint and asserts the answer is never a 5xx.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +210,34 @@ def test_no_hostile_value_in_any_field_gives_a_5xx(
     body[field] = data.draw(HOSTILE)
     response = post(client, path, body)
     assert response.status_code < 500, (path, field, body[field], response.text[:300])
+
+
+def test_a_huge_recall_query_is_refused_and_healthz_stays_responsive(
+    server: ServerThread, client: httpx.Client
+) -> None:
+    namespace = "big-recall"
+    words = [f"term{i}" for i in range(3000)]
+    for i in range(300):
+        body = {"key": f"m{i}", "content": " ".join(words[i : i + 40]), "namespace": namespace}
+        assert post(client, "/v1/memory/remember", body).status_code == 200
+    huge = " ".join(words * 130)  # ~3.4 MB, the attack's size (under the 4 MB body cap)
+    message = assert_error(
+        post(client, "/v1/memory/recall", {"query": huge, "namespace": namespace}), 400
+    )
+    assert "8192" in message
+    largest = " ".join(words)[:8192]  # the biggest query recall accepts
+    worst = 0.0
+    with ThreadPoolExecutor(4) as pool:
+        busy = [
+            pool.submit(
+                post, client, "/v1/memory/recall", {"query": largest, "namespace": namespace}
+            )
+            for _ in range(8)
+        ]
+        while not all(f.done() for f in busy):
+            start = time.perf_counter()
+            assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+            worst = max(worst, time.perf_counter() - start)
+        assert all(f.result().status_code == 200 for f in busy)
+    print(f"worst /healthz latency during 8 max-size recalls: {worst * 1000:.0f} ms")
+    assert worst < 1.0  # a blocked loop took 4 s; the bound is loose for a busy CI machine

@@ -23,6 +23,7 @@ from evermind.errors import EvermindError
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.render import render_recall, render_record, render_remembered, render_tagged
 from evermind.memory import MemoryStore
+from evermind.memory.records import MAX_QUERY_CHARS
 
 READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag")
 WRITE_TOOLS = ("memory_remember", "memory_forget")
@@ -32,7 +33,12 @@ Key = Annotated[
     Field(min_length=1, max_length=512, description="The memory's key, e.g. 'pref-editor'."),
 ]
 Query = Annotated[
-    str, Field(min_length=1, description="What you want to know, in plain words or exact terms.")
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        description="What you want to know, in plain words or exact terms.",
+    ),
 ]
 Count = Annotated[int, Field(ge=1, description="How many results at most.")]
 Tag = Annotated[str, Field(min_length=1, description="One tag, e.g. 'preference'.")]

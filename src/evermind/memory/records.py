@@ -19,6 +19,8 @@ from evermind.errors import ConfigError, check_ranges
 
 #: Longest key accepted; keys are identifiers, not documents.
 MAX_KEY_LENGTH = 512
+#: Longest recall query accepted: a question, not a document (ranking cost grows with it).
+MAX_QUERY_CHARS = 8192
 #: Deepest nesting of a JSON value accepted in ``meta`` (and, through the runtime, a cached
 #: response): a document deeper than this cannot be read back by every JSON encoder.
 MAX_JSON_DEPTH = 32

@@ -38,10 +38,12 @@ from evermind.memory.embedder import VectorCache, as_embedder
 from evermind.memory.ranking import BM25Index
 from evermind.memory.recall import Snapshot, run_recall
 from evermind.memory.records import (
+    MAX_QUERY_CHARS,
     Hit,
     MemoryRecord,
     RecallOptions,
     WriteResult,
+    check_text,
     normalise_tags,
     validate_content,
     validate_importance,
@@ -325,6 +327,13 @@ class MemoryStore:
         """
         if not isinstance(query, str):
             raise ConfigError(f"recall: query must be a string, got {type(query).__name__}")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ConfigError(
+                f"recall: query of {len(query)} characters is over the limit of "
+                f"{MAX_QUERY_CHARS}; hint: recall with the question or its key terms, "
+                "not a whole document"
+            )
+        check_text(query, "recall: query")
         _check_count(top_k, "recall: top_k")
         wanted = None if tags is None else set(normalise_tags(tags))
         await self.refresh()

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evermind.errors import ConfigError
-from evermind.memory.records import check_json
+from evermind.memory.records import MAX_QUERY_CHARS, check_json
 
 Stop = str | list[str] | None
 
@@ -133,6 +133,6 @@ class RememberRequest(_MemoryScope):
 class RecallRequest(_MemoryScope):
     """``POST /v1/memory/recall``."""
 
-    query: str
+    query: str = Field(max_length=MAX_QUERY_CHARS)
     top_k: int = Field(5, ge=1, le=100)
     tags: list[str] | None = None
