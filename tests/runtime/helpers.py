@@ -53,6 +53,14 @@ def model_ids(client: httpx.Client) -> list[str]:
     return [m["id"] for m in response.json()["data"]]
 
 
+#: ``python -c`` program: ``evermind`` with a file-descriptor limit (as a small server has).
+_LIMITED = (
+    "import resource, sys; "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); "
+    "from evermind.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 class ServerProcess:
     """``evermind serve`` in a subprocess on a free loopback port (for crash tests).
 
@@ -60,24 +68,38 @@ class ServerProcess:
         data: The data directory.
         tokens_file: The tokens file.
         log: Where the server's output goes.
+        max_open_files: RLIMIT_NOFILE of the server process (None: inherited).
+        args: More ``evermind serve`` options.
     """
 
-    def __init__(self, data: Path, tokens_file: Path, log: Path) -> None:
+    def __init__(
+        self,
+        data: Path,
+        tokens_file: Path,
+        log: Path,
+        max_open_files: int | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         from evermind.runtime.server import free_port
 
         self.data = data
         self.tokens_file = tokens_file
         self.log = log
+        self.max_open_files = max_open_files
+        self.args = args
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> ServerProcess:
         """Starts the server and waits until ``/healthz`` answers."""
+        launcher = ["-m", "evermind.cli"]
+        if self.max_open_files is not None:
+            launcher = ["-c", _LIMITED.format(limit=self.max_open_files)]
         command = [
-            sys.executable, "-m", "evermind.cli", "serve",
+            sys.executable, *launcher, "serve",
             "--port", str(self.port), "--data", str(self.data),
-            "--tokens-file", str(self.tokens_file), "--log-level", "warning",
+            "--tokens-file", str(self.tokens_file), "--log-level", "warning", *self.args,
         ]  # fmt: skip
         with open(self.log, "ab") as sink:
             self.process = procs.popen(command, stdout=sink, stderr=subprocess.STDOUT)

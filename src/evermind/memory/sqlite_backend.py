@@ -72,8 +72,24 @@ _MIGRATIONS: tuple[str, ...] = (
 _COLUMNS = "key, content, tags, importance, created_at, updated_at, expires_at, archived, meta"
 
 
+class _Database:
+    """One SQLite connection and the one thread that uses it, shared by namespace views."""
+
+    def __init__(self) -> None:
+        self.conn: sqlite3.Connection | None = None
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="evermind-sqlite"
+        )
+
+
 class SQLiteBackend:
     """A ``MemoryBackend`` on one SQLite file, scoped to ``namespace``.
+
+    Each backend opened with the constructor owns a connection and a thread. A server with
+    many namespaces in one file opens ONE and asks it for :meth:`view` per namespace: a
+    view shares the owner's connection and thread (no file descriptor, no thread of its
+    own), costs a few hundred bytes, and closing it releases nothing but itself. Closing the
+    owner closes the connection for every view.
 
     Args:
         path: The database file (created if missing) or ``":memory:"``.
@@ -103,15 +119,36 @@ class SQLiteBackend:
         self.path = str(path)
         self._busy_ms = int(busy_timeout_s * 1000)
         self._durable = durable
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="evermind-sqlite"
-        )
-        self._conn: sqlite3.Connection | None = None
+        self._db = _Database()
+        self._owner = True
+        self._closed = False
         try:
-            self._executor.submit(self._open).result()
+            self._db.executor.submit(self._open).result()
         except BaseException:
-            self._executor.shutdown(wait=False)
+            self._db.executor.shutdown(wait=False)
             raise
+
+    def view(self, namespace: str) -> SQLiteBackend:
+        """A backend of ``namespace`` in the same file, on this backend's connection.
+
+        Raises:
+            ConfigError: ``namespace`` is not a non-empty string.
+            StorageError: This backend is closed.
+        """
+        if not isinstance(namespace, str) or not namespace:
+            raise ConfigError(
+                f"SQLiteBackend.view: namespace must be a non-empty string, got {namespace!r}"
+            )
+        self._connection()  # refuses on a closed backend
+        other = object.__new__(SQLiteBackend)
+        other.namespace = namespace
+        other.path = self.path
+        other._busy_ms = self._busy_ms
+        other._durable = self._durable
+        other._db = self._db
+        other._owner = False
+        other._closed = False
+        return other
 
     # ------------------------------------------------------------------ plumbing
 
@@ -123,7 +160,7 @@ class SQLiteBackend:
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._durable else 'NORMAL'}")
-            self._conn = conn
+            self._db.conn = conn
             self._migrate(conn)
         except sqlite3.DatabaseError as err:
             raise StorageError(
@@ -153,11 +190,11 @@ class SQLiteBackend:
             raise
 
     def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
+        if self._closed or self._db.conn is None:
             raise StorageError(
                 f"SQLite backend for {self.path!r} is closed; hint: open a new store"
             )
-        return self._conn
+        return self._db.conn
 
     async def _run(self, function: Callable[[sqlite3.Connection], _T]) -> _T:
         def call() -> _T:
@@ -165,7 +202,7 @@ class SQLiteBackend:
 
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, call)
+            return await loop.run_in_executor(self._db.executor, call)
         except RuntimeError as err:
             if "shutdown" in str(err):
                 raise StorageError(
@@ -422,25 +459,36 @@ class SQLiteBackend:
         return await self._run(work)
 
     async def close(self) -> None:
-        """Closes the connection and stops the worker thread. Safe to call twice."""
-        if self._conn is None:
+        """Closes the connection and stops the worker thread (a view: only itself). Safe to
+        call twice."""
+        if self._closed:
+            return
+        if not self._owner:
+            self._closed = True
+            return
+        if self._db.conn is None:
+            self._closed = True
             return
 
         def work(conn: sqlite3.Connection) -> None:
             conn.close()
 
         await self._run(work)
-        self._conn = None
-        self._executor.shutdown(wait=True)
+        self._db.conn = None
+        self._closed = True
+        self._db.executor.shutdown(wait=True)
 
     def close_sync(self) -> None:
         """Closes the backend without an event loop (for scripts and finalisers)."""
-        if self._conn is None:
+        if self._closed:
             return
-        conn = self._conn
-        self._executor.submit(conn.close).result()
-        self._conn = None
-        self._executor.shutdown(wait=True)
+        self._closed = True
+        if not self._owner or self._db.conn is None:
+            return
+        conn = self._db.conn
+        self._db.executor.submit(conn.close).result()
+        self._db.conn = None
+        self._db.executor.shutdown(wait=True)
 
 
 def _to_row(record: MemoryRecord) -> tuple[Any, ...]:

@@ -2,7 +2,11 @@
 
 Each ``(tenant, namespace)`` is one namespace ``<tenant>/<namespace>`` of the memory store's
 SQLite backend in the runtime database; tenants cannot name each other's namespaces because
-the tenant part comes from the token, never from the request. A request may name one of
+the tenant part comes from the token, never from the request. The whole database is ONE
+connection and one thread (:meth:`SQLiteBackend.view` per namespace), so a flood of new
+namespaces costs no file descriptors or threads; the stores kept in memory are bounded per
+tenant (a tenant's flood evicts its own least recently used stores, never another's) and
+in total. A request may name one of
 the tenant's models as the embedder (semantic recall); embeddings run on the worker pool.
 """
 
@@ -24,9 +28,10 @@ from evermind.model.inference import Model
 logger = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "default"
-#: Open SQLite backends kept at once; the least recently used is closed after a grace time.
-MAX_BACKENDS = 64
-CLOSE_GRACE_S = 60.0
+#: Namespace stores (with their in-memory indexes) kept per tenant, least recently used out.
+MAX_STORES_PER_TENANT = 32
+#: ... and in all (beyond it the least recently used store of any tenant goes).
+MAX_STORES = 256
 
 
 def check_namespace(namespace: str | None) -> str:
@@ -70,53 +75,54 @@ class MemoryService:
     def __init__(self, db_path: Path, executor: Executor) -> None:
         self.db_path = db_path
         self._executor = executor
-        self._backends: OrderedDict[str, SQLiteBackend] = OrderedDict()
-        self._stores: dict[tuple[str, str | None], MemoryStore] = {}
+        self._root: SQLiteBackend | None = None
+        #: (tenant, namespace, embedder digest) -> store, least recently used first.
+        self._stores: OrderedDict[tuple[str, str, str | None], MemoryStore] = OrderedDict()
+
+    async def _database(self) -> SQLiteBackend:
+        if self._root is None:
+            loop = asyncio.get_running_loop()
+            root = await loop.run_in_executor(None, SQLiteBackend, self.db_path, "default/-")
+            if self._root is None:
+                self._root = root
+            else:  # pragma: no cover - two first requests raced; keep one connection
+                await root.close()
+        return self._root
 
     async def store(self, tenant: str, namespace: str, model: Model | None) -> MemoryStore:
         """The store of ``tenant``'s ``namespace``, embedding with ``model`` (or lexical only)."""
-        scope = f"{tenant}/{namespace}"
-        backend = self._backends.get(scope)
-        if backend is None:
-            loop = asyncio.get_running_loop()
-            backend = await loop.run_in_executor(None, SQLiteBackend, self.db_path, scope)
-            self._backends[scope] = backend
-            self._evict()
-        self._backends.move_to_end(scope)
         digest = None if model is None else model.fingerprint
-        key = (scope, digest)
+        key = (tenant, namespace, digest)
         store = self._stores.get(key)
         if store is None:
+            backend = (await self._database()).view(f"{tenant}/{namespace}")
             embedder = None if model is None else PoolEmbedder(model, self._executor)
             store = MemoryStore(backend, embedder)
             self._stores[key] = store
+            self._evict(tenant)
+        self._stores.move_to_end(key)
         return store
 
-    def _evict(self) -> None:
-        while len(self._backends) > MAX_BACKENDS:
-            scope, backend = self._backends.popitem(last=False)
-            for key in [k for k in self._stores if k[0] == scope]:
-                del self._stores[key]
-            # In-flight requests may still hold the backend: close it a little later.
-            asyncio.get_running_loop().call_later(CLOSE_GRACE_S, _close_later, backend)
+    def _evict(self, tenant: str) -> None:
+        """Drops least recently used stores: the tenant's own beyond its share, then any."""
+        mine = [k for k in self._stores if k[0] == tenant]
+        for key in mine[: max(0, len(mine) - MAX_STORES_PER_TENANT)]:
+            del self._stores[key]  # a view: nothing to close; in-flight requests keep theirs
+        while len(self._stores) > MAX_STORES:
+            self._stores.popitem(last=False)
+
+    def stores_held(self, tenant: str | None = None) -> int:
+        """How many namespace stores are in memory (of ``tenant``, or in all)."""
+        return sum(1 for k in self._stores if tenant is None or k[0] == tenant)
 
     def forget_model(self, digest: str) -> None:
         """Drops stores that embed with a deleted model."""
-        for key in [k for k in self._stores if k[1] == digest]:
+        for key in [k for k in self._stores if k[2] == digest]:
             del self._stores[key]
 
     async def close(self) -> None:
-        """Closes every backend."""
+        """Closes the database connection."""
         self._stores.clear()
-        while self._backends:
-            _, backend = self._backends.popitem()
-            await backend.close()
-
-
-_closing: set[asyncio.Task[None]] = set()
-
-
-def _close_later(backend: SQLiteBackend) -> None:
-    task = asyncio.get_running_loop().create_task(backend.close())
-    _closing.add(task)  # keep a reference until it finishes
-    task.add_done_callback(_closing.discard)
+        if self._root is not None:
+            root, self._root = self._root, None
+            await root.close()
