@@ -73,6 +73,8 @@ export function trainPanel(app) {
     const words = { finished: "Finished", paused: "Paused", stopped: "Stopped" }[summary.state] ?? summary.state;
     app.say(message, `${words} at step ${summary.step} of ${summary.steps}: loss ${formatNumber(summary.initial_loss, 3)} → ${formatNumber(summary.final_loss, 3)}${summary.eval_loss != null ? `, held-out ${formatNumber(summary.eval_loss, 3)}` : ""}.`, "ok");
   };
+  // Said when training finishes, before the embedder phase that follows it.
+  app.addEventListener("trained", (e) => finished(e.detail));
   startButton.addEventListener("click", () => {
     app.say(message, "");
     app.train(options()).then(finished, report);
@@ -96,7 +98,7 @@ export function trainPanel(app) {
     if (app.state.embedderRunning) return "The embedder phase is running.";
     return app.hasModel ? null : "Train a model first.";
   }, embedderHint);
-  const embedderStatus = h("p", { class: "message", id: "embedder-status", role: "status", "aria-live": "polite", hidden: true });
+  const embedderStatus = h("p", { class: "status-line", id: "embedder-status", role: "status", "aria-live": "polite", hidden: true });
   const embedderProgress = h("p", { class: "hint", id: "embedder-progress", hidden: true });
   embedderButton.addEventListener("click", () => app.run(embedderButton, () => app.embedder(), embedderStatus));
 
