@@ -3,7 +3,7 @@
 // The served embedding is e = normalize(W (pool(h) - mu)); training pulls z = W (p - mu)
 // towards teacher vectors T by cosine. This shader holds the two steps that are not a
 // matmul or the pool (shaders/pool.wgsl); W is applied by shaders/matmul.wgsl.
-// Computes, with p (B, D) the mean-pooled states, mu (D,), z and T (B, E):
+// Computes, with p (B, D) the pooled unit vectors (pool.wgsl mean_l2), mu (D,), z and T (B, E):
 //   centre   centred[b, d] = p[b, d] - mu[d]
 //   cosine   for every row b < B, with zn = max(||z_b||, eps), tn = max(||T_b||, eps):
 //              cos_b       = (z_b . T_b) / (zn tn)

@@ -8,15 +8,20 @@
 // Two more entry points serve the embedding objective (shaders/embed_loss.wgsl):
 //   mean       out[b, d] = pooled[d]                           (no normalisation)
 //   mean_bwd   dhidden[b, t, d] = grad_pooled[b, d] / n  for t < n, 0 elsewhere
+// and the backward of mean_l2 (the embedding objective trains on the unit vectors, as the
+// package's head applies to them), with u = out[b] and r = max(||pooled||, eps):
+//   mean_l2_bwd  dp = (grad_pooled[b] - u (u . grad_pooled[b])) / r
+//                dhidden[b, t, d] = dp[d] / n  for t < n, 0 elsewhere
+//                (`out` is its scratch: it holds the raw mean afterwards)
 //
 // Bindings (group 0; each entry point binds only the ones it uses):
-//   0 hidden       storage read        B*L*D f32, row-major (B, L, D)     mean_l2, mean
+//   0 hidden       storage read        B*L*D f32, row-major (B, L, D)     mean_l2, mean, mean_l2_bwd
 //   1 lengths      storage read        B u32                              all
-//   2 out          storage read_write  B*D f32                            mean_l2, mean
+//   2 out          storage read_write  B*D f32                            mean_l2, mean, mean_l2_bwd
 //   3 params       uniform             Params                             all
-//   4 grad_pooled  storage read        B*D f32                            mean_bwd
-//   5 dhidden      storage read_write  B*L*D f32 (overwritten)            mean_bwd
-// Dispatch: mean_l2 and mean: one workgroup per batch row, b = wid.y * nwg.x + wid.x (2-D
+//   4 grad_pooled  storage read        B*D f32                            mean_bwd, mean_l2_bwd
+//   5 dhidden      storage read_write  B*L*D f32 (overwritten)            mean_bwd, mean_l2_bwd
+// Dispatch: mean_l2, mean and mean_l2_bwd: one workgroup per batch row, b = wid.y * nwg.x + wid.x (2-D
 // past 65,535 rows); the WG invocations stride over D (d = lid.x, lid.x + WG, ...), so
 // neighbouring invocations read neighbouring floats of each position. mean_bwd:
 // grid_1d(B*L*D, WG), one invocation per element of dhidden.
@@ -149,4 +154,58 @@ fn mean_bwd(@builtin(workgroup_id) wid: vec3<u32>,
         value = grad_pooled[b * dim + d] / f32(n);
     }
     dhidden[i] = value;
+}
+
+@compute @workgroup_size(WG)
+fn mean_l2_bwd(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(local_invocation_id) lid3: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let b = wid.y * nwg.x + wid.x;
+    if (b >= params.batch) {
+        return;  // uniform across the workgroup
+    }
+    let lid = lid3.x;
+    let dim = params.dim;
+    let seq_len = params.seq_len;
+    let n = min(lengths[b], seq_len);
+    let inv_n = select(0.0, 1.0 / f32(n), n > 0u);
+    let row_in = b * seq_len * dim;
+    let row_out = b * dim;
+
+    // 1. The raw mean, as mean_l2 computes it, kept in `out` (own columns only).
+    var local_max = 0.0;
+    for (var d = lid; d < dim; d += WG) {
+        var sum = 0.0;
+        for (var t = 0u; t < n; t++) {
+            sum += hidden[row_in + t * dim + d];
+        }
+        let mean = sum * inv_n;
+        out[row_out + d] = mean;
+        local_max = max(local_max, abs(mean));
+    }
+    let scale = reduce_scratch(lid, local_max, true);
+
+    // 2. Its norm r (overflow-safe, as in mean_l2), then u . g with u = mean / r.
+    let inv_scale = select(0.0, 1.0 / scale, scale > 0.0);
+    var local_sq = 0.0;
+    for (var d = lid; d < dim; d += WG) {
+        let x = out[row_out + d] * inv_scale;
+        local_sq += x * x;
+    }
+    let norm = scale * sqrt(reduce_scratch(lid, local_sq, false));
+    let inv_r = 1.0 / max(norm, params.eps);
+    var local_dot = 0.0;
+    for (var d = lid; d < dim; d += WG) {
+        local_dot += out[row_out + d] * inv_r * grad_pooled[row_out + d];
+    }
+    let dot = reduce_scratch(lid, local_dot, false);
+
+    // 3. dp = (g - u dot) / r, spread evenly over the valid prefix; padding gets 0.
+    for (var d = lid; d < dim; d += WG) {
+        let u = out[row_out + d] * inv_r;
+        let dp = (grad_pooled[row_out + d] - u * dot) * inv_r * inv_n;
+        for (var t = 0u; t < seq_len; t++) {
+            dhidden[row_in + t * dim + d] = select(0.0, dp, t < n);
+        }
+    }
 }

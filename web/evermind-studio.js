@@ -160,6 +160,17 @@ class EvermindStudioElement extends HTMLElement {
     return (await app.embed(list)).vectors;
   }
 
+  /**
+   * Runs the embedder phase (training runs it too when it finishes): distils the teacher at
+   * the runtime URL (POST <url>/v1/embeddings) or, without one, centres. Resolves with
+   * {method: "distill"|"centre", why, dim, ...}. Options: url, token, teacher, limit, steps, lr.
+   */
+  async embedder(options = {}) {
+    const app = this._need();
+    await this.ready;
+    return app.embedder(options);
+  }
+
   /** Exports the trained model; resolves with a File (a Blob) named like the package. */
   async exportPackage(options = {}) {
     const app = this._need();

@@ -30,6 +30,7 @@ from evermind.errors import ConfigError
 from evermind.model.config import PRESETS, MambaConfig
 from evermind.model.init import init_params
 from evermind.package import Tensor, write_package
+from evermind.package.head import EmbedderHead
 from evermind.package.manifest import utc_timestamp
 from evermind.tokenizer import Tokenizer
 from evermind.train.corpus import harvest_stdlib_docstrings
@@ -241,8 +242,10 @@ def export_package(
     device: str,
     bench: dict[str, float] | None = None,
     created_at: datetime | None = None,
+    embedder: EmbedderHead | None = None,
 ) -> bytes:
-    """Writes the ``.evermind`` package bytes of a trained model."""
+    """Writes the ``.evermind`` package bytes of a trained model (with ``embedder``, its
+    embedding head)."""
     shapes = config.param_shapes()
     tensors = {name: Tensor(shapes[name], params[name]) for name in shapes}
     training: dict[str, Any] = {"corpus": corpus, "device": device, "preset": job.preset}
@@ -270,6 +273,7 @@ def export_package(
         training=training,
         bench=bench,
         dtype=job.dtype,
+        embedder=embedder,
     )
 
 

@@ -94,11 +94,12 @@ def test_reference_backward_matches_finite_differences() -> None:
     head = rng.standard_normal((e, d))
     t = rng.standard_normal((b, e))
 
+    # The pooled vector is the L2-normalised mean, as the package's head takes it.
     def loss(h: np.ndarray, w: np.ndarray) -> float:
-        return ref.embed_loss_fwd(pool_ref.mean_pool_fwd(h, lengths), mu, w, t)
+        return ref.embed_loss_fwd(pool_ref.pool_fwd(h, lengths), mu, w, t)
 
-    dpooled, dhead = ref.embed_loss_bwd(pool_ref.mean_pool_fwd(hidden, lengths), mu, head, t)
-    dhidden = pool_ref.mean_pool_bwd(dpooled, lengths, seq_len)
+    dpooled, dhead = ref.embed_loss_bwd(pool_ref.pool_fwd(hidden, lengths), mu, head, t)
+    dhidden = pool_ref.pool_bwd(hidden, lengths, dpooled)
     assert_close(
         dhidden,
         finite_difference(lambda h: loss(h, head), hidden),

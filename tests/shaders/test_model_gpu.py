@@ -156,7 +156,7 @@ def _embed_batch(seed: int) -> tuple[array, array, array]:
 
 def _embed_reference(params, centre, head, batch) -> tuple[float, dict, np.ndarray]:
     from evermind.ops.embed_loss import embed_loss_bwd, embed_loss_fwd
-    from evermind.ops.pool import mean_pool_bwd, mean_pool_fwd
+    from evermind.ops.pool import pool_bwd, pool_fwd
 
     ids_a, lengths_a, targets_a = batch
     b = len(lengths_a)
@@ -165,10 +165,10 @@ def _embed_reference(params, centre, head, batch) -> tuple[float, dict, np.ndarr
     targets = np.frombuffer(targets_a, np.float32).reshape(b, EMBED_DIM).astype(np.float64)
     cpu = CpuMamba(CONFIG, params)
     hidden, cache = cpu.hidden_train(ids)
-    pooled = mean_pool_fwd(hidden.astype(np.float64), lengths)
+    pooled = pool_fwd(hidden.astype(np.float64), lengths)
     loss = embed_loss_fwd(pooled, centre, head, targets)
     dpooled, dhead = embed_loss_bwd(pooled, centre, head, targets)
-    grads = cpu.backward_hidden(cache, mean_pool_bwd(dpooled, lengths, L))
+    grads = cpu.backward_hidden(cache, pool_bwd(hidden.astype(np.float64), lengths, dpooled))
     return loss, grads, dhead
 
 

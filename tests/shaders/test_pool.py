@@ -84,6 +84,8 @@ def test_rejects_bad_arguments(device) -> None:
         Pool(device).mean_l2(small, small, small, 1, 2, 3)
     with pytest.raises(ShapeError, match="eps > 0"):
         Pool(device).mean_l2(small, small, small, 1, 1, 1, eps=0.0)
+    with pytest.raises(ShapeError, match="holds 4 f32"):
+        Pool(device).mean_l2_bwd(small, small, small, small, small, 1, 2, 3)
 
 
 def browser_cases() -> list:
@@ -142,7 +144,97 @@ def browser_cases() -> list:
             1e-6,
         )
     )
+    scratch = np.zeros((b, d), np.float32)
+    cases.append(
+        KernelCase(
+            f"pool.mean_l2_bwd {b}x{seq_len}x{d}",
+            launcher,
+            "mean_l2_bwd",
+            [
+                {"buf": "hidden"},
+                {"buf": "lengths"},
+                {"buf": "grad"},
+                {"buf": "scratch"},
+                {"buf": "dhidden"},
+                b,
+                seq_len,
+                d,
+            ],
+            {
+                "hidden": hidden,
+                "lengths": lengths,
+                "grad": grad,
+                "scratch": scratch,
+                "dhidden": np.ones((b, seq_len, d), np.float32),
+            },
+            {"dhidden": ref.pool_bwd(hidden, lengths, grad)},
+            2e-6,
+            1e-4,
+        )
+    )
     return cases
+
+
+def _mean_l2_bwd(device, hidden: np.ndarray, lengths: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    b, seq_len, d = hidden.shape
+    pool = Pool(device)
+    bh, bl, bg = (device.upload(a) for a in (hidden, lengths, grad))
+    scratch, dh = device.buffer(4 * b * d), device.buffer(4 * b * seq_len * d)
+    device.write(dh, np.full(b * seq_len * d, 7.0, np.float32))  # must be overwritten
+    device.submit([pool.mean_l2_bwd(bh, bl, bg, scratch, dh, b, seq_len, d)])
+    got = read_f32(device, dh, b * seq_len * d).reshape(b, seq_len, d)
+    device.destroy(bh, bl, bg, scratch, dh)
+    return got
+
+
+@pytest.mark.parametrize(("b", "seq_len", "d"), SHAPES)
+def test_mean_l2_backward_matches_reference(device, b: int, seq_len: int, d: int) -> None:
+    """The embedding objective's path: the gradient through the normalised mean."""
+    rng = np.random.default_rng(b * 11 + d)
+    hidden = rng.standard_normal((b, seq_len, d)).astype(np.float32)
+    lengths = rng.integers(0, seq_len + 2, size=b).astype(np.uint32)  # 0 and past L too
+    lengths[0] = seq_len
+    grad = rng.standard_normal((b, d)).astype(np.float32)
+    got = _mean_l2_bwd(device, hidden, lengths, grad)
+    want = ref.pool_bwd(hidden, lengths, grad)
+    # dp = (g - u (u . g)) / r: r shrinks like 1 / sqrt(n), so scale the tolerance by |want|.
+    scale = float(np.abs(want).max()) or 1.0
+    assert_close(got, want, atol=2e-6 * scale, rtol=1e-4, name="mean_l2_bwd")
+    assert not got[lengths == 0].any(), "an empty text gets no gradient"
+
+
+def test_mean_l2_backward_extreme_magnitudes(device) -> None:
+    """The norm is overflow/underflow-safe in the backward as in the forward."""
+    rng = np.random.default_rng(2)
+    hidden = rng.standard_normal((3, 4, 33)).astype(np.float32)
+    hidden[0] *= 1e25
+    hidden[1] *= 1e-25
+    lengths = np.array([4, 3, 2], np.uint32)
+    grad = rng.standard_normal((3, 33)).astype(np.float32)
+    got = _mean_l2_bwd(device, hidden, lengths, grad)
+    want = ref.pool_bwd(hidden, lengths, grad)
+    assert np.isfinite(got).all()
+    for row in range(3):
+        scale = float(np.abs(want[row]).max())
+        assert_close(got[row], want[row], atol=1e-5 * scale, rtol=1e-4, name=f"row {row}")
+
+
+def test_l2_backward_matches_finite_differences() -> None:
+    rng = np.random.default_rng(6)
+    hidden = rng.standard_normal((3, 4, 5))
+    lengths = np.array([4, 0, 2])
+    weights = rng.standard_normal((3, 5))
+
+    def loss(h: np.ndarray) -> float:
+        return float(np.sum(weights * ref.pool_fwd(h, lengths)))
+
+    assert_close(
+        ref.pool_bwd(hidden, lengths, weights),
+        finite_difference(loss, hidden),
+        atol=1e-8,
+        rtol=1e-6,
+        name="pool_bwd",
+    )
 
 
 @pytest.mark.parametrize(("b", "seq_len", "d"), SHAPES)

@@ -162,3 +162,124 @@ def test_embedder_train_distils_teacher_vectors_on_the_gpu(events) -> None:
     assert within > across
     # The language model shares the weights and still generates.
     assert call("generate", prompt="The", max_new_tokens=3, temperature=0)["tokens"] <= 3
+
+
+def _agreement(tab: list[list[float]], native) -> float:
+    """The lowest cosine between the tab's and the native package's vector of each text."""
+    import numpy as np
+
+    a = np.asarray(tab, np.float64)
+    b = np.asarray(native, np.float64)
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    return float(np.min(np.sum(a * b, axis=1)))
+
+
+NOUNS = ["file", "cache", "model", "memory", "query", "answer", "token", "vector"]
+VERBS = ["reads", "stores", "finds", "writes", "keeps", "serves"]
+#: A corpus with many distinct sentences (the embedder phase's texts).
+VARIED = (
+    TEXT
+    + "\n\n"
+    + " ".join(
+        f"The {n} {v} the {NOUNS[(i + 3) % len(NOUNS)]} number {i}."
+        for i, (n, v) in enumerate((n, v) for n in NOUNS for v in VERBS)
+    )
+)
+
+PROBES = [
+    "how do I convert 100 US dollars to euros",
+    "open the file and read it",
+    "what is the capital of Peru",
+    "The quick brown fox jumps over the lazy dog.",
+]
+
+
+def test_the_exported_package_embeds_like_the_tab_after_each_embedder_phase(events) -> None:
+    """The head the tab trains (distill) or fits (centre) is the package's: native
+    ``load(bytes).embed`` gives the tab's vectors."""
+    import evermind
+
+    call("corpus_add", name="notes.md", text=VARIED)
+    call("tokenizer_train", vocab_size=300)
+    call("train_start", config=TINY, steps=3, batch_size=2, seq_len=16, lr=1e-2)
+    texts = call("embedder_texts", limit=24)["texts"]
+    assert len(texts) == 24 and all(len(t.split()) >= 3 for t in texts)
+    assert len(set(texts)) == 24 and "number 4" in texts[-1]  # spread over the corpus
+    assert call("embedder_info")["method"] is None
+    before = call("embedder_info")["fingerprint"]
+
+    # Teacher-free: centring only.
+    centred = call("embedder_centre", limit=24, reason="no runtime URL")
+    assert centred["method"] == "centre" and centred["texts"] == len(texts)
+    assert centred["reason"] == "no runtime URL"
+    info = call("embedder_info")
+    assert info["method"] == "centre" and info["fingerprint"] != before
+    pkg_bytes = base64.b64decode(call("export_package", name="c", version="0.1.0")["data_b64"])
+    pkg = read_package(pkg_bytes)
+    assert pkg.manifest["embedder"]["method"] == "centre"
+    assert not pkg.manifest["embedder"]["projection"]
+    tab = call("embed", texts=PROBES)["vectors"]
+    native = evermind.load(pkg_bytes).embed(PROBES)
+    agreement = _agreement(tab, native)
+    print(f"centre: tab vs native package min cosine {agreement:.6f}")
+    assert agreement > 1 - 1e-4
+
+    # Distilled from a (made-up) 6-wide teacher.
+    targets = [[float((i * 7 + j * 3) % 5) - 2.0 for j in range(6)] for i in range(len(texts))]
+    out = call(
+        "embedder_train",
+        texts=texts,
+        targets=targets,
+        steps=8,
+        lr=1e-2,
+        batch_size=4,
+        teacher="teacher/made-up",
+    )
+    assert out["method"] == "distill" and out["dim"] == 6
+    info = call("embedder_info")
+    assert info["teacher"] == "teacher/made-up" and info["fingerprint"] != before
+    pkg_bytes = base64.b64decode(call("export_package", name="d", version="0.1.0")["data_b64"])
+    head = read_package(pkg_bytes).manifest["embedder"]
+    assert head["method"] == "distill" and head["teacher"] == "teacher/made-up"
+    assert head["dim"] == 6 and head["projection"]
+    tab = call("embed", texts=PROBES)["vectors"]
+    native = evermind.load(pkg_bytes).embed(PROBES)
+    agreement = _agreement(tab, native)
+    print(f"distill: tab vs native package min cosine {agreement:.6f}")
+    assert len(tab[0]) == 6 and agreement > 1 - 1e-4
+
+    # A reload restores the distilled weights with their head.
+    fresh = Session(lambda *a, **k: None)
+    fresh._kv = api.session()._kv
+    asyncio.run(fresh.restore_from_storage())
+    assert fresh.head is not None and fresh.head.method == "distill"
+    again = asyncio.run(fresh.embed(PROBES))
+    assert _agreement(again, native) > 1 - 1e-4
+
+
+def test_the_cache_and_memory_re_embed_when_the_embedder_changes(events) -> None:
+    """Stored memories and cache entries are embedded again under the new head."""
+    from evermind.studio import memory_api
+
+    call("corpus_add", name="notes.md", text=TEXT)
+    call("tokenizer_train", vocab_size=300)
+    call("train_start", config=TINY, steps=2, batch_size=2, seq_len=16, lr=1e-2)
+    tab = memory_api.tab_memory()
+    call("cache_store", query="how do I open a file", response="use open()")
+    cache_before = asyncio.run(tab.cache())
+    store_before = asyncio.run(tab.store())
+    call("embedder_centre", limit=16)
+    cache_after = asyncio.run(tab.cache())
+    store_after = asyncio.run(tab.store())
+    assert cache_after is not cache_before and store_after is not store_before
+    fingerprint = api.session().embedder_fingerprint
+    assert cache_after.fingerprint == fingerprint != cache_before.fingerprint
+    hit = call("cache_lookup", query="how do I open a file")
+    assert hit["hit"] and fingerprint in hit["ranked_by"]
+    # The stored entry's vector is the new embedder's, not the one it was stored under.
+    (key,) = cache_after.entries
+    (fresh,) = asyncio.run(cache_after._embed(["how do I open a file"]))
+    assert cache_after.index.cosine_to(key, fresh) == pytest.approx(1.0, abs=1e-5)
+    (head_vector,) = asyncio.run(api.session().embed(["how do I open a file"]))
+    assert len(head_vector) == TINY["d_model"]

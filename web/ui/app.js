@@ -14,6 +14,10 @@ import { memoryPanel } from "./panels/memory.js";
 import { cachePanel } from "./panels/cache.js";
 import { fromBase64 } from "./dom.js";
 import { modelsEndpoint, pushPackage } from "./push.js";
+import { DEFAULT_TEACHER, teacherVectors } from "./teacher.js";
+
+/** Most corpus sentences the embedder phase uses. */
+export const EMBEDDER_TEXTS = 512;
 
 const PANELS = [dataPanel, tokenizerPanel, trainPanel, tryPanel, exportPanel, memoryPanel, cachePanel];
 const MARKS = { done: "✓", active: "●", todo: "○" };
@@ -44,6 +48,9 @@ export class StudioApp extends EventTarget {
       exported: null,
       memoryCount: 0,
       cacheStored: 0,
+      embedder: null, // what the embedder phase did: {method, teacher, why, ...} or {error}
+      embedderRunning: false,
+      embedderProgress: null, // {stage: "teacher"|"train"|"centre", done, total}
     };
     this.gates = [];
     this.busyButtons = new Set();
@@ -316,12 +323,14 @@ export class StudioApp extends EventTarget {
 
   /** After boot: what the worker already holds (another Studio's work, a saved checkpoint). */
   async _restore() {
-    const [corpus, session, summary] = await Promise.all([
+    const [corpus, session, summary, embedder] = await Promise.all([
       this.call("corpus_info").catch(() => null),
       this.call("session_status").catch(() => null),
       this.call("train_summary").catch(() => null), // rejects while no model exists
+      this.call("embedder_info").catch(() => null),
     ]);
     const patch = {};
+    if (embedder?.method) patch.embedder = { ...embedder, why: embedder.reason || (embedder.teacher ? `distilled from ${embedder.teacher}` : embedder.method) };
     if (corpus && corpus.bytes > 0) patch.corpus = corpus;
     if (summary) {
       patch.summary = summary;
@@ -392,14 +401,20 @@ export class StudioApp extends EventTarget {
     }
     this.lastExport = null; // the model is about to change
     const kwargs = { ...options };
+    const embedderPhase = kwargs.embedder ?? true;
     delete kwargs.vocab_size;
+    delete kwargs.embedder;
     if (!kwargs.config) kwargs.preset ??= this.options.preset;
     this.setState({ training: "running", nParams: undefined, progress: resume ? this.state.progress : null, summary: resume ? this.state.summary : null, trainOptions: kwargs });
     this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume, steps: kwargs.steps } }));
     try {
       const summary = resume ? await this.call("train_resume") : await this.call("train_start", kwargs);
       this.setState({ training: summary.state, summary, checkpoint: null });
-      if (summary.state === "finished") this.dispatchEvent(new CustomEvent("trained", { detail: summary }));
+      if (summary.state === "finished") {
+        this.dispatchEvent(new CustomEvent("trained", { detail: summary }));
+        // The default flow ends with a working embedder (its failure never fails training).
+        if (embedderPhase) summary.embedder = await this.embedder(typeof embedderPhase === "object" ? embedderPhase : {}).catch((err) => ({ error: describeError(err) }));
+      }
       return summary;
     } catch (err) {
       const session = await this.call("session_status").catch(() => null);
@@ -423,7 +438,62 @@ export class StudioApp extends EventTarget {
   /** Whether a trained model is in the worker (this or another Studio trained one). */
   get hasModel() {
     const s = this.state.summary;
-    return Boolean(s && s.step > 0 && this.state.training !== "running");
+    return Boolean(s && s.step > 0 && this.state.training !== "running" && !this.state.embedderRunning);
+  }
+
+  /** The runtime URL and token the Export panel holds (the push fields), else the attribute. */
+  runtimeSettings() {
+    return this.runtimeFields?.() ?? { url: this.options.runtimeUrl || "", token: "" };
+  }
+
+  /**
+   * The embedder phase, on the corpus's sentences (at most `limit`): with a runtime URL
+   * whose /v1/embeddings answers, distil its teacher's vectors into the model on WebGPU
+   * (`embedder_train`); without one, or when the teacher fails, the teacher-free fallback:
+   * centring only (`embedder_centre`). Resolves with what ran and why ({method, why, ...}).
+   */
+  async embedder({ url, token, teacher = DEFAULT_TEACHER, limit = EMBEDDER_TEXTS, steps, lr = 0.005, batch_size = 16 } = {}) {
+    if (this.state.embedderRunning) throw new Error("the embedder phase is already running");
+    if (!this.state.summary?.step || this.state.training === "running") throw new Error("train a model first (step 3), then run the embedder phase");
+    const settings = this.runtimeSettings();
+    url = (url ?? settings.url ?? "").trim();
+    token = token ?? settings.token;
+    const progress = (stage, done, total) => this.setState({ embedderProgress: { stage, done, total } }, { share: false });
+    this.setState({ embedderRunning: true, embedderProgress: null, embedder: null });
+    try {
+      const { texts } = await this.call("embedder_texts", { limit });
+      if (!texts.length) throw new Error("the corpus has no sentences to fit the embedder on; add text in the Data panel");
+      let reason;
+      if (url) {
+        try {
+          progress("teacher", 0, texts.length);
+          const { vectors, model } = await teacherVectors(url, token, teacher, texts, { onProgress: (done, total) => progress("teacher", done, total) });
+          const n = steps ?? Math.min(200, Math.max(30, Math.ceil((3 * texts.length) / batch_size)));
+          progress("train", 0, n);
+          const result = await this.call("embedder_train", { texts, targets: vectors, steps: n, lr, batch_size, teacher: model });
+          return this._embedderDone({ ...result, url, why: `distilled from ${model} at ${url} on ${texts.length} corpus sentences` });
+        } catch (err) {
+          reason = `the teacher at ${url} failed: ${describeError(err)} So no teacher: centred the model's vectors on the corpus instead.`;
+        }
+      } else {
+        reason = "no runtime URL (set it in the Export panel for a teacher), so centred the model's vectors on the corpus: teacher-free, it removes the direction every text shares.";
+      }
+      progress("centre", 0, texts.length);
+      const result = await this.call("embedder_centre", { texts, reason });
+      return this._embedderDone({ ...result, why: reason });
+    } catch (err) {
+      this.setState({ embedder: { error: describeError(err) } });
+      throw err;
+    } finally {
+      this.setState({ embedderRunning: false });
+    }
+  }
+
+  _embedderDone(embedder) {
+    this.lastExport = null; // the package now carries a new head
+    this.setState({ embedder });
+    this.dispatchEvent(new CustomEvent("embedder", { detail: embedder }));
+    return embedder;
   }
 
   async generate(prompt, options = {}) {

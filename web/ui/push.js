@@ -3,6 +3,11 @@
 
 /** The runtime's model endpoint for `url`; throws words when `url` is not an http(s) URL. */
 export function modelsEndpoint(url) {
+  return runtimeEndpoint(url, "/v1/models");
+}
+
+/** `<url><path>` (path under the runtime URL's own path); throws words for a non-http(s) URL. */
+export function runtimeEndpoint(url, path) {
   let base;
   try {
     base = new URL(url);
@@ -10,7 +15,7 @@ export function modelsEndpoint(url) {
     throw new Error(`runtime URL ${JSON.stringify(url)} is not a URL; expected e.g. http://127.0.0.1:8080`);
   }
   if (!/^https?:$/.test(base.protocol)) throw new Error(`runtime URL must start with http:// or https://, got ${base.protocol}`);
-  return new URL(`${base.pathname.replace(/\/+$/, "")}/v1/models`, base);
+  return new URL(`${base.pathname.replace(/\/+$/, "")}${path}`, base);
 }
 
 /** Resolves with {id, digest}; rejects with an Error carrying the server's own words. */

@@ -3,8 +3,11 @@
 Training the served embedding ``normalize(W · (pool(h) − μ))`` by cosine distillation
 against teacher vectors is, on the GPU::
 
-    Pool.mean → EmbedLoss.centre → Matmul.linear (W) → EmbedLoss.loss_and_grad
-    backward: Matmul.linear_bwd_weight (dW), Matmul.linear_bwd_input (dpooled) → Pool.mean_bwd
+    Pool.mean_l2 → EmbedLoss.centre → Matmul.linear (W) → EmbedLoss.loss_and_grad
+    backward: Matmul.linear_bwd_weight (dW), Matmul.linear_bwd_input (dpooled)
+              → Pool.mean_l2_bwd
+
+``pool`` is the L2-normalised mean, the package head's raw vector (``evermind.package.head``).
 
 :meth:`EmbedLoss.cosine` writes each row's ``1 − cos`` and ``dL/dz``; the scalar loss is
 ``cross_entropy.wgsl``'s deterministic scaled sum (:meth:`CrossEntropy.mean`), reused.
@@ -51,7 +54,7 @@ class EmbedLoss:
         """``centred[b] = pooled[b] − mu`` (B, D).
 
         Args:
-            pooled: (B, D) f32 mean-pooled states.
+            pooled: (B, D) f32 pooled unit vectors.
             mu: (D,) f32 centring vector.
             centred: (B, D) f32 output (may not alias ``pooled``).
             b: Rows B.

@@ -2,8 +2,9 @@
 
 This is the embedding head: the final hidden states (B, L, D) of a batch of texts become
 (B, D) unit vectors for the memory store and the semantic cache. :meth:`Pool.mean` and
-:meth:`Pool.mean_bwd` are the plain mean and its backward, for training the embedding
-(``evermind.kernels.embed_loss``).
+:meth:`Pool.mean_bwd` are the plain mean and its backward; :meth:`Pool.mean_l2_bwd` is the
+backward of :meth:`Pool.mean_l2`, which the embedding objective trains through
+(``evermind.kernels.embed_loss``): the package's head applies to the unit vectors.
 The numpy reference is ``evermind.ops.pool``.
 """
 
@@ -146,4 +147,56 @@ class Pool:
             bindings,
             grid_1d(b * seq_len * d, self.workgroup_size),
             label=f"mean_bwd {b}x{seq_len}x{d}",
+        )
+
+    def mean_l2_bwd(
+        self,
+        hidden: Buffer,
+        lengths: Buffer,
+        grad_out: Buffer,
+        scratch: Buffer,
+        dhidden: Buffer,
+        b: int,
+        seq_len: int,
+        d: int,
+        eps: float = EPS,
+    ) -> Dispatch:
+        """The backward of :meth:`mean_l2`: ``dhidden`` given the unit vectors' gradient.
+
+        With ``u = out[b]`` and ``r = max(||mean_b||, eps)``:
+        ``dhidden[b, t] = (g_b − u (u · g_b)) / (r · n_b)`` on the valid prefix, 0 elsewhere
+        (``evermind.ops.pool.pool_bwd``).
+
+        Args:
+            hidden: (B, L, D) f32, the forward's hidden states.
+            lengths: (B,) uint32, the forward's.
+            grad_out: (B, D) f32 gradient of the unit vectors.
+            scratch: (B, D) f32, overwritten with the raw means.
+            dhidden: (B, L, D) f32 output, overwritten (padding positions get 0).
+            b: Batch size B.
+            seq_len: Sequence length L.
+            d: Model dimension D.
+            eps: The forward's norm floor.
+        """
+        op = "pool.mean_l2_bwd"
+        self._check_sizes(op, b, seq_len, d)
+        if not eps > 0.0:
+            raise ShapeError(f"{op}: expected eps > 0, got {eps}")
+        need_f32(op, "hidden", hidden, b * seq_len * d)
+        need_f32(op, "lengths (uint32)", lengths, b)
+        need_f32(op, "grad_out", grad_out, b * d)
+        need_f32(op, "scratch", scratch, b * d)
+        need_f32(op, "dhidden", dhidden, b * seq_len * d)
+        params = self._params(b, seq_len, d, eps, "pool.mean_l2_bwd.params")
+        kernel = self.device.kernel(SHADER, "mean_l2_bwd", {"WG": self.workgroup_size})
+        bindings = {
+            _HIDDEN: hidden,
+            _LENGTHS: lengths,
+            _OUT: scratch,
+            _PARAMS: params,
+            _GRAD_POOLED: grad_out,
+            _DHIDDEN: dhidden,
+        }
+        return self.device.dispatch(
+            kernel, bindings, grid_1d(b, 1), label=f"mean_l2_bwd {b}x{seq_len}x{d}"
         )

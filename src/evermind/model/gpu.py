@@ -26,9 +26,12 @@ objective (cosine distillation of ``z = W · (pool(h_f) − μ)`` against teache
 ``evermind.ops.embed_loss``), whose backward enters the same graph at the final norm::
 
     h_f = rmsnorm_f(h_L)  (no LM head)
-    p   = mean-pool(h_f over each text's valid tokens) ;  z = (p − μ) · Wᵀ
+    p   = normalize(mean-pool(h_f over each text's valid tokens)) ;  z = (p − μ) · Wᵀ
     L   = mean_b (1 − cos(z_b, T_b))
-    dW  = dzᵀ (p − μ) ;  dp = dz · W ;  dh_f[b, t] = dp_b / n_b (t < n_b)  → the blocks
+    dW  = dzᵀ (p − μ) ;  dp = dz · W ;  dh_f = pool_bwd(dp)  (``Pool.mean_l2_bwd``) → the blocks
+
+``p`` is the package's raw vector (``evermind.package.head``: the L2-normalised mean pool), so
+the μ and W trained here are the package's embedding head as they stand.
 
 then the global-norm clip and AdamW over the model's weights and W. Per step Python writes
 the token ids, the lengths and the targets (:meth:`GpuMamba.embed_train_step`).
@@ -454,6 +457,7 @@ class GpuMamba:
             return dev.buffer(4 * count, label=f"embed.{name}")
 
         self.pooled, self.centred = buf("pooled", b * dm), buf("centred", b * dm)
+        self.pool_scratch = buf("pool_scratch", b * dm)
         self.z, self.dz = buf("z", b * e), buf("dz", b * e)
         self.dpooled, self.embed_row_loss = buf("dpooled", b * dm), buf("row_loss", b)
         self.embed_loss = buf("loss", 1)
@@ -464,12 +468,21 @@ class GpuMamba:
         head_bwd = [
             mm.linear_bwd_weight(self.dz, self.centred, head.grad, b, dm, e, accumulate=True),
             mm.linear_bwd_input(self.dz, head.param, self.dpooled, b, dm, e),
-            pool.mean_bwd(self.dpooled, self.lengths, scratch["dhf"], b, length, dm),
+            pool.mean_l2_bwd(
+                self.hf,
+                self.lengths,
+                self.dpooled,
+                self.pool_scratch,
+                scratch["dhf"],
+                b,
+                length,
+                dm,
+            ),
         ]
 
         def embed_head() -> list[Dispatch]:
             return [
-                pool.mean(self.hf, self.lengths, self.pooled, b, length, dm),
+                pool.mean_l2(self.hf, self.lengths, self.pooled, b, length, dm),
                 el.centre(self.pooled, self.centre, self.centred, b, dm),
                 mm.linear(self.centred, head.param, self.z, b, dm, e),
             ]
@@ -648,7 +661,7 @@ class GpuMamba:
         self.device.write(self.embed_targets, array("f", targets))
 
     async def embed_forward(self, ids: Any, lengths: Any) -> tuple[array[float], array[float]]:
-        """The pooled states p (B·D floats) and ``z = W · (p − μ)`` (B·E floats) of a batch.
+        """The pooled unit vectors p (B·D floats) and ``z = W · (p − μ)`` (B·E floats) of a batch.
 
         Args:
             ids: B·L token ids, each text's tokens first (right padding).

@@ -1,8 +1,9 @@
 """numpy reference for ``shaders/embed_loss.wgsl``: cosine distillation of embeddings (native-only).
 
 The embedding the model serves is ``e = normalize(W · (pool(h) − μ))``: ``pool`` the mean of
-each text's final normed hidden states over its valid tokens (``evermind.ops.pool``), ``μ``
-(D,) a fixed centring vector and ``W`` (E, D) a projection head. Distillation pulls ``z``
+each text's final normed hidden states over its valid tokens, L2-normalised
+(``evermind.ops.pool.pool_fwd``, the package head's ``"mean-l2"`` raw vector), ``μ`` (D,) a
+fixed centring vector and ``W`` (E, D) a projection head. Distillation pulls ``z``
 towards a teacher's vectors ``T`` (B, E) by cosine. Shapes: pooled (B, D), centre (D,),
 head (E, D), z and targets (B, E). float64 inside, results in the inputs' floating dtype::
 
@@ -89,7 +90,7 @@ def embed_loss_fwd(
     scale: float | None = None,
     eps: float = EMBED_EPS,
 ) -> float:
-    """The distillation loss of mean-pooled states ``pooled`` (B, D) against ``targets``."""
+    """The distillation loss of pooled unit vectors ``pooled`` (B, D) against ``targets``."""
     z = linear_fwd(centre_fwd(f64(pooled), centre), f64(head))
     return cosine_loss_fwd(z, targets, scale, eps)[1]
 
@@ -104,8 +105,8 @@ def embed_loss_bwd(
 ) -> tuple[Floats, Floats]:
     """Gradients of :func:`embed_loss_fwd`: ``(dpooled (B, D), dhead (E, D))``.
 
-    ``centre`` is fixed (no gradient); pass ``dpooled`` to
-    ``evermind.ops.pool.mean_pool_bwd`` for the hidden states' gradient.
+    ``centre`` is fixed (no gradient); pass ``dpooled`` to ``evermind.ops.pool.pool_bwd``
+    for the hidden states' gradient.
     """
     c = centre_fwd(f64(pooled), centre)
     w = f64(head)

@@ -11,9 +11,10 @@ model is causal, so texts are padded on the right), out (B, D). float64 inside, 
     backward, with u = out_b and r = max(||pooled_b||, eps):
     dpooled_b = (dout_b - u (u . dout_b)) / r;  dhidden[b, t] = dpooled_b / n_b for t < n_b
 
-The plain mean (no normalisation) and its backward are :func:`mean_pool_fwd` and
-:func:`mean_pool_bwd` (the ``mean`` and ``mean_bwd`` entry points): the pooled vector the
-embedding objective centres and projects (``evermind.ops.embed_loss``)::
+:func:`pool_fwd` / :func:`pool_bwd` are the ``mean_l2`` / ``mean_l2_bwd`` entry points: the
+unit vector the embedding objective centres and projects (``evermind.ops.embed_loss``), as
+the package's head does. The plain mean (no normalisation) and its backward are
+:func:`mean_pool_fwd` and :func:`mean_pool_bwd` (the ``mean`` and ``mean_bwd`` entry points)::
 
     pooled_b = mean over t < n_b of hidden[b, t]            (0 where n_b = 0)
     dhidden[b, t] = dpooled_b / n_b for t < n_b, 0 elsewhere

@@ -27,6 +27,8 @@ from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
 from evermind.studio import bench_api, memory_api
 from evermind.studio.rpc import Handler, Router, emit, merge, session, set_emitter
+from evermind.studio.session import EMBEDDER_TEXTS
+from evermind.studio.session import embedder_texts as corpus_embedder_texts
 from evermind.tokenizer import Tokenizer
 from evermind.train.corpus import harvest_stdlib_docstrings
 from evermind.train.loop import TrainConfig
@@ -241,10 +243,11 @@ async def embedder_train(
     lr: float = 3e-3,
     batch_size: int = 8,
     seed: int = 0,
+    teacher: str = "",
 ) -> dict[str, Any]:
     """Distils teacher vectors (one per text, e.g. from a ``/v1/embeddings`` endpoint the
     page called) into the tab's model on WebGPU (``embedder-progress`` events); ``embed``
-    then serves the distilled embedding."""
+    then serves the distilled embedding and ``export_package`` writes its head."""
     return await session().embedder_train(
         list(texts),
         [[float(x) for x in t] for t in targets],
@@ -252,7 +255,31 @@ async def embedder_train(
         float(lr),
         int(batch_size),
         int(seed),
+        str(teacher),
     )
+
+
+@handler
+async def embedder_texts(limit: int = EMBEDDER_TEXTS) -> dict[str, Any]:
+    """The corpus sentences the embedder phase embeds (at most ``limit``)."""
+    texts = corpus_embedder_texts(session().corpus_text, int(limit))
+    return {"texts": texts, "count": len(texts)}
+
+
+@handler
+async def embedder_centre(
+    texts: list[str] | None = None, limit: int = EMBEDDER_TEXTS, reason: str = ""
+) -> dict[str, Any]:
+    """The teacher-free embedder phase: centring on the corpus sentences (or ``texts``)."""
+    s = session()
+    chosen = list(texts) if texts is not None else corpus_embedder_texts(s.corpus_text, int(limit))
+    return await s.embedder_centre(chosen, str(reason))
+
+
+@handler
+async def embedder_info() -> dict[str, Any]:
+    """What serves ``embed`` now (method, teacher, dim, fingerprint)."""
+    return session().embedder_info()
 
 
 @handler

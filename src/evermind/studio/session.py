@@ -13,6 +13,7 @@ import hashlib
 import logging
 import math
 import random
+import re
 import time
 from array import array
 from collections.abc import Callable
@@ -35,6 +36,8 @@ from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
 from evermind.package import read_package
+from evermind.package.head import EmbedderHead
+from evermind.package.tensor import Tensor
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
 from evermind.train.data import eval_windows
@@ -46,6 +49,31 @@ log = logging.getLogger(__name__)
 Emit = Callable[..., None]
 #: Bytes per token, for the token estimate before a tokenizer exists.
 BYTES_PER_TOKEN_ESTIMATE = 3.5
+#: Most corpus texts the embedder phase uses (teacher calls and GPU steps grow with it).
+EMBEDDER_TEXTS = 512
+#: Shortest and longest corpus text (words, characters) the embedder phase takes.
+EMBEDDER_MIN_WORDS, EMBEDDER_MAX_CHARS = 3, 240
+
+
+def embedder_texts(text: str, limit: int = EMBEDDER_TEXTS) -> list[str]:
+    """The corpus texts the embedder phase embeds: its sentences, in corpus order.
+
+    Paragraphs (blank-line separated) are split at sentence ends; sentences of fewer than
+    :data:`EMBEDDER_MIN_WORDS` words are dropped, longer ones cut at
+    :data:`EMBEDDER_MAX_CHARS` characters, duplicates kept once. More than ``limit``: an
+    evenly spaced sample, so every part of the corpus is represented.
+    """
+    seen: dict[str, None] = {}
+    for paragraph in re.split(r"\n\s*\n", text):
+        flat = " ".join(paragraph.split())
+        for sentence in re.split(r"(?<=[.!?])\s+", flat):
+            cut = sentence[:EMBEDDER_MAX_CHARS].strip()
+            if len(cut.split()) >= EMBEDDER_MIN_WORDS:
+                seen.setdefault(cut, None)
+    items = list(seen)
+    if len(items) <= limit:
+        return items
+    return [items[i * len(items) // limit] for i in range(max(0, limit))]
 
 
 class Session:
@@ -63,10 +91,13 @@ class Session:
         self.trainer: Trainer | None = None
         self._decoder: GpuDecoder | None = None
         self._embedder: GpuEmbedder | None = None
-        #: The distilled embedder (a GpuMamba sharing the model's weights, with W and μ)
-        #: once :meth:`embedder_train` ran; :meth:`embed` then serves normalize(W (p − μ)).
-        self._embed_model: GpuMamba | None = None
-        self._embed_steps = 0
+        #: The embedding head (μ, W) the embedder phase fitted (:meth:`embedder_train`,
+        #: :meth:`embedder_centre`) or the opened package carries; :meth:`embed` serves
+        #: ``normalize(W · (p − μ))`` with it, and :meth:`export` writes it into the package.
+        self.head: EmbedderHead | None = None
+        #: What the embedder phase did last, in the page's words (see :meth:`embedder_info`).
+        self._embedder_info: dict[str, Any] = {}
+        self._embedder_version = 0
         self.state = "idle"
         self._request: str | None = None
         self._kv: KeyValueStore | None = None
@@ -182,7 +213,7 @@ class Session:
                 ("tokenizer", self.tokenizer.to_json()),
                 ("corpus", self.corpus_text),
             ],
-            deletes=["checkpoint"],
+            deletes=["checkpoint", "embedder"],
         )
         return await self._train_loop()
 
@@ -193,8 +224,8 @@ class Session:
         train = self.job.train
         self.model = GpuMamba(device, self.config, train.batch_size, train.seq_len, train)
         self.model.load_params(params)
-        self._decoder = self._embedder = None
-        self._embed_model, self._embed_steps = None, 0
+        self._decoder = None
+        self._set_head(None, {})
         self.trainer = Trainer(
             self.model, self.train_ids, self.held_ids, train, on_progress=self._progress
         )
@@ -323,6 +354,9 @@ class Session:
         await self._build(init_params(self.config, train.seed))
         assert self.trainer is not None
         await self.trainer.restore(blob)
+        stored = await kv.get("session", "embedder")
+        if stored:
+            self._set_head(_head_from_json(stored["head"]), dict(stored["info"]))
 
     async def status(self) -> dict[str, Any]:
         """What a reload could resume."""
@@ -374,7 +408,14 @@ class Session:
         model = GpuMamba(device, self.config, 1, 16)
         model.load_params({name: t.to_float32() for name, t in package.tensors.items()})
         self.model, self.trainer = model, None
-        self._decoder = self._embedder = None
+        self._decoder = None
+        head = package.embedder
+        self._set_head(
+            head,
+            {}
+            if head is None
+            else {"method": head.method, "teacher": head.teacher, "dim": head.dim, "texts": None},
+        )
         self.job = JobConfig(
             name=package.name, version=package.version, vocab_size=self.config.vocab_size
         )
@@ -454,7 +495,7 @@ class Session:
         return out
 
     async def _pooled_mean(self, model: GpuMamba, texts: list[str]) -> array[float]:
-        """The mean of the texts' mean-pooled final states: the centring vector μ."""
+        """The mean of the texts' pooled unit vectors p: the centring vector μ."""
         assert self.config is not None
         dm = self.config.d_model
         total = [0.0] * dm
@@ -473,11 +514,13 @@ class Session:
         lr: float,
         batch_size: int,
         seed: int = 0,
+        teacher: str = "",
     ) -> dict[str, Any]:
         """Distils a teacher's vectors into the tab's model (``embedder-progress`` events).
 
-        The served embedding becomes ``normalize(W · (pool(h) − μ))``: μ the mean pooled
-        state of ``texts`` under the current weights (fixed), W (E, d_model) a projection
+        The served embedding becomes ``normalize(W · (p − μ))`` with ``p`` the L2-normalised
+        mean pool (the package head's raw vector): μ the mean p of ``texts`` under the
+        current weights (fixed), W (E, d_model) a projection
         head starting at the identity; the cosine loss against ``targets`` trains W and
         every model weight on the GPU (:meth:`GpuMamba.embed_train_step`), in place: the
         language model shares those weights.
@@ -489,6 +532,7 @@ class Session:
             lr: AdamW learning rate (constant; gradients clipped at norm 1).
             batch_size: Texts per step.
             seed: Order of the texts.
+            teacher: The teacher's model id, recorded in the head (and the package).
         """
         model = self._require_model()
         assert self.tokenizer is not None and self.config is not None and self.job is not None
@@ -541,53 +585,121 @@ class Session:
                 )
         finally:
             self.state = previous
-        self._embed_model, self._decoder, self._embedder = trainer, None, None
-        self._embed_steps += steps
-        return {
-            "steps": steps,
+        centre, projection = await trainer.read_embedder()
+        dm = self.config.d_model
+        head = EmbedderHead(
+            Tensor((dm,), centre), Tensor((width, dm), projection), "distill", teacher
+        )
+        info = {
+            "method": "distill",
+            "teacher": teacher,
+            "texts": len(texts),
             "dim": width,
+            "steps": steps,
             "first_loss": _finite(losses[0]),
             "loss": _finite(losses[-1]),
             "seconds": round(time.perf_counter() - start, 2),
         }
+        self._decoder = None
+        await self._keep_head(head, info)
+        return info
+
+    async def embedder_centre(self, texts: list[str], reason: str = "") -> dict[str, Any]:
+        """The teacher-free embedder: centring only (μ = the texts' mean p, W = identity).
+
+        Removing the direction every text shares fixes the anisotropy that makes raw cosines
+        all ~1, without a teacher. The served embedding becomes ``normalize(p − μ)``.
+
+        Args:
+            texts: Texts of the corpus (see :func:`embedder_texts`).
+            reason: Why no teacher ran, kept with the result for the page.
+        """
+        model = self._require_model()
+        assert self.config is not None and self.tokenizer is not None
+        if not texts:
+            raise ConfigError("embedder_centre: no texts to centre on; add a corpus first")
+        start = time.perf_counter()
+        raw = GpuEmbedder(model.device, self.config, model.slots)
+        eos = self.tokenizer.eos_id or 0
+        dm = self.config.d_model
+        total = [0.0] * dm
+        ids = [self.tokenizer.encode(t) or [eos] for t in texts]
+        step = raw.batch_size * 8
+        for done in range(0, len(ids), step):
+            for vector in await raw.embed_ids(ids[done : done + step]):
+                for d in range(dm):
+                    total[d] += vector[d]
+            self.emit(
+                "embedder-progress",
+                step=min(done + step, len(ids)),
+                steps=len(ids),
+                loss=None,
+                elapsed_s=round(time.perf_counter() - start, 2),
+            )
+        mean = array("f", [x / len(texts) for x in total])
+        info = {
+            "method": "centre",
+            "teacher": "",
+            "texts": len(texts),
+            "dim": dm,
+            "reason": reason,
+            "seconds": round(time.perf_counter() - start, 2),
+        }
+        await self._keep_head(EmbedderHead(Tensor((dm,), mean), None, "centre"), info)
+        return info
+
+    def _set_head(self, head: EmbedderHead | None, info: dict[str, Any]) -> None:
+        self.head, self._embedder_info = head, info
+        self._embedder = None
+        self._embedder_version += 1
+
+    async def _keep_head(self, head: EmbedderHead, info: dict[str, Any]) -> None:
+        """Serves ``head`` from now on and stores it with the weights it belongs to."""
+        self._set_head(head, info)
+        if self.trainer is None:
+            return
+        # The distillation changed the weights: checkpoint them beside their head, so a
+        # reload resumes the pair (one transaction).
+        blob = await self.trainer.checkpoint()
+        kv = await self.kv()
+        await kv.write(
+            "session",
+            puts=[
+                ("checkpoint", blob),
+                ("meta", self._meta(self.trainer.step)),
+                ("embedder", {"head": _head_to_json(head), "info": info}),
+            ],
+        )
+
+    def embedder_info(self) -> dict[str, Any]:
+        """What serves :meth:`embed` now: ``method`` ("distill", "centre" or None: the raw
+        pooled vector), ``teacher``, ``dim``, ``texts`` and the ``fingerprint``."""
+        base = {"method": None, "teacher": "", "dim": self.config.d_model if self.config else None}
+        return {**base, **self._embedder_info, "fingerprint": self.embedder_fingerprint}
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """Unit-norm sentence embeddings from the tab's model.
+        """Unit-norm sentence embeddings from the tab's model, as the exported package embeds.
 
-        After :meth:`embedder_train`, ``normalize(W · (pool(h) − μ))`` (texts longer than
-        the embedder's training length are cut to it); before, the normalised mean pool.
+        The L2-normalised mean pool ``p``; with a head (the embedder phase's, or the opened
+        package's) ``normalize(W · (p − μ))`` (:func:`evermind.package.head.apply_head`).
         """
         model = self._require_model()
         assert self.tokenizer is not None and self.config is not None
-        if self._embed_model is not None:
-            return await self._embed_distilled(self._embed_model, texts)
         if self._embedder is None:
-            self._embedder = GpuEmbedder(model.device, self.config, model.slots)
+            self._embedder = GpuEmbedder(model.device, self.config, model.slots, head=self.head)
         eos = self.tokenizer.eos_id or 0
         return await self._embedder.embed_ids([self.tokenizer.encode(t) or [eos] for t in texts])
 
-    async def _embed_distilled(self, model: GpuMamba, texts: list[str]) -> list[list[float]]:
-        width = model.embed_dim or 0
-        out: list[list[float]] = []
-        for ids, lengths, real in self._embed_batches(texts, model.batch_size, model.seq_len):
-            _, z = await model.embed_forward(ids, lengths)
-            for row in range(real):
-                vector = list(z[row * width : (row + 1) * width])
-                norm = math.sqrt(sum(x * x for x in vector)) or 1.0
-                out.append([x / norm for x in vector])
-        return out
-
     @property
     def embedder_fingerprint(self) -> str:
-        """Changes whenever the weights change (step) or the model is rebuilt."""
+        """Changes whenever the weights change (step), the model is rebuilt, or the embedder
+        phase (or an opened package) changes the head: stored vectors under the old one are
+        then stale (the Memory and Cache panels re-embed)."""
         step = self.trainer.step if self.trainer else 0
         cfg = self.config.to_hf_config() if self.config else {}
-        return (
-            "studio:"
-            + hashlib.sha256(
-                repr((sorted(cfg.items()), step, id(self.model), self._embed_steps)).encode()
-            ).hexdigest()[:16]
-        )
+        head = self.head.describe() if self.head else None
+        key = (sorted(cfg.items()), step, id(self.model), self._embedder_version, repr(head))
+        return "studio:" + hashlib.sha256(repr(key).encode()).hexdigest()[:16]
 
     async def evaluate(self, text: str | None) -> dict[str, Any]:
         """Cross-entropy, perplexity, bits/token and top-1/top-5 on held-out (or given) text."""
@@ -647,6 +759,7 @@ class Session:
             self.trainer.result() if self.trainer is not None else None,
             corpus,
             "webgpu (browser)",
+            embedder=self.head,
         )
         return {
             "filename": f"{name}-{version}.evermind",
@@ -659,3 +772,29 @@ class Session:
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def _head_to_json(head: EmbedderHead) -> dict[str, Any]:
+    """The head as plain numbers (the session store keeps JSON-like values)."""
+    projection = head.projection
+    return {
+        "mean": list(head.mean.to_float32()),
+        "projection": None
+        if projection is None
+        else {"shape": list(projection.shape), "data": list(projection.to_float32())},
+        "method": head.method,
+        "teacher": head.teacher,
+    }
+
+
+def _head_from_json(value: dict[str, Any]) -> EmbedderHead:
+    mean = array("f", value["mean"])
+    proj = value.get("projection")
+    projection = (
+        None
+        if proj is None
+        else Tensor(tuple(int(x) for x in proj["shape"]), array("f", proj["data"]))
+    )
+    return EmbedderHead(
+        Tensor((len(mean),), mean), projection, str(value["method"]), str(value["teacher"])
+    )

@@ -92,7 +92,7 @@ class SessionEmbedder:
         self.fingerprint = session.embedder_fingerprint
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """GPU sentence embeddings of ``texts`` (mean-pooled, unit norm)."""
+        """GPU sentence embeddings of ``texts`` (unit norm; through the session's head)."""
         return await self.session.embed(texts)
 
 
@@ -102,6 +102,8 @@ def embedder_status(session: Session) -> tuple[str | None, str]:
         return None, "no model: train one (or resume the saved session) for semantic ranking"
     if session.state == "training":
         return None, "the model is training: lexical ranking until it pauses or finishes"
+    if session.state == "embedding":
+        return None, "the embedder phase is running: lexical ranking until it finishes"
     fingerprint = session.embedder_fingerprint
     return fingerprint, f"the tab's model ({fingerprint})"
 

@@ -47,6 +47,8 @@ export function exportPanel(app) {
   const pushHint = h("small", { class: "hint gate-hint", hidden: true });
   const push = app.gate(h("button", { type: "button", id: "export-push", text: "Push to runtime" }), () => needModel() ?? (url.input.value.trim() ? null : "Enter the runtime URL."), pushHint);
   url.input.addEventListener("input", () => app.refresh());
+  // The embedder phase asks the same runtime for its teacher (POST <url>/v1/embeddings).
+  app.runtimeFields = () => ({ url: url.input.value.trim(), token: token.input.value });
   push.addEventListener("click", () => app.run(push, async () => {
     app.say(pushMessage, "Exporting and pushing…");
     try {

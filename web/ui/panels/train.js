@@ -1,6 +1,8 @@
 // Train panel: preset or custom size, steps/LR/batch/sequence, Start/Pause/Resume/Stop, a
 // live loss chart (train and held-out), and the numbers a person watches: step, tokens/s,
 // ETA, parameter count, GPU adapter. Offers "Resume from step N" when a checkpoint is saved.
+// The embedder phase (run when training finishes, or by the "Embedder" button) shows which
+// embedder it fitted — distilled from the runtime's teacher, or centred without one — and why.
 import { h, field, formatCount, formatDuration, formatNumber } from "../dom.js";
 import { LossChart } from "../chart.js";
 import { describeError, isRecoverable } from "../errors.js";
@@ -71,6 +73,8 @@ export function trainPanel(app) {
     const words = { finished: "Finished", paused: "Paused", stopped: "Stopped" }[summary.state] ?? summary.state;
     app.say(message, `${words} at step ${summary.step} of ${summary.steps}: loss ${formatNumber(summary.initial_loss, 3)} → ${formatNumber(summary.final_loss, 3)}${summary.eval_loss != null ? `, held-out ${formatNumber(summary.eval_loss, 3)}` : ""}.`, "ok");
   };
+  // Said when training finishes, before the embedder phase that follows it.
+  app.addEventListener("trained", (e) => finished(e.detail));
   startButton.addEventListener("click", () => {
     app.say(message, "");
     app.train(options()).then(finished, report);
@@ -87,6 +91,16 @@ export function trainPanel(app) {
     await app.call("session_clear");
     app.setState({ checkpoint: null });
   }, message));
+
+  // The embedder phase.
+  const embedderHint = h("small", { class: "hint gate-hint", hidden: true });
+  const embedderButton = app.gate(h("button", { type: "button", id: "train-embedder", text: "Embedder" }), () => {
+    if (app.state.embedderRunning) return "The embedder phase is running.";
+    return app.hasModel ? null : "Train a model first.";
+  }, embedderHint);
+  const embedderStatus = h("p", { class: "status-line", id: "embedder-status", role: "status", "aria-live": "polite", hidden: true });
+  const embedderProgress = h("p", { class: "hint", id: "embedder-progress", hidden: true });
+  embedderButton.addEventListener("click", () => app.run(embedderButton, () => app.embedder(), embedderStatus));
 
   // Numbers.
   const m = {};
@@ -129,7 +143,32 @@ export function trainPanel(app) {
       ),
       h("section", { class: "sub-card", "aria-label": "Progress" }, h("h3", { text: "Progress" }), chart.element, metrics, adapter),
     ),
+    h(
+      "section",
+      { class: "sub-card", "aria-label": "Embedder" },
+      h("h3", { text: "Embedder" }),
+      h("p", { class: "hint", text: "After training, the model becomes the Memory and Cache panels' embedder: distilled from the runtime's teacher (/v1/embeddings at the Export panel's runtime URL), or, without one, centred on the corpus." }),
+      h("div", { class: "row" }, embedderButton, embedderHint),
+      embedderProgress,
+      embedderStatus,
+    ),
   );
+
+  const STAGES = { teacher: "Asking the teacher", train: "Distilling on the GPU", centre: "Centring" };
+  function updateEmbedder() {
+    const s = app.state;
+    const p = s.embedderProgress;
+    embedderProgress.hidden = !(s.embedderRunning && p);
+    if (p) embedderProgress.textContent = `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}`;
+    const e = s.embedder;
+    if (s.embedderRunning) app.say(embedderStatus, "Embedder phase running…");
+    else if (e?.error) app.say(embedderStatus, `Embedder phase failed: ${e.error}`, "error");
+    else if (e?.method) {
+      const what = e.method === "distill" ? `Distilled embedder (${e.dim} dimensions, loss ${formatNumber(e.first_loss, 3)} → ${formatNumber(e.loss, 3)})` : `Centred embedder (${e.dim} dimensions, no teacher)`;
+      app.say(embedderStatus, `${what}: ${e.why}`, e.method === "distill" ? "ok" : "");
+    }
+    embedderStatus.dataset.method = e?.method ?? (e?.error ? "error" : "");
+  }
 
   function update() {
     const s = app.state;
@@ -152,6 +191,7 @@ export function trainPanel(app) {
     m.state.dataset.state = s.training;
     const a = s.device?.adapter;
     adapter.textContent = a ? `GPU: ${[a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(" · ") || "unnamed adapter"}` : "";
+    updateEmbedder();
   }
 
   return {
@@ -175,6 +215,8 @@ export function trainPanel(app) {
         const state = { training: "running", recovering: "running" }[e.state] ?? e.state;
         if (e.state === "recovering") app.say(message, `${e.message ?? "The GPU device was lost."} Recovering from the last checkpoint…`, "error");
         app.setState({ training: state }, { share: false });
+      } else if (e.event === "embedder-progress") {
+        app.setState({ embedderProgress: { stage: e.loss == null ? "centre" : "train", done: e.step, total: e.steps, loss: e.loss } }, { share: false });
       } else if (e.event === "train-checkpoint") {
         m.state.title = `checkpoint saved at step ${e.step}`;
       }
