@@ -42,6 +42,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         memory_budget_bytes=int(args.memory_budget_mb * MIB),
         teachers=list(args.teacher or []),
         **({"worker_threads": args.workers} if args.workers else {}),
+        max_prompt_tokens=args.max_prompt_tokens,
+        tenant_generations=args.tenant_generations,
     )
     config.check_exposure()
     auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
@@ -126,6 +128,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "teacher/all-minilm-l6-v2; repeatable)",
     )
     serve.add_argument("--workers", type=int, default=0, help="generation threads (0: auto)")
+    serve.add_argument(
+        "--max-prompt-tokens", type=int, default=8192, help="longest prompt, in tokens (400 beyond)"
+    )
+    serve.add_argument(
+        "--tenant-generations",
+        type=int,
+        default=0,
+        help="generations one tenant may run at once (0: half the workers); the rest wait",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)
 

@@ -60,6 +60,11 @@ class RuntimeConfig:
         default_max_tokens: ``max_tokens`` when a request does not say.
         max_embedding_inputs: Most texts in one embeddings request.
         max_input_chars: Longest prompt or embedding input, in characters.
+        max_prompt_tokens: Longest prompt in tokens (400 beyond): every prompt token costs a
+            step of the model before the first output token.
+        tenant_generations: Generations one tenant may run at once (its next ones wait in
+            line; 0: half the worker threads, at least 1).
+        tenant_queue: Generations one tenant may have waiting beyond those (429 beyond).
         rate_limit: Requests per second each tenant may sustain (0: unlimited).
         rate_burst: Requests a tenant may send at once before the rate applies (0: 2 x rate).
         memory_budget_bytes: Loaded models are evicted (least recently used first) above this.
@@ -80,6 +85,9 @@ class RuntimeConfig:
     default_max_tokens: int = 128
     max_embedding_inputs: int = 2048
     max_input_chars: int = 200_000
+    max_prompt_tokens: int = 8192
+    tenant_generations: int = 0
+    tenant_queue: int = 16
     rate_limit: float = 100.0
     rate_burst: int = 0
     memory_budget_bytes: int = 2048 * MIB
@@ -88,6 +96,11 @@ class RuntimeConfig:
     #: Local teacher embedders served on ``/v1/embeddings`` to every tenant (e.g.
     #: ``["minilm"]`` serves model ``teacher/all-minilm-l6-v2``; see train/teachers.py).
     teachers: list[str] = field(default_factory=list)
+
+    @property
+    def generation_slots(self) -> int:
+        """Generations one tenant may run at once (see ``tenant_generations``)."""
+        return self.tenant_generations or max(1, self.worker_threads // 2)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.teachers) - set(LOCAL_TEACHERS))
@@ -106,6 +119,8 @@ class RuntimeConfig:
             "default_max_tokens": self.default_max_tokens,
             "max_embedding_inputs": self.max_embedding_inputs,
             "max_input_chars": self.max_input_chars,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "tenant_queue": self.tenant_queue,
             "memory_budget_bytes": self.memory_budget_bytes,
             "worker_threads": self.worker_threads,
             "cache_max_entries": self.cache_max_entries,
@@ -113,6 +128,15 @@ class RuntimeConfig:
         for name, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"RuntimeConfig.{name}: expected an integer >= 1, got {value!r}")
+        if (
+            isinstance(self.tenant_generations, bool)
+            or not isinstance(self.tenant_generations, int)
+            or self.tenant_generations < 0
+        ):
+            raise ConfigError(
+                "RuntimeConfig.tenant_generations: expected an integer >= 0, got "
+                f"{self.tenant_generations!r}"
+            )
         if self.default_max_tokens > self.max_tokens_cap:
             raise ConfigError(
                 f"RuntimeConfig: default_max_tokens {self.default_max_tokens} exceeds "

@@ -17,6 +17,11 @@ reply's leading whitespace is dropped.
 :class:`Generator` runs :meth:`evermind.model.inference.Model.stream` on the worker thread pool, so
 the event loop never waits for the model. Each request works on a shallow copy of the model
 (shared weights, private ``last_*`` counters), so concurrent requests on one model are safe.
+
+Generation is fair and stops when nobody waits for it: each tenant runs at most
+``slots`` generations at once (its next ones wait in its own line, at most ``queue`` long,
+429 beyond), so one tenant cannot occupy every worker; and a generation whose client went
+away (streaming or not) stops at its next token.
 """
 
 from __future__ import annotations
@@ -25,11 +30,16 @@ import asyncio
 import collections.abc
 import copy
 import threading
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import Executor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from evermind.model.inference import Model
+from evermind.runtime.auth import RateLimited
+
+#: How often a non-streaming generation checks whether its client is still there, in seconds.
+DISCONNECT_POLL_S = 0.25
 
 #: Stop string the chat template adds: the model starting the next user turn.
 CHAT_STOP = "\nUser:"
@@ -78,24 +88,101 @@ class Generator:
 
     Args:
         executor: The worker pool (shared with embeddings and model loading).
+        slots: Generations one tenant may run at once.
+        queue: Generations one tenant may have waiting for a slot (429 beyond).
     """
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, slots: int = 2, queue: int = 16) -> None:
         self._executor = executor
+        self._slots = slots
+        self._queue = queue
+        self._gates: dict[str, asyncio.Semaphore] = {}
+        self._waiting: dict[str, int] = {}
+        self._running: dict[str, int] = {}
 
-    async def complete(self, model: Model, request: GenerationRequest) -> GenerationResult:
-        """Generates the whole reply in the pool."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, _complete, model, request)
+    def running(self, tenant: str) -> int:
+        """Generations of ``tenant`` running now."""
+        return self._running.get(tenant, 0)
+
+    def admit(self, tenant: str) -> None:
+        """Raises now if ``tenant``'s line is full (before a stream's headers are sent).
+
+        Raises:
+            RateLimited: ``slots`` generations running and ``queue`` waiting.
+        """
+        gate = self._gates.get(tenant)
+        if gate is not None and gate.locked() and self._waiting.get(tenant, 0) >= self._queue:
+            raise RateLimited(
+                f"tenant {tenant!r} has {self._slots} generations running and {self._queue} "
+                "waiting; hint: wait for some to finish, or stream and close abandoned ones",
+                1,
+            )
+
+    @asynccontextmanager
+    async def _turn(self, tenant: str) -> AsyncIterator[None]:
+        """Waits for one of ``tenant``'s slots (429 when its line is full)."""
+        self.admit(tenant)
+        gate = self._gates.setdefault(tenant, asyncio.Semaphore(self._slots))
+        self._waiting[tenant] = self._waiting.get(tenant, 0) + 1
+        try:
+            await gate.acquire()
+        finally:
+            self._waiting[tenant] -= 1
+        self._running[tenant] = self._running.get(tenant, 0) + 1
+        try:
+            yield
+        finally:
+            self._running[tenant] -= 1
+            gate.release()
+            if not self._running[tenant] and not self._waiting[tenant]:
+                for table in (self._gates, self._waiting, self._running):
+                    table.pop(tenant, None)  # idle tenants hold nothing
+
+    async def complete(
+        self,
+        model: Model,
+        request: GenerationRequest,
+        tenant: str = "default",
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> GenerationResult:
+        """Generates the whole reply in the pool.
+
+        Args:
+            gone: Says whether the client disconnected; polled while generating, and a
+                True stops the worker at its next token (the result is then partial).
+        """
+        async with self._turn(tenant):
+            loop = asyncio.get_running_loop()
+            cancelled = threading.Event()
+            worker = loop.run_in_executor(self._executor, _complete, model, request, cancelled)
+            try:
+                while gone is not None and not worker.done():
+                    done, _ = await asyncio.wait({worker}, timeout=DISCONNECT_POLL_S)
+                    if not done and await gone():
+                        cancelled.set()
+                return await worker
+            finally:
+                cancelled.set()
 
     async def stream(
-        self, model: Model, request: GenerationRequest, result: GenerationResult
+        self,
+        model: Model,
+        request: GenerationRequest,
+        result: GenerationResult,
+        tenant: str = "default",
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as the pool produces them; fills ``result`` at the end.
 
         Closing the iterator early (the client went away) stops the worker at its next
         token.
         """
+        async with self._turn(tenant):
+            async for piece in self._stream(model, request, result):
+                yield piece
+
+    async def _stream(
+        self, model: Model, request: GenerationRequest, result: GenerationResult
+    ) -> AsyncGenerator[str, None]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, str | BaseException | None]] = asyncio.Queue()
         cancelled = threading.Event()
@@ -163,8 +250,19 @@ def _pieces(
         result.finish_reason = getattr(own, "last_finish_reason", "length")
 
 
-def _complete(model: Model, request: GenerationRequest) -> GenerationResult:
+def _complete(
+    model: Model, request: GenerationRequest, cancelled: threading.Event
+) -> GenerationResult:
     result = GenerationResult()
-    for _ in _pieces(model, request, result):
-        pass
+    pieces = _pieces(model, request, result)
+    stopped = False
+    try:
+        for _ in pieces:
+            if cancelled.is_set():
+                stopped = True
+                break
+    finally:
+        pieces.close()
+    if stopped:
+        result.finish_reason = "cancelled"  # nobody reads it: the client is gone
     return result

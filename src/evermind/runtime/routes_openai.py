@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from evermind.model.inference import EMBED_MAX_TOKENS, Model
@@ -119,6 +119,24 @@ def _message_text(message: ChatMessage, index: int) -> str:
     return "".join(texts)
 
 
+async def _check_prompt_tokens(runtime: Runtime, model: Model, prompt: str) -> None:
+    """400 when the prompt is longer, in the model's tokens, than the server runs."""
+    cap = runtime.config.max_prompt_tokens
+    if len(prompt) <= cap:  # a token is at least one character: nothing to count
+        return
+    loop = asyncio.get_running_loop()
+    count = await loop.run_in_executor(
+        runtime.executor, lambda: len(model.tokenizer.encode(prompt))
+    )
+    if count > cap:
+        raise ApiError(
+            400,
+            f"prompt: {count} tokens, this server runs prompts of at most {cap} tokens; "
+            "hint: shorten the prompt or the chat history",
+            "prompt_too_long",
+        )
+
+
 async def _serve(runtime: Runtime, who: Principal, model_id: str) -> tuple[Install, Model]:
     install = runtime.registry.resolve(who.tenant, model_id)
     model = await runtime.registry.model(install)
@@ -156,10 +174,11 @@ async def _event_stream(
     chunk: Callable[[str | None, str | None], dict[str, Any]],
     include_usage: bool,
     base: dict[str, Any],
+    tenant: str,
 ) -> AsyncIterator[bytes]:
     """SSE bytes: the chunks ``chunk(text, finish_reason)`` builds, then usage and [DONE]."""
     result = GenerationResult()
-    pieces = runtime.generator.stream(model, request, result)
+    pieces = runtime.generator.stream(model, request, result, tenant)
     try:
         async for piece in pieces:
             yield _sse(chunk(piece, None))
@@ -181,6 +200,7 @@ async def completions(
     body: CompletionRequest,
     runtime: RuntimeDep,
     who: Reader,
+    http_request: Request,
 ) -> Any:
     """Continues ``prompt``; ``stream: true`` answers with server-sent events."""
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
@@ -192,6 +212,7 @@ async def completions(
         )
     request = _generation(runtime.config, body, prompts[0], body.max_tokens, chat=False)
     install, model = await _serve(runtime, who, body.model)
+    await _check_prompt_tokens(runtime, model, request.prompt)
     base = {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
@@ -205,9 +226,12 @@ async def completions(
             return {**base, "choices": [choice]}
 
         include = bool(body.stream_options and body.stream_options.include_usage)
-        events = _event_stream(runtime, install, model, request, chunk, include, base)
+        runtime.generator.admit(who.tenant)
+        events = _event_stream(runtime, install, model, request, chunk, include, base, who.tenant)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await runtime.generator.complete(model, request)
+    result = await runtime.generator.complete(
+        model, request, who.tenant, http_request.is_disconnected
+    )
     _account(runtime, install, result)
     choice = {
         "text": result.text,
@@ -223,12 +247,14 @@ async def chat_completions(
     body: ChatRequest,
     runtime: RuntimeDep,
     who: Reader,
+    http_request: Request,
 ) -> Any:
     """Replies to ``messages`` rendered with the documented chat template."""
     turns = [(m.role, _message_text(m, i)) for i, m in enumerate(body.messages)]
     max_tokens = body.max_completion_tokens if body.max_tokens is None else body.max_tokens
     request = _generation(runtime.config, body, render_chat(turns), max_tokens, chat=True)
     install, model = await _serve(runtime, who, body.model)
+    await _check_prompt_tokens(runtime, model, request.prompt)
     base = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion.chunk" if body.stream else "chat.completion",
@@ -248,9 +274,12 @@ async def chat_completions(
             return {**base, "choices": [choice]}
 
         include = bool(body.stream_options and body.stream_options.include_usage)
-        events = _event_stream(runtime, install, model, request, chunk, include, base)
+        runtime.generator.admit(who.tenant)
+        events = _event_stream(runtime, install, model, request, chunk, include, base, who.tenant)
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await runtime.generator.complete(model, request)
+    result = await runtime.generator.complete(
+        model, request, who.tenant, http_request.is_disconnected
+    )
     _account(runtime, install, result)
     message = {"role": "assistant", "content": result.text}
     choice = {

@@ -68,7 +68,7 @@ class Runtime:
             executor=executor,
             installs=installs,
             registry=registry,
-            generator=Generator(executor),
+            generator=Generator(executor, config.generation_slots, config.tenant_queue),
             cache=SemanticCacheStore(config.db_path, config.cache_max_entries),
             memory=MemoryService(config.db_path, executor),
             metrics=metrics,
