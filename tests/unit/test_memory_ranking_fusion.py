@@ -83,6 +83,8 @@ def test_zscores_and_pearson() -> None:
     assert sum(z.values()) == pytest.approx(0.0)
     assert zscores({"a": 0.7, "b": 0.7}) == {"a": 0.0, "b": 0.0}
     assert zscores({}) == {}
+    based = zscores({"a": 1.0, "b": 3.0, "c": 11.0}, basis=["a", "b"])  # mean 2, std 1
+    assert based == {"a": -1.0, "b": 1.0, "c": 9.0}
     assert pearson([1.0, 2.0, 3.0], [2.0, 4.0, 6.5]) == pytest.approx(0.9986, abs=1e-3)
     assert pearson([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
     assert pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == 0.0
@@ -157,6 +159,23 @@ def test_a_collapsed_embedder_leaves_the_lexical_ranking_unchanged() -> None:
         finally:
             await lexical.close()
             await hybrid.close()
+
+    run(body())
+
+
+def test_asking_for_more_hits_does_not_reorder_the_best() -> None:
+    """The z-scores' statistics come from the fixed candidate pool, not from ``k``."""
+    options = RecallOptions(mmr=False, importance=False, recency=False, candidate_pool=4)
+
+    async def body() -> None:
+        store = await _store(_batch(topic_vector))
+        try:
+            for query in (f"{NOISE_WORD} caffeine habit?", "solver optimiser", "ide plugin"):
+                few = await store.recall(query, top_k=3, options=options)
+                many = await store.recall(query, top_k=24, options=options)
+                assert [h.key for h in many[:3]] == [h.key for h in few], query
+        finally:
+            await store.close()
 
     run(body())
 

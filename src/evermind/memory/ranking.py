@@ -148,13 +148,17 @@ def mmr_order(
     return chosen
 
 
-def zscores(values: Mapping[str, float]) -> dict[str, float]:
-    """``(x − mean) / std`` per id (population std); all 0 when the values do not vary."""
-    n = len(values)
+def zscores(values: Mapping[str, float], basis: Iterable[str] | None = None) -> dict[str, float]:
+    """``(x − mean) / std`` per id (population std); all 0 when the values do not vary.
+
+    The mean and std are those of the ids in ``basis`` (default: all of them).
+    """
+    sample = list(values.values()) if basis is None else [values[key] for key in basis]
+    n = len(sample)
     if n == 0:
-        return {}
-    mean = math.fsum(values.values()) / n
-    var = math.fsum((x - mean) ** 2 for x in values.values()) / n
+        return dict.fromkeys(values, 0.0)
+    mean = math.fsum(sample) / n
+    var = math.fsum((x - mean) ** 2 for x in sample) / n
     if var <= 1e-24 * max(1.0, mean * mean):
         return dict.fromkeys(values, 0.0)
     std = math.sqrt(var)

@@ -306,7 +306,7 @@ def _fuse(
     for key, score in found.semantic:
         signals.setdefault(key, {})["cosine"] = score
     if found.lexical and found.semantic and opts.fusion == "convex":
-        fused = _convex(found, found.weight, signals)
+        fused = _convex(found, found.weight, signals, opts.candidate_pool)
     elif found.lexical and found.semantic:
         fused = reciprocal_rank_fusion(
             [[key for key, _ in found.lexical], [key for key, _ in found.semantic]], opts.rrf_k
@@ -330,7 +330,7 @@ def _fuse(
 
 
 def _convex(
-    found: _Candidates, weight: float, signals: dict[str, dict[str, float]]
+    found: _Candidates, weight: float, signals: dict[str, dict[str, float]], pool: int
 ) -> dict[str, float]:
     """Convex combination of z-scored signals over the union of both rankers' candidates.
 
@@ -338,7 +338,9 @@ def _convex(
     (min-max: the best candidate is 1, the weakest a tiny positive so it stays ranked). A
     candidate only one ranker returned gets its other score looked up: its BM25 (0 when it
     shares no term) or its stored vector's cosine (the lowest cosine when it has none). With
-    ``w = 0`` the order is exactly the lexical one (BM25, ties by key).
+    ``w = 0`` the order is exactly the lexical one (BM25, ties by key). The means and standard
+    deviations come from the first ``pool`` candidates of each ranker (``candidate_pool``),
+    not from all of them, so asking for more hits (a larger ``k``) does not re-order the best.
     """
     keys = list(
         dict.fromkeys([key for key, _ in found.lexical] + [key for key, _ in found.semantic])
@@ -355,7 +357,10 @@ def _convex(
     low = min(cosines.values())
     cosine_of = {key: cosines.get(key, low) for key in keys}
     if weight > 0:
-        z_lexical, z_semantic = zscores(bm25), zscores(cosine_of)
+        basis = {key for key, _ in found.lexical[:pool]}
+        basis.update(key for key, _ in found.semantic[:pool])
+        z_lexical = zscores(bm25, basis)
+        z_semantic = zscores(cosine_of, basis)
         mixed = {key: (1.0 - weight) * z_lexical[key] + weight * z_semantic[key] for key in keys}
     else:
         mixed = bm25
