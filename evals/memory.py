@@ -10,15 +10,21 @@ recall@5, MRR and trap@1 per question kind with the definitions of the set's REA
   right after it is counted after them); facts recall does not return rank last;
 - trap@1 = share of questions with distractor_keys whose top fact is a distractor.
 
-Runs lexical-only (no embedder) always and hybrid when ``--embedder module:function`` is given
-(``function(texts) -> vectors``; a module part ending in ``.py`` is loaded from that file).
-This is a development set: the numbers are development numbers.
+Runs lexical-only (no embedder) always and, for every ``--embedder`` given, the embedder alone
+(``RecallOptions(lexical=False)``) and hybrid (BM25 + embedder fused). An embedder is ``minilm``
+(the teacher), ``collapsed`` (constant vector plus noise), ``package:PATH`` or a path ending in
+``.evermind``, or ``module:function`` (``function(texts) -> vectors``; a module part ending in
+``.py`` is loaded from that file); see :mod:`evals.embedders`. Besides the per-kind rows every
+run reports the even and odd question ids apart (``ids:even``, ``ids:odd``): choosing a
+ranking rule by the mean of the two halves and reporting both shows how much of a gain is
+fitted to one half. This is a development set: the numbers are development numbers.
 
 The set is found in ``$EVERMIND_EVAL_DIR``, else ``shared/eval`` next to the checkout (or
 pass ``--data``).
 
 Usage:
     .venv/bin/python -m evals.memory
+    .venv/bin/python -m evals.memory --embedder minilm --embedder package:demo.evermind
     .venv/bin/python -m evals.memory --embedder my_embed.py:embed_texts --json out.json
 """
 
@@ -26,15 +32,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
-import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,7 @@ except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(ROOT / "src"))
 
 from evals import require  # noqa: E402
+from evals.embedders import resolve  # noqa: E402
 from evermind.memory import Hit, MemoryStore, RecallOptions  # noqa: E402
 
 #: The development set's file name (in the folder :func:`evals.find` looks in).
@@ -64,24 +68,10 @@ def load(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return facts, questions
 
 
-def load_callable(spec: str) -> Callable[..., Any]:
-    """Imports ``module:function`` or ``path/to/file.py:function``."""
-    module_part, _, attr = spec.rpartition(":")
-    if not module_part or not attr:
-        raise SystemExit(f"--embedder: expected module:function, got {spec!r}")
-    if module_part.endswith(".py"):
-        spec_obj = importlib.util.spec_from_file_location(Path(module_part).stem, module_part)
-        if spec_obj is None or spec_obj.loader is None:
-            raise SystemExit(f"--embedder: cannot load {module_part!r}")
-        module = importlib.util.module_from_spec(spec_obj)
-        spec_obj.loader.exec_module(module)
-    else:
-        sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(module_part)
-    function: Callable[..., Any] | None = getattr(module, attr, None)
-    if function is None or not callable(function):
-        raise SystemExit(f"--embedder: {spec!r} is not callable")
-    return function
+def split(question: dict[str, Any]) -> str:
+    """``ids:even`` or ``ids:odd`` by the digits of the question's id (``ids:none`` without)."""
+    digits = "".join(c for c in str(question.get("id", "")) if c.isdigit())
+    return f"ids:{'odd' if int(digits) % 2 else 'even'}" if digits else "ids:none"
 
 
 def gold_rank(hits: Sequence[Hit], gold: set[str], n_facts: int) -> list[int]:
@@ -120,7 +110,7 @@ async def evaluate(
                 gold = set(question["gold_keys"])
                 ranks = gold_rank(hits, gold, len(facts))
                 top = hits[0].key if hits else None
-                for bucket in ("all", question.get("kind", "unlabelled")):
+                for bucket in ("all", question.get("kind", "unlabelled"), split(question)):
                     s = stats[bucket]
                     for k in (1, 5):
                         s[f"r@{k}"].append(sum(r < k for r in ranks) / min(k, len(gold)))
@@ -157,15 +147,24 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the set (default: {DATA_NAME} in $EVERMIND_EVAL_DIR, else shared/eval next to "
         "the checkout)",
     )
-    parser.add_argument("--embedder", help="module:function, texts -> vectors (adds hybrid)")
+    parser.add_argument(
+        "--embedder",
+        action="append",
+        default=[],
+        help="minilm, collapsed, package:PATH or module:function (texts -> vectors); adds the "
+        "embedder alone and hybrid; repeatable",
+    )
     parser.add_argument("--no-mmr", action="store_true", help="switch the MMR step off")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     facts, questions = load(args.data if args.data is not None else require(DATA_NAME))
-    options = RecallOptions(mmr=not args.no_mmr)
-    runs: list[tuple[str, Any]] = [("memorystore lexical", None)]
-    if args.embedder:
-        runs.append((f"memorystore hybrid ({args.embedder})", load_callable(args.embedder)))
+    hybrid = RecallOptions(mmr=not args.no_mmr)
+    alone = RecallOptions(mmr=not args.no_mmr, lexical=False)
+    runs: list[tuple[str, Any, RecallOptions]] = [("lexical", None, hybrid)]
+    for spec in args.embedder:
+        name, embedder = resolve(spec)
+        runs.append((f"{name} alone", embedder, alone))
+        runs.append((f"{name} hybrid", embedder, hybrid))
     print(f"## Memory recall via MemoryStore ({len(facts)} facts, {len(questions)} questions)\n")
     print("| ranker | questions | n | recall@1 | recall@5 | MRR | trap@1 |")
     print("|---|---|---|---|---|---|---|")
@@ -176,11 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     report: dict[str, Any] = {}
     timings = []
-    for name, embedder in runs:
+    for name, embedder, options in runs:
         table, per_query = asyncio.run(evaluate(facts, questions, embedder, options))
         print_table(name, table)
         report[name] = table
         timings.append(f"{name}: {per_query * 1000:.2f} ms/query")
+    print("\n## recall@1 by question-id half (development numbers)\n")
+    print("| ranker | all | even ids | odd ids | mean of halves |")
+    print("|---|---|---|---|---|")
+    for name, table in report.items():
+        even, odd = table["ids:even"]["r@1"], table["ids:odd"]["r@1"]
+        print(
+            f"| {name} | {table['all']['r@1']:.3f} | {even:.3f} | {odd:.3f} "
+            f"| {(even + odd) / 2:.3f} |"
+        )
     print("\n" + "; ".join(timings) + f"; options: mmr={'off' if args.no_mmr else 'on'}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -1,4 +1,5 @@
-"""Ranking for recall: incremental BM25, reciprocal-rank fusion, MMR, weighting.
+"""Ranking for recall: incremental BM25, z-scores, correlation, reciprocal-rank fusion, MMR,
+weighting.
 
 Everything here is pure computation over plain Python data. Browser-safe: standard library only.
 
@@ -145,6 +146,39 @@ def mmr_order(
         for doc in remaining:
             max_sim[doc] = max(max_sim[doc], similarity(best, doc))
     return chosen
+
+
+def zscores(values: Mapping[str, float], basis: Iterable[str] | None = None) -> dict[str, float]:
+    """``(x − mean) / std`` per id (population std); all 0 when the values do not vary.
+
+    The mean and std are those of the ids in ``basis`` (default: all of them).
+    """
+    sample = list(values.values()) if basis is None else [values[key] for key in basis]
+    n = len(sample)
+    if n == 0:
+        return dict.fromkeys(values, 0.0)
+    mean = math.fsum(sample) / n
+    var = math.fsum((x - mean) ** 2 for x in sample) / n
+    if var <= 1e-24 * max(1.0, mean * mean):
+        return dict.fromkeys(values, 0.0)
+    std = math.sqrt(var)
+    return {key: (x - mean) / std for key, x in values.items()}
+
+
+def pearson(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Pearson correlation of two equal-length sequences (0 when either does not vary)."""
+    n = len(xs)
+    if n != len(ys):
+        raise ValueError(f"pearson: lengths differ ({n} vs {len(ys)})")
+    if n < 2:
+        return 0.0
+    mx, my = math.fsum(xs) / n, math.fsum(ys) / n
+    sxy = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    syy = math.fsum((y - my) ** 2 for y in ys)
+    if sxx <= 0.0 or syy <= 0.0:
+        return 0.0
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

@@ -13,11 +13,27 @@ layer may not import): the :data:`FLOOR_QUANTILE` of the cosines between up to
 :data:`FLOOR_SAMPLE` stored memories, plus :data:`FLOOR_MARGIN`. With fewer than
 :data:`FLOOR_MIN_MEMORIES` embedded memories there is nothing to measure and the ranking is
 returned as before.
+
+**Fusion.** BM25 scores are unbounded and every embedder's cosines live in a range of their
+own, so ``"convex"`` fusion z-scores each signal over the query's candidates (the union of both
+rankers' pools) and mixes them, ``(1 − w)·z(bm25) + w·z(cosine)`` (Bruch et al., 2023, "An
+Analysis of Fusion Functions for Hybrid Retrieval"). The weight ``w`` is measured, not fixed
+(unless ``RecallOptions.semantic_weight`` fixes it): it is the embedder's **trust**, the
+Pearson correlation, over the same sampled pairs of memories as the floor, between the
+pairs' cosine and their term overlap (Jaccard of their BM25 terms), less three standard errors
+of a correlation that is really zero (``3/√pairs``), clipped to ``[0,`` :data:`MAX_TRUST` ``]``.
+An embedder whose similarities between stored memories carry meaning agrees with their shared
+words; a collapsed one (every cosine ~0.999, or noise) does not, gets ``w = 0``, and the
+ranking is the lexical one. The spread of the cosines alone cannot tell these apart: a
+whitened but uninformative embedder spreads them as widely as a good one. With too few
+memories to measure, ``w`` is :data:`MAX_TRUST`. The fused values are rescaled to (0, 1] over
+the candidates (best = 1).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +45,11 @@ from evermind.memory.ranking import (
     importance_factor,
     jaccard,
     mmr_order,
+    pearson,
     recency_factor,
     reciprocal_rank_fusion,
     top_k,
+    zscores,
 )
 from evermind.memory.records import Hit, MemoryRecord, RecallOptions
 from evermind.memory.vectors import VectorIndex, normalise
@@ -64,8 +82,33 @@ FLOOR_QUANTILE = 0.99
 FLOOR_MARGIN = 0.03
 FLOOR_SAMPLE = 64
 FLOOR_MIN_MEMORIES = 8
-# vector index -> (vectors measured, the floor's cosine): re-measured as the index grows.
-_floors: weakref.WeakKeyDictionary[VectorIndex, tuple[int, float]] = weakref.WeakKeyDictionary()
+#: The most weight a measured trust gives the embedder: never more than the lexical evidence.
+MAX_TRUST = 0.5
+#: Standard errors of a zero correlation subtracted from the measured one (see the docstring).
+TRUST_NOISE_SE = 3.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the sampled memories say about the embedder (see the module docstring).
+
+    Attributes:
+        floor: The cosine unrelated memories reach (quantile + margin).
+        trust: The measured fusion weight in ``[0, MAX_TRUST]``.
+        correlation: The raw cosine-vs-term-overlap correlation over the sampled pairs.
+        pairs: How many pairs were sampled.
+    """
+
+    floor: float
+    trust: float
+    correlation: float
+    pairs: int
+
+
+# vector index -> (vectors measured, calibration): re-measured as the index grows.
+_calibrations: weakref.WeakKeyDictionary[VectorIndex, tuple[int, Calibration]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass
@@ -80,6 +123,8 @@ class _Candidates:
     cosine_of: Callable[[str], float | None] | None = None
     base_label: str = ""
     used_vectors: bool = False
+    #: The semantic weight of convex fusion (set once the embedder has been used).
+    weight: float = 0.0
 
 
 async def run_recall(
@@ -114,12 +159,15 @@ async def run_recall(
     found = await _candidates(snapshot, embed_query, query, pool, accept, opts)
     if _below_floor(snapshot, query, found):
         return []
+    if found.used_vectors:
+        found.weight = _weight(snapshot, opts)
     relevance, signals = _fuse(found, opts)
     if not relevance:
         return []
     steps = [found.base_label]
     if found.lexical and found.semantic and opts.fusion == "convex":
-        steps.append(f"convex w={opts.semantic_weight:.2f}")
+        fixed = opts.semantic_weight is not None
+        steps.append(f"convex w={found.weight:.2f}" + ("" if fixed else " (measured trust)"))
     elif found.lexical and found.semantic:
         steps.append(f"rrf k={opts.rrf_k}")
     weighted: dict[str, float] = {}
@@ -150,13 +198,16 @@ async def run_recall(
     return [_hit(records[key], weighted[key], label, signals[key]) for key in order]
 
 
-def _unrelated_cosine(snapshot: Snapshot) -> float | None:
-    """The cosine unrelated memories reach (quantile + margin), or None: too few to say."""
+def calibration(snapshot: Snapshot) -> Calibration | None:
+    """The floor and trust measured on sampled memories, or None: too few to say.
+
+    Cached per vector index and re-measured when the index has grown or shrunk by a quarter.
+    """
     index = snapshot.vectors
     n = len(index)
     if n < FLOOR_MIN_MEMORIES:
         return None
-    cached = _floors.get(index)
+    cached = _calibrations.get(index)
     if cached is not None and 0.8 * cached[0] <= n <= 1.25 * cached[0]:
         return cached[1]
     keys = [key for key in snapshot.records if key in index]
@@ -164,11 +215,33 @@ def _unrelated_cosine(snapshot: Snapshot) -> float | None:
         return None
     step = max(1, len(keys) // FLOOR_SAMPLE)
     sample = keys[::step][:FLOOR_SAMPLE]
-    cosines = sorted(index.cosine(a, b) for i, a in enumerate(sample) for b in sample[i + 1 :])
-    value = cosines[min(len(cosines) - 1, int(FLOOR_QUANTILE * (len(cosines) - 1) + 0.5))]
-    floor = value + FLOOR_MARGIN
-    _floors[index] = (n, floor)
-    return floor
+    terms = [snapshot.bm25.terms(key) for key in sample]
+    cosines: list[float] = []
+    overlaps: list[float] = []
+    for i, a in enumerate(sample):
+        for j in range(i + 1, len(sample)):
+            cosines.append(index.cosine(a, sample[j]))
+            overlaps.append(jaccard(terms[i], terms[j]))
+    ordered = sorted(cosines)
+    value = ordered[min(len(ordered) - 1, int(FLOOR_QUANTILE * (len(ordered) - 1) + 0.5))]
+    correlation = pearson(cosines, overlaps)
+    trust = correlation - TRUST_NOISE_SE / math.sqrt(len(cosines))
+    result = Calibration(
+        floor=value + FLOOR_MARGIN,
+        trust=min(MAX_TRUST, max(0.0, trust)),
+        correlation=correlation,
+        pairs=len(cosines),
+    )
+    _calibrations[index] = (n, result)
+    return result
+
+
+def _weight(snapshot: Snapshot, opts: RecallOptions) -> float:
+    """The semantic weight of convex fusion: fixed by the options, else the measured trust."""
+    if opts.semantic_weight is not None:
+        return opts.semantic_weight
+    measured = calibration(snapshot)
+    return MAX_TRUST if measured is None else measured.trust
 
 
 def _below_floor(snapshot: Snapshot, query: str, found: _Candidates) -> bool:
@@ -178,10 +251,10 @@ def _below_floor(snapshot: Snapshot, query: str, found: _Candidates) -> bool:
         return False
     if not found.semantic:
         return False  # nothing ranked either way: the caller already returns nothing
-    floor = _unrelated_cosine(snapshot)
-    if floor is None:
+    measured = calibration(snapshot)
+    if measured is None:
         return False
-    return max(score for _, score in found.semantic) <= floor
+    return max(score for _, score in found.semantic) <= measured.floor
 
 
 async def _candidates(
@@ -233,7 +306,7 @@ def _fuse(
     for key, score in found.semantic:
         signals.setdefault(key, {})["cosine"] = score
     if found.lexical and found.semantic and opts.fusion == "convex":
-        fused = _convex(found, opts.semantic_weight, signals)
+        fused = _convex(found, found.weight, signals, opts.candidate_pool)
     elif found.lexical and found.semantic:
         fused = reciprocal_rank_fusion(
             [[key for key, _ in found.lexical], [key for key, _ in found.semantic]], opts.rrf_k
@@ -257,16 +330,17 @@ def _fuse(
 
 
 def _convex(
-    found: _Candidates, weight: float, signals: dict[str, dict[str, float]]
+    found: _Candidates, weight: float, signals: dict[str, dict[str, float]], pool: int
 ) -> dict[str, float]:
-    """Convex combination of normalised scores over the union of both rankers' candidates.
+    """Convex combination of z-scored signals over the union of both rankers' candidates.
 
-    ``(1 − w)·bm25 / max bm25 + w·(cos − min cos) / (max cos − min cos)``: BM25 scaled by the
-    query's best match, cosine min-max scaled over the candidates (Bruch et al., 2023, "An
-    Analysis of Fusion Functions for Hybrid Retrieval": convex combination of normalised
-    scores beats reciprocal-rank fusion, and degrades gracefully when one ranker is weak).
-    A candidate only one ranker returned gets its other score looked up: its BM25 (0 when it
-    shares no term) or its stored vector's cosine (the lowest cosine when it has none).
+    ``(1 − w)·z(bm25) + w·z(cosine)``, each z over the candidates, rescaled to (0, 1]
+    (min-max: the best candidate is 1, the weakest a tiny positive so it stays ranked). A
+    candidate only one ranker returned gets its other score looked up: its BM25 (0 when it
+    shares no term) or its stored vector's cosine (the lowest cosine when it has none). With
+    ``w = 0`` the order is exactly the lexical one (BM25, ties by key). The means and standard
+    deviations come from the first ``pool`` candidates of each ranker (``candidate_pool``),
+    not from all of them, so asking for more hits (a larger ``k``) does not re-order the best.
     """
     keys = list(
         dict.fromkeys([key for key, _ in found.lexical] + [key for key, _ in found.semantic])
@@ -280,17 +354,24 @@ def _convex(
             value = found.cosine_of(key)
         if value is not None:
             cosines[key] = value
-    low, high = min(cosines.values()), max(cosines.values())
-    top = max(bm25.values())
+    low = min(cosines.values())
+    cosine_of = {key: cosines.get(key, low) for key in keys}
+    if weight > 0:
+        basis = {key for key, _ in found.lexical[:pool]}
+        basis.update(key for key, _ in found.semantic[:pool])
+        z_lexical = zscores(bm25, basis)
+        z_semantic = zscores(cosine_of, basis)
+        mixed = {key: (1.0 - weight) * z_lexical[key] + weight * z_semantic[key] for key in keys}
+    else:
+        mixed = bm25
+    bottom, top = min(mixed.values()), max(mixed.values())
     fused: dict[str, float] = {}
     for key in keys:
-        lexical = bm25[key] / top if top > 0 else 0.0
-        cosine = cosines.get(key, low)
-        scaled = (cosine - low) / (high - low) if high > low else 1.0
         signals[key].setdefault("bm25", bm25[key])
-        signals[key].setdefault("cosine", cosine)
+        signals[key].setdefault("cosine", cosine_of[key])
+        scaled = (mixed[key] - bottom) / (top - bottom) if top > bottom else 1.0
         # A floor keeps the weakest candidate ranked (last) rather than dropped.
-        fused[key] = max((1.0 - weight) * lexical + weight * scaled, 1e-9)
+        fused[key] = max(scaled, 1e-9)
         signals[key]["fused"] = fused[key]
     return fused
 
@@ -332,7 +413,11 @@ __all__ = [
     "FLOOR_MIN_MEMORIES",
     "FLOOR_QUANTILE",
     "FLOOR_SAMPLE",
+    "MAX_TRUST",
+    "TRUST_NOISE_SE",
+    "Calibration",
     "QueryEmbedder",
     "Snapshot",
+    "calibration",
     "run_recall",
 ]

@@ -159,10 +159,12 @@ class RecallOptions:
         lexical: Rank by BM25 (k1, b below).
         semantic: Rank by embedding cosine (only when the store has an embedder).
         fusion: How lexical and semantic scores combine when both run: ``"convex"``
-            (``(1 − w)·bm25/max bm25 + w·min-max-scaled cosine``) or ``"rrf"``
-            (reciprocal-rank fusion).
-        semantic_weight: w of convex fusion: 0 is lexical order, 1 is semantic order. The
-            default 0.4 was chosen on the memory development set with a tuned embedder.
+            (``(1 − w)·z(bm25) + w·z(cosine)``, each signal z-scored over the query's
+            candidates; see ``evermind.memory.recall``) or ``"rrf"`` (reciprocal-rank fusion).
+        semantic_weight: w of convex fusion: 0 is lexical order, 1 is semantic order. None
+            (the default) measures it: the embedder's trust, how far its cosines between
+            stored memories agree with their shared terms, capped at 0.5 so the embedder
+            never outweighs lexical evidence; a collapsed embedder gets 0 (lexical order).
         rrf_k: Reciprocal-rank-fusion constant; fused score of a memory is
             ``Σ 1 / (rrf_k + rank)`` over the rankings it appears in (rank from 1).
         mmr: Re-order the fused candidates by maximal marginal relevance for diversity.
@@ -180,7 +182,7 @@ class RecallOptions:
     lexical: bool = True
     semantic: bool = True
     fusion: str = "convex"
-    semantic_weight: float = 0.4
+    semantic_weight: float | None = None
     rrf_k: int = 60
     mmr: bool = True
     mmr_lambda: float = 0.7
@@ -199,10 +201,11 @@ class RecallOptions:
                 "RecallOptions: lexical and semantic are both off; expected at least one ranker; "
                 "hint: keep lexical=True for stores without an embedder"
             )
+        w = self.semantic_weight
         check_ranges(
             "RecallOptions",
             [
-                ("semantic_weight", self.semantic_weight, 0.0, 1.0),
+                ("semantic_weight", 0.0 if w is None else w, 0.0, 1.0),
                 ("rrf_k", self.rrf_k, 0, math.inf),
                 ("mmr_lambda", self.mmr_lambda, 0.0, 1.0),
                 ("importance_weight", self.importance_weight, 0.0, 1.0),
