@@ -420,3 +420,27 @@ def test_config_not_mamba() -> None:
 def test_text_members_must_be_utf8() -> None:
     message = refused(with_member("README.md", b"caf\xe9"))
     assert "README.md" in message and "UTF-8" in message
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (GOOD + b"<script>alert(1)</script>", "follow the ZIP's end record"),
+        (b"GIF89a" + bytes(64) + GOOD, "prepended data"),
+        (b"%PDF-1.4\n" + GOOD + b"\n%%EOF\n", "end record"),
+    ],
+    ids=["appended", "prepended", "both"],
+)
+def test_a_polyglot_is_refused(data: bytes, words: str) -> None:
+    message = refused(data)
+    assert words in message and "exactly one ZIP" in message
+
+
+def test_more_merges_than_vocabulary_entries_is_refused() -> None:
+    from evermind.errors import TokenizerError
+    from evermind.tokenizer import Tokenizer
+
+    spec = json.loads(tiny_package_kwargs()["tokenizer_json"])
+    spec["model"]["merges"] = spec["model"]["merges"] * (len(spec["model"]["vocab"]) + 1)
+    with pytest.raises(TokenizerError, match="at most one merge per vocabulary entry"):
+        Tokenizer.from_json(json.dumps(spec))

@@ -72,7 +72,14 @@ def _find_end_record(data: bytes) -> _EndRecord:
             "archive: no ZIP end-of-central-directory record found; expected a .evermind "
             "package (the file is truncated or not a ZIP)"
         )
-    _, disk, start_disk, on_disk, entries, size, offset, _ = _END_RECORD.unpack_from(data, position)
+    _, disk, start_disk, on_disk, entries, size, offset, comment = _END_RECORD.unpack_from(
+        data, position
+    )
+    if position + _END_RECORD.size + comment != len(data):
+        raise PackageError(
+            f"archive: {len(data) - position - _END_RECORD.size - comment} bytes follow the ZIP's "
+            "end record; a package is exactly one ZIP (refused: appended data or a polyglot)"
+        )
     if position >= 20 and data[position - 20 : position - 16] == _ZIP64_LOCATOR_SIGNATURE:
         raise PackageError("archive: uses zip64; the format never needs it (refused)")
     if disk or start_disk or on_disk != entries:
@@ -98,6 +105,12 @@ def _check_directory(end: _EndRecord, limits: PackageLimits) -> None:
     if end.directory_offset + end.directory_size > end.position:
         raise PackageError(
             "archive: central directory runs past the end record; the file is corrupt"
+        )
+    if end.directory_offset + end.directory_size != end.position:
+        raise PackageError(
+            f"archive: {end.position - end.directory_offset - end.directory_size} bytes lie "
+            "between the central directory and the end record, or before the first member; "
+            "a package is exactly one ZIP (refused: prepended data or a polyglot)"
         )
 
 
@@ -187,6 +200,11 @@ class SafeArchive:
             first = infos[0].filename if infos else None
             raise PackageError(f"archive: first member is {first!r}; expected {MANIFEST!r} first")
         by_offset = sorted(infos, key=lambda item: item.header_offset)
+        if by_offset[0].header_offset != 0:
+            raise PackageError(
+                f"archive: {by_offset[0].header_offset} bytes come before the first member; a "
+                "package is exactly one ZIP (refused: prepended data or a polyglot)"
+            )
         if by_offset[0] is not infos[0]:
             raise PackageError(
                 f"archive: {MANIFEST!r} is not stored first in the file; expected it at the "

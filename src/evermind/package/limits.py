@@ -38,7 +38,7 @@ class PackageLimits:
     max_total_bytes: int = 2 * GIB
     max_members: int = 32
     max_manifest_bytes: int = 1 * MIB
-    max_json_bytes: int = 64 * MIB
+    max_json_bytes: int = 16 * MIB
     max_compression_ratio: float = 200.0
     ratio_floor_bytes: int = 64 * KIB
     max_safetensors_header_bytes: int = 16 * MIB

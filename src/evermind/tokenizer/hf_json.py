@@ -246,8 +246,16 @@ def spec_from_dict(document: object) -> BPESpec:
         logger.debug("ignoring post_processor: encode() never adds special tokens")
     unk = model.get("unk_token")
     _require(unk is None or isinstance(unk, str), f"unk_token {unk!r} is not a string")
+    vocab = _parse_vocab(model)
+    raw_merges = model.get("merges", [])
+    _require(
+        not isinstance(raw_merges, list) or len(raw_merges) <= len(vocab),
+        f"model.merges has {len(raw_merges) if isinstance(raw_merges, list) else 0} entries "
+        f"for a vocabulary of {len(vocab)}; expected at most one merge per vocabulary entry "
+        "(every merge makes a token of the vocabulary)",
+    )
     return BPESpec(
-        vocab=_parse_vocab(model),
+        vocab=vocab,
         merges=_parse_merges(model),
         added_tokens=_parse_added(document),
         pre_tokenizer=PreTokenizer.from_hf(document.get("pre_tokenizer")),
