@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
 from tests.factories import tiny_package
-from tests.runtime.helpers import TOKEN_A, assert_error
+from tests.runtime.helpers import TOKEN_A, assert_error, bearer, write_tokens
 
 MODEL = "evermind/hostile"
 LONE = "a\ud800b"
@@ -241,3 +241,19 @@ def test_a_huge_recall_query_is_refused_and_healthz_stays_responsive(
         assert all(f.result().status_code == 200 for f in busy)
     print(f"worst /healthz latency during 8 max-size recalls: {worst * 1000:.0f} ms")
     assert worst < 1.0  # a blocked loop took 4 s; the bound is loose for a busy CI machine
+
+
+def test_token_guessing_is_slowed_to_a_trickle(tmp_path: Path) -> None:
+    config = RuntimeConfig(
+        data_dir=tmp_path / "data", port=0, tokens_file=write_tokens(tmp_path / "t")
+    )
+    with ServerThread(config) as guarded, httpx.Client(base_url=guarded.url) as guesser:
+        statuses = [
+            guesser.get("/v1/models", headers=bearer(f"guess-{n:04d}")).status_code
+            for n in range(60)
+        ]
+        assert statuses[:20] == [401] * 20  # the burst: plain "wrong token"
+        assert statuses[-10:] == [429] * 10  # then refused before the token is even checked
+        blocked = guesser.get("/v1/models", headers=bearer(TOKEN_A))
+        assert_error(blocked, 429, "rate_limited")  # a guess that happens to be right included
+        assert int(blocked.headers["retry-after"]) >= 1

@@ -47,7 +47,7 @@ from evermind.errors import (
     Unavailable,
 )
 from evermind.runtime import routes_cache, routes_memory, routes_models, routes_openai
-from evermind.runtime.auth import PermissionDenied, RateLimited, Unauthenticated
+from evermind.runtime.auth import PermissionDenied, RateLimited, RateLimiter, Unauthenticated
 from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.errors import ApiError, error_body
 from evermind.runtime.state import Runtime
@@ -58,6 +58,9 @@ logger = logging.getLogger(__name__)
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PUSH = ("POST", "/v1/models")
+#: Failed authentications a client address may make: a burst, then this many a second.
+AUTH_FAILURE_BURST = 20
+AUTH_FAILURES_PER_S = 2.0
 #: Content types a push may declare (none is fine: a non-browser client). A web form can
 #: send text/plain, urlencoded or multipart without a preflight; none of those is a package.
 PUSH_TYPES = frozenset({"application/octet-stream", "application/zip", "application/x-evermind"})
@@ -108,6 +111,8 @@ class FrontDoor:
         self.app = app
         self.runtime = runtime
         self.routes = routes
+        #: Failed authentications per client address: guessing tokens is slowed to this.
+        self.failures = RateLimiter(AUTH_FAILURES_PER_S, AUTH_FAILURE_BURST)
 
     def _route(self, scope: Scope) -> str:
         partial = "unmatched"
@@ -186,7 +191,18 @@ class FrontDoor:
                 "duplicate_authorization",
             )
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        principal = self.runtime.tokens.authenticate(headers.get("authorization"))
+        peer = str((scope.get("client") or ("?", 0))[0])
+        wait = self.failures.wait_s(peer)
+        if wait > 0:
+            raise RateLimited(
+                f"too many failed authentications from {peer}; retry in {wait:.1f} s",
+                max(1, round(wait + 0.5)),
+            )
+        try:
+            principal = self.runtime.tokens.authenticate(headers.get("authorization"))
+        except AccessError:
+            self.failures.spend(peer)
+            raise
         self.runtime.limiter.check(principal.tenant)
         scope["evermind.principal"] = principal
         if (scope["method"], scope["path"].rstrip("/")) == PUSH:

@@ -147,3 +147,34 @@ class RateLimiter:
                 max(1, round(wait + 0.5)),
             )
         self._buckets[tenant] = (level - 1.0, now)
+        self._prune(now)
+
+    def wait_s(self, key: str) -> float:
+        """Seconds until ``key`` may spend again (0: now); spends nothing."""
+        if self.rate <= 0 or key not in self._buckets:
+            return 0.0
+        level, last = self._buckets[key]
+        level = min(self.burst, level + (self._clock() - last) * self.rate)
+        return 0.0 if level >= 1.0 else (1.0 - level) / self.rate
+
+    def spend(self, key: str) -> None:
+        """Takes one from ``key``'s bucket, never below empty, never raising."""
+        if self.rate <= 0:
+            return
+        now = self._clock()
+        level, last = self._buckets.get(key, (self.burst, now))
+        level = min(self.burst, level + (now - last) * self.rate)
+        self._buckets[key] = (max(0.0, level - 1.0), now)
+        self._prune(now)
+
+    def _prune(self, now: float, keep: int = 10_000) -> None:
+        """Forgets full buckets once many keys are held (a flood of keys costs nothing)."""
+        if len(self._buckets) <= keep:
+            return
+        full = [
+            key
+            for key, (level, last) in self._buckets.items()
+            if level + (now - last) * self.rate >= self.burst
+        ]
+        for key in full:
+            del self._buckets[key]
