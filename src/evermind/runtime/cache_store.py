@@ -22,6 +22,7 @@ import json
 import logging
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,10 @@ _T = TypeVar("_T")
 #: The best-scoring entries handed to the decision (the best is judged, the rest only show
 #: whether it is ambiguous).
 MAX_GUARDED_CANDIDATES = 4
+#: In-memory indexes kept (least recently used out; an evicted scope reloads from SQLite).
+MAX_INDEXED_SCOPES = 256
+#: ... and the bytes their vectors may hold in all.
+MAX_INDEXED_BYTES = 256 * 1024 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS semantic_cache (
@@ -99,6 +104,11 @@ class _Index:
     def vectors(self) -> np.ndarray:
         return self._vectors[: len(self.ids)]  # (n, dim)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the index's vector buffer holds."""
+        return int(self._vectors.nbytes)
+
     def add(self, entry_id: int, vector: np.ndarray, query: str | None) -> None:
         if len(self.ids) == self._vectors.shape[0]:
             grown = np.zeros((2 * self._vectors.shape[0], self._vectors.shape[1]), np.float32)
@@ -147,7 +157,7 @@ class SemanticCacheStore:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="evermind-l2"
         )
-        self._indexes: dict[Scope, _Index] = {}
+        self._indexes: OrderedDict[Scope, _Index] = OrderedDict()
         self._conn: sqlite3.Connection | None = None
         self._executor.submit(self._open, path).result()
 
@@ -169,9 +179,18 @@ class SemanticCacheStore:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, work)
 
-    def _index(self, scope: Scope) -> _Index:
+    @property
+    def indexed_scopes(self) -> int:
+        """How many (tenant, namespace, dim) indexes are in memory."""
+        return len(self._indexes)
+
+    def _index(self, scope: Scope, keep_empty: bool = True) -> _Index:
+        """The scope's index, loaded on first use; only ``keep_empty`` keeps an empty one
+        (a lookup in a namespace that holds nothing must not cost memory)."""
         index = self._indexes.get(scope)
-        if index is None:
+        if index is not None:
+            self._indexes.move_to_end(scope)
+        else:
             assert self._conn is not None
             index = _Index(scope[2])
             rows = self._conn.execute(
@@ -181,8 +200,21 @@ class SemanticCacheStore:
             )
             for entry_id, blob, query in rows:
                 index.add(entry_id, np.frombuffer(blob, np.float32), query)
-            self._indexes[scope] = index
+            if index.ids or keep_empty:
+                self._indexes[scope] = index
+                self._evict(scope)
         return index
+
+    def _evict(self, keep: Scope) -> None:
+        """Drops least recently used indexes beyond the count and byte budgets."""
+        held = sum(index.nbytes for index in self._indexes.values())
+        while len(self._indexes) > 1 and (
+            len(self._indexes) > MAX_INDEXED_SCOPES or held > MAX_INDEXED_BYTES
+        ):
+            oldest = next(iter(self._indexes))
+            if oldest == keep:
+                break
+            held -= self._indexes.pop(oldest).nbytes
 
     async def lookup(
         self,
@@ -196,7 +228,7 @@ class SemanticCacheStore:
         vector = normalised(embedding)
 
         def work() -> LookupResult:
-            index = self._index((tenant, namespace, vector.size))
+            index = self._index((tenant, namespace, vector.size), keep_empty=False)
             if not index.ids:
                 return LookupResult(None, reason="the cache is empty")
             scores = index.vectors @ vector  # (n,)

@@ -1,0 +1,36 @@
+"""The runtime's L2 cache holds a bounded number of in-memory indexes, whatever the namespaces."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from evermind.runtime import cache_store
+from evermind.runtime.cache_store import SemanticCacheStore
+
+
+def test_lookups_in_empty_namespaces_hold_nothing_and_stores_stay_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache_store_cap = 16
+    monkeypatch.setattr(cache_store, "MAX_INDEXED_SCOPES", cache_store_cap)
+
+    async def body() -> None:
+        store = SemanticCacheStore(tmp_path / "runtime.db", max_entries=100)
+        try:
+            for n in range(500):  # a flood of lookups in namespaces that hold nothing
+                miss = await store.lookup("t", f"flood-{n}", [1.0, 0.0], 0.9, "a question")
+                assert miss.hit is None
+            assert store.indexed_scopes == 0
+            for n in range(3 * cache_store_cap):
+                await store.store("t", f"ns-{n}", [1.0, 0.0], {"answer": n}, None, None)
+            assert store.indexed_scopes <= cache_store_cap
+            # An evicted scope reloads from SQLite and still serves its entry.
+            hit = await store.lookup("t", "ns-0", [1.0, 0.0], 0.9, None)
+            assert hit.hit is not None and hit.hit["response"] == {"answer": 0}
+        finally:
+            store.close()
+
+    asyncio.run(body())
