@@ -96,7 +96,9 @@ def test_full_cache_with_trigrams_still_serves_paraphrases_and_few_near_misses()
     if not SYNTHETIC:  # templated queries resemble each other: the calibration is strict
         assert result["paraphrase_hit"] >= 0.3  # a real (lexical) embedder stays useful
     assert result["near_miss_hit"] <= 0.02
-    assert result["wrong"] <= 0.05  # trigrams are a weak embedder; see evals/cache_full.py
+    # Trigrams are a weak embedder: the IDF-weighted lexical evidence (and the longer query's
+    # share) keeps their wrong answers at the target on the dev set; see evals/cache_full.py.
+    assert result["wrong"] <= (0.05 if SYNTHETIC else 0.01)
 
 
 def _full_trigram_cache() -> SemanticCache:

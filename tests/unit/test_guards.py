@@ -222,6 +222,21 @@ def test_edit_guard_refuses_one_word_substitution() -> None:
     refuses("edit", "Best hiking boots for wide feet", "Best hiking boots for flat feet")
 
 
+def test_edit_guard_refuses_one_frame_with_a_longer_span_swapped() -> None:
+    # Word for word the same question except one span: a different thing, whatever its size.
+    refuses("edit", "Healing time after a knee arthroscopy", "Healing time after laser eye surgery")
+    refuses(
+        "edit",
+        "Move my old pension pot into a self-invested plan",
+        "Move my old pension pot into my partner's workplace scheme",
+    )
+    # Rewording in more than one place is not one swapped span: left to the other guards.
+    accepts(
+        "Healing time after a knee arthroscopy",
+        "How long does it take to heal after knee arthroscopy?",
+    )
+
+
 def test_edit_guard_accepts_filler_words() -> None:
     accepts("How can I quickly resize an image in GIMP?", "How do I resize an image in GIMP?")
 

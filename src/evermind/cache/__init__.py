@@ -8,15 +8,23 @@ plug-in :mod:`evermind.cache.english` (:data:`DEFAULT_GUARDS`, :func:`default_gu
 :class:`HttpSemanticCacheBackend` is the shared L2 on the agent runtime. Every cache (this
 library, the Studio tab, the runtime's L2) decides hit or miss with one function,
 :func:`evermind.cache.decide.decide`: a threshold calibrated on how the embedder scores
-unrelated stored queries, the best candidate only, shared content words, the guards, and a
-miss between near-tied different answers.
+unrelated stored queries, the best candidate only, shared content words (weighted by their
+IDF over the cache's own stored queries, :class:`TermStats`), the guards, and a miss
+between near-tied different answers.
 
 Browser-safe: standard library only.
 """
 
 from __future__ import annotations
 
-from evermind.cache.decide import Calibration, Candidate, Decision, calibrate, decide
+from evermind.cache.decide import (
+    Calibration,
+    Candidate,
+    Decision,
+    TermStats,
+    calibrate,
+    decide,
+)
 from evermind.cache.english import (
     ENGLISH_CHAIN,
     ENGLISH_GUARDS,
@@ -51,6 +59,7 @@ __all__ = [
     "L2Hit",
     "Refusal",
     "SemanticCache",
+    "TermStats",
     "calibrate",
     "decide",
     "default_guard",

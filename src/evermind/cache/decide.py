@@ -20,11 +20,21 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
 3. **The best candidate only.** Guards are a veto, never a search down the list: the
    best-scoring candidate is judged; if it is refused, the lookup is a miss with that
    refusal as its reason. A lower candidate is never served.
-4. **Lexical evidence.** The incoming and cached query must share content words (stop words
-   dropped, folded and stemmed with :func:`evermind.text.terms`): at least
-   :data:`MIN_OVERLAP` of the shorter query's terms, and either
-   :data:`STRONG_SHARED_TERMS` of them or :data:`STRONG_OVERLAP` of the shorter
-   (:func:`lexical_evidence`). ``evals/cache_full.py`` measures the cache as a whole.
+4. **Lexical evidence, weighted by informativeness.** The incoming and cached query must
+   share content words (stop words dropped, folded and stemmed with
+   :func:`evermind.text.terms`): at least :data:`MIN_OVERLAP` of the shorter query's terms,
+   and either :data:`STRONG_SHARED_TERMS` of them or :data:`STRONG_OVERLAP` of the shorter
+   (:func:`lexical_evidence`); and :data:`MIN_LONGER_OVERLAP` of the longer one, unless the
+   score is :data:`CONFIDENT` (well above the threshold). Once the cache holds
+   :data:`MIN_IDF_ENTRIES` stored queries, words are weighted by how rare they are among
+   them (:class:`TermStats`: an inverse document frequency over the cache's *own* stored
+   queries, kept up to date as entries are stored, evicted and cleared): the shares are
+   shares of IDF weight, and only *informative* terms count as shared, those held by fewer
+   than ``√(N+1)`` of the ``N`` stored queries (:data:`INFORMATIVE`). So two queries that
+   share only words common in this cache ("python", "file" in a cache of Python questions)
+   have no evidence, while a rare shared word ("pgbouncer") is evidence. A smaller cache
+   keeps the unweighted rule: every term counts alike. ``evals/cache_full.py`` measures the
+   cache as a whole.
 5. **Guards.** The guard chain (by default the English guards) compares numbers, units,
    negation, entities, direction, operation and codes.
 6. **No guessing.** When the runner-up scores within :data:`AMBIGUITY_MARGIN` of the best,
@@ -38,7 +48,8 @@ Browser-safe: standard library and ``evermind.text`` only.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from evermind.cache.guard import Refusal
@@ -46,9 +57,13 @@ from evermind.text import terms
 
 __all__ = [
     "AMBIGUITY_MARGIN",
+    "CONFIDENT",
     "FLOOR",
+    "INFORMATIVE",
     "MARGIN",
     "MIN_CALIBRATION",
+    "MIN_IDF_ENTRIES",
+    "MIN_LONGER_OVERLAP",
     "MIN_OVERLAP",
     "MIN_SHARED_TERMS",
     "QUANTILE",
@@ -57,6 +72,7 @@ __all__ = [
     "Calibration",
     "Candidate",
     "Decision",
+    "TermStats",
     "calibrate",
     "decide",
     "lexical_evidence",
@@ -83,6 +99,18 @@ MIN_OVERLAP = 0.25
 #: "many" or "time" between two short queries is not evidence).
 STRONG_SHARED_TERMS = 2
 STRONG_OVERLAP = 0.5
+#: ... and at least this share of the *longer* query's terms (two words shared with a long,
+#: detailed stored question are not evidence that a short one asks the same thing), unless
+#: the embedder is confident: the score lies at least :data:`CONFIDENT` of the way from the
+#: threshold to 1.0 (a strong embedder's paraphrase, reworded beyond word overlap).
+MIN_LONGER_OVERLAP = 0.35
+CONFIDENT = 0.3
+#: Fewest stored queries before lexical evidence is weighted by :class:`TermStats` (fewer:
+#: every term counts alike, as document frequencies of a handful of queries say nothing).
+MIN_IDF_ENTRIES = 32
+#: A term is informative when its normalised IDF, ``ln((N+1)/(df+1)) / ln(N+1)``, reaches
+#: this: 0.5 means it is held by fewer than ``√(N+1)`` of the ``N`` stored queries.
+INFORMATIVE = 0.5
 #: A runner-up this close to the best score with another answer makes the lookup a miss.
 AMBIGUITY_MARGIN = 0.01
 # A cosine this close to 1 is the same vector (float32 rounding aside).
@@ -167,19 +195,120 @@ def pairwise_cosines(vectors: Sequence[Sequence[float]]) -> list[float]:
     return out
 
 
-def lexical_evidence(query: str, cached_query: str) -> str | None:
-    """None when the two queries share enough content words, else why not (in words)."""
+class TermStats:
+    """Document frequencies of content terms over a cache's stored queries (its IDF).
+
+    Each stored query counts once per distinct :func:`evermind.text.terms` term. The cache
+    that owns it calls :meth:`add` when it stores a query, :meth:`remove` when an entry
+    goes (evicted, expired, replaced, invalidated) and :meth:`clear` when it empties, so
+    the counts always equal :meth:`of` its current queries. Pure Python, O(terms) per call.
+    """
+
+    __slots__ = ("df", "n")
+
+    def __init__(self) -> None:
+        self.df: Counter[str] = Counter()
+        self.n = 0
+
+    @classmethod
+    def of(cls, queries: Iterable[str]) -> TermStats:
+        """The statistics of ``queries`` computed from scratch."""
+        stats = cls()
+        for query in queries:
+            stats.add(query)
+        return stats
+
+    def add(self, query: str) -> None:
+        """Counts a newly stored query."""
+        self.df.update(set(terms(query)))
+        self.n += 1
+
+    def remove(self, query: str) -> None:
+        """Uncounts a stored query that left the cache (it must have been added)."""
+        for term in set(terms(query)):
+            left = self.df[term] - 1
+            if left > 0:
+                self.df[term] = left
+            else:
+                del self.df[term]
+        self.n = max(0, self.n - 1)
+
+    def clear(self) -> None:
+        """Forgets every query."""
+        self.df.clear()
+        self.n = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether the cache is large enough (:data:`MIN_IDF_ENTRIES`) to weight terms."""
+        return self.n >= MIN_IDF_ENTRIES
+
+    def idf(self, term: str) -> float:
+        """``ln((N+1)/(df+1))``: 0 for a term in every stored query, ``ln(N+1)`` for none."""
+        return math.log((self.n + 1) / (self.df.get(term, 0) + 1))
+
+    def informativeness(self, term: str) -> float:
+        """:meth:`idf` over its maximum ``ln(N+1)``, in [0, 1] (1 without stored queries)."""
+        top = math.log(self.n + 1)
+        return 1.0 if top <= 0.0 else self.idf(term) / top
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TermStats):
+            return NotImplemented
+        return self.n == other.n and +self.df == +other.df
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TermStats(n={self.n}, terms={len(self.df)})"
+
+
+def lexical_evidence(
+    query: str, cached_query: str, idf: TermStats | None = None, confidence: float = 0.0
+) -> str | None:
+    """None when the two queries share enough content words, else why not (in words).
+
+    Args:
+        query: The incoming query.
+        cached_query: The stored query whose answer would be served.
+        idf: The cache's :class:`TermStats`; when it is :attr:`~TermStats.active`, shares
+            are of IDF weight and only informative terms count as shared (see rule 4 of the
+            module). None or a small cache: every term weighs 1.
+        confidence: How far the candidate's score lies from the threshold toward 1.0, in
+            [0, 1]; from :data:`CONFIDENT` on, the share of the longer query is not required.
+    """
     mine, theirs = set(terms(query)), set(terms(cached_query))
     if not mine or not theirs:
         return "no content words to compare"
     shared = mine & theirs
-    share = len(shared) / min(len(mine), len(theirs))
-    strong = len(shared) >= STRONG_SHARED_TERMS or share >= STRONG_OVERLAP
-    if len(shared) < MIN_SHARED_TERMS or share < MIN_OVERLAP or not strong:
+    if idf is None or not idf.active:
+        share = len(shared) / min(len(mine), len(theirs))
+        longer = len(shared) / max(len(mine), len(theirs))
+        counted = len(shared)
+        weighted = ""
+    else:
+        weight = {t: idf.idf(t) for t in mine | theirs}
+        sizes = sum(weight[t] for t in mine), sum(weight[t] for t in theirs)
+        common_weight = sum(weight[t] for t in shared)
+        share = common_weight / min(sizes) if min(sizes) > 0.0 else 0.0
+        longer = common_weight / max(sizes) if max(sizes) > 0.0 else 0.0
+        counted = sum(idf.informativeness(t) >= INFORMATIVE for t in shared)
+        common = len(shared) - counted
+        weighted = f" by IDF weight over {idf.n} stored queries" + (
+            f"; {common} shared word(s) too common in this cache to count" if common else ""
+        )
+    strong = counted >= STRONG_SHARED_TERMS or share >= STRONG_OVERLAP
+    if (
+        counted < MIN_SHARED_TERMS
+        or share < MIN_OVERLAP
+        or (longer < MIN_LONGER_OVERLAP and confidence < CONFIDENT)
+        or not strong
+    ):
         return (
-            f"the queries share {len(shared)} content word(s) "
-            f"({share:.0%} of the shorter; needs {STRONG_SHARED_TERMS}, or one that is "
-            f"{STRONG_OVERLAP:.0%} of the shorter)"
+            f"the queries share {counted} informative content word(s) "
+            f"({share:.0%} of the shorter, {longer:.0%} of the longer{weighted}; needs "
+            f"{STRONG_SHARED_TERMS}, or one that is {STRONG_OVERLAP:.0%} of the shorter, and "
+            f"{MIN_LONGER_OVERLAP:.0%} of the longer unless the score is confident)"
         )
     return None
 
@@ -234,6 +363,7 @@ def decide(
     calibration: Calibration,
     guard: Guard | None,
     lexical: bool = True,
+    idf: TermStats | None = None,
 ) -> Decision:
     """Hit or miss for ``query`` among ``candidates`` (the best few; see the module rules).
 
@@ -246,6 +376,8 @@ def decide(
         calibration: From :func:`calibrate` over the cache's stored queries.
         guard: Returns a :class:`Refusal` to veto, None to allow; None: no guards.
         lexical: Require :func:`lexical_evidence` (on by default).
+        idf: The cache's :class:`TermStats` over its stored queries, which weights the
+            lexical evidence; None: unweighted (as a cache under :data:`MIN_IDF_ENTRIES`).
     """
     ranked = sorted(candidates, key=lambda c: -c.score)
     tau = _threshold(threshold, calibration)
@@ -265,7 +397,7 @@ def decide(
             raised = calibration.words if calibration.threshold == tau else f"floor {FLOOR:g}"
             why += f"; the requested {threshold:g} was raised ({raised})"
         return Decision(False, None, tau, None, why)
-    veto = _veto(query, best, guard, lexical)
+    veto = _veto(query, best, guard, lexical, idf, tau)
     if veto is not None:
         name, words = veto
         return Decision(False, best, tau, name, words)
@@ -275,7 +407,7 @@ def decide(
         if best.score >= _SAME_VECTOR > rival.score:
             break  # the best is the incoming vector itself: nothing to guess between
         same = rival.answer == best.answer and rival.answer is not None
-        if not same and _veto(query, rival, guard, lexical) is None:
+        if not same and _veto(query, rival, guard, lexical, idf, tau) is None:
             return Decision(
                 False,
                 best,
@@ -295,12 +427,18 @@ def _threshold(threshold: float | None, calibration: Calibration) -> float:
 
 
 def _veto(
-    query: str | None, cand: Candidate, guard: Guard | None, lexical: bool
+    query: str | None,
+    cand: Candidate,
+    guard: Guard | None,
+    lexical: bool,
+    idf: TermStats | None,
+    tau: float,
 ) -> tuple[str, str] | None:
     if query is None or cand.query is None:
         return None  # nothing to compare: the caller decides whether that is acceptable
     if lexical:
-        missing = lexical_evidence(query, cand.query)
+        confidence = (cand.score - tau) / (1.0 - tau) if tau < 1.0 else 0.0
+        missing = lexical_evidence(query, cand.query, idf, confidence)
         if missing is not None:
             return "lexical", f"no lexical evidence: {missing}"
     if guard is not None:

@@ -32,6 +32,7 @@ from evermind.cache.decide import (
     Calibration,
     Candidate,
     Decision,
+    TermStats,
     calibrate,
     decide,
     pairwise_cosines,
@@ -234,6 +235,9 @@ class SemanticCache:
         self._fingerprint = fingerprint or _default_fingerprint(embed)
         # (fingerprint, entries measured) -> calibration; re-measured as the cache grows.
         self._calibration: tuple[str, int, Calibration] | None = None
+        # Document frequencies of the stored queries' terms (the lexical evidence's IDF),
+        # updated on every store and drop.
+        self._terms = TermStats()
 
     # ----------------------------------------------------------------- configuration
 
@@ -263,6 +267,11 @@ class SemanticCache:
         return decide(
             None, [], threshold=self.threshold, calibration=self.calibration, guard=None
         ).threshold
+
+    @property
+    def term_stats(self) -> TermStats:
+        """Document frequencies of the L1 entries' query terms (weights lexical evidence)."""
+        return self._terms
 
     @property
     def fingerprint(self) -> str:
@@ -297,6 +306,14 @@ class SemanticCache:
         for key in doomed:
             self._drop(key)
         return len(doomed)
+
+    def clear(self) -> int:
+        """Drops every L1 entry (L2 is not touched); returns how many were dropped."""
+        dropped = len(self._entries)
+        self._entries.clear()
+        self._by_query.clear()
+        self._terms.clear()
+        return dropped
 
     # ----------------------------------------------------------------- sync API
 
@@ -415,7 +432,12 @@ class SemanticCache:
     def _decide(self, query: str, candidates: list[Candidate]) -> Decision:
         guard = None if self.guard is None else self._refusal
         found = decide(
-            query, candidates, threshold=self.threshold, calibration=self.calibration, guard=guard
+            query,
+            candidates,
+            threshold=self.threshold,
+            calibration=self.calibration,
+            guard=guard,
+            idf=self._terms,
         )
         if not found.hit and found.refused_by is not None:
             self._count_refusal(Refusal(found.refused_by, found.reason))
@@ -502,6 +524,7 @@ class SemanticCache:
         entry = _Entry(namespace, self._fingerprint, query, vector, response, meta, expires)
         self._entries[self._next_key] = entry
         self._by_query[(namespace, self._fingerprint, query)] = self._next_key
+        self._terms.add(query)
         self._next_key += 1
         self._stats.stores += 1
         while len(self._entries) > self.capacity:
@@ -510,6 +533,7 @@ class SemanticCache:
 
     def _drop(self, key: int) -> None:
         entry = self._entries.pop(key)
+        self._terms.remove(entry.query)
         index_key = (entry.namespace, entry.fingerprint, entry.query)
         if self._by_query.get(index_key) == key:
             del self._by_query[index_key]

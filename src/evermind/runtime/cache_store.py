@@ -35,6 +35,7 @@ from evermind.cache.decide import (
     UNCALIBRATED,
     Calibration,
     Candidate,
+    TermStats,
     calibrate,
     decide,
     sample_indices,
@@ -88,6 +89,7 @@ class _Index:
         self.queries: list[str | None] = []
         self._vectors = np.zeros((16, dim), np.float32)
         self.calibration: tuple[int, Calibration] = (0, UNCALIBRATED)
+        self.terms = TermStats()  # the stored queries' IDF (weights the lexical evidence)
 
     def calibrated(self) -> Calibration:
         """How the scope's embedder scores its stored entries against each other."""
@@ -117,9 +119,14 @@ class _Index:
         self._vectors[len(self.ids)] = vector
         self.ids.append(entry_id)
         self.queries.append(query)
+        if query is not None:
+            self.terms.add(query)
 
     def drop_first(self, count: int) -> None:
         keep = len(self.ids) - count
+        for query in self.queries[:count]:
+            if query is not None:
+                self.terms.remove(query)
         self._vectors[:keep] = self._vectors[count : len(self.ids)]
         del self.ids[:count], self.queries[:count]
 
@@ -245,6 +252,7 @@ class SemanticCacheStore:
                 threshold=threshold,
                 calibration=index.calibrated(),
                 guard=DEFAULT_CHAIN.check,
+                idf=index.terms,
             )
             if not found.hit or found.candidate is None:
                 refused = 0 if found.refused_by is None else 1

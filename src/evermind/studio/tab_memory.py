@@ -37,6 +37,7 @@ from evermind.cache.decide import (
     UNCALIBRATED,
     Calibration,
     Candidate,
+    TermStats,
     calibrate,
     decide,
     sample_indices,
@@ -143,6 +144,7 @@ class TabCache:
         self._loaded = False
         self._seq = 0
         self._calibration: tuple[int, Calibration] = (0, UNCALIBRATED)
+        self.terms = TermStats()  # the stored queries' IDF (weights the lexical evidence)
 
     @property
     def ranked_by(self) -> str:
@@ -200,6 +202,7 @@ class TabCache:
             except (ValueError, TypeError, KeyError) as err:
                 log.warning("cache: skipping unreadable row %r: %s", key, err)
         keys = list(self.entries)
+        self.terms = TermStats.of(self.entries[k].query for k in keys)
         vectors = await self._embed([self.entries[k].query for k in keys])
         for key, vector in zip(keys, vectors, strict=True):
             self.index.add(key, vector)
@@ -221,9 +224,12 @@ class TabCache:
         evict = [k for _, _, k in others[: max(0, len(others) + 1 - CACHE_CAPACITY)]]
         await self.kv.write("cache", [(key, row)], evict)
         for gone in evict:
-            self.entries.pop(gone, None)
+            self.terms.remove(self.entries.pop(gone).query)
             self.index.remove(gone)
+        if key in self.entries:  # the same query stored again: its old row is replaced
+            self.terms.remove(self.entries[key].query)
         self.entries[key] = entry
+        self.terms.add(query)
         self.index.add(key, vector)
         return {"stored": True, "entries": len(self.entries), "evicted": len(evict)}
 
@@ -244,11 +250,14 @@ class TabCache:
         evict = [k for _, _, k in keep[: max(0, len(keep) + len(fresh) - CACHE_CAPACITY)]]
         await self.kv.write("cache", rows, evict)
         for gone in evict:
-            self.entries.pop(gone, None)
+            self.terms.remove(self.entries.pop(gone).query)
             self.index.remove(gone)
         vectors = await self._embed([e.query for e in fresh.values()])
         for (key, entry), vector in zip(fresh.items(), vectors, strict=True):
+            if key in self.entries:  # the same query stored again: its old row is replaced
+                self.terms.remove(self.entries[key].query)
             self.entries[key] = entry
+            self.terms.add(entry.query)
             self.index.add(key, vector)
         return {"stored": len(fresh), "entries": len(self.entries), "evicted": len(evict)}
 
@@ -280,6 +289,7 @@ class TabCache:
             threshold=floor,
             calibration=calibration,
             guard=DEFAULT_CHAIN.check,
+            idf=self.terms,
         )
         base["threshold"] = decision.threshold
         cand = decision.candidate

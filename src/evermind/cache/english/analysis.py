@@ -34,7 +34,15 @@ from evermind.cache.english.lexicon import (
 from evermind.cache.english.quantities import Reading, read_quantities
 from evermind.text import Token, stem, tokenize
 
-__all__ = ["WEEKDAYS", "Analysis", "analyze", "content_overlap", "entity_matched", "similarity"]
+__all__ = [
+    "WEEKDAYS",
+    "Analysis",
+    "analyze",
+    "content_overlap",
+    "entity_matched",
+    "one_replaced_span",
+    "similarity",
+]
 
 _DATE_WORDS = (
     frozenset(MONTHS)
@@ -206,6 +214,18 @@ def content_overlap(a: Analysis, b: Analysis) -> float:
     if not set_a or not set_b:
         return 0.0
     return len(set_a & set_b) / max(len(set_a), len(set_b))
+
+
+@lru_cache(maxsize=8192)
+def one_replaced_span(text_a: str, text_b: str) -> bool:
+    """True when the two sentences are word for word the same except for ONE contiguous
+    span replaced on both sides ("recovery time after [a root canal]" / "recovery time after
+    [wisdom tooth extraction]"): the same question frame about a different thing."""
+    words_a = [t.low for t in analyze(text_a).tokens if t.kind in ("word", "ident")]
+    words_b = [t.low for t in analyze(text_b).tokens if t.kind in ("word", "ident")]
+    matcher = difflib.SequenceMatcher(None, words_a, words_b, autojunk=False)
+    changed = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    return len(changed) == 1 and changed[0][0] == "replace"
 
 
 @lru_cache(maxsize=8192)

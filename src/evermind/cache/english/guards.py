@@ -30,7 +30,9 @@ operation      an operation contrast (create/delete, enable/disable, encrypt/dec
 entity         both queries name a thing the other does not (Redis vs Memcached, Pro plan
                vs Team plan), allowing aliases and acronyms (k8s, LA, FRA, 2FA)
 edit           the queries share most words but one changes a content word the other
-               does not have (a small edit that is not a known synonym)
+               does not have (a small edit that is not a known synonym), or they are
+               word for word the same frame with one span replaced by another
+               ("recovery time after a root canal" vs "... after wisdom tooth extraction")
 =============  ==========================================================================
 
 Guards only ever refuse; a guard that finds nothing to compare accepts. Add your own by
@@ -45,7 +47,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from evermind.cache.english.analysis import Analysis, analyze, content_overlap, similarity
+from evermind.cache.english.analysis import (
+    Analysis,
+    analyze,
+    content_overlap,
+    one_replaced_span,
+    similarity,
+)
 from evermind.cache.english.lexicon import DIRECTION_CONTRASTS, OPERATION_CONTRASTS
 from evermind.cache.english.rules import (
     contrast_conflict,
@@ -131,6 +139,8 @@ def _edit(a: Analysis, b: Analysis) -> str | None:
         return None
     if similarity(a.text, b.text) >= NEAR_IDENTICAL:
         return edit_conflict(a, b)
+    if one_replaced_span(a.text, b.text):  # one frame, one span swapped: any size
+        return edit_conflict(a, b, additions=False)
     return edit_conflict(a, b, additions=False, largest=SMALL_EDIT)
 
 
