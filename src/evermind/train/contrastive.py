@@ -56,6 +56,7 @@ __all__ = [
     "info_nce",
     "length_buckets",
     "load_texts",
+    "pooled_loss_grads",
     "tune_embedder",
 ]
 
@@ -258,6 +259,51 @@ def blas_threads(threads: int = 1) -> Iterator[None]:
         yield
 
 
+def pooled_loss_grads(
+    cpu: Any,
+    views: Sequence[Sequence[int]],
+    loss_of_units: Callable[[FloatArray], tuple[float, FloatArray]],
+    bucket_rows: int = BUCKET_ROWS,
+) -> tuple[float, dict[str, FloatArray]]:
+    """A loss of the pooled unit embeddings of ``views`` and its gradient for every weight.
+
+    The model runs once per :func:`length_buckets` group of views, each padded only to its
+    own longest view; the result equals one batch padded to the longest view up to float
+    rounding (``tests/unit/test_tune_speed.py``).
+
+    Args:
+        cpu: The :class:`evermind.model.cpu.CpuMamba` being tuned.
+        views: Token-id rows (any lengths >= 1).
+        loss_of_units: Maps the (n, D) unit embeddings, in the order of ``views``, to
+            ``(loss, dloss/dunits)``.
+        bucket_rows: Fewest views per group.
+
+    Returns:
+        (loss, grads) with one gradient per parameter; grads is empty when the loss is not
+        finite (nothing to step on).
+    """
+    runs = []
+    unit = np.empty((len(views), cpu.config.d_model), cpu.dtype)  # (n, D), views' order
+    for rows in length_buckets([len(view) for view in views], bucket_rows):
+        ids, mask = _pad([views[r] for r in rows])
+        hidden, cache = cpu.hidden_train(ids)  # (b, L, D)
+        lengths = lengths_of_mask(mask)  # (b,)
+        unit[rows] = pool_fwd(hidden, lengths)
+        runs.append((rows, hidden, cache, lengths))
+    loss, dunit = loss_of_units(unit)
+    grads: dict[str, FloatArray] = {}
+    if not math.isfinite(loss):
+        return loss, grads
+    for rows, hidden, cache, lengths in runs:
+        dhidden = pool_bwd(hidden, lengths, dunit[rows])  # (b, L, D)
+        for name, grad in cpu.backward_hidden(cache, dhidden).items():
+            if name in grads:
+                grads[name] += grad
+            else:
+                grads[name] = grad
+    return loss, grads
+
+
 def contrastive_grads(
     cpu: Any,
     views: Sequence[Sequence[int]],
@@ -273,33 +319,15 @@ def contrastive_grads(
         bucket_rows: Fewest views per :func:`length_buckets` group.
 
     Returns:
-        (loss, grads) with one gradient per parameter. The model runs once per
-        :func:`length_buckets` group of views, so that short views are not padded to the
-        longest; the result equals one padded batch up to float rounding.
+        (loss, grads) with one gradient per parameter (see :func:`pooled_loss_grads`).
     """
     half = len(views) // 2
-    buckets = length_buckets([len(view) for view in views], bucket_rows)
-    runs = []
-    unit = np.empty((len(views), cpu.config.d_model), cpu.dtype)  # (2N, D), views' order
-    for rows in buckets:
-        ids, mask = _pad([views[r] for r in rows])
-        hidden, cache = cpu.hidden_train(ids)  # (n, L, D)
-        lengths = lengths_of_mask(mask)  # (n,)
-        unit[rows] = pool_fwd(hidden, lengths)
-        runs.append((rows, hidden, cache, lengths))
-    loss, da, db = info_nce(unit[:half], unit[half:], temperature)
-    if not math.isfinite(loss):
-        return loss, {}
-    dunit = np.concatenate([da, db])  # (2N, D)
-    grads: dict[str, FloatArray] = {}
-    for rows, hidden, cache, lengths in runs:
-        dhidden = pool_bwd(hidden, lengths, dunit[rows])  # (n, L, D)
-        for name, grad in cpu.backward_hidden(cache, dhidden).items():
-            if name in grads:
-                grads[name] += grad
-            else:
-                grads[name] = grad
-    return loss, grads
+
+    def loss_of_units(unit: FloatArray) -> tuple[float, FloatArray]:
+        loss, da, db = info_nce(unit[:half], unit[half:], temperature)
+        return loss, np.concatenate([da, db])
+
+    return pooled_loss_grads(cpu, views, loss_of_units, bucket_rows)
 
 
 def tune_embedder(
