@@ -2,8 +2,8 @@
 
 Mamba's ``delta_softplus`` convention, as the kernels: the scan takes the time step BEFORE
 softplus and ``A_log``, and applies ``delta = softplus(delta_raw)`` (identity past 20, as
-torch) and ``A = -exp(A_log)`` itself. A plain loop over time, float64 inside, results in
-the inputs' floating dtype. Shapes (tokens-major, row-major, like the rest of the model)::
+torch) and ``A = -exp(A_log)`` itself. Float64 inside, results in the inputs' floating
+dtype. Shapes (tokens-major, row-major, like the rest of the model)::
 
     x         (B, L, D)   input (the conv branch's output)
     delta_raw (B, L, D)   time step before softplus (dt_proj output, bias included)
@@ -18,7 +18,12 @@ Recurrence (zero-order hold on A, Euler on B), h_{-1} = 0::
     y_t = sum_n C_t[n] * h_t[n] + D * x_t
 
 :func:`scan_step` is one step of it; the recurrent decoder (:mod:`evermind.ops.recurrent_step`)
-runs exactly that function, so step-by-step decoding equals the parallel forward.
+runs exactly that function. The whole-sequence forward and backward compute the same
+arithmetic time-major, in place, on chunks of batch rows (:data:`CHUNK_ELEMENTS`: each step's
+slice stays in the CPU cache and no scratch array is mapped afresh per call), with the
+per-step reductions (y; dx, ddelta, dA, dB, dC) done over all steps at once after the loop.
+The states are the step loop's to the bit; the reductions differ from a loop of
+:func:`scan_step` only in rounding (``tests/unit/test_scan_vectorised.py`` pins 1e-10).
 """
 
 from __future__ import annotations
@@ -54,10 +59,35 @@ def scan_step(
     return y_t, new_h
 
 
+#: Elements of (L, rows, D, N) float64 scratch per chunk of batch rows (16 MiB): the scan runs
+#: on a few rows at a time so that each step's (rows, D, N) slice stays in the CPU's cache and
+#: the scratch arrays are reused by the allocator instead of being mapped afresh every call.
+CHUNK_ELEMENTS = 1 << 21
+
+
+def _row_chunks(batch: int, length: int, dim: int, d_state: int) -> list[slice]:
+    """Slices of batch rows, each with at most about :data:`CHUNK_ELEMENTS` state elements."""
+    rows = max(1, CHUNK_ELEMENTS // max(1, length * dim * d_state))
+    return [slice(start, min(batch, start + rows)) for start in range(0, batch, rows)]
+
+
+def _time_major(a: Floats) -> F64:
+    """(b, L, ...) as a C-contiguous float64 (L, b, ...): one copy, cast included."""
+    return np.ascontiguousarray(np.swapaxes(a, 0, 1), dtype=np.float64)
+
+
+def _prepare(
+    x: Floats, delta_raw: Floats, A_log: Floats, B: Floats, C: Floats
+) -> tuple[F64, F64, F64, F64, F64]:
+    """Time-major float64 x, delta = softplus(delta_raw) (L, b, D), B, C (L, b, N); A (D, N)."""
+    delta = f64(softplus_fwd(_time_major(delta_raw)))
+    return _time_major(x), delta, _time_major(B), _time_major(C), -np.exp(f64(A_log))
+
+
 def selective_scan_fwd(
     x: Floats, delta_raw: Floats, A_log: Floats, B: Floats, C: Floats, D: Floats
 ) -> tuple[Floats, Floats]:
-    """Selective scan forward, a loop over time.
+    """Selective scan forward.
 
     Args:
         x: Input, shape (B, L, D).
@@ -72,17 +102,27 @@ def selective_scan_fwd(
         (exactly what the GPU forward stores for its backward).
     """
     dtype = out_dtype(x, delta_raw, A_log, B, C, D)
-    x64, b64, c64, d64 = f64(x), f64(B), f64(C), f64(D)
-    delta = f64(softplus_fwd(f64(delta_raw)))  # (B, L, D)
-    A = -np.exp(f64(A_log))  # (D, N)
-    batch, length, dim = x64.shape
-    h = np.zeros((batch, dim, A.shape[1]))  # (B, D, N)
-    states = np.zeros((batch, length, dim, A.shape[1]))  # (B, L, D, N)
-    y = np.zeros((batch, length, dim))  # (B, L, D)
-    for t in range(length):
-        y[:, t], h = scan_step(h, x64[:, t], delta[:, t], A, b64[:, t], c64[:, t], d64)
-        states[:, t] = h
-    return y.astype(dtype), states.astype(dtype)
+    batch, length, dim = x.shape
+    d_state = A_log.shape[1]
+    d64 = f64(D)
+    y = np.empty((batch, length, dim), dtype)
+    states_out = np.empty((batch, length, dim, d_state), dtype)
+    for rows in _row_chunks(batch, length, dim, d_state):
+        x_tm, delta, b_tm, c_tm, A = _prepare(x[rows], delta_raw[rows], A_log, B[rows], C[rows])
+        delta_x = delta * x_tm  # (L, b, D)
+        states = np.empty((length, *x_tm.shape[1:], d_state))  # (L, b, D, N): h_t
+        decay = np.empty(states.shape[1:])  # (b, D, N): this step's, reused
+        for t in range(length):  # h_t = exp(delta_t A) h_{t-1} + delta_t x_t B_t, h_{-1} = 0
+            np.multiply(delta_x[t][:, :, None], b_tm[t][:, None, :], out=states[t])  # drive
+            if t:
+                np.multiply(delta[t][:, :, None], A, out=decay)
+                np.exp(decay, out=decay)
+                decay *= states[t - 1]
+                states[t] += decay
+        y_tm = (states @ c_tm[..., None])[..., 0] + d64 * x_tm  # (L, b, D): sum_n h[n] C_t[n]
+        y[rows] = np.swapaxes(y_tm, 0, 1)
+        states_out[rows] = np.swapaxes(states, 0, 1)
+    return y, states_out
 
 
 def selective_scan_bwd(
@@ -95,7 +135,7 @@ def selective_scan_bwd(
     D: Floats,
     states: Floats | None = None,
 ) -> tuple[Floats, Floats, Floats, Floats, Floats, Floats]:
-    """Selective scan backward, a reverse loop over time.
+    """Selective scan backward.
 
     With g_t = dL/dh_t (through every later step),
     ``g_t = dy_t * C_t + exp(delta_{t+1} A) * g_{t+1}``, and every gradient follows from g_t
@@ -114,39 +154,41 @@ def selective_scan_bwd(
     dtype = out_dtype(dy, x, delta_raw, A_log, B, C, D)
     if states is None:
         _, states = selective_scan_fwd(f64(x), delta_raw, A_log, B, C, D)
-    states64 = f64(states)
-    dy64, x64, b64, c64, d64 = f64(dy), f64(x), f64(B), f64(C), f64(D)
-    delta = f64(softplus_fwd(f64(delta_raw)))  # (B, L, D)
-    A = -np.exp(f64(A_log))  # (D, N)
-    batch, length, dim = x64.shape
-    dx = np.zeros_like(x64)
-    ddelta = np.zeros_like(x64)
-    dA = np.zeros_like(A)
-    dB = np.zeros_like(b64)
-    dC = np.zeros_like(c64)
-    g = np.zeros((batch, dim, A.shape[1]))  # (B, D, N): dL/dh_t
-    carry = np.zeros_like(g)  # exp(delta_{t+1} A) * g_{t+1}
-    for t in range(length - 1, -1, -1):
-        h_prev = states64[:, t - 1] if t > 0 else np.zeros_like(g)  # (B, D, N)
-        decay = np.exp(delta[:, t, :, None] * A)  # (B, D, N)
-        g = dy64[:, t, :, None] * c64[:, t, None, :] + carry
-        carry = decay * g
-        dC[:, t] = np.einsum("bd,bdn->bn", dy64[:, t], states64[:, t])
-        # Through decay = exp(delta A): d/d delta = A decay, d/dA = delta decay.
-        through_decay = g * h_prev * decay  # (B, D, N)
+    batch, length, dim = x.shape
+    d_state = A_log.shape[1]
+    d64 = f64(D)
+    dx = np.empty((batch, length, dim), dtype)
+    ddelta_raw = np.empty((batch, length, dim), dtype)
+    dB = np.empty((batch, length, d_state), dtype)
+    dC = np.empty((batch, length, d_state), dtype)
+    dA = np.zeros((dim, d_state))  # (D, N), summed over the chunks
+    for rows in _row_chunks(batch, length, dim, d_state):
+        x_tm, delta, b_tm, c_tm, A = _prepare(x[rows], delta_raw[rows], A_log, B[rows], C[rows])
+        dy_tm, h = _time_major(dy[rows]), _time_major(states[rows])  # (L, b, D), (L, b, D, N)
+        g = np.empty_like(h)  # (L, b, D, N): g_t = dL/dh_t
+        # Through decay = exp(delta A): d/d delta = A decay, d/dA = delta decay, both of
+        # g_t * h_{t-1} * decay_t (zero at t = 0, where h_{-1} = 0).
+        through_decay = np.empty_like(h)  # (L, b, D, N)
+        decay = np.empty(h.shape[1:])  # (b, D, N): decay_{t+1}, then decay_t
+        for t in range(length - 1, -1, -1):  # g_t = dy_t C_t + decay_{t+1} g_{t+1}
+            np.multiply(dy_tm[t][:, :, None], c_tm[t][:, None, :], out=g[t])
+            if t < length - 1:
+                decay *= g[t + 1]
+                g[t] += decay
+            np.multiply(delta[t][:, :, None], A, out=decay)
+            np.exp(decay, out=decay)
+            if t:
+                np.multiply(g[t], h[t - 1], out=through_decay[t])
+                through_decay[t] *= decay
+            else:
+                through_decay[0] = 0.0
         # Through drive = delta x B.
-        g_dot_b = np.einsum("bdn,bn->bd", g, b64[:, t])  # (B, D)
-        ddelta[:, t] = np.einsum("bdn,dn->bd", through_decay, A) + g_dot_b * x64[:, t]
-        dA += np.einsum("bdn,bd->dn", through_decay, delta[:, t])
-        dx[:, t] = g_dot_b * delta[:, t] + dy64[:, t] * d64
-        dB[:, t] = np.einsum("bdn,bd->bn", g, delta[:, t] * x64[:, t])
-    dD = np.einsum("bld,bld->d", dy64, x64)
-    ddelta_raw = softplus_bwd(f64(delta_raw), ddelta)
-    return (
-        dx.astype(dtype),
-        ddelta_raw.astype(dtype),
-        (dA * A).astype(dtype),
-        dB.astype(dtype),
-        dC.astype(dtype),
-        dD.astype(dtype),
-    )
+        g_dot_b = (g @ b_tm[..., None])[..., 0]  # (L, b, D)
+        ddelta = np.einsum("lbdn,dn->lbd", through_decay, A) + g_dot_b * x_tm  # (L, b, D)
+        dA += np.einsum("lbdn,lbd->dn", through_decay, delta)
+        dx[rows] = np.swapaxes(g_dot_b * delta + dy_tm * d64, 0, 1)
+        ddelta_raw[rows] = np.swapaxes(softplus_bwd(_time_major(delta_raw[rows]), ddelta), 0, 1)
+        dB[rows] = np.swapaxes(((delta * x_tm)[:, :, None, :] @ g)[:, :, 0], 0, 1)
+        dC[rows] = np.swapaxes((dy_tm[:, :, None, :] @ h)[:, :, 0], 0, 1)  # sum_d dy h_t
+    dD = np.einsum("bld,bld->d", f64(dy), f64(x))
+    return dx, ddelta_raw, (dA * -np.exp(f64(A_log))).astype(dtype), dB, dC, dD.astype(dtype)

@@ -26,12 +26,14 @@ world. ``evermind tune-embedder`` is the command. Native-only (numpy).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import math
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -48,14 +50,22 @@ FloatArray = np.ndarray
 __all__ = [
     "TuneConfig",
     "TuneResult",
+    "blas_threads",
+    "contrastive_grads",
     "crop_view",
     "info_nce",
+    "length_buckets",
     "load_texts",
+    "pooled_loss_grads",
     "tune_embedder",
 ]
 
 #: Fewest words a text needs to give two different crops.
 MIN_WORDS = 3
+
+#: Views per length bucket at least: a step runs the model once per bucket (see
+#: :func:`length_buckets`), each padded only to its own longest view.
+BUCKET_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -203,6 +213,123 @@ def _pad(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
+def length_buckets(lengths: Sequence[int], rows: int = BUCKET_ROWS) -> list[list[int]]:
+    """Row indices grouped by length, shortest first, at least ``rows`` per group.
+
+    The model is causal and the views are padded on the right, so a view's hidden states, and
+    the gradient it sends back, do not depend on the padding after it: running each group
+    padded to its own longest view computes the same numbers (up to the rounding of summing
+    the groups' weight gradients) with fewer padded positions than one batch padded to the
+    longest view of all.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    groups = [order[i : i + rows] for i in range(0, len(order), max(1, rows))]
+    if len(groups) > 1 and len(groups[-1]) < rows:  # no group smaller than ``rows``
+        groups[-2:] = [groups[-2] + groups[-1]]
+    # Merge neighbours whose split saves under a tenth of their padded positions (each
+    # group costs a model run of its own).
+    merged: list[list[int]] = []
+    for group in groups:
+        if merged:
+            last = merged[-1]
+            apart = len(last) * lengths[last[-1]] + len(group) * lengths[group[-1]]
+            if (len(last) + len(group)) * lengths[group[-1]] <= 1.1 * apart:
+                merged[-1] = last + group
+                continue
+        merged.append(group)
+    return merged
+
+
+@contextlib.contextmanager
+def blas_threads(threads: int = 1) -> Iterator[None]:
+    """Limits numpy's BLAS to ``threads`` while the block runs (when ``threadpoolctl`` is there).
+
+    The tuning's matrices are small ((batch x length) rows of d_model / d_inner): a second
+    BLAS thread gains little, and when the cores are busy, OpenBLAS's spinning threads slow
+    every product many times over (measured: a tuning step 7x slower on two loaded cores).
+    Without ``threadpoolctl`` installed the BLAS keeps its default (set
+    ``OPENBLAS_NUM_THREADS=1`` before starting Python for the same effect).
+    """
+    try:  # untyped module: imported by name so that strict typing does not need its stubs
+        threadpoolctl: Any = importlib.import_module("threadpoolctl")
+    except ImportError:
+        yield
+        return
+    with threadpoolctl.threadpool_limits(limits=threads, user_api="blas"):
+        yield
+
+
+def pooled_loss_grads(
+    cpu: Any,
+    views: Sequence[Sequence[int]],
+    loss_of_units: Callable[[FloatArray], tuple[float, FloatArray]],
+    bucket_rows: int = BUCKET_ROWS,
+) -> tuple[float, dict[str, FloatArray]]:
+    """A loss of the pooled unit embeddings of ``views`` and its gradient for every weight.
+
+    The model runs once per :func:`length_buckets` group of views, each padded only to its
+    own longest view; the result equals one batch padded to the longest view up to float
+    rounding (``tests/unit/test_tune_speed.py``).
+
+    Args:
+        cpu: The :class:`evermind.model.cpu.CpuMamba` being tuned.
+        views: Token-id rows (any lengths >= 1).
+        loss_of_units: Maps the (n, D) unit embeddings, in the order of ``views``, to
+            ``(loss, dloss/dunits)``.
+        bucket_rows: Fewest views per group.
+
+    Returns:
+        (loss, grads) with one gradient per parameter; grads is empty when the loss is not
+        finite (nothing to step on).
+    """
+    runs = []
+    unit = np.empty((len(views), cpu.config.d_model), cpu.dtype)  # (n, D), views' order
+    for rows in length_buckets([len(view) for view in views], bucket_rows):
+        ids, mask = _pad([views[r] for r in rows])
+        hidden, cache = cpu.hidden_train(ids)  # (b, L, D)
+        lengths = lengths_of_mask(mask)  # (b,)
+        unit[rows] = pool_fwd(hidden, lengths)
+        runs.append((rows, hidden, cache, lengths))
+    loss, dunit = loss_of_units(unit)
+    grads: dict[str, FloatArray] = {}
+    if not math.isfinite(loss):
+        return loss, grads
+    for rows, hidden, cache, lengths in runs:
+        dhidden = pool_bwd(hidden, lengths, dunit[rows])  # (b, L, D)
+        for name, grad in cpu.backward_hidden(cache, dhidden).items():
+            if name in grads:
+                grads[name] += grad
+            else:
+                grads[name] = grad
+    return loss, grads
+
+
+def contrastive_grads(
+    cpu: Any,
+    views: Sequence[Sequence[int]],
+    temperature: float,
+    bucket_rows: int = BUCKET_ROWS,
+) -> tuple[float, dict[str, FloatArray]]:
+    """InfoNCE loss of paired views and its gradient for every weight of ``cpu`` (a CpuMamba).
+
+    Args:
+        cpu: The :class:`evermind.model.cpu.CpuMamba` being tuned.
+        views: 2N token-id rows: row i and row N + i are the two views of text i.
+        temperature: InfoNCE τ.
+        bucket_rows: Fewest views per :func:`length_buckets` group.
+
+    Returns:
+        (loss, grads) with one gradient per parameter (see :func:`pooled_loss_grads`).
+    """
+    half = len(views) // 2
+
+    def loss_of_units(unit: FloatArray) -> tuple[float, FloatArray]:
+        loss, da, db = info_nce(unit[:half], unit[half:], temperature)
+        return loss, np.concatenate([da, db])
+
+    return pooled_loss_grads(cpu, views, loss_of_units, bucket_rows)
+
+
 def tune_embedder(
     model: Any,
     texts: Sequence[str],
@@ -235,32 +362,33 @@ def tune_embedder(
     second = {name: np.zeros_like(value) for name, value in params.items()}
     losses: list[float] = []
     start = time.perf_counter()
-    for step in range(1, cfg.steps + 1):
-        chosen = rng.sample(pool, batch)
-        views = [
-            model._prompt_ids(crop_view(text, rng, cfg.min_crop, cfg.max_crop, cfg.word_drop))[
-                : cfg.max_tokens
+    with blas_threads(1):  # one BLAS thread: see blas_threads
+        for step in range(1, cfg.steps + 1):
+            chosen = rng.sample(pool, batch)
+            views = [
+                model._prompt_ids(crop_view(text, rng, cfg.min_crop, cfg.max_crop, cfg.word_drop))[
+                    : cfg.max_tokens
+                ]
+                for _ in range(2)
+                for text in chosen
             ]
-            for _ in range(2)
-            for text in chosen
-        ]
-        ids, mask = _pad(views)
-        hidden, cache = cpu.hidden_train(ids)  # (2N, L, D)
-        lengths = lengths_of_mask(mask)  # (2N,)
-        unit = pool_fwd(hidden, lengths)  # (2N, D)
-        loss, da, db = info_nce(unit[:batch], unit[batch:], cfg.temperature)
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"tune_embedder: loss is {loss} at step {step}")
-        dhidden = pool_bwd(hidden, lengths, np.concatenate([da, db]))  # (2N, L, D)
-        grads = cpu.backward_hidden(cache, dhidden)
-        lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-        for name, value in params.items():  # Adam: AdamW without weight decay
-            value[...], first[name], second[name] = adamw_step(
-                value, grads[name], first[name], second[name], step=step, lr=lr, weight_decay=0.0
-            )
-        losses.append(loss)
-        if on_step is not None:
-            on_step(step, loss)
+            loss, grads = contrastive_grads(cpu, views, cfg.temperature)
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"tune_embedder: loss is {loss} at step {step}")
+            lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
+            for name, value in params.items():  # Adam: AdamW without weight decay
+                value[...], first[name], second[name] = adamw_step(
+                    value,
+                    grads[name],
+                    first[name],
+                    second[name],
+                    step=step,
+                    lr=lr,
+                    weight_decay=0.0,
+                )
+            losses.append(loss)
+            if on_step is not None:
+                on_step(step, loss)
     tenth = max(1, len(losses) // 10)
     return TuneResult(
         steps=cfg.steps,
