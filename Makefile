@@ -8,7 +8,9 @@ demo: bootstrap
 
 test: bootstrap
 	./scripts/check
-	$(PYTEST) tests -q
+	# One BLAS thread per process: the suite runs many small numpy models side by side, and on
+	# busy cores OpenBLAS's spinning threads made them many times slower (measured 7x).
+	OPENBLAS_NUM_THREADS=1 $(PYTEST) tests -q
 
 bootstrap:
 	./scripts/bootstrap.sh

@@ -32,7 +32,7 @@ from evermind.model.inference import Model, apply_head_rows
 from evermind.ops.adamw import adamw_step
 from evermind.ops.pool import lengths_of_mask, pool_bwd, pool_fwd
 from evermind.package import EmbedderHead, Tensor, utc_timestamp, write_package
-from evermind.train.contrastive import _pad
+from evermind.train.contrastive import _pad, blas_threads
 from evermind.train.teachers import Teacher
 
 #: Called with (stage, done, total): stage is "student", "teacher" or "fit".
@@ -226,12 +226,29 @@ def tune_towards(
     Returns the loss of every step.
     """
     rng = random.Random(config.seed)
+    losses: list[float] = []
+    batch = min(config.tune_batch, len(texts))
+    with blas_threads(1):  # small products; spinning BLAS threads cost many times on busy cores
+        _tune_steps(model, texts, target, mu, w, config, on_progress, rng, batch, losses)
+    return losses
+
+
+def _tune_steps(
+    model: Model,
+    texts: Sequence[str],
+    target: np.ndarray,
+    mu: np.ndarray,
+    w: np.ndarray,
+    config: DistillConfig,
+    on_progress: Progress | None,
+    rng: random.Random,
+    batch: int,
+    losses: list[float],
+) -> None:
     cpu = model.cpu
     params = cpu.params
     first = {name: np.zeros_like(value) for name, value in params.items()}
     second = {name: np.zeros_like(value) for name, value in params.items()}
-    losses = []
-    batch = min(config.tune_batch, len(texts))
     for step in range(1, config.tune_steps + 1):
         rows = rng.sample(range(len(texts)), batch)
         ids, mask = _pad([model._prompt_ids(texts[r])[: config.max_tokens] for r in rows])
@@ -258,7 +275,6 @@ def tune_towards(
         losses.append(loss)
         if on_progress is not None:
             on_progress("tune", step, config.tune_steps)
-    return losses
 
 
 def package_bytes(
