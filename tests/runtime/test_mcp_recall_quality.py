@@ -8,7 +8,7 @@ started with ``--model`` and compare with the lexical-only server. ``evals/mcp_r
 does the storing, asking and scoring; this test runs it and checks its numbers. They are
 development numbers (the set is for tuning; the held-out set is not in the repository).
 
-Takes about seven minutes on two CPU cores, most of it the 300 tuning steps.
+Takes about three and a half minutes on two quiet CPU cores, most of it the 300 tuning steps.
 """
 
 from __future__ import annotations
