@@ -101,6 +101,11 @@ def test_one_tenant_cannot_take_every_worker(busy: ServerThread) -> None:
         started.wait(timeout=BOUND_S)
         took = _small(busy, TOKEN_B)
         print(f"tenant bravo's small completion while alpha streams 4 long ones: {took:.2f} s")
+        # Fast streams must not flood the event loop (one wake-up per batch, backpressure):
+        # before, token-by-token callbacks starved it and /healthz stopped answering.
+        start = time.perf_counter()
+        assert httpx.get(busy.url + "/healthz", timeout=BOUND_S).status_code == 200
+        print(f"/healthz while alpha streams: {(time.perf_counter() - start) * 1000:.0f} ms")
     finally:
         stop.set()
         for thread in hogs:

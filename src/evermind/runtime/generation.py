@@ -40,6 +40,8 @@ from evermind.runtime.auth import RateLimited
 
 #: How often a non-streaming generation checks whether its client is still there, in seconds.
 DISCONNECT_POLL_S = 0.25
+#: Pieces a streaming generation may run ahead of its reader before the worker waits.
+MAX_PENDING = 64
 
 #: Stop string the chat template adds: the model starting the next user turn.
 CHAT_STOP = "\nUser:"
@@ -183,12 +185,25 @@ class Generator:
     async def _stream(
         self, model: Model, request: GenerationRequest, result: GenerationResult
     ) -> AsyncGenerator[str, None]:
+        """The worker hands pieces over through a bounded buffer with one wake-up per batch:
+        it waits when the reader falls ``MAX_PENDING`` pieces behind (backpressure), and the
+        event loop gets one callback per batch, not per token, so fast generations can never
+        flood the loop that serves everyone else. Pieces that piled up go out as one chunk."""
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, str | BaseException | None]] = asyncio.Queue()
+        pending: collections.deque[tuple[str, str | BaseException | None]] = collections.deque()
+        ready = asyncio.Event()
+        lock = threading.Condition()
         cancelled = threading.Event()
+        woken = [False]
 
         def put(kind: str, value: str | BaseException | None) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+            with lock:
+                while len(pending) >= MAX_PENDING and not cancelled.is_set():
+                    lock.wait(0.1)  # the reader is behind: wait for it
+                pending.append((kind, value))
+                wake, woken[0] = not woken[0], True
+            if wake:
+                loop.call_soon_threadsafe(ready.set)
 
         def work() -> None:
             pieces = _pieces(model, request, result)
@@ -205,17 +220,32 @@ class Generator:
 
         worker = loop.run_in_executor(self._executor, work)
         try:
-            while True:
-                kind, value = await queue.get()
-                if kind == "piece" and isinstance(value, str):
-                    yield value
-                elif kind == "error" and isinstance(value, BaseException):
-                    raise value
-                else:
-                    break
+            finished = False
+            while not finished:
+                await ready.wait()
+                ready.clear()
+                with lock:
+                    batch = list(pending)
+                    pending.clear()
+                    woken[0] = False
+                    lock.notify_all()
+                text = []
+                for kind, value in batch:
+                    if kind == "piece" and isinstance(value, str):
+                        text.append(value)
+                    elif kind == "error" and isinstance(value, BaseException):
+                        if text:
+                            yield "".join(text)
+                        raise value
+                    else:
+                        finished = True
+                if text:
+                    yield "".join(text)
             await worker
         finally:
             cancelled.set()
+            with lock:
+                lock.notify_all()
 
 
 def _pieces(
