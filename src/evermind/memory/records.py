@@ -239,14 +239,6 @@ class WriteResult:
     evicted: tuple[str, ...] = ()
 
 
-def _surrogate(text: str) -> int | None:
-    """Index of the first lone surrogate in ``text`` (not encodable as UTF-8), else None."""
-    for index, char in enumerate(text):
-        if "\ud800" <= char <= "\udfff":
-            return index
-    return None
-
-
 def check_text(text: str, what: str) -> str:
     """Returns ``text`` if it is valid Unicode (encodable as UTF-8).
 
@@ -254,12 +246,15 @@ def check_text(text: str, what: str) -> str:
         ConfigError: ``text`` holds a lone surrogate (e.g. a JSON ``"\\ud800"`` escape with no
             partner): it cannot be stored, indexed or sent back.
     """
-    at = _surrogate(text) if not text.isascii() else None
-    if at is not None:
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")  # C speed: a request body's strings are checked on the loop
+    except UnicodeEncodeError as err:
         raise ConfigError(
-            f"{what}: holds a lone UTF-16 surrogate (U+{ord(text[at]):04X}) at character {at}, "
-            "which is not valid Unicode; hint: send well-formed UTF-8 text"
-        )
+            f"{what}: holds a lone UTF-16 surrogate (U+{ord(text[err.start]):04X}) at character "
+            f"{err.start}, which is not valid Unicode; hint: send well-formed UTF-8 text"
+        ) from None
     return text
 
 
