@@ -12,7 +12,7 @@
    `evermind/<name>`, embeddings), then memory remember/recall over HTTP.
 
 Environment: DEMO_STEPS (default 60), DEMO_CORPUS_BYTES (default 400000), DEMO_DISTILL_TEXTS
-(default 600; 0 skips the embedder phase).
+(default 1500; 0 skips the embedder phase).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def main() -> int:
     )
 
     banner("1b. Embedder phase: distil all-MiniLM-L6-v2 into the package's embedding head")
-    distill_into(OUT, int(os.environ.get("DEMO_DISTILL_TEXTS", 600)))
+    distill_into(OUT, int(os.environ.get("DEMO_DISTILL_TEXTS", 1500)))
 
     token = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory() as data:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import evermind
-from evermind.errors import PackageError
+from evermind.errors import ConfigError, PackageError
 from evermind.model.inference import apply_head_rows
 from evermind.package import EmbedderHead, apply_head, read_package, write_package
 from evermind.package.head import HEAD_MEMBER
@@ -123,3 +123,101 @@ def test_tuning_stage_lowers_the_cosine_loss_to_the_teacher() -> None:
     config = DistillConfig(tune_steps=40, tune_batch=8, tune_lr=3e-3)
     losses = tune_towards(model, texts, target, mu, w, config)
     assert np.mean(losses[-5:]) < losses[0] - 0.01
+
+
+def _token_head(dim: int | None, vocab: int, seed: int = 3) -> EmbedderHead:
+    rng = np.random.default_rng(seed)
+    width = dim or D
+    proj = rng.normal(size=(dim, D)).tolist() if dim else None
+    return EmbedderHead.from_lists(
+        rng.normal(size=D).tolist(),
+        proj,
+        "distill",
+        "teacher/x",
+        rng.normal(size=(vocab, width)).tolist(),
+        rng.uniform(0.5, 3.0, size=vocab).tolist(),
+    )
+
+
+def _vocab() -> int:
+    return int(tiny_package_kwargs()["config"]["vocab_size"])
+
+
+@pytest.mark.parametrize("dim", [None, 5])
+def test_token_term_round_trips_and_both_paths_agree(dim: int | None) -> None:
+    vocab = _vocab()
+    head = _token_head(dim, vocab)
+    package = read_package(write_package(**tiny_package_kwargs(), embedder=head))
+    got = package.embedder
+    assert got is not None and got.vocab == vocab and package.manifest["embedder"]["tokens"]
+    rng = np.random.default_rng(5)
+    raw = rng.normal(size=(4, D)).astype(np.float32)
+    encoded = [[1, 2, 2, 3], [vocab - 1], [], [0, 5, 5, 5, 1]]
+    rows = apply_head_rows(got, raw, encoded)
+    for r in range(4):
+        np.testing.assert_allclose(apply_head(got, raw[r].tolist(), encoded[r]), rows[r], atol=1e-5)
+    # The term is the IDF-weighted mean of the ids' rows, added before normalising.
+    table = np.asarray(got.tokens.to_float32()).reshape(vocab, -1)  # type: ignore[union-attr]
+    weights = np.asarray(got.token_weights.to_float32())  # type: ignore[union-attr]
+    base = raw[0].astype(np.float64) - np.asarray(got.mean.to_float32())
+    if got.projection is not None:
+        base = base @ np.asarray(got.projection.to_float32()).reshape(dim, D).T
+    ids = encoded[0]
+    term = (weights[ids, None] * table[ids]).sum(0) / weights[ids].sum()
+    expected = (base + term) / np.linalg.norm(base + term)
+    np.testing.assert_allclose(rows[0], expected, atol=1e-5)
+    # An empty text adds nothing; an id outside the table is refused, never wrapped.
+    assert np.allclose(rows[2], apply_head_rows(_without_tokens(got), raw[2:3])[0], atol=1e-6)
+    with pytest.raises(PackageError, match="outside"):
+        apply_head(got, raw[0].tolist(), [vocab])
+    with pytest.raises(ConfigError, match="ids"):
+        apply_head_rows(got, raw)
+
+
+def _without_tokens(head: EmbedderHead) -> EmbedderHead:
+    return EmbedderHead(head.mean, head.projection, head.method, head.teacher)
+
+
+def test_a_bad_token_term_is_refused() -> None:
+    vocab = _vocab()
+    with pytest.raises(PackageError, match="vocab_size"):
+        write_package(**tiny_package_kwargs(), embedder=_token_head(5, vocab + 1))
+    head = _token_head(5, vocab)
+    with pytest.raises(PackageError, match="together"):
+        EmbedderHead(head.mean, head.projection, "distill", "", head.tokens, None)
+    with pytest.raises(PackageError, match="shape"):
+        EmbedderHead(head.mean, head.projection, "distill", "", _token_head(4, vocab).tokens,
+                     head.token_weights)  # fmt: skip
+    bad = [1.0] * vocab
+    bad[3] = 0.0
+    with pytest.raises(PackageError, match="> 0"):
+        EmbedderHead.from_lists(
+            list(head.mean.to_float32()), None, "distill", "", [[0.0] * D] * vocab, bad
+        )
+    # The manifest must announce the tensors it holds, and vice versa.
+    members = members_of(write_package(**tiny_package_kwargs(), embedder=head))
+    manifest = json.loads(members["manifest.json"])
+    del manifest["embedder"]["tokens"]
+    with pytest.raises(PackageError, match="implies"):
+        read_package(rebuild({**members, "manifest.json": json.dumps(manifest).encode()}))
+    manifest["embedder"]["tokens"] = "yes"
+    with pytest.raises(PackageError, match="tokens"):
+        read_package(rebuild({**members, "manifest.json": json.dumps(manifest).encode()}))
+
+
+def test_the_joint_fit_recovers_a_linear_token_embedder() -> None:
+    """When the teacher is exactly ``W x + bag T``, the joint fit finds it (tiny ridge)."""
+    from evermind.model.inference import token_bags
+    from evermind.train.distill import DistillConfig, fit_with_tokens, token_weights
+
+    rng = np.random.default_rng(6)
+    vocab, n, d, e = 12, 400, 4, 3
+    encoded = [list(rng.integers(0, vocab, size=rng.integers(1, 6))) for _ in range(n)]
+    weights = token_weights(encoded, vocab)
+    x = rng.normal(size=(n, d))
+    w_true, t_true = rng.normal(size=(e, d)), rng.normal(size=(vocab, e))
+    target = x @ w_true.T + token_bags(weights, encoded, vocab) @ t_true
+    config = DistillConfig(token_ridge=1e-9)
+    w, table = fit_with_tokens(x, encoded, target, np.zeros((vocab, e)), weights, config)
+    np.testing.assert_allclose(w, w_true, atol=1e-4)
+    np.testing.assert_allclose(table, t_true, atol=1e-3)

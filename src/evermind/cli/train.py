@@ -112,9 +112,11 @@ def register(sub: Any) -> None:
     distill = sub.add_parser(
         "distill-embedder",
         help="give a model a real embedder: distil a teacher embedder into its embedding head",
-        description="Fits the package's embedding head (centring mean + projection, closed-form "
-        "least squares, numpy) so that the model's embeddings agree with a teacher's on your "
-        "texts, and writes a new verified package with embedder.safetensors.",
+        description="Fits the package's embedding head (centring mean, projection and a "
+        "per-token term seeded with the teacher's vector of each vocabulary entry; one "
+        "closed-form least-squares solve, numpy) so that the model's embeddings agree with a "
+        "teacher's on your texts, and writes a new verified package with "
+        "embedder.safetensors.",
     )
     distill.add_argument("--model", required=True, help="the .evermind package to start from")
     distill.add_argument(
@@ -143,6 +145,13 @@ def register(sub: Any) -> None:
         "--tune-steps",
         type=int,
         help="also tune the SSM towards the teacher for this many Adam steps (default 0)",
+    )
+    distill.add_argument(
+        "--no-tokens",
+        dest="tokens",
+        action="store_false",
+        help="fit the projection only, without the per-token term (smaller head; saves one "
+        "teacher call per vocabulary entry, but embeds much worse)",
     )
     distill.add_argument("--version", help="version of the new package (default <old>-distilled)")
     distill.add_argument("--out", required=True, help="output package path")
@@ -343,7 +352,9 @@ def cmd_distill_embedder(args: argparse.Namespace) -> int:
     from evermind.train.teachers import make_teacher
 
     knobs = {"ridge": args.ridge, "holdout": args.holdout, "tune_steps": args.tune_steps}
-    config = DistillConfig(**{k: v for k, v in knobs.items() if v is not None})
+    config = DistillConfig(
+        **{k: v for k, v in knobs.items() if v is not None}, tokens=bool(args.tokens)
+    )
     model = evermind.load(args.model)
     source = resolve_memory_file(None) if args.texts == "memory" else args.texts
     texts = load_texts(source, store_namespace(args.tenant, args.namespace))

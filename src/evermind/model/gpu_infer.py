@@ -209,6 +209,7 @@ class GpuEmbedder:
             raw = await self.device.read(self.out, 4 * d * len(chunk))
             flat = struct.unpack(f"<{d * len(chunk)}f", raw)
             vectors.extend(
-                apply_head(self.head, flat[r * d : (r + 1) * d]) for r in range(len(chunk))
+                apply_head(self.head, flat[r * d : (r + 1) * d], chunk[r])
+                for r in range(len(chunk))
             )
         return vectors

@@ -172,20 +172,30 @@ class Model:
         """The package's sentence embedding of each text: (N, :attr:`embed_dim`) float32.
 
         The raw vector is the mean-pooled final hidden state, L2-normalised; a package with an
-        embedding head maps it to ``normalize(W · (raw − μ))`` (see
-        :mod:`evermind.package.head`), exactly as the tab does.
+        embedding head maps it (and the ids it pooled) to
+        ``normalize(W · (raw − μ) + token term)`` (see :mod:`evermind.package.head`), exactly
+        as the tab does.
         """
-        return apply_head_rows(self.package.embedder, self.embed_raw(texts, batch_size))
+        encoded = self.embed_ids(texts)
+        raw = self.embed_raw_ids(encoded, batch_size)
+        return apply_head_rows(self.package.embedder, raw, encoded)
+
+    def embed_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """The token ids each text's embedding pools (the prompt ids, cut to 512)."""
+        if isinstance(texts, str):
+            raise ConfigError("embed takes a list of texts; wrap a single text in a list")
+        return [self._prompt_ids(t)[:EMBED_MAX_TOKENS] for t in texts]
 
     def embed_raw(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
         """Mean-pooled final hidden state of each text, L2-normalised: (N, d_model) float32
         (no head: what distillation fits the head on)."""
-        if isinstance(texts, str):
-            raise ConfigError("embed takes a list of texts; wrap a single text in a list")
-        out = np.zeros((len(texts), self.config.d_model), np.float32)
-        encoded = [self._prompt_ids(t)[:EMBED_MAX_TOKENS] for t in texts]
+        return self.embed_raw_ids(self.embed_ids(texts), batch_size)
+
+    def embed_raw_ids(self, encoded: Sequence[Sequence[int]], batch_size: int = 16) -> np.ndarray:
+        """:meth:`embed_raw` of token-id sequences (from :meth:`embed_ids`)."""
+        out = np.zeros((len(encoded), self.config.d_model), np.float32)
         order = sorted(
-            range(len(texts)), key=lambda i: len(encoded[i])
+            range(len(encoded)), key=lambda i: len(encoded[i])
         )  # similar lengths batch well
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
@@ -219,15 +229,59 @@ class Model:
         return lm_metrics(nll, count, top1, top5, time.perf_counter() - start)
 
 
-def apply_head_rows(head: EmbedderHead | None, raw: np.ndarray) -> np.ndarray:
-    """numpy form of :func:`evermind.package.head.apply_head` for rows (N, d_model)."""
+def apply_head_rows(
+    head: EmbedderHead | None,
+    raw: np.ndarray,
+    encoded: Sequence[Sequence[int]] | None = None,
+) -> np.ndarray:
+    """numpy form of :func:`evermind.package.head.apply_head` for rows (N, d_model).
+
+    Args:
+        head: The head (None: ``raw`` is returned).
+        raw: Raw pooled vectors (N, d_model).
+        encoded: The ids each row pooled; required when the head has a token term.
+    """
     if head is None:
         return raw
     x = raw.astype(np.float64) - np.asarray(head.mean.to_float32(), np.float64)
     if head.projection is not None:
         w = np.asarray(head.projection.to_float32(), np.float64).reshape(head.projection.shape)
         x = x @ w.T
+    if head.tokens is not None:
+        if encoded is None or len(encoded) != len(raw):
+            raise ConfigError("this embedder head has a token term: pass the ids of every row")
+        x = x + token_term(head, encoded)
     return unit_rows(x)
+
+
+def token_bags(weights: np.ndarray, encoded: Sequence[Sequence[int]], vocab: int) -> np.ndarray:
+    """Row n: the ``weights``-weighted share of each token id in ``encoded[n]`` (N, vocab);
+    an empty row is all zero. ``bags @ T`` is the head's token term."""
+    bags = np.zeros((len(encoded), vocab), np.float64)
+    for row, ids in enumerate(encoded):
+        if len(ids):
+            bags[row] = np.bincount(np.asarray(ids, np.int64), minlength=vocab)
+    bags *= weights[None, :]
+    mass = bags.sum(1, keepdims=True)
+    out: np.ndarray = np.divide(bags, mass, out=np.zeros_like(bags), where=mass > 0)
+    return out
+
+
+def token_term(head: EmbedderHead, encoded: Sequence[Sequence[int]]) -> np.ndarray:
+    """The head's token term of each id sequence: (N, dim) float64."""
+    assert head.tokens is not None and head.token_weights is not None
+    table = np.asarray(head.tokens.to_float32(), np.float64).reshape(head.tokens.shape)
+    weights = np.asarray(head.token_weights.to_float32(), np.float64)
+    out = np.zeros((len(encoded), table.shape[1]), np.float64)
+    for row, seq in enumerate(encoded):
+        if not len(seq):
+            continue
+        ids = np.asarray(seq, np.int64)
+        if ids.min() < 0 or ids.max() >= head.vocab:
+            raise ConfigError(f"token id outside the head's token table ({head.vocab})")
+        a = weights[ids]
+        out[row] = (a[:, None] * table[ids]).sum(0) / a.sum()
+    return out
 
 
 def unit_rows(rows: np.ndarray) -> np.ndarray:

@@ -267,7 +267,8 @@ def _verify_archive(archive: SafeArchive, data: bytes, limits: PackageLimits) ->
             member=HEAD_MEMBER,
             max_header_bytes=limits.max_safetensors_header_bytes,
         )
-        head = head_from_member(head_tensors, manifest[HEAD_FIELD], config_dims(config).d_model)
+        dims = config_dims(config)
+        head = head_from_member(head_tensors, manifest[HEAD_FIELD], dims.d_model, dims.vocab_size)
     return Package(
         manifest=manifest,
         config=config,

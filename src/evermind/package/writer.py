@@ -154,6 +154,11 @@ def write_package(
                 f"{HEAD_MEMBER}: the head takes {embedder.d_model} values but d_model is "
                 f"{dims.d_model}"
             )
+        if embedder.tokens is not None and embedder.vocab != dims.vocab_size:
+            raise PackageError(
+                f"{HEAD_MEMBER}: the head's token table has {embedder.vocab} rows but "
+                f"vocab_size is {dims.vocab_size}"
+            )
         members[HEAD_MEMBER] = encode_safetensors(embedder.tensors(), dtype="F32")
     manifest = build_manifest(
         **summary,

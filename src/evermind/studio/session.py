@@ -681,7 +681,8 @@ class Session:
         """Unit-norm sentence embeddings from the tab's model, as the exported package embeds.
 
         The L2-normalised mean pool ``p``; with a head (the embedder phase's, or the opened
-        package's) ``normalize(W · (p − μ))`` (:func:`evermind.package.head.apply_head`).
+        package's) ``normalize(W · (p − μ) + token term)``
+        (:func:`evermind.package.head.apply_head`).
         """
         model = self._require_model()
         assert self.tokenizer is not None and self.config is not None
@@ -784,6 +785,13 @@ def _head_to_json(head: EmbedderHead) -> dict[str, Any]:
         else {"shape": list(projection.shape), "data": list(projection.to_float32())},
         "method": head.method,
         "teacher": head.teacher,
+        "tokens": None
+        if head.tokens is None or head.token_weights is None
+        else {
+            "shape": list(head.tokens.shape),
+            "data": list(head.tokens.to_float32()),
+            "weights": list(head.token_weights.to_float32()),
+        },
     }
 
 
@@ -795,6 +803,16 @@ def _head_from_json(value: dict[str, Any]) -> EmbedderHead:
         if proj is None
         else Tensor(tuple(int(x) for x in proj["shape"]), array("f", proj["data"]))
     )
+    tokens = value.get("tokens")
+    table = weights = None
+    if tokens is not None:
+        table = Tensor(tuple(int(x) for x in tokens["shape"]), array("f", tokens["data"]))
+        weights = Tensor((len(tokens["weights"]),), array("f", tokens["weights"]))
     return EmbedderHead(
-        Tensor((len(mean),), mean), projection, str(value["method"]), str(value["teacher"])
+        Tensor((len(mean),), mean),
+        projection,
+        str(value["method"]),
+        str(value["teacher"]),
+        table,
+        weights,
     )

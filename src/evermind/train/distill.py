@@ -8,6 +8,13 @@ The student's embedding is ``normalize(W · (p − μ))`` with ``p`` the model's
 2. **project**: ``W`` = the ridge least-squares map from centred raw vectors to the teacher's
    unit vectors, ``(XᵀX + λI) Wᵀ = XᵀT`` — exact, one forward pass of the model over the
    texts plus one (d_model × d_model) solve; no backward through the SSM.
+3. **tokens** (on by default): the head's token term ``T`` (one vector per token id, weighted
+   by IDF) is fitted *together with* ``W`` in one ridge solve over the features
+   ``[p − μ, bag(ids)]``, pulled towards a prior: the teacher's own embedding of each token's
+   text (what Model2Vec distils). The small SSM trained for minutes carries little meaning
+   of its own; the token term gives the student the teacher's word meaning at the cost of a
+   table lookup, and the joint fit keeps whatever the SSM adds. Costs one teacher call per
+   vocabulary entry, once.
 
 The score is the mean cosine between the student's and the teacher's embedding of held-out
 texts (``agreement``), and how well the student keeps the teacher's neighbourhoods
@@ -28,14 +35,15 @@ import numpy as np
 
 import evermind
 from evermind.errors import ConfigError
-from evermind.model.inference import Model, apply_head_rows
+from evermind.model.inference import Model, apply_head_rows, token_bags
 from evermind.ops.adamw import adamw_step
 from evermind.ops.pool import lengths_of_mask, pool_bwd, pool_fwd
 from evermind.package import EmbedderHead, Tensor, utc_timestamp, write_package
 from evermind.train.contrastive import _pad, blas_threads
 from evermind.train.teachers import Teacher
 
-#: Called with (stage, done, total): stage is "student", "teacher" or "fit".
+#: Called with (stage, done, total): stage is "student", "teacher", "vocab" (the teacher on
+#: the vocabulary, for the token term), "tune" or "fit".
 Progress = Callable[[str, int, int], None]
 
 
@@ -54,6 +62,11 @@ class DistillConfig:
         tune_batch: Texts per tuning step.
         tune_lr: Adam learning rate of the tuning stage.
         max_tokens: Tokens per text in the tuning stage.
+        tokens: Fit the token term (stage 3); False: ``μ`` and ``W`` only.
+        token_ridge: λ of the joint fit, as a fraction of its mean eigenvalue; the prior
+            (the teacher's token vectors) is what λ pulls towards.
+        token_scale: Scale of the bag features against ``p − μ`` in the joint fit (balances
+            the one λ between the two blocks; folded into ``T`` afterwards).
     """
 
     ridge: float = 1e-2
@@ -64,6 +77,9 @@ class DistillConfig:
     tune_batch: int = 32
     tune_lr: float = 5e-4
     max_tokens: int = 64
+    tokens: bool = True
+    token_ridge: float = 3e-2
+    token_scale: float = 3.0
 
     def __post_init__(self) -> None:
         if self.ridge < 0 or not 0 <= self.holdout < 1 or self.chunk < 1:
@@ -96,6 +112,7 @@ class DistillResult:
             "train_agreement": round(self.train_agreement, 4),
             "neighbour_agreement": round(self.neighbour_agreement, 4),
             "dim": self.head.dim,
+            "tokens": self.head.tokens is not None,
             "seconds": round(self.seconds, 2),
         }
 
@@ -146,6 +163,66 @@ def fit_projection(
     return mu, w_t.T
 
 
+def token_weights(encoded: Sequence[Sequence[int]], vocab: int) -> np.ndarray:
+    """IDF of each token id over ``encoded``: ``log(1 + total / (1 + count))`` (all > 0)."""
+    counts = np.ones(vocab, np.float64)
+    for ids in encoded:
+        if len(ids):
+            counts += np.bincount(np.asarray(ids, np.int64), minlength=vocab)
+    return np.asarray(np.log1p(counts.sum() / counts), np.float64)
+
+
+def token_prior(
+    model: Model, teacher: Teacher, chunk: int, on_progress: Progress | None = None
+) -> np.ndarray:
+    """The teacher's embedding of each vocabulary entry's text, centred: (vocab, E).
+
+    Entries whose text is blank (padding, bare whitespace) get a zero row.
+    """
+    tokenizer = model.tokenizer
+    vocab = model.config.vocab_size
+    texts = [tokenizer.decode([i]) for i in range(vocab)]
+    rows = [i for i, t in enumerate(texts) if t.strip()]
+    if not rows:
+        raise ConfigError("the tokenizer's vocabulary has no printable entry to embed")
+    vectors = _chunked(teacher.embed, [texts[i] for i in rows], chunk * 4, "vocab", on_progress)
+    vectors -= vectors.mean(0)
+    prior = np.zeros((vocab, vectors.shape[1]), np.float64)
+    prior[rows] = vectors
+    return prior
+
+
+def fit_with_tokens(
+    x: np.ndarray,
+    encoded: Sequence[Sequence[int]],
+    target: np.ndarray,
+    prior: np.ndarray,
+    weights: np.ndarray,
+    config: DistillConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(W, T)`` minimising ``|x Wᵀ + bag T − target|² + λ(|W|² + |sT − sprior|²)``.
+
+    One ridge solve over the features ``[x, s·bag]`` (s = ``config.token_scale``), pulled
+    towards ``[0, prior / s]``; ``T`` is returned with ``s`` folded in, so the head applies
+    ``bag @ T`` directly.
+
+    Args:
+        x: Centred raw vectors (N, D).
+        encoded: The ids each row pooled.
+        target: Teacher unit vectors (N, E).
+        prior: The teacher's vector of each token (vocab, E).
+        weights: The IDF of each token (vocab,).
+    """
+    s = config.token_scale
+    bags = token_bags(weights, encoded, len(weights)) * s
+    features = np.hstack([x, bags])
+    gram = features.T @ features
+    lam = config.token_ridge * max(float(np.trace(gram)) / gram.shape[0], 1e-12)
+    pull = np.vstack([np.zeros((x.shape[1], target.shape[1])), prior / s])
+    solved = np.linalg.solve(gram + lam * np.eye(gram.shape[0]), features.T @ target + lam * pull)
+    return solved[: x.shape[1]].T, solved[x.shape[1] :] * s
+
+
 def _agreement(student: np.ndarray, teacher: np.ndarray) -> float:
     return float(np.mean(np.sum(student * teacher, axis=1))) if len(student) else float("nan")
 
@@ -179,17 +256,37 @@ def distill_head(
     if config.holdout and n_hold < 1 and len(pool) >= 4:
         n_hold = 1
     train, held = pool[n_hold:], pool[:n_hold]
-    raw = _chunked(model.embed_raw, pool, config.chunk, "student", on_progress)
+    encoded = model.embed_ids(pool)
+
+    def student_raw() -> np.ndarray:
+        rows = []
+        for lo in range(0, len(pool), config.chunk):
+            rows.append(model.embed_raw_ids(encoded[lo : lo + config.chunk]).astype(np.float64))
+            if on_progress is not None:
+                on_progress("student", min(lo + config.chunk, len(pool)), len(pool))
+        return np.concatenate(rows)
+
+    raw = student_raw()
     target = _chunked(teacher.embed, pool, config.chunk, "teacher", on_progress)
+    prior = token_prior(model, teacher, config.chunk, on_progress) if config.tokens else None
     if on_progress is not None:
         on_progress("fit", 0, 1)
     mu, w = fit_projection(raw[n_hold:], target[n_hold:], config.ridge)
     if config.tune_steps > 0:
         tune_towards(model, train, target[n_hold:], mu, w, config, on_progress)
-        raw = _chunked(model.embed_raw, pool, config.chunk, "student", on_progress)
+        raw = student_raw()
         mu, w = fit_projection(raw[n_hold:], target[n_hold:], config.ridge)
-    head = EmbedderHead.from_lists(mu.tolist(), w.tolist(), "distill", teacher.name)
-    student = apply_head_rows(head, raw.astype(np.float32)).astype(np.float64)
+    if prior is None:
+        head = EmbedderHead.from_lists(mu.tolist(), w.tolist(), "distill", teacher.name)
+    else:
+        weights = token_weights(encoded[n_hold:], model.config.vocab_size)
+        w, table = fit_with_tokens(
+            raw[n_hold:] - mu, encoded[n_hold:], target[n_hold:], prior, weights, config
+        )
+        head = EmbedderHead.from_lists(
+            mu.tolist(), w.tolist(), "distill", teacher.name, table.tolist(), weights.tolist()
+        )
+    student = apply_head_rows(head, raw.astype(np.float32), encoded).astype(np.float64)
     if on_progress is not None:
         on_progress("fit", 1, 1)
     score_s, score_t = (student[:n_hold], target[:n_hold]) if n_hold else (student, target)
