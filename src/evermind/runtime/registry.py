@@ -15,6 +15,7 @@ back to the system (:func:`release_heap`). Usage counters per model live here to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -208,7 +209,7 @@ class ModelRegistry:
             logger.info("loaded %s in %.2f s", install.ref, time.perf_counter() - start)
             self.loads += 1
             self._admit(key, model, estimate_bytes(install))
-            loop.run_in_executor(self._executor, release_heap)  # what the load freed
+            release_heap_soon(self._executor)  # what the load freed
             future.set_result(model)
             return model
         except BaseException as err:
@@ -286,6 +287,13 @@ def release_heap() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+def release_heap_soon(executor: Executor) -> None:
+    """Queues :func:`release_heap` on the worker pool, after the work queued before it (a
+    no-op once the pool is shut down)."""
+    with contextlib.suppress(RuntimeError):
+        executor.submit(release_heap)
 
 
 @functools.cache

@@ -9,14 +9,13 @@ Memory: the reader streams the file (it never holds it whole), the built model k
 weights once (:func:`~evermind.runtime.registry.build`), and a refusal keeps nothing (the
 error's traceback, which would pin the reader's frames, is dropped). After every push the
 worker returns the freed heap to the system
-(:func:`~evermind.runtime.registry.release_heap`): glibc otherwise keeps the arenas a large
+(:func:`~evermind.runtime.registry.release_heap_soon`): glibc otherwise keeps the arenas a large
 push grew, and the server would stay at its peak.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from pathlib import Path
@@ -31,7 +30,7 @@ from evermind.model.inference import Model
 from evermind.package import PackageLimits, read_package
 from evermind.runtime.errors import ApiError
 from evermind.runtime.installs import Install
-from evermind.runtime.registry import parse_model_id, release_heap, servable
+from evermind.runtime.registry import parse_model_id, release_heap_soon, servable
 from evermind.runtime.state import Reader, Runtime, RuntimeDep, Writer
 
 logger = logging.getLogger(__name__)
@@ -79,6 +78,7 @@ async def push_model(
     if declared is not None and declared.isdigit() and int(declared) > cap:
         raise _too_large(int(declared), cap)
     upload = runtime.installs.new_upload_path()
+    model: Model | None = None
     try:
         size = await _receive(request, upload, cap)
         if size == 0:
@@ -100,11 +100,10 @@ async def push_model(
             runtime.executor, runtime.installs.install, who.tenant, upload, model.package
         )
         runtime.registry.keep_built(install, model)  # the first use serves it as built
-        del model
     finally:
         upload.unlink(missing_ok=True)
-        with contextlib.suppress(RuntimeError):  # the pool is shut down: the server stops
-            asyncio.get_running_loop().run_in_executor(runtime.executor, release_heap)
+        model = None  # kept by the registry, or (install failed) dropped before the trim
+        release_heap_soon(runtime.executor)
     body = {"id": install.ref, "object": "model", "digest": install.digest, "created": created}
     return JSONResponse(body, status_code=201 if created else 200)
 
@@ -199,5 +198,5 @@ async def delete_model(model_id: str, runtime: RuntimeDep, who: Writer) -> dict[
         raise ApiError(404, f"model {model_id!r} not found", "model_not_found")
     runtime.registry.unload(install)
     runtime.memory.forget_model(install.digest)
-    loop.run_in_executor(runtime.executor, release_heap)  # the model's arrays were freed
+    release_heap_soon(runtime.executor)  # the model's arrays were freed
     return {"id": install.ref, "object": "model", "deleted": True}
