@@ -16,6 +16,7 @@ and its peak (VmHWM, reset between pushes through ``clear_refs``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import sys
@@ -135,3 +136,18 @@ def test_a_tokenizer_with_too_many_values_is_refused_before_parsing() -> None:
     for package in (_with_tokenizer(["a b"] * 70_000), _with_tokenizer(extra=[0] * 200_000)):
         with pytest.raises(PackageError, match=r"tokenizer\.json: holds about \d+ JSON values"):
             read_package(package)
+
+
+def test_the_streaming_reader_reads_a_file_as_it_reads_the_same_bytes(tmp_path: Path) -> None:
+    data = tiny_package("same", "1.0.0", steps=0)
+    path = tmp_path / "same.evermind"
+    path.write_bytes(data)
+    from_file, from_bytes = read_package(path), read_package(data)
+    assert from_file.digest == from_bytes.digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert from_file.tensors.keys() == from_bytes.tensors.keys()
+    for name, tensor in from_file.tensors.items():
+        assert tensor.shape == from_bytes.tensors[name].shape
+        assert tensor.to_float32() == from_bytes.tensors[name].to_float32()
+    path.write_bytes(data[:-100] + bytes(100))  # the end record is clobbered
+    with pytest.raises(PackageError, match="no ZIP end-of-central-directory record"):
+        read_package(path)
