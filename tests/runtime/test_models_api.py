@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+from typing import BinaryIO
 
 import httpx
 import numpy as np
@@ -90,9 +92,9 @@ def test_a_push_and_its_first_generation_parse_the_package_once(
     parses: list[int] = []
     verify = reader._verify
 
-    def counting(data: bytes, limits: PackageLimits) -> Package:
-        parses.append(len(data))
-        return verify(data, limits)
+    def counting(stream: BinaryIO, limits: PackageLimits) -> Package:
+        parses.append(os.fstat(stream.fileno()).st_size)
+        return verify(stream, limits)
 
     monkeypatch.setattr(reader, "_verify", counting)
     assert push(alpha, package).status_code == 201

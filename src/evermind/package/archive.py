@@ -5,17 +5,21 @@ record itself first (member count, directory size, no zip64), only then lets
 :mod:`zipfile` parse the directory, refuses unsafe entries (traversal, absolute or
 backslash names, duplicates, directories, encryption, compression other than STORE or
 DEFLATE, overlapping entries, bomb-like ratios, total size over the limit) and reads a
-member only up to its declared, already-checked size. Every failure is a
-:class:`~evermind.errors.PackageError` naming the member.
+member only up to its declared, already-checked size. The archive is read from a file
+object, never copied whole into memory: a large member is streamed (:meth:`SafeArchive.stream`)
+and hashed as it is read. Every failure is a :class:`~evermind.errors.PackageError` naming
+the member.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
+from typing import IO, BinaryIO
 
 from evermind.errors import PackageError
 from evermind.package.limits import PackageLimits
@@ -44,6 +48,8 @@ _ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x07"
 _LOCAL_HEADER_SIZE = 30
 #: Central-directory bytes allowed per member (46-byte record + name + modest extras).
 _DIRECTORY_BYTES_PER_MEMBER = 4096
+#: Bytes read at a time when a member is only hashed.
+_SKIP_BYTES = 1 << 20
 _ALLOWED_METHODS = {zipfile.ZIP_STORED: "STORE", zipfile.ZIP_DEFLATED: "DEFLATE"}
 
 
@@ -57,8 +63,28 @@ class _EndRecord:
     directory_offset: int
 
 
-def _find_end_record(data: bytes) -> _EndRecord:
-    """Locate and parse the end-of-central-directory record, refusing zip64."""
+#: Bytes at the end of a file that can hold the end record (its comment is at most 64 KiB)
+#: and the zip64 locator before it.
+_TAIL_BYTES = _END_RECORD.size + 0xFFFF + 20
+
+
+def _read_tail(stream: BinaryIO, size: int) -> tuple[bytes, int]:
+    """The last bytes of the file that can hold the end record, and their file offset."""
+    start = max(0, size - _TAIL_BYTES)
+    stream.seek(start)
+    tail = stream.read(size - start)
+    if len(tail) != size - start:
+        raise PackageError(f"archive: read {start + len(tail)} of {size} bytes; it changed")
+    return tail, start
+
+
+def _find_end_record(data: bytes, start: int = 0) -> _EndRecord:
+    """Locate and parse the end-of-central-directory record, refusing zip64.
+
+    Args:
+        data: The end of the file (:func:`_read_tail`), or the whole file.
+        start: The file offset of ``data[0]``.
+    """
     if len(data) < _END_RECORD.size:
         raise PackageError(
             f"archive: {len(data)} bytes is too short for a ZIP file; expected a .evermind "
@@ -86,7 +112,7 @@ def _find_end_record(data: bytes) -> _EndRecord:
         raise PackageError("archive: spans several disks; expected a single-file ZIP")
     if entries == 0xFFFF or size == 0xFFFFFFFF or offset == 0xFFFFFFFF:
         raise PackageError("archive: uses zip64 markers; the format never needs them (refused)")
-    return _EndRecord(position, entries, size, offset)
+    return _EndRecord(start + position, entries, size, offset)
 
 
 def _check_directory(end: _EndRecord, limits: PackageLimits) -> None:
@@ -121,24 +147,32 @@ class SafeArchive:
         names: Member names in central-directory order.
     """
 
-    def __init__(self, data: bytes, limits: PackageLimits) -> None:
-        """Check `data` as a package archive under `limits`.
+    def __init__(self, source: bytes | BinaryIO, limits: PackageLimits) -> None:
+        """Check `source` as a package archive under `limits`.
 
         Args:
-            data: The whole file.
+            source: The whole file's bytes, or the file opened for binary reading (seekable;
+                it must stay open while the archive is used, and is never read whole).
             limits: The limits to enforce.
 
         Raises:
             PackageError: The archive is malformed, unsafe, or over a limit.
         """
-        if len(data) > limits.max_archive_bytes:
-            raise PackageError(
-                f"archive: {len(data)} bytes exceeds the limit of {limits.max_archive_bytes} "
-                "(PackageLimits.max_archive_bytes)"
-            )
-        _check_directory(_find_end_record(data), limits)
+        stream: BinaryIO = io.BytesIO(source) if isinstance(source, bytes) else source
         try:
-            self._zip = zipfile.ZipFile(io.BytesIO(data))
+            size = stream.seek(0, io.SEEK_END)
+            if size > limits.max_archive_bytes:
+                raise PackageError(
+                    f"archive: {size} bytes exceeds the limit of {limits.max_archive_bytes} "
+                    "(PackageLimits.max_archive_bytes)"
+                )
+            tail, start = _read_tail(stream, size)
+        except OSError as err:
+            raise PackageError(f"archive: cannot be read ({err})") from err
+        _check_directory(_find_end_record(tail, start), limits)
+        del tail
+        try:
+            self._zip = zipfile.ZipFile(stream)
             infos = self._zip.infolist()
         except ZIP_ERRORS as err:
             raise PackageError(f"archive: not a readable ZIP file ({err})") from err
@@ -265,3 +299,116 @@ class SafeArchive:
                 f"member {name!r}: decompressed to {len(data)} bytes; expected {info.file_size}"
             )
         return data
+
+    def stream(
+        self, name: str, *, limit: int, limit_name: str, hashed: bool = True
+    ) -> MemberStream:
+        """Open one member for reading in pieces, refusing it when it is over `limit`.
+
+        Args:
+            name: The member name (must be in :attr:`names`).
+            limit: Largest uncompressed size accepted.
+            limit_name: The :class:`PackageLimits` field behind `limit`, for the message.
+            hashed: Whether the reads are sha256-hashed (:meth:`MemberStream.sha256`).
+
+        Returns:
+            A :class:`MemberStream`: exact reads, hashed as they go; close it.
+
+        Raises:
+            PackageError: The member is too large or cannot be opened.
+        """
+        info = self._infos[name]
+        if info.file_size > limit:
+            raise PackageError(
+                f"member {name!r}: declares {info.file_size} bytes; the limit is {limit} "
+                f"(PackageLimits.{limit_name})"
+            )
+        try:
+            return MemberStream(name, self._zip.open(info), info.file_size, hashed)
+        except ZIP_ERRORS as err:
+            raise PackageError(f"member {name!r}: cannot be read ({err}); it is corrupt") from err
+
+
+class MemberStream:
+    """One archive member read in exact pieces, sha256-hashed as it is read.
+
+    Attributes:
+        name: The member name.
+        size: Its declared uncompressed size.
+    """
+
+    def __init__(self, name: str, stream: IO[bytes], size: int, hashed: bool = True) -> None:
+        self.name = name
+        self.size = size
+        self._stream = stream
+        self._hash = hashlib.sha256()
+        self._hashed = hashed
+        self._offset = 0
+
+    def read(self, count: int) -> bytes:
+        """Exactly `count` more bytes of the member (decompressed, CRC-checked at its end).
+
+        Raises:
+            PackageError: The member ends early or fails to decompress or its CRC.
+        """
+        if count > self.size - self._offset:
+            raise PackageError(
+                f"member {self.name!r}: a read of {count} bytes at byte {self._offset} runs "
+                f"past its declared {self.size} bytes"
+            )
+        try:
+            data = self._stream.read(count)
+        except ZIP_ERRORS as err:
+            raise PackageError(
+                f"member {self.name!r}: cannot be read ({err}); it is corrupt"
+            ) from err
+        if len(data) != count:
+            raise PackageError(
+                f"member {self.name!r}: decompressed to {self._offset + len(data)} bytes; "
+                f"expected {self.size}"
+            )
+        self._offset += count
+        if self._hashed:
+            self._hash.update(data)
+        return data
+
+    def skip(self) -> None:
+        """Read (and hash) the rest of the member in pieces, keeping none of it."""
+        while self._offset < self.size:
+            self.read(min(_SKIP_BYTES, self.size - self._offset))
+
+    def sha256(self) -> str:
+        """The hex sha256 of the whole member, once every byte was read exactly.
+
+        Raises:
+            PackageError: Bytes remain unread, or the member holds more than it declares.
+        """
+        self.finish()
+        return self._hash.hexdigest()
+
+    def finish(self) -> None:
+        """Check that every byte was read and no more follow (zipfile checks the CRC).
+
+        Raises:
+            PackageError: Bytes remain unread, or the member holds more than it declares.
+        """
+        if self._offset != self.size:
+            raise PackageError(
+                f"member {self.name!r}: {self.size - self._offset} of its {self.size} bytes "
+                "were left unread; expected the reader to consume all of it"
+            )
+        try:
+            trailing = self._stream.read(1)
+        except ZIP_ERRORS as err:
+            raise PackageError(
+                f"member {self.name!r}: cannot be read ({err}); it is corrupt"
+            ) from err
+        if trailing:
+            raise PackageError(
+                f"member {self.name!r}: decompressed to more than {self.size} bytes; "
+                f"expected {self.size}"
+            )
+
+    def close(self) -> None:
+        """Release the member's decompressor."""
+        self._stream.close()

@@ -7,16 +7,24 @@ members the manifest lists with matching sizes and sha256, the tensors are exact
 ``config.json`` implies with the right shapes and one dtype, and the tokenizer vocabulary,
 ``vocab_size`` and embedding rows agree. Every refusal is a
 :class:`~evermind.errors.PackageError` whose message names the member or field.
+
+Memory stays near the size of what is kept: the file is never read whole (its digest is
+hashed in pieces), ``model.safetensors`` is hashed in one streamed pass and decoded in a
+second, one tensor at a time, and a ``tokenizer.json`` larger than its vocabulary can need
+(:data:`TOKENIZER_BYTES_PER_TOKEN`) or with more JSON values than it can use
+(:data:`TOKENIZER_VALUES_PER_TOKEN`) is refused before it is parsed into Python objects,
+which cost tens of times the text.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from evermind.errors import PackageError
 from evermind.package._json import loads_object
@@ -24,7 +32,7 @@ from evermind.package.archive import SafeArchive
 from evermind.package.head import HEAD_FIELD, HEAD_MEMBER, EmbedderHead, head_from_member
 from evermind.package.limits import PackageLimits
 from evermind.package.manifest import check_json_typed, validate_manifest
-from evermind.package.safetensors_io import decode_safetensors
+from evermind.package.safetensors_io import decode_safetensors, read_safetensors
 from evermind.package.schema import (
     CONFIG,
     GENERATION_CONFIG,
@@ -87,28 +95,56 @@ class Package:
         return f"evermind/{self.name}:{self.version}"
 
 
-def _load_source(
+#: Bytes hashed per read when digesting the package file.
+_CHUNK = 1 << 20
+#: ``tokenizer.json`` bytes allowed per vocabulary entry, plus a fixed allowance: real files
+#: take 13 (Evermind's) to about 70 (pretty-printed, escaped) bytes per entry.
+TOKENIZER_BYTES_PER_TOKEN = 512
+TOKENIZER_SLACK_BYTES = 256 * 1024
+#: JSON values (counted as commas, before parsing) allowed per vocabulary entry, plus a fixed
+#: allowance: a vocab entry and a merge (at most one per entry) take three.
+TOKENIZER_VALUES_PER_TOKEN = 5
+TOKENIZER_SLACK_VALUES = 65536
+
+
+def _open_source(
     source: bytes | bytearray | memoryview | str | os.PathLike[str], limits: PackageLimits
-) -> bytes:
-    """Return the package bytes, checking a file's size before reading it."""
+) -> BinaryIO:
+    """Open the package for reading, checking a file's size before anything is read."""
     if isinstance(source, bytes | bytearray | memoryview):
-        return bytes(source)
+        return io.BytesIO(source)
     if not isinstance(source, str | os.PathLike):
         raise PackageError(
             f"package source is {type(source).__name__}; expected bytes or a file path"
         )
     path = os.fspath(source)
     try:
-        with open(path, "rb") as stream:
-            size = os.fstat(stream.fileno()).st_size
-            if size > limits.max_archive_bytes:
-                raise PackageError(
-                    f"archive {path!r}: {size} bytes exceeds the limit of "
-                    f"{limits.max_archive_bytes} (PackageLimits.max_archive_bytes)"
-                )
-            return stream.read(limits.max_archive_bytes + 1)
+        stream = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
     except OSError as err:
         raise PackageError(f"archive {path!r}: cannot be read ({err})") from err
+    try:
+        size = os.fstat(stream.fileno()).st_size
+    except OSError as err:
+        stream.close()
+        raise PackageError(f"archive {path!r}: cannot be read ({err})") from err
+    if size > limits.max_archive_bytes:
+        stream.close()
+        raise PackageError(
+            f"archive {path!r}: {size} bytes exceeds the limit of "
+            f"{limits.max_archive_bytes} (PackageLimits.max_archive_bytes)"
+        )
+    return stream
+
+
+def _file_digest(stream: BinaryIO) -> str:
+    """``"sha256:<hex>"`` of the whole file, read in pieces."""
+    digest = hashlib.sha256()
+    stream.seek(0)
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    while count := stream.readinto(view):  # type: ignore[attr-defined]
+        digest.update(view[:count])
+    return "sha256:" + digest.hexdigest()
 
 
 def _check_member_set(archive: SafeArchive, files: Mapping[str, Any], head: bool) -> None:
@@ -147,24 +183,76 @@ def _check_member_set(archive: SafeArchive, files: Mapping[str, Any], head: bool
             )
 
 
-def _read_members(
+def _check_digest(name: str, digest: str, files: Mapping[str, Any]) -> None:
+    """Require a member's sha256 to be the manifest's."""
+    if digest != files[name]["sha256"]:
+        raise PackageError(
+            f"member {name!r}: sha256 is {digest} but {MANIFEST} says "
+            f"{files[name]['sha256']}; the member was altered or corrupted"
+        )
+
+
+def _read_member(
+    archive: SafeArchive, files: Mapping[str, Any], name: str, limits: PackageLimits
+) -> bytes:
+    """Read one listed member (not the weights) whole and verify its sha256."""
+    if name == HEAD_MEMBER:
+        data = archive.read(name, limit=limits.max_total_bytes, limit_name="max_total_bytes")
+    else:
+        data = archive.read(name, limit=limits.max_json_bytes, limit_name="max_json_bytes")
+    _check_digest(name, hashlib.sha256(data).hexdigest(), files)
+    return data
+
+
+def _check_tokenizer_cost(archive: SafeArchive, vocab_size: int) -> None:
+    """Refuse a ``tokenizer.json`` too large for its vocabulary before it is read.
+
+    Parsing JSON into Python objects costs tens of bytes per input byte, so the size a
+    tokenizer may declare is bounded by the vocabulary the weights pay for.
+    """
+    cap = TOKENIZER_SLACK_BYTES + TOKENIZER_BYTES_PER_TOKEN * vocab_size
+    if archive.size(TOKENIZER) > cap:
+        raise PackageError(
+            f"{TOKENIZER}: {archive.size(TOKENIZER)} bytes for a vocabulary of {vocab_size} "
+            f"tokens; expected at most {cap} ({TOKENIZER_BYTES_PER_TOKEN} bytes a token); "
+            "refused before parsing"
+        )
+
+
+def _check_tokenizer_values(data: bytes, vocab_size: int) -> None:
+    """Refuse a ``tokenizer.json`` with too many JSON values for its vocabulary, before it
+    is parsed (each value becomes a Python object; merges beyond the vocabulary are never
+    valid)."""
+    values = data.count(b",")
+    cap = TOKENIZER_SLACK_VALUES + TOKENIZER_VALUES_PER_TOKEN * vocab_size
+    if values > cap:
+        raise PackageError(
+            f"{TOKENIZER}: holds about {values} JSON values (merges, vocab entries) for a "
+            f"vocabulary of {vocab_size} tokens; expected at most {cap}; refused before parsing"
+        )
+
+
+def _read_weights(
     archive: SafeArchive, files: Mapping[str, Any], limits: PackageLimits
-) -> dict[str, bytes]:
-    """Read every listed member and verify its sha256."""
-    contents: dict[str, bytes] = {}
-    for name in sorted(files):
-        if name in (WEIGHTS, HEAD_MEMBER):
-            data = archive.read(name, limit=limits.max_total_bytes, limit_name="max_total_bytes")
-        else:
-            data = archive.read(name, limit=limits.max_json_bytes, limit_name="max_json_bytes")
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != files[name]["sha256"]:
-            raise PackageError(
-                f"member {name!r}: sha256 is {digest} but {MANIFEST} says "
-                f"{files[name]['sha256']}; the member was altered or corrupted"
-            )
-        contents[name] = data
-    return contents
+) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Stream ``model.safetensors`` twice: first its sha256 and CRC (nothing kept), then, the
+    bytes verified, its float32 tensors and stored dtypes, one tensor at a time."""
+    cap, cap_name = limits.max_total_bytes, "max_total_bytes"
+    member = archive.stream(WEIGHTS, limit=cap, limit_name=cap_name)
+    try:
+        member.skip()
+        _check_digest(WEIGHTS, member.sha256(), files)
+    finally:
+        member.close()
+    member = archive.stream(WEIGHTS, limit=cap, limit_name=cap_name, hashed=False)
+    try:
+        tensors, stored = read_safetensors(
+            member, member=WEIGHTS, max_header_bytes=limits.max_safetensors_header_bytes
+        )
+        member.finish()
+    finally:
+        member.close()
+    return tensors, stored
 
 
 def _text(data: bytes, member: str) -> str:
@@ -190,30 +278,33 @@ def _compare_summary(
 
 
 def _check_model(
-    manifest: Mapping[str, Any], config: dict[str, Any], weights: bytes, limits: PackageLimits
-) -> dict[str, Tensor]:
+    manifest: Mapping[str, Any],
+    config: dict[str, Any],
+    tensors: dict[str, Tensor],
+    stored: Mapping[str, str],
+) -> None:
     """Check config.json and the tensors against each other and the manifest."""
     dims = config_dims(config)
+    dtype = manifest["model"]["dtype"]
+    check_tensors(tensors, expected_tensor_shapes(config), where=WEIGHTS)
+    for name in sorted(stored):
+        if stored[name] != TORCH_TO_DTYPE[dtype]:
+            raise PackageError(
+                f"{WEIGHTS}: tensor {name!r} is {stored[name]} but the package dtype is "
+                f"{dtype} ({TORCH_TO_DTYPE[dtype]}); expected one dtype for all tensors"
+            )
+    n_params = sum(tensor.numel for tensor in tensors.values())
+    actual = model_summary(dims, n_params=n_params, dtype=dtype)
+    _compare_summary("model", manifest["model"], actual, f"{CONFIG} and {WEIGHTS}")
+
+
+def _check_dtype(manifest: Mapping[str, Any], config: Mapping[str, Any]) -> None:
     dtype = manifest["model"]["dtype"]
     if config.get("torch_dtype") != dtype:
         raise PackageError(
             f"{CONFIG}: field 'torch_dtype' is {config.get('torch_dtype')!r} but {MANIFEST} "
             f"model.dtype is {dtype!r}; expected them equal"
         )
-    stored, _ = decode_safetensors(
-        weights, member=WEIGHTS, max_header_bytes=limits.max_safetensors_header_bytes
-    )
-    check_tensors(stored, expected_tensor_shapes(config), where=WEIGHTS)
-    for name in sorted(stored):
-        if stored[name].dtype != TORCH_TO_DTYPE[dtype]:
-            raise PackageError(
-                f"{WEIGHTS}: tensor {name!r} is {stored[name].dtype} but the package dtype is "
-                f"{dtype} ({TORCH_TO_DTYPE[dtype]}); expected one dtype for all tensors"
-            )
-    n_params = sum(tensor.numel for tensor in stored.values())
-    actual = model_summary(dims, n_params=n_params, dtype=dtype)
-    _compare_summary("model", manifest["model"], actual, f"{CONFIG} and {WEIGHTS}")
-    return stored
 
 
 def _check_tokenizer(
@@ -230,17 +321,22 @@ def _check_tokenizer(
     _compare_summary("tokenizer", manifest["tokenizer"], tokenizer_summary(tokenizer), TOKENIZER)
 
 
-def _verify(data: bytes, limits: PackageLimits) -> Package:
-    """Run every check on the package bytes and build the Package."""
-    archive = SafeArchive(data, limits)
+def _verify(stream: BinaryIO, limits: PackageLimits) -> Package:
+    """Run every check on the open package file and build the Package."""
+    archive = SafeArchive(stream, limits)
     try:
-        return _verify_archive(archive, data, limits)
+        return _verify_archive(archive, stream, limits)
     finally:
         archive.close()
 
 
-def _verify_archive(archive: SafeArchive, data: bytes, limits: PackageLimits) -> Package:
-    """Check the manifest and members of an archive whose directory is already safe."""
+def _verify_archive(archive: SafeArchive, stream: BinaryIO, limits: PackageLimits) -> Package:
+    """Check the manifest and members of an archive whose directory is already safe.
+
+    Small members are read, hashed and parsed first; ``tokenizer.json`` is refused by its
+    declared size and its value count before it is parsed; the weights are streamed last,
+    one tensor at a time (see :func:`read_safetensors`).
+    """
     raw_manifest = archive.read(
         MANIFEST, limit=limits.max_manifest_bytes, limit_name="max_manifest_bytes"
     )
@@ -248,35 +344,38 @@ def _verify_archive(archive: SafeArchive, data: bytes, limits: PackageLimits) ->
     validate_manifest(manifest)
     files = manifest["files"]
     _check_member_set(archive, files, HEAD_FIELD in manifest)
-    contents = _read_members(archive, files, limits)
-    config = loads_object(contents[CONFIG], member=CONFIG)
-    generation = loads_object(contents[GENERATION_CONFIG], member=GENERATION_CONFIG)
+    config = loads_object(_read_member(archive, files, CONFIG, limits), member=CONFIG)
+    generation = loads_object(
+        _read_member(archive, files, GENERATION_CONFIG, limits), member=GENERATION_CONFIG
+    )
     check_json_typed(generation, "generation_config")
-    tokenizer_text = _text(contents[TOKENIZER], TOKENIZER)
-    readme = _text(contents[README], README)
-    stored = _check_model(manifest, config, contents[WEIGHTS], limits)
+    readme = _text(_read_member(archive, files, README, limits), README)
+    dims = config_dims(config)
+    _check_dtype(manifest, config)
+    _check_tokenizer_cost(archive, dims.vocab_size)
+    raw_tokenizer = _read_member(archive, files, TOKENIZER, limits)
+    _check_tokenizer_values(raw_tokenizer, dims.vocab_size)
+    tokenizer_text = _text(raw_tokenizer, TOKENIZER)
+    del raw_tokenizer
     _check_tokenizer(manifest, config, tokenizer_text)
-    tensors = {
-        name: Tensor(shape=tensor.shape, data=tensor.to_float32(), dtype="F32")
-        for name, tensor in sorted(stored.items())
-    }
     head = None
     if HEAD_FIELD in manifest:
         head_tensors, _ = decode_safetensors(
-            contents[HEAD_MEMBER],
+            _read_member(archive, files, HEAD_MEMBER, limits),
             member=HEAD_MEMBER,
             max_header_bytes=limits.max_safetensors_header_bytes,
         )
-        dims = config_dims(config)
         head = head_from_member(head_tensors, manifest[HEAD_FIELD], dims.d_model, dims.vocab_size)
+    tensors, stored = _read_weights(archive, files, limits)
+    _check_model(manifest, config, tensors, stored)
     return Package(
         manifest=manifest,
         config=config,
-        tensors=tensors,
+        tensors=dict(sorted(tensors.items())),
         tokenizer_json=tokenizer_text,
         generation_config=generation,
         readme=readme,
-        digest="sha256:" + hashlib.sha256(data).hexdigest(),
+        digest=_file_digest(stream),
         embedder=head,
     )
 
@@ -301,7 +400,8 @@ def read_package(
     """
     limits = limits or PackageLimits()
     try:
-        return _verify(_load_source(source, limits), limits)
+        with _open_source(source, limits) as stream:
+            return _verify(stream, limits)
     except PackageError:
         raise
     except Exception as err:

@@ -15,7 +15,7 @@ import json
 import math
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from evermind.errors import PackageError
 from evermind.package._json import loads_object
@@ -103,6 +103,36 @@ def _check_entry(member: str, name: str, entry: Any) -> tuple[str, tuple[int, ..
     return dtype, tuple(shape), offsets[0], offsets[1]
 
 
+class PieceReader(Protocol):
+    """What :func:`read_safetensors` reads from: exact pieces of a member of known size."""
+
+    size: int
+
+    def read(self, count: int) -> bytes:
+        """Exactly ``count`` more bytes (or raise :class:`~evermind.errors.PackageError`)."""
+        ...
+
+
+def _check_prefix(header_len: int, size: int, member: str, max_header_bytes: int) -> None:
+    """Check the header length prefix against the cap and the member size."""
+    if header_len > max_header_bytes:
+        raise PackageError(
+            f"{member}: header declares {header_len} bytes; the limit is {max_header_bytes}. "
+            "Hint: raise PackageLimits.max_safetensors_header_bytes only for trusted files"
+        )
+    if 8 + header_len > size:
+        raise PackageError(
+            f"{member}: header declares {header_len} bytes but only {size - 8} follow "
+            "the length prefix; the member is truncated or corrupt"
+        )
+
+
+def _parse_header(raw: bytes, member: str) -> dict[str, Any]:
+    if not raw.startswith(b"{"):
+        raise PackageError(f"{member}: header must start with '{{', found {raw[:8]!r}")
+    return loads_object(raw, member=f"{member} header")
+
+
 def _read_header(
     data: bytes | memoryview, member: str, max_header_bytes: int
 ) -> tuple[dict[str, Any], int]:
@@ -112,20 +142,57 @@ def _read_header(
             f"{member}: {len(data)} bytes is too short; expected an 8-byte header length"
         )
     (header_len,) = struct.unpack_from("<Q", data, 0)
-    if header_len > max_header_bytes:
+    _check_prefix(header_len, len(data), member, max_header_bytes)
+    return _parse_header(bytes(data[8 : 8 + header_len]), member), 8 + header_len
+
+
+def _layout(
+    header: dict[str, Any], data_bytes: int, member: str
+) -> tuple[list[tuple[str, str, tuple[int, ...], int, int]], dict[str, str]]:
+    """Validate the header against a data section of ``data_bytes`` bytes.
+
+    Returns:
+        ``([(name, dtype, shape, begin, end)] in data order, metadata)``.
+    """
+    metadata = header.pop(_METADATA_KEY, {})
+    if not isinstance(metadata, dict) or not all(
+        isinstance(value, str) for value in metadata.values()
+    ):
         raise PackageError(
-            f"{member}: header declares {header_len} bytes; the limit is {max_header_bytes}. "
-            "Hint: raise PackageLimits.max_safetensors_header_bytes only for trusted files"
+            f"{member}: __metadata__ must map strings to strings, found {metadata!r}"
         )
-    if 8 + header_len > len(data):
+    entries = sorted(
+        ((_check_entry(member, name, entry), name) for name, entry in header.items()),
+        key=lambda item: (item[0][2], item[0][3], item[1]),
+    )
+    layout: list[tuple[str, str, tuple[int, ...], int, int]] = []
+    expected_begin = 0
+    for (dtype, shape, begin, end), name in entries:
+        if begin != expected_begin:
+            problem = "overlaps the previous tensor" if begin < expected_begin else "leaves a gap"
+            raise PackageError(
+                f"{member}: tensor {name!r} starts at byte {begin} and {problem}; expected "
+                f"contiguous data starting at {expected_begin}"
+            )
+        nbytes = math.prod(shape) * DTYPE_SIZES[dtype]
+        if end - begin != nbytes:
+            raise PackageError(
+                f"{member}: tensor {name!r} has shape {shape} of {dtype} ({nbytes} bytes) but "
+                f"data_offsets span {end - begin} bytes"
+            )
+        if end > data_bytes:
+            raise PackageError(
+                f"{member}: tensor {name!r} ends at byte {end} but the data section holds "
+                f"{data_bytes} bytes; the member is truncated"
+            )
+        layout.append((name, dtype, shape, begin, end))
+        expected_begin = end
+    if expected_begin != data_bytes:
         raise PackageError(
-            f"{member}: header declares {header_len} bytes but only {len(data) - 8} follow "
-            "the length prefix; the member is truncated or corrupt"
+            f"{member}: tensors cover {expected_begin} bytes but the data section holds "
+            f"{data_bytes}; expected no trailing bytes"
         )
-    raw = bytes(data[8 : 8 + header_len])
-    if not raw.startswith(b"{"):
-        raise PackageError(f"{member}: header must start with '{{', found {raw[:8]!r}")
-    return loads_object(raw, member=f"{member} header"), 8 + header_len
+    return layout, metadata
 
 
 def decode_safetensors(
@@ -145,43 +212,50 @@ def decode_safetensors(
         PackageError: Any structural problem; the message names the tensor or field.
     """
     header, base = _read_header(data, member, max_header_bytes)
-    metadata = header.pop(_METADATA_KEY, {})
-    if not isinstance(metadata, dict) or not all(
-        isinstance(value, str) for value in metadata.values()
-    ):
-        raise PackageError(
-            f"{member}: __metadata__ must map strings to strings, found {metadata!r}"
-        )
-    entries = sorted(
-        ((_check_entry(member, name, entry), name) for name, entry in header.items()),
-        key=lambda item: (item[0][2], item[0][3], item[1]),
-    )
     buffer = memoryview(data)[base:]
-    tensors: dict[str, Tensor] = {}
-    expected_begin = 0
-    for (dtype, shape, begin, end), name in entries:
-        if begin != expected_begin:
-            problem = "overlaps the previous tensor" if begin < expected_begin else "leaves a gap"
-            raise PackageError(
-                f"{member}: tensor {name!r} starts at byte {begin} and {problem}; expected "
-                f"contiguous data starting at {expected_begin}"
-            )
-        nbytes = math.prod(shape) * DTYPE_SIZES[dtype]
-        if end - begin != nbytes:
-            raise PackageError(
-                f"{member}: tensor {name!r} has shape {shape} of {dtype} ({nbytes} bytes) but "
-                f"data_offsets span {end - begin} bytes"
-            )
-        if end > len(buffer):
-            raise PackageError(
-                f"{member}: tensor {name!r} ends at byte {end} but the data section holds "
-                f"{len(buffer)} bytes; the member is truncated"
-            )
-        tensors[name] = Tensor(shape=shape, data=bytes(buffer[begin:end]), dtype=dtype)
-        expected_begin = end
-    if expected_begin != len(buffer):
-        raise PackageError(
-            f"{member}: tensors cover {expected_begin} bytes but the data section holds "
-            f"{len(buffer)}; expected no trailing bytes"
-        )
+    layout, metadata = _layout(header, len(buffer), member)
+    tensors = {
+        name: Tensor(shape=shape, data=bytes(buffer[begin:end]), dtype=dtype)
+        for name, dtype, shape, begin, end in layout
+    }
     return tensors, metadata
+
+
+def read_safetensors(
+    source: PieceReader, *, member: str = "model.safetensors", max_header_bytes: int
+) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Parse and check a safetensors member read in pieces, upcasting each tensor as it is read.
+
+    The header is checked whole (every offset against the member size) before any tensor
+    data is read; then each tensor is read, converted to float32 and its raw bytes dropped,
+    so memory peaks at the float32 tensors plus one tensor's raw bytes, never the member
+    twice.
+
+    Args:
+        source: The member (:meth:`evermind.package.archive.SafeArchive.stream`).
+        member: The member name used in error messages.
+        max_header_bytes: Refuse a header longer than this before reading it.
+
+    Returns:
+        ``(tensors, stored dtypes)``: float32 ``array('f')`` tensors, and each tensor's
+        dtype as stored (``"F32"``/``"F16"``).
+
+    Raises:
+        PackageError: Any structural problem; the message names the tensor or field.
+    """
+    if source.size < 8:
+        raise PackageError(
+            f"{member}: {source.size} bytes is too short; expected an 8-byte header length"
+        )
+    (header_len,) = struct.unpack("<Q", source.read(8))
+    _check_prefix(header_len, source.size, member, max_header_bytes)
+    header = _parse_header(source.read(header_len), member)
+    layout, _ = _layout(header, source.size - 8 - header_len, member)
+    tensors: dict[str, Tensor] = {}
+    stored: dict[str, str] = {}
+    for name, dtype, shape, begin, end in layout:
+        raw = Tensor(shape=shape, data=source.read(end - begin), dtype=dtype)
+        tensors[name] = Tensor(shape=shape, data=raw.to_float32(), dtype="F32")
+        stored[name] = dtype
+        del raw
+    return tensors, stored

@@ -8,16 +8,23 @@ even when many requests ask at the same time. A push builds the model before it 
 anything (:func:`servable`: the model is built from the package and runs one token and one
 embedding, so a package that reads but cannot be served is refused with the reason) and hands
 the built model over (:meth:`ModelRegistry.keep_built`): one push, one parse, one build.
-Usage counters per model live here too.
+A built model holds its weights once (:func:`build`), and after a load the freed heap goes
+back to the system (:func:`release_heap`). Usage counters per model live here too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import functools
 import logging
 import re
+import sys
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -90,15 +97,23 @@ def parse_model_id(model_id: str) -> tuple[str, str | None]:
 
 
 def estimate_bytes(install: Install) -> int:
-    """Memory a loaded model of ``install`` holds: float32 weights twice (the verified
-    package's tensors and the CPU model's arrays) plus a fixed overhead."""
-    return 2 * _package_bytes(install)
-
-
-def _package_bytes(install: Install) -> int:
-    """Memory a verified package of ``install`` holds: its float32 tensors plus overhead."""
+    """Memory a loaded model of ``install`` holds: its float32 weights once (the CPU model's
+    arrays; :func:`build` drops the package's copy) plus a fixed overhead."""
     n_params = int(install.manifest.get("model", {}).get("n_params", 0))
-    return 4 * n_params + _OVERHEAD_BYTES // 2
+    return 4 * n_params + _OVERHEAD_BYTES
+
+
+def build(package: Package) -> Model:
+    """The served model of a verified ``package``, holding its weights once.
+
+    :class:`~evermind.model.inference.Model` copies the tensors into its CPU model's numpy
+    arrays and keeps the package for its manifest, tokenizer and embedding head; serving
+    never reads the package's float32 tensors again, so the model keeps the package without
+    them (they were as large as the weights).
+    """
+    model = Model(package)
+    model.package = dataclasses.replace(package, tensors={})
+    return model
 
 
 class ModelRegistry:
@@ -194,6 +209,7 @@ class ModelRegistry:
             logger.info("loaded %s in %.2f s", install.ref, time.perf_counter() - start)
             self.loads += 1
             self._admit(key, model, estimate_bytes(install))
+            release_heap_soon(self._executor)  # what the load freed
             future.set_result(model)
             return model
         except BaseException as err:
@@ -239,7 +255,7 @@ def servable(package: Package) -> Model:
         PackageError: The package cannot be served; the message names the part.
     """
     try:
-        model = Model(package)
+        model = build(package)
     except PackageError:
         raise
     except (EvermindError, ValueError, TypeError, KeyError, IndexError, OverflowError) as err:
@@ -259,6 +275,40 @@ def servable(package: Package) -> Model:
     return model
 
 
+def release_heap() -> None:
+    """Hands freed heap memory back to the system (glibc's ``malloc_trim``).
+
+    A push or a load allocates and frees about twice the package's size in a worker thread;
+    glibc keeps those freed arenas mapped (and raises its mmap threshold after large frees),
+    so without this the server's resident memory stays at the push's peak. Runs in the
+    worker pool, after the work whose memory it returns. Skipped where the C library has no
+    ``malloc_trim`` (macOS, Windows, musl).
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def release_heap_soon(executor: Executor) -> None:
+    """Queues :func:`release_heap` on the worker pool, after the work queued before it (a
+    no-op once the pool is shut down)."""
+    with contextlib.suppress(RuntimeError):
+        executor.submit(release_heap)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
 def _load(install: Install) -> Model:
     package = read_package(install.path)
     if package.digest != install.digest:
@@ -266,4 +316,4 @@ def _load(install: Install) -> Model:
             f"installed package {install.ref} changed on disk (digest {package.digest}, "
             f"installed {install.digest}); hint: push it again"
         )
-    return Model(package)
+    return build(package)

@@ -2,8 +2,15 @@
 
 A push streams the request body to a file under ``tmp/`` with a size cap (413), verifies it
 fully with the package reader in the worker pool (400 with the reader's message), installs it
-atomically (:mod:`evermind.runtime.installs`) and hands the verified package to the registry,
-so the first generation builds its model from it rather than parsing the file again.
+atomically (:mod:`evermind.runtime.installs`) and hands the model it built to the registry,
+so the first generation does not parse the file again.
+
+Memory: the reader streams the file (it never holds it whole), the built model keeps its
+weights once (:func:`~evermind.runtime.registry.build`), and a refusal keeps nothing (the
+error's traceback, which would pin the reader's frames, is dropped). After every push the
+worker returns the freed heap to the system
+(:func:`~evermind.runtime.registry.release_heap_soon`): glibc otherwise keeps the arenas a large
+push grew, and the server would stay at its peak.
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 from evermind.errors import PackageError
-from evermind.package import Package, PackageLimits, read_package
+from evermind.model.inference import Model
+from evermind.package import PackageLimits, read_package
 from evermind.runtime.errors import ApiError
 from evermind.runtime.installs import Install
-from evermind.runtime.registry import parse_model_id, servable
+from evermind.runtime.registry import parse_model_id, release_heap_soon, servable
 from evermind.runtime.state import Reader, Runtime, RuntimeDep, Writer
 
 logger = logging.getLogger(__name__)
@@ -70,6 +78,7 @@ async def push_model(
     if declared is not None and declared.isdigit() and int(declared) > cap:
         raise _too_large(int(declared), cap)
     upload = runtime.installs.new_upload_path()
+    model: Model | None = None
     try:
         size = await _receive(request, upload, cap)
         if size == 0:
@@ -82,20 +91,44 @@ async def push_model(
         loop = asyncio.get_running_loop()
         limits = PackageLimits(max_archive_bytes=cap)
         try:
-            package: Package = await loop.run_in_executor(
-                runtime.executor, functools.partial(read_package, upload, limits=limits)
+            model = await loop.run_in_executor(
+                runtime.executor, functools.partial(_verified_model, upload, limits)
             )
-            model = await loop.run_in_executor(runtime.executor, servable, package)
         except PackageError as err:
-            raise ApiError(400, f"invalid package: {err}", "invalid_package") from err
+            raise ApiError(400, f"invalid package: {err}", "invalid_package") from _frameless(err)
         install, created = await loop.run_in_executor(
-            runtime.executor, runtime.installs.install, who.tenant, upload, package
+            runtime.executor, runtime.installs.install, who.tenant, upload, model.package
         )
         runtime.registry.keep_built(install, model)  # the first use serves it as built
     finally:
         upload.unlink(missing_ok=True)
+        model = None  # kept by the registry, or (install failed) dropped before the trim
+        release_heap_soon(runtime.executor)
     body = {"id": install.ref, "object": "model", "digest": install.digest, "created": created}
     return JSONResponse(body, status_code=201 if created else 200)
+
+
+def _verified_model(upload: Path, limits: PackageLimits) -> Model:
+    """The served model of the package at ``upload``: read, verified and proven servable
+    (:func:`~evermind.runtime.registry.servable`). Only the model survives: the reader's
+    package, with its copy of the weights, is dropped on return."""
+    return servable(read_package(upload, limits=limits))
+
+
+def _frameless(err: BaseException) -> BaseException:
+    """``err`` with the tracebacks of it and of its causes dropped: they hold the frames of
+    the reader (and what those read, such as a parsed tokenizer) alive for as long as the
+    error lives, and only the message is needed."""
+    pending: list[BaseException | None] = [err]
+    seen: set[int] = set()
+    while pending:
+        item = pending.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        item.__traceback__ = None
+        pending += [item.__cause__, item.__context__]
+    return err
 
 
 async def _receive(request: Request, upload: Path, cap: int) -> int:
@@ -165,4 +198,5 @@ async def delete_model(model_id: str, runtime: RuntimeDep, who: Writer) -> dict[
         raise ApiError(404, f"model {model_id!r} not found", "model_not_found")
     runtime.registry.unload(install)
     runtime.memory.forget_model(install.digest)
+    release_heap_soon(runtime.executor)  # the model's arrays were freed
     return {"id": install.ref, "object": "model", "deleted": True}
