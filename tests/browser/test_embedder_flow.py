@@ -119,14 +119,31 @@ def test_the_default_flow_distils_the_runtime_teacher_and_the_cache_uses_it(
             print(
                 {
                     k: embedder.get(k)
-                    for k in ("method", "teacher", "texts", "first_loss", "loss", "seconds", "why")
+                    for k in (
+                        "method",
+                        "teacher",
+                        "texts",
+                        "first_loss",
+                        "loss",
+                        "seconds",
+                        "tokens",
+                        "agreement_without_tokens",
+                        "agreement",
+                        "token_seconds",
+                        "why",
+                    )
                 }
             )
             assert summary["state"] == "finished"
             assert embedder["method"] == "distill", embedder
             assert embedder["teacher"] == "teacher/all-minilm-l6-v2" and embedder["dim"] == 384
-            assert embedder["texts"] == 24 and out["progress"] >= embedder["steps"]
+            # 24 sentences: every fifth (4) held out to score the token term on.
+            assert embedder["texts"] == 20 and embedder["token_texts"] == 4
+            assert out["progress"] >= embedder["steps"]
             assert embedder["loss"] < embedder["first_loss"]
+            # The token term step ran (the teacher on the vocabulary, then the fit).
+            assert "token term failed" not in embedder["why"], embedder["why"]
+            assert embedder["agreement"] >= embedder["agreement_without_tokens"]
             # The Train panel says which embedder ran and why.
             show(rec, "train")
             status = wait_text(rec, "#embedder-status", r"Distilled embedder")
@@ -159,6 +176,7 @@ def test_the_default_flow_distils_the_runtime_teacher_and_the_cache_uses_it(
     model = evermind.load(base64.b64decode(exported["data_b64"]))
     head = model.package.manifest["embedder"]
     assert head["method"] == "distill" and head["teacher"] == "teacher/all-minilm-l6-v2"
+    assert head.get("tokens", False) == embedder["tokens"]
     native = model.embed(probes).astype(np.float64)
     agreement = np.sum(tab * native, axis=1) / (
         np.linalg.norm(tab, axis=1) * np.linalg.norm(native, axis=1)

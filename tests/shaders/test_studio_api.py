@@ -283,3 +283,62 @@ def test_the_cache_and_memory_re_embed_when_the_embedder_changes(events) -> None
     assert cache_after.index.cosine_to(key, fresh) == pytest.approx(1.0, abs=1e-5)
     (head_vector,) = asyncio.run(api.session().embed(["how do I open a file"]))
     assert len(head_vector) == TINY["d_model"]
+
+
+def test_the_tab_adds_the_token_term_and_the_package_embeds_alike(events) -> None:
+    """After distilling, ``embedder_tokens`` scales the teacher's vectors of the vocabulary
+    entries into the head's token term when that agrees better with the teacher; the exported
+    package embeds exactly as the tab, and a reload keeps the term."""
+    import random
+
+    import evermind
+
+    call("corpus_add", name="notes.md", text=VARIED)
+    call("tokenizer_train", vocab_size=300)
+    call("train_start", config=TINY, steps=3, batch_size=2, seq_len=16, lr=1e-2)
+    texts = call("embedder_texts", limit=24)["texts"]
+    vocab = call("embedder_vocab")
+    assert vocab["ids"] and len(vocab["ids"]) == len(vocab["texts"]) <= 300
+    assert all(t.strip() for t in vocab["texts"])
+    # A made-up 6-wide teacher that embeds a text as the mean of its tokens' vectors: the token
+    # term can explain it, the tiny SSM hardly.
+    rng = random.Random(1)
+    table = {i: [rng.gauss(0, 1) for _ in range(6)] for i in vocab["ids"]}
+    tokenizer = api.session().tokenizer
+    targets = []
+    for text in texts:
+        ids = [i for i in tokenizer.encode(text) if i in table]
+        mean = [sum(table[i][d] for i in ids) / len(ids) for d in range(6)]
+        norm = sum(x * x for x in mean) ** 0.5
+        targets.append([x / norm for x in mean])
+    call("embedder_train", texts=texts, targets=targets, steps=8, lr=1e-2, batch_size=4,
+         teacher="teacher/made-up")  # fmt: skip
+    vectors = [table[i] for i in vocab["ids"]]
+    out = call("embedder_tokens", ids=vocab["ids"], vectors=vectors, texts=texts, targets=targets)
+    print(
+        f"token term: alpha {out['token_alpha']}, agreement {out['agreement_without_tokens']} "
+        f"-> {out['agreement']}"
+    )
+    assert out["tokens"] and out["agreement"] > out["agreement_without_tokens"] + 0.1
+    pkg_bytes = base64.b64decode(call("export_package", name="t", version="0.1.0")["data_b64"])
+    package = read_package(pkg_bytes)
+    assert package.manifest["embedder"]["tokens"] and package.embedder is not None
+    assert package.embedder.vocab == 300
+    tab = call("embed", texts=PROBES)["vectors"]
+    native = evermind.load(pkg_bytes).embed(PROBES)
+    assert _agreement(tab, native) > 1 - 1e-4
+    fresh = Session(lambda *a, **k: None)
+    fresh._kv = api.session()._kv
+    asyncio.run(fresh.restore_from_storage())
+    assert fresh.head is not None and fresh.head.tokens is not None
+    assert _agreement(asyncio.run(fresh.embed(PROBES)), native) > 1 - 1e-4
+    # Wrong input is named, not half-applied.
+    bad = call_error("embedder_tokens", ids=[0, 0], vectors=vectors[:2], texts=texts,
+                     targets=targets)  # fmt: skip
+    assert "distinct" in bad
+
+
+def call_error(fn: str, **kwargs) -> str:
+    envelope = json.loads(asyncio.run(api.call(fn, json.dumps(kwargs))))
+    assert not envelope["ok"], f"{fn} unexpectedly succeeded"
+    return str(envelope["error"])

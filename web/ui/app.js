@@ -449,7 +449,8 @@ export class StudioApp extends EventTarget {
   /**
    * The embedder phase, on the corpus's sentences (at most `limit`): with a runtime URL
    * whose /v1/embeddings answers, distil its teacher's vectors into the model on WebGPU
-   * (`embedder_train`); without one, or when the teacher fails, the teacher-free fallback:
+   * (`embedder_train`), then the token term (`embedder_vocab` → teacher → `embedder_tokens`);
+   * without one, or when the teacher fails, the teacher-free fallback:
    * centring only (`embedder_centre`). Resolves with what ran and why ({method, why, ...}).
    */
   async embedder({ url, token, teacher = DEFAULT_TEACHER, limit = EMBEDDER_TEXTS, steps, lr = 0.005, batch_size = 16 } = {}) {
@@ -468,10 +469,28 @@ export class StudioApp extends EventTarget {
         try {
           progress("teacher", 0, texts.length);
           const { vectors, model } = await teacherVectors(url, token, teacher, texts, { onProgress: (done, total) => progress("teacher", done, total) });
-          const n = steps ?? Math.min(200, Math.max(30, Math.ceil((3 * texts.length) / batch_size)));
+          // Every fifth sentence is held out of the training to score the token term on.
+          const held = texts.length >= 10 ? texts.map((_, i) => i).filter((i) => i % 5 === 4) : [];
+          const isHeld = new Set(held);
+          const fit = texts.map((_, i) => i).filter((i) => !isHeld.has(i));
+          const n = steps ?? Math.min(200, Math.max(30, Math.ceil((3 * fit.length) / batch_size)));
           progress("train", 0, n);
-          const result = await this.call("embedder_train", { texts, targets: vectors, steps: n, lr, batch_size, teacher: model });
-          return this._embedderDone({ ...result, url, why: `distilled from ${model} at ${url} on ${texts.length} corpus sentences` });
+          let result = await this.call("embedder_train", { texts: fit.map((i) => texts[i]), targets: fit.map((i) => vectors[i]), steps: n, lr, batch_size, teacher: model });
+          let why = `distilled from ${model} at ${url} on ${fit.length} corpus sentences`;
+          try {
+            // The token term: the teacher's vector of each vocabulary entry, scaled into the head.
+            const vocab = await this.call("embedder_vocab", {});
+            progress("vocab", 0, vocab.ids.length);
+            const prior = await teacherVectors(url, token, model, vocab.texts, { onProgress: (done, total) => progress("vocab", done, total) });
+            const scored = held.length ? held : fit;
+            result = await this.call("embedder_tokens", { ids: vocab.ids, vectors: prior.vectors, texts: scored.map((i) => texts[i]), targets: scored.map((i) => vectors[i]), corpus: texts });
+            why += result.tokens
+              ? `, with the teacher's vectors of ${vocab.ids.length} vocabulary entries as a token term (agreement ${result.agreement_without_tokens} → ${result.agreement})`
+              : " (a token term did not agree better, so none)";
+          } catch (err) {
+            why += `; the token term failed (${describeError(err)}), so the head has the projection only`;
+          }
+          return this._embedderDone({ ...result, url, why });
         } catch (err) {
           reason = `the teacher at ${url} failed: ${describeError(err)} So no teacher: centred the model's vectors on the corpus instead.`;
         }

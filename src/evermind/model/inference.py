@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ from evermind.model.cpu import CpuMamba
 from evermind.model.sampling import sample
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.ops.pool import pool_fwd
-from evermind.package import EmbedderHead, Package, read_package
+from evermind.package import EmbedderHead, Package, Tensor, read_package
 from evermind.tokenizer import Tokenizer
 
 #: Longest text (in tokens) an embedding looks at; longer texts are cut.
@@ -59,7 +60,9 @@ class Model:
             bos=summary.get("bos"),
             pad=summary.get("pad"),
         )
-        self.cpu = CpuMamba(self.config, {k: t.to_float32() for k, t in package.tensors.items()})
+        # CpuMamba copies what it is given: hand it the package's float32 arrays as they are
+        # (a to_float32() copy first would hold every weight twice more during a push).
+        self.cpu = CpuMamba(self.config, {k: _float32(t) for k, t in package.tensors.items()})
         #: Identifies the weights: embeddings made by another model never mix with these.
         self.fingerprint = package.digest
 
@@ -227,6 +230,11 @@ class Model:
             top5 += int(np.sum((top == targets[:, None]).any(1)))
             count += targets.size
         return lm_metrics(nll, count, top1, top5, time.perf_counter() - start)
+
+
+def _float32(tensor: Tensor) -> Any:
+    data = tensor.data
+    return data if isinstance(data, array) and data.typecode == "f" else tensor.to_float32()
 
 
 def apply_head_rows(

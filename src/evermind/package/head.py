@@ -210,32 +210,50 @@ def apply_head(
     """
     if head is None:
         return list(pooled)
+    out = project(head, pooled)
+    table, weights = head._token_list, head._weight_list
+    if table is not None and weights is not None and ids:
+        out = [x + t for x, t in zip(out, bag_mean(table, weights, ids), strict=True)]
+    norm = math.sqrt(math.fsum(x * x for x in out))
+    return [x / norm for x in out] if norm > 0 else out
+
+
+def project(head: EmbedderHead, pooled: Sequence[float]) -> list[float]:
+    """``W · (pooled − μ)``, unnormalised (the head's first term), in pure Python.
+
+    Raises:
+        PackageError: ``pooled`` is not ``head.d_model`` wide.
+    """
     mu = head._mean_list
     if len(pooled) != len(mu):
         raise PackageError(f"embedder head takes {len(mu)} values, got {len(pooled)}")
     centred = [p - m for p, m in zip(pooled, mu, strict=True)]
     rows = head._rows
-    out = (
-        centred
-        if rows is None
-        else [math.fsum(w * c for w, c in zip(r, centred, strict=True)) for r in rows]
-    )
-    table, weights = head._token_list, head._weight_list
-    if table is not None and weights is not None and ids:
-        dim, vocab = len(out), len(weights)
-        total = [0.0] * dim
-        mass = 0.0
-        for i in ids:
-            if not 0 <= i < vocab:
-                raise PackageError(f"token id {i} is outside the head's token table ({vocab})")
-            a = weights[i]
-            mass += a
-            base = i * dim
-            for d in range(dim):
-                total[d] += a * table[base + d]
-        out = [x + t / mass for x, t in zip(out, total, strict=True)]
-    norm = math.sqrt(math.fsum(x * x for x in out))
-    return [x / norm for x in out] if norm > 0 else out
+    if rows is None:
+        return centred
+    return [math.fsum(w * c for w, c in zip(r, centred, strict=True)) for r in rows]
+
+
+def bag_mean(table: Sequence[float], weights: Sequence[float], ids: Sequence[int]) -> list[float]:
+    """``Σₜ a[idₜ] T[idₜ] / Σₜ a[idₜ]`` for a flat row-major ``table`` (vocab × dim) and
+    ``weights`` (vocab): the token term of ``ids`` (non-empty).
+
+    Raises:
+        PackageError: An id is outside the table.
+    """
+    vocab = len(weights)
+    dim = len(table) // vocab
+    total = [0.0] * dim
+    mass = 0.0
+    for i in ids:
+        if not 0 <= i < vocab:
+            raise PackageError(f"token id {i} is outside the head's token table ({vocab})")
+        a = weights[i]
+        mass += a
+        base = i * dim
+        for d in range(dim):
+            total[d] += a * table[base + d]
+    return [t / mass for t in total]
 
 
 def check_head_field(value: Any) -> None:

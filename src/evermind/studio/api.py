@@ -260,6 +260,32 @@ async def embedder_train(
 
 
 @handler
+async def embedder_vocab() -> dict[str, Any]:
+    """The vocabulary entries (``ids``, ``texts``) the token term asks the teacher about."""
+    return session().embedder_vocab()
+
+
+@handler
+async def embedder_tokens(
+    ids: list[int],
+    vectors: list[list[float]],
+    texts: list[str],
+    targets: list[list[float]],
+    corpus: list[str] | None = None,
+) -> dict[str, Any]:
+    """Adds the token term to the distilled head: the teacher's ``vectors`` of the vocabulary
+    entries ``ids``, scaled on ``texts`` (held out from ``embedder_train``) and their teacher
+    ``targets``; IDF over ``corpus`` (default ``texts``)."""
+    return await session().embedder_tokens(
+        [int(i) for i in ids],
+        [[float(x) for x in v] for v in vectors],
+        list(texts),
+        [[float(x) for x in t] for t in targets],
+        None if corpus is None else list(corpus),
+    )
+
+
+@handler
 async def embedder_texts(limit: int = EMBEDDER_TEXTS) -> dict[str, Any]:
     """The corpus sentences the embedder phase embeds (at most ``limit``)."""
     texts = corpus_embedder_texts(session().corpus_text, int(limit))

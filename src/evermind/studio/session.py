@@ -36,7 +36,7 @@ from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
 from evermind.package import read_package
-from evermind.package.head import EmbedderHead
+from evermind.package.head import EmbedderHead, bag_mean, project
 from evermind.package.tensor import Tensor
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
@@ -51,6 +51,10 @@ Emit = Callable[..., None]
 BYTES_PER_TOKEN_ESTIMATE = 3.5
 #: Most corpus texts the embedder phase uses (teacher calls and GPU steps grow with it).
 EMBEDDER_TEXTS = 512
+#: Texts the tab's token-term fit scores α on (pure Python: W·(p − μ) for each).
+TOKEN_FIT_TEXTS = 160
+#: The α grid of the tab's token term, in units of |W·(p − μ)| / |token term| (0: none).
+TOKEN_ALPHAS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 #: Shortest and longest corpus text (words, characters) the embedder phase takes.
 EMBEDDER_MIN_WORDS, EMBEDDER_MAX_CHARS = 3, 240
 
@@ -604,6 +608,115 @@ class Session:
         await self._keep_head(head, info)
         return info
 
+    def embedder_vocab(self) -> dict[str, Any]:
+        """The vocabulary entries the token term asks the teacher about: ``ids`` and their
+        ``texts`` (blank entries — padding, bare whitespace — are left out)."""
+        if self.config is None or self.tokenizer is None:
+            raise ConfigError("embedder_vocab: no model yet; train one first")
+        pairs = [(i, self.tokenizer.decode([i])) for i in range(self.config.vocab_size)]
+        kept = [(i, t) for i, t in pairs if t.strip()]
+        return {"ids": [i for i, _ in kept], "texts": [t for _, t in kept]}
+
+    async def embedder_tokens(
+        self,
+        ids: list[int],
+        vectors: list[list[float]],
+        texts: list[str],
+        targets: list[list[float]],
+        corpus: list[str] | None = None,
+        sample: int = TOKEN_FIT_TEXTS,
+    ) -> dict[str, Any]:
+        """Adds the token term to the distilled head (after :meth:`embedder_train`).
+
+        ``T = α · prior``: the prior is the teacher's vector of each vocabulary entry
+        (``vectors[k]`` for id ``ids[k]``; others zero), centred; the weights ``a`` are the
+        IDF of each id over ``corpus`` (default ``texts``); ``α`` is the value on a grid
+        (scaled to the two terms' typical sizes) that gives the best mean cosine with the
+        teacher's ``targets`` on up to ``sample`` of ``texts`` — 0 keeps the head as it is.
+        Score on texts :meth:`embedder_train` did not see (the page holds some out): on its
+        own texts the trained projection looks better than it is. The native fit
+        (:func:`evermind.train.distill.fit_with_tokens`) solves for ``T`` itself; the tab has
+        no numpy, so it scales the prior instead.
+        """
+        model = self._require_model()
+        assert self.tokenizer is not None and self.config is not None
+        head = self.head
+        if head is None or head.projection is None or head.method != "distill":
+            raise ConfigError("embedder_tokens: run the embedder phase with a teacher first")
+        vocab, dim = self.config.vocab_size, head.dim
+        if len(ids) != len(vectors) or not ids or any(len(v) != dim for v in vectors):
+            raise ConfigError(
+                f"embedder_tokens: expected one {dim}-wide teacher vector per id, got "
+                f"{len(ids)} ids and {len(vectors)} vectors"
+            )
+        if any(not 0 <= i < vocab for i in ids) or len(set(ids)) != len(ids):
+            raise ConfigError(f"embedder_tokens: ids must be distinct and in 0..{vocab - 1}")
+        if not texts or len(texts) != len(targets) or any(len(t) != dim for t in targets):
+            raise ConfigError("embedder_tokens: expected one teacher vector per text")
+        start = time.perf_counter()
+        centre = [sum(v[d] for v in vectors) / len(vectors) for d in range(dim)]
+        prior = array("f", [0.0] * (vocab * dim))
+        for i, v in zip(ids, vectors, strict=True):
+            prior[i * dim : (i + 1) * dim] = array(
+                "f", [x - c for x, c in zip(v, centre, strict=True)]
+            )
+        eos = self.tokenizer.eos_id or 0
+        embedder = GpuEmbedder(model.device, self.config, model.slots)
+        encoded = [(self.tokenizer.encode(t) or [eos])[: embedder.max_tokens] for t in texts]
+        counted = (
+            encoded
+            if corpus is None
+            else [(self.tokenizer.encode(t) or [eos])[: embedder.max_tokens] for t in corpus]
+        )
+        counts = [1.0] * vocab
+        for seq in counted:
+            for i in seq:
+                counts[i] += 1.0
+        total = sum(counts)
+        weights = array("f", [math.log1p(total / c) for c in counts])
+        rows = list(range(len(texts)))
+        random.Random(0).shuffle(rows)
+        rows = rows[:sample]
+        pooled = await embedder.embed_ids([encoded[r] for r in rows])
+        first = [project(head, p) for p in pooled]
+        second = [bag_mean(prior, weights, encoded[r]) for r in rows]
+        size = sorted(_norm(u) for u in first)[len(first) // 2]
+        other = sorted(_norm(v) for v in second)[len(second) // 2]
+        scale = size / other if other > 0 else 0.0
+
+        def agreement(alpha: float) -> float:
+            total = 0.0
+            for u, v, r in zip(first, second, rows, strict=True):
+                e = [a + alpha * b for a, b in zip(u, v, strict=True)]
+                norm = _norm(e)
+                t = targets[r]
+                total += sum(x * y for x, y in zip(e, t, strict=True)) / (norm * _norm(t) or 1.0)
+            return total / len(rows)
+
+        scores = {k: agreement(k * scale) for k in TOKEN_ALPHAS}
+        best = max(scores, key=lambda k: scores[k])
+        info = {
+            **self._embedder_info,
+            "tokens": best > 0,
+            "token_alpha": round(best * scale, 6),
+            "agreement_without_tokens": round(scores[0.0], 4),
+            "agreement": round(scores[best], 4),
+            "token_texts": len(rows),
+            "token_seconds": round(time.perf_counter() - start, 2),
+        }
+        if best > 0:
+            alpha = best * scale
+            table = Tensor((vocab, dim), array("f", [alpha * x for x in prior]))
+            head = EmbedderHead(
+                head.mean, head.projection, head.method, head.teacher, table,
+                Tensor((vocab,), weights),
+            )  # fmt: skip
+            self._decoder = None
+            await self._keep_head(head, info)
+        else:
+            self._embedder_info = info
+        return info
+
     async def embedder_centre(self, texts: list[str], reason: str = "") -> dict[str, Any]:
         """The teacher-free embedder: centring only (μ = the texts' mean p, W = identity).
 
@@ -769,6 +882,10 @@ class Session:
             "ref": f"evermind/{name}:{version}",
             "data_b64": base64.b64encode(data).decode("ascii"),
         }
+
+
+def _norm(values: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in values))
 
 
 def _finite(value: float) -> float | None:
