@@ -228,10 +228,15 @@ def test_the_hostile_values_reached_both_the_served_and_the_refused_paths() -> N
 def test_a_huge_recall_query_is_refused_and_healthz_stays_responsive(
     server: ServerThread, client: httpx.Client
 ) -> None:
+    """Max-size recalls, lexical and semantic, rank off the event loop: /healthz < 100 ms.
+
+    On the code that ranked on the loop, 16 such recalls (8 at a time) held /healthz up to
+    ~190 ms on a quiet machine; off the loop it answers within ~20 ms.
+    """
     namespace = "big-recall"
     words = [f"term{i}" for i in range(3000)]
-    for i in range(300):
-        body = {"key": f"m{i}", "content": " ".join(words[i : i + 40]), "namespace": namespace}
+    for i in range(400):
+        body = {"key": f"m{i}", "content": " ".join(words[i : i + 100]), "namespace": namespace}
         assert post(client, "/v1/memory/remember", body).status_code == 200
     huge = " ".join(words * 130)  # ~3.4 MB, the attack's size (under the 4 MB body cap)
     message = assert_error(
@@ -239,21 +244,32 @@ def test_a_huge_recall_query_is_refused_and_healthz_stays_responsive(
     )
     assert "8192" in message
     largest = " ".join(words)[:8192]  # the biggest query recall accepts
-    worst = 0.0
-    with ThreadPoolExecutor(4) as pool:
+    lexical = {"query": largest, "namespace": namespace}
+    semantic = {**lexical, "model": MODEL}  # cosine over the memories' vectors too
+    slow = httpx.Client(base_url=server.url, headers=dict(client.headers), timeout=120)
+    latencies: list[float] = []
+    with slow, ThreadPoolExecutor(8) as pool, httpx.Client(base_url=server.url) as probe:
+        warm = post(slow, "/v1/memory/recall", {**semantic, "query": "term1"})
+        assert warm.status_code == 200  # embedded the 400 memories (a recall embeds its query)
+        assert probe.get("/healthz").status_code == 200  # connected before the clock runs
         busy = [
-            pool.submit(
-                post, client, "/v1/memory/recall", {"query": largest, "namespace": namespace}
-            )
-            for _ in range(8)
+            pool.submit(post, slow, "/v1/memory/recall", semantic if n % 2 else lexical)
+            for n in range(16)
         ]
         while not all(f.done() for f in busy):
             start = time.perf_counter()
-            assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
-            worst = max(worst, time.perf_counter() - start)
-        assert all(f.result().status_code == 200 for f in busy)
-    print(f"worst /healthz latency during 8 max-size recalls: {worst * 1000:.0f} ms")
-    assert worst < 1.0  # a blocked loop took 4 s; the bound is loose for a busy CI machine
+            assert probe.get("/healthz", timeout=10).status_code == 200
+            latencies.append(time.perf_counter() - start)
+            time.sleep(0.005)
+        answers = [f.result() for f in busy]
+    worst = max(latencies)
+    print(
+        f"/healthz during 16 max-size recalls: worst {worst * 1000:.0f} ms, median "
+        f"{sorted(latencies)[len(latencies) // 2] * 1000:.0f} ms over {len(latencies)} probes"
+    )
+    assert all(a.status_code == 200 for a in answers), [a.text[:200] for a in answers]
+    assert any("semantic" in a.json()["data"][0]["ranked_by"] for a in answers)
+    assert worst < 0.1  # the issue's bound; a blocked loop took 4 s
 
 
 def test_token_guessing_is_slowed_to_a_trickle(tmp_path: Path) -> None:
