@@ -13,7 +13,12 @@ Usage::
     python -m evals.mcp_recall                        # lexical only
     python -m evals.mcp_recall --model my.evermind    # lexical only, then with the model
     python -m evals.mcp_recall --tune-from base.evermind  # ... with base tuned on the facts
+    python -m evals.mcp_recall --tune-from base.evermind --tune-steps 100 --seed 1
     python -m evals.mcp_recall --json results.json
+
+``--tune-steps`` and ``--seed`` are passed to ``evermind tune-embedder`` as ``--steps`` and
+``--seed`` (default: the command's own defaults, 300 steps and seed 0). The JSON holds each
+phase's wall time under ``"seconds"`` (storing and asking per run, and the tuning).
 
 These are development numbers (the set is for tuning); report them as such.
 """
@@ -90,6 +95,7 @@ async def run(path: Path, model: Path | None, memory_file: Path) -> dict[str, An
         ranked_by = text.splitlines()[-1]
     return score(ranked) | {
         "ranked_by": ranked_by,
+        "seconds": {"remember": write_s, "recall": recall_s},
         "remember_ms": 1000 * write_s / len(facts),
         "recall_ms": 1000 * recall_s / len(questions),
     }
@@ -133,6 +139,12 @@ def main() -> int:
         "(evermind tune-embedder on the lexical run's memory file), then recall with it",
     )
     parser.add_argument("--tuned-out", type=Path, help="keep the tuned package here")
+    parser.add_argument(
+        "--tune-steps",
+        type=int,
+        help="tune-embedder --steps (default: the command's default, 300)",
+    )
+    parser.add_argument("--seed", type=int, help="tune-embedder --seed (default: its default, 0)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     if args.set is None:
@@ -147,16 +159,23 @@ def main() -> int:
             command = [sys.executable, "-m", "evermind.cli", "tune-embedder"]
             command += ["--model", str(args.tune_from), "--texts", str(lexical_file)]
             command += ["--out", str(model)]
+            if args.tune_steps is not None:
+                command += ["--steps", str(args.tune_steps)]
+            if args.seed is not None:
+                command += ["--seed", str(args.seed)]
             start = time.perf_counter()
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise RuntimeError(f"tune-embedder failed:\n{done.stderr}")
-            print(f"tune-embedder: {done.stdout.strip()} ({time.perf_counter() - start:.0f} s)")
+            tune_s = time.perf_counter() - start
+            runs["tune_seconds"] = tune_s
+            print(f"tune-embedder: {done.stdout.strip()} ({tune_s:.0f} s)", flush=True)
         if model is not None:
             runs["model"] = anyio.run(run, args.set, model, Path(folder) / "model.db")
     print("| ranker | questions | n | recall@1 | recall@5 | MRR (top 5) |")
     print("|---|---|---|---|---|---|")
-    for name, result in runs.items():
+    scored = {name: result for name, result in runs.items() if isinstance(result, dict)}
+    for name, result in scored.items():
         for group in ("all", "exact", "multi", "paraphrase"):
             if group in result:
                 row = result[group]
@@ -164,10 +183,12 @@ def main() -> int:
                     f"| {name} | {group} | {row['n']} | {row['recall@1']:.3f} | "
                     f"{row['recall@5']:.3f} | {row['mrr']:.3f} |"
                 )
-    for name, result in runs.items():
+    for name, result in scored.items():
+        seconds = result["seconds"]
         print(
             f"{name}: {result['ranked_by']}; remember {result['remember_ms']:.1f} ms, "
-            f"recall {result['recall_ms']:.1f} ms per call"
+            f"recall {result['recall_ms']:.1f} ms per call "
+            f"({seconds['remember']:.1f} s + {seconds['recall']:.1f} s)"
         )
     if "model" in runs:
         delta = runs["model"]["all"]["recall@1"] - runs["lexical"]["all"]["recall@1"]

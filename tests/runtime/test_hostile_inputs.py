@@ -9,6 +9,7 @@ field of every JSON endpoint and asserts the answer is never a 5xx.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -228,32 +229,60 @@ def test_the_hostile_values_reached_both_the_served_and_the_refused_paths() -> N
 def test_a_huge_recall_query_is_refused_and_healthz_stays_responsive(
     server: ServerThread, client: httpx.Client
 ) -> None:
-    namespace = "big-recall"
+    """Max-size recalls, lexical and semantic, rank off the event loop: /healthz < 100 ms.
+
+    On the code that ranked on the loop, 32 such recalls (8 at a time) held /healthz for
+    170 and 1040 ms (two runs, 2 cores at load ~5); off the loop, 60 and 95 ms at worst (median
+    ~8 ms) on the same machine.
+    """
+    namespace, long = "big-recall", "big-recall-long"
     words = [f"term{i}" for i in range(3000)]
-    for i in range(300):
-        body = {"key": f"m{i}", "content": " ".join(words[i : i + 40]), "namespace": namespace}
-        assert post(client, "/v1/memory/remember", body).status_code == 200
+    for i in range(300):  # 300 memories of 100 words, and 300 of 400 (ranked lexically)
+        for where, size in ((namespace, 100), (long, 400)):
+            body = {"key": f"m{i}", "content": " ".join(words[i : i + size]), "namespace": where}
+            assert post(client, "/v1/memory/remember", body).status_code == 200
     huge = " ".join(words * 130)  # ~3.4 MB, the attack's size (under the 4 MB body cap)
     message = assert_error(
         post(client, "/v1/memory/recall", {"query": huge, "namespace": namespace}), 400
     )
     assert "8192" in message
     largest = " ".join(words)[:8192]  # the biggest query recall accepts
-    worst = 0.0
-    with ThreadPoolExecutor(4) as pool:
-        busy = [
-            pool.submit(
-                post, client, "/v1/memory/recall", {"query": largest, "namespace": namespace}
-            )
-            for _ in range(8)
-        ]
-        while not all(f.done() for f in busy):
+    lexical = {"query": largest, "namespace": long}
+    semantic = {"query": largest, "namespace": namespace, "model": MODEL}  # and cosines
+    warm = client.post("/v1/memory/recall", json={**semantic, "query": "term1"}, timeout=120)
+    assert warm.status_code == 200  # embedded the 300 memories (a recall embeds its query)
+    answers: list[httpx.Response] = []
+
+    async def recalls() -> None:  # one client thread: the server's threads do the computing
+        headers = {**client.headers, "content-type": "application/json"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=120) as busy:
+            gate = asyncio.Semaphore(8)  # 8 recalls at a time
+
+            async def recall(body: dict[str, Any]) -> httpx.Response:
+                async with gate:
+                    return await busy.post("/v1/memory/recall", content=json.dumps(body))
+
+            bodies = [semantic if n % 2 else lexical for n in range(32)]
+            answers.extend(await asyncio.gather(*(recall(b) for b in bodies)))
+
+    latencies: list[float] = []
+    with ThreadPoolExecutor(1) as pool, httpx.Client(base_url=server.url) as probe:
+        assert probe.get("/healthz").status_code == 200  # connected before the clock runs
+        done = pool.submit(asyncio.run, recalls())
+        while not done.done():
             start = time.perf_counter()
-            assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
-            worst = max(worst, time.perf_counter() - start)
-        assert all(f.result().status_code == 200 for f in busy)
-    print(f"worst /healthz latency during 8 max-size recalls: {worst * 1000:.0f} ms")
-    assert worst < 1.0  # a blocked loop took 4 s; the bound is loose for a busy CI machine
+            assert probe.get("/healthz", timeout=10).status_code == 200
+            latencies.append(time.perf_counter() - start)
+            time.sleep(0.005)
+        done.result()
+    worst = max(latencies)
+    print(
+        f"/healthz during 32 max-size recalls: worst {worst * 1000:.0f} ms, median "
+        f"{sorted(latencies)[len(latencies) // 2] * 1000:.0f} ms over {len(latencies)} probes"
+    )
+    assert all(a.status_code == 200 for a in answers), [a.text[:200] for a in answers]
+    assert any("semantic" in a.json()["data"][0]["ranked_by"] for a in answers)
+    assert worst < 0.1  # the issue's bound; a blocked loop took 4 s
 
 
 def test_token_guessing_is_slowed_to_a_trickle(tmp_path: Path) -> None:

@@ -465,3 +465,27 @@ def test_untuned_model_is_served_with_a_warning_and_a_tuned_one_without(
     with caplog.at_level("WARNING", logger="evermind.mcp.server"):
         assert load_embedder(tuned) is not None
     assert "not tuned" not in caplog.text
+
+
+def test_the_model_embeds_off_the_event_loop(tmp_path: Path) -> None:
+    """The MCP server's embedder computes on a worker thread; the loop stays free."""
+    import asyncio
+    import threading
+
+    from evermind.mcp.server import ThreadEmbedder, load_embedder
+    from tests.factories import tiny_package
+
+    package = tmp_path / "m.evermind"
+    package.write_bytes(tiny_package())
+    embedder = load_embedder(package)
+    assert isinstance(embedder, ThreadEmbedder)
+    seen: list[int] = []
+    embed = embedder.model.embed
+    embedder.model.embed = lambda texts: (seen.append(threading.get_ident()), embed(texts))[1]
+
+    async def body() -> None:
+        vectors = await embedder.embed(["a memory", "another"])
+        assert len(vectors) == 2
+        assert seen and threading.get_ident() not in seen
+
+    asyncio.run(body())

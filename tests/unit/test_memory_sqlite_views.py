@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evermind.errors import StorageError
+from evermind.errors import ConfigError, StorageError
 from evermind.memory import MemoryStore
 from evermind.memory.sqlite_backend import SQLiteBackend
-from evermind.runtime.memory_service import MAX_STORES_PER_TENANT, MemoryService
+from evermind.runtime.memory_service import LANES, MAX_STORES_PER_TENANT, MemoryService
 
 
 def test_views_share_one_connection_and_keep_namespaces_apart(tmp_path: Path) -> None:
@@ -46,5 +46,30 @@ def test_a_tenants_flood_evicts_its_own_stores_not_anothers(tmp_path: Path) -> N
         assert service.stores_held("attacker") == MAX_STORES_PER_TENANT
         assert await service.store("victim", "default", None) is kept
         await service.close()
+
+    asyncio.run(body())
+
+
+def test_store_work_runs_off_the_event_loop_one_thread_per_namespace(tmp_path: Path) -> None:
+    async def body() -> None:
+        service = MemoryService(tmp_path / "runtime.db", executor=None)  # type: ignore[arg-type]
+        loop_thread = threading.get_ident()
+
+        async def where(store: MemoryStore) -> tuple[int, int]:
+            await store.remember("k", "a memory about lanes")
+            await store.recall("lanes")
+            return threading.get_ident(), id(asyncio.get_running_loop())
+
+        first = await service.run("t", "ns", None, where)
+        assert first[0] != loop_thread  # ranked on a memory thread, not the server's loop
+        concurrent = await asyncio.gather(*(service.run("t", "ns", None, where) for _ in range(8)))
+        assert set(concurrent) == {first}  # a namespace's store only ever runs on one thread
+        lanes = {(await service.run("t", f"n{n}", None, where))[0] for n in range(40)}
+        assert 1 < len(lanes) <= LANES  # namespaces spread over the bounded set of lanes
+        with pytest.raises(ConfigError, match="8192"):
+            await service.run("t", "ns", None, lambda store: store.recall("x" * 9000))
+        assert any(t.name.startswith("evermind-memory") for t in threading.enumerate())
+        await service.close()  # stops the memory threads
+        assert not any(t.name.startswith("evermind-memory") for t in threading.enumerate())
 
     asyncio.run(body())

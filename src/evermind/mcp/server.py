@@ -1,14 +1,17 @@
 """Building and running the MCP memory server over stdio (``evermind mcp``).
 
 Owns :func:`open_store` (the SQLite-backed ``MemoryStore`` every MCP host shares, with the
-``.evermind`` model as its CPU embedder when one is given), :func:`build_server` (an
+``.evermind`` model as its CPU embedder when one is given, computing on a worker thread so
+the event loop keeps serving other tools and ``/healthz``), :func:`build_server` (an
 ``MCPServer`` carrying the memory tools) and :func:`run_stdio`. The HTTP transport is in
 ``evermind.mcp.http``. Native-only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,19 @@ logger = logging.getLogger(__name__)
 SERVER_NAME = "evermind-memory"
 
 
-def load_embedder(model_file: Path | None) -> Any:
+class ThreadEmbedder:
+    """A model as the memory store's embedder, embedding on a worker thread (off the loop)."""
+
+    def __init__(self, model: Any) -> None:
+        self.fingerprint: str = model.fingerprint
+        self.model = model
+
+    async def embed(self, texts: Sequence[str]) -> Any:
+        """(N, D) float32 rows, L2-normalised, computed by ``asyncio.to_thread``."""
+        return await asyncio.to_thread(self.model.embed, list(texts))
+
+
+def load_embedder(model_file: Path | None) -> ThreadEmbedder | None:
     """Loads the ``.evermind`` package as a CPU embedder, or returns None for lexical recall.
 
     Raises:
@@ -41,7 +56,7 @@ def load_embedder(model_file: Path | None) -> Any:
             model_file,
             model_file,
         )
-    return model
+    return ThreadEmbedder(model)
 
 
 def open_store(memory_file: Path, embedder: Any, namespace: str) -> MemoryStore:
@@ -78,4 +93,11 @@ async def run_stdio(store: MemoryStore, config: ServerConfig) -> None:
         await store.close()
 
 
-__all__ = ["SERVER_NAME", "build_server", "load_embedder", "open_store", "run_stdio"]
+__all__ = [
+    "SERVER_NAME",
+    "ThreadEmbedder",
+    "build_server",
+    "load_embedder",
+    "open_store",
+    "run_stdio",
+]

@@ -8,17 +8,26 @@ namespaces costs no file descriptors or threads; the stores kept in memory are b
 tenant (a tenant's flood evicts its own least recently used stores, never another's) and
 in total. A request may name one of
 the tenant's models as the embedder (semantic recall); embeddings run on the worker pool.
+
+Nothing a store computes runs on the server's event loop: every store operation (BM25 and
+vector ranking, fusion, MMR, index refreshes) runs on one of :data:`LANES` memory threads,
+each with an event loop of its own. A namespace always runs on the same lane, so a store's
+in-memory indexes are only ever touched by one thread (no locks); the SQLite work still goes
+to the database's one thread and embeddings to the worker pool. ``/healthz`` and the other
+routes keep answering while recalls rank.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from evermind.errors import InputError
 from evermind.memory import MemoryStore
@@ -32,6 +41,10 @@ DEFAULT_NAMESPACE = "default"
 MAX_STORES_PER_TENANT = 32
 #: ... and in all (beyond it the least recently used store of any tenant goes).
 MAX_STORES = 256
+#: Memory threads the stores' work runs on (a namespace always on the same one).
+LANES = 4
+
+_T = TypeVar("_T")
 
 
 def check_namespace(namespace: str | None) -> str:
@@ -64,6 +77,33 @@ class PoolEmbedder:
         return await loop.run_in_executor(self._executor, self._model.embed, list(texts))
 
 
+class _Lane:
+    """A thread running an event loop of its own, where the stores assigned to it compute."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    async def run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Runs ``work`` on this lane; cancelling the caller cancels it there too."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
+
+    async def close(self) -> None:
+        """Cancels what still runs here, then stops the thread."""
+
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        await self.run(drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self.loop.close()
+
+
 class MemoryService:
     """Opens and caches :class:`MemoryStore` objects per tenant, namespace and embedder.
 
@@ -78,6 +118,7 @@ class MemoryService:
         self._root: SQLiteBackend | None = None
         #: (tenant, namespace, embedder digest) -> store, least recently used first.
         self._stores: OrderedDict[tuple[str, str, str | None], MemoryStore] = OrderedDict()
+        self._lanes: list[_Lane] = []
 
     async def _database(self) -> SQLiteBackend:
         if self._root is None:
@@ -103,6 +144,27 @@ class MemoryService:
         self._stores.move_to_end(key)
         return store
 
+    async def run(
+        self,
+        tenant: str,
+        namespace: str,
+        model: Model | None,
+        work: Callable[[MemoryStore], Coroutine[Any, Any, _T]],
+    ) -> _T:
+        """``await work(store)`` on the namespace's memory thread, off the event loop.
+
+        ``work`` may use nothing but the store it is given (and plain values): it runs on
+        another thread and event loop.
+        """
+        store = await self.store(tenant, namespace, model)
+        return await self._lane(tenant, namespace).run(work(store))
+
+    def _lane(self, tenant: str, namespace: str) -> _Lane:
+        if not self._lanes:
+            self._lanes = [_Lane(f"evermind-memory-{n}") for n in range(LANES)]
+        name = f"{tenant}/{namespace}".encode("utf-8", "surrogatepass")
+        return self._lanes[zlib.crc32(name) % LANES]
+
     def _evict(self, tenant: str) -> None:
         """Drops least recently used stores: the tenant's own beyond its share, then any."""
         mine = [k for k in self._stores if k[0] == tenant]
@@ -121,7 +183,10 @@ class MemoryService:
             del self._stores[key]
 
     async def close(self) -> None:
-        """Closes the database connection."""
+        """Stops the memory threads and closes the database connection."""
+        lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            await lane.close()
         self._stores.clear()
         if self._root is not None:
             root, self._root = self._root, None
