@@ -34,3 +34,25 @@ def test_lookups_in_empty_namespaces_hold_nothing_and_stores_stay_bounded(
             store.close()
 
     asyncio.run(body())
+
+
+def test_huge_or_tiny_finite_embeddings_normalise_without_overflow() -> None:
+    """A client's vector of huge finite values has a direction like any other: no overflow
+    (the hostile-input property test once hit it), while zero and non-finite are refused."""
+    import warnings
+
+    import numpy as np
+    import pytest
+
+    from evermind.errors import InputError
+    from evermind.runtime.cache_store import normalised
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for values in ([1e300, -1e300], [1e-320, 1e-320], [3.0, 4.0]):
+            unit = normalised(values)
+            assert abs(float(np.linalg.norm(unit)) - 1.0) < 1e-6
+            assert np.allclose(unit, np.sign(values) * np.abs(unit))
+        for bad in ([0.0, 0.0], [float("inf"), 1.0], [float("nan")], []):
+            with pytest.raises(InputError, match="non-zero norm"):
+                normalised(bad)

@@ -138,7 +138,13 @@ def normalised(embedding: list[float]) -> np.ndarray:
         InputError: Non-finite values or a zero vector.
     """
     vector = np.asarray(embedding, np.float64)
-    norm = float(np.linalg.norm(vector)) if np.all(np.isfinite(vector)) else float("nan")
+    norm = float("nan")
+    if np.all(np.isfinite(vector)):
+        # Scaled by the largest magnitude first, so huge finite values (1e300) cannot
+        # overflow the squares: the direction is what the cache compares.
+        scale = float(np.max(np.abs(vector))) if vector.size else 0.0
+        norm = 0.0 if scale == 0.0 else float(np.linalg.norm(vector / scale))
+        vector = vector / scale if scale else vector
     if not np.isfinite(norm) or norm == 0.0:
         raise InputError(
             f"embedding: expected finite numbers with a non-zero norm, got norm {norm}; "
