@@ -12,18 +12,14 @@ Run from the repository root: ``python -m benchmarks.push_memory --d-model 512 -
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from tests.factories import tiny_package
+from tests.factories import package_with_tokenizer, random_merges, tiny_package
 from tests.runtime.helpers import TOKEN_A, ServerProcess, bearer, write_tokens
-
-from evermind.package import read_package, write_package
 
 
 def memory(pid: int) -> dict[str, float]:
@@ -40,26 +36,6 @@ def reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
-def huge_tokenizer_package(merges: int) -> bytes:
-    """A tiny model whose ``tokenizer.json`` carries ``merges`` random merges (the attack)."""
-    base = read_package(tiny_package("attack", "1.0.0"))
-    spec = json.loads(base.tokenizer_json)
-    rng = random.Random(0)
-    letters = [t for t in spec["model"]["vocab"] if len(t) == 1 and t.isascii() and t.isalnum()]
-    spec["model"]["merges"] = [
-        f"{rng.choice(letters)} {rng.choice(letters)}" for _ in range(merges)
-    ]
-    return write_package(
-        name="attack",
-        version="1.0.0",
-        created_at="2026-01-01T00:00:00Z",
-        producer="benchmarks.push_memory",
-        config=base.config,
-        tensors=base.tensors,
-        tokenizer_json=json.dumps(spec, separators=(",", ":")),
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d-model", type=int, default=512, help="width of the large package")
@@ -67,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merges", type=int, default=2_000_000, help="merges of the attack")
     args = parser.parse_args(argv)
     big = tiny_package("big", "1.0.0", steps=0, d_model=args.d_model, n_layer=args.layers)
-    attack = huge_tokenizer_package(args.merges)
+    attack = package_with_tokenizer(random_merges(args.merges), producer="benchmarks.push_memory")
     mib = len(big) / 2**20
     print(f"large package {mib:.1f} MiB; attack package {len(attack) / 2**20:.1f} MiB")
     with tempfile.TemporaryDirectory() as tmp:

@@ -97,3 +97,38 @@ def tiny_package(
         "cpu",
         created_at=FIXED_TIME,
     )
+
+
+def package_with_tokenizer(
+    merges: list[str] | None = None, extra: object = None, producer: str = "tests"
+) -> bytes:
+    """An untrained tiny package whose ``tokenizer.json`` is edited: ``merges`` replaces the
+    merge list, ``extra`` is added as a top-level field (the push-memory attacks)."""
+    import json
+
+    from evermind.package import read_package, write_package
+
+    base = read_package(tiny_package("attack", "1.0.0", steps=0))
+    spec = json.loads(base.tokenizer_json)
+    if merges is not None:
+        spec["model"]["merges"] = merges
+    if extra is not None:
+        spec["extra"] = extra
+    return write_package(
+        name="attack",
+        version="1.0.0",
+        created_at="2026-01-01T00:00:00Z",
+        producer=producer,
+        config=base.config,
+        tensors=base.tensors,
+        tokenizer_json=json.dumps(spec, separators=(",", ":")),
+    )
+
+
+def random_merges(count: int, seed: int = 0) -> list[str]:
+    """``count`` random two-letter merges: a merge list that barely compresses."""
+    import random
+
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return [f"{rng.choice(letters)} {rng.choice(letters)}" for _ in range(count)]

@@ -17,8 +17,6 @@ and its peak (VmHWM, reset between pushes through ``clear_refs``).
 from __future__ import annotations
 
 import hashlib
-import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -27,8 +25,8 @@ import httpx
 import pytest
 
 from evermind.errors import PackageError
-from evermind.package import read_package, write_package
-from tests.factories import tiny_package
+from evermind.package import read_package
+from tests.factories import package_with_tokenizer, random_merges, tiny_package
 from tests.runtime.helpers import TOKEN_A, ServerProcess, assert_error, bearer, write_tokens
 
 pytestmark = pytest.mark.skipif(
@@ -66,28 +64,8 @@ def _settled(pid: int, reference: float, limit: float) -> dict[str, float]:
         time.sleep(0.1)
 
 
-def _with_tokenizer(edit_merges: list[str] | None = None, extra: object = None) -> bytes:
-    base = read_package(tiny_package("attack", "1.0.0", steps=0))
-    spec = json.loads(base.tokenizer_json)
-    if edit_merges is not None:
-        spec["model"]["merges"] = edit_merges
-    if extra is not None:
-        spec["extra"] = extra
-    return write_package(
-        name="attack",
-        version="1.0.0",
-        created_at="2026-01-01T00:00:00Z",
-        producer="tests",
-        config=base.config,
-        tensors=base.tensors,
-        tokenizer_json=json.dumps(spec, separators=(",", ":")),
-    )
-
-
 def _huge_tokenizer_package() -> bytes:
-    rng = random.Random(0)
-    letters = "abcdefghijklmnopqrstuvwxyz"  # random pairs: the member barely compresses
-    return _with_tokenizer([f"{rng.choice(letters)} {rng.choice(letters)}" for _ in range(MERGES)])
+    return package_with_tokenizer(random_merges(MERGES))
 
 
 def test_a_large_push_and_a_huge_tokenizer_leave_the_server_near_its_baseline(
@@ -133,7 +111,10 @@ def test_a_large_push_and_a_huge_tokenizer_leave_the_server_near_its_baseline(
 def test_a_tokenizer_with_too_many_values_is_refused_before_parsing() -> None:
     # Small enough for the size bound (512 bytes a token), but 70,000 merges and 200,000
     # numbers are far more JSON values than a vocabulary of 320 can use.
-    for package in (_with_tokenizer(["a b"] * 70_000), _with_tokenizer(extra=[0] * 200_000)):
+    for package in (
+        package_with_tokenizer(["a b"] * 70_000),
+        package_with_tokenizer(extra=[0] * 200_000),
+    ):
         with pytest.raises(PackageError, match=r"tokenizer\.json: holds about \d+ JSON values"):
             read_package(package)
 
