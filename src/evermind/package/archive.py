@@ -267,6 +267,16 @@ class SafeArchive:
         """Return the declared uncompressed size of a member."""
         return self._infos[name].file_size
 
+    def _sized(self, name: str, limit: int, limit_name: str) -> zipfile.ZipInfo:
+        """The member's entry, refused when its declared size is over `limit`."""
+        info = self._infos[name]
+        if info.file_size > limit:
+            raise PackageError(
+                f"member {name!r}: declares {info.file_size} bytes; the limit is {limit} "
+                f"(PackageLimits.{limit_name})"
+            )
+        return info
+
     def read(self, name: str, *, limit: int, limit_name: str) -> bytes:
         """Read one member, refusing it before decompression when it is over `limit`.
 
@@ -282,12 +292,7 @@ class SafeArchive:
             PackageError: The member is too large, truncated, or fails to decompress or
                 its CRC.
         """
-        info = self._infos[name]
-        if info.file_size > limit:
-            raise PackageError(
-                f"member {name!r}: declares {info.file_size} bytes; the limit is {limit} "
-                f"(PackageLimits.{limit_name})"
-            )
+        info = self._sized(name, limit, limit_name)
         try:
             with self._zip.open(info) as stream:
                 data = stream.read(info.file_size)
@@ -317,12 +322,7 @@ class SafeArchive:
         Raises:
             PackageError: The member is too large or cannot be opened.
         """
-        info = self._infos[name]
-        if info.file_size > limit:
-            raise PackageError(
-                f"member {name!r}: declares {info.file_size} bytes; the limit is {limit} "
-                f"(PackageLimits.{limit_name})"
-            )
+        info = self._sized(name, limit, limit_name)
         try:
             return MemberStream(name, self._zip.open(info), info.file_size, hashed)
         except ZIP_ERRORS as err:
