@@ -259,6 +259,29 @@ def blas_threads(threads: int = 1) -> Iterator[None]:
         yield
 
 
+class Adam:
+    """Plain Adam (AdamW without weight decay, :func:`evermind.ops.adamw.adamw_step`) over a
+    dict of numpy parameters, updated in place; the moments live here."""
+
+    def __init__(self, params: dict[str, FloatArray]) -> None:
+        self.params = params
+        self.first = {name: np.zeros_like(value) for name, value in params.items()}
+        self.second = {name: np.zeros_like(value) for name, value in params.items()}
+
+    def step(self, grads: dict[str, Any], step: int, lr: float) -> None:
+        """One update of every parameter (``step`` counts from 1)."""
+        for name, value in self.params.items():
+            value[...], self.first[name], self.second[name] = adamw_step(
+                value,
+                grads[name],
+                self.first[name],
+                self.second[name],
+                step=step,
+                lr=lr,
+                weight_decay=0.0,
+            )
+
+
 def pooled_loss_grads(
     cpu: Any,
     views: Sequence[Sequence[int]],
@@ -358,8 +381,7 @@ def tune_embedder(
     rng = random.Random(cfg.seed)
     cpu = model.cpu
     params: dict[str, FloatArray] = cpu.params
-    first = {name: np.zeros_like(value) for name, value in params.items()}
-    second = {name: np.zeros_like(value) for name, value in params.items()}
+    adam = Adam(params)
     losses: list[float] = []
     start = time.perf_counter()
     with blas_threads(1):  # one BLAS thread: see blas_threads
@@ -376,16 +398,7 @@ def tune_embedder(
             if not math.isfinite(loss):
                 raise FloatingPointError(f"tune_embedder: loss is {loss} at step {step}")
             lr = cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps else cfg.lr
-            for name, value in params.items():  # Adam: AdamW without weight decay
-                value[...], first[name], second[name] = adamw_step(
-                    value,
-                    grads[name],
-                    first[name],
-                    second[name],
-                    step=step,
-                    lr=lr,
-                    weight_decay=0.0,
-                )
+            adam.step(grads, step, lr)
             losses.append(loss)
             if on_step is not None:
                 on_step(step, loss)

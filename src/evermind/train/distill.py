@@ -36,10 +36,9 @@ import numpy as np
 import evermind
 from evermind.errors import ConfigError
 from evermind.model.inference import Model, apply_head_rows, token_bags
-from evermind.ops.adamw import adamw_step
 from evermind.ops.pool import lengths_of_mask, pool_bwd, pool_fwd
 from evermind.package import EmbedderHead, Tensor, utc_timestamp, write_package
-from evermind.train.contrastive import _pad, blas_threads
+from evermind.train.contrastive import Adam, _pad, blas_threads
 from evermind.train.teachers import Teacher
 
 #: Called with (stage, done, total): stage is "student", "teacher", "vocab" (the teacher on
@@ -325,53 +324,26 @@ def tune_towards(
     rng = random.Random(config.seed)
     losses: list[float] = []
     batch = min(config.tune_batch, len(texts))
-    with blas_threads(1):  # small products; spinning BLAS threads cost many times on busy cores
-        _tune_steps(model, texts, target, mu, w, config, on_progress, rng, batch, losses)
-    return losses
-
-
-def _tune_steps(
-    model: Model,
-    texts: Sequence[str],
-    target: np.ndarray,
-    mu: np.ndarray,
-    w: np.ndarray,
-    config: DistillConfig,
-    on_progress: Progress | None,
-    rng: random.Random,
-    batch: int,
-    losses: list[float],
-) -> None:
     cpu = model.cpu
-    params = cpu.params
-    first = {name: np.zeros_like(value) for name, value in params.items()}
-    second = {name: np.zeros_like(value) for name, value in params.items()}
-    for step in range(1, config.tune_steps + 1):
-        rows = rng.sample(range(len(texts)), batch)
-        ids, mask = _pad([model._prompt_ids(texts[r])[: config.max_tokens] for r in rows])
-        hidden, cache = cpu.hidden_train(ids)  # (B, L, D)
-        lengths = lengths_of_mask(mask)
-        unit = np.asarray(pool_fwd(hidden, lengths), np.float64)  # (B, D)
-        e = (unit - mu) @ w.T  # (B, E)
-        s = _unit_fwd(e)
-        t = target[rows]
-        loss = float(np.mean(1.0 - np.sum(s * t, axis=1)))
-        de = _unit_bwd(e, -t / batch)  # (B, E)
-        dhidden = pool_bwd(hidden, lengths, de @ w)
-        grads = cpu.backward_hidden(cache, dhidden)
-        for name, value in params.items():
-            value[...], first[name], second[name] = adamw_step(
-                value,
-                grads[name],
-                first[name],
-                second[name],
-                step=step,
-                lr=config.tune_lr,
-                weight_decay=0.0,
-            )
-        losses.append(loss)
-        if on_progress is not None:
-            on_progress("tune", step, config.tune_steps)
+    adam = Adam(cpu.params)
+    with blas_threads(1):  # small products; spinning BLAS threads cost many times on busy cores
+        for step in range(1, config.tune_steps + 1):
+            rows = rng.sample(range(len(texts)), batch)
+            ids, mask = _pad([model._prompt_ids(texts[r])[: config.max_tokens] for r in rows])
+            hidden, cache = cpu.hidden_train(ids)  # (B, L, D)
+            lengths = lengths_of_mask(mask)
+            unit = np.asarray(pool_fwd(hidden, lengths), np.float64)  # (B, D)
+            e = (unit - mu) @ w.T  # (B, E)
+            s = _unit_fwd(e)
+            t = target[rows]
+            loss = float(np.mean(1.0 - np.sum(s * t, axis=1)))
+            de = _unit_bwd(e, -t / batch)  # (B, E)
+            dhidden = pool_bwd(hidden, lengths, de @ w)
+            adam.step(cpu.backward_hidden(cache, dhidden), step, config.tune_lr)
+            losses.append(loss)
+            if on_progress is not None:
+                on_progress("tune", step, config.tune_steps)
+    return losses
 
 
 def package_bytes(
