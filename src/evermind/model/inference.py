@@ -7,6 +7,7 @@ and streams text without splitting UTF-8 sequences. The runtime serves with this
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import time
@@ -237,6 +238,31 @@ def _float32(tensor: Tensor) -> Any:
     return data if isinstance(data, array) and data.typecode == "f" else tensor.to_float32()
 
 
+@dataclass(frozen=True)
+class HeadArrays:
+    """A head's tensors as float64 numpy arrays in their shapes (None where absent)."""
+
+    mean: np.ndarray
+    projection: np.ndarray | None
+    tokens: np.ndarray | None
+    token_weights: np.ndarray | None
+
+
+@functools.lru_cache(maxsize=16)
+def head_arrays(head: EmbedderHead) -> HeadArrays:
+    """The numpy form of ``head``, converted once per head (heads are immutable and hash by
+    identity), not on every embedding call: the token table alone is vocab × dim."""
+
+    def dense(tensor: Tensor | None) -> np.ndarray | None:
+        if tensor is None:
+            return None
+        return np.asarray(tensor.to_float32(), np.float64).reshape(tensor.shape)
+
+    mean = dense(head.mean)
+    assert mean is not None
+    return HeadArrays(mean, dense(head.projection), dense(head.tokens), dense(head.token_weights))
+
+
 def apply_head_rows(
     head: EmbedderHead | None,
     raw: np.ndarray,
@@ -251,10 +277,10 @@ def apply_head_rows(
     """
     if head is None:
         return raw
-    x = raw.astype(np.float64) - np.asarray(head.mean.to_float32(), np.float64)
-    if head.projection is not None:
-        w = np.asarray(head.projection.to_float32(), np.float64).reshape(head.projection.shape)
-        x = x @ w.T
+    arrays = head_arrays(head)
+    x = raw.astype(np.float64) - arrays.mean
+    if arrays.projection is not None:
+        x = x @ arrays.projection.T
     if head.tokens is not None:
         if encoded is None or len(encoded) != len(raw):
             raise ConfigError("this embedder head has a token term: pass the ids of every row")
@@ -277,9 +303,10 @@ def token_bags(weights: np.ndarray, encoded: Sequence[Sequence[int]], vocab: int
 
 def token_term(head: EmbedderHead, encoded: Sequence[Sequence[int]]) -> np.ndarray:
     """The head's token term of each id sequence: (N, dim) float64."""
-    assert head.tokens is not None and head.token_weights is not None
-    table = np.asarray(head.tokens.to_float32(), np.float64).reshape(head.tokens.shape)
-    weights = np.asarray(head.token_weights.to_float32(), np.float64)
+    arrays = head_arrays(head)
+    table, weights = arrays.tokens, arrays.token_weights
+    if table is None or weights is None:
+        raise ConfigError("this embedder head has no token term")
     out = np.zeros((len(encoded), table.shape[1]), np.float64)
     for row, seq in enumerate(encoded):
         if not len(seq):
