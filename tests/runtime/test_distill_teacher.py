@@ -10,18 +10,25 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import evermind
-from evermind.model.inference import apply_head_rows
+from evermind.model.inference import Model, apply_head_rows
 from evermind.package import EmbedderHead
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
 from evermind.train.corpus import harvest_stdlib_docstrings
-from evermind.train.distill import DistillConfig, distill_head, fit_projection, package_bytes
+from evermind.train.distill import (
+    DistillConfig,
+    DistillResult,
+    distill_head,
+    fit_projection,
+    package_bytes,
+)
 from evermind.train.teachers import LOCAL_TEACHERS, OpenAITeacher, minilm_available
 from tests.factories import tiny_package
 
@@ -63,15 +70,32 @@ def test_runtime_serves_the_teacher(teacher_server: ServerThread) -> None:
     assert cos[0, 1] > cos[0, 2] + 0.2  # a real embedder: related beats unrelated
 
 
-def test_distilled_student_agrees_with_the_teacher(teacher_server: ServerThread) -> None:
+@dataclass
+class Fitted:
+    """One student, its texts and teacher, and the projection-only fit (shared by the tests:
+    the teacher's vectors come over HTTP)."""
+
+    teacher: OpenAITeacher
+    model: Model
+    texts: list[str]
+    plain: DistillResult
+
+
+@pytest.fixture(scope="module")
+def fitted(teacher_server: ServerThread) -> Fitted:
     teacher = OpenAITeacher(f"{teacher_server.url}/v1", LOCAL_TEACHERS["minilm"], batch_size=64)
     model = evermind.load(tiny_package(steps=20, d_model=32))
     texts = _texts(300)
-    result = distill_head(model, teacher, texts, DistillConfig(holdout=0.2, seed=0, tokens=False))
+    plain = distill_head(model, teacher, texts, DistillConfig(holdout=0.2, seed=0, tokens=False))
+    return Fitted(teacher, model, texts, plain)
+
+
+def test_distilled_student_agrees_with_the_teacher(fitted: Fitted) -> None:
+    result, model, texts = fitted.plain, fitted.model, fitted.texts
     assert result.held_out == 60 and result.head.dim == 384 and result.head.tokens is None
     # Control: the same fit against mismatched teacher rows.
     raw = model.embed_raw(texts).astype(np.float64)
-    target = teacher.embed(texts).astype(np.float64)
+    target = fitted.teacher.embed(texts).astype(np.float64)
     rows = np.random.default_rng(0).permutation(len(texts) - 60) + 60
     mu, w = fit_projection(raw[60:], target[rows], 1e-2)
     control = apply_head_rows(EmbedderHead.from_lists(mu.tolist(), w.tolist()), raw[:60])
@@ -84,15 +108,12 @@ def test_distilled_student_agrees_with_the_teacher(teacher_server: ServerThread)
     assert result.agreement > control_agreement + 0.06
 
 
-def test_the_token_term_carries_the_teachers_meaning(teacher_server: ServerThread) -> None:
+def test_the_token_term_carries_the_teachers_meaning(fitted: Fitted) -> None:
     """The default fit (projection + token term seeded with the teacher's vector of each
     vocabulary entry) agrees with the teacher far better than the projection alone, and the
     package it writes embeds exactly as the fit scored it."""
-    teacher = OpenAITeacher(f"{teacher_server.url}/v1", LOCAL_TEACHERS["minilm"], batch_size=64)
-    model = evermind.load(tiny_package(steps=20, d_model=32))
-    texts = _texts(300)
-    plain = distill_head(model, teacher, texts, DistillConfig(holdout=0.2, seed=0, tokens=False))
-    result = distill_head(model, teacher, texts, DistillConfig(holdout=0.2, seed=0))
+    model, texts, plain = fitted.model, fitted.texts, fitted.plain
+    result = distill_head(model, fitted.teacher, texts, DistillConfig(holdout=0.2, seed=0))
     assert result.head.tokens is not None and result.head.vocab == model.config.vocab_size
     print(
         f"held-out agreement: projection only {plain.agreement:.3f}, with the token term "

@@ -100,7 +100,10 @@ def test_fit_projection_is_least_squares() -> None:
 
 
 def test_transformers_still_loads_a_package_with_a_head(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip(
+        "transformers",
+        reason="the Hugging Face interop check needs transformers (make test installs it)",
+    )
     data = write_package(**tiny_package_kwargs(), embedder=_head(5))
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         archive.extractall(tmp_path)

@@ -63,7 +63,7 @@ def test_length_buckets_group_similar_lengths_and_keep_every_row() -> None:
 
 
 def test_blas_threads_limits_and_restores() -> None:
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import threadpoolctl  # a runtime dependency (blas_threads uses it): never skipped
 
     def blas_counts() -> list[int]:
         return [
