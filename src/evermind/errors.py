@@ -16,7 +16,8 @@ carry domain data); the generic branches are defined here::
     ├── Conflict                 the request contradicts what is already stored
     │   └── InstallConflict      the ref is installed with another digest [runtime.installs]
     ├── Unavailable              the thing exists but cannot serve now
-    │   └── PackageChanged       an installed package's bytes changed on disk [runtime.registry]
+    │   ├── PackageChanged       an installed package's bytes changed on disk [runtime.registry]
+    │   └── UpstreamError        a frontier model's server failed, refused or cut a stream
     ├── AccessError              the caller may not do this now
     │   ├── Unauthenticated      no, or an unknown, bearer token [runtime.auth]
     │   ├── PermissionDenied     a read-only token asked to write [runtime.auth]
@@ -87,6 +88,46 @@ class Conflict(EvermindError):
 
 class Unavailable(EvermindError):
     """The thing exists but cannot serve now; retrying later or re-sending it may help."""
+
+
+class UpstreamError(Unavailable):
+    """An upstream language model (Claude, GPT, any OpenAI-compatible server) failed.
+
+    Attributes:
+        provider: ``anthropic``, ``openai`` or ``evermind``.
+        status: The upstream's HTTP status (None: no response: refused, timed out, cut).
+        retry_after: Seconds the upstream asked to wait (429/503), when it said.
+        code: ``upstream_rate_limited``, ``upstream_auth``, ``upstream_bad_request``,
+            ``upstream_unavailable``, ``upstream_stream_cut`` or ``upstream_error``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        code: str = "upstream_error",
+    ) -> None:
+        super().__init__(message, code=code)
+        self.provider = provider
+        self.status = status
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            _upstream_error,
+            (str(self), self.provider, self.status, self.retry_after, self.code),
+        )
+
+
+def _upstream_error(
+    message: str, provider: str, status: int | None, retry_after: float | None, code: str
+) -> UpstreamError:
+    return UpstreamError(
+        message, provider=provider, status=status, retry_after=retry_after, code=code
+    )
 
 
 class AccessError(EvermindError):

@@ -20,7 +20,8 @@ SRC = Path(evermind.__file__).parent
 LAYERS: list[set[str]] = [
     {"cli"},
     {"runtime", "mcp", "studio"},
-    {"job"},
+    {"agent"},
+    {"job", "bridges"},
     {"memory", "cache"},
     {"train"},
     {"model"},
