@@ -53,7 +53,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 from starlette.applications import Starlette
@@ -186,7 +186,7 @@ class Upstream:
         """``http://127.0.0.1:<port>`` (Anthropic's base URL; OpenAI's is ``url + "/v1"``)."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> Upstream:
+    def start(self, timeout_s: float = 30.0) -> Self:
         """Starts the server thread; returns once it accepts connections."""
         self._thread.start()
         deadline = time.monotonic() + timeout_s
@@ -202,7 +202,7 @@ class Upstream:
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
