@@ -236,7 +236,7 @@ class RouterStats:
         return out
 
 
-def _approx_tokens(text: str) -> int:
+def approx_tokens(text: str) -> int:
     """About four characters a token (English BPE), at least one word a token."""
     return max(len(text.split()), math.ceil(len(text) / 4)) if text else 0
 
@@ -266,7 +266,7 @@ class InferenceRouter:
         self.config = config or RouterConfig()
         self.confidence = confidence
         self.budget = budget
-        self.count_tokens = count_tokens or _approx_tokens
+        self.count_tokens = count_tokens or approx_tokens
         self.estimate_usd = estimate_usd
         self.stats = RouterStats()
 
@@ -382,4 +382,5 @@ __all__ = [
     "RouteDecision",
     "RouterConfig",
     "RouterStats",
+    "approx_tokens",
 ]
