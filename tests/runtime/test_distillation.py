@@ -18,6 +18,7 @@ from evermind.agent.distillation import (
     prompt_hash,
 )
 from evermind.bridges import ChatRequest, Completion, Message, ToolCall
+from evermind.bridges.evermind import EvermindBridge
 from evermind.bridges.openai import OpenAIBridge
 from evermind.cli import main as cli_main
 from evermind.package import read_package
@@ -73,8 +74,12 @@ def test_collected_pairs_carry_provenance(collected: Path) -> None:
         assert len(pairs) == len(CITIES) == engine.count("acme")
         assert engine.count("other") == 0
         first = pairs[0]
-        assert first.prompt == f"Which river runs through {CITIES[0]}?"
-        assert first.answer == reply(first.prompt)
+        question = f"Which river runs through {CITIES[0]}?"
+        # The chat template the local model reads (EvermindBridge.prompt of the same turns).
+        assert first.prompt == EvermindBridge.prompt(ask(question))
+        assert first.prompt == f"User: {question}\nAssistant:"
+        assert first.answer == reply(question)
+        assert first.text() == f"{first.prompt} {first.answer}"
         assert (first.tenant, first.upstream) == ("acme", "openai")
         assert first.model and first.response_id and first.created_at > 0
 

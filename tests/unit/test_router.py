@@ -4,6 +4,7 @@ length, task patterns, and the SSM confidence signal changing the outcome."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
@@ -13,8 +14,10 @@ from evermind.agent.router import (
     InferenceRouter,
     ModelConfidence,
     RouterConfig,
+    price_estimator,
 )
 from evermind.bridges import ChatRequest, Completion, Message
+from evermind.bridges.pricing import PriceTable
 from evermind.errors import ConfigError, InputError
 
 TOOL = {"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}
@@ -137,6 +140,28 @@ def test_budget_sends_local_when_spent_or_when_the_call_would_pass_it() -> None:
     assert router.decide(ask("Je voudrais une table", tenant="other")).target == "frontier"
     with pytest.raises(InputError):
         budget.charge("acme", -1.0)
+
+
+def test_the_price_table_estimates_a_call() -> None:
+    table = PriceTable.parse(
+        {
+            "version": "t",
+            "models": {
+                "big": {"input": 10.0, "output": 100.0, "cache_read": 1.0, "cache_write": 12.0}
+            },
+        }
+    )
+    estimate = price_estimator(table, count_tokens=lambda text: 1000)
+    request = ChatRequest(model="openai/big", messages=(Message("user", "x"),), max_tokens=500)
+    assert estimate(request) == pytest.approx((1000 * 10.0 + 500 * 100.0) / 1e6)
+    assert estimate(replace(request, model="unknown")) is None
+    router = InferenceRouter(
+        confidence=FixedConfidence({}, 9.0),
+        budget=Budget(default_limit=0.05),
+        estimate_usd=estimate,
+    )
+    assert router.decide(request).reason == "budget"  # 0.06 would pass 0.05
+    assert router.decide(replace(request, max_tokens=100)).target == "frontier"
 
 
 def test_every_decision_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:

@@ -12,8 +12,10 @@ results and cache hits — each drop with its reason.
 natively, with the project's trainer (:class:`~evermind.train.loop.Trainer` on the numpy
 :class:`~evermind.train.cpu_backend.CpuBackend`):
 
-- each pair is one text, :data:`PAIR_TEMPLATE` (the prompt, a newline, the answer, the
-  end-of-text token);
+- each pair is one text, :data:`PAIR_TEMPLATE`: the conversation in the runtime's chat
+  template (``User: …`` then ``Assistant:``, as :class:`~evermind.bridges.evermind.EvermindBridge`
+  renders it), the answer, the end-of-text token — so the model learns to answer where the
+  local bridge will ask it to;
 - a held-out slice of the pairs (``held_out``, seeded) is never trained on; its loss (mean
   nats per token, the same forward as ``Model.evaluate``) is measured before and after;
 - **rehearsal**: the training stream mixes the pairs with about ``rehearsal`` times as many
@@ -47,14 +49,16 @@ import numpy as np
 from evermind.bridges.base import ChatRequest, Completion
 from evermind.errors import ConfigError, StorageError, TrainingDiverged
 from evermind.job import JobConfig, default_corpus, export_package
+from evermind.model.chat import render_chat
 from evermind.model.inference import Model
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.package import read_package
 from evermind.paths import data_dir
 from evermind.types import Progress, TrainConfig, TrainResult
 
-#: How a pair becomes training text (then the end-of-text token is appended).
-PAIR_TEMPLATE = "{prompt}\n{answer}"
+#: How a pair becomes training text (then the end-of-text token is appended): the prompt is
+#: the conversation in the chat template, ending ``Assistant:``; the answer follows a space.
+PAIR_TEMPLATE = "{prompt} {answer}"
 #: Answers that refuse rather than answer (never learnt from).
 REFUSAL = re.compile(
     r"^\s*(?:i'?m sorry|i am sorry|sorry,|i can(?:'|no)t (?:help|assist|comply|do that)"
@@ -95,9 +99,15 @@ def prompt_hash(prompt: str) -> str:
 
 
 def prompt_of(request: ChatRequest) -> str:
-    """The prompt a pair keeps: the user turns of the request, joined by newlines (the
-    system prompt and the facts block are deployment context, not the question)."""
-    return "\n".join(m.text() for m in request.messages if m.role == "user").strip()
+    """The prompt a pair keeps: the request's turns in the runtime's chat template
+    (:func:`evermind.model.chat.render_chat`, ending ``Assistant:``) — the text the local model
+    reads when the router sends it the same conversation. The system prompt and the facts
+    block are deployment context, not the question, and are left out. Empty when no turn has
+    text."""
+    turns = [(m.role, m.text().strip()) for m in request.messages]
+    if not any(text for role, text in turns if role == "user"):
+        return ""
+    return render_chat(turns)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from evermind.bridges.base import ChatRequest, Completion
+from evermind.bridges.base import ChatRequest, Completion, Usage
+from evermind.bridges.pricing import PriceTable
 from evermind.errors import ConfigError, InputError
 
 logger = logging.getLogger(__name__)
@@ -241,6 +242,26 @@ def approx_tokens(text: str) -> int:
     return max(len(text.split()), math.ceil(len(text) / 4)) if text else 0
 
 
+def price_estimator(
+    table: PriceTable, count_tokens: Callable[[str], int] | None = None
+) -> Callable[[ChatRequest], float | None]:
+    """``estimate_usd`` for :class:`InferenceRouter` from a price table: the prompt's tokens
+    at the uncached input rate plus ``max_tokens`` at the output rate (the most the call can
+    cost without cache reads); None for a model the table does not know."""
+    count = count_tokens or approx_tokens
+
+    def estimate(request: ChatRequest) -> float | None:
+        prompt = "\n".join(
+            part
+            for part in (request.system, request.facts, *(m.text() for m in request.messages))
+            if part
+        )
+        usage = Usage(input_tokens=count(prompt), output_tokens=request.max_tokens)
+        return table.price(request.model, usage)
+
+    return estimate
+
+
 class InferenceRouter:
     """Decides per request: the local SSM or a frontier model (see the module docstring).
 
@@ -251,8 +272,9 @@ class InferenceRouter:
         budget: Per-tenant spend limits; None: no budget check.
         count_tokens: Tokens of a text (the local tokenizer's ``len(encode(text))``); the
             default estimates four characters a token.
-        estimate_usd: The price a frontier call for this request would have (from a price
-            table); with it, a request that would pass the tenant's limit goes local.
+        estimate_usd: The price a frontier call for this request would have (e.g.
+            :func:`price_estimator` of the bridges' price table); with it, a request that
+            would pass the tenant's limit goes local.
     """
 
     def __init__(
@@ -383,4 +405,5 @@ __all__ = [
     "RouterConfig",
     "RouterStats",
     "approx_tokens",
+    "price_estimator",
 ]
