@@ -199,6 +199,46 @@ def evaluate(
     return report
 
 
+def compare_signals(model: Any, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How well candidate confidence signals separate the rows that reach the confidence
+    check (no override, tools, context, length or task decided them): for each, the best
+    single threshold's accuracy on those rows (in-sample). Signals, each minus the model's
+    training loss where it is in nats: the mean token NLL (what the router uses), the mean
+    entropy of the next-token distribution, the 90th percentile token NLL, and the share of
+    tokens with an NLL over 3 nats above the training loss."""
+    import numpy as np
+
+    from evermind.ops.cross_entropy import cross_entropy_fwd
+
+    baseline = ModelConfidence(model).baseline
+    reach = [
+        row
+        for row in rows
+        if InferenceRouter(RouterConfig(use_confidence=False)).decide(request_of(row)).reason
+        == "confident"
+    ]
+    values: dict[str, list[tuple[float, bool]]] = {"nll": [], "entropy": [], "p90": [], "share": []}
+    for row in reach:
+        ids = np.array(model.tokenizer.encode(row["text"][:1024]), np.int64)
+        if ids.size < 2:
+            continue
+        logits = model.cpu.forward(ids[None, :-1])[0].astype(np.float64)
+        nll = cross_entropy_fwd(logits, ids[1:])
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        entropy = -(p * np.log(p + 1e-30)).sum(1)
+        frontier = row["label"] == "frontier"
+        values["nll"].append((float(nll.mean()) - baseline, frontier))
+        values["entropy"].append((float(entropy.mean()) - baseline, frontier))
+        values["p90"].append((float(np.quantile(nll, 0.9)) - baseline, frontier))
+        values["share"].append((float((nll > baseline + 3).mean()), frontier))
+    out: dict[str, Any] = {"rows": len(reach)}
+    for name, pairs in values.items():
+        best = max((sum((v > t) == f for v, f in pairs), t) for t in sorted({v for v, _ in pairs}))
+        out[name] = {"correct": best[0], "of": len(pairs), "threshold": round(best[1], 3)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, help="a .evermind package (default: train one)")
@@ -206,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=600, help="training steps of the default")
     parser.add_argument("--corpus-bytes", type=int, default=1_000_000)
     parser.add_argument("--fit", action="store_true", help="measure the thresholds")
+    parser.add_argument(
+        "--signals", action="store_true", help="also compare candidate confidence signals"
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -221,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             for k in ("corpus", "steps", "final_loss")
         },
         **evaluate(model, rows, args.fit),
+        **({"signals": compare_signals(model, rows)} if args.signals else {}),
         "seconds": round(time.perf_counter() - start, 1),
     }
     text = json.dumps(report, indent=2)
