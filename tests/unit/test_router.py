@@ -198,6 +198,26 @@ def test_model_confidence_uses_the_training_loss_as_baseline() -> None:
     assert ModelConfidence(FakeModel(), baseline=5.0)("abc") == pytest.approx(0.5)
 
 
+def test_for_model_reads_the_models_tokenizer_and_surprise() -> None:
+    import evermind
+    from tests.factories import tiny_package
+
+    model = evermind.load(tiny_package())
+    router = InferenceRouter.for_model(model, RouterConfig(max_local_prompt_tokens=10_000))
+    text = "The quick brown fox jumps over the lazy dog."
+    decision = router.decide(ask(text))
+    assert decision.signals["ask_tokens"] == len(model.tokenizer.encode(text))
+    surprise = decision.signals["surprise"]
+    assert isinstance(surprise, float)
+    expected = (
+        model.evaluate(text)["cross_entropy"] - model.package.manifest["training"]["final_loss"]
+    )
+    assert surprise == pytest.approx(expected, abs=1e-3)
+    # Its own training text is far less surprising than text it never saw.
+    odd = router.decide(ask("Zwölf Boxkämpfer jagen Viktor quer über den großen Sylter Deich"))
+    assert float(odd.signals["surprise"] or 0) > surprise + 0.5  # measured: 0.97 more
+
+
 def test_config_is_checked() -> None:
     with pytest.raises(ConfigError):
         RouterConfig(max_local_prompt_tokens=0)

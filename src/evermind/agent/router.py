@@ -292,6 +292,29 @@ class InferenceRouter:
         self.estimate_usd = estimate_usd
         self.stats = RouterStats()
 
+    @classmethod
+    def for_model(
+        cls,
+        model: Any,
+        config: RouterConfig | None = None,
+        budget: Budget | None = None,
+        prices: PriceTable | None = None,
+    ) -> InferenceRouter:
+        """The router for a local :class:`~evermind.model.inference.Model`: its surprise as
+        the confidence signal, its tokenizer's counts, and (with ``prices``) the price
+        estimate that keeps a tenant inside its budget."""
+
+        def count(text: str) -> int:
+            return len(model.tokenizer.encode(text))
+
+        return cls(
+            config,
+            ModelConfidence(model),
+            budget,
+            count,
+            None if prices is None else price_estimator(prices, count),
+        )
+
     def decide(self, request: ChatRequest) -> RouteDecision:
         """The route of ``request``, logged and counted."""
         decision = self._decide(request)
