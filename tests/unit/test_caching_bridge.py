@@ -334,3 +334,18 @@ def test_term_embedder_is_deterministic_and_named() -> None:
     assert any(embed("the")) and embed.fingerprint.endswith(":64")
     with pytest.raises(ConfigError):
         TermEmbedder(2)
+
+
+def test_open_says_hit_miss_or_bypass_before_anything_is_served() -> None:
+    bridge, upstream = make()
+
+    async def scenario() -> list[str]:
+        statuses = []
+        for request in (ask(QUESTION), ask(PARAPHRASE), ask(QUESTION, temperature=1.0)):
+            outcome = await bridge.open(request)
+            statuses.append(f"{outcome.status}:{outcome.reason}")
+            await bridge.complete(outcome)
+        return statuses
+
+    assert run(scenario()) == ["miss:lookup", "hit-l1:hit", "bypass:temperature"]
+    assert len(upstream.requests) == 2

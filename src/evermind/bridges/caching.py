@@ -65,7 +65,15 @@ from evermind.cache.l2 import JSONValue
 from evermind.errors import ConfigError, EvermindError, UpstreamError
 from evermind.text import terms
 
-__all__ = ["CachePolicy", "CachingBridge", "CachingStats", "Price", "TermEmbedder"]
+__all__ = [
+    "CacheOutcome",
+    "CachePolicy",
+    "CachingBridge",
+    "CachingStats",
+    "Price",
+    "TermEmbedder",
+    "scope_digest",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -208,6 +216,41 @@ class _Key:
     cache_namespace: str
 
 
+@dataclass(frozen=True)
+class CacheOutcome:
+    """What :meth:`CachingBridge.open` found for one request.
+
+    Attributes:
+        request: The request as it goes upstream on a miss (the ``cache`` field removed).
+        key: Its cache key; None when the policy refused it.
+        hit: The cached completion, or None.
+        reason: ``hit``; or why it goes upstream: a policy refusal (``temperature``,
+            ``tools``, ``tool_results``, ``opt_out``, ``no_text``), ``lookup``, ``expired`` or
+            ``cache_error``.
+    """
+
+    request: ChatRequest
+    key: _Key | None
+    hit: Completion | None
+    reason: str | None
+
+    @property
+    def status(self) -> str:
+        """``hit-l1``, ``hit-l2``, ``miss`` (looked up, not found) or ``bypass`` (not
+        cacheable): the gateway's ``x-evermind-cache`` header."""
+        if self.hit is not None and self.hit.cached is not None:
+            return f"hit-{self.hit.cached.tier}"
+        return "miss" if self.key is not None else "bypass"
+
+
+def upstream_reason(policy: CachePolicy, request: ChatRequest) -> str | None:
+    """Why ``request`` may not be cached under ``policy`` (None: it may)."""
+    refused = policy.refusal(request)
+    if refused is None and not request.messages[-1].text().strip():
+        return "no_text"
+    return refused
+
+
 class CachingBridge:
     """A read-through semantic cache in front of ``bridge``.
 
@@ -252,29 +295,49 @@ class CachingBridge:
 
     async def generate(self, request: ChatRequest) -> Completion:
         """The cached completion of ``request``, or the upstream's (then stored)."""
-        self.stats.requests += 1
-        key, upstream = self._key(request)
-        hit = None if key is None else await self._lookup(key)
-        if hit is not None:
-            return hit
-        completion = await self.bridge.generate(upstream)
-        self._last_usage = completion.usage
-        if key is not None:
-            await self._store(key, completion)
-        return completion
+        return await self.complete(await self.open(request))
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
         """Deltas of the cached text on a hit; the upstream's on a miss (stored at the end)."""
+        async for delta in self.deltas(await self.open(request)):
+            yield delta
+
+    async def open(self, request: ChatRequest) -> CacheOutcome:
+        """Looks ``request`` up: what :meth:`complete` or :meth:`deltas` will serve.
+
+        ``generate`` and ``stream`` are ``open`` followed by one of those; a caller that must
+        know whether it is a hit before the first byte (the gateway's response header) calls
+        them itself.
+        """
         self.stats.requests += 1
-        key, upstream = self._key(request)
-        hit = None if key is None else await self._lookup(key)
+        key, upstream, refused = self._key(request)
+        if key is None:
+            return CacheOutcome(upstream, None, None, refused)
+        hit, reason = await self._lookup(key)
+        if hit is None:
+            self.stats.miss(reason)
+        return CacheOutcome(upstream, key, hit, reason)
+
+    async def complete(self, outcome: CacheOutcome) -> Completion:
+        """The completion of an opened request: the hit, or the upstream's (then stored)."""
+        if outcome.hit is not None:
+            return outcome.hit
+        completion = await self.bridge.generate(outcome.request)
+        self._last_usage = completion.usage
+        if outcome.key is not None:
+            await self._store(outcome.key, completion)
+        return completion
+
+    async def deltas(self, outcome: CacheOutcome) -> AsyncIterator[Delta]:
+        """The stream of an opened request; a miss's full text is stored at its end."""
+        hit = outcome.hit
         if hit is not None:
             for start in range(0, len(hit.text), HIT_CHUNK_CHARS):
                 yield Delta(hit.text[start : start + HIT_CHUNK_CHARS])
             yield Delta(completion=hit)
             return
         completion: Completion | None = None
-        pieces = self.bridge.stream(upstream)
+        pieces = self.bridge.stream(outcome.request)
         try:
             async for delta in pieces:
                 if delta.completion is not None:
@@ -291,53 +354,46 @@ class CachingBridge:
                 code="upstream_stream_cut",
             )
         self._last_usage = completion.usage
-        if key is not None:
-            await self._store(key, completion)
+        if outcome.key is not None:
+            await self._store(outcome.key, completion)
 
     # ----------------------------------------------------------------- internals
 
-    def _key(self, request: ChatRequest) -> tuple[_Key | None, ChatRequest]:
-        """The cache key (None: not cacheable, the miss counted) and the request to send
-        upstream (without the ``cache`` opt-in field)."""
+    def _key(self, request: ChatRequest) -> tuple[_Key | None, ChatRequest, str | None]:
+        """The cache key (None: not cacheable, the miss counted), the request to send
+        upstream (without the ``cache`` opt-in field) and why it is not cacheable."""
         upstream = request
         if OPT_KEY in request.extra:
             extra = {k: v for k, v in request.extra.items() if k != OPT_KEY}
             upstream = dataclasses.replace(request, extra=extra)
-        refused = self.policy.refusal(request)
-        last = request.messages[-1]
-        query = last.text().strip()
-        if refused is None and not query:
-            refused = "no_text"
+        refused = upstream_reason(self.policy, request)
         if refused is not None:
             self.stats.miss(refused)
-            return None, upstream
+            return None, upstream, refused
         cache_namespace = self.policy.namespace(request.tenant)
         digest = scope_digest(self.provider, upstream)
-        return _Key(query, f"{cache_namespace}/{digest}", cache_namespace), upstream
+        query = request.messages[-1].text().strip()
+        return _Key(query, f"{cache_namespace}/{digest}", cache_namespace), upstream, None
 
-    async def _lookup(self, key: _Key) -> Completion | None:
+    async def _lookup(self, key: _Key) -> tuple[Completion | None, str]:
+        """The hit (None: a miss) and why it missed (``lookup``, ``expired``,
+        ``cache_error``) or ``hit``."""
         try:
             found = await self.cache.alookup(key.query, key.namespace)
         except EvermindError as err:  # the cache never fails a request: go upstream
             logger.warning("caching bridge: lookup failed, calling upstream: %s", err)
-            self.stats.miss("cache_error")
-            return None
-        if not found.hit:
-            self.stats.miss("lookup")
-            return None
-        entry = found.response if isinstance(found.response, dict) else None
+            return None, "cache_error"
+        entry = found.response if found.hit and isinstance(found.response, dict) else None
         if entry is None or entry.get("v") != ENTRY_VERSION:
-            self.stats.miss("lookup")
-            return None
+            return None, "lookup"
         ttl = self.policy.ttl_of(key.cache_namespace)
         stored_at = entry.get("stored_at")
         if ttl is not None and (
             not isinstance(stored_at, int | float) or self._clock() - stored_at > ttl
         ):
             self.cache.invalidate(key.namespace, found.cached_query)
-            self.stats.miss("expired")
-            return None
-        return self._served(found, entry)
+            return None, "expired"
+        return self._served(found, entry), "hit"
 
     def _served(self, found: CacheLookup, entry: dict[str, JSONValue]) -> Completion:
         stored = _completion_of(entry)
