@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncIterator
@@ -45,6 +46,7 @@ from evermind.errors import (
     ShapeError,
     StorageError,
     Unavailable,
+    UpstreamError,
 )
 from evermind.runtime import routes_cache, routes_memory, routes_models, routes_openai
 from evermind.runtime.auth import PermissionDenied, RateLimited, RateLimiter, Unauthenticated
@@ -74,6 +76,7 @@ HTTP_STATUS: tuple[tuple[type[EvermindError], int, str], ...] = (
     (AccessError, 403, "forbidden"),
     (NotFound, 404, "not_found"),
     (Conflict, 409, "conflict"),
+    (UpstreamError, 502, "upstream_error"),  # by code: see UPSTREAM_STATUS
     (Unavailable, 503, "unavailable"),
     (ConfigError, 400, "invalid_request"),
     (InputError, 400, "invalid_request"),
@@ -81,6 +84,14 @@ HTTP_STATUS: tuple[tuple[type[EvermindError], int, str], ...] = (
     (StorageError, 500, "storage_error"),
     (EvermindError, 500, "server_error"),
 )
+#: An upstream's failure by its code, where 502 Bad Gateway is not the answer: its rate
+#: limit passes through (with its Retry-After), a timeout is 504, a request it refused as
+#: malformed is the caller's 400. Auth failures (the server's key), 5xx and cut streams: 502.
+UPSTREAM_STATUS = {
+    "upstream_rate_limited": 429,
+    "upstream_timeout": 504,
+    "upstream_bad_request": 400,
+}
 #: The challenge a 401 answer carries (RFC 6750).
 BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="evermind"'}
 
@@ -95,6 +106,10 @@ def as_api_error(err: EvermindError) -> ApiError:
         headers = dict(BEARER_CHALLENGE)
     elif isinstance(err, RateLimited):
         headers = {"Retry-After": str(err.retry_after_s)}
+    elif isinstance(err, UpstreamError):
+        status = UPSTREAM_STATUS.get(err.code) or (429 if err.status == 429 else 502)
+        if status == 429 and err.retry_after is not None:
+            headers = {"Retry-After": str(max(1, math.ceil(err.retry_after)))}
     return ApiError(status, str(err), err.code or code, headers)
 
 

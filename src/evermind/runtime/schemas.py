@@ -75,6 +75,8 @@ class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_call_id: str | None = Field(None, description="role tool: the call this answers")
+    tool_calls: list[dict[str, Any]] | None = Field(None, description="role assistant")
 
 
 class ChatRequest(_Sampling):
@@ -82,6 +84,9 @@ class ChatRequest(_Sampling):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="Alias of max_tokens")
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="Gateway upstreams only (OpenAI function tools); local models ignore it"
+    )
 
 
 class EmbeddingRequest(_Body):
