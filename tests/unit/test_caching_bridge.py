@@ -349,3 +349,19 @@ def test_open_says_hit_miss_or_bypass_before_anything_is_served() -> None:
 
     assert run(scenario()) == ["miss:lookup", "hit-l1:hit", "bypass:temperature"]
     assert len(upstream.requests) == 2
+
+
+def test_a_stream_is_stored_when_its_completion_arrives_even_if_the_reader_stops_there() -> None:
+    bridge, upstream = make()
+
+    async def scenario() -> None:
+        stream = bridge.stream(ask(QUESTION))
+        async for delta in stream:
+            if delta.completion is not None:
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+
+    run(scenario())
+    assert bridge.stats.stores == 1
+    assert run(bridge.generate(ask(PARAPHRASE))).cached is not None
+    assert len(upstream.requests) == 1

@@ -340,8 +340,12 @@ class CachingBridge:
         pieces = self.bridge.stream(outcome.request)
         try:
             async for delta in pieces:
-                if delta.completion is not None:
+                if delta.completion is not None and completion is None:
+                    # Stored before the last delta is handed on: a consumer may stop there.
                     completion = delta.completion
+                    self._last_usage = completion.usage
+                    if outcome.key is not None:
+                        await self._store(outcome.key, completion)
                 yield delta
         finally:
             close = getattr(pieces, "aclose", None)
@@ -353,9 +357,6 @@ class CachingBridge:
                 provider=self.provider,
                 code="upstream_stream_cut",
             )
-        self._last_usage = completion.usage
-        if outcome.key is not None:
-            await self._store(outcome.key, completion)
 
     # ----------------------------------------------------------------- internals
 
