@@ -1,7 +1,10 @@
 """Bridges to language models: Claude, GPT or any OpenAI-compatible server, and Evermind itself.
 
 See :mod:`evermind.bridges.base` for the one contract (:class:`Bridge`, :class:`ChatRequest`,
-:class:`Completion`). The SDK bridges are native-only and imported from their modules.
+:class:`Completion`) and docs/bridges.md. Exported here: what runs anywhere (the contract,
+:class:`InstrumentedBridge`, :class:`PriceTable`). The bridges themselves are imported from
+their modules: ``bridges.anthropic.AnthropicBridge``, ``bridges.openai.OpenAIBridge``,
+``bridges.evermind.EvermindBridge`` (native-only) and ``bridges.fetch.FetchBridge`` (the tab).
 """
 
 from evermind.bridges.base import (
@@ -15,6 +18,8 @@ from evermind.bridges.base import (
     ToolCall,
     Usage,
 )
+from evermind.bridges.instrumented import InstrumentedBridge
+from evermind.bridges.pricing import PriceTable, Rates
 
 __all__ = [
     "Bridge",
@@ -22,7 +27,10 @@ __all__ = [
     "ChatRequest",
     "Completion",
     "Delta",
+    "InstrumentedBridge",
     "Message",
+    "PriceTable",
+    "Rates",
     "Timing",
     "ToolCall",
     "Usage",

@@ -1,18 +1,7 @@
-"""Turning requests into generations: the chat template and the worker-pool bridge (native-only).
+"""Turning requests into generations: the worker-pool bridge (native-only).
 
-The chat template (documented in docs/runtime.md) renders OpenAI messages as plain text,
-which is what an Evermind model was trained on::
-
-    <system and developer messages, joined by newlines>   (only when there are any)
-    <blank line>
-    User: <content>
-    Assistant: <content>
-    ...
-    Assistant:
-
-The model continues after the final ``Assistant:``; generation stops at ``\\nUser:`` (the
-model starting the next user turn) in addition to the caller's ``stop`` strings, and the
-reply's leading whitespace is dropped.
+The chat template (:func:`render_chat`, documented in docs/runtime.md) lives in
+:mod:`evermind.model.chat`, shared with the in-process EvermindBridge; it is re-exported here.
 
 :class:`Generator` runs :meth:`evermind.model.inference.Model.stream` on the worker thread pool, so
 the event loop never waits for the model. Each request works on a shallow copy of the model
@@ -30,11 +19,13 @@ import asyncio
 import collections.abc
 import copy
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from evermind.model.chat import CHAT_STOP as CHAT_STOP  # re-exported for the routes
+from evermind.model.chat import render_chat as render_chat
 from evermind.model.inference import Model
 from evermind.runtime.auth import RateLimited
 
@@ -42,22 +33,6 @@ from evermind.runtime.auth import RateLimited
 DISCONNECT_POLL_S = 0.25
 #: Pieces a streaming generation may run ahead of its reader before the worker waits.
 MAX_PENDING = 64
-
-#: Stop string the chat template adds: the model starting the next user turn.
-CHAT_STOP = "\nUser:"
-ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "function": "Tool"}
-SYSTEM_ROLES = ("system", "developer")
-
-
-def render_chat(messages: Sequence[tuple[str, str]]) -> str:
-    """The prompt for ``(role, text)`` turns under the documented chat template."""
-    system = [text for role, text in messages if role in SYSTEM_ROLES]
-    lines = ["\n".join(system) + "\n"] if system else []
-    for role, text in messages:
-        if role not in SYSTEM_ROLES:
-            lines.append(f"{ROLE_LABELS.get(role, role.title())}: {text}")
-    lines.append("Assistant:")
-    return "\n".join(lines)
 
 
 @dataclass

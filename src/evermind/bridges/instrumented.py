@@ -1,0 +1,109 @@
+"""Timing and cost on every call of any bridge (browser-safe).
+
+:class:`InstrumentedBridge` wraps a bridge and sets, on each completion it returns,
+``timing`` (time to the first token, measured on the stream at the first text delta; the
+whole call for ``generate``; output tokens per second over the call) and ``cost_usd`` (the
+usage priced by a :class:`~evermind.bridges.pricing.PriceTable`: None when the model is not
+in the table). It keeps running totals, :meth:`InstrumentedBridge.totals`: calls, failures,
+usage, dollars (of the priced calls) and how many calls could not be priced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta, Timing, Usage
+from evermind.bridges.pricing import PriceTable
+from evermind.errors import UpstreamError
+
+
+class InstrumentedBridge:
+    """A bridge that measures the bridge it wraps.
+
+    Args:
+        bridge: Any :class:`~evermind.bridges.base.Bridge`.
+        prices: The price table (None: :meth:`PriceTable.load`, the shipped one with any
+            ``EVERMIND_PRICES`` override).
+    """
+
+    def __init__(self, bridge: Bridge, prices: PriceTable | None = None) -> None:
+        self.bridge = bridge
+        self.prices = prices if prices is not None else PriceTable.load()
+        self.provider = bridge.provider
+        self.calls = 0
+        self.failures = 0
+        self.unpriced = 0
+        self.usage = Usage()
+        self.cost_usd = 0.0
+
+    @property
+    def last_usage(self) -> Usage | None:
+        """The wrapped bridge's usage of its last finished call."""
+        return self.bridge.last_usage
+
+    async def generate(self, request: ChatRequest) -> Completion:
+        """The wrapped bridge's completion, with ``timing`` and ``cost_usd`` set."""
+        start = time.perf_counter()
+        try:
+            completion = await self.bridge.generate(request)
+        except UpstreamError:
+            self.failures += 1
+            raise
+        total = time.perf_counter() - start
+        return self._finish(request, completion, total, total)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
+        """The wrapped bridge's deltas; the last carries the measured completion."""
+        start = time.perf_counter()
+        first: float | None = None
+        try:
+            async for delta in self.bridge.stream(request):
+                if delta.completion is None:
+                    if first is None and delta.text:
+                        first = time.perf_counter() - start
+                    yield delta
+                    continue
+                total = time.perf_counter() - start
+                completion = self._finish(
+                    request, delta.completion, total if first is None else first, total
+                )
+                yield dataclasses.replace(delta, completion=completion)
+        except UpstreamError:
+            self.failures += 1
+            raise
+
+    def _finish(
+        self, request: ChatRequest, completion: Completion, ttft: float, total: float
+    ) -> Completion:
+        usage = completion.usage
+        cost = self.prices.price(completion.model or request.model, usage)
+        if cost is None and completion.model != request.model:
+            cost = self.prices.price(request.model, usage)
+        self.calls += 1
+        self.usage = self.usage + usage
+        if cost is None:
+            self.unpriced += 1
+        else:
+            self.cost_usd += cost
+        speed = usage.output_tokens / total if total > 0 else 0.0
+        timing = Timing(ttft_s=ttft, total_s=total, tokens_per_s=speed)
+        return dataclasses.replace(completion, timing=timing, cost_usd=cost)
+
+    def totals(self) -> dict[str, Any]:
+        """The running totals since this wrapper was made, as a plain dict."""
+        return {
+            "provider": self.provider,
+            "prices_version": self.prices.version,
+            "calls": self.calls,
+            "failures": self.failures,
+            "unpriced_calls": self.unpriced,
+            "usage": dataclasses.asdict(self.usage),
+            "cost_usd": self.cost_usd,
+        }
+
+    async def aclose(self) -> None:
+        """Closes the wrapped bridge."""
+        await self.bridge.aclose()
