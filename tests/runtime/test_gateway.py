@@ -127,6 +127,8 @@ def test_a_paraphrase_is_served_from_the_cache_and_a_near_miss_is_not(
     assert saved["output"] == paid.completion_tokens
     assert saved["input"] + saved["cache_read"] + saved["cache_write"] == paid.prompt_tokens
     assert served.usage.prompt_tokens == 0 and served.usage.completion_tokens == 0
+    paid_usd = answer.model_extra["evermind"]["cost_usd"]
+    assert paid_usd > 0 and field["saved_usd"] == pytest.approx(paid_usd)  # priced: gpt-4o-mini
     assert len(gpt.requests) == before + 1  # the paraphrase never reached the upstream
 
     near = ask(gateway, NEAR_MISS)
@@ -299,7 +301,8 @@ def test_metrics_count_requests_tokens_cost_and_savings_per_tenant_and_upstream(
     assert value(f'evermind_gateway_saved_tokens_total{{{label},kind="output"}}') > 0
     assert 0 < value(f"evermind_gateway_cache_hit_ratio{{{label}}}") < 1
     assert value(f'evermind_gateway_errors_total{{{label},code="upstream_rate_limited"}}') >= 0
-    assert f"evermind_gateway_saved_usd_total{{{label}}}" in metrics
+    assert value(f"evermind_gateway_saved_usd_total{{{label}}}") > 0
+    assert value(f"evermind_gateway_cost_usd_total{{{label}}}") > 0
     assert 'tenant="alpha"' not in metrics  # tenants are labelled by a hash
 
 

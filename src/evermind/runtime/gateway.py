@@ -4,7 +4,11 @@ A model id ``<upstream>/<name>`` (``anthropic/claude-…``, ``openai/gpt-…``, 
 named in the ``--upstreams`` file, see :mod:`evermind.runtime.gateway_config`) is served
 by :meth:`Gateway.resolve`: the tenant's bridge to that upstream, built once, is
 
-    CachingBridge(InstrumentedBridge(<SDK bridge with the tenant's key>), the gateway's cache)
+    CachingBridge(InstrumentedBridge(<SDK bridge with the tenant's key>, prices), cache)
+
+(prices: :class:`~evermind.bridges.pricing.PriceTable`, the shipped table with any
+``EVERMIND_PRICES`` override, so every paid call has its ``cost_usd`` and every hit its
+``saved_usd``).
 
 The cache is one :class:`~evermind.cache.SemanticCache` (L1, in this process) backed by the
 runtime's shared SQLite L2 (:class:`StoreBackend`, under a tenant name no token can hold, so
@@ -30,6 +34,8 @@ from typing import Any, NamedTuple
 
 from evermind.bridges.base import Bridge, Completion
 from evermind.bridges.caching import CachingBridge, TermEmbedder
+from evermind.bridges.instrumented import InstrumentedBridge
+from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
@@ -183,6 +189,7 @@ class Gateway:
         executor: Where a model embedder runs.
         metrics: The runtime's counters.
         connect: Builds the bridge to one upstream with one key (default: the SDK bridges).
+        prices: The price table (default: :meth:`PriceTable.load`).
     """
 
     def __init__(
@@ -192,8 +199,10 @@ class Gateway:
         executor: Executor,
         metrics: Metrics,
         connect: Connect = connect_sdk,
+        prices: PriceTable | None = None,
     ) -> None:
         self.config = config
+        self.prices = prices if prices is not None else PriceTable.load()
         self.metrics = metrics
         self._connect = connect
         self._pairs: dict[tuple[str, str], _Pair] = {}
@@ -243,9 +252,11 @@ class Gateway:
                     f"[upstreams.{prefix}.tenant_keys] in the server's upstreams file",
                     code="upstream_no_key",
                 )
-            inner = self._connect(upstream, key)
+            inner = InstrumentedBridge(self._connect(upstream, key), self.prices)
             caching = (
-                None if self.cache is None else CachingBridge(inner, self.cache, self.config.policy)
+                None
+                if self.cache is None
+                else CachingBridge(inner, self.cache, self.config.policy, price=self.prices.price)
             )
             pair = _Pair(caching or inner, caching)
             self._pairs[(tenant, prefix)] = pair
