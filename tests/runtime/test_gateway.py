@@ -338,3 +338,100 @@ def test_the_upstreams_file_is_checked_at_start(tmp_path: Path) -> None:
     assert upstream.key_for("alpha") == "from-env" and upstream.key_for("bravo") == "literal-key"
     assert "from-env" not in repr(config) and "literal-key" not in repr(config)
     assert config.policy.namespace("alpha") == "team" and config.policy.ttl == 60
+
+
+# -- POST /v1/messages through the official anthropic client ----------------------------------
+
+
+def claude_client(server: ServerThread, token: str = TOKEN_A) -> Any:
+    import anthropic
+
+    return anthropic.Anthropic(base_url=server.url, api_key=token, max_retries=0)
+
+
+def test_messages_json_miss_then_a_paraphrase_hit(
+    gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
+) -> None:
+    _, claude = upstreams
+    before = len(claude.requests)
+    text = "How do I make a Python virtual environment?"
+    raw = claude_client(gateway).messages.with_raw_response.create(
+        model=CLAUDE,
+        max_tokens=64,
+        system="You answer briefly.",
+        messages=[{"role": "user", "content": text}],
+        extra_body={"temperature": 0},  # this SDK has no temperature argument
+    )
+    assert raw.headers["x-evermind-cache"] == "miss"
+    message = raw.parse()
+    assert message.content[0].text == f"Answer to: {text}"
+    assert message.stop_reason == "end_turn" and message.usage.output_tokens > 0
+    assert claude.last.body["system"][0]["text"] == "You answer briefly."
+    again = claude_client(gateway).messages.with_raw_response.create(
+        model=CLAUDE,
+        max_tokens=64,
+        system="You answer briefly.",
+        messages=[{"role": "user", "content": "Python: make a virtual environment, how?"}],
+        extra_body={"temperature": 0},  # this SDK has no temperature argument
+    )
+    assert again.headers["x-evermind-cache"] == "hit-l1"
+    served = again.parse()
+    assert served.content[0].text == f"Answer to: {text}"
+    assert served.usage.input_tokens == 0 and served.usage.output_tokens == 0
+    assert served.model_extra["evermind"]["saved_usd"] > 0  # claude-sonnet-4-5 is priced
+    assert len(claude.requests) == before + 1
+    # another system prompt is another scope
+    other = claude_client(gateway).messages.with_raw_response.create(
+        model=CLAUDE,
+        max_tokens=64,
+        system="You answer at length.",
+        messages=[{"role": "user", "content": text}],
+        extra_body={"temperature": 0},  # this SDK has no temperature argument
+    )
+    assert other.headers["x-evermind-cache"] == "miss"
+
+
+def test_messages_stream_miss_and_hit_with_a_bearer_token_too(gateway: ServerThread) -> None:
+    import anthropic
+
+    text = "What does functools.lru_cache do in Python?"
+    for expected in ("miss", "hit-l1"):
+        client_ = anthropic.Anthropic(base_url=gateway.url, auth_token=TOKEN_A, max_retries=0)
+        with client_.messages.stream(
+            model=CLAUDE,
+            max_tokens=64,
+            messages=[{"role": "user", "content": text}],
+            extra_body={"temperature": 0},  # this SDK has no temperature argument
+        ) as stream:
+            assert stream.response.headers["x-evermind-cache"] == expected
+            streamed = "".join(stream.text_stream)
+            final = stream.get_final_message()
+        assert streamed == f"Answer to: {text}" == final.content[0].text
+        assert final.stop_reason == "end_turn"
+
+
+def test_messages_to_an_openai_upstream_and_errors(
+    gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
+) -> None:
+    import anthropic
+
+    gpt, _ = upstreams
+    text = "What is a Python f-string?"
+    message = claude_client(gateway).messages.create(
+        model=MODEL, max_tokens=32, messages=[{"role": "user", "content": text}]
+    )
+    assert message.content[0].text == f"Answer to: {text}"
+    gpt.fail("rate_limit", retry_after=2)
+    with pytest.raises(anthropic.RateLimitError) as raised:
+        claude_client(gateway).messages.create(
+            model=MODEL, max_tokens=32, messages=[{"role": "user", "content": "rate me"}]
+        )
+    assert raised.value.response.headers["retry-after"] == "2"
+    with pytest.raises(anthropic.NotFoundError):
+        claude_client(gateway).messages.create(
+            model="evermind/local", max_tokens=32, messages=[{"role": "user", "content": "hi"}]
+        )
+    with pytest.raises(anthropic.AuthenticationError):
+        claude_client(gateway, token="not-a-runtime-token").messages.create(
+            model=CLAUDE, max_tokens=32, messages=[{"role": "user", "content": "hi"}]
+        )

@@ -48,7 +48,13 @@ from evermind.errors import (
     Unavailable,
     UpstreamError,
 )
-from evermind.runtime import routes_cache, routes_memory, routes_models, routes_openai
+from evermind.runtime import (
+    gateway_anthropic,
+    routes_cache,
+    routes_memory,
+    routes_models,
+    routes_openai,
+)
 from evermind.runtime.auth import PermissionDenied, RateLimited, RateLimiter, Unauthenticated
 from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.errors import ApiError, error_body
@@ -60,6 +66,8 @@ logger = logging.getLogger(__name__)
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PUSH = ("POST", "/v1/models")
+#: The Anthropic-shaped route, whose clients authenticate with ``x-api-key``.
+MESSAGES = "/v1/messages"
 #: Failed authentications a client address may make: a burst, then this many a second.
 AUTH_FAILURE_BURST = 20
 AUTH_FAILURES_PER_S = 2.0
@@ -213,8 +221,12 @@ class FrontDoor:
                 f"too many failed authentications from {peer}; retry in {wait:.1f} s",
                 max(1, round(wait + 0.5)),
             )
+        authorization = headers.get("authorization")
+        if authorization is None and scope["path"] == MESSAGES and "x-api-key" in headers:
+            # Anthropic clients send their key as x-api-key: here, the runtime token.
+            authorization = f"Bearer {headers['x-api-key']}"
         try:
-            principal = self.runtime.tokens.authenticate(headers.get("authorization"))
+            principal = self.runtime.tokens.authenticate(authorization)
         except AccessError:
             self.failures.spend(peer)
             raise
@@ -386,7 +398,8 @@ def create_app(config: RuntimeConfig) -> FastAPI:
     )
     _mount_offline_docs(app)
     app.state.runtime = runtime
-    for module in (routes_models, routes_openai, routes_memory, routes_cache):
+    routers = (routes_models, routes_openai, gateway_anthropic, routes_memory, routes_cache)
+    for module in routers:
         app.include_router(module.router)
     # add_middleware wraps the outside: FrontDoor first, then CORS around it.
     labelled: list[BaseRoute] = []  # filled below, once every route exists
@@ -414,7 +427,7 @@ def create_app(config: RuntimeConfig) -> FastAPI:
         return PlainTextResponse(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
 
     _install_error_handlers(app)
-    for module in (routes_models, routes_openai, routes_memory, routes_cache):
+    for module in routers:
         labelled.extend(module.router.routes)
     labelled.extend(r for r in app.router.routes if hasattr(r, "path"))
     return app

@@ -182,14 +182,14 @@ def _tool_call_json(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def _headers(status: str, reason: str | None) -> dict[str, str]:
+def cache_headers(status: str, reason: str | None) -> dict[str, str]:
     headers = {"x-evermind-cache": status}
     if status in ("miss", "bypass") and reason:
         headers["x-evermind-cache-reason"] = reason
     return headers
 
 
-async def _within(seconds: float, provider: str, step: Any) -> Any:
+async def within(seconds: float, provider: str, step: Any) -> Any:
     """Awaits ``step``; past ``seconds`` an ``upstream_timeout`` (the client gets 504)."""
     try:
         return await asyncio.wait_for(step, seconds)
@@ -229,15 +229,15 @@ async def serve_chat(
         }
         if body.stream:
             deltas = bridge.stream(request) if outcome is None else caching.deltas(outcome)  # type: ignore[union-attr]
-            first = await _within(upstream.timeout, upstream.protocol, anext(deltas, None))
+            first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
             events = _events(gateway, resolved, tenant, status, base, deltas, first, include_usage)
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
-                headers={**SSE_HEADERS, **_headers(status, reason)},
+                headers={**SSE_HEADERS, **cache_headers(status, reason)},
             )
         step = bridge.generate(request) if outcome is None else caching.complete(outcome)  # type: ignore[union-attr]
-        completion: Completion = await _within(upstream.timeout, upstream.protocol, step)
+        completion: Completion = await within(upstream.timeout, upstream.protocol, step)
     except UpstreamError as err:
         gateway.failed(tenant, upstream.name, err)
         raise gateway.clean(err) from None
@@ -257,7 +257,7 @@ async def serve_chat(
         "usage": _usage(completion.usage),
         "evermind": evermind_field(completion, status),
     }
-    return JSONResponse(answer, headers=_headers(status, reason))
+    return JSONResponse(answer, headers=cache_headers(status, reason))
 
 
 def _sse(payload: dict[str, Any] | str) -> bytes:
@@ -288,7 +288,7 @@ async def _events(
             if delta.completion is not None:
                 completion = delta.completion
                 break
-            delta = await _within(upstream.timeout, upstream.protocol, anext(deltas, None))
+            delta = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
         if completion is None:
             raise UpstreamError(
                 f"{upstream.protocol}: the stream ended without its completion",

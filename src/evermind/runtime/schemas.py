@@ -89,6 +89,28 @@ class ChatRequest(_Sampling):
     )
 
 
+class AnthropicMessage(_Body):
+    """One turn of a Messages request: text, or content blocks."""
+
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Body):
+    """``POST /v1/messages`` (Anthropic Messages shape; gateway models only)."""
+
+    model: str = Field(description="<upstream>/<name>, an upstream of the --upstreams file")
+    max_tokens: int = Field(ge=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=1)
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
+
+
 class EmbeddingRequest(_Body):
     """``POST /v1/embeddings``."""
 
