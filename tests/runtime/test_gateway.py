@@ -117,7 +117,7 @@ def test_a_paraphrase_is_served_from_the_cache_and_a_near_miss_is_not(
     assert paid.prompt_tokens > 0 and paid.completion_tokens > 0
 
     again = ask(gateway, PARAPHRASE)
-    assert again.headers["x-evermind-cache"] == "hit-l1"
+    assert again.headers["x-evermind-cache"] == "hit-l1", again.headers.get("x-evermind-cache-reason")
     served = again.parse()
     assert served.choices[0].message.content == f"Answer to: {QUESTION}"
     field = served.model_extra["evermind"]
@@ -374,7 +374,7 @@ def test_messages_json_miss_then_a_paraphrase_hit(
         messages=[{"role": "user", "content": "Python: make a virtual environment, how?"}],
         extra_body={"temperature": 0},  # this SDK has no temperature argument
     )
-    assert again.headers["x-evermind-cache"] == "hit-l1"
+    assert again.headers["x-evermind-cache"] == "hit-l1", again.headers.get("x-evermind-cache-reason")
     served = again.parse()
     assert served.content[0].text == f"Answer to: {text}"
     assert served.usage.input_tokens == 0 and served.usage.output_tokens == 0

@@ -365,3 +365,30 @@ def test_a_stream_is_stored_when_its_completion_arrives_even_if_the_reader_stops
     assert bridge.stats.stores == 1
     assert run(bridge.generate(ask(PARAPHRASE))).cached is not None
     assert len(upstream.requests) == 1
+
+
+def test_one_question_stored_in_many_scopes_does_not_blind_the_calibration() -> None:
+    """The calibration measures unrelated stored queries; the same question asked under ten
+    system prompts is one query, not ten texts that score 1.0 with each other."""
+    bridge, _ = make()
+    questions = [
+        "How do I parse JSON in Go?",
+        "Which port does PostgreSQL listen on?",
+        "How do I undo the last git commit?",
+        "What does chmod 755 mean?",
+        "How to center a div with flexbox",
+        "How do I list open ports on Linux?",
+        "What is a Kubernetes liveness probe?",
+        "How do I set an environment variable in Windows?",
+    ]
+
+    async def scenario() -> Completion:
+        for question in questions:
+            await bridge.generate(ask(question))
+        for i in range(10):
+            await bridge.generate(ask(QUESTION, system=f"Persona {i}"))
+        return await bridge.generate(ask(PARAPHRASE, system="Persona 3"))
+
+    hit = run(scenario())
+    assert not bridge.cache.calibration.collapsed
+    assert hit.cached is not None and hit.cached.cached_query == QUESTION

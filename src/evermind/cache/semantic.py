@@ -245,10 +245,17 @@ class SemanticCache:
     def calibration(self) -> Calibration:
         """How the current embedder scores the cache's stored (mostly unrelated) queries.
 
-        Measured on up to :data:`~evermind.cache.decide.CALIBRATION_SAMPLE` stored queries of
-        the current fingerprint, and again whenever their number has changed by a quarter.
+        Measured on up to :data:`~evermind.cache.decide.CALIBRATION_SAMPLE` distinct stored
+        queries of the current fingerprint, and again whenever their number has changed by a
+        quarter.
         """
-        mine = [e for e in self._entries.values() if e.fingerprint == self._fingerprint]
+        # One entry per distinct query: the same question stored in several namespaces (two
+        # tenants, two system prompts) is not a pair of unrelated texts scoring 1.0.
+        distinct: dict[str, _Entry] = {}
+        for entry in self._entries.values():
+            if entry.fingerprint == self._fingerprint:
+                distinct.setdefault(entry.query, entry)
+        mine = list(distinct.values())
         cached = self._calibration
         if (
             cached is not None
