@@ -29,7 +29,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from evermind.bridges.base import Bridge, Completion
@@ -172,14 +171,6 @@ def make_embedder(
     return embed, f"evermind:{model.fingerprint}"
 
 
-@dataclass
-class _Pair:
-    """The bridge of one (tenant, upstream), and its share of the counters."""
-
-    bridge: Bridge
-    caching: CachingBridge | None
-
-
 class Gateway:
     """Resolves model ids to bridges and keeps the counters of every call.
 
@@ -205,7 +196,7 @@ class Gateway:
         self.prices = prices if prices is not None else PriceTable.load()
         self.metrics = metrics
         self._connect = connect
-        self._pairs: dict[tuple[str, str], _Pair] = {}
+        self._bridges: dict[tuple[str, str], Bridge] = {}
         embedder = make_embedder(config.embedder, executor)
         self.cache: SemanticCache | None = None
         if embedder is not None:
@@ -243,8 +234,8 @@ class Gateway:
             raise AccessError(
                 f"tenant {tenant!r} may not use upstream {prefix!r}", code="upstream_forbidden"
             )
-        pair = self._pairs.get((tenant, prefix))
-        if pair is None:
+        bridge = self._bridges.get((tenant, prefix))
+        if bridge is None:
             key = upstream.key_for(tenant)
             if not key:
                 raise AccessError(
@@ -258,9 +249,8 @@ class Gateway:
                 if self.cache is None
                 else CachingBridge(inner, self.cache, self.config.policy, price=self.prices.price)
             )
-            pair = _Pair(caching or inner, caching)
-            self._pairs[(tenant, prefix)] = pair
-        return Resolved(pair.bridge, name, upstream)
+            bridge = self._bridges[(tenant, prefix)] = caching or inner
+        return Resolved(bridge, name, upstream)
 
     # ----------------------------------------------------------------- accounting
 
@@ -308,9 +298,9 @@ class Gateway:
 
     async def aclose(self) -> None:
         """Closes every upstream bridge."""
-        for pair in self._pairs.values():
+        for bridge in self._bridges.values():
             try:
-                await pair.bridge.aclose()
+                await bridge.aclose()
             except Exception as err:  # closing must not stop the others from closing
                 logger.warning("gateway: closing a bridge failed: %s", err)
-        self._pairs.clear()
+        self._bridges.clear()

@@ -228,7 +228,11 @@ async def serve_chat(
             "model": body.model,
         }
         if body.stream:
-            deltas = bridge.stream(request) if outcome is None else caching.deltas(outcome)  # type: ignore[union-attr]
+            deltas = (
+                bridge.stream(request)
+                if caching is None or outcome is None
+                else caching.deltas(outcome)
+            )
             first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
             events = _events(gateway, resolved, tenant, status, base, deltas, first, include_usage)
             return StreamingResponse(
@@ -236,7 +240,11 @@ async def serve_chat(
                 media_type="text/event-stream",
                 headers={**SSE_HEADERS, **cache_headers(status, reason)},
             )
-        step = bridge.generate(request) if outcome is None else caching.complete(outcome)  # type: ignore[union-attr]
+        step = (
+            bridge.generate(request)
+            if caching is None or outcome is None
+            else caching.complete(outcome)
+        )
         completion: Completion = await within(upstream.timeout, upstream.protocol, step)
     except UpstreamError as err:
         gateway.failed(tenant, upstream.name, err)
