@@ -117,7 +117,9 @@ def test_a_paraphrase_is_served_from_the_cache_and_a_near_miss_is_not(
     assert paid.prompt_tokens > 0 and paid.completion_tokens > 0
 
     again = ask(gateway, PARAPHRASE)
-    assert again.headers["x-evermind-cache"] == "hit-l1", again.headers.get("x-evermind-cache-reason")
+    assert again.headers["x-evermind-cache"] == "hit-l1", again.headers.get(
+        "x-evermind-cache-reason"
+    )
     served = again.parse()
     assert served.choices[0].message.content == f"Answer to: {QUESTION}"
     field = served.model_extra["evermind"]
@@ -374,7 +376,9 @@ def test_messages_json_miss_then_a_paraphrase_hit(
         messages=[{"role": "user", "content": "Python: make a virtual environment, how?"}],
         extra_body={"temperature": 0},  # this SDK has no temperature argument
     )
-    assert again.headers["x-evermind-cache"] == "hit-l1", again.headers.get("x-evermind-cache-reason")
+    assert again.headers["x-evermind-cache"] == "hit-l1", again.headers.get(
+        "x-evermind-cache-reason"
+    )
     served = again.parse()
     assert served.content[0].text == f"Answer to: {text}"
     assert served.usage.input_tokens == 0 and served.usage.output_tokens == 0
@@ -435,3 +439,21 @@ def test_messages_to_an_openai_upstream_and_errors(
         claude_client(gateway, token="not-a-runtime-token").messages.create(
             model=CLAUDE, max_tokens=32, messages=[{"role": "user", "content": "hi"}]
         )
+
+
+def test_the_replay_benchmark_runs_end_to_end() -> None:
+    """``evermind bench gateway`` on three triples (structure only; the numbers are the
+    machine's)."""
+    from benchmarks.gateway import format_table, run_gateway_bench
+    from evals import find
+
+    if not find("cache_pairs_dev.jsonl").is_file():
+        pytest.skip("the development set cache_pairs_dev.jsonl is not here ($EVERMIND_EVAL_DIR)")
+    doc = run_gateway_bench(("none", "terms"), probes=3, limit=3)
+    none, terms = doc["rows"]
+    assert none["replay"] is None and none["overhead"]["probes"] == 3
+    replay = terms["replay"]
+    assert replay["requests"] == 12 and replay["sent"]["near_miss"] == 3
+    assert replay["hits"]["repeat"] == 3  # an exact repeat is always served
+    assert replay["wrong_answers_served"] == 0
+    assert "| terms |" in format_table(doc)
