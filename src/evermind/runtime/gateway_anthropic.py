@@ -174,6 +174,13 @@ async def messages(
     request = messages_request(
         body, resolved.model, who.tenant, http_request.headers.get("x-evermind-cache")
     )
+    size = len(request.system or "") + sum(len(m.text()) for m in request.messages)
+    if size > runtime.config.max_input_chars:
+        raise InputError(
+            f"messages: {size} characters, this server accepts at most "
+            f"{runtime.config.max_input_chars}; hint: shorten them",
+            code="input_too_long",
+        )
     return await _serve(gateway, resolved, body, request)
 
 

@@ -256,7 +256,7 @@ async def chat_completions(
     gateway = runtime.gateway
     routed = None if gateway is None else gateway.resolve(body.model, who)
     if gateway is not None and routed is not None:
-        text = "".join(str(m.content or "") for m in body.messages)
+        text = "".join(_message_text(m, i) for i, m in enumerate(body.messages))
         _check_length(runtime.config, text, "messages")
         neutral = chat_request(
             body,
