@@ -101,7 +101,7 @@ def _python_env() -> dict[str, str]:
 class _Processes:
     """The upstream and the gateway, each in its own process, for one configuration."""
 
-    def __init__(self, folder: Path, embedder: str) -> None:
+    def __init__(self, folder: Path, embedder: str, l2: bool = True) -> None:
         from evermind.runtime.server import free_port
 
         env = _python_env()
@@ -115,7 +115,7 @@ class _Processes:
         config.write_text(
             json.dumps(
                 {
-                    "cache": {"embedder": embedder, "capacity": 100_000},
+                    "cache": {"embedder": embedder, "capacity": 100_000, "l2": l2},
                     "upstreams": {
                         "openai": {
                             "protocol": "openai",
@@ -269,15 +269,17 @@ def run_gateway_bench(
     probes: int = 200,
     limit: int | None = None,
     eval_dir: Path | None = None,
+    l2: bool = True,
 ) -> dict[str, Any]:
-    """The benchmark's document: per configuration, the overhead and the replay."""
+    """The benchmark's document: per configuration, the overhead and the replay (``l2``:
+    the runtime's SQLite L2 behind the in-process L1)."""
     triples = load_triples(eval_dir, limit)
     asks = replay_set(triples)
     rows = []
     for name in configs:
         with tempfile.TemporaryDirectory(prefix="evermind-bench-gateway-") as tmp:
             folder = Path(tmp)
-            procs = _Processes(folder, _embedder_spec(name, folder))
+            procs = _Processes(folder, _embedder_spec(name, folder), l2)
             try:
                 with httpx.Client(timeout=60) as client:
                     for i in range(5):  # warm both paths (connections, imports)
@@ -301,6 +303,7 @@ def run_gateway_bench(
         "triples": len(triples),
         "replayed": len(asks),
         "cpu_count": os.cpu_count(),
+        "l2": l2,
         "rows": rows,
     }
 
@@ -313,7 +316,7 @@ def format_table(doc: dict[str, Any]) -> str:
     """The document as two Markdown tables."""
     out = [
         f"Gateway replay: {doc['triples']} triples, {doc['replayed']} requests per embedder "
-        f"({doc['cpu_count']} CPUs)",
+        f"({doc['cpu_count']} CPUs; L2 {'on' if doc['l2'] else 'off'})",
         "",
         "| embedder | direct p50 ms | direct p99 ms | gateway p50 ms | gateway p99 ms "
         "| overhead p50 ms | overhead p99 ms |",
@@ -361,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"comma-separated, some of {','.join(CONFIGS)} (default all)",
     )
     parser.add_argument("--eval-dir", type=Path, help="the development sets' folder")
+    parser.add_argument("--no-l2", action="store_true", help="L1 only (no SQLite L2)")
     args = parser.parse_args(argv)
     configs = [c for c in args.embedders.split(",") if c]
     unknown = sorted(set(configs) - set(CONFIGS))
@@ -371,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         probes=50 if args.quick else args.probes,
         limit=40 if args.quick and args.limit is None else args.limit,
         eval_dir=args.eval_dir,
+        l2=not args.no_l2,
     )
     print(json.dumps(doc, indent=2) if args.json else format_table(doc))
     return 0
