@@ -59,6 +59,13 @@ def gateway(
                         "api_key": "env:EVERMIND_TEST_GATEWAY_KEY",
                         "max_retries": 0,
                     },
+                    "slow": {  # the same server, with a deadline it misses when told to
+                        "protocol": "openai",
+                        "base_url": gpt.url + "/v1",
+                        "api_key": OPENAI_KEY,
+                        "timeout": 0.5,
+                        "max_retries": 0,
+                    },
                     "anthropic": {
                         "protocol": "anthropic",
                         "base_url": claude.url,
@@ -240,6 +247,31 @@ def test_upstream_faults_become_clean_statuses(
     assert OPENAI_KEY not in raised.value.response.text
 
 
+def test_an_upstream_past_its_deadline_is_a_504(
+    gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
+) -> None:
+    gpt, _ = upstreams
+    gpt.latency_s = 1.5
+    try:
+        with pytest.raises(openai.APIStatusError) as raised:
+            ask(gateway, "A question nobody answers in time", model="slow/gpt-4o-mini")
+    finally:
+        gpt.latency_s = 0.0
+    assert raised.value.status_code == 504
+    assert raised.value.response.json()["error"]["code"] == "upstream_timeout"
+
+
+def test_the_shared_l2_serves_what_this_process_forgot(gateway: ServerThread) -> None:
+    text = "How do I pretty-print JSON in Python?"
+    assert ask(gateway, text).headers["x-evermind-cache"] == "miss"
+    runtime = gateway.server.config.app.state.runtime  # the in-process server's services
+    runtime.gateway.cache.clear()  # L1 forgets; the SQLite L2 keeps it
+    again = ask(gateway, "Python: pretty-print JSON, how do I?")
+    assert again.headers["x-evermind-cache"] == "hit-l2"
+    assert again.parse().model_extra["evermind"]["cached_query"] == text
+    assert ask(gateway, text).headers["x-evermind-cache"] == "hit-l1"  # promoted into L1
+
+
 def test_a_stream_cut_halfway_ends_with_an_error_event_and_is_not_stored(
     gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
 ) -> None:
@@ -313,6 +345,45 @@ def test_evermind_models_stay_local(gateway: ServerThread) -> None:
         body = {"model": "evermind/none-such", "messages": [{"role": "user", "content": "hi"}]}
         answer = http.post("/v1/chat/completions", json=body)
     assert answer.status_code == 404 and "x-evermind-cache" not in answer.headers
+
+
+def test_resolve_picks_each_tenants_key_and_refuses_a_tenant_without_one() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from evermind.errors import AccessError
+    from evermind.runtime.gateway import Gateway
+    from evermind.runtime.gateway_config import GatewayConfig
+    from evermind.runtime.metrics import Metrics
+    from evermind.tokens import Principal
+
+    raw = {
+        "cache": {"embedder": "none"},
+        "upstreams": {"gpt": {"protocol": "openai", "tenant_keys": {"alpha": "key-a"}}},
+    }
+    config = GatewayConfig.parse(raw, "test", {})
+    seen: list[str] = []
+
+    class Recorder:
+        provider = "openai"
+        last_usage = None
+
+        async def aclose(self) -> None:
+            pass
+
+    def connect(upstream: Any, key: str) -> Any:
+        seen.append(key)
+        return Recorder()
+
+    with ThreadPoolExecutor(1) as pool:
+        gateway = Gateway(config, None, pool, Metrics(), connect=connect)
+        routed = gateway.resolve("gpt/gpt-4o", Principal("alpha", "read"))
+        assert routed is not None and routed.model == "gpt-4o" and seen == ["key-a"]
+        assert gateway.resolve("gpt/gpt-4o", Principal("alpha", "read")).bridge is routed.bridge
+        assert gateway.resolve("evermind/notes", Principal("alpha", "read")) is None
+        assert gateway.resolve("unknown/x", Principal("alpha", "read")) is None
+        with pytest.raises(AccessError, match="no key"):
+            gateway.resolve("gpt/gpt-4o", Principal("bravo", "read"))
+        assert gateway.scrub("echoed key-a back") == "echoed *** back"
 
 
 def test_the_upstreams_file_is_checked_at_start(tmp_path: Path) -> None:
