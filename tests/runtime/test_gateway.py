@@ -209,6 +209,48 @@ def test_the_anthropic_upstream_behind_the_openai_shape(
     assert ask(gateway, text).headers["x-evermind-cache"] == "miss"
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    },
+}
+
+
+def test_tools_and_tool_results_pass_through_and_bypass_the_cache(
+    gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
+) -> None:
+    gpt, _ = upstreams
+    question = "Use weather for Paris today"
+    raw = client(gateway).chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": question}],
+        tools=[WEATHER],
+        temperature=0,
+    )
+    assert raw.headers["x-evermind-cache"] == "bypass"
+    assert raw.headers["x-evermind-cache-reason"] == "tools"
+    choice = raw.parse().choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "weather" and json.loads(call.function.arguments)
+    assert gpt.last.body["tools"][0]["function"]["name"] == "weather"
+    turns = [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"},
+    ]
+    answer = client(gateway).chat.completions.with_raw_response.create(
+        model=MODEL, messages=turns, temperature=0
+    )
+    assert answer.headers["x-evermind-cache-reason"] == "tool_results"
+    assert answer.parse().choices[0].message.content == "Tool said: sunny, 21 C"
+    sent = gpt.last.body["messages"]
+    assert sent[-1]["role"] == "tool" and sent[-1]["tool_call_id"] == call.id
+
+
 def test_models_and_tenants_the_config_does_not_allow_are_refused(gateway: ServerThread) -> None:
     with httpx.Client(base_url=gateway.url, headers=bearer(TOKEN_B), timeout=30) as http:
         body = {"model": CLAUDE, "messages": [{"role": "user", "content": "hi"}]}
@@ -528,3 +570,35 @@ def test_the_replay_benchmark_runs_end_to_end() -> None:
     assert replay["hits"]["repeat"] == 3  # an exact repeat is always served
     assert replay["wrong_answers_served"] == 0
     assert "| terms |" in format_table(doc)
+
+
+def test_messages_tool_use_and_tool_result_round_trip(
+    gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
+) -> None:
+    _, claude = upstreams
+    tool = {
+        "name": "weather",
+        "description": "The weather in a city",
+        "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}},
+    }
+    question = [{"role": "user", "content": "Use weather for Rome"}]
+    first = claude_client(gateway).messages.create(
+        model=CLAUDE, max_tokens=64, tools=[tool], messages=question
+    )
+    assert first.stop_reason == "tool_use"
+    use = next(b for b in first.content if b.type == "tool_use")
+    assert use.name == "weather" and claude.last.body["tools"][0]["name"] == "weather"
+    turns = [
+        *question,
+        {"role": "assistant", "content": [use.model_dump()]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "rainy"}],
+        },
+    ]
+    second = claude_client(gateway).messages.create(
+        model=CLAUDE, max_tokens=64, tools=[tool], messages=turns
+    )
+    assert second.content[0].text == "Tool said: rainy"
+    sent = claude.last.body["messages"][-1]["content"][0]
+    assert sent["type"] == "tool_result" and sent["tool_use_id"] == use.id
