@@ -34,8 +34,11 @@ What they do, deterministically:
   ``invalid_api_key``); Anthropic requires the ``anthropic-version`` header (400 without).
 - Faults, scripted with :meth:`Upstream.fail` for the next N requests: ``rate_limit`` (429
   with ``retry-after``), ``server_error`` (500), ``overloaded`` (529 / 503), ``auth`` (401
-  whatever the key), ``cut`` (the connection is closed halfway through the body) and
-  ``truncate`` (a stream that ends cleanly halfway, without its final event).
+  whatever the key), ``cut`` (the connection is closed halfway through the body),
+  ``truncate`` (a stream that ends cleanly halfway, without its final event) and
+  ``stream_error`` (a stream that sends half, then an in-band error: Anthropic's ``error``
+  event with ``overloaded_error``, an OpenAI ``{"error": ...}`` chunk). On a response that
+  is not streamed, ``truncate`` and ``stream_error`` cut the body like ``cut``.
 - Every request is recorded (:attr:`Upstream.requests`: path, lower-cased headers, JSON body).
 - CORS is open (any origin, any header) so a page can call them (the FetchBridge test).
 - ``latency_s`` delays each response before its first byte; ``chunk_delay_s`` each streamed
@@ -53,7 +56,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 from starlette.applications import Starlette
@@ -63,7 +66,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-FAULTS = ("rate_limit", "server_error", "overloaded", "auth", "cut", "truncate")
+FAULTS = ("rate_limit", "server_error", "overloaded", "auth", "cut", "truncate", "stream_error")
 _WORD = re.compile(r"\S+")
 
 
@@ -186,7 +189,7 @@ class Upstream:
         """``http://127.0.0.1:<port>`` (Anthropic's base URL; OpenAI's is ``url + "/v1"``)."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> Upstream:
+    def start(self, timeout_s: float = 30.0) -> Self:
         """Starts the server thread; returns once it accepts connections."""
         self._thread.start()
         deadline = time.monotonic() + timeout_s
@@ -202,7 +205,7 @@ class Upstream:
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -339,9 +342,14 @@ class Upstream:
             if i and self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             yield event
+        if fault is not None and fault.kind == "stream_error":
+            yield self._error_event()
         if fault is not None and fault.kind == "cut":
             await asyncio.sleep(0.05)  # let the first half reach the client
             raise _Cut("scripted fault: the connection is dropped mid-body")
+
+    def _error_event(self) -> bytes:
+        raise NotImplementedError
 
     def _body_response(self, payload: dict[str, Any], fault: _Fault | None) -> Response:
         data = json.dumps(payload).encode()
@@ -386,6 +394,10 @@ class AnthropicUpstream(Upstream):
 
     def _tool_names(self, body: dict[str, Any]) -> list[str]:
         return [str(t.get("name")) for t in body.get("tools") or () if isinstance(t, dict)]
+
+    def _error_event(self) -> bytes:
+        data = self._error(529, "overloaded", "Overloaded")
+        return f"event: error\ndata: {json.dumps(data)}\n\n".encode()
 
     async def _messages(self, request: Request) -> Response:
         body, fault, error = await self._admit(request)
@@ -534,6 +546,10 @@ class OpenAIUpstream(Upstream):
                 "code": codes.get(status),
             }
         }
+
+    def _error_event(self) -> bytes:
+        data = self._error(500, "server_error", "The server had an error mid-stream")
+        return f"data: {json.dumps(data)}\n\n".encode()
 
     def _tool_names(self, body: dict[str, Any]) -> list[str]:
         return [

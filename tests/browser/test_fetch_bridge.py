@@ -5,8 +5,8 @@ that drives :class:`~evermind.bridges.fetch.FetchBridge` over the page's ``fetch
 servers of ``tests/upstreams.py`` (another loopback port: CORS preflights included). Checked
 per protocol: a completion, a stream that arrives in several deltas and ends with the same
 completion and usage, the request the server received (two cache breakpoints / the system
-message first; the browser-access header), a 429 with its ``retry_after``, a wrong key, and a
-stream cut halfway. Zero requests leave 127.0.0.1.
+message first; the browser-access header), a 429 with its ``retry_after``, a wrong key, a
+stream cut or truncated halfway, and an error event mid-stream. Zero requests leave 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -130,6 +130,9 @@ def test_fetch_bridge_in_the_tab(browser, server) -> None:
                 upstream.fail("truncate")
                 truncated = _step(rec, protocol, url, key, "stream")
                 assert truncated["error"] == "upstream_stream_cut", truncated
+                upstream.fail("stream_error")
+                broke = _step(rec, protocol, url, key, "stream")
+                assert broke["error"] == "upstream_unavailable", broke
             rec.assert_offline()
         finally:
             rec.close()

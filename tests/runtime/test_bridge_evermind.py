@@ -106,7 +106,9 @@ def test_generation_does_not_block_the_event_loop(model: Model) -> None:
 
     ticks, took = asyncio.run(main())
     print(f"generation took {took * 1000:.0f} ms; the loop ticked {ticks} times meanwhile")
-    assert took > 0.02 and ticks >= 2
+    # Generation on the loop would run to its end before the ticker's first turn (0 ticks);
+    # how often it ticks beside the worker depends on the GIL and a shared CPU.
+    assert took > 0.02 and ticks >= 1
 
 
 def test_tools_are_refused(model: Model) -> None:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import pytest
 
 from evermind.bridges.anthropic import AnthropicBridge
-from evermind.bridges.base import ChatRequest, Completion, Message, Usage
+from evermind.bridges.base import Bridge, ChatRequest, Completion, Message, Usage
 from evermind.errors import UpstreamError
 from tests.upstreams import AnthropicUpstream, count_tokens, default_reply, drain
 
@@ -253,3 +253,18 @@ async def _once(bridge: AnthropicBridge, request: ChatRequest, streamed: bool) -
     if streamed:
         return (await drain(bridge.stream(request)))[1]
     return await bridge.generate(request)
+
+
+def test_error_inside_a_stream(claude: AnthropicUpstream) -> None:
+    claude.fail("stream_error")
+    with pytest.raises(UpstreamError) as caught:
+        call(claude, lambda b: drain(b.stream(ask("a long enough question to stream"))))
+    assert caught.value.code == "upstream_unavailable" and caught.value.status is None
+    assert "error" in str(caught.value)
+
+
+def test_it_is_a_bridge(claude: AnthropicUpstream) -> None:
+    async def check(bridge: Any) -> None:
+        assert isinstance(bridge, Bridge)
+
+    call(claude, check)

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from evermind.bridges.base import ChatRequest, Completion, Message, Usage
+from evermind.bridges.base import Bridge, ChatRequest, Completion, Message, Usage
 from evermind.bridges.openai import OpenAIBridge
 from evermind.errors import UpstreamError
 from tests.upstreams import OpenAIUpstream, count_tokens, default_reply, drain
@@ -265,3 +265,18 @@ def test_provider_name_is_carried(gpt: OpenAIUpstream) -> None:
     with pytest.raises(UpstreamError) as caught:
         call(gpt, lambda b: b.generate(ask("hello")), provider="evermind")
     assert caught.value.provider == "evermind"
+
+
+def test_error_inside_a_stream(gpt: OpenAIUpstream) -> None:
+    gpt.fail("stream_error")
+    with pytest.raises(UpstreamError) as caught:
+        call(gpt, lambda b: drain(b.stream(ask("a long enough question to stream"))))
+    assert caught.value.code == "upstream_unavailable" and caught.value.status is None
+    assert "error" in str(caught.value)
+
+
+def test_it_is_a_bridge(gpt: OpenAIUpstream) -> None:
+    async def check(bridge: Any) -> None:
+        assert isinstance(bridge, Bridge)
+
+    call(gpt, check)

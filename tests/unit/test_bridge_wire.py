@@ -45,6 +45,8 @@ def test_anthropic_body_two_breakpoints_and_fields() -> None:
     assert body["temperature"] == 0.2 and body["max_tokens"] == 9 and body["stream"] is True
     assert "system" not in wire.anthropic_body(request())
     assert len(wire.anthropic_body(request(facts="F only"))["system"]) == 1
+    cached_tool = {**TOOL, "cache_control": {"type": "ephemeral"}}
+    assert wire.anthropic_body(request(tools=(cached_tool,)))["tools"] == [cached_tool]
 
 
 def test_anthropic_tool_turns() -> None:

@@ -93,12 +93,14 @@ def anthropic_body(request: ChatRequest, *, stream: bool = False) -> dict[str, A
 
 
 def _anthropic_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """The neutral shape is Anthropic's; other keys (``cache_control``) pass through."""
     converted = {
+        **tool,
         "name": _tool_name(tool),
         "input_schema": tool.get("input_schema") or {"type": "object", "properties": {}},
     }
-    if tool.get("description"):
-        converted["description"] = tool["description"]
+    if not converted.get("description"):
+        converted.pop("description", None)
     return converted
 
 
