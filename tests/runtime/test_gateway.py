@@ -142,7 +142,9 @@ def test_a_paraphrase_is_served_from_the_cache_and_a_near_miss_is_not(
 
     near = ask(gateway, NEAR_MISS)
     assert near.headers["x-evermind-cache"] == "miss"
-    assert near.parse().choices[0].message.content == f"Answer to: {NEAR_MISS}"
+    refused = near.parse()
+    assert refused.choices[0].message.content == f"Answer to: {NEAR_MISS}"
+    assert "refused" in refused.model_extra["evermind"]["detail"]  # the cache's own reason
     assert len(gpt.requests) == before + 2
 
 

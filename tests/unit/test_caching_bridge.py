@@ -348,6 +348,8 @@ def test_open_says_hit_miss_or_bypass_before_anything_is_served() -> None:
         return statuses
 
     assert run(scenario()) == ["miss:lookup", "hit-l1:hit", "bypass:temperature"]
+    near = run(bridge.open(ask(NEAR_MISS)))
+    assert near.status == "miss" and "edit" in near.detail  # the guard that refused it
     assert len(upstream.requests) == 2
 
 

@@ -227,12 +227,15 @@ class CacheOutcome:
         reason: ``hit``; or why it goes upstream: a policy refusal (``temperature``,
             ``tools``, ``tool_results``, ``opt_out``, ``no_text``), ``lookup``, ``expired`` or
             ``cache_error``.
+        detail: The cache's reason in words (the decision of :mod:`evermind.cache.decide`:
+            which guard refused, the threshold, ...).
     """
 
     request: ChatRequest
     key: _Key | None
     hit: Completion | None
     reason: str | None
+    detail: str = ""
 
     @property
     def status(self) -> str:
@@ -312,11 +315,11 @@ class CachingBridge:
         self.stats.requests += 1
         key, upstream, refused = self._key(request)
         if key is None:
-            return CacheOutcome(upstream, None, None, refused)
-        hit, reason = await self._lookup(key)
+            return CacheOutcome(upstream, None, None, refused, "not cacheable by the policy")
+        hit, reason, detail = await self._lookup(key)
         if hit is None:
             self.stats.miss(reason)
-        return CacheOutcome(upstream, key, hit, reason)
+        return CacheOutcome(upstream, key, hit, reason, detail)
 
     async def complete(self, outcome: CacheOutcome) -> Completion:
         """The completion of an opened request: the hit, or the upstream's (then stored)."""
@@ -376,25 +379,25 @@ class CachingBridge:
         query = request.messages[-1].text().strip()
         return _Key(query, f"{cache_namespace}/{digest}", cache_namespace), upstream, None
 
-    async def _lookup(self, key: _Key) -> tuple[Completion | None, str]:
-        """The hit (None: a miss) and why it missed (``lookup``, ``expired``,
-        ``cache_error``) or ``hit``."""
+    async def _lookup(self, key: _Key) -> tuple[Completion | None, str, str]:
+        """The hit (None: a miss), why it missed (``lookup``, ``expired``, ``cache_error``)
+        or ``hit``, and the cache's own reason in words."""
         try:
             found = await self.cache.alookup(key.query, key.namespace)
         except EvermindError as err:  # the cache never fails a request: go upstream
             logger.warning("caching bridge: lookup failed, calling upstream: %s", err)
-            return None, "cache_error"
+            return None, "cache_error", str(err)
         entry = found.response if found.hit and isinstance(found.response, dict) else None
         if entry is None or entry.get("v") != ENTRY_VERSION:
-            return None, "lookup"
+            return None, "lookup", found.reason
         ttl = self.policy.ttl_of(key.cache_namespace)
         stored_at = entry.get("stored_at")
         if ttl is not None and (
             not isinstance(stored_at, int | float) or self._clock() - stored_at > ttl
         ):
             self.cache.invalidate(key.namespace, found.cached_query)
-            return None, "expired"
-        return self._served(found, entry), "hit"
+            return None, "expired", f"stored more than {ttl:g} s ago"
+        return self._served(found, entry), "hit", found.reason
 
     def _served(self, found: CacheLookup, entry: dict[str, JSONValue]) -> Completion:
         stored = _completion_of(entry)

@@ -195,6 +195,7 @@ async def _serve(
         outcome = None if caching is None else await caching.open(request)
         status = "bypass" if outcome is None else outcome.status
         reason = "no_cache" if outcome is None else outcome.reason
+        detail = "" if outcome is None else outcome.detail
         if body.stream:
             deltas = (
                 bridge.stream(request)
@@ -202,7 +203,9 @@ async def _serve(
                 else caching.deltas(outcome)
             )
             first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
-            events = _events(gateway, resolved, request, status, message_id, body, deltas, first)
+            events = _events(
+                gateway, resolved, request, status, detail, message_id, body, deltas, first
+            )
             headers = {**SSE_HEADERS, **cache_headers(status, reason)}
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         step = (
@@ -225,7 +228,7 @@ async def _serve(
         "stop_reason": STOP_REASON.get(completion.finish_reason, "end_turn"),
         "stop_sequence": None,
         "usage": _usage(completion),
-        "evermind": evermind_field(completion, status),
+        "evermind": evermind_field(completion, status, detail),
     }
     return JSONResponse(answer, headers=cache_headers(status, reason))
 
@@ -235,6 +238,7 @@ async def _events(
     resolved: Resolved,
     request: ChatRequest,
     status: str,
+    detail: str,
     message_id: str,
     body: MessagesRequest,
     deltas: AsyncIterator[Delta],
@@ -313,7 +317,7 @@ async def _events(
             "type": "message_delta",
             "delta": stop,
             "usage": _usage(completion),
-            "evermind": evermind_field(completion, status),
+            "evermind": evermind_field(completion, status, detail),
         },
     )
     yield _sse("message_stop", {"type": "message_stop"})

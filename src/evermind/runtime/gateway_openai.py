@@ -146,14 +146,16 @@ def _usage(usage: Usage) -> dict[str, Any]:
     }
 
 
-def evermind_field(completion: Completion, status: str) -> dict[str, Any]:
-    """The ``evermind`` body field: how the cache served the call and what it saved."""
+def evermind_field(completion: Completion, status: str, detail: str = "") -> dict[str, Any]:
+    """The ``evermind`` body field: how the cache served the call, why, and what it saved."""
     cached = completion.cached
     field: dict[str, Any] = {
         "cache": status,
         "cached": cached is not None,
         "cost_usd": completion.cost_usd,
     }
+    if detail:
+        field["detail"] = detail
     if cached is not None:
         saved = cached.saved
         field.update(
@@ -221,6 +223,7 @@ async def serve_chat(
         outcome = None if caching is None else await caching.open(request)
         status = "bypass" if outcome is None else outcome.status
         reason = "no_cache" if outcome is None else outcome.reason
+        detail = "" if outcome is None else outcome.detail
         base = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion.chunk" if body.stream else "chat.completion",
@@ -234,7 +237,9 @@ async def serve_chat(
                 else caching.deltas(outcome)
             )
             first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
-            events = _events(gateway, resolved, tenant, status, base, deltas, first, include_usage)
+            events = _events(
+                gateway, resolved, tenant, status, detail, base, deltas, first, include_usage
+            )
             return StreamingResponse(
                 events,
                 media_type="text/event-stream",
@@ -263,7 +268,7 @@ async def serve_chat(
         **base,
         "choices": [choice],
         "usage": _usage(completion.usage),
-        "evermind": evermind_field(completion, status),
+        "evermind": evermind_field(completion, status, detail),
     }
     return JSONResponse(answer, headers=cache_headers(status, reason))
 
@@ -278,6 +283,7 @@ async def _events(
     resolved: Resolved,
     tenant: str,
     status: str,
+    detail: str,
     base: dict[str, Any],
     deltas: AsyncIterator[Delta],
     first: Delta | None,
@@ -319,7 +325,7 @@ async def _events(
         calls = _tool_call_json(completion.tool_calls)
         delta_json["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
     last = _chunk(base, delta_json, completion.finish_reason)
-    last["evermind"] = evermind_field(completion, status)
+    last["evermind"] = evermind_field(completion, status, detail)
     yield _sse(last)
     if include_usage:
         yield _sse({**base, "choices": [], "usage": _usage(completion.usage)})
