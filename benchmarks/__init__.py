@@ -8,6 +8,7 @@ training step's breakdown, the GPU model's speeds, the timing helpers) stays in 
 - :mod:`benchmarks.report`: ``evermind bench kernels|train`` (both transports, one table);
 - :mod:`benchmarks.host`: the numpy and PyTorch references, the headless browser run;
 - :mod:`benchmarks.serve`: ``evermind bench serve``, the runtime on loopback;
+- :mod:`benchmarks.gateway`: ``evermind bench gateway``, the caching gateway's replay;
 - :mod:`benchmarks.memory`, :mod:`benchmarks.memory_tab`: recall and cache-lookup latency
   (natively, and in the Studio tab);
 - :mod:`benchmarks.model_cpu`: the numpy CPU model's step and generation;

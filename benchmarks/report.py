@@ -325,12 +325,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmarks: `kernels` (every WGSL kernel and the training step's share "
         "per kernel family) or `train` (tokens/s of training, forward and generation, and "
         "embedding latency, beside numpy and PyTorch). Runs native wgpu-py and headless "
-        "Chromium in one run and prints them side by side. `serve`: the runtime on loopback.",
+        "Chromium in one run and prints them side by side. `serve`: the runtime on loopback. "
+        "`gateway`: the caching gateway replayed against a loopback upstream.",
     )
     parser.add_argument(
         "what",
-        choices=["kernels", "train", "serve"],
-        help="kernels and train: native and browser in one run; serve: the runtime on loopback",
+        choices=["kernels", "train", "serve", "gateway"],
+        help="kernels and train: native and browser in one run; serve: the runtime on "
+        "loopback; gateway: the caching gateway's replay (hit rate, savings, overhead)",
     )
     parser.add_argument("--quick", action="store_true", help="fewer sizes, steps and repeats")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -362,6 +364,13 @@ def run(argv: Sequence[str] | None = None) -> int:
 
         serve_argv = ["--seconds", "1", "--clients", "1,8"] if args.quick else []
         return serve.main([*serve_argv, *(["--json"] if args.json else [])])
+    if args.what == "gateway":
+        # The caching gateway: hit rate, savings, wrong answers, overhead on a miss.
+        from benchmarks import gateway
+
+        return gateway.main(
+            [*(["--quick"] if args.quick else []), *(["--json"] if args.json else [])]
+        )
     if args.native_only and args.browser_only:
         raise EvermindError("bench: --native-only and --browser-only exclude each other")
     if args.cpu_threads < 1:

@@ -21,6 +21,7 @@ import inspect
 import json
 import logging
 import math
+import operator
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -245,10 +246,17 @@ class SemanticCache:
     def calibration(self) -> Calibration:
         """How the current embedder scores the cache's stored (mostly unrelated) queries.
 
-        Measured on up to :data:`~evermind.cache.decide.CALIBRATION_SAMPLE` stored queries of
-        the current fingerprint, and again whenever their number has changed by a quarter.
+        Measured on up to :data:`~evermind.cache.decide.CALIBRATION_SAMPLE` distinct stored
+        queries of the current fingerprint, and again whenever their number has changed by a
+        quarter.
         """
-        mine = [e for e in self._entries.values() if e.fingerprint == self._fingerprint]
+        # One entry per distinct query: the same question stored in several namespaces (two
+        # tenants, two system prompts) is not a pair of unrelated texts scoring 1.0.
+        distinct: dict[str, _Entry] = {}
+        for entry in self._entries.values():
+            if entry.fingerprint == self._fingerprint:
+                distinct.setdefault(entry.query, entry)
+        mine = list(distinct.values())
         cached = self._calibration
         if (
             cached is not None
@@ -456,9 +464,7 @@ class SemanticCache:
                 continue
             if len(entry.vector) != len(vector):
                 continue
-            scored.append(
-                (math.fsum(x * y for x, y in zip(entry.vector, vector, strict=True)), key)
-            )
+            scored.append((_dot(entry.vector, vector), key))
         scored.sort(reverse=True)
         candidates = [
             Candidate(key, score, self._entries[key].query, _answer_of(self._entries[key]))
@@ -467,7 +473,7 @@ class SemanticCache:
         exact = self._by_query.get((namespace, self._fingerprint, query))
         if exact is not None and all(c.key != exact for c in candidates):
             entry = self._entries[exact]
-            score = math.fsum(x * y for x, y in zip(entry.vector, vector, strict=True))
+            score = _dot(entry.vector, vector)
             candidates.append(Candidate(exact, score, entry.query, _answer_of(entry)))
         found = self._decide(query, candidates)
         if found.hit and found.candidate is not None:
@@ -628,6 +634,13 @@ class SemanticCache:
         return CacheLookup(
             True, hit.response, "l2", hit.score, hit.query, None, "served from l2", found.threshold
         )
+
+
+def _dot(a: Vector, b: Vector) -> float:
+    """The dot product of two unit vectors of one length (the L1 scan's inner loop:
+    ``sum(map(mul))`` runs ~2.7x faster than ``fsum`` over a generator, measured at 1300
+    entries of 128 dimensions; unit vectors need no compensated sum)."""
+    return float(sum(map(operator.mul, a, b)))
 
 
 #: How many of the best-scoring entries a lookup hands to the decision.

@@ -44,9 +44,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         **({"worker_threads": args.workers} if args.workers else {}),
         max_prompt_tokens=args.max_prompt_tokens,
         tenant_generations=args.tenant_generations,
+        upstreams_file=Path(args.upstreams) if args.upstreams else None,
     )
     config.check_exposure()
     auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
+    if config.upstreams_file:
+        auth += f"; gateway upstreams from {config.upstreams_file}"
     print(
         f"Evermind runtime on http://{config.host}:{config.port}  data: {config.data_dir}  "
         f"{auth}  (docs at /docs; Ctrl-C to stop)",
@@ -136,6 +139,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=0,
         help="generations one tenant may run at once (0: half the workers); the rest wait",
+    )
+    serve.add_argument(
+        "--upstreams",
+        metavar="FILE",
+        help="gateway: upstream models (anthropic/openai), their keys and the cache policy, "
+        "TOML or JSON (see docs/gateway.md); models <upstream>/<name> then go through the cache",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)

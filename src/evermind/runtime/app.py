@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncIterator
@@ -45,8 +46,15 @@ from evermind.errors import (
     ShapeError,
     StorageError,
     Unavailable,
+    UpstreamError,
 )
-from evermind.runtime import routes_cache, routes_memory, routes_models, routes_openai
+from evermind.runtime import (
+    gateway_anthropic,
+    routes_cache,
+    routes_memory,
+    routes_models,
+    routes_openai,
+)
 from evermind.runtime.auth import PermissionDenied, RateLimited, RateLimiter, Unauthenticated
 from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.errors import ApiError, error_body
@@ -58,6 +66,8 @@ logger = logging.getLogger(__name__)
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PUSH = ("POST", "/v1/models")
+#: The Anthropic-shaped route, whose clients authenticate with ``x-api-key``.
+MESSAGES = "/v1/messages"
 #: Failed authentications a client address may make: a burst, then this many a second.
 AUTH_FAILURE_BURST = 20
 AUTH_FAILURES_PER_S = 2.0
@@ -74,6 +84,7 @@ HTTP_STATUS: tuple[tuple[type[EvermindError], int, str], ...] = (
     (AccessError, 403, "forbidden"),
     (NotFound, 404, "not_found"),
     (Conflict, 409, "conflict"),
+    (UpstreamError, 502, "upstream_error"),  # by code: see UPSTREAM_STATUS
     (Unavailable, 503, "unavailable"),
     (ConfigError, 400, "invalid_request"),
     (InputError, 400, "invalid_request"),
@@ -81,6 +92,14 @@ HTTP_STATUS: tuple[tuple[type[EvermindError], int, str], ...] = (
     (StorageError, 500, "storage_error"),
     (EvermindError, 500, "server_error"),
 )
+#: An upstream's failure by its code, where 502 Bad Gateway is not the answer: its rate
+#: limit passes through (with its Retry-After), a timeout is 504, a request it refused as
+#: malformed is the caller's 400. Auth failures (the server's key), 5xx and cut streams: 502.
+UPSTREAM_STATUS = {
+    "upstream_rate_limited": 429,
+    "upstream_timeout": 504,
+    "upstream_bad_request": 400,
+}
 #: The challenge a 401 answer carries (RFC 6750).
 BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="evermind"'}
 
@@ -95,6 +114,10 @@ def as_api_error(err: EvermindError) -> ApiError:
         headers = dict(BEARER_CHALLENGE)
     elif isinstance(err, RateLimited):
         headers = {"Retry-After": str(err.retry_after_s)}
+    elif isinstance(err, UpstreamError):
+        status = UPSTREAM_STATUS.get(err.code) or (429 if err.status == 429 else 502)
+        if status == 429 and err.retry_after is not None:
+            headers = {"Retry-After": str(max(1, math.ceil(err.retry_after)))}
     return ApiError(status, str(err), err.code or code, headers)
 
 
@@ -198,8 +221,12 @@ class FrontDoor:
                 f"too many failed authentications from {peer}; retry in {wait:.1f} s",
                 max(1, round(wait + 0.5)),
             )
+        authorization = headers.get("authorization")
+        if authorization is None and scope["path"] == MESSAGES and "x-api-key" in headers:
+            # Anthropic clients send their key as x-api-key: here, the runtime token.
+            authorization = f"Bearer {headers['x-api-key']}"
         try:
-            principal = self.runtime.tokens.authenticate(headers.get("authorization"))
+            principal = self.runtime.tokens.authenticate(authorization)
         except AccessError:
             self.failures.spend(peer)
             raise
@@ -371,7 +398,8 @@ def create_app(config: RuntimeConfig) -> FastAPI:
     )
     _mount_offline_docs(app)
     app.state.runtime = runtime
-    for module in (routes_models, routes_openai, routes_memory, routes_cache):
+    routers = (routes_models, routes_openai, gateway_anthropic, routes_memory, routes_cache)
+    for module in routers:
         app.include_router(module.router)
     # add_middleware wraps the outside: FrontDoor first, then CORS around it.
     labelled: list[BaseRoute] = []  # filled below, once every route exists
@@ -381,7 +409,8 @@ def create_app(config: RuntimeConfig) -> FastAPI:
         allow_origins=list(config.cors_origins),
         allow_origin_regex=None if config.cors_origins else LOOPBACK_ORIGINS,
         allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-        allow_headers=["Authorization", "Content-Type"],
+        allow_headers=["Authorization", "Content-Type", "X-Evermind-Cache"],
+        expose_headers=["Retry-After", "X-Evermind-Cache", "X-Evermind-Cache-Reason"],
         max_age=600,
     )
 
@@ -399,7 +428,7 @@ def create_app(config: RuntimeConfig) -> FastAPI:
         return PlainTextResponse(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
 
     _install_error_handlers(app)
-    for module in (routes_models, routes_openai, routes_memory, routes_cache):
+    for module in routers:
         labelled.extend(module.router.routes)
     labelled.extend(r for r in app.router.routes if hasattr(r, "path"))
     return app

@@ -70,6 +70,8 @@ class RuntimeConfig:
         memory_budget_bytes: Loaded models are evicted (least recently used first) above this.
         worker_threads: Size of the thread pool that runs generation and embeddings.
         cache_max_entries: Entries kept per semantic-cache namespace (oldest evicted).
+        upstreams_file: The gateway's upstreams and cache policy (TOML or JSON, see
+            docs/gateway.md); None: no gateway, only local models are served.
     """
 
     data_dir: Path = field(default_factory=default_data_dir)
@@ -96,6 +98,7 @@ class RuntimeConfig:
     #: Local teacher embedders served on ``/v1/embeddings`` to every tenant (e.g.
     #: ``["minilm"]`` serves model ``teacher/all-minilm-l6-v2``; see train/teachers.py).
     teachers: list[str] = field(default_factory=list)
+    upstreams_file: Path | None = None
 
     @property
     def generation_slots(self) -> int:
@@ -112,6 +115,8 @@ class RuntimeConfig:
         self.data_dir = Path(self.data_dir)
         if self.tokens_file is not None:
             self.tokens_file = Path(self.tokens_file)
+        if self.upstreams_file is not None:
+            self.upstreams_file = Path(self.upstreams_file)
         positive = {
             "max_package_bytes": self.max_package_bytes,
             "max_request_bytes": self.max_request_bytes,

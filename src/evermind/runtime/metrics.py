@@ -1,7 +1,9 @@
 """Counters and latency histograms of the runtime, rendered as Prometheus text (native-only).
 
-Labels never carry tenant or model names (``/metrics`` needs no token); per-model usage is
-in ``GET /v1/models/{id}``, which is tenant-scoped.
+Labels never carry model names (``/metrics`` needs no token); per-model usage is in
+``GET /v1/models/{id}``, which is tenant-scoped. The gateway's counters are per tenant and
+upstream: the tenant label is a short hash of the name unless the upstreams file sets
+``[metrics] tenant_names = true`` (see docs/gateway.md).
 """
 
 from __future__ import annotations
@@ -9,9 +11,45 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from evermind.bridges.base import Usage
 
 #: Upper bounds of the latency histogram, in seconds.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+#: The gateway's cache outcomes (the ``x-evermind-cache`` header's values).
+CACHE_STATUSES = ("hit-l1", "hit-l2", "miss", "bypass")
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+
+
+@dataclass
+class GatewayCounters:
+    """What one tenant spent and saved on one upstream."""
+
+    requests: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CACHE_STATUSES, 0))
+    errors: dict[str, int] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    saved: Usage = field(default_factory=Usage)
+    saved_usd: float = 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over served calls (0.0 before the first)."""
+        served = sum(self.requests.values())
+        hits = self.requests["hit-l1"] + self.requests["hit-l2"]
+        return hits / served if served else 0.0
+
+
+def _kinds(usage: Usage) -> tuple[int, int, int, int]:
+    return (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+    )
 
 
 class Metrics:
@@ -25,6 +63,8 @@ class Metrics:
         self.tokens: dict[str, int] = defaultdict(int)
         self.cache: dict[str, int] = defaultdict(int)
         self.gauges: dict[str, Callable[[], float]] = {}
+        #: (tenant label, upstream) -> the gateway's counters.
+        self.gateway: dict[tuple[str, str], GatewayCounters] = defaultdict(GatewayCounters)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Counts one finished request and its latency."""
@@ -46,6 +86,69 @@ class Metrics:
         """Counts a semantic-cache ``hit``, ``miss``, ``guard_refused`` or ``store``."""
         with self._lock:
             self.cache[event] += 1
+
+    def gateway_call(
+        self,
+        tenant: str,
+        upstream: str,
+        status: str,
+        usage: Usage,
+        cost_usd: float,
+        saved: Usage | None,
+        saved_usd: float,
+    ) -> None:
+        """Counts one call the gateway served (``status``: one of :data:`CACHE_STATUSES`)."""
+        with self._lock:
+            counters = self.gateway[(tenant, upstream)]
+            counters.requests[status] = counters.requests.get(status, 0) + 1
+            counters.usage = counters.usage + usage
+            counters.cost_usd += cost_usd
+            if saved is not None:
+                counters.saved = counters.saved + saved
+            counters.saved_usd += saved_usd
+
+    def gateway_error(self, tenant: str, upstream: str, code: str) -> None:
+        """Counts one failed gateway call by its error code."""
+        with self._lock:
+            errors = self.gateway[(tenant, upstream)].errors
+            errors[code] = errors.get(code, 0) + 1
+
+    def _render_gateway(self) -> list[str]:
+        out: list[str] = []
+        rows = sorted(self.gateway.items())
+        families = [
+            ("evermind_gateway_requests_total", "counter", "Gateway calls by cache outcome."),
+            ("evermind_gateway_errors_total", "counter", "Failed gateway calls by error code."),
+            ("evermind_gateway_tokens_total", "counter", "Tokens paid upstream, by kind."),
+            ("evermind_gateway_cost_usd_total", "counter", "Dollars paid upstream (priced)."),
+            ("evermind_gateway_saved_tokens_total", "counter", "Tokens cache hits saved."),
+            ("evermind_gateway_saved_usd_total", "counter", "Dollars cache hits saved."),
+            ("evermind_gateway_cache_hit_ratio", "gauge", "Cache hits over served calls."),
+        ]
+        for name, kind, help_text in families:
+            out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+            for (tenant, upstream), c in rows:
+                label = f'tenant="{_esc(tenant)}",upstream="{_esc(upstream)}"'
+                if name == "evermind_gateway_requests_total":
+                    out += [f'{name}{{{label},cache="{s}"}} {n}' for s, n in c.requests.items()]
+                elif name == "evermind_gateway_errors_total":
+                    out += [f'{name}{{{label},code="{_esc(e)}"}} {n}' for e, n in c.errors.items()]
+                elif name in (
+                    "evermind_gateway_tokens_total",
+                    "evermind_gateway_saved_tokens_total",
+                ):
+                    usage = c.usage if name == "evermind_gateway_tokens_total" else c.saved
+                    out += [
+                        f'{name}{{{label},kind="{k}"}} {n}'
+                        for k, n in zip(TOKEN_KINDS, _kinds(usage), strict=True)
+                    ]
+                elif name == "evermind_gateway_cost_usd_total":
+                    out.append(f"{name}{{{label}}} {c.cost_usd:.6f}")
+                elif name == "evermind_gateway_saved_usd_total":
+                    out.append(f"{name}{{{label}}} {c.saved_usd:.6f}")
+                else:
+                    out.append(f"{name}{{{label}}} {c.hit_rate:.6f}")
+        return out
 
     def render(self) -> str:
         """The Prometheus text exposition of every metric."""
@@ -90,6 +193,7 @@ class Metrics:
             ]
             for event in ("hit", "miss", "guard_refused", "store"):
                 out.append(f'evermind_semantic_cache_total{{event="{event}"}} {self.cache[event]}')
+            out += self._render_gateway()
             gauges = dict(self.gauges)
         for name, read in sorted(gauges.items()):
             out += [f"# TYPE {name} gauge", f"{name} {read():g}"]

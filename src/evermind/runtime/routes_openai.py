@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from evermind.model.inference import EMBED_MAX_TOKENS, Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
+from evermind.runtime.gateway_openai import chat_request, serve_chat
 from evermind.runtime.generation import (
     CHAT_STOP,
     GenerationRequest,
@@ -249,9 +250,24 @@ async def chat_completions(
     who: Reader,
     http_request: Request,
 ) -> Any:
-    """Replies to ``messages`` rendered with the documented chat template."""
-    turns = [(m.role, _message_text(m, i)) for i, m in enumerate(body.messages)]
+    """Replies to ``messages`` rendered with the documented chat template; or, for a model
+    of an upstream in the server's ``--upstreams`` file, through the caching gateway."""
     max_tokens = body.max_completion_tokens if body.max_tokens is None else body.max_tokens
+    gateway = runtime.gateway
+    routed = None if gateway is None else gateway.resolve(body.model, who)
+    if gateway is not None and routed is not None:
+        text = "".join(_message_text(m, i) for i, m in enumerate(body.messages))
+        _check_length(runtime.config, text, "messages")
+        neutral = chat_request(
+            body,
+            routed.model,
+            who.tenant,
+            _max_tokens(runtime.config, max_tokens),
+            http_request.headers.get("x-evermind-cache"),
+        )
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        return await serve_chat(gateway, routed, body, neutral, include)
+    turns = [(m.role, _message_text(m, i)) for i, m in enumerate(body.messages)]
     request = _generation(runtime.config, body, render_chat(turns), max_tokens, chat=True)
     install, model = await _serve(runtime, who, body.model)
     await _check_prompt_tokens(runtime, model, request.prompt)

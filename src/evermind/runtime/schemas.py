@@ -75,6 +75,8 @@ class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_call_id: str | None = Field(None, description="role tool: the call this answers")
+    tool_calls: list[dict[str, Any]] | None = Field(None, description="role assistant")
 
 
 class ChatRequest(_Sampling):
@@ -82,6 +84,31 @@ class ChatRequest(_Sampling):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="Alias of max_tokens")
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="Gateway upstreams only (OpenAI function tools); local models ignore it"
+    )
+
+
+class AnthropicMessage(_Body):
+    """One turn of a Messages request: text, or content blocks."""
+
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Body):
+    """``POST /v1/messages`` (Anthropic Messages shape; gateway models only)."""
+
+    model: str = Field(description="<upstream>/<name>, an upstream of the --upstreams file")
+    max_tokens: int = Field(ge=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=1)
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    tools: list[dict[str, Any]] | None = None
 
 
 class EmbeddingRequest(_Body):

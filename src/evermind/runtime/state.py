@@ -19,6 +19,8 @@ from fastapi import Depends, Request
 from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
 from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.gateway import Gateway
+from evermind.runtime.gateway_config import GatewayConfig
 from evermind.runtime.generation import Generator
 from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService
@@ -46,16 +48,21 @@ class Runtime:
     started_at: float
     #: Loaded local teachers by model id (``teacher/...``), filled on first use.
     teachers: dict[str, Any] = field(default_factory=dict)
+    #: The caching gateway to frontier models (None without ``--upstreams``).
+    gateway: Gateway | None = None
 
     @classmethod
     def open(cls, config: RuntimeConfig) -> Runtime:
         """Creates the data directory, scans installs, opens the database.
 
         Raises:
-            ConfigError: The tokens file is missing or malformed.
+            ConfigError: The tokens or upstreams file is missing or malformed.
             StorageError: The data directory or database cannot be used.
         """
         tokens = TokenTable.from_file(config.tokens_file)
+        upstreams = (
+            None if config.upstreams_file is None else GatewayConfig.load(config.upstreams_file)
+        )
         config.data_dir.mkdir(parents=True, exist_ok=True)
         executor = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="evermind-worker")
         installs = InstallStore(config.models_dir, config.tmp_dir)
@@ -74,6 +81,13 @@ class Runtime:
             metrics=metrics,
             started_at=time.time(),
         )
+        if upstreams is not None:
+            runtime.gateway = Gateway(
+                upstreams,
+                runtime.cache,
+                executor,
+                metrics,
+            )
         metrics.gauges["evermind_models_loaded"] = lambda: registry.loaded_count
         metrics.gauges["evermind_models_loaded_bytes"] = lambda: registry.loaded_bytes
         metrics.gauges["evermind_model_loads_total"] = lambda: registry.loads
@@ -84,7 +98,9 @@ class Runtime:
         return runtime
 
     async def close(self) -> None:
-        """Closes the database connections and the worker pool."""
+        """Closes the upstream clients, the database connections and the worker pool."""
+        if self.gateway is not None:
+            await self.gateway.aclose()
         await self.memory.close()
         self.cache.close()
         self.executor.shutdown(wait=False, cancel_futures=True)

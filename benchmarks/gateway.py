@@ -1,0 +1,385 @@
+"""``evermind bench gateway``: the caching gateway replayed on loopback (native-only).
+
+For each cache configuration (``none``: no cache, the gateway as a plain proxy; ``terms``:
+the model-free :class:`~evermind.bridges.caching.TermEmbedder`; ``nano``: a nano Evermind
+SSM package as the embedder, d_model 128, 4 layers, untrained: its latency is a trained
+one's, its hit rate is not), it starts a fresh loopback OpenAI upstream
+(:class:`tests.upstreams.OpenAIUpstream`, in a subprocess) and a fresh ``evermind serve
+--upstreams`` (a subprocess), then:
+
+1. **Overhead on a miss**: ``--probes`` unique questions, each sent once straight to the
+   upstream and once through the gateway (alternating which goes first), with the same
+   keep-alive ``httpx`` client; p50/p99 of both and of the difference.
+2. **Replay**: the request set, built deterministically from the development set
+   ``cache_pairs_dev.jsonl`` (``$EVERMIND_EVAL_DIR``, else ``shared/eval`` next to the
+   checkout; see :mod:`evals`): every triple's ``query`` first (misses, stored), then, in a
+   seeded shuffle, each ``query`` again (a repeat), its ``paraphrase`` and its
+   ``near_miss``. Reported: hit rate (overall and per kind), tokens and dollars saved (the
+   gateway's ``evermind`` field), **wrong answers served** (a hit whose stored question is
+   neither the asked question nor a paraphrase of it: any hit on a near-miss, or a hit on
+   another triple's entry), and the latency of hits.
+
+It measures; it asserts nothing about time. Run as ``python -m benchmarks.gateway`` or
+``evermind bench gateway``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "gpt-4o-mini"
+KEY = "sk-bench-gateway-upstream"
+CONFIGS = ("none", "terms", "nano")
+#: The upstream in its own process: prints its port, serves until stdin closes.
+_UPSTREAM = (
+    "import sys; from tests.upstreams import OpenAIUpstream; "
+    "u = OpenAIUpstream(sys.argv[1]).start(); print(u.port, flush=True); "
+    "sys.stdin.read(); u.stop()"
+)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One replayed request: which triple, which kind, what text."""
+
+    triple: int
+    kind: str  # query | repeat | paraphrase | near_miss
+    text: str
+
+
+def load_triples(eval_dir: Path | None = None, limit: int | None = None) -> list[dict[str, str]]:
+    """The development set's (query, paraphrase, near_miss) triples."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from evals import require
+
+    path = require("cache_pairs_dev.jsonl", eval_dir)
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return rows[:limit] if limit else rows
+
+
+def replay_set(triples: Sequence[dict[str, str]], seed: int = 0) -> list[Ask]:
+    """Every query, then its repeat, paraphrase and near-miss in a seeded shuffle."""
+    first = [Ask(i, "query", t["query"]) for i, t in enumerate(triples)]
+    later = [
+        Ask(i, kind, t[field])
+        for i, t in enumerate(triples)
+        for kind, field in (
+            ("repeat", "query"),
+            ("paraphrase", "paraphrase"),
+            ("near_miss", "near_miss"),
+        )
+    ]
+    random.Random(seed).shuffle(later)
+    return first + later
+
+
+def _python_env() -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(variable, "1")
+    return env
+
+
+class _Processes:
+    """The upstream and the gateway, each in its own process, for one configuration."""
+
+    def __init__(self, folder: Path, embedder: str, l2: bool = True) -> None:
+        from evermind.runtime.server import free_port
+
+        env = _python_env()
+        self.upstream = subprocess.Popen(
+            [sys.executable, "-c", _UPSTREAM, KEY],
+            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.upstream.stdout is not None
+        self.upstream_url = f"http://127.0.0.1:{int(self.upstream.stdout.readline())}"
+        config = folder / "upstreams.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "cache": {"embedder": embedder, "capacity": 100_000, "l2": l2},
+                    "upstreams": {
+                        "openai": {
+                            "protocol": "openai",
+                            "base_url": self.upstream_url + "/v1",
+                            "api_key": KEY,
+                            "max_retries": 0,
+                        }
+                    },
+                }
+            ),
+            encoding="utf-8",
+        )
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        command = [
+            sys.executable, "-m", "evermind.cli", "serve", "--port", str(port),
+            "--data", str(folder / "data"), "--rate-limit", "0", "--log-level", "warning",
+            "--upstreams", str(config),
+        ]  # fmt: skip
+        self.gateway = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the gateway did not start within 120 s")
+
+    def stop(self) -> None:
+        self.gateway.terminate()
+        try:
+            self.gateway.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.gateway.kill()
+        if self.upstream.stdin is not None:
+            self.upstream.stdin.close()
+        try:
+            self.upstream.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.upstream.kill()
+
+
+def _body(text: str, model: str) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": text}], "temperature": 0}
+
+
+def _timed(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, httpx.Response]:
+    # The upstream wants its key; the gateway (no tokens file, loopback) wants none.
+    headers = {} if body["model"].startswith("openai/") else {"Authorization": f"Bearer {KEY}"}
+    start = time.perf_counter()
+    response = client.post(url, json=body, headers=headers)
+    elapsed = time.perf_counter() - start
+    response.raise_for_status()
+    return elapsed, response
+
+
+def _quantiles(seconds: Sequence[float]) -> dict[str, float | None]:
+    if not seconds:
+        return {"p50_ms": None, "p99_ms": None}
+    ordered = sorted(seconds)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {"p50_ms": 1000 * statistics.median(ordered), "p99_ms": 1000 * p99}
+
+
+def _overhead(procs: _Processes, client: httpx.Client, probes: int) -> dict[str, Any]:
+    direct: list[float] = []
+    through: list[float] = []
+    for i in range(probes):
+        text = f"Overhead probe {i}: what does the number {i * 7919 % 104729} mean?"
+        runs = [
+            (direct, procs.upstream_url + "/v1/chat/completions", _body(text, MODEL)),
+            (through, procs.url + "/v1/chat/completions", _body(text, f"openai/{MODEL}")),
+        ]
+        for samples, url, body in runs if i % 2 == 0 else runs[::-1]:
+            samples.append(_timed(client, url, body)[0])
+    difference = [b - a for a, b in zip(direct, through, strict=True)]
+    return {
+        "probes": probes,
+        "direct": _quantiles(direct),
+        "gateway": _quantiles(through),
+        "overhead": _quantiles(difference),
+        "overhead_p50_of_medians_ms": 1000
+        * (statistics.median(through) - statistics.median(direct)),
+    }
+
+
+def _replay(
+    procs: _Processes, client: httpx.Client, asks: Sequence[Ask], triples: Sequence[dict[str, str]]
+) -> dict[str, Any]:
+    kinds = ("query", "repeat", "paraphrase", "near_miss")
+    sent = dict.fromkeys(kinds, 0)
+    hits = dict.fromkeys(kinds, 0)
+    wrong: list[dict[str, str]] = []
+    saved_tokens = {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
+    saved_usd = 0.0
+    priced = 0
+    paid_usd = 0.0
+    hit_seconds: list[float] = []
+    miss_seconds: list[float] = []
+    for ask in asks:
+        seconds, response = _timed(
+            client, procs.url + "/v1/chat/completions", _body(ask.text, f"openai/{MODEL}")
+        )
+        sent[ask.kind] += 1
+        field = response.json().get("evermind", {})
+        paid_usd += field.get("cost_usd") or 0.0
+        if not field.get("cached"):
+            miss_seconds.append(seconds)
+            continue
+        hits[ask.kind] += 1
+        hit_seconds.append(seconds)
+        for kind, count in field["saved_tokens"].items():
+            saved_tokens[kind] += count
+        if field.get("saved_usd") is not None:
+            saved_usd += field["saved_usd"]
+            priced += 1
+        triple = triples[ask.triple]
+        right = {triple["query"], triple["paraphrase"]} if ask.kind != "near_miss" else set()
+        if field.get("cached_query") not in right:
+            wrong.append({"kind": ask.kind, "asked": ask.text, "served": field.get("cached_query")})
+    total = sum(sent.values())
+    return {
+        "requests": total,
+        "sent": sent,
+        "hits": hits,
+        "hit_rate": sum(hits.values()) / total if total else 0.0,
+        "saved_tokens": saved_tokens,
+        "saved_usd": saved_usd if priced else None,
+        "paid_usd": paid_usd,
+        "wrong_answers_served": len(wrong),
+        "wrong_examples": wrong[:5],
+        "hit_latency": _quantiles(hit_seconds),
+        "miss_latency": _quantiles(miss_seconds),
+    }
+
+
+def _embedder_spec(name: str, folder: Path) -> str:
+    if name != "nano":
+        return name
+    from benchmarks.serve import nano_package
+
+    package = folder / "nano.evermind"
+    package.write_bytes(nano_package())
+    return f"package:{package}"
+
+
+def run_gateway_bench(
+    configs: Sequence[str] = CONFIGS,
+    probes: int = 200,
+    limit: int | None = None,
+    eval_dir: Path | None = None,
+    l2: bool = True,
+) -> dict[str, Any]:
+    """The benchmark's document: per configuration, the overhead and the replay (``l2``:
+    the runtime's SQLite L2 behind the in-process L1)."""
+    triples = load_triples(eval_dir, limit)
+    asks = replay_set(triples)
+    rows = []
+    for name in configs:
+        with tempfile.TemporaryDirectory(prefix="evermind-bench-gateway-") as tmp:
+            folder = Path(tmp)
+            procs = _Processes(folder, _embedder_spec(name, folder), l2)
+            try:
+                with httpx.Client(timeout=60) as client:
+                    for i in range(5):  # warm both paths (connections, imports)
+                        _timed(
+                            client,
+                            procs.url + "/v1/chat/completions",
+                            _body(f"warm {i}", f"openai/{MODEL}"),
+                        )
+                        _timed(
+                            client,
+                            procs.upstream_url + "/v1/chat/completions",
+                            _body(f"warm {i}", MODEL),
+                        )
+                    overhead = _overhead(procs, client, probes)
+                    replay = _replay(procs, client, asks, triples) if name != "none" else None
+            finally:
+                procs.stop()
+        rows.append({"embedder": name, "overhead": overhead, "replay": replay})
+    return {
+        "bench": "gateway",
+        "triples": len(triples),
+        "replayed": len(asks),
+        "cpu_count": os.cpu_count(),
+        "l2": l2,
+        "rows": rows,
+    }
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    """The document as two Markdown tables."""
+    out = [
+        f"Gateway replay: {doc['triples']} triples, {doc['replayed']} requests per embedder "
+        f"({doc['cpu_count']} CPUs; L2 {'on' if doc['l2'] else 'off'})",
+        "",
+        "| embedder | direct p50 ms | direct p99 ms | gateway p50 ms | gateway p99 ms "
+        "| overhead p50 ms | overhead p99 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in doc["rows"]:
+        o = row["overhead"]
+        out.append(
+            f"| {row['embedder']} | {_ms(o['direct']['p50_ms'])} | {_ms(o['direct']['p99_ms'])} "
+            f"| {_ms(o['gateway']['p50_ms'])} | {_ms(o['gateway']['p99_ms'])} "
+            f"| {_ms(o['overhead']['p50_ms'])} | {_ms(o['overhead']['p99_ms'])} |"
+        )
+    out += [
+        "",
+        "| embedder | hit rate | repeat | paraphrase | near-miss | wrong served "
+        "| tokens saved | $ saved | hit p50 ms | hit p99 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in doc["rows"]:
+        r = row["replay"]
+        if r is None:
+            continue
+        sent, hits = r["sent"], r["hits"]
+        share = {k: f"{hits[k]}/{sent[k]}" for k in sent}
+        usd = "-" if r["saved_usd"] is None else f"{r['saved_usd']:.4f}"
+        out.append(
+            f"| {row['embedder']} | {r['hit_rate']:.3f} | {share['repeat']} "
+            f"| {share['paraphrase']} | {share['near_miss']} | {r['wrong_answers_served']} "
+            f"| {sum(r['saved_tokens'].values())} | {usd} "
+            f"| {_ms(r['hit_latency']['p50_ms'])} | {_ms(r['hit_latency']['p99_ms'])} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.gateway [--quick] [--json] ...``; returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="40 triples, 50 probes")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--probes", type=int, default=200, help="overhead probes (default 200)")
+    parser.add_argument("--limit", type=int, help="replay only the first N triples")
+    parser.add_argument(
+        "--embedders",
+        default=",".join(CONFIGS),
+        help=f"comma-separated, some of {','.join(CONFIGS)} (default all)",
+    )
+    parser.add_argument("--eval-dir", type=Path, help="the development sets' folder")
+    parser.add_argument("--no-l2", action="store_true", help="L1 only (no SQLite L2)")
+    args = parser.parse_args(argv)
+    configs = [c for c in args.embedders.split(",") if c]
+    unknown = sorted(set(configs) - set(CONFIGS))
+    if unknown:
+        parser.error(f"--embedders: unknown {unknown}; expected some of {list(CONFIGS)}")
+    doc = run_gateway_bench(
+        configs,
+        probes=50 if args.quick else args.probes,
+        limit=40 if args.quick and args.limit is None else args.limit,
+        eval_dir=args.eval_dir,
+        l2=not args.no_l2,
+    )
+    print(json.dumps(doc, indent=2) if args.json else format_table(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,519 @@
+"""A read-through semantic cache in front of any bridge (browser-safe: standard library only).
+
+:class:`CachingBridge` wraps one :class:`~evermind.bridges.base.Bridge` and one
+:class:`~evermind.cache.SemanticCache`. Every hit-or-miss decision is the cache's (its
+calibrated threshold, lexical evidence, guards and ambiguity rule: :mod:`evermind.cache.decide`);
+this module only decides *whether a request may be cached at all* (:class:`CachePolicy`)
+and *what must match* for an answer to be reusable.
+
+The key of a request has two parts:
+
+- the **query**, the text of the last turn (usually the user's question): the part that is
+  compared by meaning, so a paraphrase hits;
+- the **namespace**, ``<cache namespace>/<scope digest>``: the cache namespace is the
+  tenant's own (or the group the policy puts it in), and the scope digest is a SHA-256 of
+  everything else that shapes the answer: provider, model, system prompt, facts, the
+  earlier turns, non-text blocks of the last turn, tools, stop sequences, ``max_tokens``,
+  temperature and extra provider fields. Those must match *exactly*: a different system
+  prompt, model or conversation never shares entries, however similar the question.
+
+The embedder's fingerprint is part of every key inside :class:`SemanticCache` itself.
+
+What is cacheable (:meth:`CachePolicy.refusal`), in order:
+
+1. ``extra["cache"] is False``: the caller opted out (``opt_out``).
+2. Tool results in the conversation: only with ``cache_tool_results`` (``tool_results``).
+3. Tools offered: only with ``cache_tools`` (``tools``).
+4. ``extra["cache"] is True``: the caller opted in; cacheable at any temperature.
+5. Otherwise only a deterministic request: temperature 0, or temperature None (the
+   upstream's default) when ``cache_default_temperature`` is set (``temperature``).
+
+A hit returns a :class:`~evermind.bridges.base.Completion` with zero usage and
+``cached=CacheInfo(tier, score, cached_query, saved, saved_usd)``. ``saved`` is the usage
+the stored call paid; ``saved_usd`` its cost (the stored ``cost_usd`` when the inner bridge
+priced it, else ``price(model, usage)`` when given, else None). Streams work on hits (the
+cached text as deltas) and misses (the upstream's deltas pass through; the full text is
+stored at the end; a stream that fails or is abandoned is not stored).
+
+Per-namespace TTL: an entry older than its cache namespace's TTL is not served (a miss,
+``expired``) and is dropped from L1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from evermind.bridges.base import (
+    Bridge,
+    CacheInfo,
+    ChatRequest,
+    Completion,
+    Delta,
+    ToolCall,
+    Usage,
+)
+from evermind.cache import CacheLookup, SemanticCache
+from evermind.cache.l2 import JSONValue
+from evermind.errors import ConfigError, EvermindError, UpstreamError
+from evermind.text import terms
+
+__all__ = [
+    "CacheOutcome",
+    "CachePolicy",
+    "CachingBridge",
+    "CachingStats",
+    "Price",
+    "TermEmbedder",
+    "scope_digest",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``price(model, usage) -> dollars`` (None: the model is not priced).
+Price = Callable[[str, Usage], float | None]
+
+#: The ``extra`` key a caller opts in (True) or out (False) with; never sent upstream.
+OPT_KEY = "cache"
+#: Characters per delta when a hit is streamed.
+HIT_CHUNK_CHARS = 24
+#: Version of the stored entry's shape (part of the scope digest, so a change never
+#: serves entries of the old shape).
+ENTRY_VERSION = 1
+
+
+class TermEmbedder:
+    """A model-free embedder: the query's content terms hashed into ``dim`` buckets.
+
+    Folded, stemmed, stop words dropped (:func:`evermind.text.terms`); each term adds 1 to
+    the bucket its SHA-256 picks. Costs microseconds; paraphrases that keep the content
+    words hit, rewordings beyond them do not (a model embedder does better). The gateway's
+    embedder when no model is configured.
+    """
+
+    def __init__(self, dim: int = 256) -> None:
+        if not isinstance(dim, int) or dim < 8:
+            raise ConfigError(f"TermEmbedder: dim must be an int >= 8, got {dim!r}")
+        self.dim = dim
+        self.fingerprint = f"evermind-terms-sha256-v1:{dim}"
+
+    def __call__(self, text: str) -> list[float]:
+        vector = [0.0] * self.dim
+        for term in terms(text) or terms(text, keep_stop_words=True) or [text.strip().lower()]:
+            digest = hashlib.sha256(term.encode("utf-8")).digest()
+            vector[int.from_bytes(digest[:4], "little") % self.dim] += 1.0
+        return vector
+
+
+@dataclass(frozen=True)
+class CachePolicy:
+    """What may be cached, for how long, and who shares entries.
+
+    Attributes:
+        cache_default_temperature: Treat temperature None (the upstream's default) as
+            deterministic. Off by default: most upstreams default to sampling.
+        cache_tool_results: Cache requests whose conversation carries tool results.
+        cache_tools: Cache requests that offer tools (the answer may be a tool call).
+        ttl: Seconds an entry is served, for cache namespaces not in ``ttls`` (None: no
+            expiry beyond the cache's own).
+        ttls: Per cache namespace TTL in seconds (None: no expiry for that namespace).
+        shared: Tenant -> cache namespace, for tenants that share entries; every other
+            tenant's cache namespace is its own name.
+    """
+
+    cache_default_temperature: bool = False
+    cache_tool_results: bool = False
+    cache_tools: bool = False
+    ttl: float | None = None
+    ttls: Mapping[str, float | None] = field(default_factory=dict)
+    shared: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, seconds in [("ttl", self.ttl), *self.ttls.items()]:
+            if seconds is not None and (
+                isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0
+            ):
+                raise ConfigError(
+                    f"CachePolicy: TTL of {name!r} must be None or seconds > 0, got {seconds!r}"
+                )
+
+    def namespace(self, tenant: str) -> str:
+        """The cache namespace of ``tenant``: its own name unless ``shared`` groups it."""
+        return self.shared.get(tenant, tenant)
+
+    def ttl_of(self, namespace: str) -> float | None:
+        """The TTL of a cache namespace."""
+        return self.ttls.get(namespace, self.ttl)
+
+    def refusal(self, request: ChatRequest) -> str | None:
+        """Why ``request`` may not be cached (a short reason), or None when it may."""
+        opt = request.extra.get(OPT_KEY)
+        if opt is False:
+            return "opt_out"
+        if request.has_tool_results() and not self.cache_tool_results:
+            return "tool_results"
+        if request.tools and not self.cache_tools:
+            return "tools"
+        if opt is True:
+            return None
+        if request.temperature == 0 or (
+            request.temperature is None and self.cache_default_temperature
+        ):
+            return None
+        return "temperature"
+
+
+@dataclass
+class CachingStats:
+    """Counters of one :class:`CachingBridge`.
+
+    Attributes:
+        requests: Calls made (generate and stream).
+        hits_l1: Served from L1 (this process).
+        hits_l2: Served from L2 (shared).
+        misses: Calls that went upstream, by reason: a policy refusal (``temperature``,
+            ``tools``, ``tool_results``, ``opt_out``, ``no_text``), ``lookup`` (the cache
+            had nothing servable), ``expired`` (past its TTL) or ``cache_error``.
+        stores: Answers stored.
+        saved: Usage not paid thanks to hits.
+        saved_usd: Dollars not paid (the hits whose price was known).
+    """
+
+    requests: int = 0
+    hits_l1: int = 0
+    hits_l2: int = 0
+    misses: dict[str, int] = field(default_factory=dict)
+    stores: int = 0
+    saved: Usage = field(default_factory=Usage)
+    saved_usd: float = 0.0
+
+    @property
+    def hits(self) -> int:
+        """Hits in either tier."""
+        return self.hits_l1 + self.hits_l2
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over calls (0.0 before the first)."""
+        return self.hits / self.requests if self.requests else 0.0
+
+    def miss(self, reason: str) -> None:
+        """Counts one miss for ``reason``."""
+        self.misses[reason] = self.misses.get(reason, 0) + 1
+
+
+@dataclass(frozen=True)
+class _Key:
+    query: str
+    namespace: str  # <cache namespace>/<scope digest>
+    cache_namespace: str
+
+
+@dataclass(frozen=True)
+class CacheOutcome:
+    """What :meth:`CachingBridge.open` found for one request.
+
+    Attributes:
+        request: The request as it goes upstream on a miss (the ``cache`` field removed).
+        key: Its cache key; None when the policy refused it.
+        hit: The cached completion, or None.
+        reason: ``hit``; or why it goes upstream: a policy refusal (``temperature``,
+            ``tools``, ``tool_results``, ``opt_out``, ``no_text``), ``lookup``, ``expired`` or
+            ``cache_error``.
+        detail: The cache's reason in words (the decision of :mod:`evermind.cache.decide`:
+            which guard refused, the threshold, ...).
+    """
+
+    request: ChatRequest
+    key: _Key | None
+    hit: Completion | None
+    reason: str | None
+    detail: str = ""
+
+    @property
+    def status(self) -> str:
+        """``hit-l1``, ``hit-l2``, ``miss`` (looked up, not found) or ``bypass`` (not
+        cacheable): the gateway's ``x-evermind-cache`` header."""
+        if self.hit is not None and self.hit.cached is not None:
+            return f"hit-{self.hit.cached.tier}"
+        return "miss" if self.key is not None else "bypass"
+
+
+def upstream_reason(policy: CachePolicy, request: ChatRequest) -> str | None:
+    """Why ``request`` may not be cached under ``policy`` (None: it may)."""
+    refused = policy.refusal(request)
+    if refused is None and not request.messages[-1].text().strip():
+        return "no_text"
+    return refused
+
+
+class CachingBridge:
+    """A read-through semantic cache in front of ``bridge``.
+
+    Args:
+        bridge: The upstream bridge (its misses are the only calls that cost).
+        cache: The semantic cache (L1, optional L2); may be shared by several bridges, as
+            the namespaces keep tenants, models and scopes apart.
+        policy: What is cacheable; see :class:`CachePolicy`.
+        price: ``price(model, usage)`` for ``saved_usd`` when the stored completion has no
+            ``cost_usd`` of its own.
+        clock: Wall-clock seconds (entries' age for the TTL; injectable for tests).
+    """
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        cache: SemanticCache,
+        policy: CachePolicy | None = None,
+        *,
+        price: Price | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.bridge = bridge
+        self.cache = cache
+        self.policy = policy or CachePolicy()
+        self.provider = bridge.provider
+        self.stats = CachingStats()
+        self._price = price
+        self._clock = clock
+        self._last_usage: Usage | None = None
+
+    @property
+    def last_usage(self) -> Usage | None:
+        """The usage of the last finished call (zero after a hit)."""
+        return self._last_usage
+
+    async def aclose(self) -> None:
+        """Closes the inner bridge."""
+        await self.bridge.aclose()
+
+    # ----------------------------------------------------------------- the two calls
+
+    async def generate(self, request: ChatRequest) -> Completion:
+        """The cached completion of ``request``, or the upstream's (then stored)."""
+        return await self.complete(await self.open(request))
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
+        """Deltas of the cached text on a hit; the upstream's on a miss (stored at the end)."""
+        async for delta in self.deltas(await self.open(request)):
+            yield delta
+
+    async def open(self, request: ChatRequest) -> CacheOutcome:
+        """Looks ``request`` up: what :meth:`complete` or :meth:`deltas` will serve.
+
+        ``generate`` and ``stream`` are ``open`` followed by one of those; a caller that must
+        know whether it is a hit before the first byte (the gateway's response header) calls
+        them itself.
+        """
+        self.stats.requests += 1
+        key, upstream, refused = self._key(request)
+        if key is None:
+            return CacheOutcome(upstream, None, None, refused, "not cacheable by the policy")
+        hit, reason, detail = await self._lookup(key)
+        if hit is None:
+            self.stats.miss(reason)
+        return CacheOutcome(upstream, key, hit, reason, detail)
+
+    async def complete(self, outcome: CacheOutcome) -> Completion:
+        """The completion of an opened request: the hit, or the upstream's (then stored)."""
+        if outcome.hit is not None:
+            return outcome.hit
+        completion = await self.bridge.generate(outcome.request)
+        self._last_usage = completion.usage
+        if outcome.key is not None:
+            await self._store(outcome.key, completion)
+        return completion
+
+    async def deltas(self, outcome: CacheOutcome) -> AsyncIterator[Delta]:
+        """The stream of an opened request; a miss's full text is stored at its end."""
+        hit = outcome.hit
+        if hit is not None:
+            for start in range(0, len(hit.text), HIT_CHUNK_CHARS):
+                yield Delta(hit.text[start : start + HIT_CHUNK_CHARS])
+            yield Delta(completion=hit)
+            return
+        completion: Completion | None = None
+        pieces = self.bridge.stream(outcome.request)
+        try:
+            async for delta in pieces:
+                if delta.completion is not None and completion is None:
+                    # Stored before the last delta is handed on: a consumer may stop there.
+                    completion = delta.completion
+                    self._last_usage = completion.usage
+                    if outcome.key is not None:
+                        await self._store(outcome.key, completion)
+                yield delta
+        finally:
+            close = getattr(pieces, "aclose", None)
+            if close is not None:
+                await close()
+        if completion is None:  # the contract says a stream ends with its completion
+            raise UpstreamError(
+                f"{self.provider}: the stream ended without its completion",
+                provider=self.provider,
+                code="upstream_stream_cut",
+            )
+
+    # ----------------------------------------------------------------- internals
+
+    def _key(self, request: ChatRequest) -> tuple[_Key | None, ChatRequest, str | None]:
+        """The cache key (None: not cacheable, the miss counted), the request to send
+        upstream (without the ``cache`` opt-in field) and why it is not cacheable."""
+        upstream = request
+        if OPT_KEY in request.extra:
+            extra = {k: v for k, v in request.extra.items() if k != OPT_KEY}
+            upstream = dataclasses.replace(request, extra=extra)
+        refused = upstream_reason(self.policy, request)
+        if refused is not None:
+            self.stats.miss(refused)
+            return None, upstream, refused
+        cache_namespace = self.policy.namespace(request.tenant)
+        digest = scope_digest(self.provider, upstream)
+        query = request.messages[-1].text().strip()
+        return _Key(query, f"{cache_namespace}/{digest}", cache_namespace), upstream, None
+
+    async def _lookup(self, key: _Key) -> tuple[Completion | None, str, str]:
+        """The hit (None: a miss), why it missed (``lookup``, ``expired``, ``cache_error``)
+        or ``hit``, and the cache's own reason in words."""
+        try:
+            found = await self.cache.alookup(key.query, key.namespace)
+        except EvermindError as err:  # the cache never fails a request: go upstream
+            logger.warning("caching bridge: lookup failed, calling upstream: %s", err)
+            return None, "cache_error", str(err)
+        entry = found.response if found.hit and isinstance(found.response, dict) else None
+        if entry is None or entry.get("v") != ENTRY_VERSION:
+            return None, "lookup", found.reason
+        ttl = self.policy.ttl_of(key.cache_namespace)
+        stored_at = entry.get("stored_at")
+        if ttl is not None and (
+            not isinstance(stored_at, int | float) or self._clock() - stored_at > ttl
+        ):
+            self.cache.invalidate(key.namespace, found.cached_query)
+            return None, "expired", f"stored more than {ttl:g} s ago"
+        return self._served(found, entry), "hit", found.reason
+
+    def _served(self, found: CacheLookup, entry: dict[str, JSONValue]) -> Completion:
+        stored = _completion_of(entry)
+        saved_usd = stored.cost_usd
+        if saved_usd is None and self._price is not None:
+            saved_usd = self._price(stored.model, stored.usage)
+        if found.tier == "l2":
+            self.stats.hits_l2 += 1
+        else:
+            self.stats.hits_l1 += 1
+        self.stats.saved = self.stats.saved + stored.usage
+        self.stats.saved_usd += saved_usd or 0.0
+        self._last_usage = Usage()
+        info = CacheInfo(
+            tier=found.tier or "l1",
+            score=float(found.score if found.score is not None else 1.0),
+            cached_query=found.cached_query or "",
+            saved=stored.usage,
+            saved_usd=saved_usd,
+        )
+        return dataclasses.replace(
+            stored, usage=Usage(), cost_usd=0.0, id=f"cache-{uuid.uuid4().hex}", cached=info
+        )
+
+    async def _store(self, key: _Key, completion: Completion) -> None:
+        if completion.cached is not None:
+            return  # already a cached answer (a cache behind a cache)
+        try:
+            await self.cache.astore(
+                key.query, _entry_of(completion, self._clock()), None, key.namespace
+            )
+        except EvermindError as err:
+            logger.warning("caching bridge: store failed, answer not cached: %s", err)
+            return
+        self.stats.stores += 1
+
+
+def scope_digest(provider: str, request: ChatRequest) -> str:
+    """SHA-256 (hex, 32 characters) of what must match exactly for an answer to be reused.
+
+    Everything in ``request`` but the last turn's text and the tenant: provider, model,
+    system, facts, earlier turns, the last turn's role and non-text blocks, tools, stop,
+    max_tokens, temperature and extra fields.
+    """
+    last = request.messages[-1]
+    blocks: Any = (
+        []
+        if isinstance(last.content, str)
+        else [b for b in last.content if not (isinstance(b, dict) and b.get("type") == "text")]
+    )
+    scope = {
+        "v": ENTRY_VERSION,
+        "provider": provider,
+        "model": request.model,
+        "system": request.system,
+        "facts": request.facts,
+        "turns": [_turn(m) for m in request.messages[:-1]],
+        "last": {"role": last.role, "tool_call_id": last.tool_call_id, "blocks": blocks},
+        "tools": list(request.tools),
+        "stop": list(request.stop),
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "extra": request.extra,
+    }
+    text = json.dumps(scope, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _turn(message: Any) -> dict[str, Any]:
+    return {
+        "role": message.role,
+        "content": message.content,
+        "tool_call_id": message.tool_call_id,
+        "tool_calls": [[c.id, c.name, c.arguments] for c in message.tool_calls],
+    }
+
+
+def _entry_of(completion: Completion, now: float) -> JSONValue:
+    usage = completion.usage
+    return {
+        "v": ENTRY_VERSION,
+        "text": completion.text,
+        "model": completion.model,
+        "provider": completion.provider,
+        "finish_reason": completion.finish_reason,
+        "usage": [
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+        ],
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": json.dumps(c.arguments)}
+            for c in completion.tool_calls
+        ],
+        "cost_usd": completion.cost_usd,
+        "stored_at": now,
+    }
+
+
+def _completion_of(entry: dict[str, JSONValue]) -> Completion:
+    usage = entry.get("usage")
+    counts = [int(x) for x in usage if isinstance(x, int)] if isinstance(usage, list) else []
+    calls = entry.get("tool_calls")
+    tool_calls = tuple(
+        ToolCall(str(c.get("id", "")), str(c.get("name", "")), json.loads(str(c["arguments"])))
+        for c in (calls if isinstance(calls, list) else [])
+        if isinstance(c, dict)
+    )
+    cost = entry.get("cost_usd")
+    return Completion(
+        text=str(entry.get("text", "")),
+        model=str(entry.get("model", "")),
+        provider=str(entry.get("provider", "")),
+        finish_reason=str(entry.get("finish_reason", "stop")),
+        usage=Usage(*counts) if len(counts) == 4 else Usage(),
+        tool_calls=tool_calls,
+        cost_usd=float(cost) if isinstance(cost, int | float) else None,
+    )

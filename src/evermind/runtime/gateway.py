@@ -1,0 +1,306 @@
+"""The caching gateway: frontier models behind the runtime's cache, per tenant (native-only).
+
+A model id ``<upstream>/<name>`` (``anthropic/claude-…``, ``openai/gpt-…``, or any upstream
+named in the ``--upstreams`` file, see :mod:`evermind.runtime.gateway_config`) is served
+by :meth:`Gateway.resolve`: the tenant's bridge to that upstream, built once, is
+
+    CachingBridge(InstrumentedBridge(<SDK bridge with the tenant's key>, prices), cache)
+
+(prices: :class:`~evermind.bridges.pricing.PriceTable`, the shipped table with any
+``EVERMIND_PRICES`` override, so every paid call has its ``cost_usd`` and every hit its
+``saved_usd``).
+
+The cache is one :class:`~evermind.cache.SemanticCache` (L1, in this process) backed by the
+runtime's shared SQLite L2 (:class:`StoreBackend`, under a tenant name no token can hold, so
+no tenant reaches gateway entries through ``/v1/semantic-cache``). Tenants never share
+entries, as every key's namespace starts with the tenant's cache namespace (its own name
+unless the config groups tenants). ``evermind/<ref>`` is not the gateway's: ``resolve``
+returns None and the local model serves it as before.
+
+:class:`Gateway` also keeps the per tenant and upstream counters that ``/metrics`` shows,
+and scrubs every configured key from any message a client could see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any, NamedTuple
+
+from evermind.bridges.base import Bridge, Completion
+from evermind.bridges.caching import CachingBridge, TermEmbedder
+from evermind.bridges.instrumented import InstrumentedBridge
+from evermind.bridges.pricing import PriceTable
+from evermind.cache import SemanticCache
+from evermind.cache.l2 import JSONValue, L2Hit
+from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
+from evermind.runtime.cache_store import SemanticCacheStore
+from evermind.runtime.gateway_config import GatewayConfig, UpstreamConfig
+from evermind.runtime.metrics import Metrics
+from evermind.tokens import Principal
+
+logger = logging.getLogger(__name__)
+
+#: The L2 tenant of gateway entries: not a valid tenant name (``[A-Za-z0-9._-]``), so no
+#: token's tenant can read or write them through ``/v1/semantic-cache``.
+L2_TENANT = "~gateway"
+
+#: Embeddings a model embedder keeps (text -> vector), so a miss's store reuses its lookup's.
+RECENT_EMBEDDINGS = 256
+#: Seconds the SDK waits beyond the gateway's own deadline.
+SDK_TIMEOUT_MARGIN_S = 5.0
+
+#: ``connect(upstream, key) -> Bridge``: the bridge to one upstream with one key.
+Connect = Callable[[UpstreamConfig, str], Bridge]
+
+
+class Resolved(NamedTuple):
+    """Where a model id goes: the bridge, the model name it is asked for, the upstream."""
+
+    bridge: Bridge
+    model: str
+    upstream: UpstreamConfig
+
+
+class StoreBackend:
+    """The runtime's :class:`SemanticCacheStore` as an in-process L2 of a ``SemanticCache``.
+
+    Only the async half of the protocol: the gateway never calls the cache synchronously.
+    """
+
+    def __init__(self, store: SemanticCacheStore, tenant: str = L2_TENANT) -> None:
+        self._store = store
+        self.tenant = tenant
+
+    def lookup(
+        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+    ) -> L2Hit | None:
+        raise ConfigError("StoreBackend: sync lookup is not supported; use alookup")
+
+    def store(
+        self,
+        embedding: list[float],
+        response: JSONValue,
+        namespace: str | None,
+        meta: dict[str, JSONValue] | None,
+        query: str | None,
+    ) -> None:
+        raise ConfigError("StoreBackend: sync store is not supported; use astore")
+
+    async def alookup(
+        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+    ) -> L2Hit | None:
+        found = await self._store.lookup(
+            self.tenant, namespace or "default", embedding, threshold, query
+        )
+        if found.hit is None:
+            return None
+        return L2Hit(found.hit["response"], float(found.hit["score"]), found.hit.get("query"))
+
+    async def astore(
+        self,
+        embedding: list[float],
+        response: JSONValue,
+        namespace: str | None,
+        meta: dict[str, JSONValue] | None,
+        query: str | None,
+    ) -> None:
+        await self._store.store(
+            self.tenant, namespace or "default", embedding, response, meta, query
+        )
+
+
+def connect_sdk(upstream: UpstreamConfig, key: str) -> Bridge:
+    """The official SDK bridge to ``upstream``.
+
+    The SDK's own timeout is a little longer than the gateway's, so a slow upstream is the
+    gateway's ``upstream_timeout`` (504), not a connection failure (502).
+    """
+    bridge: Bridge
+    options: dict[str, Any] = {
+        "api_key": key,
+        "base_url": upstream.base_url,
+        "max_retries": upstream.max_retries,
+        "timeout": upstream.timeout + SDK_TIMEOUT_MARGIN_S,
+    }
+    if upstream.protocol == "anthropic":
+        from evermind.bridges.anthropic import AnthropicBridge
+
+        bridge = AnthropicBridge(**options)
+    else:
+        from evermind.bridges.openai import OpenAIBridge
+
+        bridge = OpenAIBridge(**options)
+    return bridge
+
+
+def make_embedder(
+    spec: str, executor: Executor
+) -> tuple[Callable[[str], Awaitable[list[float]] | list[float]], str] | None:
+    """The cache's embedder and fingerprint for ``spec`` (None: ``none``, no cache).
+
+    ``package:PATH`` loads an Evermind package; its embeddings run on ``executor`` so the
+    event loop never waits on numpy.
+    """
+    if spec == "none":
+        return None
+    if spec == "terms":
+        terms = TermEmbedder()
+        return terms, terms.fingerprint
+    import evermind
+
+    model = evermind.load(spec.removeprefix("package:"))
+    # A miss embeds its query twice (the lookup, then the store): the last few vectors are
+    # kept, so the model runs once per query.
+    recent: OrderedDict[str, list[float]] = OrderedDict()
+
+    async def embed(text: str) -> list[float]:
+        vector = recent.get(text)
+        if vector is None:
+            loop = asyncio.get_running_loop()
+            vectors = await loop.run_in_executor(executor, model.embed, [text])
+            vector = recent[text] = vectors[0].tolist()
+            while len(recent) > RECENT_EMBEDDINGS:
+                recent.popitem(last=False)
+        return vector
+
+    return embed, f"evermind:{model.fingerprint}"
+
+
+class Gateway:
+    """Resolves model ids to bridges and keeps the counters of every call.
+
+    Args:
+        config: The upstreams and the cache policy.
+        store: The runtime's L2 (used when ``config.l2``).
+        executor: Where a model embedder runs.
+        metrics: The runtime's counters.
+        connect: Builds the bridge to one upstream with one key (default: the SDK bridges).
+        prices: The price table (default: :meth:`PriceTable.load`).
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: SemanticCacheStore | None,
+        executor: Executor,
+        metrics: Metrics,
+        connect: Connect = connect_sdk,
+        prices: PriceTable | None = None,
+    ) -> None:
+        self.config = config
+        self.prices = prices if prices is not None else PriceTable.load()
+        self.metrics = metrics
+        self._connect = connect
+        self._bridges: dict[tuple[str, str], Bridge] = {}
+        embedder = make_embedder(config.embedder, executor)
+        self.cache: SemanticCache | None = None
+        if embedder is not None:
+            embed, fingerprint = embedder
+            l2 = StoreBackend(store) if config.l2 and store is not None else None
+            self.cache = SemanticCache(
+                embed, l2=l2, capacity=config.capacity, fingerprint=fingerprint
+            )
+        self._secrets = sorted(config.secrets, key=len, reverse=True)
+
+    def resolve(self, model_id: str, principal: Principal) -> Resolved | None:
+        """The bridge serving ``model_id`` for ``principal``; None when it is not the
+        gateway's (``evermind/<ref>`` and any id that names no upstream: served locally).
+
+        Raises:
+            NotFound: The upstream does not serve that model (``models`` in the config).
+            AccessError: The tenant may not use the upstream, or has no key for it.
+        """
+        prefix, slash, name = model_id.partition("/")
+        upstream = self.config.upstreams.get(prefix)
+        if not slash or upstream is None:
+            return None
+        if not name:
+            raise NotFound(
+                f"model {model_id!r}: expected {prefix}/<model name>", code="model_not_found"
+            )
+        tenant = principal.tenant
+        if upstream.models and name not in upstream.models:
+            raise NotFound(
+                f"model {model_id!r} is not served by upstream {prefix!r}; hint: one of "
+                f"{[f'{prefix}/{m}' for m in upstream.models]}",
+                code="model_not_found",
+            )
+        if upstream.tenants and tenant not in upstream.tenants:
+            raise AccessError(
+                f"tenant {tenant!r} may not use upstream {prefix!r}", code="upstream_forbidden"
+            )
+        bridge = self._bridges.get((tenant, prefix))
+        if bridge is None:
+            key = upstream.key_for(tenant)
+            if not key:
+                raise AccessError(
+                    f"upstream {prefix!r} has no key for tenant {tenant!r}; hint: add one under "
+                    f"[upstreams.{prefix}.tenant_keys] in the server's upstreams file",
+                    code="upstream_no_key",
+                )
+            inner = InstrumentedBridge(self._connect(upstream, key), self.prices)
+            caching = (
+                None
+                if self.cache is None
+                else CachingBridge(inner, self.cache, self.config.policy, price=self.prices.price)
+            )
+            bridge = self._bridges[(tenant, prefix)] = caching or inner
+        return Resolved(bridge, name, upstream)
+
+    # ----------------------------------------------------------------- accounting
+
+    def label(self, tenant: str) -> str:
+        """The tenant as ``/metrics`` shows it: its name, or a short hash of it."""
+        if self.config.tenant_names:
+            return tenant
+        return "t-" + hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:12]
+
+    def account(self, tenant: str, upstream: str, status: str, completion: Completion) -> None:
+        """Counts one served call (``status``: ``hit-l1``, ``hit-l2``, ``miss``, ``bypass``)."""
+        cached = completion.cached
+        self.metrics.gateway_call(
+            self.label(tenant),
+            upstream,
+            status,
+            completion.usage,
+            completion.cost_usd or 0.0,
+            None if cached is None else cached.saved,
+            0.0 if cached is None else cached.saved_usd or 0.0,
+        )
+
+    def failed(self, tenant: str, upstream: str, err: EvermindError) -> None:
+        """Counts one failed call by its error code."""
+        self.metrics.gateway_error(self.label(tenant), upstream, err.code or "error")
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every configured key replaced by ``***``."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def clean(self, err: UpstreamError) -> UpstreamError:
+        """The error with any key scrubbed from its message (upstreams echo keys back)."""
+        message = self.scrub(str(err))
+        if message == str(err):
+            return err
+        return UpstreamError(
+            message,
+            provider=err.provider,
+            status=err.status,
+            retry_after=err.retry_after,
+            code=err.code or "upstream_error",
+        )
+
+    async def aclose(self) -> None:
+        """Closes every upstream bridge."""
+        for bridge in self._bridges.values():
+            try:
+                await bridge.aclose()
+            except Exception as err:  # closing must not stop the others from closing
+                logger.warning("gateway: closing a bridge failed: %s", err)
+        self._bridges.clear()

@@ -1,0 +1,323 @@
+"""``POST /v1/messages``: the gateway in Anthropic's Messages shape, JSON and SSE (native-only).
+
+Any tool that takes an Anthropic base URL (the ``anthropic`` SDK, Claude Code) can sit
+behind the gateway: the body is translated into a neutral
+:class:`~evermind.bridges.base.ChatRequest` (``system`` text blocks joined; ``tool_use``
+blocks become tool calls, ``tool_result`` blocks tool turns; ``stop_sequences``; tools are
+already the neutral shape), goes through the same tenant bridge and cache as
+``/v1/chat/completions`` (any upstream, Anthropic or OpenAI protocol), and is answered as a
+Messages response: content blocks, ``stop_reason``, the four usage fields, and on a stream
+the real event sequence (``message_start``, ``content_block_start``, ``ping``,
+``content_block_delta``, ``content_block_stop``, ``message_delta``, ``message_stop``).
+
+The cache is reported as on the OpenAI route: the ``x-evermind-cache`` header and an
+``evermind`` field (on ``message_delta`` in a stream). The client authenticates with its
+*runtime* token, as ``x-api-key`` (the SDK's ``api_key``) or a bearer token
+(``auth_token``). Only gateway models are served here (``<upstream>/<name>``); local
+``evermind/<ref>`` models answer on ``/v1/chat/completions``. Errors keep the runtime's one
+error body (the SDKs raise by status: 429, 502, 504 as on the OpenAI route).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall
+from evermind.bridges.caching import CachingBridge
+from evermind.errors import EvermindError, InputError, NotFound, UpstreamError
+from evermind.runtime.gateway import Gateway, Resolved
+from evermind.runtime.gateway_openai import SSE_HEADERS, cache_headers, evermind_field, within
+from evermind.runtime.schemas import MessagesRequest
+from evermind.runtime.state import Reader, RuntimeDep
+
+router = APIRouter(tags=["gateway"])
+
+#: The contract's ``finish_reason`` → Anthropic's ``stop_reason``.
+STOP_REASON = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return ""
+
+
+def _turns(body: MessagesRequest) -> list[Message]:
+    turns: list[Message] = []
+    for i, message in enumerate(body.messages):
+        if isinstance(message.content, str):
+            turns.append(Message(message.role, message.content))
+            continue
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for j, block in enumerate(message.content):
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(str(block.get("text", "")))
+            elif kind == "tool_use" and message.role == "assistant":
+                arguments = block.get("input") or {}
+                calls.append(
+                    ToolCall(str(block.get("id", "")), str(block.get("name", "")), arguments)
+                )
+            elif kind == "tool_result" and message.role == "user":
+                result = _text(block.get("content", ""))
+                turns.append(
+                    Message("tool", result, tool_call_id=str(block.get("tool_use_id", "")))
+                )
+            else:
+                raise InputError(
+                    f"messages[{i}].content[{j}]: block type {kind!r} is not supported by the "
+                    "gateway; expected text, tool_use (assistant) or tool_result (user)",
+                    code="unsupported_content",
+                )
+        if texts or calls:
+            turns.append(Message(message.role, "".join(texts), tool_calls=tuple(calls)))
+    return turns
+
+
+def messages_request(
+    body: MessagesRequest, model: str, tenant: str, cache_header: str | None
+) -> ChatRequest:
+    """The neutral request for a Messages body (``model`` is the upstream's own name)."""
+    system = (
+        body.system if isinstance(body.system, str) or body.system is None else _text(body.system)
+    )
+    extra: dict[str, Any] = {}
+    if body.top_p is not None:
+        extra["top_p"] = body.top_p
+    if body.top_k is not None:
+        extra["top_k"] = body.top_k
+    opt = (cache_header or "").strip().lower()
+    if opt in ("on", "true", "1", "yes"):
+        extra["cache"] = True
+    elif opt in ("off", "false", "0", "no"):
+        extra["cache"] = False
+    tools = tuple(
+        {
+            "name": str(t.get("name", "")),
+            "description": str(t.get("description", "")),
+            "input_schema": t.get("input_schema") or {"type": "object"},
+        }
+        for t in body.tools or []
+    )
+    return ChatRequest(
+        model=model,
+        messages=tuple(_turns(body)),
+        system=system or None,
+        max_tokens=body.max_tokens,
+        temperature=body.temperature,
+        stop=tuple(s for s in body.stop_sequences or [] if s),
+        tools=tools,
+        tenant=tenant,
+        extra=extra,
+    )
+
+
+def _usage(completion: Completion) -> dict[str, int]:
+    usage = completion.usage
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+    }
+
+
+def _tool_blocks(completion: Completion) -> list[dict[str, Any]]:
+    return [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+        for c in completion.tool_calls
+    ]
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+@router.post("/v1/messages", summary="Messages (Anthropic shape) through the caching gateway")
+async def messages(
+    body: MessagesRequest, runtime: RuntimeDep, who: Reader, http_request: Request
+) -> Any:
+    """A gateway model's answer to ``messages``; ``stream: true`` answers with SSE events."""
+    gateway = runtime.gateway
+    resolved = None if gateway is None else gateway.resolve(body.model, who)
+    if gateway is None or resolved is None:
+        raise NotFound(
+            f"model {body.model!r} is not a gateway model; /v1/messages serves "
+            "<upstream>/<name> models of the server's --upstreams file (local evermind/ "
+            "models answer on /v1/chat/completions)",
+            code="model_not_found",
+        )
+    if body.max_tokens > runtime.config.max_tokens_cap:
+        raise InputError(
+            f"max_tokens: {body.max_tokens} exceeds this server's limit of "
+            f"{runtime.config.max_tokens_cap}",
+            code="max_tokens_too_large",
+        )
+    request = messages_request(
+        body, resolved.model, who.tenant, http_request.headers.get("x-evermind-cache")
+    )
+    size = len(request.system or "") + sum(len(m.text()) for m in request.messages)
+    if size > runtime.config.max_input_chars:
+        raise InputError(
+            f"messages: {size} characters, this server accepts at most "
+            f"{runtime.config.max_input_chars}; hint: shorten them",
+            code="input_too_long",
+        )
+    return await _serve(gateway, resolved, body, request)
+
+
+async def _serve(
+    gateway: Gateway, resolved: Resolved, body: MessagesRequest, request: ChatRequest
+) -> JSONResponse | StreamingResponse:
+    upstream = resolved.upstream
+    bridge = resolved.bridge
+    caching = bridge if isinstance(bridge, CachingBridge) else None
+    message_id = f"msg_{uuid.uuid4().hex[:24]}"
+    try:
+        outcome = None if caching is None else await caching.open(request)
+        status = "bypass" if outcome is None else outcome.status
+        reason = "no_cache" if outcome is None else outcome.reason
+        detail = "" if outcome is None else outcome.detail
+        if body.stream:
+            deltas = (
+                bridge.stream(request)
+                if caching is None or outcome is None
+                else caching.deltas(outcome)
+            )
+            first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
+            events = _events(
+                gateway, resolved, request, status, detail, message_id, body, deltas, first
+            )
+            headers = {**SSE_HEADERS, **cache_headers(status, reason)}
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        step = (
+            bridge.generate(request)
+            if caching is None or outcome is None
+            else caching.complete(outcome)
+        )
+        completion: Completion = await within(upstream.timeout, upstream.protocol, step)
+    except UpstreamError as err:
+        gateway.failed(request.tenant, upstream.name, err)
+        raise gateway.clean(err) from None
+    gateway.account(request.tenant, upstream.name, status, completion)
+    content = [{"type": "text", "text": completion.text}] if completion.text else []
+    answer = {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": body.model,
+        "content": content + _tool_blocks(completion),
+        "stop_reason": STOP_REASON.get(completion.finish_reason, "end_turn"),
+        "stop_sequence": None,
+        "usage": _usage(completion),
+        "evermind": evermind_field(completion, status, detail),
+    }
+    return JSONResponse(answer, headers=cache_headers(status, reason))
+
+
+async def _events(
+    gateway: Gateway,
+    resolved: Resolved,
+    request: ChatRequest,
+    status: str,
+    detail: str,
+    message_id: str,
+    body: MessagesRequest,
+    deltas: AsyncIterator[Delta],
+    first: Delta | None,
+) -> AsyncIterator[bytes]:
+    """The Messages event stream of a call whose first delta is already in."""
+    upstream = resolved.upstream
+    zero = {"input_tokens": 0, "output_tokens": 0}
+    start: dict[str, Any] = {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": body.model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": zero,
+    }
+    yield _sse("message_start", {"type": "message_start", "message": start})
+    yield _sse(
+        "content_block_start",
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    )
+    yield _sse("ping", {"type": "ping"})
+    completion: Completion | None = None
+    delta = first
+    try:
+        while delta is not None:
+            if delta.text:
+                text = {"type": "text_delta", "text": delta.text}
+                yield _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": text},
+                )
+            if delta.completion is not None:
+                completion = delta.completion
+                break
+            delta = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
+        if completion is None:
+            raise UpstreamError(
+                f"{upstream.protocol}: the stream ended without its completion",
+                provider=upstream.protocol,
+                code="upstream_stream_cut",
+            )
+    except EvermindError as err:  # headers are gone: an error event, as Anthropic sends
+        if isinstance(err, UpstreamError):
+            gateway.failed(request.tenant, upstream.name, err)
+        error = {"type": "api_error", "message": gateway.scrub(str(err))}
+        yield _sse("error", {"type": "error", "error": error})
+        return
+    finally:
+        close = getattr(deltas, "aclose", None)
+        if close is not None:
+            await close()
+    gateway.account(request.tenant, upstream.name, status, completion)
+    yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+    for index, block in enumerate(_tool_blocks(completion), start=1):
+        opened = {**block, "input": {}}
+        yield _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": opened},
+        )
+        partial = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        yield _sse(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": index, "delta": partial},
+        )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+    stop = {
+        "stop_reason": STOP_REASON.get(completion.finish_reason, "end_turn"),
+        "stop_sequence": None,
+    }
+    yield _sse(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": stop,
+            "usage": _usage(completion),
+            "evermind": evermind_field(completion, status, detail),
+        },
+    )
+    yield _sse("message_stop", {"type": "message_stop"})

@@ -1,0 +1,236 @@
+"""The gateway's configuration: upstreams, their keys, and the cache policy (native-only).
+
+``evermind serve --upstreams FILE`` reads one TOML (``.toml``) or JSON file::
+
+    [cache]
+    embedder = "terms"          # "terms" (model-free), "package:PATH" (an .evermind
+                                # package, e.g. a nano SSM embedder) or "none" (no cache)
+    l2 = true                   # also the runtime's shared SQLite L2
+    capacity = 2048             # L1 entries
+    ttl = 86400                 # seconds (default: no expiry)
+    default_temperature = false # cache temperature-less requests
+    tool_results = false        # cache requests carrying tool results
+    tools = false               # cache requests offering tools
+    [cache.ttls]                # per cache namespace
+    team = 600
+    [cache.shared]              # tenants sharing one cache namespace
+    alpha = "team"
+    bravo = "team"
+
+    [metrics]
+    tenant_names = false        # /metrics labels tenants by a hash unless true
+
+    [upstreams.anthropic]       # model "anthropic/<name>"
+    protocol = "anthropic"      # or "openai" (any OpenAI-compatible server)
+    base_url = "https://api.anthropic.com"
+    api_key = "env:ANTHROPIC_API_KEY"   # a literal, or env:VAR (read at start-up)
+    models = ["claude-sonnet-4-5"]      # allowed models (default: any)
+    tenants = ["alpha"]                 # allowed tenants (default: any)
+    timeout = 60                        # seconds, per call and per streamed chunk
+    max_retries = 2
+    [upstreams.anthropic.tenant_keys]   # per-tenant keys (else api_key)
+    alpha = "env:ALPHA_ANTHROPIC_KEY"
+
+Keys are held here, server-side, and never sent to or accepted from clients; their
+``repr`` is hidden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evermind.bridges.caching import CachePolicy
+from evermind.errors import ConfigError
+
+PROTOCOLS = ("anthropic", "openai")
+#: Upstream names: what precedes ``/`` in a model id (``evermind`` is the local models').
+RESERVED = ("evermind",)
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    """One upstream language-model server.
+
+    Attributes:
+        name: Model ids ``<name>/<model>`` go to it.
+        protocol: ``anthropic`` (Messages API) or ``openai`` (Chat Completions).
+        base_url: Its root URL (None: the provider's public API).
+        api_key: The key for tenants without their own (empty: those tenants are refused).
+        tenant_keys: Per-tenant keys.
+        models: Allowed model names (empty: any).
+        tenants: Tenants allowed to use it (empty: any).
+        timeout: Seconds a call (or a streamed chunk) may take before the client gets 504.
+        max_retries: Retries of the SDK on 429/5xx.
+    """
+
+    name: str
+    protocol: str
+    base_url: str | None = None
+    api_key: str = field(default="", repr=False)
+    tenant_keys: Mapping[str, str] = field(default_factory=dict, repr=False)
+    models: tuple[str, ...] = ()
+    tenants: tuple[str, ...] = ()
+    timeout: float = 60.0
+    max_retries: int = 2
+
+    def key_for(self, tenant: str) -> str:
+        """The key ``tenant`` calls this upstream with ('' when it has none)."""
+        return self.tenant_keys.get(tenant, self.api_key)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every key this upstream holds (scrubbed from any message a client could see)."""
+        return tuple(k for k in (self.api_key, *self.tenant_keys.values()) if k)
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Everything the gateway needs: upstreams, the cache policy and embedder, labels.
+
+    Attributes:
+        upstreams: By name.
+        policy: What is cacheable; see :class:`~evermind.bridges.caching.CachePolicy`.
+        embedder: ``terms``, ``package:PATH`` or ``none`` (no cache at all).
+        l2: Whether the runtime's shared L2 backs the in-process L1.
+        capacity: L1 entries.
+        tenant_names: Whether ``/metrics`` labels tenants by name (else by a short hash).
+    """
+
+    upstreams: Mapping[str, UpstreamConfig]
+    policy: CachePolicy = field(default_factory=CachePolicy)
+    embedder: str = "terms"
+    l2: bool = True
+    capacity: int = 2048
+    tenant_names: bool = False
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every key of every upstream."""
+        return tuple(s for u in self.upstreams.values() for s in u.secrets)
+
+    @classmethod
+    def load(cls, path: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+        """Reads a ``.toml`` or ``.json`` file (see the module docstring).
+
+        Raises:
+            ConfigError: Unreadable or malformed, an unknown field, or an ``env:`` key whose
+                variable is not set.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+            raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        except (OSError, ValueError) as err:
+            raise ConfigError(
+                f"upstreams file {str(path)!r}: cannot read it: {err}; hint: a TOML (.toml) "
+                "or JSON (.json) file, see docs/gateway.md"
+            ) from err
+        return cls.parse(raw, str(path), os.environ if environ is None else environ)
+
+    @classmethod
+    def parse(cls, raw: Any, where: str, environ: Mapping[str, str]) -> GatewayConfig:
+        """Builds the configuration from the parsed file."""
+        _fields(raw, where, {"cache", "metrics", "upstreams"})
+        cache = raw.get("cache", {})
+        _fields(
+            cache,
+            f"{where}: [cache]",
+            {"embedder", "l2", "capacity", "ttl", "ttls", "shared"}
+            | {"default_temperature", "tool_results", "tools"},
+        )
+        metrics = raw.get("metrics", {})
+        _fields(metrics, f"{where}: [metrics]", {"tenant_names"})
+        embedder = str(cache.get("embedder", "terms"))
+        if embedder not in ("terms", "none") and not embedder.startswith("package:"):
+            raise ConfigError(
+                f"{where}: [cache] embedder must be 'terms', 'none' or 'package:PATH', got "
+                f"{embedder!r}"
+            )
+        policy = CachePolicy(
+            cache_default_temperature=bool(cache.get("default_temperature", False)),
+            cache_tool_results=bool(cache.get("tool_results", False)),
+            cache_tools=bool(cache.get("tools", False)),
+            ttl=cache.get("ttl"),
+            ttls=dict(cache.get("ttls", {})),
+            shared={str(k): str(v) for k, v in dict(cache.get("shared", {})).items()},
+        )
+        capacity = cache.get("capacity", 2048)
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ConfigError(f"{where}: [cache] capacity must be an int >= 1, got {capacity!r}")
+        upstreams = raw.get("upstreams", {})
+        if not isinstance(upstreams, dict) or not upstreams:
+            raise ConfigError(f"{where}: expected at least one [upstreams.NAME] table")
+        return cls(
+            upstreams={
+                str(name): _upstream(str(name), spec, f"{where}: [upstreams.{name}]", environ)
+                for name, spec in upstreams.items()
+            },
+            policy=policy,
+            embedder=embedder,
+            l2=bool(cache.get("l2", True)),
+            capacity=capacity,
+            tenant_names=bool(metrics.get("tenant_names", False)),
+        )
+
+
+def _fields(table: Any, where: str, allowed: set[str]) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table, got {type(table).__name__}")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown field(s) {unknown}; expected some of {sorted(allowed)}"
+        )
+
+
+def _secret(value: Any, where: str, environ: Mapping[str, str]) -> str:
+    """A literal key, or ``env:VAR``'s value (the error names the variable, never a value)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string (a key or env:VAR)")
+    if not value.startswith("env:"):
+        return value
+    variable = value[4:]
+    if variable not in environ:
+        raise ConfigError(f"{where}: environment variable {variable!r} is not set")
+    return environ[variable]
+
+
+def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> UpstreamConfig:
+    allowed = {"protocol", "base_url", "api_key", "tenant_keys", "models", "tenants"}
+    _fields(spec, where, allowed | {"timeout", "max_retries"})
+    if name in RESERVED or "/" in name or not name:
+        raise ConfigError(f"{where}: the name {name!r} is reserved or not a single word")
+    protocol = spec.get("protocol", name)
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"{where}: protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    base_url = spec.get("base_url")
+    if base_url is not None and not str(base_url).startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: base_url must be an http(s) URL, got {base_url!r}")
+    tenant_keys = spec.get("tenant_keys", {})
+    if not isinstance(tenant_keys, dict):
+        raise ConfigError(f"{where}: tenant_keys must be a table of tenant = key")
+    timeout = spec.get("timeout", 60.0)
+    retries = spec.get("max_retries", 2)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ConfigError(f"{where}: timeout must be seconds > 0, got {timeout!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError(f"{where}: max_retries must be an int >= 0, got {retries!r}")
+    return UpstreamConfig(
+        name=name,
+        protocol=protocol,
+        base_url=None if base_url is None else str(base_url),
+        api_key=_secret(spec.get("api_key", ""), f"{where} api_key", environ),
+        tenant_keys={
+            str(t): _secret(k, f"{where} tenant_keys.{t}", environ) for t, k in tenant_keys.items()
+        },
+        models=tuple(str(m) for m in spec.get("models", ())),
+        tenants=tuple(str(t) for t in spec.get("tenants", ())),
+        timeout=float(timeout),
+        max_retries=retries,
+    )

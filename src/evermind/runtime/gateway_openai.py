@@ -1,0 +1,337 @@
+"""``POST /v1/chat/completions`` through the gateway: the OpenAI wire shape (native-only).
+
+Translates an OpenAI Chat Completions body into a neutral
+:class:`~evermind.bridges.base.ChatRequest` (system and developer messages become
+``system``; tools and tool calls are converted), runs it through the tenant's bridge from
+:meth:`~evermind.runtime.gateway.Gateway.resolve`, and answers in the same shape, JSON or
+server-sent events. Every answer says how the cache served it:
+
+- the header ``x-evermind-cache``: ``hit-l1``, ``hit-l2``, ``miss`` (looked up, not found)
+  or ``bypass`` (not cacheable: ``x-evermind-cache-reason`` says why);
+- the body field ``"evermind": {"cache", "cached", "score", "cached_query", "saved_tokens",
+  "saved_usd", "cost_usd"}`` (on the last chunk of a stream). OpenAI clients keep unknown
+  fields (``response.model_extra``).
+
+The request header ``x-evermind-cache: on|off`` opts a request in or out of the cache
+(``extra["cache"]``). Upstream failures become clean statuses (see ``runtime/app.py``);
+after the first byte of a stream they arrive as an ``error`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall, Usage
+from evermind.bridges.caching import CachingBridge
+from evermind.errors import EvermindError, InputError, UpstreamError
+from evermind.runtime import schemas
+from evermind.runtime.gateway import Gateway, Resolved
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+OPT_IN = {"on", "true", "1", "yes"}
+OPT_OUT = {"off", "false", "0", "no"}
+
+
+def _content(message: schemas.ChatMessage, index: int) -> str:
+    if message.content is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    texts = []
+    for part in message.content:
+        if part.type != "text" or part.text is None:
+            raise InputError(
+                f"messages[{index}].content: part of type {part.type!r} is not supported by the "
+                "gateway; expected text parts",
+                code="unsupported_content",
+            )
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def _tool_calls(message: schemas.ChatMessage, index: int) -> tuple[ToolCall, ...]:
+    calls = []
+    for call in message.tool_calls or []:
+        function = call.get("function") or {}
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except (TypeError, ValueError) as err:
+            raise InputError(
+                f"messages[{index}].tool_calls: arguments are not JSON ({err})",
+                code="invalid_tool_call",
+            ) from err
+        calls.append(ToolCall(str(call.get("id", "")), str(function.get("name", "")), arguments))
+    return tuple(calls)
+
+
+def _tools(body: schemas.ChatRequest) -> tuple[dict[str, Any], ...]:
+    tools = []
+    for i, tool in enumerate(body.tools or []):
+        function = tool.get("function")
+        if tool.get("type") != "function" or not isinstance(function, dict):
+            raise InputError(
+                f"tools[{i}]: expected {{'type': 'function', 'function': {{...}}}}",
+                code="invalid_tools",
+            )
+        tools.append(
+            {
+                "name": str(function.get("name", "")),
+                "description": str(function.get("description", "")),
+                "input_schema": function.get("parameters") or {"type": "object"},
+            }
+        )
+    return tuple(tools)
+
+
+def chat_request(
+    body: schemas.ChatRequest,
+    model: str,
+    tenant: str,
+    max_tokens: int,
+    cache_header: str | None,
+) -> ChatRequest:
+    """The neutral request for an OpenAI body (``model`` is the upstream's own name)."""
+    system: list[str] = []
+    turns: list[Message] = []
+    for i, message in enumerate(body.messages):
+        text = _content(message, i)
+        if message.role in ("system", "developer"):
+            system.append(text)
+        elif message.role == "tool":
+            turns.append(Message("tool", text, tool_call_id=message.tool_call_id))
+        elif message.role in ("user", "assistant"):
+            turns.append(Message(message.role, text, tool_calls=_tool_calls(message, i)))
+        else:
+            raise InputError(
+                f"messages[{i}].role {message.role!r} is not supported by the gateway; use tool",
+                code="unsupported_role",
+            )
+    extra: dict[str, Any] = {}
+    if body.top_p is not None:
+        extra["top_p"] = body.top_p
+    if body.seed is not None:
+        extra["seed"] = body.seed
+    opt = (cache_header or "").strip().lower()
+    if opt in OPT_IN:
+        extra["cache"] = True
+    elif opt in OPT_OUT:
+        extra["cache"] = False
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    return ChatRequest(
+        model=model,
+        messages=tuple(turns),
+        system="\n\n".join(system) or None,
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        stop=tuple(s for s in stop if s),
+        tools=_tools(body),
+        tenant=tenant,
+        extra=extra,
+    )
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.prompt_tokens + usage.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+    }
+
+
+def evermind_field(completion: Completion, status: str, detail: str = "") -> dict[str, Any]:
+    """The ``evermind`` body field: how the cache served the call, why, and what it saved."""
+    cached = completion.cached
+    field: dict[str, Any] = {
+        "cache": status,
+        "cached": cached is not None,
+        "cost_usd": completion.cost_usd,
+    }
+    if detail:
+        field["detail"] = detail
+    if cached is not None:
+        saved = cached.saved
+        field.update(
+            tier=cached.tier,
+            score=round(cached.score, 6),
+            cached_query=cached.cached_query,
+            saved_tokens={
+                "input": saved.input_tokens,
+                "output": saved.output_tokens,
+                "cache_read": saved.cache_read_tokens,
+                "cache_write": saved.cache_write_tokens,
+            },
+            saved_usd=cached.saved_usd,
+        )
+    return field
+
+
+def _tool_call_json(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+        }
+        for c in calls
+    ]
+
+
+def cache_headers(status: str, reason: str | None) -> dict[str, str]:
+    headers = {"x-evermind-cache": status}
+    if status in ("miss", "bypass") and reason:
+        headers["x-evermind-cache-reason"] = reason
+    return headers
+
+
+async def within(seconds: float, provider: str, step: Any) -> Any:
+    """Awaits ``step``; past ``seconds`` an ``upstream_timeout`` (the client gets 504)."""
+    try:
+        return await asyncio.wait_for(step, seconds)
+    except TimeoutError:
+        raise UpstreamError(
+            f"{provider}: no answer within {seconds:g} s",
+            provider=provider,
+            code="upstream_timeout",
+        ) from None
+
+
+async def serve_chat(
+    gateway: Gateway,
+    resolved: Resolved,
+    body: schemas.ChatRequest,
+    request: ChatRequest,
+    include_usage: bool,
+) -> JSONResponse | StreamingResponse:
+    """Runs ``request`` through ``resolved.bridge``; the JSON or SSE answer.
+
+    Raises:
+        UpstreamError: The upstream failed before the first byte (keys scrubbed).
+    """
+    upstream = resolved.upstream
+    tenant = request.tenant
+    bridge = resolved.bridge
+    caching = bridge if isinstance(bridge, CachingBridge) else None
+    try:
+        outcome = None if caching is None else await caching.open(request)
+        status = "bypass" if outcome is None else outcome.status
+        reason = "no_cache" if outcome is None else outcome.reason
+        detail = "" if outcome is None else outcome.detail
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk" if body.stream else "chat.completion",
+            "created": int(time.time()),
+            "model": body.model,
+        }
+        if body.stream:
+            deltas = (
+                bridge.stream(request)
+                if caching is None or outcome is None
+                else caching.deltas(outcome)
+            )
+            first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
+            events = _events(
+                gateway, resolved, tenant, status, detail, base, deltas, first, include_usage
+            )
+            return StreamingResponse(
+                events,
+                media_type="text/event-stream",
+                headers={**SSE_HEADERS, **cache_headers(status, reason)},
+            )
+        step = (
+            bridge.generate(request)
+            if caching is None or outcome is None
+            else caching.complete(outcome)
+        )
+        completion: Completion = await within(upstream.timeout, upstream.protocol, step)
+    except UpstreamError as err:
+        gateway.failed(tenant, upstream.name, err)
+        raise gateway.clean(err) from None
+    gateway.account(tenant, upstream.name, status, completion)
+    message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+    if completion.tool_calls:
+        message["tool_calls"] = _tool_call_json(completion.tool_calls)
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": completion.finish_reason,
+    }
+    answer = {
+        **base,
+        "choices": [choice],
+        "usage": _usage(completion.usage),
+        "evermind": evermind_field(completion, status, detail),
+    }
+    return JSONResponse(answer, headers=cache_headers(status, reason))
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+async def _events(
+    gateway: Gateway,
+    resolved: Resolved,
+    tenant: str,
+    status: str,
+    detail: str,
+    base: dict[str, Any],
+    deltas: AsyncIterator[Delta],
+    first: Delta | None,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    """The SSE bytes of a stream whose first delta is already in."""
+    upstream = resolved.upstream
+    role = {"role": "assistant"}
+    completion: Completion | None = None
+    delta = first
+    try:
+        while delta is not None:
+            if delta.text:
+                yield _sse(_chunk(base, {**role, "content": delta.text}, None))
+                role = {}
+            if delta.completion is not None:
+                completion = delta.completion
+                break
+            delta = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
+        if completion is None:
+            raise UpstreamError(
+                f"{upstream.protocol}: the stream ended without its completion",
+                provider=upstream.protocol,
+                code="upstream_stream_cut",
+            )
+    except EvermindError as err:  # headers are gone: report in the stream, OpenAI style
+        if isinstance(err, UpstreamError):
+            gateway.failed(tenant, upstream.name, err)
+        error = {"message": gateway.scrub(str(err)), "type": "server_error", "code": err.code}
+        yield _sse({"error": error})
+        return
+    finally:
+        close = getattr(deltas, "aclose", None)
+        if close is not None:
+            await close()
+    gateway.account(tenant, upstream.name, status, completion)
+    delta_json: dict[str, Any] = dict(role)
+    if completion.tool_calls:
+        calls = _tool_call_json(completion.tool_calls)
+        delta_json["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+    last = _chunk(base, delta_json, completion.finish_reason)
+    last["evermind"] = evermind_field(completion, status, detail)
+    yield _sse(last)
+    if include_usage:
+        yield _sse({**base, "choices": [], "usage": _usage(completion.usage)})
+    yield _sse("[DONE]")
+
+
+def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    return {**base, "choices": [choice]}
