@@ -195,6 +195,9 @@ class Completion:
         cost_usd: Price of ``usage`` (set by :class:`~evermind.bridges.InstrumentedBridge`).
         timing: Set by ``InstrumentedBridge``.
         cached: Set when the semantic cache served it.
+        route: ``(target, reason)`` when a router chose the model (``evermind/auto``):
+            target ``local`` or ``frontier``, reason as
+            :class:`~evermind.agent.router.RouteDecision` names it.
     """
 
     text: str
@@ -207,6 +210,7 @@ class Completion:
     cost_usd: float | None = None
     timing: Timing | None = None
     cached: CacheInfo | None = None
+    route: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

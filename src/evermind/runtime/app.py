@@ -409,7 +409,7 @@ def create_app(config: RuntimeConfig) -> FastAPI:
         allow_origins=list(config.cors_origins),
         allow_origin_regex=None if config.cors_origins else LOOPBACK_ORIGINS,
         allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-        allow_headers=["Authorization", "Content-Type", "X-Evermind-Cache"],
+        allow_headers=["Authorization", "Content-Type", "X-Evermind-Cache", "X-Evermind-Route"],
         expose_headers=["Retry-After", "X-Evermind-Cache", "X-Evermind-Cache-Reason"],
         max_age=600,
     )

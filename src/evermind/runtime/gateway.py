@@ -29,6 +29,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from evermind.bridges.base import Bridge, Completion
@@ -39,7 +40,8 @@ from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
 from evermind.runtime.cache_store import SemanticCacheStore
-from evermind.runtime.gateway_config import GatewayConfig, UpstreamConfig
+from evermind.runtime.gateway_auto import AutoBridge, LocalBridge, budget_of
+from evermind.runtime.gateway_config import AUTO_MODEL, GatewayConfig, UpstreamConfig
 from evermind.runtime.metrics import Metrics
 from evermind.tokens import Principal
 
@@ -56,6 +58,22 @@ SDK_TIMEOUT_MARGIN_S = 5.0
 
 #: ``connect(upstream, key) -> Bridge``: the bridge to one upstream with one key.
 Connect = Callable[[UpstreamConfig, str], Bridge]
+
+
+class LocalServing(NamedTuple):
+    """What ``evermind/auto`` needs of the runtime to answer locally.
+
+    Attributes:
+        generator: The runtime's generation pool (its fairness and limits).
+        load: ``load(tenant, model_id)``: the tenant's installed model (the registry's).
+        max_tokens_cap: The server's ``max_tokens`` limit.
+        data_dir: Where collected frontier answers go by default (``distill/pairs.db``).
+    """
+
+    generator: Any
+    load: Callable[[str, str], Awaitable[Any]]
+    max_tokens_cap: int
+    data_dir: Any
 
 
 class Resolved(NamedTuple):
@@ -191,8 +209,22 @@ class Gateway:
         metrics: Metrics,
         connect: Connect = connect_sdk,
         prices: PriceTable | None = None,
+        local: LocalServing | None = None,
     ) -> None:
         self.config = config
+        self._local = local
+        self._executor = executor
+        self._autos: dict[str, Bridge] = {}
+        self.budget = None if config.auto is None else budget_of(config.auto)
+        self.distillation: Any = None
+        if config.auto is not None and config.auto.distills and local is not None:
+            from evermind.agent.distillation import DistillationEngine, DistillationPolicy
+
+            auto = config.auto
+            self.distillation = DistillationEngine(
+                auto.distill_path or Path(local.data_dir) / "distill" / "pairs.db",
+                DistillationPolicy(tenants=auto.distill_tenants, all_tenants=auto.distill_all),
+            )
         self.prices = prices if prices is not None else PriceTable.load()
         self.metrics = metrics
         self._connect = connect
@@ -215,6 +247,8 @@ class Gateway:
             NotFound: The upstream does not serve that model (``models`` in the config).
             AccessError: The tenant may not use the upstream, or has no key for it.
         """
+        if model_id == AUTO_MODEL and self.config.auto is not None:
+            return self._auto(principal)
         prefix, slash, name = model_id.partition("/")
         upstream = self.config.upstreams.get(prefix)
         if not slash or upstream is None:
@@ -251,6 +285,44 @@ class Gateway:
             )
             bridge = self._bridges[(tenant, prefix)] = caching or inner
         return Resolved(bridge, name, upstream)
+
+    def _auto(self, principal: Principal) -> Resolved:
+        """The tenant's ``evermind/auto`` (built once per tenant)."""
+        auto = self.config.auto
+        if auto is None or self._local is None or self.budget is None:
+            raise NotFound(
+                f"model {AUTO_MODEL!r} needs an [auto] table and a runtime to serve it",
+                code="model_not_found",
+            )
+        frontier = self.resolve(auto.frontier, principal)
+        if frontier is None:  # the config check makes this unreachable; say so if not
+            raise NotFound(f"[auto] frontier {auto.frontier!r} is not an upstream model")
+        tenant = principal.tenant
+        bridge = self._autos.get(tenant)
+        if bridge is None:
+            local = self._local
+
+            async def load() -> Any:
+                return await local.load(tenant, auto.local)
+
+            collect = None if self.distillation is None else self.distillation.collect
+            bridge = self._autos[tenant] = AutoBridge(
+                auto,
+                load,
+                LocalBridge(local.generator, load, tenant, local.max_tokens_cap),
+                (frontier.bridge, frontier.model),
+                self.budget,
+                self.prices,
+                self._executor,
+                collect,
+                lambda _request, decision: self.metrics.router_decision(
+                    self.label(tenant), decision.target, decision.reason
+                ),
+            )
+        upstream = UpstreamConfig(
+            name="auto", protocol=frontier.upstream.protocol, timeout=frontier.upstream.timeout
+        )
+        return Resolved(bridge, "auto", upstream)
 
     # ----------------------------------------------------------------- accounting
 
@@ -304,3 +376,6 @@ class Gateway:
             except Exception as err:  # closing must not stop the others from closing
                 logger.warning("gateway: closing a bridge failed: %s", err)
         self._bridges.clear()
+        self._autos.clear()
+        if self.distillation is not None:
+            self.distillation.close()

@@ -31,6 +31,10 @@
     [upstreams.anthropic.tenant_keys]   # per-tenant keys (else api_key)
     alpha = "env:ALPHA_ANTHROPIC_KEY"
 
+    [auto]                      # model "evermind/auto": the router (see runtime/gateway_auto.py)
+    local = "evermind/notes:1.0.0"
+    frontier = "anthropic/claude-sonnet-4-5"
+
 Keys are held here, server-side, and never sent to or accepted from clients; their
 ``repr`` is hidden.
 """
@@ -45,12 +49,119 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evermind.agent.router import RouterConfig
 from evermind.bridges.caching import CachePolicy
 from evermind.errors import ConfigError
 
 PROTOCOLS = ("anthropic", "openai")
 #: Upstream names: what precedes ``/`` in a model id (``evermind`` is the local models').
 RESERVED = ("evermind",)
+
+
+#: The model id the router answers to.
+AUTO_MODEL = "evermind/auto"
+_ROUTER_FIELDS = ("max_surprise", "max_local_prompt_tokens", "local_context_tokens")
+_ROUTER_FLAGS = ("use_confidence", "use_task_patterns")
+
+
+@dataclass(frozen=True)
+class AutoConfig:
+    """The ``[auto]`` table (see the module docstring)."""
+
+    local: str
+    frontier: str
+    router: RouterConfig = field(default_factory=RouterConfig)
+    budget_usd: float | None = None
+    budgets: Mapping[str, float] = field(default_factory=dict)
+    distill_tenants: frozenset[str] = frozenset()
+    distill_all: bool = False
+    distill_path: Path | None = None
+
+    @property
+    def distills(self) -> bool:
+        return self.distill_all or bool(self.distill_tenants)
+
+    @classmethod
+    def parse(cls, raw: Any, where: str, upstreams: Mapping[str, Any]) -> AutoConfig:
+        """Builds it from the parsed table; ``upstreams``: the file's upstream names.
+
+        Raises:
+            ConfigError: A missing or unknown field, a bad value, or a frontier model whose
+                upstream the file does not define.
+        """
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: expected a table, got {type(raw).__name__}")
+        allowed = {"local", "frontier", "budget_usd", "budgets", "distill"}
+        allowed |= {*_ROUTER_FIELDS, *_ROUTER_FLAGS}
+        unknown = sorted(set(raw) - allowed)
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown field(s) {unknown}; expected some of {sorted(allowed)}"
+            )
+        for name in ("local", "frontier"):
+            if not isinstance(raw.get(name), str) or not raw[name]:
+                raise ConfigError(
+                    f"{where}: {name} must be a model id string, got {raw.get(name)!r}"
+                )
+        local, frontier = str(raw["local"]), str(raw["frontier"])
+        prefix, slash, name = frontier.partition("/")
+        if not slash or not name or prefix not in upstreams:
+            raise ConfigError(
+                f"{where}: frontier must be <upstream>/<model> with an upstream of this file "
+                f"({sorted(upstreams)}), got {frontier!r}"
+            )
+        if local == AUTO_MODEL or local.partition("/")[0] in upstreams:
+            raise ConfigError(
+                f"{where}: local must name an installed Evermind model, got {local!r}"
+            )
+        options: dict[str, Any] = {}
+        for key in _ROUTER_FIELDS:
+            if key in raw:
+                value = raw[key]
+                whole = key != "max_surprise"
+                if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
+                    kind = "an integer" if whole else "a number"
+                    raise ConfigError(f"{where}: {key} must be {kind}, got {value!r}")
+                options[key] = value
+        for key in _ROUTER_FLAGS:
+            if key in raw:
+                if not isinstance(raw[key], bool):
+                    raise ConfigError(f"{where}: {key} must be true or false, got {raw[key]!r}")
+                options[key] = raw[key]
+        try:
+            router = RouterConfig(**options)
+        except (TypeError, ConfigError) as err:
+            raise ConfigError(f"{where}: {err}") from err
+        budget = _usd(raw.get("budget_usd"), f"{where}: budget_usd")
+        budgets_raw = raw.get("budgets", {})
+        if not isinstance(budgets_raw, dict):
+            raise ConfigError(f"{where}: budgets must be a table of tenant = USD")
+        budgets = {str(k): _usd(v, f"{where}: budgets.{k}") or 0.0 for k, v in budgets_raw.items()}
+        distill = raw.get("distill", {})
+        if not isinstance(distill, dict) or set(distill) - {"tenants", "all", "path"}:
+            raise ConfigError(f"{where}: distill must be a table with tenants, all and/or path")
+        tenants = distill.get("tenants", [])
+        if not isinstance(tenants, list) or not all(isinstance(t, str) for t in tenants):
+            raise ConfigError(f"{where}: distill.tenants must be a list of tenant names")
+        path = distill.get("path")
+        return cls(
+            local=local,
+            frontier=frontier,
+            router=router,
+            budget_usd=budget,
+            budgets=budgets,
+            distill_tenants=frozenset(tenants),
+            distill_all=bool(distill.get("all", False)),
+            distill_path=None if path is None else Path(str(path)),
+        )
+
+
+def _usd(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(f"{what} must be a number of dollars >= 0, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -100,6 +211,7 @@ class GatewayConfig:
         l2: Whether the runtime's shared L2 backs the in-process L1.
         capacity: L1 entries.
         tenant_names: Whether ``/metrics`` labels tenants by name (else by a short hash).
+        auto: The ``[auto]`` table: what ``evermind/auto`` routes between (None: no router).
     """
 
     upstreams: Mapping[str, UpstreamConfig]
@@ -108,6 +220,7 @@ class GatewayConfig:
     l2: bool = True
     capacity: int = 2048
     tenant_names: bool = False
+    auto: AutoConfig | None = None
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -136,7 +249,7 @@ class GatewayConfig:
     @classmethod
     def parse(cls, raw: Any, where: str, environ: Mapping[str, str]) -> GatewayConfig:
         """Builds the configuration from the parsed file."""
-        _fields(raw, where, {"cache", "metrics", "upstreams"})
+        _fields(raw, where, {"cache", "metrics", "upstreams", "auto"})
         cache = raw.get("cache", {})
         _fields(
             cache,
@@ -166,11 +279,14 @@ class GatewayConfig:
         upstreams = raw.get("upstreams", {})
         if not isinstance(upstreams, dict) or not upstreams:
             raise ConfigError(f"{where}: expected at least one [upstreams.NAME] table")
+        parsed = {
+            str(name): _upstream(str(name), spec, f"{where}: [upstreams.{name}]", environ)
+            for name, spec in upstreams.items()
+        }
+        auto = raw.get("auto")
         return cls(
-            upstreams={
-                str(name): _upstream(str(name), spec, f"{where}: [upstreams.{name}]", environ)
-                for name, spec in upstreams.items()
-            },
+            upstreams=parsed,
+            auto=None if auto is None else AutoConfig.parse(auto, f"{where}: [auto]", parsed),
             policy=policy,
             embedder=embedder,
             l2=bool(cache.get("l2", True)),

@@ -96,8 +96,13 @@ def chat_request(
     tenant: str,
     max_tokens: int,
     cache_header: str | None,
+    route_header: str | None = None,
 ) -> ChatRequest:
-    """The neutral request for an OpenAI body (``model`` is the upstream's own name)."""
+    """The neutral request for an OpenAI body (``model`` is the upstream's own name).
+
+    ``route_header`` (``x-evermind-route: local|frontier``) overrides the router of
+    ``evermind/auto``.
+    """
     system: list[str] = []
     turns: list[Message] = []
     for i, message in enumerate(body.messages):
@@ -123,6 +128,15 @@ def chat_request(
         extra["cache"] = True
     elif opt in OPT_OUT:
         extra["cache"] = False
+    if route_header is not None:
+        route = route_header.strip().lower()
+        if route not in ("local", "frontier"):
+            raise InputError(
+                f"x-evermind-route must be 'local' or 'frontier', got {route_header!r}; "
+                "hint: leave the header out to let the router decide",
+                code="invalid_route",
+            )
+        extra["route"] = route
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     return ChatRequest(
         model=model,
@@ -156,6 +170,9 @@ def evermind_field(completion: Completion, status: str, detail: str = "") -> dic
     }
     if detail:
         field["detail"] = detail
+    if completion.route is not None:
+        field["route"] = {"target": completion.route[0], "reason": completion.route[1]}
+        field["provider"] = completion.provider
     if cached is not None:
         saved = cached.saved
         field.update(
@@ -254,6 +271,8 @@ async def serve_chat(
     except UpstreamError as err:
         gateway.failed(tenant, upstream.name, err)
         raise gateway.clean(err) from None
+    if caching is None and completion.cached is not None:  # a cache behind a router
+        status, reason = f"hit-{completion.cached.tier}", "hit"
     gateway.account(tenant, upstream.name, status, completion)
     message: dict[str, Any] = {"role": "assistant", "content": completion.text}
     if completion.tool_calls:

@@ -65,6 +65,8 @@ class Metrics:
         self.gauges: dict[str, Callable[[], float]] = {}
         #: (tenant label, upstream) -> the gateway's counters.
         self.gateway: dict[tuple[str, str], GatewayCounters] = defaultdict(GatewayCounters)
+        #: (tenant label, target, reason) -> decisions of the ``evermind/auto`` router.
+        self.routes: dict[tuple[str, str, str], int] = defaultdict(int)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         """Counts one finished request and its latency."""
@@ -106,6 +108,11 @@ class Metrics:
             if saved is not None:
                 counters.saved = counters.saved + saved
             counters.saved_usd += saved_usd
+
+    def router_decision(self, tenant: str, target: str, reason: str) -> None:
+        """Counts one decision of the ``evermind/auto`` router."""
+        with self._lock:
+            self.routes[(tenant, target, reason)] += 1
 
     def gateway_error(self, tenant: str, upstream: str, code: str) -> None:
         """Counts one failed gateway call by its error code."""
@@ -194,6 +201,16 @@ class Metrics:
             for event in ("hit", "miss", "guard_refused", "store"):
                 out.append(f'evermind_semantic_cache_total{{event="{event}"}} {self.cache[event]}')
             out += self._render_gateway()
+            out += [
+                "# HELP evermind_router_decisions_total evermind/auto decisions, by target "
+                "and reason.",
+                "# TYPE evermind_router_decisions_total counter",
+            ]
+            for (tenant, target, reason), n in sorted(self.routes.items()):
+                out.append(
+                    f'evermind_router_decisions_total{{tenant="{_esc(tenant)}",'
+                    f'target="{_esc(target)}",reason="{_esc(reason)}"}} {n}'
+                )
             gauges = dict(self.gauges)
         for name, read in sorted(gauges.items()):
             out += [f"# TYPE {name} gauge", f"{name} {read():g}"]

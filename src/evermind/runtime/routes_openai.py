@@ -264,6 +264,7 @@ async def chat_completions(
             who.tenant,
             _max_tokens(runtime.config, max_tokens),
             http_request.headers.get("x-evermind-cache"),
+            http_request.headers.get("x-evermind-route"),
         )
         include = bool(body.stream_options and body.stream_options.include_usage)
         return await serve_chat(gateway, routed, body, neutral, include)

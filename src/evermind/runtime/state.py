@@ -19,7 +19,7 @@ from fastapi import Depends, Request
 from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
 from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
-from evermind.runtime.gateway import Gateway
+from evermind.runtime.gateway import Gateway, LocalServing
 from evermind.runtime.gateway_config import GatewayConfig
 from evermind.runtime.generation import Generator
 from evermind.runtime.installs import InstallStore
@@ -82,11 +82,16 @@ class Runtime:
             started_at=time.time(),
         )
         if upstreams is not None:
+
+            async def load(tenant: str, model_id: str) -> Any:
+                return await registry.model(registry.resolve(tenant, model_id))
+
             runtime.gateway = Gateway(
                 upstreams,
                 runtime.cache,
                 executor,
                 metrics,
+                local=LocalServing(runtime.generator, load, config.max_tokens_cap, config.data_dir),
             )
         metrics.gauges["evermind_models_loaded"] = lambda: registry.loaded_count
         metrics.gauges["evermind_models_loaded_bytes"] = lambda: registry.loaded_bytes
