@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import io
 import json
 import os
@@ -138,6 +139,40 @@ def _tokens_per_second_ours(package: bytes, new_tokens: int, seconds: float) -> 
     return produced / (time.perf_counter() - start)
 
 
+def _tokens_per_second_scheduler(
+    package: bytes, clients: int, new_tokens: int, seconds: float
+) -> float:
+    """Completion tokens/s of ``clients`` closed-loop requests through the runtime's batching
+    scheduler in-process (no HTTP: the model's share of the serving cost alone)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import evermind
+    from evermind.runtime.generation import GenerationRequest
+    from evermind.runtime.scheduler import Scheduler
+
+    model = evermind.load(package)
+    scheduler = Scheduler(ThreadPoolExecutor(2), slots=clients, batch_slots=max(1, clients))
+
+    async def run() -> float:
+        produced = 0
+        await scheduler.complete(model, GenerationRequest(PROMPT, 4, temperature=0.0))  # warm up
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def worker(index: int) -> None:
+            nonlocal produced
+            n = 0
+            while time.perf_counter() < deadline:
+                request = GenerationRequest(PROMPT, new_tokens, seed=index * 100_003 + n)
+                n += 1
+                produced += (await scheduler.complete(model, request)).completion_tokens
+
+        await asyncio.gather(*(worker(i) for i in range(clients)))
+        return produced / (time.perf_counter() - start)
+
+    return asyncio.run(run())
+
+
 def _tokens_per_second_torch(package: bytes, new_tokens: int, seconds: float) -> float:
     import importlib
 
@@ -202,13 +237,47 @@ def run_serve_bench(
             _tokens_per_second_ours(package, max_tokens, seconds), 1
         ),
     }
+    from benchmarks.host import blas_threads
+
+    if importlib.util.find_spec("evermind.runtime.scheduler") is None:  # a tree before it
+        generation["scheduler_tokens_per_s"] = {}
+    else:
+        with blas_threads(1):  # as the server runs (evermind serve sets OPENBLAS_NUM_THREADS=1)
+            generation["scheduler_tokens_per_s"] = {
+                str(c): round(_tokens_per_second_scheduler(package, c, max_tokens, seconds), 1)
+                for c in concurrency
+            }
     if reference:
         torch_rate = _tokens_per_second_torch(package, max_tokens, seconds)
         generation["pytorch_tokens_per_s"] = round(torch_rate, 1)
         generation["ratio_vs_pytorch"] = round(
             generation["evermind_numpy_tokens_per_s"] / torch_rate, 2
         )
-    return {"model": model, "cpu_count": os.cpu_count(), "rows": rows, "generation": generation}
+    result = {"model": model, "cpu_count": os.cpu_count(), "rows": rows, "generation": generation}
+    result["ratios"] = ratios(result)
+    return result
+
+
+def ratios(result: dict[str, Any]) -> dict[str, float]:
+    """The issue-17 targets' ratios within one run: completion tokens/s at the most clients
+    over one client, p99 at 8 clients over one client, embeddings req/s at the most clients
+    over one client (absent where the run lacks the cells)."""
+    cells = {(row["kind"], row["clients"]): row for row in result["rows"]}
+    out: dict[str, float] = {}
+    for kind, field, name in (
+        ("completions", "completion_tokens_per_s", "completion_tok_s"),
+        ("embeddings", "requests_per_s", "embedding_req_s"),
+    ):
+        counts = sorted(c for k, c in cells if k == kind)
+        one = cells.get((kind, 1))
+        if one and counts and counts[-1] > 1 and one[field]:
+            out[f"{name}_{counts[-1]}_over_1"] = round(
+                cells[(kind, counts[-1])][field] / one[field], 2
+            )
+    one, eight = cells.get(("completions", 1)), cells.get(("completions", 8))
+    if one and eight and one["p99_ms"]:
+        out["completion_p99_8_over_1"] = round(eight["p99_ms"] / one["p99_ms"], 2)
+    return out
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -229,12 +298,17 @@ def format_table(result: dict[str, Any]) -> str:
     line = f"generation ({gen['new_tokens']} tokens, in-process): evermind numpy " + (
         f"{gen['evermind_numpy_tokens_per_s']} tok/s"
     )
+    if gen.get("scheduler_tokens_per_s"):
+        rates = ", ".join(f"{c} clients {r}" for c, r in gen["scheduler_tokens_per_s"].items())
+        line += f"; batching scheduler without HTTP (tok/s): {rates}"
     if "pytorch_tokens_per_s" in gen:
         line += (
             f", PyTorch MambaForCausalLM {gen['pytorch_tokens_per_s']} tok/s, "
             f"ratio {gen['ratio_vs_pytorch']}x"
         )
-    return "\n".join([*lines, "", line])
+    found = ratios(result)
+    summary = ", ".join(f"{name} {value}x" for name, value in found.items())
+    return "\n".join([*lines, "", line, *([f"ratios (same run): {summary}"] if found else [])])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
