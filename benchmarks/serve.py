@@ -79,7 +79,13 @@ class _Server:
 
 
 async def _cell(
-    url: str, kind: str, model: str, clients: int, seconds: float, max_tokens: int
+    url: str,
+    kind: str,
+    model: str,
+    clients: int,
+    seconds: float,
+    max_tokens: int,
+    top_k: int | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any]
     if kind == "embeddings":
@@ -87,6 +93,8 @@ async def _cell(
     else:
         path = "/v1/completions"
         body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 1.0}
+        if top_k:
+            body["top_k"] = top_k
     latencies: list[float] = []
     tokens = 0
     errors = 0
@@ -140,7 +148,7 @@ def _tokens_per_second_ours(package: bytes, new_tokens: int, seconds: float) -> 
 
 
 def _tokens_per_second_scheduler(
-    package: bytes, clients: int, new_tokens: int, seconds: float
+    package: bytes, clients: int, new_tokens: int, seconds: float, top_k: int | None = None
 ) -> float:
     """Completion tokens/s of ``clients`` closed-loop requests through the runtime's batching
     scheduler in-process (no HTTP: the model's share of the serving cost alone)."""
@@ -163,9 +171,11 @@ def _tokens_per_second_scheduler(
             nonlocal produced
             n = 0
             while time.perf_counter() < deadline:
-                request = GenerationRequest(PROMPT, new_tokens, seed=index * 100_003 + n)
+                seed = index * 100_003 + n
+                request = GenerationRequest(PROMPT, new_tokens, top_k=top_k, seed=seed)
                 n += 1
-                produced += (await scheduler.complete(model, request)).completion_tokens
+                result = await scheduler.complete(model, request)
+                produced += result.completion_tokens  # after the await: no lost update
 
         await asyncio.gather(*(worker(i) for i in range(clients)))
         return produced / (time.perf_counter() - start)
@@ -202,6 +212,7 @@ def run_serve_bench(
     seconds: float = 3.0,
     concurrency: Sequence[int] = (1, 8, 32),
     max_tokens: int = 32,
+    top_k: int | None = None,
     reference: bool = True,
 ) -> dict[str, Any]:
     """Runs the whole benchmark and returns its rows and the generation comparison.
@@ -211,6 +222,7 @@ def run_serve_bench(
         seconds: Length of each (kind, clients) cell.
         concurrency: Client counts.
         max_tokens: Completion length of the completion cells.
+        top_k: The completions' ``top_k`` (None: the whole vocabulary, at temperature 1).
         reference: Also measure the PyTorch reference (needs torch and transformers).
     """
     package = package if package is not None else nano_package()
@@ -227,7 +239,7 @@ def run_serve_bench(
             httpx.post(server.url + "/v1/completions", json=warm, timeout=60)
             for kind in ("embeddings", "completions"):
                 for clients in concurrency:
-                    cell = _cell(server.url, kind, model, clients, seconds, max_tokens)
+                    cell = _cell(server.url, kind, model, clients, seconds, max_tokens, top_k)
                     rows.append(asyncio.run(cell))
         finally:
             server.stop()
@@ -244,7 +256,9 @@ def run_serve_bench(
     else:
         with blas_threads(1):  # as the server runs (evermind serve sets OPENBLAS_NUM_THREADS=1)
             generation["scheduler_tokens_per_s"] = {
-                str(c): round(_tokens_per_second_scheduler(package, c, max_tokens, seconds), 1)
+                str(c): round(
+                    _tokens_per_second_scheduler(package, c, max_tokens, seconds, top_k), 1
+                )
                 for c in concurrency
             }
     if reference:
@@ -318,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per cell")
     parser.add_argument("--clients", default="1,8,32", help="comma-separated client counts")
     parser.add_argument("--max-tokens", type=int, default=32, help="completion length")
+    parser.add_argument("--top-k", type=int, help="completions' top_k (default: none)")
     parser.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
@@ -326,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds=args.seconds,
         concurrency=[int(c) for c in args.clients.split(",")],
         max_tokens=args.max_tokens,
+        top_k=args.top_k,
         reference=not args.no_reference,
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))

@@ -405,3 +405,24 @@ def test_concurrent_embedding_requests_get_the_vectors_they_get_alone(
     for thread in threads:
         thread.join(timeout=60)
     assert np.abs(np.array(together) - np.array(alone)).max() < 1e-5
+
+
+def test_an_idle_model_loop_ends_and_the_next_request_starts_a_new_one(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from evermind.runtime import scheduler as module
+
+    monkeypatch.setattr(module, "IDLE_S", 0.05)
+    scheduler, made = _scheduler(batch_slots=2)
+    body = REQUESTS[0]
+
+    async def run() -> tuple[str, str]:
+        first = (await scheduler.complete(model, _request(body))).text
+        deadline = time.monotonic() + 5
+        while scheduler._loops and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert not scheduler._loops  # the thread ended and holds no model
+        return first, (await scheduler.complete(model, _request(body))).text
+
+    first, second = asyncio.run(run())
+    assert first == second and len(made) == 2

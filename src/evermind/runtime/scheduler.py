@@ -175,8 +175,8 @@ class _ModelLoop:
         while True:
             with self.cond:
                 if not self.active and not self.waiting:
-                    self.cond.wait(IDLE_S)
-                    if not self.active and not self.waiting:
+                    self.cond.wait_for(lambda: bool(self.waiting), IDLE_S)
+                    if not self.waiting:
                         self.retired = True
                         self.owner._retire(self)
                         return
@@ -494,6 +494,7 @@ class Scheduler:
                     runner = self._loops[id(model)] = _ModelLoop(self, model)
             if runner.add(seq):
                 return seq
+            self._retire(runner)  # it ended just now: the next turn makes a new one
 
     @staticmethod
     def _cancel(seq: _Sequence) -> None:
