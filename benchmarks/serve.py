@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import io
 import json
 import os
@@ -78,7 +79,13 @@ class _Server:
 
 
 async def _cell(
-    url: str, kind: str, model: str, clients: int, seconds: float, max_tokens: int
+    url: str,
+    kind: str,
+    model: str,
+    clients: int,
+    seconds: float,
+    max_tokens: int,
+    top_k: int | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any]
     if kind == "embeddings":
@@ -86,6 +93,8 @@ async def _cell(
     else:
         path = "/v1/completions"
         body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 1.0}
+        if top_k:
+            body["top_k"] = top_k
     latencies: list[float] = []
     tokens = 0
     errors = 0
@@ -138,6 +147,42 @@ def _tokens_per_second_ours(package: bytes, new_tokens: int, seconds: float) -> 
     return produced / (time.perf_counter() - start)
 
 
+def _tokens_per_second_scheduler(
+    package: bytes, clients: int, new_tokens: int, seconds: float, top_k: int | None = None
+) -> float:
+    """Completion tokens/s of ``clients`` closed-loop requests through the runtime's batching
+    scheduler in-process (no HTTP: the model's share of the serving cost alone)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import evermind
+    from evermind.runtime.generation import GenerationRequest
+    from evermind.runtime.scheduler import Scheduler
+
+    model = evermind.load(package)
+    scheduler = Scheduler(ThreadPoolExecutor(2), slots=clients, batch_slots=max(1, clients))
+
+    async def run() -> float:
+        produced = 0
+        await scheduler.complete(model, GenerationRequest(PROMPT, 4, temperature=0.0))  # warm up
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def worker(index: int) -> None:
+            nonlocal produced
+            n = 0
+            while time.perf_counter() < deadline:
+                seed = index * 100_003 + n
+                request = GenerationRequest(PROMPT, new_tokens, top_k=top_k, seed=seed)
+                n += 1
+                result = await scheduler.complete(model, request)
+                produced += result.completion_tokens  # after the await: no lost update
+
+        await asyncio.gather(*(worker(i) for i in range(clients)))
+        return produced / (time.perf_counter() - start)
+
+    return asyncio.run(run())
+
+
 def _tokens_per_second_torch(package: bytes, new_tokens: int, seconds: float) -> float:
     import importlib
 
@@ -167,6 +212,7 @@ def run_serve_bench(
     seconds: float = 3.0,
     concurrency: Sequence[int] = (1, 8, 32),
     max_tokens: int = 32,
+    top_k: int | None = None,
     reference: bool = True,
 ) -> dict[str, Any]:
     """Runs the whole benchmark and returns its rows and the generation comparison.
@@ -176,6 +222,7 @@ def run_serve_bench(
         seconds: Length of each (kind, clients) cell.
         concurrency: Client counts.
         max_tokens: Completion length of the completion cells.
+        top_k: The completions' ``top_k`` (None: the whole vocabulary, at temperature 1).
         reference: Also measure the PyTorch reference (needs torch and transformers).
     """
     package = package if package is not None else nano_package()
@@ -192,7 +239,7 @@ def run_serve_bench(
             httpx.post(server.url + "/v1/completions", json=warm, timeout=60)
             for kind in ("embeddings", "completions"):
                 for clients in concurrency:
-                    cell = _cell(server.url, kind, model, clients, seconds, max_tokens)
+                    cell = _cell(server.url, kind, model, clients, seconds, max_tokens, top_k)
                     rows.append(asyncio.run(cell))
         finally:
             server.stop()
@@ -202,13 +249,49 @@ def run_serve_bench(
             _tokens_per_second_ours(package, max_tokens, seconds), 1
         ),
     }
+    from benchmarks.host import blas_threads
+
+    if importlib.util.find_spec("evermind.runtime.scheduler") is None:  # a tree before it
+        generation["scheduler_tokens_per_s"] = {}
+    else:
+        with blas_threads(1):  # as the server runs (evermind serve sets OPENBLAS_NUM_THREADS=1)
+            generation["scheduler_tokens_per_s"] = {
+                str(c): round(
+                    _tokens_per_second_scheduler(package, c, max_tokens, seconds, top_k), 1
+                )
+                for c in concurrency
+            }
     if reference:
         torch_rate = _tokens_per_second_torch(package, max_tokens, seconds)
         generation["pytorch_tokens_per_s"] = round(torch_rate, 1)
         generation["ratio_vs_pytorch"] = round(
             generation["evermind_numpy_tokens_per_s"] / torch_rate, 2
         )
-    return {"model": model, "cpu_count": os.cpu_count(), "rows": rows, "generation": generation}
+    result = {"model": model, "cpu_count": os.cpu_count(), "rows": rows, "generation": generation}
+    result["ratios"] = ratios(result)
+    return result
+
+
+def ratios(result: dict[str, Any]) -> dict[str, float]:
+    """The issue-17 targets' ratios within one run: completion tokens/s at the most clients
+    over one client, p99 at 8 clients over one client, embeddings req/s at the most clients
+    over one client (absent where the run lacks the cells)."""
+    cells = {(row["kind"], row["clients"]): row for row in result["rows"]}
+    out: dict[str, float] = {}
+    for kind, field, name in (
+        ("completions", "completion_tokens_per_s", "completion_tok_s"),
+        ("embeddings", "requests_per_s", "embedding_req_s"),
+    ):
+        counts = sorted(c for k, c in cells if k == kind)
+        one = cells.get((kind, 1))
+        if one and counts and counts[-1] > 1 and one[field]:
+            out[f"{name}_{counts[-1]}_over_1"] = round(
+                cells[(kind, counts[-1])][field] / one[field], 2
+            )
+    one, eight = cells.get(("completions", 1)), cells.get(("completions", 8))
+    if one and eight and one["p99_ms"]:
+        out["completion_p99_8_over_1"] = round(eight["p99_ms"] / one["p99_ms"], 2)
+    return out
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -229,12 +312,17 @@ def format_table(result: dict[str, Any]) -> str:
     line = f"generation ({gen['new_tokens']} tokens, in-process): evermind numpy " + (
         f"{gen['evermind_numpy_tokens_per_s']} tok/s"
     )
+    if gen.get("scheduler_tokens_per_s"):
+        rates = ", ".join(f"{c} clients {r}" for c, r in gen["scheduler_tokens_per_s"].items())
+        line += f"; batching scheduler without HTTP (tok/s): {rates}"
     if "pytorch_tokens_per_s" in gen:
         line += (
             f", PyTorch MambaForCausalLM {gen['pytorch_tokens_per_s']} tok/s, "
             f"ratio {gen['ratio_vs_pytorch']}x"
         )
-    return "\n".join([*lines, "", line])
+    found = ratios(result)
+    summary = ", ".join(f"{name} {value}x" for name, value in found.items())
+    return "\n".join([*lines, "", line, *([f"ratios (same run): {summary}"] if found else [])])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -244,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per cell")
     parser.add_argument("--clients", default="1,8,32", help="comma-separated client counts")
     parser.add_argument("--max-tokens", type=int, default=32, help="completion length")
+    parser.add_argument("--top-k", type=int, help="completions' top_k (default: none)")
     parser.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
@@ -252,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds=args.seconds,
         concurrency=[int(c) for c in args.clients.split(",")],
         max_tokens=args.max_tokens,
+        top_k=args.top_k,
         reference=not args.no_reference,
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))

@@ -19,5 +19,9 @@ def test_bench_runs_and_reports_every_cell() -> None:
     ]
     assert all(r["requests"] > 0 and r["errors"] == 0 for r in result["rows"])
     assert result["generation"]["evermind_numpy_tokens_per_s"] > 0
+    assert set(result["generation"]["scheduler_tokens_per_s"]) == {"1", "2"}
+    assert set(result["ratios"]) == {
+        "completion_tok_s_2_over_1", "embedding_req_s_2_over_1"
+    }  # fmt: skip
     table = format_table(result)
     assert "| completions | 2 |" in table and "evermind/benchy:1.0.0" in table

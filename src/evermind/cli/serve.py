@@ -45,6 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens,
         tenant_generations=args.tenant_generations,
         upstreams_file=Path(args.upstreams) if args.upstreams else None,
+        batch_slots=args.batch_slots,
     )
     config.check_exposure()
     auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
@@ -130,7 +131,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="serve a local teacher embedder on /v1/embeddings (minilm: model id "
         "teacher/all-minilm-l6-v2; repeatable)",
     )
-    serve.add_argument("--workers", type=int, default=0, help="generation threads (0: auto)")
+    serve.add_argument("--workers", type=int, default=0, help="worker threads (0: auto)")
     serve.add_argument(
         "--max-prompt-tokens", type=int, default=8192, help="longest prompt, in tokens (400 beyond)"
     )
@@ -138,7 +139,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--tenant-generations",
         type=int,
         default=0,
-        help="generations one tenant may run at once (0: half the workers); the rest wait",
+        help="generations one tenant may have in the batch (0: 3/4 of --batch-slots)",
+    )
+    serve.add_argument(
+        "--batch-slots", type=int, default=32, help="sequences a model decodes together per step"
     )
     serve.add_argument(
         "--upstreams",
