@@ -44,12 +44,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         **({"worker_threads": args.workers} if args.workers else {}),
         max_prompt_tokens=args.max_prompt_tokens,
         tenant_generations=args.tenant_generations,
+        device=args.device,
     )
     config.check_exposure()
+    from evermind.runtime.devices import resolve_device
+
+    serving = resolve_device(config.device)  # fails here if --device gpu finds no adapter
     auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
     print(
         f"Evermind runtime on http://{config.host}:{config.port}  data: {config.data_dir}  "
-        f"{auth}  (docs at /docs; Ctrl-C to stop)",
+        f"{auth}  decoding on {serving.kind}: {serving.adapter}  (docs at /docs; Ctrl-C to stop)",
         flush=True,
     )
     serve(config, log_level=args.log_level)
@@ -136,6 +140,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=0,
         help="generations one tenant may run at once (0: half the workers); the rest wait",
+    )
+    serve.add_argument(
+        "--device",
+        default="auto",
+        choices=["cpu", "gpu", "auto"],
+        help="what decodes: cpu (numpy), gpu (wgpu-py, any adapter, lavapipe included) or auto "
+        "(a real GPU if wgpu-py finds one, else numpy; default)",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)

@@ -70,6 +70,8 @@ class RuntimeConfig:
         memory_budget_bytes: Loaded models are evicted (least recently used first) above this.
         worker_threads: Size of the thread pool that runs generation and embeddings.
         cache_max_entries: Entries kept per semantic-cache namespace (oldest evicted).
+        device: What decodes: ``cpu`` (numpy), ``gpu`` (wgpu-py, any adapter) or ``auto`` (a
+            real GPU if wgpu-py finds one, else numpy); see :mod:`evermind.runtime.devices`.
     """
 
     data_dir: Path = field(default_factory=default_data_dir)
@@ -96,6 +98,7 @@ class RuntimeConfig:
     #: Local teacher embedders served on ``/v1/embeddings`` to every tenant (e.g.
     #: ``["minilm"]`` serves model ``teacher/all-minilm-l6-v2``; see train/teachers.py).
     teachers: list[str] = field(default_factory=list)
+    device: str = "cpu"
 
     @property
     def generation_slots(self) -> int:
@@ -108,6 +111,10 @@ class RuntimeConfig:
             raise ConfigError(
                 f"RuntimeConfig.teachers: unknown teacher(s) {unknown}; expected some of "
                 f"{sorted(LOCAL_TEACHERS)}"
+            )
+        if self.device not in ("cpu", "gpu", "auto"):
+            raise ConfigError(
+                f"RuntimeConfig.device: expected cpu, gpu or auto, got {self.device!r}"
             )
         self.data_dir = Path(self.data_dir)
         if self.tokens_file is not None:

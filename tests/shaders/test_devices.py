@@ -1,0 +1,54 @@
+"""``--device``: resolving cpu|gpu|auto, the decoder factory on wgpu-py, /healthz says which."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+import evermind
+from evermind.errors import ConfigError
+from evermind.model.gpu_decode import GpuBatchDecoder
+from evermind.runtime import devices
+from evermind.runtime.app import create_app
+from evermind.runtime.config import RuntimeConfig
+from tests.factories import tiny_package
+from tests.numerics import assert_close
+
+
+def test_cpu_needs_no_adapter_and_bad_names_are_refused() -> None:
+    assert devices.resolve_device("cpu") == devices.ServingDevice("cpu", "numpy")
+    with pytest.raises(ConfigError, match="cpu, gpu, auto"):
+        devices.resolve_device("tpu")
+    with pytest.raises(ConfigError, match="device: expected"):
+        RuntimeConfig(device="cuda")
+
+
+def test_gpu_forces_any_adapter_and_auto_skips_cpu_adapters(device) -> None:
+    shared = devices.gpu_device()
+    assert devices.resolve_device("gpu").kind == "gpu"
+    auto = devices.resolve_device("auto")
+    assert auto.kind == ("cpu" if shared.is_cpu_adapter else "gpu"), auto
+    if shared.is_cpu_adapter:
+        assert "CPU adapter" in auto.adapter
+
+
+def test_decoder_for_gpu_decodes_like_the_numpy_model() -> None:
+    model = evermind.load(tiny_package("devices", "1.0.0", steps=5))
+    decoder = devices.decoder_for(model, "gpu", 2)
+    assert isinstance(decoder, GpuBatchDecoder) and decoder.slots == 2
+    prompt = model.tokenizer.encode("the cat")
+    got = decoder.prefill([1], [prompt])
+    state = model.cpu.init_state(1)
+    for token in prompt:
+        want, state = model.cpu.step(np.array([token]), state)
+    assert_close(got[0], want[0], atol=1e-4, rtol=1e-4, name="gpu prefill vs numpy")
+    with pytest.raises(ConfigError, match="slots"):
+        devices.decoder_for(model, "gpu", 0)
+
+
+def test_healthz_says_which_device_serves(tmp_path) -> None:
+    app = create_app(RuntimeConfig(data_dir=tmp_path, device="cpu"))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        body = client.get("/healthz").json()
+    assert body["device"] == {"kind": "cpu", "adapter": "numpy"}
