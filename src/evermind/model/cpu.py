@@ -455,6 +455,49 @@ class CpuMamba:
             ],
         )
 
+    def prefill(self, ids: Any, lengths: Any = None) -> tuple[FloatArray, MambaState]:
+        """Run prompts through the parallel forward (the scan) and return each one's decoding
+        state after its last token: what :meth:`step` would reach token by token.
+
+        Rows may be padded on the right: the model is causal, so a row's state and logits at
+        its own last position never read the padding.
+
+        Args:
+            ids: Token ids, shape (B, L), each row's prompt first (padding after it).
+            lengths: Tokens of each row's prompt, shape (B,), each in [1, L]; None: all L.
+
+        Returns:
+            (logits (B, V) after each row's last prompt token, the state (B rows) after it).
+        """
+        ids = self._check_ids(ids, 2, "prefill")
+        cfg = self.config
+        batch, length = ids.shape
+        if batch < 1 or length < 1:
+            raise ShapeError(
+                f"CpuMamba.prefill: expected a non-empty (B, L) batch, got {ids.shape}"
+            )
+        last = np.full(batch, length, np.int64) if lengths is None else np.asarray(lengths)
+        if last.shape != (batch,) or last.min() < 1 or last.max() > length:
+            raise ShapeError(
+                f"CpuMamba.prefill: expected one length in [1, {length}] per row, got {last!r}"
+            )
+        rows = np.arange(batch)
+        # Register positions: the last K inputs up to each row's end, zero before t = 0.
+        taps = last[:, None] - cfg.d_conv + np.arange(cfg.d_conv)[None, :]  # (B, K)
+        state = self.init_state(batch)
+        embedding = self.params["backbone.embeddings.weight"]  # (V, D)
+        h = embedding_fwd(ids, embedding).reshape(batch, length, cfg.d_model)  # (B, L, D)
+        for index in range(cfg.n_layer):
+            out, cache = self._block_fwd(self._layer(index), h)
+            window = cache.x_in[rows[:, None], np.maximum(taps, 0)]  # (B, K, I)
+            window[taps < 0] = 0
+            state.conv[index][...] = window.transpose(0, 2, 1)  # (B, I, K)
+            state.ssm[index][...] = cache.states[rows, last - 1]  # (B, I, N)
+            h = h + out
+        h_last = h[rows, last - 1]  # (B, D)
+        hidden, _ = rmsnorm_fwd(h_last, self.params["backbone.norm_f.weight"], cfg.rms_eps)
+        return hidden @ embedding.T, state  # (B, V)
+
     def step(self, token_ids: Any, state: MambaState) -> tuple[FloatArray, MambaState]:
         """Advance every sequence by one token: O(1) work per token, whatever came before.
 
