@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 
 import evermind
 from evermind.errors import ConfigError
+from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.gpu_decode import GpuBatchDecoder
 from evermind.runtime import devices
 from evermind.runtime.app import create_app
@@ -52,3 +53,9 @@ def test_healthz_says_which_device_serves(tmp_path) -> None:
     with TestClient(app, base_url="http://127.0.0.1") as client:
         body = client.get("/healthz").json()
     assert body["device"] == {"kind": "cpu", "adapter": "numpy"}
+
+
+def test_decoder_for_cpu_is_the_numpy_decoder() -> None:
+    model = evermind.load(tiny_package("devices", "1.0.0", steps=5))
+    decoder = devices.decoder_for(model, "cpu", 3)
+    assert isinstance(decoder, CpuDecoder) and decoder.slots == 3

@@ -8,6 +8,7 @@ import pytest
 from evermind.errors import ConfigError, ShapeError
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.decode import Decoder
 from evermind.model.gpu_decode import GpuBatchDecoder, run_sync
 from evermind.model.init import init_params
@@ -113,3 +114,20 @@ def test_run_sync_refuses_a_suspending_coroutine() -> None:
     assert run_sync(returns()) == 2
     with pytest.raises(Exception, match="synchronously"):
         run_sync(suspends())
+
+
+def test_matches_the_numpy_decoder_row_for_row(decoder) -> None:
+    cpu = CpuDecoder(CpuMamba(CONFIG, PARAMS), slots=5)
+    slots, prompts = [4, 1, 2, 0], [[2, 3, 5, 7, 11], [13], [17, 19, 23], [29, 31, 2, 3]]
+    assert_close(
+        decoder.prefill(slots, prompts), cpu.prefill(slots, prompts), **TOL, name="prefill"
+    )
+    rng = np.random.default_rng(5)
+    for t in range(6):
+        live = slots[: 4 - t // 2]  # sequences leave the batch as it goes
+        tokens = rng.integers(0, CONFIG.vocab_size, len(live)).tolist()
+        got, want = decoder.step(live, tokens), cpu.step(live, tokens)
+        assert_close(got, np.asarray(want), **TOL, name=f"step {t}")
+        if t % 2 == 1:
+            decoder.release(slots[3 - t // 2])
+            cpu.release(slots[3 - t // 2])

@@ -13,13 +13,13 @@ shares it. :func:`decoder_for` is the factory the scheduler calls per loaded mod
 
 from __future__ import annotations
 
-import importlib
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from evermind.errors import ConfigError, NoAdapterError
 from evermind.gpu import Device
+from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.decode import Decoder
 
 #: The accepted values of ``--device``.
@@ -116,7 +116,4 @@ def decoder_for(model: Any, device: str, slots: int) -> Decoder:
         from evermind.model.gpu_decode import GpuBatchDecoder
 
         return GpuBatchDecoder.from_params(gpu_device(), model.config, model.cpu.params, slots)
-    # The numpy decoder (helper 4's model/cpu_decode.py), looked up at call time.
-    cpu_decode = importlib.import_module("evermind.model.cpu_decode")
-    decoder: Decoder = cpu_decode.CpuDecoder(model.cpu, slots)
-    return decoder
+    return CpuDecoder(model, slots)
