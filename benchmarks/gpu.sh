@@ -36,7 +36,7 @@ fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 missing=$("$py" - <<'PY'
 import importlib.util
-need = ["numpy", "wgpu", "httpx", "fastapi", "uvicorn", "pydantic"]
+need = ["numpy", "wgpu", "httpx", "fastapi", "uvicorn", "pydantic", "swagger_ui_bundle"]
 print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
 PY
 )
