@@ -298,4 +298,28 @@ def browser_cases() -> list:
         STEP_ATOL,
         STEP_RTOL,
     )
-    return [conv_case, ssm_case]
+    slots, row = 5, 67
+    states = rng.standard_normal((slots, row)).astype(f32)
+    rows = rng.standard_normal((3, row)).astype(f32)
+    slot_of = np.array([4, 0, 2], np.uint32)
+    gather_case = KernelCase(
+        "recurrent_step.gather_rows",
+        launcher,
+        "gather_rows",
+        [{"buf": "states"}, {"buf": "slot_of"}, {"buf": "rows"}, 3, row, slots],
+        {"states": states, "slot_of": slot_of, "rows": np.zeros_like(rows)},
+        {"rows": ref.gather_rows(states, slot_of)},
+        0.0,
+        0.0,
+    )
+    scatter_case = KernelCase(
+        "recurrent_step.scatter_rows",
+        launcher,
+        "scatter_rows",
+        [{"buf": "rows"}, {"buf": "slot_of"}, {"buf": "states"}, 3, row, slots],
+        {"rows": rows, "slot_of": slot_of, "states": states},
+        {"states": ref.scatter_rows(states, slot_of, rows)},
+        0.0,
+        0.0,
+    )
+    return [conv_case, ssm_case, gather_case, scatter_case]
