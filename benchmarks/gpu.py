@@ -125,9 +125,9 @@ def stages(quick: bool) -> list[Stage]:
         Stage(
             "kernels", ["benchmarks", "kernels", "--native-only", "--json", *q], 150, kernel_rows
         ),
-        Stage("train", ["benchmarks", "train", "--native-only", "--json", *q], 150, train_rows),
+        Stage("train", ["benchmarks", "train", "--native-only", "--json", *q], 200, train_rows),
         Stage("decode", ["benchmarks.gpu_decode", "--json", *q], 90, decode_rows),
-        Stage("serve", ["benchmarks.serve", "--device", "gpu", "--json", *serve], 150, serve_rows),
+        Stage("serve", ["benchmarks.serve", "--device", "gpu", "--json", *serve], 130, serve_rows),
     ]
 
 
