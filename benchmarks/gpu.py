@@ -123,7 +123,7 @@ def stages(quick: bool) -> list[Stage]:
     )
     return [
         Stage(
-            "kernels", ["benchmarks", "kernels", "--native-only", "--json", *q], 150, kernel_rows
+            "kernels", ["benchmarks", "kernels", "--native-only", "--json", *q], 120, kernel_rows
         ),
         Stage("train", ["benchmarks", "train", "--native-only", "--json", *q], 200, train_rows),
         Stage("decode", ["benchmarks.gpu_decode", "--json", *q], 90, decode_rows),
