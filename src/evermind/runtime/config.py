@@ -62,13 +62,14 @@ class RuntimeConfig:
         max_input_chars: Longest prompt or embedding input, in characters.
         max_prompt_tokens: Longest prompt in tokens (400 beyond): every prompt token costs a
             step of the model before the first output token.
-        tenant_generations: Generations one tenant may run at once (its next ones wait in
-            line; 0: half the worker threads, at least 1).
+        tenant_generations: Generations one tenant may have in the decoding batch at once (its
+            next ones wait in line; 0: three quarters of ``batch_slots``, at least 1).
         tenant_queue: Generations one tenant may have waiting beyond those (429 beyond).
         rate_limit: Requests per second each tenant may sustain (0: unlimited).
         rate_burst: Requests a tenant may send at once before the rate applies (0: 2 x rate).
         memory_budget_bytes: Loaded models are evicted (least recently used first) above this.
-        worker_threads: Size of the thread pool that runs generation and embeddings.
+        worker_threads: Size of the thread pool that runs embeddings and model loading.
+        batch_slots: Sequences each served model decodes together in one batched step.
         cache_max_entries: Entries kept per semantic-cache namespace (oldest evicted).
         device: What decodes: ``cpu`` (numpy), ``gpu`` (wgpu-py, any adapter) or ``auto`` (a
             real GPU if wgpu-py finds one, else numpy); see :mod:`evermind.runtime.devices`.
@@ -95,6 +96,7 @@ class RuntimeConfig:
     memory_budget_bytes: int = 2048 * MIB
     worker_threads: int = field(default_factory=lambda: min(32, (os.cpu_count() or 1) + 4))
     cache_max_entries: int = 100_000
+    batch_slots: int = 32
     #: Local teacher embedders served on ``/v1/embeddings`` to every tenant (e.g.
     #: ``["minilm"]`` serves model ``teacher/all-minilm-l6-v2``; see train/teachers.py).
     teachers: list[str] = field(default_factory=list)
@@ -103,7 +105,7 @@ class RuntimeConfig:
     @property
     def generation_slots(self) -> int:
         """Generations one tenant may run at once (see ``tenant_generations``)."""
-        return self.tenant_generations or max(1, self.worker_threads // 2)
+        return self.tenant_generations or max(1, self.batch_slots * 3 // 4)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.teachers) - set(LOCAL_TEACHERS))

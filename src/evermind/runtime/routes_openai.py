@@ -20,7 +20,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from evermind.model.inference import EMBED_MAX_TOKENS, Model
+from evermind.model.inference import Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
 from evermind.runtime.generation import (
@@ -291,12 +291,6 @@ async def chat_completions(
     return JSONResponse({**base, "choices": [choice], "usage": _usage(result)})
 
 
-def _embed_job(model: Model, texts: list[str]) -> tuple[np.ndarray, int]:
-    vectors = model.embed(texts)  # (N, D), L2-normalised
-    tokens = sum(max(1, min(len(model.tokenizer.encode(t)), EMBED_MAX_TOKENS)) for t in texts)
-    return vectors, tokens
-
-
 def _served_teachers(config: RuntimeConfig) -> dict[str, str]:
     """Model id -> local teacher name, for the teachers this runtime serves."""
     return {LOCAL_TEACHERS[name]: name for name in config.teachers}
@@ -377,8 +371,7 @@ async def embeddings(
             f"request for {body.dimensions}; hint: omit dimensions",
             "invalid_dimensions",
         )
-    loop = asyncio.get_running_loop()
-    vectors, tokens = await loop.run_in_executor(runtime.executor, _embed_job, model, texts)
+    vectors, tokens = await runtime.generator.embeddings.embed(model, texts)
     stats = runtime.registry.stats_for(install)
     stats.requests += 1
     stats.embedded_inputs += len(texts)

@@ -19,11 +19,11 @@ from fastapi import Depends, Request
 from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
 from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
-from evermind.runtime.generation import Generator
 from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
+from evermind.runtime.scheduler import Scheduler
 from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Runtime:
     executor: ThreadPoolExecutor
     installs: InstallStore
     registry: ModelRegistry
-    generator: Generator
+    generator: Scheduler
     cache: SemanticCacheStore
     memory: MemoryService
     metrics: Metrics
@@ -68,7 +68,9 @@ class Runtime:
             executor=executor,
             installs=installs,
             registry=registry,
-            generator=Generator(executor, config.generation_slots, config.tenant_queue),
+            generator=Scheduler(
+                executor, config.generation_slots, config.tenant_queue, config.batch_slots
+            ),
             cache=SemanticCacheStore(config.db_path, config.cache_max_entries),
             memory=MemoryService(config.db_path, executor),
             metrics=metrics,
