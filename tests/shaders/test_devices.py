@@ -59,3 +59,33 @@ def test_decoder_for_cpu_is_the_numpy_decoder() -> None:
     model = evermind.load(tiny_package("devices", "1.0.0", steps=5))
     decoder = devices.decoder_for(model, "cpu", 3)
     assert isinstance(decoder, CpuDecoder) and decoder.slots == 3
+
+
+def _greedy_completions(tmp_path, device: str, package: bytes) -> list[str]:
+    app = create_app(RuntimeConfig(data_dir=tmp_path / device, device=device))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        assert client.post("/v1/models", content=package).status_code == 201
+        assert client.get("/healthz").json()["device"]["kind"] == device
+        texts = []
+        for prompt in ("the cat", "a", "memories are recalled by meaning"):
+            body = {"model": "evermind/served", "prompt": prompt, "max_tokens": 8}
+            response = client.post("/v1/completions", json={**body, "temperature": 0})
+            assert response.status_code == 200, response.text
+            texts.append(response.json()["choices"][0]["text"])
+    return texts
+
+
+def test_the_runtime_serves_from_the_gpu_decoder_as_from_numpy(tmp_path, monkeypatch) -> None:
+    package = tiny_package("served", "1.0.0", steps=20)
+    steps: list[int] = []
+    real_step = GpuBatchDecoder.step
+
+    def counted(self, slots, tokens):  # type: ignore[no-untyped-def]
+        steps.append(len(slots))
+        return real_step(self, slots, tokens)
+
+    monkeypatch.setattr(GpuBatchDecoder, "step", counted)
+    gpu_texts = _greedy_completions(tmp_path, "gpu", package)
+    assert steps, "the GPU decoder never stepped"
+    assert gpu_texts == _greedy_completions(tmp_path, "cpu", package)
+    assert any(gpu_texts)
