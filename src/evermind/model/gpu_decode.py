@@ -8,14 +8,16 @@ per layer the plan gathers the B rows of those slots into dense (B, R) buffers
 (``recurrent_step.wgsl:gather_rows``), runs the matmuls over B rows and the recurrent-step
 kernels on them, and scatters the updated rows back (``scatter_rows``); one readback returns
 the (B, vocab) logits. A plan is recorded once per batch size B (lazily, then cached), so no
-uniform changes between steps and no row is computed for an idle slot. Every kernel works
+uniform changes between steps and no row is computed for an idle slot; a second plan per B
+without the final norm and LM head serves the prefill steps that end no prompt. Every kernel works
 row by row, so a row does not depend on its batch mates.
 
 :meth:`~GpuBatchDecoder.prefill` zeroes the slots' states and steps the prompt tokens through
 the same batched plans: step t feeds token t of every prompt longer than t (rows sorted by
 length, longest first, so the prompts ending at step t are the last rows and their logits are
-one contiguous readback). Cost: ``max(len(prompt))`` plan replays and one readback per
-distinct prompt length — O(L) steps of matrix–matrix products rather than the parallel scan.
+one contiguous readback). Cost: ``max(len(prompt))`` plan replays (the LM head only where a
+prompt ends) and one readback per distinct prompt length — O(L) steps of matrix–matrix
+products rather than the parallel scan.
 
 The bridge to the async port: the native transport's ``read`` (``queue.read_buffer`` of
 wgpu-py) completes without suspending, so each coroutine is driven by one ``send(None)`` in
@@ -105,7 +107,7 @@ class GpuBatchDecoder:
             "B": buf("B", s * n),
             "C": buf("C", s * n),
         }
-        self._plans: dict[int, Plan] = {}
+        self._plans: dict[tuple[int, bool], Plan] = {}
         self._live: set[int] = set()
         self._model: GpuMamba | None = None  # the owner of the weights, from from_params
 
@@ -123,7 +125,7 @@ class GpuBatchDecoder:
         return decoder
 
     # -- recording -------------------------------------------------------------------------
-    def _record(self, b: int) -> Plan:
+    def _record(self, b: int, logits: bool) -> Plan:
         dev, cfg, a, s = self.device, self.config, self._acts, self.slots
         dm, di, r, n, k = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.d_conv
         ew, mm, rn, rs = Elementwise(dev), Matmul(dev), RMSNorm(dev), RecurrentStep(dev)
@@ -172,14 +174,15 @@ class GpuBatchDecoder:
             d.append(ew.mul(a["y"], a["silu_z"], a["gated"], b * di))
             d.append(mm.linear(a["gated"], p(f"{i}.out"), out, b, di, dm))
             d.append(ew.accumulate(out, h, b * dm))  # residual, in place
-        d.append(rn.forward(h, p("norm_f"), xn, rstd, b, dm, cfg.rms_eps))
-        d.append(mm.linear(xn, p("embeddings"), self.logits, b, dm, cfg.vocab_size))
-        return dev.plan(f"batch decode step x{b}").add(d)
+        if logits:  # prefill steps that end no prompt skip the norm and the LM head
+            d.append(rn.forward(h, p("norm_f"), xn, rstd, b, dm, cfg.rms_eps))
+            d.append(mm.linear(xn, p("embeddings"), self.logits, b, dm, cfg.vocab_size))
+        return dev.plan(f"batch decode step x{b}{'' if logits else ' (no logits)'}").add(d)
 
-    def _plan(self, b: int) -> Plan:
-        plan = self._plans.get(b)
+    def _plan(self, b: int, logits: bool) -> Plan:
+        plan = self._plans.get((b, logits))
         if plan is None:
-            plan = self._plans[b] = self._record(b)
+            plan = self._plans[b, logits] = self._record(b, logits)
         return plan
 
     # -- checks ----------------------------------------------------------------------------
@@ -205,10 +208,10 @@ class GpuBatchDecoder:
             )
 
     # -- the Decoder contract --------------------------------------------------------------
-    def _run(self, rows: Sequence[int], tokens: Sequence[int]) -> None:
+    def _run(self, rows: Sequence[int], tokens: Sequence[int], logits: bool = True) -> None:
         self.device.write(self.ids, array("i", tokens))
         self.device.write(self.slot_of, array("I", rows))
-        self._plan(len(rows)).run()
+        self._plan(len(rows), logits).run()
 
     def _read_rows(self, start: int, count: int) -> np.ndarray:
         v = self.vocab_size
@@ -258,8 +261,8 @@ class GpuBatchDecoder:
         out = np.empty((len(ids), self.vocab_size), np.float32)
         for t in range(len(ids[order[0]])):
             active = [i for i in order if len(ids[i]) > t]  # a prefix of ``order``
-            self._run([rows[i] for i in active], [ids[i][t] for i in active])
             ending = [i for i in active if len(ids[i]) == t + 1]  # the tail of ``active``
+            self._run([rows[i] for i in active], [ids[i][t] for i in active], bool(ending))
             if ending:
                 out[ending] = self._read_rows(len(active) - len(ending), len(ending))
         return out
