@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 import evermind
 from evermind.errors import ConfigError
 from evermind.model.cpu_decode import CpuDecoder
+from evermind.model.decode import Decoder
 from evermind.model.gpu_decode import GpuBatchDecoder
 from evermind.runtime import devices
 from evermind.runtime.app import create_app
@@ -37,7 +38,8 @@ def test_gpu_forces_any_adapter_and_auto_skips_cpu_adapters(device) -> None:
 def test_decoder_for_gpu_decodes_like_the_numpy_model() -> None:
     model = evermind.load(tiny_package("devices", "1.0.0", steps=5))
     decoder = devices.decoder_for(model, "gpu", 2)
-    assert isinstance(decoder, GpuBatchDecoder) and decoder.slots == 2
+    assert isinstance(decoder, devices.SharedGpuDecoder) and decoder.slots == 2
+    assert isinstance(decoder.inner, GpuBatchDecoder) and isinstance(decoder, Decoder)
     prompt = model.tokenizer.encode("the cat")
     got = decoder.prefill([1], [prompt])
     state = model.cpu.init_state(1)
@@ -89,3 +91,27 @@ def test_the_runtime_serves_from_the_gpu_decoder_as_from_numpy(tmp_path, monkeyp
     assert steps, "the GPU decoder never stepped"
     assert gpu_texts == _greedy_completions(tmp_path, "cpu", package)
     assert any(gpu_texts)
+
+
+def test_gpu_decoders_of_two_models_in_two_threads_stay_exact() -> None:
+    import threading
+
+    model = evermind.load(tiny_package("devices", "1.0.0", steps=5))
+    prompts = [[1, 2, 3], [4, 5]]
+    alone = devices.decoder_for(model, "gpu", 2)
+    want = [alone.prefill([0, 1], prompts)] + [alone.step([0, 1], [t, t]) for t in range(8)]
+    results: dict[int, list[np.ndarray]] = {}
+
+    def run(index: int) -> None:
+        decoder = devices.decoder_for(model, "gpu", 2)
+        out = [decoder.prefill([0, 1], prompts)]
+        results[index] = out + [decoder.step([0, 1], [t, t]) for t in range(8)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for got in results.values():
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    assert len(results) == 2

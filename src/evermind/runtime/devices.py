@@ -8,12 +8,16 @@
 - ``auto``: the GPU when wgpu-py finds a real one (not a CPU/software adapter), else numpy.
 
 The process opens one WebGPU device, the first time a GPU is asked for, and every GPU decoder
-shares it. :func:`decoder_for` is the factory the scheduler calls per loaded model.
+shares it; each served model's scheduler thread drives its own decoder, so the calls of GPU
+decoders go through one lock (the GPU runs one submission at a time anyway, and the port
+makes no promise about concurrent use from several threads). :func:`decoder_for` is the
+factory the scheduler calls per loaded model.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +103,36 @@ def resolve_device(requested: str) -> ServingDevice:
     return ServingDevice("gpu", found) if real else ServingDevice("cpu", f"numpy ({found})")
 
 
+_gpu_calls = threading.Lock()
+
+
+class SharedGpuDecoder:
+    """A GPU decoder whose calls hold the lock of the shared device (one thread at a time).
+
+    Attributes:
+        inner: The wrapped :class:`~evermind.model.gpu_decode.GpuBatchDecoder`.
+    """
+
+    def __init__(self, inner: Decoder) -> None:
+        self.inner = inner
+        self.slots, self.vocab_size = inner.slots, inner.vocab_size
+
+    def prefill(self, slots: Sequence[int], prompts: Sequence[Sequence[int]]) -> Any:
+        """See :meth:`Decoder.prefill`."""
+        with _gpu_calls:
+            return self.inner.prefill(slots, prompts)
+
+    def step(self, slots: Sequence[int], tokens: Sequence[int]) -> Any:
+        """See :meth:`Decoder.step`."""
+        with _gpu_calls:
+            return self.inner.step(slots, tokens)
+
+    def release(self, slot: int) -> None:
+        """See :meth:`Decoder.release`."""
+        with _gpu_calls:
+            self.inner.release(slot)
+
+
 def decoder_for(model: Any, device: str, slots: int) -> Decoder:
     """A :class:`~evermind.model.decode.Decoder` of ``slots`` sequences for a loaded model.
 
@@ -115,5 +149,7 @@ def decoder_for(model: Any, device: str, slots: int) -> Decoder:
     if resolve_device(device).kind == "gpu":
         from evermind.model.gpu_decode import GpuBatchDecoder
 
-        return GpuBatchDecoder.from_params(gpu_device(), model.config, model.cpu.params, slots)
+        with _gpu_calls:
+            inner = GpuBatchDecoder.from_params(gpu_device(), model.config, model.cpu.params, slots)
+        return SharedGpuDecoder(inner)
     return CpuDecoder(model, slots)
