@@ -50,7 +50,7 @@ def nano_package() -> bytes:
 
 
 class _Server:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, device: str = "auto") -> None:
         from evermind.runtime.server import free_port
 
         self.port = free_port()
@@ -58,6 +58,7 @@ class _Server:
         command = [
             sys.executable, "-m", "evermind.cli", "serve", "--port", str(self.port),
             "--data", str(data), "--rate-limit", "0", "--log-level", "warning",
+            "--device", device,
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
@@ -214,6 +215,7 @@ def run_serve_bench(
     max_tokens: int = 32,
     top_k: int | None = None,
     reference: bool = True,
+    device: str = "auto",
 ) -> dict[str, Any]:
     """Runs the whole benchmark and returns its rows and the generation comparison.
 
@@ -224,14 +226,17 @@ def run_serve_bench(
         max_tokens: Completion length of the completion cells.
         top_k: The completions' ``top_k`` (None: the whole vocabulary, at temperature 1).
         reference: Also measure the PyTorch reference (needs torch and transformers).
+        device: The server's ``--device`` (cpu, gpu or auto); its ``/healthz`` says which
+            device decoded, in the result's ``device``.
     """
     package = package if package is not None else nano_package()
     from evermind.runtime.push import push_package
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
-        server = _Server(Path(folder) / "data")
+        server = _Server(Path(folder) / "data", device)
         try:
+            serving = httpx.get(server.url + "/healthz", timeout=10).json().get("device")
             file = Path(folder) / "model.evermind"
             file.write_bytes(package)
             model = push_package(file, server.url)["id"]
@@ -267,7 +272,13 @@ def run_serve_bench(
         generation["ratio_vs_pytorch"] = round(
             generation["evermind_numpy_tokens_per_s"] / torch_rate, 2
         )
-    result = {"model": model, "cpu_count": os.cpu_count(), "rows": rows, "generation": generation}
+    result = {
+        "model": model,
+        "cpu_count": os.cpu_count(),
+        "device": serving,
+        "rows": rows,
+        "generation": generation,
+    }
     result["ratios"] = ratios(result)
     return result
 
@@ -297,7 +308,8 @@ def ratios(result: dict[str, Any]) -> dict[str, float]:
 def format_table(result: dict[str, Any]) -> str:
     """The benchmark as a Markdown table plus the generation comparison line."""
     lines = [
-        f"model {result['model']} on loopback, {result['cpu_count']} CPU(s)",
+        f"model {result['model']} on loopback, {result['cpu_count']} CPU(s), decoding on "
+        f"{result.get('device')}",
         "",
         "| kind | clients | req/s | p50 ms | p99 ms | completion tok/s | errors |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -335,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, help="completions' top_k (default: none)")
     parser.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--device", default="auto", choices=["cpu", "gpu", "auto"], help="the server's --device"
+    )
     args = parser.parse_args(argv)
     result = run_serve_bench(
         Path(args.package).read_bytes() if args.package else None,
@@ -343,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_tokens=args.max_tokens,
         top_k=args.top_k,
         reference=not args.no_reference,
+        device=args.device,
     )
     print(json.dumps(result, indent=1) if args.json else format_table(result))
     return 0

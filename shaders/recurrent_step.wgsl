@@ -26,9 +26,22 @@
 //              10 c_t         storage read        (B, N)
 //              11 d_skip      storage read        (D)
 //              12 y           storage read_write  (B, D)
-//  13 params  uniform  Params
-// Dispatch: one invocation per channel (b, d) for both; grid_1d(B*D, WG), flat index
+//   gather_rows: 14 rows_in  storage read        (S, R)  the states of all S slots
+//                15 rows_out storage read_write  (B, R)  the rows of this step's slots
+//                16 slot_of  storage read        (B,) u32
+//   scatter_rows: 14 rows_in (B, R), 15 rows_out (S, R), 16 slot_of (B,) u32
+//  13 params  uniform  Params (gather/scatter: batch = B rows, dim = R floats per row)
+// Dispatch: one invocation per channel (b, d) for conv_step and ssm_step; grid_1d(B*D, WG), flat index
 // (wid.y * nwg.x + wid.x) * WG + lid.x. The sum over n is one invocation's loop: deterministic.
+//
+// gather_rows / scatter_rows: batched decoding over state slots (model/gpu_decode.py). The
+//   states of every slot live in one (S, R) buffer per layer; a step gathers the rows of its
+//   active slots into a dense (B, R) buffer (rows_out[b, j] = rows_in[slot_of[b], j]), runs
+//   conv_step/ssm_step on it and scatters it back (rows_out[slot_of[b], j] = rows_in[b, j]).
+//   The slot list is a buffer written per step, so one recorded plan serves any B slots.
+//   A copy, not an indirection inside ssm_step: that one already binds 8 storage buffers, the
+//   WebGPU default maxStorageBuffersPerShaderStage. slot_of must not repeat a slot (the
+//   scatter would race). One invocation per float: grid_1d(B*R, WG).
 //
 // Numerical hazards: exp(delta A) <= 1 (delta >= 0, A < 0), so h cannot overflow; softplus and
 // sigmoid only exponentiate non-positive numbers; log1p is computed without losing tiny terms.
@@ -54,6 +67,9 @@ struct Params {
 @group(0) @binding(11) var<storage, read> d_skip: array<f32>;
 @group(0) @binding(12) var<storage, read_write> y: array<f32>;
 @group(0) @binding(13) var<uniform> params: Params;
+@group(0) @binding(14) var<storage, read> rows_in: array<f32>;
+@group(0) @binding(15) var<storage, read_write> rows_out: array<f32>;
+@group(0) @binding(16) var<storage, read> slot_of: array<u32>;
 
 override WG: u32 = 64;
 
@@ -126,4 +142,24 @@ fn ssm_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id)
         acc += hn * c_t[b * n_state + n];
     }
     y[i] = acc + d_skip[d] * xt;
+}
+
+@compute @workgroup_size(WG)
+fn gather_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(wid, lid, nwg);  // float (b, j) of the dense rows
+    if (i >= params.batch * params.dim) { return; }
+    let b = i / params.dim;
+    let j = i % params.dim;
+    rows_out[i] = rows_in[slot_of[b] * params.dim + j];
+}
+
+@compute @workgroup_size(WG)
+fn scatter_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(wid, lid, nwg);  // float (b, j) of the dense rows
+    if (i >= params.batch * params.dim) { return; }
+    let b = i / params.dim;
+    let j = i % params.dim;
+    rows_out[slot_of[b] * params.dim + j] = rows_in[i];
 }

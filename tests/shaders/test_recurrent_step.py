@@ -180,6 +180,40 @@ def test_single_steps_match_step_references(device) -> None:
     )
 
 
+# (S slots, slot list, floats per row R): R = 1, WG-1, WG+1 and a prime; lists out of order,
+# a single row, every slot, a slot list that skips slots.
+ROW_CASES = [(1, [0], 1), (5, [3, 0, 4], 63), (7, [6], 65), (4, [2, 3, 1, 0], 67), (9, [8, 1], 5)]
+
+
+@pytest.mark.parametrize("case", ROW_CASES, ids=[f"S{s}B{len(o)}R{r}" for s, o, r in ROW_CASES])
+def test_gather_then_scatter_rows_match_references(device, case) -> None:
+    slots, order, row = case
+    rng = np.random.default_rng(slots * 100 + row)
+    states = rng.standard_normal((slots, row)).astype(np.float32)
+    update = rng.standard_normal((len(order), row)).astype(np.float32)
+    slot_of = np.array(order, np.uint32)
+    batch = len(order)
+    states_buf = device.upload(states, label="states")
+    dense = device.buffer(4 * batch * row, label="dense")
+    update_buf = device.upload(update, label="update")
+    slot_buf = device.upload(slot_of, label="slot_of")
+    step = RecurrentStep(device)
+    device.submit([step.gather_rows(states_buf, slot_buf, dense, batch, row, slots)])
+    got = read_f32(device, dense, batch * row).reshape(batch, row)
+    assert_close(got, ref.gather_rows(states, slot_of), atol=0, rtol=0, name="gather_rows")
+    device.submit([step.scatter_rows(update_buf, slot_buf, states_buf, batch, row, slots)])
+    got_states = read_f32(device, states_buf, slots * row).reshape(slots, row)
+    want = ref.scatter_rows(states, slot_of, update)
+    assert_close(got_states, want, atol=0, rtol=0, name="scatter_rows")
+    untouched = [s for s in range(slots) if s not in order]
+    assert np.array_equal(got_states[untouched], states[untouched]), "other slots changed"
+
+
+def test_scatter_reference_rejects_a_repeated_slot() -> None:
+    with pytest.raises(ValueError, match="repeats"):
+        ref.scatter_rows(np.zeros((3, 2)), np.array([1, 1]), np.ones((2, 2)))
+
+
 def test_rejects_bad_sizes(device) -> None:
     step = RecurrentStep(device)
     small = device.buffer(16, label="small")
@@ -187,6 +221,10 @@ def test_rejects_bad_sizes(device) -> None:
         step.conv_step(small, small, small, small, small, 1, 2, 4)
     with pytest.raises(ShapeError, match="d_state"):
         step.ssm_step(*[small] * 8, 1, 1, 0)
+    with pytest.raises(ShapeError, match="exceed"):
+        step.gather_rows(small, small, small, 3, 1, 2)
+    with pytest.raises(ShapeError, match="rows_in"):
+        step.gather_rows(small, small, small, 1, 2, 4)
 
 
 def test_conv_reference_matches_numpy_convolve() -> None:
@@ -260,4 +298,28 @@ def browser_cases() -> list:
         STEP_ATOL,
         STEP_RTOL,
     )
-    return [conv_case, ssm_case]
+    slots, row = 5, 67
+    states = rng.standard_normal((slots, row)).astype(f32)
+    rows = rng.standard_normal((3, row)).astype(f32)
+    slot_of = np.array([4, 0, 2], np.uint32)
+    gather_case = KernelCase(
+        "recurrent_step.gather_rows",
+        launcher,
+        "gather_rows",
+        [{"buf": "states"}, {"buf": "slot_of"}, {"buf": "rows"}, 3, row, slots],
+        {"states": states, "slot_of": slot_of, "rows": np.zeros_like(rows)},
+        {"rows": ref.gather_rows(states, slot_of)},
+        0.0,
+        0.0,
+    )
+    scatter_case = KernelCase(
+        "recurrent_step.scatter_rows",
+        launcher,
+        "scatter_rows",
+        [{"buf": "rows"}, {"buf": "slot_of"}, {"buf": "states"}, 3, row, slots],
+        {"rows": rows, "slot_of": slot_of, "states": states},
+        {"states": ref.scatter_rows(states, slot_of, rows)},
+        0.0,
+        0.0,
+    )
+    return [conv_case, ssm_case, gather_case, scatter_case]

@@ -40,7 +40,10 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
     "rmsnorm": (("rmsnorm_fwd", "rmsnorm_bwd"), True),
     "conv1d": (("conv1d_fwd", "conv1d_bwd"), True),
     "selective_scan": (("selective_scan_fwd", "selective_scan_bwd", "scan_step"), True),
-    "recurrent_step": (("causal_conv1d_silu", "conv_step", "ssm_step"), False),
+    "recurrent_step": (
+        ("causal_conv1d_silu", "conv_step", "ssm_step", "gather_rows", "scatter_rows"),
+        False,
+    ),
     "cross_entropy": (("cross_entropy_fwd", "cross_entropy_bwd", "mean_loss"), True),
     "embedding": (("embedding_fwd", "embedding_bwd"), True),
     "matmul": (("matmul_fwd", "linear_fwd", "linear_bwd"), True),

@@ -46,14 +46,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         tenant_generations=args.tenant_generations,
         upstreams_file=Path(args.upstreams) if args.upstreams else None,
         batch_slots=args.batch_slots,
+        device=args.device,
     )
     config.check_exposure()
+    from evermind.runtime.devices import resolve_device
+
+    serving = resolve_device(config.device)  # fails here if --device gpu finds no adapter
     auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
     if config.upstreams_file:
         auth += f"; gateway upstreams from {config.upstreams_file}"
     print(
         f"Evermind runtime on http://{config.host}:{config.port}  data: {config.data_dir}  "
-        f"{auth}  (docs at /docs; Ctrl-C to stop)",
+        f"{auth}  decoding on {serving.kind}: {serving.adapter}  (docs at /docs; Ctrl-C to stop)",
         flush=True,
     )
     serve(config, log_level=args.log_level)
@@ -149,6 +153,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="gateway: upstream models (anthropic/openai), their keys and the cache policy, "
         "TOML or JSON (see docs/gateway.md); models <upstream>/<name> then go through the cache",
+    )
+    serve.add_argument(
+        "--device",
+        default="auto",
+        choices=["cpu", "gpu", "auto"],
+        help="what decodes: cpu (numpy), gpu (wgpu-py, any adapter, lavapipe included) or auto "
+        "(a real GPU if wgpu-py finds one, else numpy; default)",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)

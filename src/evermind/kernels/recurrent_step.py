@@ -4,7 +4,10 @@ Two dispatches per layer and token, both O(1) in the sequence length:
 
 - :meth:`RecurrentStep.conv_step`: the causal depthwise conv1d + SiLU on a (B, D, d_conv)
   shift register of the last inputs;
-- :meth:`RecurrentStep.ssm_step`: the selective-scan recurrence on the (B, D, N) state.
+- :meth:`RecurrentStep.ssm_step`: the selective-scan recurrence on the (B, D, N) state;
+- :meth:`RecurrentStep.gather_rows` / :meth:`RecurrentStep.scatter_rows`: batched decoding
+  over state slots copies the rows of a step's slots (a ``u32`` slot list written per step)
+  out of the (S, R) states of all slots and back.
 
 Both are recorded once and replayed for every generated token: the per-token inputs (x, delta,
 B_t, C_t) are written into the same buffers by the kernels that produce them, and the states
@@ -39,7 +42,10 @@ WORKGROUP_SIZE = 64
     _D,
     _Y,
     _PARAMS,
-) = range(14)
+    _ROWS_IN,
+    _ROWS_OUT,
+    _SLOT_OF,
+) = range(17)
 
 
 class RecurrentStep:
@@ -176,3 +182,52 @@ class RecurrentStep:
             _Y: y,
         }
         return self._record("ssm_step", bindings, batch, dim, d_state, 0)
+
+    def _rows(
+        self,
+        entry: str,
+        rows_in: Buffer,
+        slot_of: Buffer,
+        rows_out: Buffer,
+        batch: int,
+        row_size: int,
+        slots: int,
+    ) -> Dispatch:
+        op = f"recurrent_step.{entry}"
+        self._check_positive(op, batch=batch, row_size=row_size, slots=slots)
+        if batch > slots:
+            raise ShapeError(f"{op}: {batch} rows exceed the {slots} slots")
+        dense, full = batch * row_size, slots * row_size
+        gather = entry == "gather_rows"
+        need_f32(op, "rows_in", rows_in, full if gather else dense)
+        need_f32(op, "rows_out", rows_out, dense if gather else full)
+        need_f32(op, "slot_of", slot_of, batch)  # u32, same width
+        bindings = {_ROWS_IN: rows_in, _ROWS_OUT: rows_out, _SLOT_OF: slot_of}
+        return self._record(entry, bindings, batch, row_size, 0, 0)
+
+    def gather_rows(
+        self, states: Buffer, slot_of: Buffer, rows: Buffer, batch: int, row_size: int, slots: int
+    ) -> Dispatch:
+        """Records ``rows[b, :] = states[slot_of[b], :]`` for b < ``batch``.
+
+        Args:
+            states: The states of all slots, (S, R) f32.
+            slot_of: The slot of each row, (B,) u32, no slot twice, each < S (not checked on
+                the GPU: the caller validates the list it writes).
+            rows: Output, (B, R) f32.
+            batch, row_size, slots: The sizes B, R, S.
+        """
+        return self._rows("gather_rows", states, slot_of, rows, batch, row_size, slots)
+
+    def scatter_rows(
+        self, rows: Buffer, slot_of: Buffer, states: Buffer, batch: int, row_size: int, slots: int
+    ) -> Dispatch:
+        """Records ``states[slot_of[b], :] = rows[b, :]`` for b < ``batch`` (other slots kept).
+
+        Args:
+            rows: The dense rows, (B, R) f32.
+            slot_of: The slot of each row, (B,) u32, no slot twice, each < S.
+            states: The states of all slots, (S, R) f32; updated in place.
+            batch, row_size, slots: The sizes B, R, S.
+        """
+        return self._rows("scatter_rows", rows, slot_of, states, batch, row_size, slots)

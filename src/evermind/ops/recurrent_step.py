@@ -7,7 +7,10 @@ the parallel forward by construction:
   inputs (oldest first), then ``silu(conv1d)`` at the newest position (= the last output of
   :func:`evermind.ops.conv1d.conv1d_fwd` over the register);
 - :func:`ssm_step`: one step of the selective scan (:func:`evermind.ops.selective_scan.scan_step`)
-  on the state h (B, D, N), with the kernel's raw ``delta_raw`` and ``A_log``.
+  on the state h (B, D, N), with the kernel's raw ``delta_raw`` and ``A_log``;
+- :func:`gather_rows` / :func:`scatter_rows`: the copies between the states of all slots
+  (S, ...) and the dense rows of one batched step (B, ...) (``shaders/recurrent_step.wgsl``'s
+  ``gather_rows`` and ``scatter_rows``, used by batched decoding).
 
 :func:`causal_conv1d_silu` is the parallel conv branch (B, L, D) that running
 :func:`conv_step` over a sequence reproduces; the scan's parallel form is
@@ -24,7 +27,7 @@ from evermind.ops.conv1d import conv1d_fwd
 from evermind.ops.elementwise import silu_fwd, softplus_fwd
 from evermind.ops.selective_scan import scan_step
 
-__all__ = ["causal_conv1d_silu", "conv_step", "ssm_step"]
+__all__ = ["causal_conv1d_silu", "conv_step", "gather_rows", "scatter_rows", "ssm_step"]
 
 
 def causal_conv1d_silu(x: Floats, weight: Floats, bias: Floats) -> Floats:
@@ -76,3 +79,22 @@ def ssm_step(
     A = -np.exp(f64(A_log))  # (D, N)
     y, new_h = scan_step(f64(h), f64(x_c), delta, A, f64(B_t), f64(C_t), f64(D))
     return y.astype(dtype), new_h.astype(dtype)
+
+
+def gather_rows(states: Floats, slot_of: np.ndarray) -> Floats:
+    """The rows of the slots ``slot_of`` (B,): ``states[slot_of]``, shape (B, ...)."""
+    return np.asarray(states)[np.asarray(slot_of, np.int64)]
+
+
+def scatter_rows(states: Floats, slot_of: np.ndarray, rows: Floats) -> Floats:
+    """A copy of ``states`` (S, ...) with row ``slot_of[b]`` replaced by ``rows[b]``.
+
+    Raises:
+        ValueError: ``slot_of`` repeats a slot (the kernel's writes would race).
+    """
+    index = np.asarray(slot_of, np.int64)
+    if len(set(index.tolist())) != len(index):
+        raise ValueError(f"scatter_rows: slot_of repeats a slot: {index.tolist()}")
+    out = np.array(states, copy=True)
+    out[index] = rows
+    return out

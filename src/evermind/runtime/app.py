@@ -57,6 +57,7 @@ from evermind.runtime import (
 )
 from evermind.runtime.auth import PermissionDenied, RateLimited, RateLimiter, Unauthenticated
 from evermind.runtime.config import RuntimeConfig, is_loopback
+from evermind.runtime.devices import resolve_device
 from evermind.runtime.errors import ApiError, error_body
 from evermind.runtime.state import Runtime
 
@@ -421,6 +422,7 @@ def create_app(config: RuntimeConfig) -> FastAPI:
             "version": evermind.__version__,
             "uptime_s": round(time.time() - runtime.started_at, 3),
             "models_loaded": runtime.registry.loaded_count,
+            "device": resolve_device(runtime.config.device).as_dict(),
         }
 
     @app.get("/metrics", tags=["service"], summary="Prometheus metrics")

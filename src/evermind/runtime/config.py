@@ -73,6 +73,8 @@ class RuntimeConfig:
         cache_max_entries: Entries kept per semantic-cache namespace (oldest evicted).
         upstreams_file: The gateway's upstreams and cache policy (TOML or JSON, see
             docs/gateway.md); None: no gateway, only local models are served.
+        device: What decodes: ``cpu`` (numpy), ``gpu`` (wgpu-py, any adapter) or ``auto`` (a
+            real GPU if wgpu-py finds one, else numpy); see :mod:`evermind.runtime.devices`.
     """
 
     data_dir: Path = field(default_factory=default_data_dir)
@@ -101,6 +103,7 @@ class RuntimeConfig:
     #: ``["minilm"]`` serves model ``teacher/all-minilm-l6-v2``; see train/teachers.py).
     teachers: list[str] = field(default_factory=list)
     upstreams_file: Path | None = None
+    device: str = "cpu"
 
     @property
     def generation_slots(self) -> int:
@@ -113,6 +116,10 @@ class RuntimeConfig:
             raise ConfigError(
                 f"RuntimeConfig.teachers: unknown teacher(s) {unknown}; expected some of "
                 f"{sorted(LOCAL_TEACHERS)}"
+            )
+        if self.device not in ("cpu", "gpu", "auto"):
+            raise ConfigError(
+                f"RuntimeConfig.device: expected cpu, gpu or auto, got {self.device!r}"
             )
         self.data_dir = Path(self.data_dir)
         if self.tokens_file is not None:

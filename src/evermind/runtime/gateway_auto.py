@@ -42,7 +42,8 @@ from evermind.model.chat import CHAT_STOP
 from evermind.model.inference import Model
 from evermind.runtime.gateway_config import AUTO_MODEL as AUTO_MODEL
 from evermind.runtime.gateway_config import AutoConfig
-from evermind.runtime.generation import GenerationRequest, GenerationResult, Generator
+from evermind.runtime.generation import GenerationRequest, GenerationResult
+from evermind.runtime.scheduler import Scheduler
 
 
 class LocalBridge:
@@ -56,7 +57,7 @@ class LocalBridge:
 
     def __init__(
         self,
-        generator: Generator,
+        generator: Scheduler,
         load: Callable[[], Awaitable[Model]],
         tenant: str,
         max_tokens_cap: int,

@@ -21,6 +21,7 @@ from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.gateway import Gateway, LocalServing
 from evermind.runtime.gateway_config import GatewayConfig
+from evermind.runtime.devices import decoder_for
 from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
@@ -76,7 +77,11 @@ class Runtime:
             installs=installs,
             registry=registry,
             generator=Scheduler(
-                executor, config.generation_slots, config.tenant_queue, config.batch_slots
+                executor,
+                config.generation_slots,
+                config.tenant_queue,
+                config.batch_slots,
+                decoder_factory=lambda model, slots: decoder_for(model, config.device, slots),
             ),
             cache=SemanticCacheStore(config.db_path, config.cache_max_entries),
             memory=MemoryService(config.db_path, executor),
