@@ -19,9 +19,9 @@ from fastapi import Depends, Request
 from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
 from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.devices import decoder_for
 from evermind.runtime.gateway import Gateway, LocalServing
 from evermind.runtime.gateway_config import GatewayConfig
-from evermind.runtime.devices import decoder_for
 from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
