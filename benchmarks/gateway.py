@@ -3,7 +3,8 @@
 For each cache configuration (``none``: no cache, the gateway as a plain proxy; ``terms``:
 the model-free :class:`~evermind.bridges.caching.TermEmbedder`; ``nano``: a nano Evermind
 SSM package as the embedder, d_model 128, 4 layers, untrained: its latency is a trained
-one's, its hit rate is not), it starts a fresh loopback OpenAI upstream
+one's, its hit rate is not; ``package:PATH``: any trained package, e.g. the one ``make demo``
+writes, whose embedding head was distilled), it starts a fresh loopback OpenAI upstream
 (:class:`tests.upstreams.OpenAIUpstream`, in a subprocess) and a fresh ``evermind serve
 --upstreams`` (a subprocess), then:
 
@@ -255,6 +256,11 @@ def _replay(
 
 
 def _embedder_spec(name: str, folder: Path) -> str:
+    if name.startswith("package:"):
+        path = Path(name.removeprefix("package:")).resolve()
+        if not path.is_file():
+            raise SystemExit(f"--embedders: {name}: no such package file")
+        return f"package:{path}"
     if name != "nano":
         return name
     from benchmarks.serve import nano_package
@@ -361,13 +367,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--embedders",
         default=",".join(CONFIGS),
-        help=f"comma-separated, some of {','.join(CONFIGS)} (default all)",
+        help=f"comma-separated, some of {','.join(CONFIGS)} or package:PATH (a trained "
+        "package, e.g. the demo's dist/demo/evermind-default.evermind; default all)",
     )
     parser.add_argument("--eval-dir", type=Path, help="the development sets' folder")
     parser.add_argument("--no-l2", action="store_true", help="L1 only (no SQLite L2)")
     args = parser.parse_args(argv)
     configs = [c for c in args.embedders.split(",") if c]
-    unknown = sorted(set(configs) - set(CONFIGS))
+    unknown = sorted(c for c in set(configs) - set(CONFIGS) if not c.startswith("package:"))
     if unknown:
         parser.error(f"--embedders: unknown {unknown}; expected some of {list(CONFIGS)}")
     doc = run_gateway_bench(

@@ -164,7 +164,7 @@ def test_the_runtime_l2_index_keeps_its_statistics() -> None:
     queries: list[str | None] = [f"stored query {n} about topic {n % 5}" for n in range(30)]
     queries[3] = None  # an entry stored without its query text
     for n, query in enumerate(queries):
-        index.add(n, np.ones(4, np.float32) / 2, query)
+        index.add(n, np.ones(4, np.float32) / 2, query, f"answer {n}")
     index.drop_first(10)
     assert index.terms == TermStats.of(q for q in queries[10:] if q is not None)
 

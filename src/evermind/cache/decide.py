@@ -8,8 +8,11 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
 1. **Exact text wins.** A candidate whose query is the incoming query (case and spaces
    folded) is served: re-asking the same question is safe with any embedder.
 2. **Calibrated threshold.** :func:`calibrate` measures how the cache's embedder scores
-   *unrelated* texts: the cosines between the cache's own stored queries (mostly unrelated
-   to each other), sampled by :func:`pairwise_cosines`. Only scores above the
+   *unrelated* texts: the cosines between the cache's own stored queries, sampled, over the
+   pairs that share no content word (:func:`calibration_pairs`; all pairs when fewer than
+   the minimum share none). Templated traffic ("Order 17: status?", "Order 18: status?")
+   therefore does not count as unrelated texts scoring 0.95 and raise the threshold until
+   nothing but repeats hits. Only scores above the
    :data:`QUANTILE` of that distribution plus :data:`MARGIN` are served, and never below
    :data:`FLOOR`. An explicit threshold is honoured when it is *higher*; a lower one is
    raised to the calibrated value and the reason says so. With fewer than
@@ -37,7 +40,18 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
    cache as a whole.
 5. **Guards.** The guard chain (by default the English guards) compares numbers, units,
    negation, entities, direction, operation and codes.
-6. **No guessing.** When the runner-up scores within :data:`AMBIGUITY_MARGIN` of the best,
+6. **Contested entries.** An entry remembers the highest cosine at which the cache holds
+   *another question with another answer* next to it (:attr:`Candidate.contested`, set when
+   either is stored: the cache stored both, so it judged them different). Serving it then
+   needs a score above that plus :data:`CONTEST_MARGIN` (or the incoming vector itself,
+   cosine 1 within float32 rounding): where the cache knows that two
+   questions this close differ ("absorb more iron" next to "reduce iron absorption"), a
+   query no closer than they are cannot be told apart. This is what keeps a read-through
+   cache, which stores every miss (near-misses included), from serving a paraphrase of one
+   the answer of its stored near-miss. The library's L1 keeps the value per entry (updated
+   as entries are stored); the L2 and the tab measure it for the best candidate at lookup
+   (:func:`contested_of`: one scan of that entry's neighbours).
+7. **No guessing.** When the runner-up scores within :data:`AMBIGUITY_MARGIN` of the best,
    would itself pass rules 4-5 and holds a different answer, the lookup is a miss
    ("ambiguous"), unless the best is the incoming vector itself (cosine 1 within float32
    rounding) and the runner-up is not.
@@ -58,6 +72,7 @@ from evermind.text import terms
 __all__ = [
     "AMBIGUITY_MARGIN",
     "CONFIDENT",
+    "CONTEST_MARGIN",
     "FLOOR",
     "INFORMATIVE",
     "MARGIN",
@@ -74,9 +89,13 @@ __all__ = [
     "Decision",
     "TermStats",
     "calibrate",
+    "calibration_pairs",
+    "contest",
+    "contested_of",
     "decide",
     "lexical_evidence",
     "pairwise_cosines",
+    "raise_contested",
     "sample_indices",
     "stale",
 ]
@@ -113,6 +132,8 @@ MIN_IDF_ENTRIES = 32
 INFORMATIVE = 0.5
 #: A runner-up this close to the best score with another answer makes the lookup a miss.
 AMBIGUITY_MARGIN = 0.01
+#: A contested entry (rule 6) is served only this far above its contested cosine.
+CONTEST_MARGIN = 0.03
 # A cosine this close to 1 is the same vector (float32 rounding aside).
 _SAME_VECTOR = 1.0 - 1e-6
 
@@ -184,15 +205,56 @@ def sample_indices(n: int, limit: int = CALIBRATION_SAMPLE) -> list[int]:
     return [int(i * n / limit) for i in range(limit)]
 
 
-def pairwise_cosines(vectors: Sequence[Sequence[float]]) -> list[float]:
-    """Dot products of every pair of (unit) ``vectors`` of one dimension (pure Python)."""
+def contest(neighbours: Iterable[tuple[float, bool]]) -> float | None:
+    """The ``contested`` cosine of a new entry from its ``(cosine, same_answer)`` to the
+    stored entries near it (the caller scans; its top few suffice): the highest cosine
+    with another answer, or None. Each of those neighbours' own value is raised to at
+    least that cosine as well (the caller's job, with :func:`raise_contested`)."""
+    scores = [score for score, same in neighbours if not same]
+    return max(scores) if scores else None
+
+
+def contested_of(
+    neighbours: Iterable[tuple[float, Hashable, object]], own: Hashable, answer: object
+) -> float | None:
+    """The ``contested`` cosine of the entry ``own`` holding ``answer``, from its
+    ``(cosine, key, answer)`` neighbours (itself and entries with the same answer skipped)."""
+    scores = [score for score, key, other in neighbours if key != own and other != answer]
+    return max(scores) if scores else None
+
+
+def raise_contested(current: float | None, score: float) -> float:
+    """An entry's ``contested`` after a new entry with another answer scored ``score``."""
+    return score if current is None else max(current, score)
+
+
+def calibration_pairs(queries: Sequence[str | None]) -> list[tuple[int, int]]:
+    """The index pairs ``i < j`` of ``queries`` the calibration reads as unrelated texts.
+
+    Pairs whose queries share no content term (:func:`evermind.text.terms`; a query not
+    known, None, shares nothing); when fewer than ``MIN_CALIBRATION·(MIN_CALIBRATION−1)/2``
+    such pairs exist (a cache of one template), every pair, as before: the threshold can
+    then only be higher, never lower.
+    """
+    bags = [frozenset() if q is None else frozenset(terms(q)) for q in queries]
+    every = [(i, j) for i in range(len(bags)) for j in range(i + 1, len(bags))]
+    disjoint = [(i, j) for i, j in every if not bags[i] & bags[j]]
+    return disjoint if len(disjoint) >= MIN_CALIBRATION * (MIN_CALIBRATION - 1) // 2 else every
+
+
+def pairwise_cosines(
+    vectors: Sequence[Sequence[float]], pairs: Sequence[tuple[int, int]] | None = None
+) -> list[float]:
+    """Dot products of (unit) ``vectors`` of one dimension (pure Python): of ``pairs``
+    (e.g. :func:`calibration_pairs`), or of every pair."""
     rows = [tuple(v) for v in vectors]
-    out: list[float] = []
-    for i, a in enumerate(rows):
-        for b in rows[i + 1 :]:
-            if len(a) == len(b):
-                out.append(math.fsum(x * y for x, y in zip(a, b, strict=True)))
-    return out
+    if pairs is None:
+        pairs = [(i, j) for i in range(len(rows)) for j in range(i + 1, len(rows))]
+    return [
+        math.fsum(x * y for x, y in zip(rows[i], rows[j], strict=True))
+        for i, j in pairs
+        if len(rows[i]) == len(rows[j])
+    ]
 
 
 class TermStats:
@@ -323,12 +385,15 @@ class Candidate:
         query: The stored query (None when the store does not know it: no lexical check or
             guards can run, see :func:`decide`).
         answer: Anything equal for entries that hold the same answer (e.g. the response).
+        contested: The highest cosine between this entry and another stored entry with
+            another answer (None: unknown or none): see rule 6 and :func:`contest`.
     """
 
     key: Hashable
     score: float
     query: str | None
     answer: object = None
+    contested: float | None = None
 
 
 @dataclass(frozen=True)
@@ -401,6 +466,20 @@ def decide(
     if veto is not None:
         name, words = veto
         return Decision(False, best, tau, name, words)
+    if (
+        best.contested is not None
+        and best.score < best.contested + CONTEST_MARGIN
+        and best.score < _SAME_VECTOR  # the incoming vector is the stored one: no doubt
+    ):
+        return Decision(
+            False,
+            best,
+            tau,
+            "contested",
+            f"contested: the cache holds another question scoring {best.contested:.3f} "
+            f"against {best.query!r}, so serving it needs "
+            f"{best.contested + CONTEST_MARGIN:.3f} (best cosine {best.score:.3f})",
+        )
     for rival in ranked[1:]:
         if rival.score < best.score - AMBIGUITY_MARGIN or rival.score < tau:
             break

@@ -35,8 +35,11 @@ from evermind.cache.decide import (
     Decision,
     TermStats,
     calibrate,
+    calibration_pairs,
+    contest,
     decide,
     pairwise_cosines,
+    raise_contested,
     sample_indices,
     stale,
 )
@@ -134,6 +137,8 @@ class _Entry:
     response: JSONValue
     meta: dict[str, JSONValue] | None
     expires_at: float | None
+    #: The highest cosine to another stored entry with another answer (decide's rule 6).
+    contested: float | None = None
 
 
 def _normalise(vector: Vector, query: str) -> tuple[float, ...]:
@@ -264,8 +269,13 @@ class SemanticCache:
             and not stale(cached[1], len(mine))
         ):
             return cached[2]
-        sample = [mine[i].vector for i in sample_indices(len(mine))]
-        found = calibrate(pairwise_cosines(sample)) if len(sample) >= 2 else UNCALIBRATED
+        chosen = [mine[i] for i in sample_indices(len(mine))]
+        pairs = calibration_pairs([e.query for e in chosen])
+        found = (
+            calibrate(pairwise_cosines([e.vector for e in chosen], pairs))
+            if len(chosen) >= 2
+            else UNCALIBRATED
+        )
         self._calibration = (self._fingerprint, len(mine) if found.pairs else 0, found)
         return found
 
@@ -466,15 +476,10 @@ class SemanticCache:
                 continue
             scored.append((_dot(entry.vector, vector), key))
         scored.sort(reverse=True)
-        candidates = [
-            Candidate(key, score, self._entries[key].query, _answer_of(self._entries[key]))
-            for score, key in scored[:_CANDIDATES]
-        ]
+        candidates = [self._candidate(key, score) for score, key in scored[:_CANDIDATES]]
         exact = self._by_query.get((namespace, self._fingerprint, query))
         if exact is not None and all(c.key != exact for c in candidates):
-            entry = self._entries[exact]
-            score = _dot(entry.vector, vector)
-            candidates.append(Candidate(exact, score, entry.query, _answer_of(entry)))
+            candidates.append(self._candidate(exact, _dot(self._entries[exact].vector, vector)))
         found = self._decide(query, candidates)
         if found.hit and found.candidate is not None:
             key = int(str(found.candidate.key))
@@ -508,6 +513,22 @@ class SemanticCache:
             return self._accept_l2(query, vector, namespace, hit, miss)
         return miss
 
+    def _candidate(self, key: int, score: float) -> Candidate:
+        entry = self._entries[key]
+        return Candidate(key, score, entry.query, _answer_of(entry), entry.contested)
+
+    def _neighbours(self, vector: tuple[float, ...], namespace: str) -> list[tuple[float, int]]:
+        """The live entries of ``namespace`` nearest ``vector``: ``(cosine, key)``, best first."""
+        scored = [
+            (_dot(entry.vector, vector), key)
+            for key, entry in self._entries.items()
+            if entry.namespace == namespace
+            and entry.fingerprint == self._fingerprint
+            and len(entry.vector) == len(vector)
+        ]
+        scored.sort(reverse=True)
+        return scored[:_CONTEST_NEIGHBOURS]
+
     def _finish(self, found: CacheLookup) -> CacheLookup:
         if not found.hit:
             self._stats.misses += 1
@@ -528,6 +549,15 @@ class SemanticCache:
         self.invalidate_exact(query, namespace)
         expires = None if self.ttl is None else self._clock() + self.ttl
         entry = _Entry(namespace, self._fingerprint, query, vector, response, meta, expires)
+        answer = _answer_of(entry)
+        neighbours = self._neighbours(vector, namespace)
+        for score, key in neighbours:
+            other = self._entries[key]
+            if _answer_of(other) != answer:
+                other.contested = raise_contested(other.contested, score)
+        entry.contested = contest(
+            (score, _answer_of(self._entries[key]) == answer) for score, key in neighbours
+        )
         self._entries[self._next_key] = entry
         self._by_query[(namespace, self._fingerprint, query)] = self._next_key
         self._terms.add(query)
@@ -645,6 +675,8 @@ def _dot(a: Vector, b: Vector) -> float:
 
 #: How many of the best-scoring entries a lookup hands to the decision.
 _CANDIDATES = 4
+#: Nearest entries a store compares the new one with (their contested cosines, rule 6).
+_CONTEST_NEIGHBOURS = 8
 
 
 def _answer_of(entry: _Entry) -> object:

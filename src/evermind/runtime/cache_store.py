@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import hashlib
 import json
 import logging
 import sqlite3
@@ -37,6 +39,8 @@ from evermind.cache.decide import (
     Candidate,
     TermStats,
     calibrate,
+    calibration_pairs,
+    contested_of,
     decide,
     sample_indices,
     stale,
@@ -87,6 +91,7 @@ class _Index:
     def __init__(self, dim: int) -> None:
         self.ids: list[int] = []
         self.queries: list[str | None] = []
+        self.answers: list[str] = []  # a digest of each response (equal answers do not contest)
         self._vectors = np.zeros((16, dim), np.float32)
         self.calibration: tuple[int, Calibration] = (0, UNCALIBRATED)
         self.terms = TermStats()  # the stored queries' IDF (weights the lexical evidence)
@@ -96,9 +101,11 @@ class _Index:
         measured, found = self.calibration
         if not stale(measured, len(self.ids)):
             return found
-        sample = self.vectors[sample_indices(len(self.ids), 256)]
+        chosen = sample_indices(len(self.ids), 256)
+        sample = self.vectors[chosen]
         gram = sample @ sample.T
-        found = calibrate(gram[np.triu_indices(len(sample), 1)].tolist())
+        pairs = calibration_pairs([self.queries[i] for i in chosen])
+        found = calibrate([float(gram[i, j]) for i, j in pairs])
         self.calibration = (len(self.ids) if found.pairs else 0, found)
         return found
 
@@ -111,7 +118,18 @@ class _Index:
         """Bytes the index's vector buffer holds."""
         return int(self._vectors.nbytes)
 
-    def add(self, entry_id: int, vector: np.ndarray, query: str | None) -> None:
+    def contested(self, position: int) -> float | None:
+        """The highest cosine between entry ``position`` and another entry with another
+        answer (decide's rule 6), measured now: one scan of the scope."""
+        scores = self.vectors @ self.vectors[position]
+        order = np.argsort(-scores, kind="stable")[: MAX_GUARDED_CANDIDATES + 1]
+        return contested_of(
+            ((float(scores[p]), int(p), self.answers[p]) for p in order),
+            position,
+            self.answers[position],
+        )
+
+    def add(self, entry_id: int, vector: np.ndarray, query: str | None, answer: str) -> None:
         if len(self.ids) == self._vectors.shape[0]:
             grown = np.zeros((2 * self._vectors.shape[0], self._vectors.shape[1]), np.float32)
             grown[: len(self.ids)] = self._vectors
@@ -119,6 +137,7 @@ class _Index:
         self._vectors[len(self.ids)] = vector
         self.ids.append(entry_id)
         self.queries.append(query)
+        self.answers.append(answer)
         if query is not None:
             self.terms.add(query)
 
@@ -128,7 +147,12 @@ class _Index:
             if query is not None:
                 self.terms.remove(query)
         self._vectors[:keep] = self._vectors[count : len(self.ids)]
-        del self.ids[:count], self.queries[:count]
+        del self.ids[:count], self.queries[:count], self.answers[:count]
+
+
+def _digest(response_json: str) -> str:
+    """What makes two stored responses the same answer (their JSON text's hash)."""
+    return hashlib.sha256(response_json.encode("utf-8")).hexdigest()
 
 
 def normalised(embedding: list[float]) -> np.ndarray:
@@ -207,12 +231,12 @@ class SemanticCacheStore:
             assert self._conn is not None
             index = _Index(scope[2])
             rows = self._conn.execute(
-                "SELECT id, embedding, query FROM semantic_cache "
+                "SELECT id, embedding, query, response FROM semantic_cache "
                 "WHERE tenant = ? AND namespace = ? AND dim = ? ORDER BY id",
                 scope,
             )
-            for entry_id, blob, query in rows:
-                index.add(entry_id, np.frombuffer(blob, np.float32), query)
+            for entry_id, blob, query, response in rows:
+                index.add(entry_id, np.frombuffer(blob, np.float32), query, _digest(response))
             if index.ids or keep_empty:
                 self._indexes[scope] = index
                 self._evict(scope)
@@ -247,11 +271,16 @@ class SemanticCacheStore:
             scores = index.vectors @ vector  # (n,)
             order = np.argsort(-scores, kind="stable")[:MAX_GUARDED_CANDIDATES]
             candidates = [
-                Candidate(int(p), float(scores[p]), index.queries[p], index.ids[p]) for p in order
+                Candidate(int(p), float(scores[p]), index.queries[p], index.answers[p])
+                for p in order
             ]
+            first = candidates[0]
+            candidates[0] = dataclasses.replace(
+                first, contested=index.contested(int(str(first.key)))
+            )
             if query is None or candidates[0].query is None:
                 # Nothing to compare words with: threshold, calibration and ties still apply.
-                candidates = [Candidate(c.key, c.score, None, c.answer) for c in candidates]
+                candidates = [dataclasses.replace(c, query=None) for c in candidates]
             found = decide(
                 query,
                 candidates,
@@ -327,7 +356,7 @@ class SemanticCacheStore:
                 raise
             if excess > 0:
                 index.drop_first(excess)
-            index.add(entry_id, vector, query)
+            index.add(entry_id, vector, query, _digest(response_json))
             return entry_id
 
         return await self._run(work)

@@ -22,6 +22,7 @@ character trigrams, and every result says which ranking ran. Browser-safe.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -39,6 +40,8 @@ from evermind.cache.decide import (
     Candidate,
     TermStats,
     calibrate,
+    calibration_pairs,
+    contested_of,
     decide,
     sample_indices,
     stale,
@@ -170,7 +173,8 @@ class TabCache:
             return found
         keys = list(self.entries)
         sample = [keys[i] for i in sample_indices(len(keys))]
-        cosines = [self.index.cosine(a, b) for i, a in enumerate(sample) for b in sample[i + 1 :]]
+        pairs = calibration_pairs([self.entries[k].query for k in sample])
+        cosines = [self.index.cosine(sample[i], sample[j]) for i, j in pairs]
         found = calibrate(cosines)
         self._calibration = (len(keys) if found.pairs else 0, found)
         return found
@@ -283,6 +287,17 @@ class TabCache:
             Candidate(key, score, self.entries[key].query, _answer_key(self.entries[key]))
             for key, score in found[:4]
         ]
+        if candidates:  # decide's rule 6: how close another question sits to the best one
+            best = candidates[0]
+            own = self.index.vector(str(best.key))
+            if own is not None:
+                near = await self.index.asearch(own, min(8, len(self.entries)))
+                contested = contested_of(
+                    ((score, key, _answer_key(self.entries[key])) for key, score in near),
+                    best.key,
+                    best.answer,
+                )
+                candidates[0] = dataclasses.replace(best, contested=contested)
         decision = decide(
             query,
             candidates,
