@@ -30,9 +30,17 @@ queries) were set without tuning. So the table is printed for all ids and, separ
 even and odd ids, with the same constants for every split (nothing is tuned per split), and
 a separate held-out set decides the real numbers.
 
+``--replay`` also measures the cache as a *read-through* cache, the way the gateway uses it
+(``evermind bench gateway`` replays the same order over HTTP): a fresh cache, every query
+looked up first (stored on a miss), then in a seeded shuffle every query again, its
+paraphrase and its near-miss, each looked up and, on a miss, stored with an answer of its
+own. Reported: wrong answers (a hit whose stored question is neither the asked question nor
+its paraphrase: near-miss hits included), and the hits per kind. Near-misses stored this way
+sit next to their originals, which is what the full-cache measurement never has.
+
 Usage::
 
-    PYTHONPATH=src .venv/bin/python -m evals.cache_full
+    PYTHONPATH=src .venv/bin/python -m evals.cache_full --replay
     PYTHONPATH=src .venv/bin/python -m evals.cache_full --show --json out.json
     PYTHONPATH=src .venv/bin/python -m evals.cache_full --model a.evermind --model b.evermind
 """
@@ -146,6 +154,13 @@ def measure(rows: list[dict[str, Any]], embed_batch: BatchEmbed, name: str) -> d
     return report
 
 
+def _batched(embed: BatchEmbed, texts: list[str]) -> list[Sequence[float]]:
+    out: list[Sequence[float]] = []
+    for start in range(0, len(texts), 64):
+        out.extend(embed(texts[start : start + 64]))
+    return out
+
+
 def _trigram(texts: list[str]) -> list[list[float]]:
     return [trigram_vector(t) for t in texts]
 
@@ -182,6 +197,53 @@ def _minilm() -> BatchEmbed | None:
     return embed
 
 
+def replay_order(rows: list[dict[str, Any]], seed: int = 0) -> list[tuple[int, str, str]]:
+    """``(row, kind, text)``: every query, then each query again, its paraphrase and its
+    near-miss in a seeded shuffle (the order of ``benchmarks.gateway.replay_set``)."""
+    first = [(i, "query", r["query"]) for i, r in enumerate(rows)]
+    later = [
+        (i, kind, r[field])
+        for i, r in enumerate(rows)
+        for kind, field in (
+            ("repeat", "query"),
+            ("paraphrase", "paraphrase"),
+            ("near_miss", "near_miss"),
+        )
+    ]
+    random.Random(seed).shuffle(later)
+    return first + later
+
+
+def replay(
+    rows: list[dict[str, Any]], vectors: dict[str, list[float]], name: str
+) -> dict[str, Any]:
+    """The read-through replay (see the module docstring) through one fresh cache."""
+    cache = SemanticCache(vectors.__getitem__, fingerprint=f"replay-{name}", capacity=100_000)
+    hits: Counter[str] = Counter()
+    sent: Counter[str] = Counter()
+    wrong: list[dict[str, Any]] = []
+    for index, kind, text in replay_order(rows):
+        sent[kind] += 1
+        found = cache.lookup(text)
+        if not found.hit:
+            cache.store(text, f"{index}:{kind}")
+            continue
+        hits[kind] += 1
+        row = rows[index]
+        right = {row["query"], row["paraphrase"]} if kind != "near_miss" else set()
+        if found.cached_query not in right:
+            wrong.append({"kind": kind, "asked": text, "served": found.cached_query})
+    later = sum(sent.values()) - sent["query"]
+    return {
+        "embedder": name,
+        "sent": dict(sent),
+        "hits": dict(hits),
+        "wrong": len(wrong),
+        "wrong_share_of_later": round(len(wrong) / later, 4) if later else 0.0,
+        "wrong_examples": wrong,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -197,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
         "--show", action="store_true", help="print every wrong answer and near-miss hit"
+    )
+    parser.add_argument(
+        "--replay", action="store_true", help="also the read-through replay (see above)"
     )
     args = parser.parse_args(argv)
     rows = load(require(DATA_NAME, args.eval_dir))
@@ -228,6 +293,27 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {f['kind']} {f['id']} ({f['score']}): {f['looked_up']!r} served "
                     f"{f['served']!r} (stored for this id: {f['stored']!r})"
                 )
+    if args.replay:
+        print(
+            "\n| embedder (read-through replay) | wrong | of later asks | repeat | paraphrase "
+            "| near-miss |"
+        )
+        print("|---|---|---|---|---|---|")
+        for name, embed in embedders:
+            texts = sorted({r[f] for r in rows for f in ("query", "paraphrase", "near_miss")})
+            vectors = {
+                t: [float(x) for x in v] for t, v in zip(texts, _batched(embed, texts), strict=True)
+            }
+            rep = replay(rows, vectors, name)
+            h, n = rep["hits"], len(rows)
+            print(
+                f"| {name} | {rep['wrong']} | {rep['wrong_share_of_later']:.3f} | "
+                f"{h.get('repeat', 0)}/{n} | {h.get('paraphrase', 0)}/{n} | "
+                f"{h.get('near_miss', 0)}/{n} |"
+            )
+            if args.show:
+                for w in rep["wrong_examples"]:
+                    print(f"  {w['kind']}: {w['asked']!r} served {w['served']!r}")
     print("\n(development numbers: the cache's constants were chosen on this whole set)")
     if args.json:
         args.json.write_text(json.dumps(reports, indent=2) + "\n", encoding="utf-8")
