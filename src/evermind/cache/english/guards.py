@@ -19,7 +19,8 @@ date           weekdays, months, calendar dates or clock times differ (weekday =
 unit           the same number in another unit (100 MB vs 100 days), or questions asked
                in different units (tablespoons vs teaspoons)
 number         quantities differ after normalisation ("ninety" = 90, "10%" = "ten
-               percent", "an hour and a half" = 90 minutes, "two-week" = "14-day")
+               percent", "an hour and a half" = 90 minutes, "two-week" = "14-day"), or
+               one query names a quantity the other does not ("0% APR card" vs "card")
 negation       a shared word is negated in one query only (with/without, not, never,
                avoid, "n't", un-/non-/in- when the bare word is in the other query)
 direction      a word is the source in one query and the target in the other (A to B vs
