@@ -123,7 +123,7 @@ def test_extreme_gradients(device) -> None:
 
 def test_clipped_training_steps_match_torch(device) -> None:
     """GradNorm -> AdamW on the GPU equals torch's clip_grad_norm_ + AdamW, step after step."""
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="PyTorch is the second reference (test extra)")
     sizes, decays = [513, 1, 64], [True, False, True]
     rng = np.random.default_rng(10)
     params = [rng.standard_normal(n).astype(np.float32) for n in sizes]

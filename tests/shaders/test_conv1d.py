@@ -148,7 +148,7 @@ def test_bad_arguments_raise(device) -> None:
 
 
 def test_reference_matches_torch_conv1d() -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="PyTorch is the second reference (test extra)")
     x, w, b, gy = _inputs(2, 11, 6, 3, seed=13)
     x64, w64, b64 = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
     # torch is channels-first (B, D, L); Mamba runs conv1d(padding=K-1) and keeps the first L.

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from evermind.tokenizer import ENDOFTEXT, SpecialTokens, Tokenizer
 
-hf = pytest.importorskip("tokenizers")
+hf = pytest.importorskip("tokenizers", reason="HF tokenizers is the reference (test extra)")
 
 TRAIN_TEXT = [
     "The quick brown fox jumps over the lazy dog. We're sure it'll be fine, isn't it?\n",

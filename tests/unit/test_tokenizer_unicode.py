@@ -49,7 +49,9 @@ def test_tables_are_sorted_disjoint_ranges() -> None:
 @pytest.mark.parametrize("onig_class", sorted(CLASSES))
 def test_classes_equal_the_oniguruma_inside_hf_tokenizers(onig_class: str) -> None:
     """Every code point: our frozen class == what HF's regex engine matches."""
-    tokenizers = pytest.importorskip("tokenizers")
+    tokenizers = pytest.importorskip(
+        "tokenizers", reason="the oniguruma cross-check needs HF tokenizers (test extra)"
+    )
     removed = tokenizers.pre_tokenizers.Split(tokenizers.Regex(onig_class), behavior="removed")
     kept = {char for piece, _ in removed.pre_tokenize_str(ALL_CHARS) for char in piece}
     onig_members = {ord(char) for char in ALL_CHARS if char not in kept}
