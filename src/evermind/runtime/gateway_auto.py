@@ -118,8 +118,9 @@ class LocalBridge:
         """The model belongs to the registry."""
 
 
-class AutoBridge:
-    """One tenant's ``evermind/auto``: a :class:`RoutedBridge` rebuilt when its model changes.
+class AutoBridge(RoutedBridge):
+    """One tenant's ``evermind/auto``: a :class:`RoutedBridge` whose router follows the
+    installed local model (rebuilt for it when the ref is pushed again).
 
     Args:
         config: The ``[auto]`` table.
@@ -133,8 +134,6 @@ class AutoBridge:
         on_decision: Counts each decision.
     """
 
-    provider = "evermind"
-
     def __init__(
         self,
         config: AutoConfig,
@@ -147,64 +146,34 @@ class AutoBridge:
         collect: Callable[[ChatRequest, Completion], object] | None,
         on_decision: Callable[[ChatRequest, RouteDecision], object],
     ) -> None:
+        async def offload(fn: Callable[[Any], Any], arg: Any) -> Any:
+            return await asyncio.get_running_loop().run_in_executor(executor, fn, arg)
+
+        bridge, name = frontier
+        # The router is built for the model at the first decision (see :meth:`decide`).
+        super().__init__(
+            InferenceRouter(config.router, budget=budget),
+            local,
+            bridge,
+            name,
+            collect=collect,
+            offload=offload,
+            on_decision=on_decision,
+        )
         self._config = config
         self._load = load
-        self._local = local
-        self._frontier = frontier
-        self._budget = budget
         self._prices = prices
-        self._executor = executor
-        self._collect = collect
-        self._on_decision = on_decision
-        self._built: tuple[Model, RoutedBridge] | None = None
-        self._last_usage: Usage | None = None
+        self._model: Model | None = None
 
-    @property
-    def last_usage(self) -> Usage | None:
-        return self._last_usage
-
-    async def _offload(self, fn: Callable[[Any], Any], arg: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, arg)
-
-    async def routed(self) -> RoutedBridge:
-        """The routed bridge for the local model as it is installed now."""
+    async def decide(self, request: ChatRequest) -> RouteDecision:
+        """The decision of the router for the local model as it is installed now."""
         model = await self._load()
-        if self._built is None or self._built[0] is not model:
-            router = InferenceRouter.for_model(
-                model, self._config.router, self._budget, self._prices
+        if model is not self._model:
+            self.router = InferenceRouter.for_model(
+                model, self._config.router, self.router.budget, self._prices
             )
-            bridge, name = self._frontier
-            routed = RoutedBridge(
-                router,
-                self._local,
-                bridge,
-                name,
-                collect=self._collect,
-                offload=self._offload,
-                on_decision=self._on_decision,
-            )
-            self._built = (model, routed)
-        return self._built[1]
-
-    async def generate(self, request: ChatRequest) -> Completion:
-        completion = await (await self.routed()).generate(request)
-        self._last_usage = completion.usage
-        return completion
-
-    async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
-        pieces = (await self.routed()).stream(request)
-        try:
-            async for delta in pieces:
-                if delta.completion is not None:
-                    self._last_usage = delta.completion.usage
-                yield delta
-        finally:
-            closing = getattr(pieces, "aclose", None)
-            if closing is not None:
-                await closing()
-
-    async def aclose(self) -> None:
-        """The bridges inside belong to the gateway and the registry."""
+            self._model = model
+        return await super().decide(request)
 
 
 def budget_of(config: AutoConfig) -> Budget:
