@@ -27,12 +27,12 @@ import asyncio
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from evermind.bridges.base import Bridge, Completion
+from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta
 from evermind.bridges.caching import CachingBridge, TermEmbedder
 from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
@@ -46,6 +46,8 @@ from evermind.runtime.metrics import Metrics
 from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The L2 tenant of gateway entries: not a valid tenant name (``[A-Za-z0-9._-]``), so no
 #: token's tenant can read or write them through ``/v1/semantic-cache``.
@@ -74,6 +76,31 @@ class LocalServing(NamedTuple):
     load: Callable[[str, str], Awaitable[Any]]
     max_tokens_cap: int
     data_dir: Any
+
+
+class Opened(NamedTuple):
+    """A gateway call, opened: its cache outcome and either the whole completion (JSON,
+    already counted) or the stream with its first delta in (counted by the caller at its end).
+    """
+
+    status: str
+    reason: str | None
+    detail: str
+    completion: Completion | None = None
+    deltas: AsyncIterator[Delta] | None = None
+    first: Delta | None = None
+
+
+async def within(seconds: float, provider: str, step: Awaitable[T]) -> T:
+    """Awaits ``step``; past ``seconds`` an ``upstream_timeout`` (the client gets 504)."""
+    try:
+        return await asyncio.wait_for(step, seconds)
+    except TimeoutError:
+        raise UpstreamError(
+            f"{provider}: no answer within {seconds:g} s",
+            provider=provider,
+            code="upstream_timeout",
+        ) from None
 
 
 class Resolved(NamedTuple):
@@ -323,6 +350,43 @@ class Gateway:
             name="auto", protocol=frontier.upstream.protocol, timeout=frontier.upstream.timeout
         )
         return Resolved(bridge, "auto", upstream)
+
+    async def open_call(self, resolved: Resolved, request: ChatRequest, stream: bool) -> Opened:
+        """Looks ``request`` up in the cache (when the bridge caches) and starts the call:
+        the whole completion, or the stream up to its first delta, within the upstream's
+        deadline. Both routes (OpenAI and Messages shapes) call this.
+
+        Raises:
+            UpstreamError: The upstream failed before the first byte (counted, keys scrubbed).
+        """
+        upstream, bridge = resolved.upstream, resolved.bridge
+        caching = bridge if isinstance(bridge, CachingBridge) else None
+        try:
+            outcome = None if caching is None else await caching.open(request)
+            status = "bypass" if outcome is None else outcome.status
+            reason = "no_cache" if outcome is None else outcome.reason
+            detail = "" if outcome is None else outcome.detail
+            if stream:
+                deltas = (
+                    bridge.stream(request)
+                    if caching is None or outcome is None
+                    else caching.deltas(outcome)
+                )
+                first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
+                return Opened(status, reason, detail, deltas=deltas, first=first)
+            step = (
+                bridge.generate(request)
+                if caching is None or outcome is None
+                else caching.complete(outcome)
+            )
+            completion = await within(upstream.timeout, upstream.protocol, step)
+        except UpstreamError as err:
+            self.failed(request.tenant, upstream.name, err)
+            raise self.clean(err) from None
+        if caching is None and completion.cached is not None:  # a cache behind a router
+            status, reason = f"hit-{completion.cached.tier}", "hit"
+        self.account(request.tenant, upstream.name, status, completion)
+        return Opened(status, reason, detail, completion=completion)
 
     # ----------------------------------------------------------------- accounting
 

@@ -29,10 +29,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall
-from evermind.bridges.caching import CachingBridge
 from evermind.errors import EvermindError, InputError, NotFound, UpstreamError
-from evermind.runtime.gateway import Gateway, Resolved
-from evermind.runtime.gateway_openai import SSE_HEADERS, cache_headers, evermind_field, within
+from evermind.runtime.gateway import Gateway, Resolved, within
+from evermind.runtime.gateway_openai import SSE_HEADERS, cache_headers, evermind_field
 from evermind.runtime.schemas import MessagesRequest
 from evermind.runtime.state import Reader, RuntimeDep
 
@@ -187,37 +186,25 @@ async def messages(
 async def _serve(
     gateway: Gateway, resolved: Resolved, body: MessagesRequest, request: ChatRequest
 ) -> JSONResponse | StreamingResponse:
-    upstream = resolved.upstream
-    bridge = resolved.bridge
-    caching = bridge if isinstance(bridge, CachingBridge) else None
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
-    try:
-        outcome = None if caching is None else await caching.open(request)
-        status = "bypass" if outcome is None else outcome.status
-        reason = "no_cache" if outcome is None else outcome.reason
-        detail = "" if outcome is None else outcome.detail
-        if body.stream:
-            deltas = (
-                bridge.stream(request)
-                if caching is None or outcome is None
-                else caching.deltas(outcome)
-            )
-            first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
-            events = _events(
-                gateway, resolved, request, status, detail, message_id, body, deltas, first
-            )
-            headers = {**SSE_HEADERS, **cache_headers(status, reason)}
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        step = (
-            bridge.generate(request)
-            if caching is None or outcome is None
-            else caching.complete(outcome)
+    opened = await gateway.open_call(resolved, request, body.stream)
+    status, reason, detail = opened.status, opened.reason, opened.detail
+    if opened.completion is None:
+        assert opened.deltas is not None
+        events = _events(
+            gateway,
+            resolved,
+            request,
+            status,
+            detail,
+            message_id,
+            body,
+            opened.deltas,
+            opened.first,
         )
-        completion: Completion = await within(upstream.timeout, upstream.protocol, step)
-    except UpstreamError as err:
-        gateway.failed(request.tenant, upstream.name, err)
-        raise gateway.clean(err) from None
-    gateway.account(request.tenant, upstream.name, status, completion)
+        headers = {**SSE_HEADERS, **cache_headers(status, reason)}
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    completion = opened.completion
     content = [{"type": "text", "text": completion.text}] if completion.text else []
     answer = {
         "id": message_id,

@@ -19,7 +19,6 @@ after the first byte of a stream they arrive as an ``error`` event.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -29,10 +28,9 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall, Usage
-from evermind.bridges.caching import CachingBridge
 from evermind.errors import EvermindError, InputError, UpstreamError
 from evermind.runtime import schemas
-from evermind.runtime.gateway import Gateway, Resolved
+from evermind.runtime.gateway import Gateway, Resolved, within
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 OPT_IN = {"on", "true", "1", "yes"}
@@ -208,18 +206,6 @@ def cache_headers(status: str, reason: str | None) -> dict[str, str]:
     return headers
 
 
-async def within(seconds: float, provider: str, step: Any) -> Any:
-    """Awaits ``step``; past ``seconds`` an ``upstream_timeout`` (the client gets 504)."""
-    try:
-        return await asyncio.wait_for(step, seconds)
-    except TimeoutError:
-        raise UpstreamError(
-            f"{provider}: no answer within {seconds:g} s",
-            provider=provider,
-            code="upstream_timeout",
-        ) from None
-
-
 async def serve_chat(
     gateway: Gateway,
     resolved: Resolved,
@@ -232,48 +218,33 @@ async def serve_chat(
     Raises:
         UpstreamError: The upstream failed before the first byte (keys scrubbed).
     """
-    upstream = resolved.upstream
-    tenant = request.tenant
-    bridge = resolved.bridge
-    caching = bridge if isinstance(bridge, CachingBridge) else None
-    try:
-        outcome = None if caching is None else await caching.open(request)
-        status = "bypass" if outcome is None else outcome.status
-        reason = "no_cache" if outcome is None else outcome.reason
-        detail = "" if outcome is None else outcome.detail
-        base = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion.chunk" if body.stream else "chat.completion",
-            "created": int(time.time()),
-            "model": body.model,
-        }
-        if body.stream:
-            deltas = (
-                bridge.stream(request)
-                if caching is None or outcome is None
-                else caching.deltas(outcome)
-            )
-            first = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
-            events = _events(
-                gateway, resolved, tenant, status, detail, base, deltas, first, include_usage
-            )
-            return StreamingResponse(
-                events,
-                media_type="text/event-stream",
-                headers={**SSE_HEADERS, **cache_headers(status, reason)},
-            )
-        step = (
-            bridge.generate(request)
-            if caching is None or outcome is None
-            else caching.complete(outcome)
+    base = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk" if body.stream else "chat.completion",
+        "created": int(time.time()),
+        "model": body.model,
+    }
+    opened = await gateway.open_call(resolved, request, body.stream)
+    status, reason, detail = opened.status, opened.reason, opened.detail
+    if opened.completion is None:
+        assert opened.deltas is not None
+        events = _events(
+            gateway,
+            resolved,
+            request.tenant,
+            status,
+            detail,
+            base,
+            opened.deltas,
+            opened.first,
+            include_usage,
         )
-        completion: Completion = await within(upstream.timeout, upstream.protocol, step)
-    except UpstreamError as err:
-        gateway.failed(tenant, upstream.name, err)
-        raise gateway.clean(err) from None
-    if caching is None and completion.cached is not None:  # a cache behind a router
-        status, reason = f"hit-{completion.cached.tier}", "hit"
-    gateway.account(tenant, upstream.name, status, completion)
+        return StreamingResponse(
+            events,
+            media_type="text/event-stream",
+            headers={**SSE_HEADERS, **cache_headers(status, reason)},
+        )
+    completion = opened.completion
     message: dict[str, Any] = {"role": "assistant", "content": completion.text}
     if completion.tool_calls:
         message["tool_calls"] = _tool_call_json(completion.tool_calls)
