@@ -103,7 +103,7 @@ class _Processes:
     """The upstream and the gateway, each in its own process, for one configuration."""
 
     def __init__(self, folder: Path, embedder: str, l2: bool = True) -> None:
-        from evermind.runtime.server import free_port
+        from benchmarks.serve import Server
 
         env = _python_env()
         self.upstream = subprocess.Popen(
@@ -129,30 +129,20 @@ class _Processes:
             ),
             encoding="utf-8",
         )
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        command = [
-            sys.executable, "-m", "evermind.cli", "serve", "--port", str(port),
-            "--data", str(folder / "data"), "--rate-limit", "0", "--log-level", "warning",
-            "--upstreams", str(config),
-        ]  # fmt: skip
-        self.gateway = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("the gateway did not start within 120 s")
+        try:
+            self.gateway = Server(
+                folder / "data", extra=["--upstreams", str(config)], env=env, cwd=ROOT, start_s=120
+            )
+        except BaseException:
+            self._stop_upstream()
+            raise
+        self.url = self.gateway.url
 
     def stop(self) -> None:
-        self.gateway.terminate()
-        try:
-            self.gateway.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.gateway.kill()
+        self.gateway.stop()
+        self._stop_upstream()
+
+    def _stop_upstream(self) -> None:
         if self.upstream.stdin is not None:
             self.upstream.stdin.close()
         try:

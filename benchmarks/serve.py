@@ -18,6 +18,7 @@ import importlib.util
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,8 +50,27 @@ def nano_package() -> bytes:
     )
 
 
-class _Server:
-    def __init__(self, data: Path, device: str = "auto") -> None:
+class Server:
+    """``evermind serve`` in its own process group on a free loopback port, for a benchmark.
+
+    Args:
+        data: The server's data directory.
+        device: ``--device``.
+        extra: More ``evermind serve`` arguments (e.g. ``--upstreams FILE``).
+        env: The child's environment (None: this one's).
+        cwd: The child's working directory.
+        start_s: Seconds it may take to answer ``/healthz``.
+    """
+
+    def __init__(
+        self,
+        data: Path,
+        device: str = "auto",
+        extra: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        start_s: float = 60.0,
+    ) -> None:
         from evermind.runtime.server import free_port
 
         self.port = free_port()
@@ -58,10 +78,12 @@ class _Server:
         command = [
             sys.executable, "-m", "evermind.cli", "serve", "--port", str(self.port),
             "--data", str(data), "--rate-limit", "0", "--log-level", "warning",
-            "--device", device,
+            "--device", device, *extra,
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True
+        )
+        deadline = time.monotonic() + start_s
         while time.monotonic() < deadline:
             try:
                 if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
@@ -69,14 +91,16 @@ class _Server:
             except httpx.HTTPError:
                 time.sleep(0.1)
         self.stop()
-        raise RuntimeError("the benchmark server did not start within 60 s")
+        raise RuntimeError(f"the benchmark server did not start within {start_s:g} s")
 
     def stop(self) -> None:
+        """Terminates the server; its whole process group is killed if it lingers."""
         self.process.terminate()
         try:
             self.process.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
 
 
 async def _cell(
@@ -234,7 +258,7 @@ def run_serve_bench(
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
-        server = _Server(Path(folder) / "data", device)
+        server = Server(Path(folder) / "data", device)
         try:
             serving = httpx.get(server.url + "/healthz", timeout=10).json().get("device")
             file = Path(folder) / "model.evermind"
