@@ -263,7 +263,8 @@ async def serve_chat(
     return JSONResponse(answer, headers=cache_headers(status, reason))
 
 
-def _sse(payload: dict[str, Any] | str) -> bytes:
+def sse(payload: dict[str, Any] | str) -> bytes:
+    """One OpenAI-style server-sent event (``data: <json>``, or ``[DONE]``)."""
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
 
@@ -287,7 +288,7 @@ async def _events(
     try:
         while delta is not None:
             if delta.text:
-                yield _sse(_chunk(base, {**role, "content": delta.text}, None))
+                yield sse(_chunk(base, {**role, "content": delta.text}, None))
                 role = {}
             if delta.completion is not None:
                 completion = delta.completion
@@ -303,7 +304,7 @@ async def _events(
         if isinstance(err, UpstreamError):
             gateway.failed(tenant, upstream.name, err)
         error = {"message": gateway.scrub(str(err)), "type": "server_error", "code": err.code}
-        yield _sse({"error": error})
+        yield sse({"error": error})
         return
     finally:
         close = getattr(deltas, "aclose", None)
@@ -316,10 +317,10 @@ async def _events(
         delta_json["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
     last = _chunk(base, delta_json, completion.finish_reason)
     last["evermind"] = evermind_field(completion, status, detail)
-    yield _sse(last)
+    yield sse(last)
     if include_usage:
-        yield _sse({**base, "choices": [], "usage": _usage(completion.usage)})
-    yield _sse("[DONE]")
+        yield sse({**base, "choices": [], "usage": _usage(completion.usage)})
+    yield sse("[DONE]")
 
 
 def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +22,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from evermind.model.inference import Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
-from evermind.runtime.gateway_openai import chat_request, serve_chat
+from evermind.runtime.gateway_openai import chat_request, serve_chat, sse
 from evermind.runtime.generation import (
     CHAT_STOP,
     GenerationRequest,
@@ -162,11 +161,6 @@ def _account(runtime: Runtime, install: Install, result: GenerationResult) -> No
     runtime.metrics.add_tokens("completion", result.completion_tokens)
 
 
-def _sse(payload: dict[str, Any] | str) -> bytes:
-    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-    return f"data: {data}\n\n".encode()
-
-
 async def _event_stream(
     runtime: Runtime,
     install: Install,
@@ -182,18 +176,18 @@ async def _event_stream(
     pieces = runtime.generator.stream(model, request, result, tenant)
     try:
         async for piece in pieces:
-            yield _sse(chunk(piece, None))
+            yield sse(chunk(piece, None))
     except Exception as err:  # headers are gone: report in the stream, OpenAI style
         error = {"message": f"generation failed: {err}", "type": "server_error", "code": "error"}
-        yield _sse({"error": error})
+        yield sse({"error": error})
         return
     finally:
         await pieces.aclose()
     _account(runtime, install, result)
-    yield _sse(chunk(None, result.finish_reason))
+    yield sse(chunk(None, result.finish_reason))
     if include_usage:
-        yield _sse({**base, "choices": [], "usage": _usage(result)})
-    yield _sse("[DONE]")
+        yield sse({**base, "choices": [], "usage": _usage(result)})
+    yield sse("[DONE]")
 
 
 @router.post("/v1/completions", summary="Text completion (OpenAI shape)")
