@@ -90,12 +90,10 @@ __all__ = [
     "TermStats",
     "calibrate",
     "calibration_pairs",
-    "contest",
     "contested_of",
     "decide",
     "lexical_evidence",
     "pairwise_cosines",
-    "raise_contested",
     "sample_indices",
     "stale",
 ]
@@ -205,15 +203,6 @@ def sample_indices(n: int, limit: int = CALIBRATION_SAMPLE) -> list[int]:
     return [int(i * n / limit) for i in range(limit)]
 
 
-def contest(neighbours: Iterable[tuple[float, bool]]) -> float | None:
-    """The ``contested`` cosine of a new entry from its ``(cosine, same_answer)`` to the
-    stored entries near it (the caller scans; its top few suffice): the highest cosine
-    with another answer, or None. Each of those neighbours' own value is raised to at
-    least that cosine as well (the caller's job, with :func:`raise_contested`)."""
-    scores = [score for score, same in neighbours if not same]
-    return max(scores) if scores else None
-
-
 def contested_of(
     neighbours: Iterable[tuple[float, Hashable, object]], own: Hashable, answer: object
 ) -> float | None:
@@ -221,11 +210,6 @@ def contested_of(
     ``(cosine, key, answer)`` neighbours (itself and entries with the same answer skipped)."""
     scores = [score for score, key, other in neighbours if key != own and other != answer]
     return max(scores) if scores else None
-
-
-def raise_contested(current: float | None, score: float) -> float:
-    """An entry's ``contested`` after a new entry with another answer scored ``score``."""
-    return score if current is None else max(current, score)
 
 
 def calibration_pairs(queries: Sequence[str | None]) -> list[tuple[int, int]]:

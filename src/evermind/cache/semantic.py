@@ -36,10 +36,8 @@ from evermind.cache.decide import (
     TermStats,
     calibrate,
     calibration_pairs,
-    contest,
     decide,
     pairwise_cosines,
-    raise_contested,
     sample_indices,
     stale,
 )
@@ -549,15 +547,17 @@ class SemanticCache:
         self.invalidate_exact(query, namespace)
         expires = None if self.ttl is None else self._clock() + self.ttl
         entry = _Entry(namespace, self._fingerprint, query, vector, response, meta, expires)
+        # Rule 6 of decide: the new entry and its neighbours with another answer contest
+        # each other at their cosine.
         answer = _answer_of(entry)
-        neighbours = self._neighbours(vector, namespace)
-        for score, key in neighbours:
-            other = self._entries[key]
-            if _answer_of(other) != answer:
-                other.contested = raise_contested(other.contested, score)
-        entry.contested = contest(
-            (score, _answer_of(self._entries[key]) == answer) for score, key in neighbours
-        )
+        differing = [
+            (score, self._entries[key])
+            for score, key in self._neighbours(vector, namespace)
+            if _answer_of(self._entries[key]) != answer
+        ]
+        for score, other in differing:
+            other.contested = score if other.contested is None else max(other.contested, score)
+        entry.contested = max((score for score, _ in differing), default=None)
         self._entries[self._next_key] = entry
         self._by_query[(namespace, self._fingerprint, query)] = self._next_key
         self._terms.add(query)
