@@ -370,7 +370,7 @@ class Candidate:
             guards can run, see :func:`decide`).
         answer: Anything equal for entries that hold the same answer (e.g. the response).
         contested: The highest cosine between this entry and another stored entry with
-            another answer (None: unknown or none): see rule 6 and :func:`contest`.
+            another answer (None: unknown or none): see rule 6 and :func:`contested_of`.
     """
 
     key: Hashable
