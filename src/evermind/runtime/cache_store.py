@@ -275,9 +275,10 @@ class SemanticCacheStore:
                 for p in order
             ]
             first = candidates[0]
-            candidates[0] = dataclasses.replace(
-                first, contested=index.contested(int(str(first.key)))
-            )
+            if first.score >= threshold:  # only a candidate that can be served is contested
+                candidates[0] = dataclasses.replace(
+                    first, contested=index.contested(int(str(first.key)))
+                )
             if query is None or candidates[0].query is None:
                 # Nothing to compare words with: threshold, calibration and ties still apply.
                 candidates = [dataclasses.replace(c, query=None) for c in candidates]

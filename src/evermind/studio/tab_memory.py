@@ -287,7 +287,9 @@ class TabCache:
             Candidate(key, score, self.entries[key].query, _answer_key(self.entries[key]))
             for key, score in found[:4]
         ]
-        if candidates:  # decide's rule 6: how close another question sits to the best one
+        # decide's rule 6: how close another question sits to the best one (measured only
+        # when the best could be served at all).
+        if candidates and candidates[0].score >= floor:
             best = candidates[0]
             own = self.index.vector(str(best.key))
             if own is not None:
