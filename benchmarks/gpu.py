@@ -25,8 +25,10 @@ when wgpu-py finds no GPU (nothing else runs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -165,12 +167,26 @@ def run_stage(stage: Stage, timeout_s: float) -> tuple[list[Row], dict[str, Any]
     """Runs one stage; returns its rows, its JSON document and whether it succeeded."""
     command = [sys.executable, "-m", *stage.argv]
     start = time.monotonic()
+    # Each stage runs in its own process group: a stage that times out is killed with every
+    # process it started (the serve stage's servers), so none outlives the budget.
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
+        out, err = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         return [(stage.name, "timed out", _fmt(timeout_s), "s", " ".join(stage.argv))], None, False
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # anything the stage left behind
+    done = subprocess.CompletedProcess(command, process.returncode, out, err)
     took = time.monotonic() - start
     doc = parse_json(done.stdout)
     if doc is None:

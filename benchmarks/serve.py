@@ -18,7 +18,6 @@ import importlib.util
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,10 @@ def nano_package() -> bytes:
 
 
 class Server:
-    """``evermind serve`` in its own process group on a free loopback port, for a benchmark.
+    """``evermind serve`` on a free loopback port, for a benchmark.
+
+    It stays in the caller's process group, so whoever kills that group on a timeout (a
+    test, ``benchmarks/gpu.sh``'s stage runner) kills the server with it.
 
     Args:
         data: The server's data directory.
@@ -80,9 +82,7 @@ class Server:
             "--data", str(data), "--rate-limit", "0", "--log-level", "warning",
             "--device", device, *extra,
         ]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True
-        )
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env, cwd=cwd)
         deadline = time.monotonic() + start_s
         while time.monotonic() < deadline:
             try:
@@ -94,12 +94,12 @@ class Server:
         raise RuntimeError(f"the benchmark server did not start within {start_s:g} s")
 
     def stop(self) -> None:
-        """Terminates the server; its whole process group is killed if it lingers."""
+        """Terminates the server (it starts no processes of its own); kills it if it lingers."""
         self.process.terminate()
         try:
             self.process.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.kill()
             self.process.wait()
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from benchmarks import gpu
+
+from tests import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,14 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_quick_run_prints_one_table_with_every_stage(tmp_path) -> None:
     env = {**os.environ, "OUT": str(tmp_path), "EVERMIND_PYTHON": sys.executable}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
-    done = subprocess.run(
+    done = procs.run(  # a timeout kills gpu.sh with every stage it started
         [str(ROOT / "benchmarks" / "gpu.sh"), "--quick"],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=170,
-        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
     table = (tmp_path / "gpu_bench.md").read_text()
