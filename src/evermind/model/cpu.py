@@ -519,18 +519,21 @@ class CpuMamba:
             )
         d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
+        # The step's arithmetic runs in the model's dtype (float32 to serve, as the GPU step;
+        # float64 for gradient checks), the parallel forward's in float64.
+        compute = self.dtype
         h = embedding_fwd(ids, embedding)  # (B, D)
         for index in range(cfg.n_layer):
             w = self._layer(index)
             conv_state, ssm = state.conv[index], state.ssm[index]  # (B, I, K), (B, I, N)
-            x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, D)
+            x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, compute)  # (B, D)
             xz = x_norm @ w["in_proj"].T  # (B, 2I)
             x_in, z = xz[:, :d_inner], xz[:, d_inner:]  # (B, I) each
-            x_conv, conv_state[...] = conv_step(conv_state, x_in, w["conv_w"], w["conv_b"])
+            x_conv, conv_state[...] = conv_step(conv_state, x_in, w["conv_w"], w["conv_b"], compute)
             dbc = x_conv @ w["x_proj"].T  # (B, R + 2N)
             B, C = dbc[:, rank : rank + d_state], dbc[:, rank + d_state :]  # (B, N) each
             dt_pre = dbc[:, :rank] @ w["dt_w"].T + w["dt_b"]  # (B, I), before softplus
-            y, ssm[...] = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"])  # (B, I)
-            h = h + (y * silu_fwd(z)) @ w["out_proj"].T  # (B, D)
-        hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps)
+            y, ssm[...] = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"], compute)
+            h = h + (y * silu_fwd(z, compute)) @ w["out_proj"].T  # (B, D)
+        hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps, compute)
         return hidden @ embedding.T, state  # (B, V)

@@ -37,9 +37,12 @@ __all__ = ["scan_step", "selective_scan_bwd", "selective_scan_fwd"]
 
 
 def scan_step(
-    h: F64, x_t: F64, delta_t: F64, A: F64, B_t: F64, C_t: F64, D: F64
-) -> tuple[F64, F64]:
-    """One step of the recurrence in float64, with delta after softplus and A = -exp(A_log).
+    h: Floats, x_t: Floats, delta_t: Floats, A: Floats, B_t: Floats, C_t: Floats, D: Floats
+) -> tuple[Floats, Floats]:
+    """One step of the recurrence, with delta after softplus and A = -exp(A_log).
+
+    It computes in the inputs' dtype: float64 from the scan and the references, float32 from
+    the numpy decoder's step (:func:`evermind.ops.recurrent_step.ssm_step`'s ``compute``).
 
     Args:
         h: State before the step, (B, D, N).
@@ -52,9 +55,10 @@ def scan_step(
     Returns:
         ``(y_t (B, D), new h (B, D, N))``.
     """
-    decay = np.exp(delta_t[:, :, None] * A)  # (B, D, N)
-    drive = (delta_t * x_t)[:, :, None] * B_t[:, None, :]  # (B, D, N)
-    new_h = decay * h + drive
+    new_h = delta_t[:, :, None] * A  # (B, D, N); one array, updated in place from here
+    np.exp(new_h, out=new_h)  # the decay exp(delta A)
+    new_h *= h
+    new_h += (delta_t * x_t)[:, :, None] * B_t[:, None, :]  # + the drive delta x B
     y_t = (new_h @ C_t[:, :, None])[:, :, 0] + D * x_t  # (B, D): sum_n h[n] C_t[n]
     return y_t, new_h
 

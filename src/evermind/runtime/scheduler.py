@@ -11,8 +11,9 @@ by default; the runtime may pass another factory, e.g. the GPU one) and repeats:
    batch for long);
 3. advance every active sequence by one token with ONE batched ``Decoder.step``, then sample
    each row with its own request's settings and its own ``random.Random(seed)`` (the one
-   sampler, :func:`evermind.model.sampling.sample`, exactly as
-   :meth:`evermind.model.inference.Model.stream` does), and check each one's stop strings,
+   sampler's batched form, :func:`evermind.model.sampling_rows.sample_rows`: the same draws
+   as :func:`evermind.model.sampling.sample` in :meth:`evermind.model.inference.Model.stream`),
+   and check each one's stop strings,
    end-of-text and ``max_tokens``; a finished sequence leaves the batch at once.
 
 Text goes to each request through a bounded buffer with one event-loop wake-up per batch of
@@ -46,7 +47,7 @@ from evermind.errors import ConfigError
 from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.decode import Decoder
 from evermind.model.inference import Model, apply_head_rows
-from evermind.model.sampling import sample
+from evermind.model.sampling_rows import sample_rows
 from evermind.runtime.auth import RateLimited
 from evermind.runtime.generation import GenerationRequest, GenerationResult
 
@@ -255,8 +256,8 @@ class _ModelLoop:
     def _prefill(self, newcomers: list[_Sequence]) -> None:
         assert self.decoder is not None
         logits = self.decoder.prefill([s.slot for s in newcomers], [s.ids for s in newcomers])
-        for seq, row in zip(newcomers, _rows(logits), strict=True):
-            self._advance(seq, row)
+        for seq, token in zip(newcomers, _next_tokens(logits, newcomers), strict=True):
+            self._advance(seq, token)
 
     def _step(self) -> bool:
         """One batched step of every sequence that can go on; False if none could."""
@@ -269,15 +270,14 @@ class _ModelLoop:
             return False
         assert self.decoder is not None
         logits = self.decoder.step([s.slot for s in ready], [int(s.next_token or 0) for s in ready])
-        for seq, row in zip(ready, _rows(logits), strict=True):
-            self._advance(seq, row)
+        for seq, token in zip(ready, _next_tokens(logits, ready), strict=True):
+            self._advance(seq, token)
         return True
 
-    def _advance(self, seq: _Sequence, row: Any) -> None:
-        """Samples ``seq``'s next token from ``row``: :meth:`Model.stream`'s loop, one turn."""
+    def _advance(self, seq: _Sequence, token: int) -> None:
+        """Takes ``seq``'s sampled next token: :meth:`Model.stream`'s loop, one turn."""
         request, result = seq.request, seq.result
         seq.next_token = None
-        token = next_token(row, request, seq.rng)
         result.completion_tokens += 1
         if token == self.model.tokenizer.eos_id:
             self._finish(seq, "stop", flush=True)
@@ -340,23 +340,17 @@ class _ModelLoop:
         seq.sink.put("error" if error is not None else "done", error)
 
 
-def _rows(logits: Any) -> Sequence[Any]:
-    return list(logits)
-
-
-def next_token(row: Any, request: GenerationRequest, rng: random.Random) -> int:
-    """:func:`~evermind.model.sampling.sample` of one logits row, the same token for the same
-    ``rng``: the row goes to the one sampler already sorted best first (stable: ties keep the
-    lower id first, as the sampler's own ordering does) and cut to ``top_k``, so the sampler
-    sorts an ordered run of k entries instead of the vocabulary; its pick is mapped back."""
-    values = np.asarray(row, np.float32)
-    if request.temperature <= 0:
-        return int(np.argmax(values))  # the sampler's greedy pick: the first highest logit
-    order = np.argsort(-values, kind="stable")
-    top_k = request.top_k
-    k = values.size if not top_k or top_k <= 0 else min(top_k, values.size)
-    ranked = values[order[:k]].tolist()
-    return int(order[sample(ranked, request.temperature, top_k, request.top_p, rng)])
+def _next_tokens(logits: Any, seqs: Sequence[_Sequence]) -> list[int]:
+    """Each row's next token, drawn with its own request's settings and ``random.Random``:
+    :func:`~evermind.model.sampling_rows.sample_rows`, the same draws as the one sampler
+    :func:`~evermind.model.sampling.sample` (what :meth:`Model.stream` uses) row by row."""
+    return sample_rows(
+        logits,
+        [s.request.temperature for s in seqs],
+        [s.request.top_k for s in seqs],
+        [s.request.top_p for s in seqs],
+        [s.rng for s in seqs],
+    )
 
 
 class Scheduler:
