@@ -159,6 +159,18 @@ async def _cell(
     }
 
 
+def _embedding_jobs(url: str) -> tuple[float, float] | None:
+    """The server's embedding (jobs, texts) so far, from ``/metrics`` (None: it has none)."""
+    found: dict[str, float] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("evermind_embedding_jobs_total", "evermind_embedding_texts_total"):
+            found[name] = float(value)
+    if len(found) < 2:
+        return None
+    return found["evermind_embedding_jobs_total"], found["evermind_embedding_texts_total"]
+
+
 def _tokens_per_second_ours(package: bytes, new_tokens: int, seconds: float) -> float:
     import evermind
 
@@ -268,8 +280,13 @@ def run_serve_bench(
             httpx.post(server.url + "/v1/completions", json=warm, timeout=60)
             for kind in ("embeddings", "completions"):
                 for clients in concurrency:
+                    before = _embedding_jobs(server.url)
                     cell = _cell(server.url, kind, model, clients, seconds, max_tokens, top_k)
                     rows.append(asyncio.run(cell))
+                    after = _embedding_jobs(server.url)
+                    if kind == "embeddings" and before and after and after[0] > before[0]:
+                        texts = (after[1] - before[1]) / (after[0] - before[0])
+                        rows[-1]["texts_per_job"] = round(texts, 2)
         finally:
             server.stop()
     generation: dict[str, Any] = {
@@ -335,14 +352,15 @@ def format_table(result: dict[str, Any]) -> str:
         f"model {result['model']} on loopback, {result['cpu_count']} CPU(s), decoding on "
         f"{result.get('device')}",
         "",
-        "| kind | clients | req/s | p50 ms | p99 ms | completion tok/s | errors |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| kind | clients | req/s | p50 ms | p99 ms | completion tok/s | texts a job | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in result["rows"]:
         rate = row["completion_tokens_per_s"]
         lines.append(
             f"| {row['kind']} | {row['clients']} | {row['requests_per_s']} | {row['p50_ms']} | "
-            f"{row['p99_ms']} | {'' if rate is None else rate} | {row['errors']} |"
+            f"{row['p99_ms']} | {'' if rate is None else rate} | {row.get('texts_per_job', '')} "
+            f"| {row['errors']} |"
         )
     gen = result["generation"]
     line = f"generation ({gen['new_tokens']} tokens, in-process): evermind numpy " + (

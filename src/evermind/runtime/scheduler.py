@@ -127,7 +127,7 @@ class _Sequence:
     cancelled: threading.Event = field(default_factory=threading.Event)
     slot: int = -1
     next_token: int | None = None
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random | None = None  # the request's Random(seed), made with the sequence
     text: Any = None  # the tokenizer's stream decoder
     pending: str = ""  # text held back while it could still become a stop string
     leading: bool = False
@@ -349,7 +349,7 @@ def _next_tokens(logits: Any, seqs: Sequence[_Sequence]) -> list[int]:
         [s.request.temperature for s in seqs],
         [s.request.top_k for s in seqs],
         [s.request.top_p for s in seqs],
-        [s.rng for s in seqs],
+        [s.rng or random.Random() for s in seqs],
     )
 
 
@@ -472,6 +472,7 @@ class Scheduler:
             self._done(tenant, was_active=False)
             raise
         result.prompt_tokens = len(ids)
+        # One Random per request; an unseeded one reads os.urandom once.
         seq = _Sequence(request, result, tenant, ids, _Sink(loop, streaming))
         seq.rng = random.Random(request.seed)
         seq.text = model.tokenizer.stream_decoder()
@@ -573,6 +574,10 @@ class Scheduler:
 EMBED_BATCH_TEXTS = 256
 #: Rows per forward pass inside one embedding job.
 EMBED_FORWARD_ROWS = 64
+#: How long a job waits for more requests while a model's embeddings are contended, seconds.
+EMBED_GATHER_S = 0.004
+#: Weight of the latest arrival in a model's contention average (see :class:`EmbeddingBatcher`).
+EMBED_CONTENTION_WEIGHT = 0.25
 
 
 @dataclass(eq=False)
@@ -589,10 +594,14 @@ class _EmbedLine:
 class EmbeddingBatcher:
     """Embeds the ``/v1/embeddings`` requests of all clients in shared batches per model.
 
-    No timer: a request that finds its model idle starts a job at once (a lone client waits
-    for nothing), and the requests that arrive while a job runs are embedded together by the
-    next one (up to :data:`EMBED_BATCH_TEXTS` texts). The jobs run on the worker pool, one
-    per model at a time.
+    The requests that arrive while a model's job runs are embedded together by its next one
+    (up to :data:`EMBED_BATCH_TEXTS` texts); the jobs run on the worker pool, one per model at
+    a time. A request that finds its model idle starts a job at once, unless the model is
+    *contended*: most recent requests found a job running or requests waiting (a running
+    average, :data:`EMBED_CONTENTION_WEIGHT`). Then the job first waits
+    :data:`EMBED_GATHER_S` for the requests still on their way through the HTTP stack, which
+    would otherwise each start a job of their own one after another. A lone client never
+    finds its model busy (its previous request has been answered), so it never waits.
 
     Args:
         executor: The worker pool.
@@ -601,6 +610,7 @@ class EmbeddingBatcher:
     def __init__(self, executor: Executor) -> None:
         self._executor = executor
         self._lines: dict[int, _EmbedLine] = {}
+        self._contention: dict[int, float] = {}  # per model id: the running average
         #: Jobs run and texts embedded, for the tests and metrics.
         self.jobs = 0
         self.texts = 0
@@ -609,8 +619,11 @@ class EmbeddingBatcher:
         """``model.embed(texts)`` and the tokens it read, computed in a shared batch."""
         loop = asyncio.get_running_loop()
         line = self._lines.get(id(model))
+        busy = line is not None
         if line is None:
             line = self._lines[id(model)] = _EmbedLine(model)
+        seen = self._contention.get(id(model), 0.0)
+        self._contention[id(model)] = seen + EMBED_CONTENTION_WEIGHT * (float(busy) - seen)
         future: asyncio.Future[Any] = loop.create_future()
         line.pending.append((list(texts), future))
         if line.task is None:
@@ -618,10 +631,16 @@ class EmbeddingBatcher:
         vectors, tokens = await future
         return vectors, tokens
 
+    def contended(self, model: Model) -> bool:
+        """Whether ``model``'s jobs wait :data:`EMBED_GATHER_S` for more requests now."""
+        return self._contention.get(id(model), 0.0) > 0.5
+
     async def _drain(self, line: _EmbedLine) -> None:
         loop = asyncio.get_running_loop()
         try:
             while line.pending:
+                if self.contended(line.model):
+                    await asyncio.sleep(EMBED_GATHER_S)
                 batch: list[tuple[list[str], asyncio.Future[Any]]] = []
                 count = 0
                 while line.pending and (
