@@ -1,8 +1,10 @@
 """The one sampler over a batch of logits rows at once, in numpy (native-only: imports numpy).
 
 :func:`sample_rows` is :func:`evermind.model.sampling.sample` for B rows, each with its own
-temperature, top-k, top-p and ``random.Random``: one stable sort, one softmax and two running
-sums of (B, V) arrays instead of B Python loops over the vocabulary. The tab keeps the
+temperature, top-k, top-p and ``random.Random``: one sort of the scores, one softmax and two
+running sums of (B, V) arrays instead of B Python loops over the vocabulary (the drawn rank's
+token id is looked up afterwards: the sums need only the sorted values, equal whatever the
+order of ties). The tab keeps the
 standard-library sampler; this is the native runtime's batched form of the same draw.
 
 Same draws, not just the same distribution: per sampled row it takes the same single
@@ -12,7 +14,7 @@ sequential in both, so they add the same numbers in the same order). The one dif
 ``np.exp`` against ``math.exp``: they may round a weight differently in the last place, which
 moves the cumulative sums by at most a few ulps per term. A row whose top-p cut or draw lies
 within :func:`margin` of a cumulative boundary (so that such a difference could change it; about
-one row in 10^8) is redrawn exactly by :func:`~evermind.model.sampling.sample_uniform` with the
+one row in 10^8 at V = 2048) is redrawn exactly by :func:`~evermind.model.sampling.sample_uniform` with the
 same uniform. Every other row's token is provably the pure-Python one.
 """
 
@@ -98,21 +100,10 @@ def _nucleus(top_p: float | None) -> float:
     return 2.0 if top_p is None or top_p >= 1 else float(top_p)  # 2: never reached
 
 
-def _ranking(x: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
-    """Token ids of each row of x (H, V) best first, lower id first on ties.
-
-    ``np.argsort(-x, kind="stable")``, twice as fast: each score becomes a 64-bit key, its
-    float32 bits (mapped so that integer order is float order, -0.0 made 0.0) above its id,
-    and the keys (all distinct) are sorted by numpy's vectorised integer sort. Scores that
-    are not float32 take the stable argsort itself.
-    """
-    if x.dtype != np.float32:
-        return np.argsort(-x, axis=1, kind="stable")
-    bits = (np.float32(0) - x).view(np.int32)  # -x, with -0.0 made 0.0 (equal scores tie)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # (H, V) int32 in the float order of -x
-    keys = (ordered.astype(np.int64) << 32) | np.arange(x.shape[1], dtype=np.int64)
-    keys.sort(axis=1)
-    return keys & 0xFFFFFFFF
+def _token_at(scores: npt.NDArray[Any], value: Any, tie: int) -> int:
+    """The id of the ``tie``-th token (in id order) whose score equals ``value``: the token at
+    that rank of a stable best-first order (ties keep the lower id first)."""
+    return int(np.flatnonzero(scores == value)[tie])
 
 
 def _draw(
@@ -125,8 +116,10 @@ def _draw(
 ) -> tuple[list[int], list[bool]]:
     """The draws of H sampled rows x (H, V): token ids, and whether to redraw each exactly."""
     rows, vocab = x.shape
-    order = _ranking(x)  # (H, V) best first, lower id on ties
-    ranked = np.take_along_axis(x, order, axis=1).astype(np.float64)  # (H, V)
+    # The scores best first; the sums need only the values (ties are equal whatever their
+    # order), so a plain vectorised sort does and the ids are found after the draw.
+    ascending = np.sort(-x, axis=1)  # (H, V): minus the scores, best first
+    ranked = -ascending.astype(np.float64)
     ranked -= ranked[:, :1]
     ranked /= temps[:, None]
     weights = np.exp(ranked, out=ranked)  # (H, V), max 1: no overflow
@@ -151,6 +144,8 @@ def _draw(
         point = uniform[h] * run[cut - 1]  # choices(): random() * total
         at = min(int(np.searchsorted(run[:cut], point, side="right")), cut - 1)  # bisect
         doubt = doubt or run[at] - point <= tol or (at > 0 and point - run[at - 1] <= tol)
-        tokens.append(int(order[h, at]))
+        # The draw's rank among the tokens of its score: where that score's run begins.
+        tie = at - int(np.searchsorted(ascending[h], ascending[h, at], side="left"))
+        tokens.append(_token_at(x[h], -ascending[h, at], tie))
         unsure.append(doubt)
     return tokens, unsure
