@@ -268,6 +268,7 @@ class _ModelLoop:
         ]
         if not ready:
             return False
+        ready.sort(key=lambda s: s.slot)  # ascending slots: often one run, stepped in place
         assert self.decoder is not None
         logits = self.decoder.step([s.slot for s in ready], [int(s.next_token or 0) for s in ready])
         for seq, token in zip(ready, _next_tokens(logits, ready), strict=True):
