@@ -13,9 +13,10 @@ the same top-k and top-p sets and walks the same cumulative distribution (runnin
 sequential in both, so they add the same numbers in the same order). The one difference is
 ``np.exp`` against ``math.exp``: they may round a weight differently in the last place, which
 moves the cumulative sums by at most a few ulps per term. A row whose top-p cut or draw lies
-within :func:`margin` of a cumulative boundary (so that such a difference could change it; about
-one row in 10^8 at V = 2048) is redrawn exactly by :func:`~evermind.model.sampling.sample_uniform` with the
-same uniform. Every other row's token is provably the pure-Python one.
+within :func:`margin` of a cumulative boundary (so that such a difference could change it;
+about one row in 10^8 at V = 2048) is redrawn exactly, with the same uniform, by
+:func:`~evermind.model.sampling.sample_uniform`. Every other row's token is provably the
+pure-Python one.
 """
 
 from __future__ import annotations

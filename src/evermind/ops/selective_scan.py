@@ -86,7 +86,8 @@ def _prepare(
 ) -> tuple[F64, F64, F64, F64, F64]:
     """Time-major float64 x, delta = softplus(delta_raw) (L, b, D), B, C (L, b, N); A (D, N)."""
     delta = f64(softplus_fwd(_time_major(delta_raw)))
-    return _time_major(x), delta, _time_major(B), _time_major(C), -np.exp(f64(A_log))
+    x_tm, b_tm, c_tm = f64(_time_major(x)), f64(_time_major(B)), f64(_time_major(C))
+    return x_tm, delta, b_tm, c_tm, -np.exp(f64(A_log))
 
 
 def selective_scan_fwd(
