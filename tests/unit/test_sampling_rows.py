@@ -99,6 +99,17 @@ def test_float64_logits_and_vocabulary_of_one() -> None:
                        [random.Random(1), random.Random(2)]) == [0, 0]  # fmt: skip
 
 
+def test_subnormal_temperatures_draw_as_the_pure_python_sampler() -> None:
+    logits = batch_logits(3, 4, 64)
+    for temperature in (5e-324, 1e-308, 2.2250738585072014e-308):
+        rngs, same = [random.Random(i) for i in range(4)], [random.Random(i) for i in range(4)]
+        with np.errstate(all="raise"):  # no warning escapes
+            got = sample_rows(logits, [temperature] * 4, [None] * 4, [None] * 4, rngs)
+        assert got == [
+            sample(logits[b].tolist(), temperature, None, None, same[b]) for b in range(4)
+        ]
+
+
 def test_greedy_rows_draw_nothing() -> None:
     rng = random.Random(5)
     state = rng.getstate()

@@ -122,8 +122,9 @@ def _draw(
     ascending = np.sort(-x, axis=1)  # (H, V): minus the scores, best first
     ranked = -ascending.astype(np.float64)
     ranked -= ranked[:, :1]
-    ranked /= temps[:, None]
-    weights = np.exp(ranked, out=ranked)  # (H, V), max 1: no overflow
+    with np.errstate(over="ignore", under="ignore"):  # a subnormal temperature: -inf, exp 0
+        ranked /= temps[:, None]  # as Python's float division does
+        weights = np.exp(ranked, out=ranked)  # (H, V), max 1: no overflow
     for cut_row in np.nonzero(keep < vocab)[0]:
         weights[cut_row, keep[cut_row] :] = 0.0  # beyond top-k: adds nothing to the running sums
     total = np.cumsum(weights, axis=1)[np.arange(rows), keep - 1]  # sequential sums of the kept
