@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from evermind.ops._dtype import Floats, as_compute, f64, out_dtype
 
-__all__ = ["conv1d_bwd", "conv1d_fwd"]
+__all__ = ["conv1d_bwd", "conv1d_fwd", "conv1d_last"]
 
 
 def _taps(weight: Floats, compute: npt.DTypeLike = np.float64) -> Floats:
@@ -54,6 +54,31 @@ def conv1d_fwd(
     for k in range(taps):
         y += w[:, k] * x_pad[:, k : k + length]
     return y.astype(out_dtype(x, weight, bias), copy=False)
+
+
+def conv1d_last(
+    window: Floats, weight: Floats, bias: Floats, compute: npt.DTypeLike = np.float64
+) -> Floats:
+    """:func:`conv1d_fwd`'s output at the last position of a K-step window: a decoding step.
+
+    The same products and sums in the same order as that position of the forward (equal to
+    the bit), without the forward's K-1 other positions and its padded copy.
+
+    Args:
+        window: The last K inputs, oldest first, shape (B, D, K) (the decoder's register).
+        weight: (D, 1, K) or (D, K).
+        bias: (D,).
+        compute: The arithmetic's dtype (float64 by default).
+
+    Returns:
+        y, shape (B, D), in the inputs' floating dtype.
+    """
+    w = _taps(weight, compute)  # (D, K)
+    x = as_compute(window, compute)  # (B, D, K)
+    y = as_compute(bias, compute) + w[:, 0] * x[:, :, 0]  # (B, D)
+    for k in range(1, w.shape[1]):
+        y += w[:, k] * x[:, :, k]
+    return y.astype(out_dtype(window, weight, bias), copy=False)
 
 
 def conv1d_bwd(x: Floats, weight: Floats, grad_y: Floats) -> tuple[Floats, Floats, Floats]:

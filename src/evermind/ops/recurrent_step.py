@@ -5,7 +5,8 @@ the parallel forward by construction:
 
 - :func:`conv_step`: shift the input x (B, D) into the (B, D, K) register of the last K conv
   inputs (oldest first), then ``silu(conv1d)`` at the newest position (= the last output of
-  :func:`evermind.ops.conv1d.conv1d_fwd` over the register);
+  :func:`evermind.ops.conv1d.conv1d_fwd` over the register, to the bit:
+  :func:`evermind.ops.conv1d.conv1d_last`);
 - :func:`ssm_step`: one step of the selective scan (:func:`evermind.ops.selective_scan.scan_step`)
   on the state h (B, D, N), with the kernel's raw ``delta_raw`` and ``A_log``;
 - :func:`gather_rows` / :func:`scatter_rows`: the copies between the states of all slots
@@ -26,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from evermind.ops._dtype import Floats, as_compute, out_dtype
-from evermind.ops.conv1d import conv1d_fwd
+from evermind.ops.conv1d import conv1d_fwd, conv1d_last
 from evermind.ops.elementwise import silu_fwd, softplus_fwd
 from evermind.ops.selective_scan import scan_step
 
@@ -64,8 +65,7 @@ def conv_step(
         [np.asarray(conv_state, dtype)[:, :, 1:], np.asarray(x, dtype)[:, :, None]], axis=2
     )  # (B, D, K)
     # Over the register as a length-K sequence, the last conv output reads exactly its K taps.
-    window = state.transpose(0, 2, 1)  # (B, K, D)
-    x_conv = causal_conv1d_silu(window, weight, bias, compute)[:, -1]  # (B, D)
+    x_conv = silu_fwd(conv1d_last(state, weight, bias, compute), compute)  # (B, D)
     return x_conv.astype(dtype, copy=False), state
 
 
