@@ -426,3 +426,21 @@ def test_an_idle_model_loop_ends_and_the_next_request_starts_a_new_one(
 
     first, second = asyncio.run(run())
     assert first == second and len(made) == 2
+
+
+def test_a_lone_embedding_client_never_waits_and_a_crowd_is_gathered(model: Model) -> None:
+    batcher = EmbeddingBatcher(ThreadPoolExecutor(2))
+
+    async def alone() -> None:
+        for i in range(6):
+            await batcher.embed(model, [f"one at a time {i}"])
+
+    asyncio.run(alone())
+    assert not batcher.contended(model) and batcher.jobs == 6  # nobody to wait for
+
+    async def crowd() -> None:
+        await asyncio.gather(*(batcher.embed(model, [f"together {i}"]) for i in range(24)))
+
+    asyncio.run(crowd())
+    assert batcher.contended(model)  # the crowd found jobs running: the next waits 4 ms
+    assert batcher.jobs - 6 < 24 and batcher.texts == 30

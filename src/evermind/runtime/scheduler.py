@@ -599,10 +599,11 @@ class EmbeddingBatcher:
     (up to :data:`EMBED_BATCH_TEXTS` texts); the jobs run on the worker pool, one per model at
     a time. A request that finds its model idle starts a job at once, unless the model is
     *contended*: most recent requests found a job running or requests waiting (a running
-    average, :data:`EMBED_CONTENTION_WEIGHT`). Then the job first waits
-    :data:`EMBED_GATHER_S` for the requests still on their way through the HTTP stack, which
-    would otherwise each start a job of their own one after another. A lone client never
-    finds its model busy (its previous request has been answered), so it never waits.
+    average, :data:`EMBED_CONTENTION_WEIGHT`). Then a job that would take a single request
+    first waits :data:`EMBED_GATHER_S` for the requests still on their way through the HTTP
+    stack, which would otherwise each start a job of their own one after another. A lone
+    client never finds its model busy (its previous request has been answered), so it never
+    waits.
 
     Args:
         executor: The worker pool.
@@ -640,8 +641,8 @@ class EmbeddingBatcher:
         loop = asyncio.get_running_loop()
         try:
             while line.pending:
-                if self.contended(line.model):
-                    await asyncio.sleep(EMBED_GATHER_S)
+                if len(line.pending) == 1 and self.contended(line.model):
+                    await asyncio.sleep(EMBED_GATHER_S)  # (more waiting: no need to)
                 batch: list[tuple[list[str], asyncio.Future[Any]]] = []
                 count = 0
                 while line.pending and (
