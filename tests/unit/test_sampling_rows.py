@@ -87,6 +87,20 @@ def test_same_tokens_as_the_pure_python_sampler_on_many_seeds() -> None:
     print(f"{drawn} rows drawn, all equal")
 
 
+def test_rows_all_with_top_k_take_the_partial_sort() -> None:
+    """Every row cut to a top-k well below V: only the best max(k) scores are sorted."""
+    for seed in range(40):
+        logits = batch_logits(seed, 11, 2048)
+        logits[:, 100:140] = logits.max(axis=1, keepdims=True)  # 41 tied best: cut among ties
+        settings = [(0.9, (1, 5, 40, 100)[b % 4], (None, 0.95)[b % 2]) for b in range(11)]
+        seeds = [seed * 100 + b for b in range(11)]
+        got = sample_rows(logits, *[[s[i] for s in settings] for i in range(3)],
+                          [random.Random(s) for s in seeds])  # fmt: skip
+        want = [sample(logits[b].tolist(), *settings[b], random.Random(seeds[b]))
+                for b in range(11)]  # fmt: skip
+        assert got == want, seed
+
+
 def test_the_exact_redraw_path_agrees() -> None:
     for seed in range(20):
         check(batch_logits(seed, 9, 301), seed, exact_margin=10.0)  # every row redrawn

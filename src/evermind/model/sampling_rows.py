@@ -118,14 +118,20 @@ def _draw(
     """The draws of H sampled rows x (H, V): token ids, and whether to redraw each exactly."""
     rows, vocab = x.shape
     # The scores best first; the sums need only the values (ties are equal whatever their
-    # order), so a plain vectorised sort does and the ids are found after the draw.
-    ascending = np.sort(-x, axis=1)  # (H, V): minus the scores, best first
+    # order), so a plain vectorised sort does and the ids are found after the draw. With
+    # top-k on every row only the best max(k) are sorted (a partition first).
+    widest = int(keep.max())
+    if widest * 4 <= vocab:
+        best = np.partition(-x, widest - 1, axis=1)[:, :widest]  # (H, K), any order
+        ascending = np.sort(best, axis=1)  # (H, K): minus the k best scores, best first
+    else:
+        ascending = np.sort(-x, axis=1)  # (H, V): minus the scores, best first
     ranked = -ascending.astype(np.float64)
     ranked -= ranked[:, :1]
     with np.errstate(over="ignore", under="ignore"):  # a subnormal temperature: -inf, exp 0
         ranked /= temps[:, None]  # as Python's float division does
         weights = np.exp(ranked, out=ranked)  # (H, V), max 1: no overflow
-    for cut_row in np.nonzero(keep < vocab)[0]:
+    for cut_row in np.nonzero(keep < ascending.shape[1])[0]:
         weights[cut_row, keep[cut_row] :] = 0.0  # beyond top-k: adds nothing to the running sums
     total = np.cumsum(weights, axis=1)[np.arange(rows), keep - 1]  # sequential sums of the kept
     weights /= total[:, None]
