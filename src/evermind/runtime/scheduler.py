@@ -8,7 +8,9 @@ by default; the runtime may pass another factory, e.g. the GPU one) and repeats:
 2. admit waiting sequences into free decoder slots, round-robin over tenants (each tenant at
    most ``slots`` active at once), and prefill their prompts together (the parallel scan,
    at most :data:`PREFILL_TOKENS` prompt tokens per round so a long prompt cannot stall the
-   batch for long);
+   batch for long); a short prompt joining a busy batch (:data:`FEED_TOKENS`,
+   :data:`FEED_MIN_ACTIVE`) is prefilled with its first token and fed the rest through the
+   batch's steps, one token a step, its rows not sampled until its last prompt token;
 3. advance every active sequence by one token with ONE batched ``Decoder.step``, then sample
    each row with its own request's settings and its own ``random.Random(seed)`` (the one
    sampler's batched form, :func:`evermind.model.sampling_rows.sample_rows`: the same draws
@@ -61,6 +63,12 @@ DISCONNECT_POLL_S = 0.25
 MAX_PENDING = 64
 #: Prompt tokens prefilled per scheduler round at most (a longer prompt still goes alone).
 PREFILL_TOKENS = 2048
+#: A prompt of at most this many tokens that joins a batch of at least :data:`FEED_MIN_ACTIVE`
+#: running sequences is prefilled with its first token only and fed the rest as rows of the
+#: batch's own steps (a row of a big step costs a fraction of a separate prefill's step).
+FEED_TOKENS = 8
+#: Running sequences a batch needs before prompts are fed through its steps.
+FEED_MIN_ACTIVE = 4
 #: A model's scheduler thread ends after this long with nothing to do (a new one starts on
 #: the next request), so evicted models do not keep a thread and a decoder.
 IDLE_S = 30.0
@@ -133,6 +141,8 @@ class _Sequence:
     leading: bool = False
     stops: list[str] = field(default_factory=list)
     finished: bool = False
+    prompting: bool = False  # next_token is a prompt token: no sampling after it unless last
+    feed: list[int] = field(default_factory=list)  # prompt tokens still to feed after it
 
 
 class _ModelLoop:
@@ -255,9 +265,17 @@ class _ModelLoop:
 
     def _prefill(self, newcomers: list[_Sequence]) -> None:
         assert self.decoder is not None
-        logits = self.decoder.prefill([s.slot for s in newcomers], [s.ids for s in newcomers])
-        for seq, token in zip(newcomers, _next_tokens(logits, newcomers), strict=True):
-            self._advance(seq, token)
+        running = len(self.active) - len(newcomers)
+        fed = [s for s in newcomers if running >= FEED_MIN_ACTIVE and 1 < len(s.ids) <= FEED_TOKENS]
+        prompts = [s.ids[:1] if s in fed else s.ids for s in newcomers]
+        logits = self.decoder.prefill([s.slot for s in newcomers], prompts)
+        done = [i for i, s in enumerate(newcomers) if s not in fed]
+        for seq in fed:  # the rest of the prompt goes through the batch's next steps
+            seq.prompting, seq.next_token, seq.feed = True, seq.ids[1], seq.ids[2:]
+        if done:
+            whole = [newcomers[i] for i in done]
+            for seq, token in zip(whole, _next_tokens(logits[done], whole), strict=True):
+                self._advance(seq, token)
 
     def _step(self) -> bool:
         """One batched step of every sequence that can go on; False if none could."""
@@ -271,8 +289,17 @@ class _ModelLoop:
         ready.sort(key=lambda s: s.slot)  # ascending slots: often one run, stepped in place
         assert self.decoder is not None
         logits = self.decoder.step([s.slot for s in ready], [int(s.next_token or 0) for s in ready])
-        for seq, token in zip(ready, _next_tokens(logits, ready), strict=True):
-            self._advance(seq, token)
+        sampled = []
+        for row, seq in enumerate(ready):
+            if seq.prompting and seq.feed:  # a prompt token went in; the next one follows
+                seq.next_token = seq.feed.pop(0)
+            else:  # a generated token, or the prompt's last: this row is sampled
+                seq.prompting = False
+                sampled.append(row)
+        if sampled:
+            seqs = [ready[row] for row in sampled]
+            for seq, token in zip(seqs, _next_tokens(logits[sampled], seqs), strict=True):
+                self._advance(seq, token)
         return True
 
     def _advance(self, seq: _Sequence, token: int) -> None:
