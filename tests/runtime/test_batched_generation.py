@@ -24,7 +24,7 @@ from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.inference import Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.generation import GenerationRequest
-from evermind.runtime.scheduler import EmbeddingBatcher, Scheduler
+from evermind.runtime.scheduler import FEED_MIN_ACTIVE, FEED_TOKENS, EmbeddingBatcher, Scheduler
 from evermind.runtime.server import ServerThread
 from tests.factories import tiny_package
 from tests.runtime.helpers import TOKEN_A, TOKEN_B, assert_error, bearer, write_tokens
@@ -330,6 +330,32 @@ def test_the_scheduler_steps_concurrent_sequences_together(model: Model) -> None
     assert scheduler.running("default") == 0
 
 
+def test_short_prompts_joining_a_busy_batch_are_fed_through_its_steps(model: Model) -> None:
+    """With FEED_MIN_ACTIVE sequences running, a short prompt is prefilled with its first token
+    only and fed the rest through the batch's steps; replies equal those of requests alone."""
+    scheduler, made = _scheduler(batch_slots=16)
+    hog = {"prompt": "The standard library", "max_tokens": 60, "temperature": 0.0}
+    short = [r for r in REQUESTS if 1 < len(model._prompt_ids(r["prompt"])) <= FEED_TOKENS]
+    assert len(short) >= 3, "needs short prompts of several tokens"
+
+    async def run() -> tuple[list[str], list[str]]:
+        alone = [(await scheduler.complete(model, _request(b))).text for b in short]
+        hogs = [asyncio.ensure_future(scheduler.complete(model, _request(hog)))
+                for _ in range(FEED_MIN_ACTIVE)]  # fmt: skip
+        while scheduler.running("default") < FEED_MIN_ACTIVE:
+            await asyncio.sleep(0.002)
+        fed = await asyncio.gather(*(scheduler.complete(model, _request(b)) for b in short))
+        await asyncio.gather(*hogs)
+        return alone, [r.text for r in fed]
+
+    alone, fed = asyncio.run(run())
+    assert fed == alone
+    firsts = [model._prompt_ids(r["prompt"])[:1] for r in short]
+    prefilled = made[0].prefilled  # alone: whole prompts; joining the busy batch: 1 token
+    assert sum(p in firsts for p in prefilled) == len(short)
+    assert all(model._prompt_ids(r["prompt"]) in prefilled for r in short)
+
+
 def test_admission_takes_tenants_in_turn(model: Model) -> None:
     scheduler, made = _scheduler(batch_slots=2, slots=2, queue=8)
     hog = {"prompt": "The", "max_tokens": 400, "temperature": 0.0}
@@ -426,3 +452,21 @@ def test_an_idle_model_loop_ends_and_the_next_request_starts_a_new_one(
 
     first, second = asyncio.run(run())
     assert first == second and len(made) == 2
+
+
+def test_a_lone_embedding_client_never_waits_and_a_crowd_is_gathered(model: Model) -> None:
+    batcher = EmbeddingBatcher(ThreadPoolExecutor(2))
+
+    async def alone() -> None:
+        for i in range(6):
+            await batcher.embed(model, [f"one at a time {i}"])
+
+    asyncio.run(alone())
+    assert not batcher.contended(model) and batcher.jobs == 6  # nobody to wait for
+
+    async def crowd() -> None:
+        await asyncio.gather(*(batcher.embed(model, [f"together {i}"]) for i in range(24)))
+
+    asyncio.run(crowd())
+    assert batcher.contended(model)  # the crowd found jobs running: the next waits 4 ms
+    assert batcher.jobs - 6 < 24 and batcher.texts == 30

@@ -25,3 +25,16 @@ def test_bench_runs_and_reports_every_cell() -> None:
     }  # fmt: skip
     table = format_table(result)
     assert "| completions | 2 |" in table and "evermind/benchy:1.0.0" in table
+
+
+def test_bench_counts_texts_a_job_and_runs_the_httpx_client_too() -> None:
+    package = tiny_package("benchy", "1.0.0")
+    for client in ("raw", "httpx"):
+        result = run_serve_bench(
+            package, seconds=0.3, concurrency=(2,), reference=False, client=client
+        )
+        rows = result["rows"]
+        assert result["client"] == client and all(r["errors"] == 0 for r in rows)
+        embeddings = [r for r in rows if r["kind"] == "embeddings"]
+        assert embeddings and all(r["texts_per_job"] >= 1 for r in embeddings)
+        assert f"{client} client" in format_table(result)

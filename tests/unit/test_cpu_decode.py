@@ -18,7 +18,7 @@ import pytest
 import evermind
 from evermind.errors import ConfigError, ShapeError
 from evermind.model.cpu import CpuMamba
-from evermind.model.cpu_decode import CpuDecoder, _length_groups
+from evermind.model.cpu_decode import STEP_PREFILL_TOKENS, CpuDecoder, _length_groups
 from evermind.model.inference import Model
 from evermind.model.sampling import sample
 from tests.factories import tiny_package
@@ -89,6 +89,8 @@ def test_prefill_of_mixed_lengths_matches_token_by_token(model: Model) -> None:
     decoder = CpuDecoder(model, slots=16)
     ids = [model._prompt_ids(p) for p in PROMPTS]
     assert len({len(i) for i in ids}) > 3  # really mixed lengths
+    lengths = [len(i) for i in ids]  # both prefill paths: stepped (short) and the scan (long)
+    assert min(lengths) <= STEP_PREFILL_TOKENS < max(lengths), lengths
     slots = [3, 0, 9, 15, 4, 1, 2, 7]
     logits = decoder.prefill(slots, ids)
     assert logits.shape == (len(ids), model.config.vocab_size) and logits.dtype == np.float32

@@ -39,7 +39,10 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
     ),
     "rmsnorm": (("rmsnorm_fwd", "rmsnorm_bwd"), True),
     "conv1d": (("conv1d_fwd", "conv1d_bwd"), True),
-    "selective_scan": (("selective_scan_fwd", "selective_scan_bwd", "scan_step"), True),
+    "selective_scan": (
+        ("selective_scan_fwd", "selective_scan_bwd", "scan_step", "selective_scan_y"),
+        True,
+    ),
     "recurrent_step": (
         ("causal_conv1d_silu", "conv_step", "ssm_step", "gather_rows", "scatter_rows"),
         False,

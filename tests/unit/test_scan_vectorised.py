@@ -14,7 +14,12 @@ import pytest
 
 from evermind.ops import selective_scan as scan
 from evermind.ops.elementwise import softplus_bwd, softplus_fwd
-from evermind.ops.selective_scan import scan_step, selective_scan_bwd, selective_scan_fwd
+from evermind.ops.selective_scan import (
+    scan_step,
+    selective_scan_bwd,
+    selective_scan_fwd,
+    selective_scan_y,
+)
 
 RTOL = 1e-10
 
@@ -99,6 +104,21 @@ def test_scan_equals_a_loop_of_scan_step(
     # Without the forward's states the backward recomputes them: same gradients.
     for name, got, expected in zip(names, selective_scan_bwd(dy, *args), want, strict=True):
         assert_close(got, expected, f"{name} (states recomputed)")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_inference_scan_y_equals_the_forward(shape: tuple[int, int, int, int]) -> None:
+    """``selective_scan_y`` (one state kept) is the forward's y: 1e-10 in float64, and in
+    float32 (the CPU model's inference) within float32 rounding of it."""
+    args = inputs(shape, seed=sum(shape) + 1)
+    want, _ = selective_scan_fwd(*args)
+    assert_close(selective_scan_y(*args), want, "y")
+    got32 = selective_scan_y(*[a.astype(np.float32) for a in args], compute=np.float32)
+    assert got32.dtype == np.float32
+    scale = float(np.abs(want).max())
+    diff = float(np.abs(got32 - want).max())
+    print(f"float32 scan y vs float64: max abs diff {diff:.2e} (scale {scale:.2f})")
+    assert diff <= 1e-5 * max(1.0, scale)
 
 
 def test_recurrence_is_the_loops_to_the_bit() -> None:

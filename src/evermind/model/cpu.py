@@ -40,7 +40,7 @@ from evermind.ops.embedding import embedding_bwd, embedding_fwd
 from evermind.ops.pool import lengths_of_mask, pool_fwd
 from evermind.ops.recurrent_step import conv_step, ssm_step
 from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd
-from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd
+from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd, selective_scan_y
 
 __all__ = ["CpuMamba", "ForwardCache", "LayerCache", "MambaState"]
 
@@ -206,20 +206,39 @@ class CpuMamba:
         )  # fmt: skip
         return out, cache
 
+    def _block_infer(self, w: dict[str, FloatArray], h: FloatArray) -> FloatArray:
+        """:meth:`_block_fwd`'s output alone, for inference (embeddings, logits): in the
+        model's dtype, as :meth:`step`, without the activations or the scan's states."""
+        cfg = self.config
+        d_inner, rank, d_state, compute = cfg.d_inner, cfg.dt_rank, cfg.d_state, self.dtype
+        x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, compute)  # (B, L, D)
+        xz = x_norm @ w["in_proj"].T  # (B, L, 2I)
+        x_in, z = xz[..., :d_inner], xz[..., d_inner:]  # (B, L, I) each
+        x_conv = silu_fwd(conv1d_fwd(x_in, w["conv_w"], w["conv_b"], compute), compute)
+        dbc = x_conv @ w["x_proj"].T  # (B, L, R + 2N)
+        B, C = dbc[..., rank : rank + d_state], dbc[..., rank + d_state :]  # (B, L, N) each
+        dt_pre = dbc[..., :rank] @ w["dt_w"].T + w["dt_b"]  # (B, L, I), before softplus
+        y = selective_scan_y(x_conv, dt_pre, w["A_log"], B, C, w["D"], compute)  # (B, L, I)
+        out: FloatArray = (y * silu_fwd(z, compute)) @ w["out_proj"].T  # (B, L, D)
+        return out
+
     def _forward(self, ids: IntArray, keep: bool) -> tuple[FloatArray, ForwardCache | None]:
-        """Final normed hidden state (B, L, D), and the activations when ``keep``."""
+        """Final normed hidden state (B, L, D), and the activations when ``keep`` (else the
+        inference path, :meth:`_block_infer`)."""
         cfg = self.config
         layers: list[LayerCache] = []
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
         h = embedding_fwd(ids, embedding).reshape(*ids.shape, cfg.d_model)  # (B, L, D)
+        norm_f = self.params["backbone.norm_f.weight"]
+        if not keep:
+            for index in range(cfg.n_layer):
+                h = h + self._block_infer(self._layer(index), h)  # (B, L, D)
+            return rmsnorm_fwd(h, norm_f, cfg.rms_eps, self.dtype)[0], None
         for index in range(cfg.n_layer):
             out, layer_cache = self._block_fwd(self._layer(index), h)
-            if keep:
-                layers.append(layer_cache)
+            layers.append(layer_cache)
             h = h + out  # (B, L, D) residual; a new array, so the cached h_in stays intact
-        hidden, rstd_final = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps)
-        if not keep:
-            return hidden, None
+        hidden, rstd_final = rmsnorm_fwd(h, norm_f, cfg.rms_eps)
         return hidden, ForwardCache(ids, layers, h_final=h, rstd_final=rstd_final, hidden=hidden)
 
     def hidden(self, ids: Any) -> FloatArray:
@@ -519,18 +538,21 @@ class CpuMamba:
             )
         d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
+        # The step's arithmetic runs in the model's dtype (float32 to serve, as the GPU step;
+        # float64 for gradient checks), the parallel forward's in float64.
+        compute = self.dtype
         h = embedding_fwd(ids, embedding)  # (B, D)
         for index in range(cfg.n_layer):
             w = self._layer(index)
             conv_state, ssm = state.conv[index], state.ssm[index]  # (B, I, K), (B, I, N)
-            x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, D)
+            x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, compute)  # (B, D)
             xz = x_norm @ w["in_proj"].T  # (B, 2I)
             x_in, z = xz[:, :d_inner], xz[:, d_inner:]  # (B, I) each
-            x_conv, conv_state[...] = conv_step(conv_state, x_in, w["conv_w"], w["conv_b"])
+            x_conv, conv_state[...] = conv_step(conv_state, x_in, w["conv_w"], w["conv_b"], compute)
             dbc = x_conv @ w["x_proj"].T  # (B, R + 2N)
             B, C = dbc[:, rank : rank + d_state], dbc[:, rank + d_state :]  # (B, N) each
             dt_pre = dbc[:, :rank] @ w["dt_w"].T + w["dt_b"]  # (B, I), before softplus
-            y, ssm[...] = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"])  # (B, I)
-            h = h + (y * silu_fwd(z)) @ w["out_proj"].T  # (B, D)
-        hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps)
+            y, ssm[...] = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"], compute)
+            h = h + (y * silu_fwd(z, compute)) @ w["out_proj"].T  # (B, D)
+        hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps, compute)
         return hidden @ embedding.T, state  # (B, V)

@@ -8,7 +8,9 @@ gathers the given slots' rows, advances them with one batched :meth:`CpuMamba.st
 matrix–matrix product per projection for the whole batch instead of one matrix–vector product
 per sequence) and scatters them back; :meth:`~CpuDecoder.prefill` runs the prompts through the
 parallel forward (:meth:`CpuMamba.prefill`, the scan), padded on the right in groups of
-similar length, and stores each prompt's state after its own last token.
+similar length, and stores each prompt's state after its own last token; prompts of at
+most :data:`STEP_PREFILL_TOKENS` tokens are stepped through instead (batched together), which
+costs a few float32 steps instead of the scan's fixed cost.
 
 Exactness: every op is row-wise except the float32 matrix products, where OpenBLAS picks
 kernels by the number of rows, so a row's logits may differ from the same row decoded alone
@@ -30,6 +32,10 @@ __all__ = ["CpuDecoder"]
 
 #: A prefill group is cut when padding would exceed this share of its token positions.
 PAD_SHARE = 0.25
+#: Prompts up to this many tokens are prefilled by stepping through them (batched over the
+#: short prompts), longer ones by the parallel scan: for a few tokens the scan's fixed cost
+#: (its float64 forward through every layer) is several times that of a few float32 steps.
+STEP_PREFILL_TOKENS = 6
 
 
 class CpuDecoder:
@@ -86,7 +92,12 @@ class CpuDecoder:
                 f"{index.size} slots"
             )
         logits = np.zeros((index.size, self.vocab_size), np.float32)
-        for group in _length_groups([len(p) for p in prompts]):
+        short = [i for i, p in enumerate(prompts) if len(p) <= STEP_PREFILL_TOKENS]
+        if short:
+            self._prefill_by_steps(index, prompts, short, logits)
+        long = [i for i, p in enumerate(prompts) if len(p) > STEP_PREFILL_TOKENS]
+        for cut in _length_groups([len(prompts[i]) for i in long]):
+            group = [long[j] for j in cut]
             width = max(len(prompts[i]) for i in group)
             ids = np.zeros((len(group), width), np.int64)
             lengths = np.zeros(len(group), np.int64)
@@ -102,6 +113,26 @@ class CpuDecoder:
         self._ready[index] = True
         return logits
 
+    def _prefill_by_steps(
+        self,
+        index: np.ndarray,
+        prompts: Sequence[Sequence[int]],
+        short: list[int],
+        logits: np.ndarray,
+    ) -> None:
+        """Prefills ``prompts[i]`` for i in ``short`` token by token from a zero state, all of
+        them together (a prompt leaves the batch after its last token); writes their logits."""
+        layers = range(self.cpu.config.n_layer)
+        for layer in layers:
+            self._state.conv[layer][index[short]] = 0
+            self._state.ssm[layer][index[short]] = 0
+        for t in range(max(len(prompts[i]) for i in short)):
+            going = [i for i in short if len(prompts[i]) > t]
+            rows = self._advance(index[going], np.array([prompts[i][t] for i in going]))
+            for row, i in enumerate(going):
+                if len(prompts[i]) == t + 1:
+                    logits[i] = rows[row]
+
     def step(self, slots: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
         """Feeds ``tokens[i]`` to ``slots[i]``; the next-token logits, float32 (n, vocab)."""
         index = self._slot_index(slots, "step", ready=True)
@@ -110,7 +141,21 @@ class CpuDecoder:
             raise ShapeError(
                 f"CpuDecoder.step: expected one token per slot ({index.size}), got {ids.shape}"
             )
+        return self._advance(index, ids)
+
+    def _advance(self, index: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """One batched step of the slots ``index`` (checked) on tokens ``ids``."""
         layers = range(self.cpu.config.n_layer)
+        first = int(index[0])
+        if int(index[-1]) - first + 1 == index.size and bool((np.diff(index) == 1).all()):
+            # Consecutive ascending slots (the scheduler's usual batch): views, which the step
+            # updates in place; no gathered copies to write back.
+            rows = slice(first, first + index.size)
+            views = MambaState(
+                conv=[self._state.conv[layer][rows] for layer in layers],
+                ssm=[self._state.ssm[layer][rows] for layer in layers],
+            )
+            return np.asarray(self.cpu.step(ids, views)[0], np.float32)
         state = MambaState(
             conv=[self._state.conv[layer][index] for layer in layers],  # gathered copies
             ssm=[self._state.ssm[layer][index] for layer in layers],

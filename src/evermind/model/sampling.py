@@ -2,17 +2,25 @@
 
 Both decoders use it: :class:`evermind.model.gpu_infer.GpuDecoder` in the tab and
 :class:`evermind.model.inference.Model` natively (on ``CpuMamba``'s logits), so a seed means the
-same thing on both and the tab needs no numpy.
+same thing on both and the tab needs no numpy. The native runtime's batched form,
+:func:`evermind.model.sampling_rows.sample_rows`, draws the same tokens for the same uniforms
+(it falls back to :func:`sample_uniform` for a row whose draw its float rounding could change).
+
+A draw is one uniform ``u = rng.random()`` and a walk of the cumulative distribution, best
+token first: the first index whose cumulative weight exceeds ``u * total`` (exactly what
+``random.Random.choices(best, weights=probs)`` does, so seeds keep their old meaning).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Sequence
 
-__all__ = ["sample"]
+__all__ = ["sample", "sample_uniform"]
 
 
 def sample(
@@ -26,15 +34,26 @@ def sample(
 
     Args:
         logits: One score per vocabulary entry.
-        temperature: 0 (or below) is greedy (the highest logit, lowest id on ties); otherwise
-            the scores are divided by it before the softmax.
+        temperature: 0 (or below) is greedy (the highest logit, lowest id on ties; no draw
+            from ``rng``); otherwise the scores are divided by it before the softmax.
         top_k: Keep only the k highest scores; None or <= 0 keeps all.
         top_p: Keep the smallest set of the most likely tokens whose probabilities reach
             ``top_p`` (nucleus sampling); None or >= 1 keeps all.
-        rng: The random source (seeded for reproducible draws).
+        rng: The random source (seeded for reproducible draws); one ``random()`` per draw.
     """
     if temperature <= 0:
         return max(range(len(logits)), key=logits.__getitem__)
+    return sample_uniform(logits, temperature, top_k, top_p, rng.random())
+
+
+def sample_uniform(
+    logits: Sequence[float],
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    uniform: float,
+) -> int:
+    """:func:`sample` at ``temperature > 0`` with the draw's uniform given, ``0 <= uniform < 1``."""
     k = len(logits) if not top_k or top_k <= 0 else min(top_k, len(logits))
     best = heapq.nlargest(k, range(len(logits)), key=logits.__getitem__)  # descending
     top = logits[best[0]]
@@ -49,4 +68,7 @@ def sample(
                 cut = index + 1
                 break
         best, probs = best[:cut], probs[:cut]
-    return rng.choices(best, weights=probs, k=1)[0]
+    # random.Random.choices(best, weights=probs, k=1) with its one random() given.
+    cum_weights = list(itertools.accumulate(probs))
+    at = bisect.bisect(cum_weights, uniform * (cum_weights[-1] + 0.0), 0, len(best) - 1)
+    return best[at]

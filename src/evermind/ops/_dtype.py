@@ -29,3 +29,13 @@ def out_dtype(*arrays: Any) -> np.dtype[Any]:
 def f64(a: Any) -> F64:
     """``a`` as a float64 array (no copy when it already is one)."""
     return np.asarray(a, dtype=np.float64)
+
+
+def as_compute(a: Any, compute: npt.DTypeLike) -> Floats:
+    """``a`` as an array of the arithmetic dtype ``compute`` (no copy when it already is one).
+
+    The references compute in float64 by default (the kernels' oracle); the numpy decoder
+    passes its model's float32 for the per-token step, where float32 is what the GPU computes
+    too and halves the memory traffic of the (B, D, N) state.
+    """
+    return np.asarray(a, dtype=compute)

@@ -6,49 +6,79 @@ i.e. torch ``F.conv1d(padding=K-1, groups=D)[..., :L]``::
 
     y[b, t, d] = bias[d] + sum_k w[d, k] * x[b, t - (K-1) + k, d]
 
-The loop runs over the K taps, each a whole-array multiply-add in float64; results are
-returned in the inputs' floating dtype.
+The loop runs over the K taps, each a whole-array multiply-add in float64 (or the forward's
+``compute`` dtype: the numpy decoder's float32 step); results are returned in the inputs'
+floating dtype.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
-from evermind.ops._dtype import Floats, f64, out_dtype
+from evermind.ops._dtype import Floats, as_compute, f64, out_dtype
 
-__all__ = ["conv1d_bwd", "conv1d_fwd"]
-
-
-def _taps(weight: Floats) -> Floats:
-    return f64(weight).reshape(weight.shape[0], -1)  # (D, K)
+__all__ = ["conv1d_bwd", "conv1d_fwd", "conv1d_last"]
 
 
-def _pad_time(x: Floats, taps: int) -> Floats:
-    """x (B, L, D) in float64 with K-1 zero steps before t = 0: (B, L+K-1, D)."""
+def _taps(weight: Floats, compute: npt.DTypeLike = np.float64) -> Floats:
+    return as_compute(weight, compute).reshape(weight.shape[0], -1)  # (D, K)
+
+
+def _pad_time(x: Floats, taps: int, compute: npt.DTypeLike = np.float64) -> Floats:
+    """x (B, L, D) in ``compute`` with K-1 zero steps before t = 0: (B, L+K-1, D)."""
     batch, length, dim = x.shape
-    padded = np.zeros((batch, length + taps - 1, dim))
+    padded = np.zeros((batch, length + taps - 1, dim), compute)
     padded[:, taps - 1 :] = x
     return padded
 
 
-def conv1d_fwd(x: Floats, weight: Floats, bias: Floats) -> Floats:
+def conv1d_fwd(
+    x: Floats, weight: Floats, bias: Floats, compute: npt.DTypeLike = np.float64
+) -> Floats:
     """Causal depthwise convolution along time.
 
     Args:
         x: Input, shape (B, L, D).
         weight: Per-channel taps, shape (D, 1, K) or (D, K).
         bias: Shape (D,).
+        compute: The arithmetic's dtype (float64 by default).
 
     Returns:
         y, shape (B, L, D).
     """
-    w = _taps(weight)  # (D, K)
+    w = _taps(weight, compute)  # (D, K)
     length, taps = x.shape[1], w.shape[1]
-    x_pad = _pad_time(x, taps)  # (B, L+K-1, D), zeros before t = 0
-    y = np.zeros(x.shape) + f64(bias)  # (B, L, D)
+    x_pad = _pad_time(x, taps, compute)  # (B, L+K-1, D), zeros before t = 0
+    y = np.zeros(x.shape, compute) + as_compute(bias, compute)  # (B, L, D)
     for k in range(taps):
         y += w[:, k] * x_pad[:, k : k + length]
-    return y.astype(out_dtype(x, weight, bias))
+    return y.astype(out_dtype(x, weight, bias), copy=False)
+
+
+def conv1d_last(
+    window: Floats, weight: Floats, bias: Floats, compute: npt.DTypeLike = np.float64
+) -> Floats:
+    """:func:`conv1d_fwd`'s output at the last position of a K-step window: a decoding step.
+
+    The same products and sums in the same order as that position of the forward (equal to
+    the bit), without the forward's K-1 other positions and its padded copy.
+
+    Args:
+        window: The last K inputs, oldest first, shape (B, D, K) (the decoder's register).
+        weight: (D, 1, K) or (D, K).
+        bias: (D,).
+        compute: The arithmetic's dtype (float64 by default).
+
+    Returns:
+        y, shape (B, D), in the inputs' floating dtype.
+    """
+    w = _taps(weight, compute)  # (D, K)
+    x = as_compute(window, compute)  # (B, D, K)
+    y = as_compute(bias, compute) + w[:, 0] * x[:, :, 0]  # (B, D)
+    for k in range(1, w.shape[1]):
+        y += w[:, k] * x[:, :, k]
+    return y.astype(out_dtype(window, weight, bias), copy=False)
 
 
 def conv1d_bwd(x: Floats, weight: Floats, grad_y: Floats) -> tuple[Floats, Floats, Floats]:

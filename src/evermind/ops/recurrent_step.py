@@ -5,7 +5,8 @@ the parallel forward by construction:
 
 - :func:`conv_step`: shift the input x (B, D) into the (B, D, K) register of the last K conv
   inputs (oldest first), then ``silu(conv1d)`` at the newest position (= the last output of
-  :func:`evermind.ops.conv1d.conv1d_fwd` over the register);
+  :func:`evermind.ops.conv1d.conv1d_fwd` over the register, to the bit:
+  :func:`evermind.ops.conv1d.conv1d_last`);
 - :func:`ssm_step`: one step of the selective scan (:func:`evermind.ops.selective_scan.scan_step`)
   on the state h (B, D, N), with the kernel's raw ``delta_raw`` and ``A_log``;
 - :func:`gather_rows` / :func:`scatter_rows`: the copies between the states of all slots
@@ -14,52 +15,69 @@ the parallel forward by construction:
 
 :func:`causal_conv1d_silu` is the parallel conv branch (B, L, D) that running
 :func:`conv_step` over a sequence reproduces; the scan's parallel form is
-:func:`evermind.ops.selective_scan.selective_scan_fwd`. float64 inside, results in the
-inputs' floating dtype.
+:func:`evermind.ops.selective_scan.selective_scan_fwd`. float64 inside by default, results in
+the inputs' floating dtype; the numpy decoder (:meth:`evermind.model.cpu.CpuMamba.step`) passes
+``compute=float32``, its model's dtype, as the GPU step computes: the (B, D, N) state's
+exponentials and products are then half the memory traffic and twice the SIMD lanes.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
-from evermind.ops._dtype import Floats, f64, out_dtype
-from evermind.ops.conv1d import conv1d_fwd
+from evermind.ops._dtype import Floats, as_compute, out_dtype
+from evermind.ops.conv1d import conv1d_fwd, conv1d_last
 from evermind.ops.elementwise import silu_fwd, softplus_fwd
 from evermind.ops.selective_scan import scan_step
 
 __all__ = ["causal_conv1d_silu", "conv_step", "gather_rows", "scatter_rows", "ssm_step"]
 
 
-def causal_conv1d_silu(x: Floats, weight: Floats, bias: Floats) -> Floats:
+def causal_conv1d_silu(
+    x: Floats, weight: Floats, bias: Floats, compute: npt.DTypeLike = np.float64
+) -> Floats:
     """``silu(conv1d(x))``: the conv branch over a whole sequence.
 
     Args:
         x: Input, (B, L, D).
         weight: Depthwise taps, (D, 1, K) (or (D, K)).
         bias: (D,).
+        compute: The arithmetic's dtype (float64 by default).
 
     Returns:
         (B, L, D).
     """
-    return silu_fwd(conv1d_fwd(x, weight, bias))
+    return silu_fwd(conv1d_fwd(x, weight, bias, compute), compute)
 
 
-def conv_step(conv_state: Floats, x: Floats, weight: Floats, bias: Floats) -> tuple[Floats, Floats]:
+def conv_step(
+    conv_state: Floats, x: Floats, weight: Floats, bias: Floats, compute: npt.DTypeLike = np.float64
+) -> tuple[Floats, Floats]:
     """One conv step: shift ``x`` (B, D) into ``conv_state`` (B, D, K), then ``silu(conv)``.
 
     Returns:
-        ``(x_conv (B, D), new_state (B, D, K))``; the oldest input is shifted out.
+        ``(x_conv (B, D), new_state (B, D, K))``; the oldest input is shifted out (the shift
+        is exact: the state comes back in its own dtype, whatever ``compute`` is).
     """
     dtype = out_dtype(conv_state, x, weight, bias)
-    state = np.concatenate([f64(conv_state)[:, :, 1:], f64(x)[:, :, None]], axis=2)  # (B, D, K)
+    state = np.concatenate(
+        [np.asarray(conv_state, dtype)[:, :, 1:], np.asarray(x, dtype)[:, :, None]], axis=2
+    )  # (B, D, K)
     # Over the register as a length-K sequence, the last conv output reads exactly its K taps.
-    window = state.transpose(0, 2, 1)  # (B, K, D)
-    x_conv = causal_conv1d_silu(window, f64(weight), f64(bias))[:, -1]  # (B, D)
-    return x_conv.astype(dtype), state.astype(dtype)
+    x_conv = silu_fwd(conv1d_last(state, weight, bias, compute), compute)  # (B, D)
+    return x_conv.astype(dtype, copy=False), state
 
 
 def ssm_step(
-    h: Floats, x_c: Floats, delta_raw: Floats, A_log: Floats, B_t: Floats, C_t: Floats, D: Floats
+    h: Floats,
+    x_c: Floats,
+    delta_raw: Floats,
+    A_log: Floats,
+    B_t: Floats,
+    C_t: Floats,
+    D: Floats,
+    compute: npt.DTypeLike = np.float64,
 ) -> tuple[Floats, Floats]:
     """One selective-scan step.
 
@@ -70,15 +88,24 @@ def ssm_step(
         A_log: (D, N); A = -exp(A_log).
         B_t, C_t: (B, N).
         D: Skip gain, (D,).
+        compute: The arithmetic's dtype (float64 by default).
 
     Returns:
         ``(y (B, D), new_h (B, D, N))``.
     """
     dtype = out_dtype(h, x_c, delta_raw, A_log, B_t, C_t, D)
-    delta = f64(softplus_fwd(f64(delta_raw)))  # (B, D)
-    A = -np.exp(f64(A_log))  # (D, N)
-    y, new_h = scan_step(f64(h), f64(x_c), delta, A, f64(B_t), f64(C_t), f64(D))
-    return y.astype(dtype), new_h.astype(dtype)
+    delta = softplus_fwd(as_compute(delta_raw, compute), compute)  # (B, D)
+    A = -np.exp(as_compute(A_log, compute))  # (D, N)
+    y, new_h = scan_step(
+        as_compute(h, compute),
+        as_compute(x_c, compute),
+        delta,
+        A,
+        as_compute(B_t, compute),
+        as_compute(C_t, compute),
+        as_compute(D, compute),
+    )
+    return y.astype(dtype, copy=False), new_h.astype(dtype, copy=False)
 
 
 def gather_rows(states: Floats, slot_of: np.ndarray) -> Floats:

@@ -29,17 +29,21 @@ The states are the step loop's to the bit; the reductions differ from a loop of
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from evermind.ops._dtype import F64, Floats, f64, out_dtype
 from evermind.ops.elementwise import softplus_bwd, softplus_fwd
 
-__all__ = ["scan_step", "selective_scan_bwd", "selective_scan_fwd"]
+__all__ = ["scan_step", "selective_scan_bwd", "selective_scan_fwd", "selective_scan_y"]
 
 
 def scan_step(
-    h: F64, x_t: F64, delta_t: F64, A: F64, B_t: F64, C_t: F64, D: F64
-) -> tuple[F64, F64]:
-    """One step of the recurrence in float64, with delta after softplus and A = -exp(A_log).
+    h: Floats, x_t: Floats, delta_t: Floats, A: Floats, B_t: Floats, C_t: Floats, D: Floats
+) -> tuple[Floats, Floats]:
+    """One step of the recurrence, with delta after softplus and A = -exp(A_log).
+
+    It computes in the inputs' dtype: float64 from the scan and the references, float32 from
+    the numpy decoder's step (:func:`evermind.ops.recurrent_step.ssm_step`'s ``compute``).
 
     Args:
         h: State before the step, (B, D, N).
@@ -52,9 +56,10 @@ def scan_step(
     Returns:
         ``(y_t (B, D), new h (B, D, N))``.
     """
-    decay = np.exp(delta_t[:, :, None] * A)  # (B, D, N)
-    drive = (delta_t * x_t)[:, :, None] * B_t[:, None, :]  # (B, D, N)
-    new_h = decay * h + drive
+    new_h = delta_t[:, :, None] * A  # (B, D, N); one array, updated in place from here
+    np.exp(new_h, out=new_h)  # the decay exp(delta A)
+    new_h *= h
+    new_h += (delta_t * x_t)[:, :, None] * B_t[:, None, :]  # + the drive delta x B
     y_t = (new_h @ C_t[:, :, None])[:, :, 0] + D * x_t  # (B, D): sum_n h[n] C_t[n]
     return y_t, new_h
 
@@ -71,9 +76,9 @@ def _row_chunks(batch: int, length: int, dim: int, d_state: int) -> list[slice]:
     return [slice(start, min(batch, start + rows)) for start in range(0, batch, rows)]
 
 
-def _time_major(a: Floats) -> F64:
-    """(b, L, ...) as a C-contiguous float64 (L, b, ...): one copy, cast included."""
-    return np.ascontiguousarray(np.swapaxes(a, 0, 1), dtype=np.float64)
+def _time_major(a: Floats, compute: npt.DTypeLike = np.float64) -> Floats:
+    """(b, L, ...) as a C-contiguous (L, b, ...) in ``compute``: one copy, cast included."""
+    return np.ascontiguousarray(np.swapaxes(a, 0, 1), dtype=compute)
 
 
 def _prepare(
@@ -81,7 +86,8 @@ def _prepare(
 ) -> tuple[F64, F64, F64, F64, F64]:
     """Time-major float64 x, delta = softplus(delta_raw) (L, b, D), B, C (L, b, N); A (D, N)."""
     delta = f64(softplus_fwd(_time_major(delta_raw)))
-    return _time_major(x), delta, _time_major(B), _time_major(C), -np.exp(f64(A_log))
+    x_tm, b_tm, c_tm = f64(_time_major(x)), f64(_time_major(B)), f64(_time_major(C))
+    return x_tm, delta, b_tm, c_tm, -np.exp(f64(A_log))
 
 
 def selective_scan_fwd(
@@ -123,6 +129,51 @@ def selective_scan_fwd(
         y[rows] = np.swapaxes(y_tm, 0, 1)
         states_out[rows] = np.swapaxes(states, 0, 1)
     return y, states_out
+
+
+def selective_scan_y(
+    x: Floats,
+    delta_raw: Floats,
+    A_log: Floats,
+    B: Floats,
+    C: Floats,
+    D: Floats,
+    compute: npt.DTypeLike = np.float64,
+) -> Floats:
+    """The forward's output alone, for inference: :func:`selective_scan_fwd`'s ``y``.
+
+    It keeps one (B, D, N) state instead of all L of them (no backward reads them), which
+    saves the (B, L, D, N) arrays and their copies; the arithmetic is the forward's, in the
+    same order (float64: the same states to the bit; y's sums over N may round differently),
+    in ``compute`` (the CPU model's inference passes its float32).
+
+    Args:
+        x, delta_raw, A_log, B, C, D: As :func:`selective_scan_fwd` takes them.
+        compute: The arithmetic's dtype (float64 by default).
+
+    Returns:
+        y, shape (B, L, D), in the inputs' floating dtype.
+    """
+    dtype = out_dtype(x, delta_raw, A_log, B, C, D)
+    batch, length, dim = x.shape
+    x_tm = _time_major(x, compute)  # (L, B, D)
+    delta = softplus_fwd(_time_major(delta_raw, compute), compute)  # (L, B, D)
+    b_tm, c_tm = _time_major(B, compute), _time_major(C, compute)  # (L, B, N)
+    A_t = np.ascontiguousarray(-np.exp(np.asarray(A_log, compute)).T)  # (N, D)
+    delta_x = delta * x_tm  # (L, B, D)
+    # The state is held (B, N, D), D innermost: numpy broadcasts a (B, 1, D) row over N
+    # several times faster than a (B, D, 1) column over a short inner N.
+    h = np.zeros((batch, A_t.shape[0], dim), compute)  # h_{t-1}, then h_t
+    decay = np.empty_like(h)
+    y_tm = np.empty_like(x_tm)  # (L, B, D)
+    for t in range(length):  # h_t = exp(delta_t A) h_{t-1} + delta_t x_t B_t, h_{-1} = 0
+        np.multiply(delta[t][:, None, :], A_t, out=decay)
+        np.exp(decay, out=decay)
+        h *= decay
+        h += b_tm[t][:, :, None] * delta_x[t][:, None, :]
+        y_tm[t] = (c_tm[t][:, None, :] @ h)[:, 0, :]  # sum_n C_t[n] h[n]
+    y_tm += np.asarray(D, compute) * x_tm
+    return np.swapaxes(y_tm, 0, 1).astype(dtype)
 
 
 def selective_scan_bwd(

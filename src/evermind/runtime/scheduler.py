@@ -8,11 +8,14 @@ by default; the runtime may pass another factory, e.g. the GPU one) and repeats:
 2. admit waiting sequences into free decoder slots, round-robin over tenants (each tenant at
    most ``slots`` active at once), and prefill their prompts together (the parallel scan,
    at most :data:`PREFILL_TOKENS` prompt tokens per round so a long prompt cannot stall the
-   batch for long);
+   batch for long); a short prompt joining a busy batch (:data:`FEED_TOKENS`,
+   :data:`FEED_MIN_ACTIVE`) is prefilled with its first token and fed the rest through the
+   batch's steps, one token a step, its rows not sampled until its last prompt token;
 3. advance every active sequence by one token with ONE batched ``Decoder.step``, then sample
    each row with its own request's settings and its own ``random.Random(seed)`` (the one
-   sampler, :func:`evermind.model.sampling.sample`, exactly as
-   :meth:`evermind.model.inference.Model.stream` does), and check each one's stop strings,
+   sampler's batched form, :func:`evermind.model.sampling_rows.sample_rows`: the same draws
+   as :func:`evermind.model.sampling.sample` in :meth:`evermind.model.inference.Model.stream`),
+   and check each one's stop strings,
    end-of-text and ``max_tokens``; a finished sequence leaves the batch at once.
 
 Text goes to each request through a bounded buffer with one event-loop wake-up per batch of
@@ -46,7 +49,7 @@ from evermind.errors import ConfigError
 from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.decode import Decoder
 from evermind.model.inference import Model, apply_head_rows
-from evermind.model.sampling import sample
+from evermind.model.sampling_rows import sample_rows
 from evermind.runtime.auth import RateLimited
 from evermind.runtime.generation import GenerationRequest, GenerationResult
 
@@ -60,6 +63,12 @@ DISCONNECT_POLL_S = 0.25
 MAX_PENDING = 64
 #: Prompt tokens prefilled per scheduler round at most (a longer prompt still goes alone).
 PREFILL_TOKENS = 2048
+#: A prompt of at most this many tokens that joins a batch of at least :data:`FEED_MIN_ACTIVE`
+#: running sequences is prefilled with its first token only and fed the rest as rows of the
+#: batch's own steps (a row of a big step costs a fraction of a separate prefill's step).
+FEED_TOKENS = 8
+#: Running sequences a batch needs before prompts are fed through its steps.
+FEED_MIN_ACTIVE = 4
 #: A model's scheduler thread ends after this long with nothing to do (a new one starts on
 #: the next request), so evicted models do not keep a thread and a decoder.
 IDLE_S = 30.0
@@ -126,12 +135,14 @@ class _Sequence:
     cancelled: threading.Event = field(default_factory=threading.Event)
     slot: int = -1
     next_token: int | None = None
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random | None = None  # the request's Random(seed), made with the sequence
     text: Any = None  # the tokenizer's stream decoder
     pending: str = ""  # text held back while it could still become a stop string
     leading: bool = False
     stops: list[str] = field(default_factory=list)
     finished: bool = False
+    prompting: bool = False  # next_token is a prompt token: no sampling after it unless last
+    feed: list[int] = field(default_factory=list)  # prompt tokens still to feed after it
 
 
 class _ModelLoop:
@@ -254,9 +265,17 @@ class _ModelLoop:
 
     def _prefill(self, newcomers: list[_Sequence]) -> None:
         assert self.decoder is not None
-        logits = self.decoder.prefill([s.slot for s in newcomers], [s.ids for s in newcomers])
-        for seq, row in zip(newcomers, _rows(logits), strict=True):
-            self._advance(seq, row)
+        running = len(self.active) - len(newcomers)
+        fed = [s for s in newcomers if running >= FEED_MIN_ACTIVE and 1 < len(s.ids) <= FEED_TOKENS]
+        prompts = [s.ids[:1] if s in fed else s.ids for s in newcomers]
+        logits = self.decoder.prefill([s.slot for s in newcomers], prompts)
+        done = [i for i, s in enumerate(newcomers) if s not in fed]
+        for seq in fed:  # the rest of the prompt goes through the batch's next steps
+            seq.prompting, seq.next_token, seq.feed = True, seq.ids[1], seq.ids[2:]
+        if done:
+            whole = [newcomers[i] for i in done]
+            for seq, token in zip(whole, _next_tokens(logits[done], whole), strict=True):
+                self._advance(seq, token)
 
     def _step(self) -> bool:
         """One batched step of every sequence that can go on; False if none could."""
@@ -267,17 +286,26 @@ class _ModelLoop:
         ]
         if not ready:
             return False
+        ready.sort(key=lambda s: s.slot)  # ascending slots: often one run, stepped in place
         assert self.decoder is not None
         logits = self.decoder.step([s.slot for s in ready], [int(s.next_token or 0) for s in ready])
-        for seq, row in zip(ready, _rows(logits), strict=True):
-            self._advance(seq, row)
+        sampled = []
+        for row, seq in enumerate(ready):
+            if seq.prompting and seq.feed:  # a prompt token went in; the next one follows
+                seq.next_token = seq.feed.pop(0)
+            else:  # a generated token, or the prompt's last: this row is sampled
+                seq.prompting = False
+                sampled.append(row)
+        if sampled:
+            seqs = [ready[row] for row in sampled]
+            for seq, token in zip(seqs, _next_tokens(logits[sampled], seqs), strict=True):
+                self._advance(seq, token)
         return True
 
-    def _advance(self, seq: _Sequence, row: Any) -> None:
-        """Samples ``seq``'s next token from ``row``: :meth:`Model.stream`'s loop, one turn."""
+    def _advance(self, seq: _Sequence, token: int) -> None:
+        """Takes ``seq``'s sampled next token: :meth:`Model.stream`'s loop, one turn."""
         request, result = seq.request, seq.result
         seq.next_token = None
-        token = next_token(row, request, seq.rng)
         result.completion_tokens += 1
         if token == self.model.tokenizer.eos_id:
             self._finish(seq, "stop", flush=True)
@@ -340,23 +368,17 @@ class _ModelLoop:
         seq.sink.put("error" if error is not None else "done", error)
 
 
-def _rows(logits: Any) -> Sequence[Any]:
-    return list(logits)
-
-
-def next_token(row: Any, request: GenerationRequest, rng: random.Random) -> int:
-    """:func:`~evermind.model.sampling.sample` of one logits row, the same token for the same
-    ``rng``: the row goes to the one sampler already sorted best first (stable: ties keep the
-    lower id first, as the sampler's own ordering does) and cut to ``top_k``, so the sampler
-    sorts an ordered run of k entries instead of the vocabulary; its pick is mapped back."""
-    values = np.asarray(row, np.float32)
-    if request.temperature <= 0:
-        return int(np.argmax(values))  # the sampler's greedy pick: the first highest logit
-    order = np.argsort(-values, kind="stable")
-    top_k = request.top_k
-    k = values.size if not top_k or top_k <= 0 else min(top_k, values.size)
-    ranked = values[order[:k]].tolist()
-    return int(order[sample(ranked, request.temperature, top_k, request.top_p, rng)])
+def _next_tokens(logits: Any, seqs: Sequence[_Sequence]) -> list[int]:
+    """Each row's next token, drawn with its own request's settings and ``random.Random``:
+    :func:`~evermind.model.sampling_rows.sample_rows`, the same draws as the one sampler
+    :func:`~evermind.model.sampling.sample` (what :meth:`Model.stream` uses) row by row."""
+    return sample_rows(
+        logits,
+        [s.request.temperature for s in seqs],
+        [s.request.top_k for s in seqs],
+        [s.request.top_p for s in seqs],
+        [s.rng or random.Random() for s in seqs],
+    )
 
 
 class Scheduler:
@@ -478,6 +500,7 @@ class Scheduler:
             self._done(tenant, was_active=False)
             raise
         result.prompt_tokens = len(ids)
+        # One Random per request; an unseeded one reads os.urandom once.
         seq = _Sequence(request, result, tenant, ids, _Sink(loop, streaming))
         seq.rng = random.Random(request.seed)
         seq.text = model.tokenizer.stream_decoder()
@@ -579,6 +602,10 @@ class Scheduler:
 EMBED_BATCH_TEXTS = 256
 #: Rows per forward pass inside one embedding job.
 EMBED_FORWARD_ROWS = 64
+#: How long a job waits for more requests while a model's embeddings are contended, seconds.
+EMBED_GATHER_S = 0.004
+#: Weight of the latest arrival in a model's contention average (see :class:`EmbeddingBatcher`).
+EMBED_CONTENTION_WEIGHT = 0.25
 
 
 @dataclass(eq=False)
@@ -595,10 +622,15 @@ class _EmbedLine:
 class EmbeddingBatcher:
     """Embeds the ``/v1/embeddings`` requests of all clients in shared batches per model.
 
-    No timer: a request that finds its model idle starts a job at once (a lone client waits
-    for nothing), and the requests that arrive while a job runs are embedded together by the
-    next one (up to :data:`EMBED_BATCH_TEXTS` texts). The jobs run on the worker pool, one
-    per model at a time.
+    The requests that arrive while a model's job runs are embedded together by its next one
+    (up to :data:`EMBED_BATCH_TEXTS` texts); the jobs run on the worker pool, one per model at
+    a time. A request that finds its model idle starts a job at once, unless the model is
+    *contended*: most recent requests found a job running or requests waiting (a running
+    average, :data:`EMBED_CONTENTION_WEIGHT`). Then a job that would take a single request
+    first waits :data:`EMBED_GATHER_S` for the requests still on their way through the HTTP
+    stack, which would otherwise each start a job of their own one after another. A lone
+    client never finds its model busy (its previous request has been answered), so it never
+    waits.
 
     Args:
         executor: The worker pool.
@@ -607,6 +639,7 @@ class EmbeddingBatcher:
     def __init__(self, executor: Executor) -> None:
         self._executor = executor
         self._lines: dict[int, _EmbedLine] = {}
+        self._contention: dict[int, float] = {}  # per model id: the running average
         #: Jobs run and texts embedded, for the tests and metrics.
         self.jobs = 0
         self.texts = 0
@@ -615,8 +648,11 @@ class EmbeddingBatcher:
         """``model.embed(texts)`` and the tokens it read, computed in a shared batch."""
         loop = asyncio.get_running_loop()
         line = self._lines.get(id(model))
+        busy = line is not None
         if line is None:
             line = self._lines[id(model)] = _EmbedLine(model)
+        seen = self._contention.get(id(model), 0.0)
+        self._contention[id(model)] = seen + EMBED_CONTENTION_WEIGHT * (float(busy) - seen)
         future: asyncio.Future[Any] = loop.create_future()
         line.pending.append((list(texts), future))
         if line.task is None:
@@ -624,10 +660,16 @@ class EmbeddingBatcher:
         vectors, tokens = await future
         return vectors, tokens
 
+    def contended(self, model: Model) -> bool:
+        """Whether ``model``'s jobs wait :data:`EMBED_GATHER_S` for more requests now."""
+        return self._contention.get(id(model), 0.0) > 0.5
+
     async def _drain(self, line: _EmbedLine) -> None:
         loop = asyncio.get_running_loop()
         try:
             while line.pending:
+                if len(line.pending) == 1 and self.contended(line.model):
+                    await asyncio.sleep(EMBED_GATHER_S)  # (more waiting: no need to)
                 batch: list[tuple[list[str], asyncio.Future[Any]]] = []
                 count = 0
                 while line.pending and (

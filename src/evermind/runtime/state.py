@@ -104,6 +104,9 @@ class Runtime:
         metrics.gauges["evermind_models_loaded_bytes"] = lambda: registry.loaded_bytes
         metrics.gauges["evermind_model_loads_total"] = lambda: registry.loads
         metrics.gauges["evermind_model_evictions_total"] = lambda: registry.evictions
+        batcher = runtime.generator.embeddings  # texts over jobs: how well embeddings batch
+        metrics.gauges["evermind_embedding_jobs_total"] = lambda: batcher.jobs
+        metrics.gauges["evermind_embedding_texts_total"] = lambda: batcher.texts
         logger.info(
             "runtime data in %s; auth %s", config.data_dir, "on" if tokens.enabled else "off"
         )
