@@ -1,7 +1,7 @@
 """Rule 4b of the cache decision (two questions on one topic), morphological variants in the
 lexical evidence, and the wider ambiguity margin of rule 7.
 
-Each test names a pair the decision before these rules served (or refused) the other way:
+Most tests name a pair that the decision before these rules judged the other way:
 the read-through replay of the development set (``evals/cache_full.py --replay``) served
 "Can I use HSA money to pay Medicare premiums?" for "Can I contribute to an HSA after
 enrolling in Medicare?" with the demo package and with MiniLM.
