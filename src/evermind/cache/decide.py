@@ -36,8 +36,25 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
    than ``√(N+1)`` of the ``N`` stored queries (:data:`INFORMATIVE`). So two queries that
    share only words common in this cache ("python", "file" in a cache of Python questions)
    have no evidence, while a rare shared word ("pgbouncer") is evidence. A smaller cache
-   keeps the unweighted rule: every term counts alike. ``evals/cache_full.py`` measures the
-   cache as a whole.
+   keeps the unweighted rule: every term counts alike. Morphological variants the light
+   stemmer leaves apart ("freez"/"freezer", "valid"/"validity": :func:`variants`) count as
+   one term. ``evals/cache_full.py`` measures the cache as a whole.
+4b. **Two questions on one topic** (``residue``, :func:`residue_evidence`). When *each*
+   query keeps content words the other lacks that weigh (IDF, as in rule 4) at least
+   :data:`RESIDUE_RATIO` times what the two share, the shared words are the topic and the
+   rest is what is asked about it: "Can I contribute to an HSA after enrolling in
+   Medicare?" and "Can I use HSA money to pay Medicare premiums?" share only HSA and
+   Medicare; "Chemical formula of baking soda" and "Can I substitute baking soda for baking
+   powder?" only the baking soda. A paraphrase looks the same to word counts ("closing a
+   credit card hurt my credit score" / "cancelling a credit card lower my credit rating"),
+   so only the embedder can tell them apart, and it must be confident: the score at least
+   :data:`RESIDUE_CONFIDENT` of the way from the threshold to 1.0, and
+   :data:`SHORT_CONFIDENT` when either query has at most :data:`SHORT_TERMS` content terms
+   (a short question *is* mostly its residue, and a strong embedder still scores a short
+   question on the same topic high: MiniLM gives the two pairs above 0.76 and 0.70). A
+   shared code or specific number (:data:`CODE_CHARS` characters with a digit: "550",
+   "8080", "E0382") exempts the pair: both ask about that code, and the guards compare the
+   rest.
 5. **Guards.** The guard chain (by default the English guards) compares numbers, units,
    negation, entities, direction, operation and codes.
 6. **Contested entries.** An entry remembers the highest cosine at which the cache holds
@@ -54,7 +71,13 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
 7. **No guessing.** When the runner-up scores within :data:`AMBIGUITY_MARGIN` of the best,
    would itself pass rules 4-5 and holds a different answer, the lookup is a miss
    ("ambiguous"), unless the best is the incoming vector itself (cosine 1 within float32
-   rounding) and the runner-up is not.
+   rounding) and the runner-up is not. The margin (0.05) is wider than the noise of one
+   cosine: a read-through cache stores near-misses, and a paraphrase that lands between its
+   question and that question's stored near-miss (0.61 to one, 0.58 to the other, as
+   MiniLM scored an Ubuntu support question) cannot be resolved by the embedder.
+
+The constants of rules 4b and 7 (and the variants of rule 4) were chosen on the
+development set (``evals/cache_full.py`` prints every split; see its docstring).
 
 Browser-safe: standard library and ``evermind.text`` only.
 """
@@ -71,17 +94,24 @@ from evermind.text import terms
 
 __all__ = [
     "AMBIGUITY_MARGIN",
+    "CODE_CHARS",
     "CONFIDENT",
     "CONTEST_MARGIN",
     "FLOOR",
     "INFORMATIVE",
     "MARGIN",
+    "MAX_VARIANT_SUFFIX",
     "MIN_CALIBRATION",
     "MIN_IDF_ENTRIES",
     "MIN_LONGER_OVERLAP",
     "MIN_OVERLAP",
     "MIN_SHARED_TERMS",
+    "MIN_VARIANT_STEM",
     "QUANTILE",
+    "RESIDUE_CONFIDENT",
+    "RESIDUE_RATIO",
+    "SHORT_CONFIDENT",
+    "SHORT_TERMS",
     "STRONG_OVERLAP",
     "STRONG_SHARED_TERMS",
     "Calibration",
@@ -94,8 +124,10 @@ __all__ = [
     "decide",
     "lexical_evidence",
     "pairwise_cosines",
+    "residue_evidence",
     "sample_indices",
     "stale",
+    "variants",
 ]
 
 #: The quantile of unrelated-pair cosines the served score must exceed.
@@ -128,8 +160,22 @@ MIN_IDF_ENTRIES = 32
 #: A term is informative when its normalised IDF, ``ln((N+1)/(df+1)) / ln(N+1)``, reaches
 #: this: 0.5 means it is held by fewer than ``√(N+1)`` of the ``N`` stored queries.
 INFORMATIVE = 0.5
+#: Rule 4b (:func:`residue_evidence`): when each query's unshared content weighs at least
+#: this many times the shared content, the score must lie :data:`RESIDUE_CONFIDENT` of the
+#: way from the threshold toward 1.0, or :data:`SHORT_CONFIDENT` when either query has at
+#: most :data:`SHORT_TERMS` distinct content terms ...
+RESIDUE_RATIO = 1.0
+RESIDUE_CONFIDENT = 0.3
+SHORT_TERMS = 4
+SHORT_CONFIDENT = 0.7
+#: ... unless they share a code: a term of at least this many characters with a digit.
+CODE_CHARS = 3
+#: Morphological variants (:func:`variants`): the shorter stem's fewest letters, and the
+#: most letters the longer adds.
+MIN_VARIANT_STEM = 4
+MAX_VARIANT_SUFFIX = 4
 #: A runner-up this close to the best score with another answer makes the lookup a miss.
-AMBIGUITY_MARGIN = 0.01
+AMBIGUITY_MARGIN = 0.05
 #: A contested entry (rule 6) is served only this far above its contested cosine.
 CONTEST_MARGIN = 0.03
 # A cosine this close to 1 is the same vector (float32 rounding aside).
@@ -323,7 +369,7 @@ def lexical_evidence(
         confidence: How far the candidate's score lies from the threshold toward 1.0, in
             [0, 1]; from :data:`CONFIDENT` on, the share of the longer query is not required.
     """
-    mine, theirs = set(terms(query)), set(terms(cached_query))
+    mine, theirs = _aligned(set(terms(query)), set(terms(cached_query)))
     if not mine or not theirs:
         return "no content words to compare"
     shared = mine & theirs
@@ -359,6 +405,88 @@ def lexical_evidence(
     return None
 
 
+def variants(a: str, b: str) -> bool:
+    """Whether two different stemmed terms are one word's variants: both alphabetic, and the
+    shorter (at least :data:`MIN_VARIANT_STEM` letters) begins the longer, which adds at
+    most :data:`MAX_VARIANT_SUFFIX` letters ("freez"/"freezer", "valid"/"validity",
+    "connect"/"connection": derivations the light stemmer leaves apart)."""
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    return (
+        short != long
+        and len(short) >= MIN_VARIANT_STEM
+        and len(long) - len(short) <= MAX_VARIANT_SUFFIX
+        and short.isalpha()
+        and long.isalpha()
+        and long.startswith(short)
+    )
+
+
+def _is_code(term: str) -> bool:
+    """Whether a term is a code or a specific number: at least :data:`CODE_CHARS`
+    characters, one of them a digit ("550", "8080", "e0382", "0x80070005")."""
+    return len(term) >= CODE_CHARS and any(ch.isdigit() for ch in term)
+
+
+def _aligned(mine: set[str], theirs: set[str]) -> tuple[set[str], set[str]]:
+    """``mine`` and ``theirs`` with each of ``theirs``' unshared terms that is a variant
+    (:func:`variants`) of one of ``mine``'s unshared terms spelled as ``mine`` spells it."""
+    only_mine = sorted(mine - theirs)
+    if not only_mine:
+        return mine, theirs
+    spelled = set(theirs)
+    for term in sorted(theirs - mine):
+        match = next((t for t in only_mine if variants(t, term) and t not in spelled), None)
+        if match is not None:
+            spelled.discard(term)
+            spelled.add(match)
+    return mine, spelled
+
+
+def residue_evidence(
+    query: str, cached_query: str, idf: TermStats | None = None, confidence: float = 0.0
+) -> str | None:
+    """None unless both queries say more apart than together (rule 4b of the module).
+
+    The *residue* of a query is the weight of its content terms the other lacks (IDF
+    weight when ``idf`` is :attr:`~TermStats.active`, else one per term; variants are
+    shared, :func:`variants`). When the residue of *each* query weighs at least
+    :data:`RESIDUE_RATIO` times what they share, they are two questions about one topic
+    ("contribute to an HSA after enrolling in Medicare" / "use HSA money to pay Medicare
+    premiums") as often as one question reworded, and only an embedder that is confident,
+    the score at least :data:`RESIDUE_CONFIDENT` of the way from the threshold to 1.0
+    (:data:`SHORT_CONFIDENT` for a query of at most :data:`SHORT_TERMS` terms), may tell
+    them apart. A shared code (:func:`_is_code`) exempts the pair. Returns why not, in words.
+
+    Args:
+        query: The incoming query.
+        cached_query: The stored query whose answer would be served.
+        idf: The cache's :class:`TermStats` (None or inactive: every term weighs 1).
+        confidence: As for :func:`lexical_evidence`.
+    """
+    mine, theirs = _aligned(set(terms(query)), set(terms(cached_query)))
+    shared = mine & theirs
+    needed = SHORT_CONFIDENT if min(len(mine), len(theirs)) <= SHORT_TERMS else RESIDUE_CONFIDENT
+    if not shared or confidence >= needed:
+        return None
+    if any(_is_code(t) for t in shared):
+        return None  # one code both name (550, 8080, e0382): the guards compare the rest
+    weighted = idf is not None and idf.active
+
+    def weight(group: set[str]) -> float:
+        return sum(idf.idf(t) for t in group) if idf is not None and weighted else len(group)
+
+    common = weight(shared)
+    apart = min(weight(mine - shared), weight(theirs - shared))
+    if apart <= 0.0 or apart < RESIDUE_RATIO * common:
+        return None
+    return (
+        f"each query keeps content the other lacks ({sorted(mine - shared)} / "
+        f"{sorted(theirs - shared)}), weighing {apart / max(common, 1e-9):.2f}x what they share "
+        f"({sorted(shared)}){' by IDF weight' if weighted else ''}; that needs a confident "
+        f"score ({confidence:.2f} of the way to 1.0, needs {needed:g})"
+    )
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A stored entry scored against the incoming query.
@@ -388,7 +516,8 @@ class Decision:
         hit: True when ``candidate`` is served.
         candidate: The served candidate, or the best one judged on a miss (None: none).
         threshold: The threshold that applied.
-        refused_by: ``"threshold"``, ``"calibration"``, ``"lexical"``, ``"ambiguous"`` or
+        refused_by: ``"threshold"``, ``"calibration"``, ``"lexical"``, ``"residue"``,
+            ``"contested"``, ``"ambiguous"`` or
             the refusing guard's name on a miss with a candidate; else None.
         reason: Why, in words.
     """
@@ -504,6 +633,9 @@ def _veto(
         missing = lexical_evidence(query, cand.query, idf, confidence)
         if missing is not None:
             return "lexical", f"no lexical evidence: {missing}"
+        apart = residue_evidence(query, cand.query, idf, confidence)
+        if apart is not None:
+            return "residue", f"two questions on one topic: {apart}"
     if guard is not None:
         refusal = guard(query, cand.query)
         if refusal is not None:
