@@ -38,6 +38,7 @@ from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
+from evermind.cache.matrix import MatrixIndex
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
 from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.gateway_auto import AutoBridge, LocalBridge, budget_of
@@ -262,7 +263,11 @@ class Gateway:
             embed, fingerprint = embedder
             l2 = StoreBackend(store) if config.l2 and store is not None else None
             self.cache = SemanticCache(
-                embed, l2=l2, capacity=config.capacity, fingerprint=fingerprint
+                embed,
+                l2=l2,
+                capacity=config.capacity,
+                fingerprint=fingerprint,
+                index=MatrixIndex(),
             )
         self._secrets = sorted(config.secrets, key=len, reverse=True)
 
