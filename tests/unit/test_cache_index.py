@@ -90,11 +90,43 @@ def test_calibration_cosines_agree() -> None:
     )
 
 
-WORDS = (
-    "docker volume delete remove create image container network port python list sort "
-    "reverse string join split file read write open close weather oslo pizza naples "
-    "password reset account email change update install package version upgrade"
-).split()
+WORDS = [
+    "docker",
+    "volume",
+    "delete",
+    "remove",
+    "create",
+    "image",
+    "container",
+    "network",
+    "port",
+    "python",
+    "list",
+    "sort",
+    "reverse",
+    "string",
+    "join",
+    "split",
+    "file",
+    "read",
+    "write",
+    "open",
+    "close",
+    "weather",
+    "oslo",
+    "pizza",
+    "naples",
+    "password",
+    "reset",
+    "account",
+    "email",
+    "change",
+    "update",
+    "install",
+    "package",
+    "version",
+    "upgrade",
+]
 
 
 def _workload(seed: int, n: int) -> list[tuple[str, str, str]]:
@@ -124,23 +156,29 @@ def _workload(seed: int, n: int) -> list[tuple[str, str, str]]:
     return steps
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.mark.parametrize("dim", [16, 256])
 def test_cache_decides_the_same_with_either_index(dim: int) -> None:
     """A replay of stores and lookups (two namespaces, TTL expiry, LRU eviction, exact
     score ties from a small TermEmbedder) gets the same lookups from both caches."""
     results = []
     for index in (ScanIndex(), MatrixIndex()):
-        now = [0.0]
-        cache = SemanticCache(
-            TermEmbedder(dim), capacity=60, ttl=40.0, clock=lambda: now[0], index=index
-        )
+        clock = Clock()
+        cache = SemanticCache(TermEmbedder(dim), capacity=60, ttl=40.0, clock=clock, index=index)
         seen = []
         for step, (action, namespace, query) in enumerate(_workload(11, 600)):
-            now[0] = step * 0.1
+            clock.now = step * 0.1
             if action == "store":
                 cache.store(query, {"answer": query.split()[0]}, namespace=namespace)
             elif action == "tick":
-                now[0] += 5.0
+                clock.now += 5.0
             else:
                 seen.append(cache.lookup(query, namespace))
         results.append((seen, cache.stats))

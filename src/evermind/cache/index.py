@@ -26,7 +26,7 @@ from typing import Protocol
 
 from evermind.cache.decide import pairwise_cosines
 
-__all__ = ["Scope", "ScanIndex", "VectorIndex", "dot"]
+__all__ = ["ScanIndex", "Scope", "VectorIndex", "dot"]
 
 #: (namespace, embedder fingerprint, dimension): only entries of one scope are compared.
 Scope = tuple[str, str, int]
