@@ -93,9 +93,14 @@ class Opened(NamedTuple):
 
 
 async def within(seconds: float, provider: str, step: Awaitable[T]) -> T:
-    """Awaits ``step``; past ``seconds`` an ``upstream_timeout`` (the client gets 504)."""
+    """Awaits ``step``; past ``seconds`` an ``upstream_timeout`` (the client gets 504).
+
+    ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` runs the step as a
+    task of its own, one more trip through the event loop on every call.
+    """
     try:
-        return await asyncio.wait_for(step, seconds)
+        async with asyncio.timeout(seconds):
+            return await step
     except TimeoutError:
         raise UpstreamError(
             f"{provider}: no answer within {seconds:g} s",
@@ -116,11 +121,20 @@ class StoreBackend:
     """The runtime's :class:`SemanticCacheStore` as an in-process L2 of a ``SemanticCache``.
 
     Only the async half of the protocol: the gateway never calls the cache synchronously.
+
+    A store is written behind the answer: :meth:`astore` starts the SQLite write and returns,
+    so a miss's response does not wait on the disk (the L1 already holds the entry). No
+    write is lost by that: a lookup of the same namespace first waits for that namespace's
+    pending writes (a lookup never misses an answer stored before it), :meth:`aflush` waits
+    for all of them (the gateway's ``aclose`` calls it before the store closes), and a write
+    that fails is logged and counted in :attr:`failed_writes`.
     """
 
     def __init__(self, store: SemanticCacheStore, tenant: str = L2_TENANT) -> None:
         self._store = store
         self.tenant = tenant
+        self.failed_writes = 0
+        self._pending: dict[str, set[asyncio.Task[None]]] = {}
 
     def lookup(
         self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
@@ -140,9 +154,11 @@ class StoreBackend:
     async def alookup(
         self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
     ) -> L2Hit | None:
-        found = await self._store.lookup(
-            self.tenant, namespace or "default", embedding, threshold, query
-        )
+        scope = namespace or "default"
+        pending = self._pending.get(scope)
+        if pending:
+            await asyncio.wait(set(pending))
+        found = await self._store.lookup(self.tenant, scope, embedding, threshold, query)
         if found.hit is None:
             return None
         return L2Hit(found.hit["response"], float(found.hit["score"]), found.hit.get("query"))
@@ -155,9 +171,36 @@ class StoreBackend:
         meta: dict[str, JSONValue] | None,
         query: str | None,
     ) -> None:
-        await self._store.store(
-            self.tenant, namespace or "default", embedding, response, meta, query
-        )
+        scope = namespace or "default"
+        task = asyncio.create_task(self._write(scope, embedding, response, meta, query))
+        pending = self._pending.setdefault(scope, set())
+        pending.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            pending.discard(finished)
+            if not pending and self._pending.get(scope) is pending:
+                del self._pending[scope]
+
+        task.add_done_callback(done)
+
+    async def _write(
+        self,
+        scope: str,
+        embedding: list[float],
+        response: JSONValue,
+        meta: dict[str, JSONValue] | None,
+        query: str | None,
+    ) -> None:
+        try:
+            await self._store.store(self.tenant, scope, embedding, response, meta, query)
+        except Exception as err:  # a background write has no caller to raise to
+            self.failed_writes += 1
+            logger.warning("gateway: storing an answer in the L2 failed: %s", err)
+
+    async def aflush(self) -> None:
+        """Waits until every write started so far is in the database."""
+        while self._pending:
+            await asyncio.wait({task for tasks in self._pending.values() for task in tasks})
 
 
 def connect_sdk(upstream: UpstreamConfig, key: str) -> Bridge:
@@ -446,5 +489,7 @@ class Gateway:
                 logger.warning("gateway: closing a bridge failed: %s", err)
         self._bridges.clear()
         self._autos.clear()
+        if self.cache is not None and isinstance(self.cache.l2, StoreBackend):
+            await self.cache.l2.aflush()  # the L2 writes still under way reach the disk
         if self.distillation is not None:
             self.distillation.close()
