@@ -198,3 +198,27 @@ def test_cache_decides_the_same_with_either_index(dim: int) -> None:
             b.cached_query,
             b.refused_by,
         )
+
+
+class CountingEmbedder:
+    fingerprint = "counting-v1"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.terms = TermEmbedder(32)
+
+    def __call__(self, text: str) -> list[float]:
+        self.calls.append(text)
+        return self.terms(text)
+
+
+def test_a_miss_embeds_its_query_once_and_a_new_embedder_starts_afresh() -> None:
+    embed = CountingEmbedder()
+    cache = SemanticCache(embed, index=MatrixIndex())
+    assert not cache.lookup("how do I delete a docker volume").hit
+    cache.store("how do I delete a docker volume", "docker volume rm NAME")
+    assert embed.calls == ["how do I delete a docker volume"]  # the store reused the lookup's
+    other = CountingEmbedder()
+    cache.set_embedder(other, "counting-v1")  # same name, new embedder: nothing reused
+    cache.lookup("how do I delete a docker volume")
+    assert other.calls == ["how do I delete a docker volume"]

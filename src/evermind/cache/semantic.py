@@ -139,6 +139,8 @@ class _Entry:
     expires_at: float | None
     #: The highest cosine to another stored entry with another answer (decide's rule 6).
     contested: float | None = None
+    #: What makes two answers equal (:func:`_answer_of`), computed once when stored.
+    answer: object = None
 
 
 def _normalise(vector: Vector, query: str) -> tuple[float, ...]:
@@ -247,6 +249,9 @@ class SemanticCache:
         # fingerprint -> stored query -> entries: the calibration's distinct-query count
         # without a pass over every entry per lookup.
         self._distinct: dict[str, Counter[str]] = {}
+        # (fingerprint, query) -> unit vector of the last few queries embedded: a miss's
+        # store (and a query asked again) does not run the embedder a second time.
+        self._recent: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
         self._next_key = 0
         self._stats = CacheStats()
         self._embed = embed
@@ -320,6 +325,7 @@ class SemanticCache:
         """Switches to a new embedder; L1 entries made by any other fingerprint are dropped."""
         self._embed = embed
         self._fingerprint = fingerprint or _default_fingerprint(embed)
+        self._recent.clear()
         stale = [k for k, e in self._entries.items() if e.fingerprint != self._fingerprint]
         for key in stale:
             self._drop(key)
@@ -346,6 +352,7 @@ class SemanticCache:
         self._index.clear()
         self._expiry.clear()
         self._distinct.clear()
+        self._recent.clear()
         return dropped
 
     # ----------------------------------------------------------------- sync API
@@ -442,11 +449,29 @@ class SemanticCache:
 
     def _embed_sync(self, query: str) -> tuple[float, ...]:
         self._check_query(query)
-        return _normalise(_sync(self._embed(query), "embed"), query)
+        known = self._recent_vector(query)
+        if known is not None:
+            return known
+        return self._remember(query, _normalise(_sync(self._embed(query), "embed"), query))
 
     async def _embed_async(self, query: str) -> tuple[float, ...]:
         self._check_query(query)
-        return _normalise(await _maybe_await(self._embed(query)), query)
+        known = self._recent_vector(query)
+        if known is not None:
+            return known
+        return self._remember(query, _normalise(await _maybe_await(self._embed(query)), query))
+
+    def _recent_vector(self, query: str) -> tuple[float, ...] | None:
+        vector = self._recent.get((self._fingerprint, query))
+        if vector is not None:
+            self._recent.move_to_end((self._fingerprint, query))
+        return vector
+
+    def _remember(self, query: str, vector: tuple[float, ...]) -> tuple[float, ...]:
+        self._recent[(self._fingerprint, query)] = vector
+        while len(self._recent) > RECENT_VECTORS:
+            self._recent.popitem(last=False)
+        return vector
 
     def _refusal(self, query: str, cached_query: str) -> Refusal | None:
         if self.guard is None:
@@ -519,7 +544,7 @@ class SemanticCache:
 
     def _candidate(self, key: int, score: float) -> Candidate:
         entry = self._entries[key]
-        return Candidate(key, score, entry.query, _answer_of(entry), entry.contested)
+        return Candidate(key, score, entry.query, entry.answer, entry.contested)
 
     def _scope(self, namespace: str, vector: Vector) -> Scope:
         return (namespace, self._fingerprint, len(vector))
@@ -564,11 +589,11 @@ class SemanticCache:
         entry = _Entry(namespace, self._fingerprint, query, vector, response, meta, expires)
         # Rule 6 of decide: the new entry and its neighbours with another answer contest
         # each other at their cosine.
-        answer = _answer_of(entry)
+        answer = entry.answer = _answer_of(entry)
         differing = [
             (score, self._entries[key])
             for score, key in self._neighbours(vector, namespace)
-            if _answer_of(self._entries[key]) != answer
+            if self._entries[key].answer != answer
         ]
         for score, other in differing:
             other.contested = score if other.contested is None else max(other.contested, score)
@@ -692,6 +717,8 @@ class SemanticCache:
 
 #: How many of the best-scoring entries a lookup hands to the decision.
 _CANDIDATES = 4
+#: Queries whose unit vectors the cache keeps (a miss embeds once for lookup and store).
+RECENT_VECTORS = 256
 #: Nearest entries a store compares the new one with (their contested cosines, rule 6).
 _CONTEST_NEIGHBOURS = 8
 

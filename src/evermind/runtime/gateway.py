@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -54,8 +53,6 @@ T = TypeVar("T")
 #: token's tenant can read or write them through ``/v1/semantic-cache``.
 L2_TENANT = "~gateway"
 
-#: Embeddings a model embedder keeps (text -> vector), so a miss's store reuses its lookup's.
-RECENT_EMBEDDINGS = 256
 #: Seconds the SDK waits beyond the gateway's own deadline.
 SDK_TIMEOUT_MARGIN_S = 5.0
 
@@ -243,18 +240,13 @@ def make_embedder(
     import evermind
 
     model = evermind.load(spec.removeprefix("package:"))
-    # A miss embeds its query twice (the lookup, then the store): the last few vectors are
-    # kept, so the model runs once per query.
-    recent: OrderedDict[str, list[float]] = OrderedDict()
 
+    # A miss's store reuses its lookup's vector: the cache keeps the last few
+    # (SemanticCache.RECENT_VECTORS), so the model runs once per query.
     async def embed(text: str) -> list[float]:
-        vector = recent.get(text)
-        if vector is None:
-            loop = asyncio.get_running_loop()
-            vectors = await loop.run_in_executor(executor, model.embed, [text])
-            vector = recent[text] = vectors[0].tolist()
-            while len(recent) > RECENT_EMBEDDINGS:
-                recent.popitem(last=False)
+        loop = asyncio.get_running_loop()
+        vectors = await loop.run_in_executor(executor, model.embed, [text])
+        vector: list[float] = vectors[0].tolist()
         return vector
 
     return embed, f"evermind:{model.fingerprint}"
