@@ -572,6 +572,7 @@ def test_the_replay_benchmark_runs_end_to_end() -> None:
     assert replay["hits"]["repeat"] == 3  # an exact repeat is always served
     assert replay["wrong_answers_served"] == 0
     assert "| terms |" in format_table(doc)
+    assert len(doc["load_average"]) == 2  # what else ran on the cores, said with the numbers
 
 
 def test_messages_tool_use_and_tool_result_round_trip(
