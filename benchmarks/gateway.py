@@ -271,6 +271,7 @@ def run_gateway_bench(
     the runtime's SQLite L2 behind the in-process L1)."""
     triples = load_triples(eval_dir, limit)
     asks = replay_set(triples)
+    load_before = _load_average()
     rows = []
     for name in configs:
         with tempfile.TemporaryDirectory(prefix="evermind-bench-gateway-") as tmp:
@@ -299,9 +300,18 @@ def run_gateway_bench(
         "triples": len(triples),
         "replayed": len(asks),
         "cpu_count": os.cpu_count(),
+        # The 1-minute load average before and after: on shared cores, what else ran.
+        "load_average": [load_before, _load_average()],
         "l2": l2,
         "rows": rows,
     }
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # not every platform has one
+        return None
 
 
 def _ms(value: float | None) -> str:
@@ -312,7 +322,8 @@ def format_table(doc: dict[str, Any]) -> str:
     """The document as two Markdown tables."""
     out = [
         f"Gateway replay: {doc['triples']} triples, {doc['replayed']} requests per embedder "
-        f"({doc['cpu_count']} CPUs; L2 {'on' if doc['l2'] else 'off'})",
+        f"({doc['cpu_count']} CPUs, load average {doc['load_average'][0]} before and "
+        f"{doc['load_average'][1]} after; L2 {'on' if doc['l2'] else 'off'})",
         "",
         "| embedder | direct p50 ms | direct p99 ms | gateway p50 ms | gateway p99 ms "
         "| overhead p50 ms | overhead p99 ms |",

@@ -280,3 +280,28 @@ def test_it_is_a_bridge(gpt: OpenAIUpstream) -> None:
         assert isinstance(bridge, Bridge)
 
     call(gpt, check)
+
+
+def test_a_response_that_is_not_json_is_an_upstream_error() -> None:
+    """``generate`` reads the raw body itself: a 200 that is not a JSON object is refused."""
+    import httpx2
+    import openai
+
+    async def main(body: str) -> UpstreamError:
+        transport = httpx2.MockTransport(lambda _request: httpx2.Response(200, text=body))
+        client = openai.AsyncOpenAI(
+            api_key="sk-test",
+            base_url="http://upstream.invalid/v1",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(transport=transport),
+        )
+        try:
+            with pytest.raises(UpstreamError) as caught:
+                await OpenAIBridge(client=client).generate(ask("hi"))
+        finally:
+            await client.close()
+        return caught.value
+
+    for body, words in (("<html>busy</html>", "not JSON"), ("[1, 2]", "not an object")):
+        err = asyncio.run(main(body))
+        assert err.code == "upstream_error" and words in str(err), str(err)

@@ -572,6 +572,18 @@ def test_the_replay_benchmark_runs_end_to_end() -> None:
     assert replay["hits"]["repeat"] == 3  # an exact repeat is always served
     assert replay["wrong_answers_served"] == 0
     assert "| terms |" in format_table(doc)
+    assert len(doc["load_average"]) == 2  # what else ran on the cores, said with the numbers
+
+
+def test_the_interleaved_ab_benchmark_runs_end_to_end() -> None:
+    """``benchmarks.gateway_ab`` with this checkout on both sides (structure only)."""
+    from benchmarks.gateway import ROOT
+    from benchmarks.gateway_ab import run_ab
+
+    doc = run_ab(ROOT, "terms", probes=3)
+    assert set(doc["p50_ms"]) == {"direct", "before", "after"}
+    assert set(doc["overhead_p50_ms"]) == {"before", "after"}
+    assert all(value > 0 for value in doc["p50_ms"].values())
 
 
 def test_messages_tool_use_and_tool_result_round_trip(

@@ -6,7 +6,8 @@ Native-only. One bridge for OpenAI and every server that speaks its wire format 
 so a provider's prefix cache keeps hitting), sent with ``AsyncOpenAI`` (auth, retries with
 ``retry-after``, timeouts).
 
-``generate`` reads the SDK's parsed response (dumped to JSON) with
+``generate`` posts the body with the SDK's raw ``post`` (auth, retries and errors as
+``create``; no typed-parameter walk, no response model) and reads the JSON with
 :func:`~evermind.bridges.wire.openai_completion`. ``stream`` asks the SDK for the raw
 streamed response (``with_streaming_response``) and parses its server-sent events with
 :class:`~evermind.bridges.wire.SSEParser`: the SDK's typed stream drops ``data: [DONE]``, so
@@ -73,13 +74,19 @@ class OpenAIBridge:
         Raises:
             UpstreamError: The server refused or failed.
         """
-        body, extra = wire.split_arguments(wire.openai_body(request), self._arguments)
-        completions: Any = self._client.chat.completions  # overloads cannot type a dict body
         try:
-            response = await completions.create(**body, extra_body=extra or None)
+            # The SDK's raw ``post`` (its documented way to reach any endpoint): the same
+            # auth, retries, timeouts and status errors as ``chat.completions.create``, minus
+            # its walk of the typed parameters and its pydantic response model, which cost
+            # ~0.7 ms of a ~1.5 ms loopback call (benchmarks/gateway.py, the proxy overhead).
+            response = await self._client.post(
+                "/chat/completions", body=wire.openai_body(request), cast_to=httpx2.Response
+            )
         except openai.APIError as err:
             raise self._mapped(err) from err
-        completion = wire.openai_completion(response.model_dump(mode="json"), self.provider)
+        completion = wire.openai_completion(
+            _json(response.text, self.provider, "a response"), self.provider
+        )
         self._last_usage = completion.usage
         return completion
 
@@ -137,18 +144,18 @@ class OpenAIBridge:
             await self._client.close()
 
 
-def _json(data: str, provider: str) -> dict[str, Any]:
+def _json(data: str, provider: str, what: str = "a stream event") -> dict[str, Any]:
     try:
         value = json.loads(data)
     except json.JSONDecodeError as err:
         raise UpstreamError(
-            f"{provider} upstream sent a stream event that is not JSON: {data[:200]!r}",
+            f"{provider} upstream sent {what} that is not JSON: {data[:200]!r}",
             provider=provider,
             code="upstream_error",
         ) from err
     if not isinstance(value, dict):
         raise UpstreamError(
-            f"{provider} upstream sent a stream event that is not an object: {data[:200]!r}",
+            f"{provider} upstream sent {what} that is not an object: {data[:200]!r}",
             provider=provider,
             code="upstream_error",
         )

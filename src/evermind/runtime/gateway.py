@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -38,6 +37,7 @@ from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
+from evermind.cache.matrix import MatrixIndex
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
 from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.gateway_auto import AutoBridge, LocalBridge, budget_of
@@ -53,8 +53,6 @@ T = TypeVar("T")
 #: token's tenant can read or write them through ``/v1/semantic-cache``.
 L2_TENANT = "~gateway"
 
-#: Embeddings a model embedder keeps (text -> vector), so a miss's store reuses its lookup's.
-RECENT_EMBEDDINGS = 256
 #: Seconds the SDK waits beyond the gateway's own deadline.
 SDK_TIMEOUT_MARGIN_S = 5.0
 
@@ -92,9 +90,14 @@ class Opened(NamedTuple):
 
 
 async def within(seconds: float, provider: str, step: Awaitable[T]) -> T:
-    """Awaits ``step``; past ``seconds`` an ``upstream_timeout`` (the client gets 504)."""
+    """Awaits ``step``; past ``seconds`` an ``upstream_timeout`` (the client gets 504).
+
+    ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` runs the step as a
+    task of its own, one more trip through the event loop on every call.
+    """
     try:
-        return await asyncio.wait_for(step, seconds)
+        async with asyncio.timeout(seconds):
+            return await step
     except TimeoutError:
         raise UpstreamError(
             f"{provider}: no answer within {seconds:g} s",
@@ -115,11 +118,20 @@ class StoreBackend:
     """The runtime's :class:`SemanticCacheStore` as an in-process L2 of a ``SemanticCache``.
 
     Only the async half of the protocol: the gateway never calls the cache synchronously.
+
+    A store is written behind the answer: :meth:`astore` starts the SQLite write and returns,
+    so a miss's response does not wait on the disk (the L1 already holds the entry). No
+    write is lost by that: a lookup of the same namespace first waits for that namespace's
+    pending writes (a lookup never misses an answer stored before it), :meth:`aflush` waits
+    for all of them (the gateway's ``aclose`` calls it before the store closes), and a write
+    that fails is logged and counted in :attr:`failed_writes`.
     """
 
     def __init__(self, store: SemanticCacheStore, tenant: str = L2_TENANT) -> None:
         self._store = store
         self.tenant = tenant
+        self.failed_writes = 0
+        self._pending: dict[str, set[asyncio.Task[None]]] = {}
 
     def lookup(
         self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
@@ -139,9 +151,11 @@ class StoreBackend:
     async def alookup(
         self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
     ) -> L2Hit | None:
-        found = await self._store.lookup(
-            self.tenant, namespace or "default", embedding, threshold, query
-        )
+        scope = namespace or "default"
+        pending = self._pending.get(scope)
+        if pending:
+            await asyncio.wait(set(pending))
+        found = await self._store.lookup(self.tenant, scope, embedding, threshold, query)
         if found.hit is None:
             return None
         return L2Hit(found.hit["response"], float(found.hit["score"]), found.hit.get("query"))
@@ -154,9 +168,36 @@ class StoreBackend:
         meta: dict[str, JSONValue] | None,
         query: str | None,
     ) -> None:
-        await self._store.store(
-            self.tenant, namespace or "default", embedding, response, meta, query
-        )
+        scope = namespace or "default"
+        task = asyncio.create_task(self._write(scope, embedding, response, meta, query))
+        pending = self._pending.setdefault(scope, set())
+        pending.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            pending.discard(finished)
+            if not pending and self._pending.get(scope) is pending:
+                del self._pending[scope]
+
+        task.add_done_callback(done)
+
+    async def _write(
+        self,
+        scope: str,
+        embedding: list[float],
+        response: JSONValue,
+        meta: dict[str, JSONValue] | None,
+        query: str | None,
+    ) -> None:
+        try:
+            await self._store.store(self.tenant, scope, embedding, response, meta, query)
+        except Exception as err:  # a background write has no caller to raise to
+            self.failed_writes += 1
+            logger.warning("gateway: storing an answer in the L2 failed: %s", err)
+
+    async def aflush(self) -> None:
+        """Waits until every write started so far is in the database."""
+        while self._pending:
+            await asyncio.wait({task for tasks in self._pending.values() for task in tasks})
 
 
 def connect_sdk(upstream: UpstreamConfig, key: str) -> Bridge:
@@ -199,18 +240,13 @@ def make_embedder(
     import evermind
 
     model = evermind.load(spec.removeprefix("package:"))
-    # A miss embeds its query twice (the lookup, then the store): the last few vectors are
-    # kept, so the model runs once per query.
-    recent: OrderedDict[str, list[float]] = OrderedDict()
 
+    # A miss's store reuses its lookup's vector: the cache keeps the last few
+    # (SemanticCache.RECENT_VECTORS), so the model runs once per query.
     async def embed(text: str) -> list[float]:
-        vector = recent.get(text)
-        if vector is None:
-            loop = asyncio.get_running_loop()
-            vectors = await loop.run_in_executor(executor, model.embed, [text])
-            vector = recent[text] = vectors[0].tolist()
-            while len(recent) > RECENT_EMBEDDINGS:
-                recent.popitem(last=False)
+        loop = asyncio.get_running_loop()
+        vectors = await loop.run_in_executor(executor, model.embed, [text])
+        vector: list[float] = vectors[0].tolist()
         return vector
 
     return embed, f"evermind:{model.fingerprint}"
@@ -262,7 +298,11 @@ class Gateway:
             embed, fingerprint = embedder
             l2 = StoreBackend(store) if config.l2 and store is not None else None
             self.cache = SemanticCache(
-                embed, l2=l2, capacity=config.capacity, fingerprint=fingerprint
+                embed,
+                l2=l2,
+                capacity=config.capacity,
+                fingerprint=fingerprint,
+                index=MatrixIndex(),
             )
         self._secrets = sorted(config.secrets, key=len, reverse=True)
 
@@ -441,5 +481,7 @@ class Gateway:
                 logger.warning("gateway: closing a bridge failed: %s", err)
         self._bridges.clear()
         self._autos.clear()
+        if self.cache is not None and isinstance(self.cache.l2, StoreBackend):
+            await self.cache.l2.aflush()  # the L2 writes still under way reach the disk
         if self.distillation is not None:
             self.distillation.close()

@@ -1,0 +1,142 @@
+"""Two checkouts' gateways behind one loopback upstream, requests interleaved (native-only).
+
+``python -m benchmarks.gateway_ab --before /path/to/other/checkout [--embedder none]``: one
+OpenAI upstream (:class:`tests.upstreams.OpenAIUpstream`, in a subprocess) and two ``evermind
+serve --upstreams`` processes, one from ``--before``'s ``src`` and one from this checkout's,
+both pointing at it. Each unique probe question goes straight to the upstream and through
+both gateways, in an order that rotates per probe, so both gateways see the same load at the
+same moments: on shared cores this gives a fair ratio where two runs of
+:mod:`benchmarks.gateway` minutes apart do not. Reported: p50 of each, and each gateway's
+overhead as the median of its paired differences with the direct call. Every request is a
+miss (unique questions); with ``--embedder terms|nano|package:PATH`` that is the miss path
+with the cache. It measures; it asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.gateway import (
+    _UPSTREAM,
+    KEY,
+    MODEL,
+    ROOT,
+    _body,
+    _embedder_spec,
+    _python_env,
+    _timed,
+)
+
+
+def _serve(root: Path, folder: Path, spec: str, upstream_url: str, env: dict[str, str]) -> Any:
+    from benchmarks.serve import Server
+
+    folder.mkdir(parents=True)
+    config = folder / "upstreams.json"
+    config.write_text(
+        json.dumps(
+            {
+                "cache": {"embedder": spec, "capacity": 100_000, "l2": True},
+                "upstreams": {
+                    "openai": {
+                        "protocol": "openai",
+                        "base_url": upstream_url + "/v1",
+                        "api_key": KEY,
+                        "max_retries": 0,
+                    }
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+    own = dict(env)
+    own["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root)])
+    return Server(
+        folder / "data", extra=["--upstreams", str(config)], env=own, cwd=root, start_s=120
+    )
+
+
+def run_ab(before: Path, embedder: str = "none", probes: int = 300) -> dict[str, Any]:
+    """The document: p50 of the direct call and of both gateways, and their paired overheads."""
+    env = _python_env()
+    upstream = subprocess.Popen(
+        [sys.executable, "-c", _UPSTREAM, KEY],
+        cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert upstream.stdout is not None
+    upstream_url = f"http://127.0.0.1:{int(upstream.stdout.readline())}"
+    servers: dict[str, Any] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="evermind-bench-gateway-ab-") as tmp:
+            folder = Path(tmp)
+            spec = _embedder_spec(embedder, folder)
+            for side, root in (("before", before.resolve()), ("after", ROOT)):
+                servers[side] = _serve(root, folder / side, spec, upstream_url, env)
+            urls = {"direct": upstream_url, **{side: s.url for side, s in servers.items()}}
+            samples: dict[str, list[float]] = {kind: [] for kind in urls}
+            order = list(urls)
+            with httpx.Client(timeout=60) as client:
+
+                def send(kind: str, text: str) -> float:
+                    model = MODEL if kind == "direct" else f"openai/{MODEL}"
+                    return _timed(client, urls[kind] + "/v1/chat/completions", _body(text, model))[
+                        0
+                    ]
+
+                for i in range(10):  # connections, imports, the first stores
+                    for kind in order:
+                        send(kind, f"warm {i}")
+                load = os.getloadavg()[0]
+                for i in range(probes):
+                    text = f"Overhead probe {i}: what does the number {i * 7919 % 104729} mean?"
+                    for kind in order[i % 3 :] + order[: i % 3]:
+                        samples[kind].append(send(kind, text))
+    finally:
+        for server in servers.values():
+            server.stop()
+        if upstream.stdin is not None:
+            upstream.stdin.close()
+        upstream.wait(timeout=15)
+    direct = samples["direct"]
+    return {
+        "bench": "gateway_ab",
+        "embedder": embedder,
+        "probes": probes,
+        "before": str(before),
+        "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],
+        "p50_ms": {kind: 1000 * statistics.median(v) for kind, v in samples.items()},
+        "overhead_p50_ms": {
+            side: 1000
+            * statistics.median(b - a for a, b in zip(direct, samples[side], strict=True))
+            for side in ("before", "after")
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.gateway_ab --before DIR [--embedder E] [--probes N]``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True, help="the other checkout's root")
+    parser.add_argument("--embedder", default="none", help="none, terms, nano or package:PATH")
+    parser.add_argument("--probes", type=int, default=300)
+    args = parser.parse_args(argv)
+    if not (args.before / "src" / "evermind").is_dir():
+        parser.error(f"--before {args.before}: expected a checkout with src/evermind")
+    doc = run_ab(args.before, args.embedder, args.probes)
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
