@@ -529,6 +529,29 @@ def test_messages_stream_miss_and_hit_with_a_bearer_token_too(gateway: ServerThr
         assert final.stop_reason == "end_turn"
 
 
+def test_a_messages_stream_cut_halfway_ends_with_an_error_event_and_is_not_stored(
+    gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
+) -> None:
+    _, claude = upstreams
+    text = "How do I reverse a list in place in Python?"
+    claude.fail("truncate", times=1)
+    body = {
+        "model": CLAUDE,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": text}],
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.Client(base_url=gateway.url, headers=bearer(TOKEN_A), timeout=30) as http:
+        cut = http.post("/v1/messages", json=body)
+        assert cut.status_code == 200
+        assert "event: error" in cut.text and "cut the stream before its end" in cut.text
+        assert "event: message_stop" not in cut.text
+        again = http.post("/v1/messages", json=body)
+    assert again.headers["x-evermind-cache"] == "miss"  # nothing was stored
+    assert "event: message_stop" in again.text
+
+
 def test_messages_to_an_openai_upstream_and_errors(
     gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
 ) -> None:

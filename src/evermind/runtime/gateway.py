@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -435,6 +435,40 @@ class Gateway:
         if self.config.tenant_names:
             return tenant
         return "t-" + hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:12]
+
+    async def relay(
+        self,
+        tenant: str,
+        upstream: UpstreamConfig,
+        first: Delta | None,
+        deltas: AsyncIterator[Delta],
+    ) -> AsyncGenerator[Delta, None]:
+        """The deltas of an opened stream, ``first`` included, through the one carrying the
+        completion (each later one within the upstream's timeout); then ``deltas`` is closed.
+
+        Raises:
+            UpstreamError: The stream ended without its completion (``upstream_stream_cut``),
+                timed out or failed; counted in :meth:`failed` before it is raised.
+        """
+        delta = first
+        try:
+            while delta is not None:
+                yield delta
+                if delta.completion is not None:
+                    return
+                delta = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
+            raise UpstreamError(
+                f"{upstream.protocol}: the stream ended without its completion",
+                provider=upstream.protocol,
+                code="upstream_stream_cut",
+            )
+        except UpstreamError as err:
+            self.failed(tenant, upstream.name, err)
+            raise
+        finally:
+            close = getattr(deltas, "aclose", None)
+            if close is not None:
+                await close()
 
     def account(self, tenant: str, upstream: str, status: str, completion: Completion) -> None:
         """Counts one served call (``status``: ``hit-l1``, ``hit-l2``, ``miss``, ``bypass``)."""

@@ -23,14 +23,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall
-from evermind.errors import EvermindError, InputError, NotFound, UpstreamError
-from evermind.runtime.gateway import Gateway, Resolved, within
+from evermind.errors import EvermindError, InputError, NotFound
+from evermind.runtime.gateway import Gateway, Resolved
 from evermind.runtime.gateway_openai import SSE_HEADERS, cache_headers, evermind_field
 from evermind.runtime.schemas import MessagesRequest
 from evermind.runtime.state import Reader, RuntimeDep
@@ -251,35 +252,21 @@ async def _events(
     )
     yield _sse("ping", {"type": "ping"})
     completion: Completion | None = None
-    delta = first
     try:
-        while delta is not None:
-            if delta.text:
-                text = {"type": "text_delta", "text": delta.text}
-                yield _sse(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": 0, "delta": text},
-                )
-            if delta.completion is not None:
+        async with aclosing(gateway.relay(request.tenant, upstream, first, deltas)) as relayed:
+            async for delta in relayed:
+                if delta.text:
+                    text = {"type": "text_delta", "text": delta.text}
+                    yield _sse(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": 0, "delta": text},
+                    )
                 completion = delta.completion
-                break
-            delta = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
-        if completion is None:
-            raise UpstreamError(
-                f"{upstream.protocol}: the stream ended without its completion",
-                provider=upstream.protocol,
-                code="upstream_stream_cut",
-            )
     except EvermindError as err:  # headers are gone: an error event, as Anthropic sends
-        if isinstance(err, UpstreamError):
-            gateway.failed(request.tenant, upstream.name, err)
         error = {"type": "api_error", "message": gateway.scrub(str(err))}
         yield _sse("error", {"type": "error", "error": error})
         return
-    finally:
-        close = getattr(deltas, "aclose", None)
-        if close is not None:
-            await close()
+    assert completion is not None  # the relay ends on the completion or raises
     gateway.account(request.tenant, upstream.name, status, completion)
     yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
     for index, block in enumerate(_tool_blocks(completion), start=1):

@@ -23,14 +23,15 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall, Usage
-from evermind.errors import EvermindError, InputError, UpstreamError
+from evermind.errors import EvermindError, InputError
 from evermind.runtime import schemas
-from evermind.runtime.gateway import Gateway, Resolved, within
+from evermind.runtime.gateway import Gateway, Resolved
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 OPT_IN = {"on", "true", "1", "yes"}
@@ -284,32 +285,18 @@ async def _events(
     upstream = resolved.upstream
     role = {"role": "assistant"}
     completion: Completion | None = None
-    delta = first
     try:
-        while delta is not None:
-            if delta.text:
-                yield sse(_chunk(base, {**role, "content": delta.text}, None))
-                role = {}
-            if delta.completion is not None:
+        async with aclosing(gateway.relay(tenant, upstream, first, deltas)) as relayed:
+            async for delta in relayed:
+                if delta.text:
+                    yield sse(_chunk(base, {**role, "content": delta.text}, None))
+                    role = {}
                 completion = delta.completion
-                break
-            delta = await within(upstream.timeout, upstream.protocol, anext(deltas, None))
-        if completion is None:
-            raise UpstreamError(
-                f"{upstream.protocol}: the stream ended without its completion",
-                provider=upstream.protocol,
-                code="upstream_stream_cut",
-            )
     except EvermindError as err:  # headers are gone: report in the stream, OpenAI style
-        if isinstance(err, UpstreamError):
-            gateway.failed(tenant, upstream.name, err)
         error = {"message": gateway.scrub(str(err)), "type": "server_error", "code": err.code}
         yield sse({"error": error})
         return
-    finally:
-        close = getattr(deltas, "aclose", None)
-        if close is not None:
-            await close()
+    assert completion is not None  # the relay ends on the completion or raises
     gateway.account(tenant, upstream.name, status, completion)
     delta_json: dict[str, Any] = dict(role)
     if completion.tool_calls:
