@@ -173,11 +173,28 @@ def _quantiles(seconds: Sequence[float]) -> dict[str, float | None]:
     return {"p50_ms": 1000 * statistics.median(ordered), "p99_ms": 1000 * p99}
 
 
+#: Overhead probes per configuration (``--probes``).
+PROBES = 200
+#: Requests sent first through each path to warm it (connections, imports); their texts.
+WARMUPS = tuple(f"warm {i}" for i in range(5))
+
+
+def probe_text(i: int) -> str:
+    """The ``i``-th overhead probe: a unique question, so every probe is a miss."""
+    return f"Overhead probe {i}: what does the number {i * 7919 % 104729} mean?"
+
+
+def prelude(probes: int) -> list[str]:
+    """What goes through the gateway's cache before the replay: the warm-ups, then the
+    probes (``evals/cache_full.py --probes`` stores the same texts first)."""
+    return [*WARMUPS, *(probe_text(i) for i in range(probes))]
+
+
 def _overhead(procs: _Processes, client: httpx.Client, probes: int) -> dict[str, Any]:
     direct: list[float] = []
     through: list[float] = []
     for i in range(probes):
-        text = f"Overhead probe {i}: what does the number {i * 7919 % 104729} mean?"
+        text = probe_text(i)
         runs = [
             (direct, procs.upstream_url + "/v1/chat/completions", _body(text, MODEL)),
             (through, procs.url + "/v1/chat/completions", _body(text, f"openai/{MODEL}")),
@@ -262,7 +279,7 @@ def _embedder_spec(name: str, folder: Path) -> str:
 
 def run_gateway_bench(
     configs: Sequence[str] = CONFIGS,
-    probes: int = 200,
+    probes: int = PROBES,
     limit: int | None = None,
     eval_dir: Path | None = None,
     l2: bool = True,
@@ -279,16 +296,14 @@ def run_gateway_bench(
             procs = _Processes(folder, _embedder_spec(name, folder), l2)
             try:
                 with httpx.Client(timeout=60) as client:
-                    for i in range(5):  # warm both paths (connections, imports)
+                    for text in WARMUPS:  # warm both paths (connections, imports)
                         _timed(
                             client,
                             procs.url + "/v1/chat/completions",
-                            _body(f"warm {i}", f"openai/{MODEL}"),
+                            _body(text, f"openai/{MODEL}"),
                         )
                         _timed(
-                            client,
-                            procs.upstream_url + "/v1/chat/completions",
-                            _body(f"warm {i}", MODEL),
+                            client, procs.upstream_url + "/v1/chat/completions", _body(text, MODEL)
                         )
                     overhead = _overhead(procs, client, probes)
                     replay = _replay(procs, client, asks, triples) if name != "none" else None
@@ -363,7 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="40 triples, 50 probes")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    parser.add_argument("--probes", type=int, default=200, help="overhead probes (default 200)")
+    parser.add_argument(
+        "--probes", type=int, default=PROBES, help=f"overhead probes (default {PROBES})"
+    )
     parser.add_argument("--limit", type=int, help="replay only the first N triples")
     parser.add_argument(
         "--embedders",

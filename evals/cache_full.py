@@ -77,6 +77,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.cache_full``
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.gateway import PROBES, prelude, replay_set  # noqa: E402
+
 from evals import require  # noqa: E402
 from evermind.cache import SemanticCache  # noqa: E402
 from evermind.studio.tab_memory import trigram_vector  # noqa: E402
@@ -218,32 +220,6 @@ def _minilm() -> BatchEmbed | None:
     return embed
 
 
-def replay_order(rows: list[dict[str, Any]], seed: int = 0) -> list[tuple[int, str, str]]:
-    """``(row, kind, text)``: every query, then each query again, its paraphrase and its
-    near-miss in a seeded shuffle (the order of ``benchmarks.gateway.replay_set``)."""
-    first = [(i, "query", r["query"]) for i, r in enumerate(rows)]
-    later = [
-        (i, kind, r[field])
-        for i, r in enumerate(rows)
-        for kind, field in (
-            ("repeat", "query"),
-            ("paraphrase", "paraphrase"),
-            ("near_miss", "near_miss"),
-        )
-    ]
-    random.Random(seed).shuffle(later)
-    return first + later
-
-
-def gateway_prelude(probes: int = 200) -> list[str]:
-    """What ``benchmarks.gateway`` sends through the cache before its replay: the warm-up
-    requests, then the overhead probes (their texts as that module writes them)."""
-    warm = [f"warm {i}" for i in range(5)]
-    return warm + [
-        f"Overhead probe {i}: what does the number {i * 7919 % 104729} mean?" for i in range(probes)
-    ]
-
-
 def replay(
     rows: list[dict[str, Any]],
     vectors: dict[str, list[float]],
@@ -251,7 +227,7 @@ def replay(
     prelude: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The read-through replay (see the module docstring) through one fresh cache, after
-    ``prelude`` (e.g. :func:`gateway_prelude`) is looked up and stored the same way."""
+    ``prelude`` (e.g. ``benchmarks.gateway.prelude``) is looked up and stored the same way."""
     cache = SemanticCache(vectors.__getitem__, fingerprint=f"replay-{name}", capacity=100_000)
     for i, text in enumerate(prelude):
         if not cache.lookup(text).hit:
@@ -259,7 +235,8 @@ def replay(
     hits: Counter[str] = Counter()
     sent: Counter[str] = Counter()
     wrong: list[dict[str, Any]] = []
-    for index, kind, text in replay_order(rows):
+    for ask in replay_set(rows):
+        index, kind, text = ask.triple, ask.kind, ask.text
         sent[kind] += 1
         found = cache.lookup(text)
         if not found.hit:
@@ -346,13 +323,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("|---|---|---|---|---|---|")
         for name, embed in embedders:
-            prelude = gateway_prelude() if args.probes else []
+            stored_first = prelude(PROBES) if args.probes else []
             texts = sorted({r[f] for r in rows for f in ("query", "paraphrase", "near_miss")})
-            texts += prelude
+            texts += stored_first
             vectors = {
                 t: [float(x) for x in v] for t, v in zip(texts, _batched(embed, texts), strict=True)
             }
-            rep = replay(rows, vectors, name, prelude)
+            rep = replay(rows, vectors, name, stored_first)
             h, n = rep["hits"], len(rows)
             print(
                 f"| {name} | {rep['wrong']} | {rep['wrong_share_of_later']:.3f} | "
