@@ -38,7 +38,13 @@ OPT_IN = {"on", "true", "1", "yes"}
 OPT_OUT = {"off", "false", "0", "no"}
 
 
-def _content(message: schemas.ChatMessage, index: int) -> str:
+def message_text(message: schemas.ChatMessage, index: int) -> str:
+    """The text of ``messages[index]`` (its text parts joined), for the local model and the
+    gateway alike.
+
+    Raises:
+        InputError: A part that is not text (``unsupported_content``, 400).
+    """
     if message.content is None:
         return ""
     if isinstance(message.content, str):
@@ -47,8 +53,8 @@ def _content(message: schemas.ChatMessage, index: int) -> str:
     for part in message.content:
         if part.type != "text" or part.text is None:
             raise InputError(
-                f"messages[{index}].content: part of type {part.type!r} is not supported by the "
-                "gateway; expected text parts",
+                f"messages[{index}].content: part of type {part.type!r} is not supported; "
+                "expected text parts only",
                 code="unsupported_content",
             )
         texts.append(part.text)
@@ -105,7 +111,7 @@ def chat_request(
     system: list[str] = []
     turns: list[Message] = []
     for i, message in enumerate(body.messages):
-        text = _content(message, i)
+        text = message_text(message, i)
         if message.role in ("system", "developer"):
             system.append(text)
         elif message.role == "tool":

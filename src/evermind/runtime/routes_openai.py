@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from evermind.model.inference import Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
-from evermind.runtime.gateway_openai import chat_request, serve_chat, sse
+from evermind.runtime.gateway_openai import chat_request, message_text, serve_chat, sse
 from evermind.runtime.generation import (
     CHAT_STOP,
     GenerationRequest,
@@ -31,7 +31,6 @@ from evermind.runtime.generation import (
 )
 from evermind.runtime.installs import Install
 from evermind.runtime.schemas import (
-    ChatMessage,
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
@@ -99,24 +98,6 @@ def _generation(
         stop=[*stops, CHAT_STOP] if chat else stops,
         strip_leading=chat,
     )
-
-
-def _message_text(message: ChatMessage, index: int) -> str:
-    if message.content is None:
-        return ""
-    if isinstance(message.content, str):
-        return message.content
-    texts = []
-    for part in message.content:
-        if part.type != "text" or part.text is None:
-            raise ApiError(
-                400,
-                f"messages[{index}].content: part of type {part.type!r} is not supported; "
-                "expected text parts only (this model reads text)",
-                "unsupported_content",
-            )
-        texts.append(part.text)
-    return "".join(texts)
 
 
 async def _check_prompt_tokens(runtime: Runtime, model: Model, prompt: str) -> None:
@@ -250,7 +231,7 @@ async def chat_completions(
     gateway = runtime.gateway
     routed = None if gateway is None else gateway.resolve(body.model, who)
     if gateway is not None and routed is not None:
-        text = "".join(_message_text(m, i) for i, m in enumerate(body.messages))
+        text = "".join(message_text(m, i) for i, m in enumerate(body.messages))
         _check_length(runtime.config, text, "messages")
         neutral = chat_request(
             body,
@@ -262,7 +243,7 @@ async def chat_completions(
         )
         include = bool(body.stream_options and body.stream_options.include_usage)
         return await serve_chat(gateway, routed, body, neutral, include)
-    turns = [(m.role, _message_text(m, i)) for i, m in enumerate(body.messages)]
+    turns = [(m.role, message_text(m, i)) for i, m in enumerate(body.messages)]
     request = _generation(runtime.config, body, render_chat(turns), max_tokens, chat=True)
     install, model = await _serve(runtime, who, body.model)
     await _check_prompt_tokens(runtime, model, request.prompt)
