@@ -99,6 +99,55 @@ def _python_env() -> dict[str, str]:
     return env
 
 
+class Upstream:
+    """The loopback OpenAI upstream (:class:`tests.upstreams.OpenAIUpstream`) in a process
+    of its own, in this process's group (a group kill reaches it)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _UPSTREAM, KEY],
+            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        try:
+            self.url = f"http://127.0.0.1:{int(self.process.stdout.readline())}"
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Closes its stdin (it stops serving), then kills it if it has not gone in 15 s."""
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def write_config(folder: Path, embedder: str, upstream_url: str, l2: bool = True) -> Path:
+    """The ``--upstreams`` file of a benchmark gateway: one OpenAI upstream, ``embedder``."""
+    config = folder / "upstreams.json"
+    config.write_text(
+        json.dumps(
+            {
+                "cache": {"embedder": embedder, "capacity": 100_000, "l2": l2},
+                "upstreams": {
+                    "openai": {
+                        "protocol": "openai",
+                        "base_url": upstream_url + "/v1",
+                        "api_key": KEY,
+                        "max_retries": 0,
+                    }
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+    return config
+
+
 class _Processes:
     """The upstream and the gateway, each in its own process, for one configuration."""
 
@@ -106,49 +155,21 @@ class _Processes:
         from benchmarks.serve import Server
 
         env = _python_env()
-        self.upstream = subprocess.Popen(
-            [sys.executable, "-c", _UPSTREAM, KEY],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert self.upstream.stdout is not None
-        self.upstream_url = f"http://127.0.0.1:{int(self.upstream.stdout.readline())}"
-        config = folder / "upstreams.json"
-        config.write_text(
-            json.dumps(
-                {
-                    "cache": {"embedder": embedder, "capacity": 100_000, "l2": l2},
-                    "upstreams": {
-                        "openai": {
-                            "protocol": "openai",
-                            "base_url": self.upstream_url + "/v1",
-                            "api_key": KEY,
-                            "max_retries": 0,
-                        }
-                    },
-                }
-            ),
-            encoding="utf-8",
-        )
+        self.upstream = Upstream(env)
+        self.upstream_url = self.upstream.url
+        config = write_config(folder, embedder, self.upstream_url, l2)
         try:
             self.gateway = Server(
                 folder / "data", extra=["--upstreams", str(config)], env=env, cwd=ROOT, start_s=120
             )
         except BaseException:
-            self._stop_upstream()
+            self.upstream.stop()
             raise
         self.url = self.gateway.url
 
     def stop(self) -> None:
         self.gateway.stop()
-        self._stop_upstream()
-
-    def _stop_upstream(self) -> None:
-        if self.upstream.stdin is not None:
-            self.upstream.stdin.close()
-        try:
-            self.upstream.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.upstream.kill()
+        self.upstream.stop()
 
 
 def _body(text: str, model: str) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -28,14 +27,15 @@ from typing import Any
 import httpx
 
 from benchmarks.gateway import (
-    _UPSTREAM,
-    KEY,
     MODEL,
     ROOT,
+    Upstream,
     _body,
     _embedder_spec,
     _python_env,
     _timed,
+    probe_text,
+    write_config,
 )
 
 
@@ -43,23 +43,7 @@ def _serve(root: Path, folder: Path, spec: str, upstream_url: str, env: dict[str
     from benchmarks.serve import Server
 
     folder.mkdir(parents=True)
-    config = folder / "upstreams.json"
-    config.write_text(
-        json.dumps(
-            {
-                "cache": {"embedder": spec, "capacity": 100_000, "l2": True},
-                "upstreams": {
-                    "openai": {
-                        "protocol": "openai",
-                        "base_url": upstream_url + "/v1",
-                        "api_key": KEY,
-                        "max_retries": 0,
-                    }
-                },
-            }
-        ),
-        encoding="utf-8",
-    )
+    config = write_config(folder, spec, upstream_url)
     own = dict(env)
     own["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root)])
     return Server(
@@ -70,12 +54,8 @@ def _serve(root: Path, folder: Path, spec: str, upstream_url: str, env: dict[str
 def run_ab(before: Path, embedder: str = "none", probes: int = 300) -> dict[str, Any]:
     """The document: p50 of the direct call and of both gateways, and their paired overheads."""
     env = _python_env()
-    upstream = subprocess.Popen(
-        [sys.executable, "-c", _UPSTREAM, KEY],
-        cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert upstream.stdout is not None
-    upstream_url = f"http://127.0.0.1:{int(upstream.stdout.readline())}"
+    upstream = Upstream(env)
+    upstream_url = upstream.url
     servers: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="evermind-bench-gateway-ab-") as tmp:
@@ -99,15 +79,13 @@ def run_ab(before: Path, embedder: str = "none", probes: int = 300) -> dict[str,
                         send(kind, f"warm {i}")
                 load = os.getloadavg()[0]
                 for i in range(probes):
-                    text = f"Overhead probe {i}: what does the number {i * 7919 % 104729} mean?"
+                    text = probe_text(i)
                     for kind in order[i % 3 :] + order[: i % 3]:
                         samples[kind].append(send(kind, text))
     finally:
         for server in servers.values():
             server.stop()
-        if upstream.stdin is not None:
-            upstream.stdin.close()
-        upstream.wait(timeout=15)
+        upstream.stop()
     direct = samples["direct"]
     return {
         "bench": "gateway_ab",
