@@ -280,17 +280,20 @@ def test_a_full_line_answers_429_and_other_tenants_go_on(narrow: ServerThread) -
 class Recording:
     """A CpuDecoder that records the batch of every step and the prompts it prefilled."""
 
-    def __init__(self, model: Model, slots: int) -> None:
+    def __init__(self, model: Model, slots: int, gate: threading.Event | None = None) -> None:
         self.inner = CpuDecoder(model, slots)
         self.slots, self.vocab_size = slots, self.inner.vocab_size
         self.steps: list[int] = []
         self.prefilled: list[list[int]] = []
+        self.gate = gate  # when given, every step waits for it: a test decides when steps run
 
     def prefill(self, slots: Any, prompts: Any) -> Any:
         self.prefilled += [list(p) for p in prompts]
         return self.inner.prefill(slots, prompts)
 
     def step(self, slots: Any, tokens: Any) -> Any:
+        if self.gate is not None and not self.gate.wait(timeout=60):
+            raise TimeoutError("the test never opened the step gate")
         self.steps.append(len(slots))
         return self.inner.step(slots, tokens)
 
@@ -298,11 +301,13 @@ class Recording:
         self.inner.release(slot)
 
 
-def _scheduler(**options: Any) -> tuple[Scheduler, list[Recording]]:
+def _scheduler(
+    gate: threading.Event | None = None, **options: Any
+) -> tuple[Scheduler, list[Recording]]:
     made: list[Recording] = []
 
     def factory(model: Model, slots: int) -> Recording:
-        made.append(Recording(model, slots))
+        made.append(Recording(model, slots, gate))
         return made[-1]
 
     return Scheduler(ThreadPoolExecutor(2), decoder_factory=factory, **options), made
@@ -357,31 +362,27 @@ def test_short_prompts_joining_a_busy_batch_are_fed_through_its_steps(model: Mod
 
 
 def test_admission_takes_tenants_in_turn(model: Model) -> None:
-    scheduler, made = _scheduler(batch_slots=2, slots=2, queue=8)
-    hog = {"prompt": "The", "max_tokens": 400, "temperature": 0.0}
+    # The two hogs hold both slots; their steps wait on the gate until every later request is
+    # queued, so the order of admission depends on the scheduler alone, not on how fast the
+    # hogs decode on this machine.
+    gate = threading.Event()
+    scheduler, made = _scheduler(gate, batch_slots=2, slots=2, queue=8)
+    hog = {"prompt": "The", "max_tokens": 40, "temperature": 0.0}
+
+    def submit(tenant: str, i: int) -> asyncio.Future[Any]:
+        body = {**hog, "prompt": f"{tenant}{i}", "max_tokens": 4}
+        return asyncio.ensure_future(scheduler.complete(model, _request(body), tenant))
 
     async def run() -> None:
         first = [asyncio.ensure_future(scheduler.complete(model, _request(hog), "a"))
                  for _ in range(2)]  # fmt: skip
         while scheduler.running("a") < 2:
             await asyncio.sleep(0.005)
-        later = [
-            asyncio.ensure_future(
-                scheduler.complete(
-                    model, _request({**hog, "prompt": f"a{i}", "max_tokens": 4}), "a"
-                )
-            )
-            for i in range(3)
-        ]
-        await asyncio.sleep(0.05)
-        later += [
-            asyncio.ensure_future(
-                scheduler.complete(
-                    model, _request({**hog, "prompt": f"b{i}", "max_tokens": 4}), "b"
-                )
-            )
-            for i in range(2)
-        ]
+        later = [submit("a", i) for i in range(3)]
+        await asyncio.sleep(0.02)
+        later += [submit("b", i) for i in range(2)]
+        await asyncio.sleep(0.02)
+        gate.set()
         await asyncio.gather(*first, *later)  # fmt: skip
 
     asyncio.run(run())
