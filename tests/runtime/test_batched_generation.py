@@ -285,14 +285,17 @@ class Recording:
         self.slots, self.vocab_size = slots, self.inner.vocab_size
         self.steps: list[int] = []
         self.prefilled: list[list[int]] = []
-        self.gate = gate  # when given, every step waits for it: a test decides when steps run
+        # When given, a step of a full batch (every slot taken) waits for it: a test decides
+        # when the sequences holding all the slots go on.
+        self.gate = gate
 
     def prefill(self, slots: Any, prompts: Any) -> Any:
         self.prefilled += [list(p) for p in prompts]
         return self.inner.prefill(slots, prompts)
 
     def step(self, slots: Any, tokens: Any) -> Any:
-        if self.gate is not None and not self.gate.wait(timeout=60):
+        full = len(slots) == self.slots
+        if self.gate is not None and full and not self.gate.wait(timeout=60):
             raise TimeoutError("the test never opened the step gate")
         self.steps.append(len(slots))
         return self.inner.step(slots, tokens)
@@ -362,9 +365,9 @@ def test_short_prompts_joining_a_busy_batch_are_fed_through_its_steps(model: Mod
 
 
 def test_admission_takes_tenants_in_turn(model: Model) -> None:
-    # The two hogs hold both slots; their steps wait on the gate until every later request is
-    # queued, so the order of admission depends on the scheduler alone, not on how fast the
-    # hogs decode on this machine.
+    # The two hogs hold both slots; their steps together wait on the gate until every later
+    # request is queued, so the order of admission depends on the scheduler alone, not on how
+    # fast the hogs decode on this machine.
     gate = threading.Event()
     scheduler, made = _scheduler(gate, batch_slots=2, slots=2, queue=8)
     hog = {"prompt": "The", "max_tokens": 40, "temperature": 0.0}
