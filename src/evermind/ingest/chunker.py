@@ -5,7 +5,8 @@ Units are the model tokenizer's tokens when a tokenizer is given (anything with
 
 1. A chunk never spans two sections, so its breadcrumbs are exact. Its content is the
    breadcrumb line (``Guide > Install > Linux``), a blank line, then the text; the
-   breadcrumb line counts towards ``size`` (but never leaves less than half of it).
+   breadcrumb line counts towards ``size`` but never leaves less than half of it for the
+   text (a chunk a long breadcrumb pushes over the size is flagged ``oversize``).
 2. A fenced code block (```` ``` ```` / ``~~~``) is never split. One longer than the size
    is a chunk of its own, flagged ``oversize``.
 3. Text is cut at paragraph boundaries (blank lines) first; a paragraph longer than the size
@@ -52,7 +53,8 @@ class Chunk:
         breadcrumbs: The headings above it, outermost first.
         line: The source line where the chunk's new text starts (after any overlap).
         units: Its size in the chunker's unit, breadcrumb line included.
-        oversize: Longer than the size: a code block or a word that could not be cut.
+        oversize: Longer than the size: a code block or a word that could not be cut, or
+            text under a breadcrumb longer than half the size.
         meta: The section's and the document's extra fields.
     """
 
@@ -208,7 +210,7 @@ class Chunker:
     def _emit(self, pieces: list[_Piece], cost: int, reserved: int) -> tuple[str, int, int, bool]:
         text = pieces[0].text + "".join(p.joiner + p.text for p in pieces[1:])
         line = next((p.line for p in pieces if not p.overlap), pieces[0].line)
-        return text, line, cost + reserved, False
+        return text, line, cost + reserved, cost + reserved > self.size
 
     def _carry(self, pieces: list[_Piece]) -> list[_Piece]:
         """The overlap piece the next chunk starts with: the last words of ``pieces``."""
