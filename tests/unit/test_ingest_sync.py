@@ -292,3 +292,22 @@ def test_manifests_travel_with_export_and_import(tmp_path: Path) -> None:
     run(copy.import_(exported))
     report = run(ingest.sync(copy, [kb / "docs"], base=tmp_path))
     assert report.unchanged == first.chunks and report.changed_sources == []
+
+
+def test_named_bytes_sync_like_files_and_are_never_pruned(tmp_path: Path) -> None:
+    embedder = CountingEmbedder()
+    store = MemoryStore(tmp_path / "m.db", embedder)
+    faq = (FIXTURES / "faq.html").read_bytes()
+    notes = "# Notes\n\nDropped in the Data panel.\n"
+    first = run(ingest.sync_bytes(store, [("faq.html", faq), ("notes.md", notes)]))
+    assert first.sources == 2 and first.added == first.chunks > 2
+    again = run(ingest.sync_bytes(store, [("faq.html", faq), ("notes.md", notes)]))
+    assert again.changed_sources == [] and again.embeds == 0
+    changed = run(ingest.sync_bytes(store, [("notes.md", notes.replace("Data", "Files"))]))
+    assert (changed.updated, changed.embeds) == (1, 1)
+    (tmp_path / "docs").mkdir()
+    run(ingest.sync(store, [tmp_path / "docs"], base=tmp_path))
+    run(ingest.sync(store, [tmp_path], base=tmp_path))
+    assert keys_of(store, "faq.html") and keys_of(store, "notes.md")  # uploads stay
+    report = run(ingest.sync_bytes(store, [("deck.key", b"x")], errors="skip"))
+    assert "unknown type .key" in report.skipped[0][1]

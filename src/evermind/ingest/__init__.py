@@ -10,6 +10,7 @@ Public API::
     await ingest.forget(store, "docs/old.md")          # a source and everything from it
     doc = ingest.parse_rows(rows, "query-42", columns=["title"])
     await ingest.sync_documents(store, [doc])
+    await ingest.sync_bytes(store, [("faq.html", data)])  # dropped files, in the tab too
 
 Modules: :mod:`~evermind.ingest.documents` (``Document``, ``Section``, ``ParseOptions``),
 :mod:`~evermind.ingest.registry` (the parser registry), the parsers
@@ -32,6 +33,7 @@ from evermind.ingest.pipeline import (
     forget,
     sources,
     sync,
+    sync_bytes,
     sync_documents,
 )
 from evermind.ingest.registry import PARSERS, Parser, ParserRegistry, decode, register_parser
@@ -56,5 +58,6 @@ __all__ = [
     "register_parser",
     "sources",
     "sync",
+    "sync_bytes",
     "sync_documents",
 ]

@@ -11,8 +11,9 @@ never embeds it, and ``export``/``import_`` carry it along with the chunks. Its 
 - ``chunks``: ``[key, meta_hash]`` per chunk in position order; a key is
   ``<source>#<position>@<content hash>``, so the diff by position tells unchanged, updated
   (new text or new metadata such as the line), added and deleted chunks apart;
-- ``origin``: ``"file"`` (a path; a folder sync deletes it when the file is gone) or
-  ``"document"``; ``kind`` (the parser), ``title``, ``ingested_at`` (seconds since the epoch).
+- ``origin``: ``"file"`` (a path; a folder sync deletes it when the file is gone),
+  ``"upload"`` (named bytes, ``sync_bytes``) or ``"document"`` (``sync_documents``);
+  ``kind`` (the parser), ``title``, ``ingested_at`` (seconds since the epoch).
 
 Browser-safe: standard library only.
 """
@@ -51,7 +52,7 @@ class Manifest:
     Attributes:
         source: The source id.
         kind: The parser that read it.
-        origin: ``"file"`` or ``"document"``.
+        origin: ``"file"``, ``"upload"`` or ``"document"``.
         fingerprint: Hash of bytes + options + chunker settings (None: not from bytes).
         chunks: ``(key, meta_hash)`` per chunk, in position order.
         title: The document's title.

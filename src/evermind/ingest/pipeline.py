@@ -368,15 +368,70 @@ async def _sync_file(
     settings: str,
 ) -> None:
     data = file.path.read_bytes()
-    fingerprint = _fingerprint(data, file.parser, settings)
-    if syncer.unchanged(file.source, fingerprint):
+    await _sync_bytes(syncer, file.source, data, file.parser, registry, options, settings, "file")
+
+
+async def _sync_bytes(
+    syncer: _Syncer,
+    source: str,
+    data: bytes,
+    parser: str,
+    registry: ParserRegistry,
+    options: ParseOptions,
+    settings: str,
+    origin: str,
+) -> None:
+    fingerprint = _fingerprint(data, parser, settings)
+    if syncer.unchanged(source, fingerprint):
         return
-    parse = registry.get(file.parser)
-    opts = options
-    if options.delimiter is None and file.path.suffix.lower() in (".tsv", ".tab"):
-        opts = ParseOptions(options.fields, options.columns, "\t")
-    document = parse(decode(data, file.source), file.source, opts)
-    await syncer.apply(document, "file", fingerprint)
+    document = registry.get(parser)(decode(data, source), source, options)
+    await syncer.apply(document, origin, fingerprint)
+
+
+async def sync_bytes(
+    store: MemoryStore,
+    files: Iterable[tuple[str, bytes | str]],
+    *,
+    chunker: Chunker | None = None,
+    options: ParseOptions | None = None,
+    parser: str | None = None,
+    registry: ParserRegistry | None = None,
+    tags: Iterable[str] = (),
+    importance: float = 0.5,
+    errors: Literal["raise", "skip"] = "raise",
+    on_progress: OnProgress | None = None,
+) -> IngestReport:
+    """Named contents (files dropped in the Studio, uploads) into the store, diff-synced.
+
+    Each ``(name, data)`` is one source: ``name`` is its source id and, by its extension,
+    picks the parser (unless ``parser`` is given); ``data`` is UTF-8 bytes or text. Like
+    :func:`sync`, an unchanged source is skipped without parsing and a changed one is
+    diffed chunk by chunk; these sources are never pruned by a folder sync.
+
+    Raises:
+        InputError: A name no parser handles, bad contents (with ``errors="raise"``).
+    """
+    started = time.perf_counter()
+    registry = registry or PARSERS
+    options = options or ParseOptions()
+    syncer = _Syncer(store, chunker or Chunker(), tags, importance)
+    await syncer.load()
+    settings = syncer.settings(options)
+    items = list(files)
+    for done, (name, data) in enumerate(items, start=1):
+        try:
+            source = check_source_id(name)
+            kind = parser or registry.for_file(source)[0]
+            raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+            await _sync_bytes(syncer, source, raw, kind, registry, options, settings, "upload")
+        except EvermindError as err:
+            if errors == "raise":
+                raise
+            syncer.report.skipped.append((str(name), str(err)))
+        syncer.report.sources += 1
+        if on_progress is not None:
+            on_progress(IngestProgress(done, len(items), str(name), syncer.report.chunks))
+    return syncer.finish(started)
 
 
 async def sync_documents(
@@ -425,5 +480,6 @@ __all__ = [
     "forget",
     "sources",
     "sync",
+    "sync_bytes",
     "sync_documents",
 ]
