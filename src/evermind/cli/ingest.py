@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evermind.errors import ConfigError
+from evermind.mcp.config import DEFAULT_NAMESPACE, DEFAULT_TENANT
 
 #: The ``--store`` URL schemes understood (a bare path is a SQLite file too).
 STORE_SCHEMES = ("sqlite",)
@@ -41,13 +42,20 @@ def register(sub: Any) -> None:
         "$EVERMIND_MEMORY_FILE or the data directory's)",
     )
     cmd.add_argument(
-        "--tenant", default="default", help="tenant of the namespace (default: default)"
+        "--tenant",
+        default=DEFAULT_TENANT,
+        help=f"tenant of the namespace (default {DEFAULT_TENANT})",
     )
-    cmd.add_argument("--namespace", default="default", help="namespace (default: default)")
+    cmd.add_argument(
+        "--namespace", default=DEFAULT_NAMESPACE, help=f"namespace (default {DEFAULT_NAMESPACE})"
+    )
     cmd.add_argument("--fields", help="JSON/JSONL fields that are the text, comma-separated")
     cmd.add_argument("--columns", help="CSV/TSV columns that are the text, comma-separated")
     cmd.add_argument("--parser", help="parse every file with this parser (e.g. text)")
-    cmd.add_argument("--model", help="a .evermind package: embeds, and counts sizes in its tokens")
+    cmd.add_argument(
+        "--model",
+        help="a .evermind package that embeds; sizes in its tokens (default $EVERMIND_MODEL)",
+    )
     cmd.add_argument(
         "--embedder",
         choices=["none", "terms"],
