@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evermind.errors import ConfigError
 from evermind.ingest import PARSERS, Chunker, Document, ParseOptions, Section
@@ -146,3 +148,48 @@ def test_chunk_keys_are_deterministic_and_name_source_position_and_hash() -> Non
 def test_bad_sizes_are_refused(size: int, overlap: int) -> None:
     with pytest.raises(ConfigError):
         Chunker(size, overlap)
+
+
+@st.composite
+def sections(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """Paragraphs of sentences and code fences, every word unique (``w<n>``)."""
+    counter = itertools.count()
+    blocks, fences = [], []
+    for _ in range(draw(st.integers(1, 8))):
+        if draw(st.integers(0, 4)) == 0:
+            lines = [
+                f"code{next(counter)} = {next(counter)}" for _ in range(draw(st.integers(1, 30)))
+            ]
+            fence = "```\n" + "\n".join(lines) + "\n```"
+            blocks.append(fence)
+            fences.append(fence)
+            continue
+        sentences = []
+        for _ in range(draw(st.integers(1, 12))):
+            words = [f"w{next(counter)}" for _ in range(draw(st.integers(1, 25)))]
+            sentences.append(" ".join(words).capitalize() + draw(st.sampled_from([".", "!", "?"])))
+        blocks.append(" ".join(sentences))
+    return "\n\n".join(blocks), fences
+
+
+@settings(max_examples=150, deadline=None)
+@given(sections(), st.integers(8, 60), st.integers(0, 7))
+def test_chunks_keep_every_word_once_in_order_and_every_fence_whole(
+    drawn: tuple[str, list[str]], size: int, overlap: int
+) -> None:
+    text, fences = drawn
+    chunks = Chunker(size, overlap).chunk(one_section(text))
+    words: list[str] = []
+    for chunk in chunks:
+        here = [w for w in chunk.text.split() if w != "```"]  # the one non-unique word
+        shared = 0
+        if words:
+            shared = next(
+                (n for n in range(min(overlap, len(here)), 0, -1) if words[-n:] == here[:n]), 0
+            )
+        words.extend(here[shared:])
+        assert chunk.units <= size or chunk.oversize
+        assert chunk.text.count("```") % 2 == 0  # a fence is never cut open
+    assert words == [w for w in text.split() if w != "```"]  # nothing lost or doubled or cut
+    for fence in fences:
+        assert sum(fence in c.text for c in chunks) == 1
