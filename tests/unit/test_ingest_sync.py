@@ -23,6 +23,7 @@ from evermind.ingest import Chunker, Document, ParseOptions, ParserRegistry, Sec
 from evermind.ingest.manifest import MANIFEST_PREFIX, manifest_key
 from evermind.ingest.registry import PARSERS
 from evermind.memory import MemoryStore
+from evermind.tokenizer import Tokenizer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ingest"
 CONFIG = "kb/docs/configuration.md"
@@ -311,3 +312,23 @@ def test_named_bytes_sync_like_files_and_are_never_pruned(tmp_path: Path) -> Non
     assert keys_of(store, "faq.html") and keys_of(store, "notes.md")  # uploads stay
     report = run(ingest.sync_bytes(store, [("deck.key", b"x")], errors="skip"))
     assert "unknown type .key" in report.skipped[0][1]
+
+
+def test_new_chunker_settings_re_chunk_and_cached_texts_are_not_re_embedded(
+    tmp_path: Path,
+) -> None:
+    kb = knowledge_base(tmp_path)
+    embedder = CountingEmbedder()
+    store = MemoryStore(tmp_path / "m.db", embedder)
+    docs = [kb / "docs"]
+    first = run(ingest.sync(store, docs, base=tmp_path, chunker=Chunker(64, 12)))
+    smaller = run(ingest.sync(store, docs, base=tmp_path, chunker=Chunker(32, 4)))
+    assert len(smaller.changed_sources) == 5 and smaller.chunks > first.chunks
+    assert smaller.embeds > 0
+    back = run(ingest.sync(store, docs, base=tmp_path, chunker=Chunker(64, 12)))
+    assert back.chunks == first.chunks and back.embeds == 0  # every text's vector is cached
+    tokenizer = Tokenizer.train((kb / "docs" / "cli.md").read_text(), 400)
+    tokens = run(ingest.sync(store, docs, base=tmp_path, chunker=Chunker(64, 12, tokenizer)))
+    assert tokens.unit == "tokens" and len(tokens.changed_sources) == 5
+    (hit,) = run(store.recall("exit code unreachable", top_k=1))
+    assert hit.meta["unit"] == "tokens" and hit.meta["units"] <= 64
