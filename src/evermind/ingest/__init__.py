@@ -17,8 +17,9 @@ Modules: :mod:`~evermind.ingest.documents` (``Document``, ``Section``, ``ParseOp
 (:mod:`~evermind.ingest.markdown`, :mod:`~evermind.ingest.htmltext`,
 :mod:`~evermind.ingest.tabular`), :mod:`~evermind.ingest.chunker`,
 :mod:`~evermind.ingest.manifest` (one archived record per source in the store),
-:mod:`~evermind.ingest.files` (folder walking) and :mod:`~evermind.ingest.pipeline` (the
-sync). docs/ingest.md is the guide. Browser-safe: standard library and ``evermind`` only.
+:mod:`~evermind.ingest.files` (folder walking), :mod:`~evermind.ingest.syncer` (the diff of one
+source against its manifest) and :mod:`~evermind.ingest.pipeline` (the sync functions).
+docs/ingest.md is the guide. Browser-safe: standard library and ``evermind`` only.
 """
 
 from __future__ import annotations

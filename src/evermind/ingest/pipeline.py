@@ -18,263 +18,20 @@ Browser-safe: standard library only.
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from evermind.errors import EvermindError
-from evermind.ingest.chunker import Chunk, Chunker
+from evermind.ingest.chunker import Chunker
 from evermind.ingest.documents import Document, ParseOptions, check_source_id
 from evermind.ingest.files import MAX_FILE_BYTES, FileSource, select_files
-from evermind.ingest.manifest import (
-    Manifest,
-    chunks_by_source,
-    manifest_key,
-    meta_hash,
-    read_manifests,
-)
+from evermind.ingest.manifest import Manifest, read_manifests
 from evermind.ingest.registry import PARSERS, ParserRegistry, decode
-from evermind.memory.records import MemoryRecord, normalise_tags, validate_content, validate_meta
+from evermind.ingest.syncer import INGEST_TAG, IngestProgress, IngestReport, OnProgress, Syncer
 from evermind.memory.store import MemoryStore
-
-logger = logging.getLogger(__name__)
-
-#: The tag every ingested chunk carries (``recall(..., tags=["ingest"])`` finds only them).
-INGEST_TAG = "ingest"
-
-
-@dataclass
-class IngestReport:
-    """What a sync did. Chunk counts are per chunk; ``embeds`` counts embedded texts.
-
-    Attributes:
-        sources: Sources looked at (read, or skipped as unchanged by fingerprint).
-        changed_sources: Sources whose chunks or manifest were written.
-        added: Chunks at new positions.
-        updated: Chunks whose text or metadata changed at their position.
-        deleted: Chunks removed (positions gone, sources forgotten).
-        unchanged: Chunks already stored as they are.
-        embeds: Texts sent to the embedder (0 without one).
-        seconds: Wall time of the sync.
-        unit: What chunk sizes were counted in (``tokens`` or ``words``).
-        skipped: ``(path, reason)`` of files left out.
-        forgotten: Sources removed because their file is gone from a synced folder.
-    """
-
-    sources: int = 0
-    changed_sources: list[str] = field(default_factory=list)
-    added: int = 0
-    updated: int = 0
-    deleted: int = 0
-    unchanged: int = 0
-    embeds: int = 0
-    seconds: float = 0.0
-    unit: str = "words"
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    forgotten: list[str] = field(default_factory=list)
-
-    @property
-    def chunks(self) -> int:
-        """Chunks the synced sources hold now."""
-        return self.added + self.updated + self.unchanged
-
-    def chunks_per_second(self) -> float:
-        """Chunks the sync handled per second of wall time."""
-        return self.chunks / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report as JSON-serialisable data."""
-        return {
-            "sources": self.sources,
-            "changed_sources": list(self.changed_sources),
-            "added": self.added,
-            "updated": self.updated,
-            "deleted": self.deleted,
-            "unchanged": self.unchanged,
-            "chunks": self.chunks,
-            "embeds": self.embeds,
-            "seconds": round(self.seconds, 4),
-            "chunks_per_second": round(self.chunks_per_second(), 1),
-            "unit": self.unit,
-            "skipped": [list(item) for item in self.skipped],
-            "forgotten": list(self.forgotten),
-        }
-
-
-@dataclass(frozen=True)
-class IngestProgress:
-    """One source done: ``done`` of ``total`` sources; ``source`` is the one just handled."""
-
-    done: int
-    total: int
-    source: str
-    chunks: int
-
-
-OnProgress = Callable[[IngestProgress], None]
-
-
-class _Syncer:
-    """One sync's state: the store's records at the start, the chunker, the running report."""
-
-    def __init__(
-        self, store: MemoryStore, chunker: Chunker, tags: Iterable[str], importance: float
-    ) -> None:
-        self.store = store
-        self.chunker = chunker
-        self.tags = normalise_tags([INGEST_TAG, *tags])
-        self.importance = importance
-        self.report = IngestReport(unit=chunker.unit)
-        self.records: Mapping[str, MemoryRecord] = {}
-        self.manifests: dict[str, Manifest] = {}
-        self.by_source: dict[str, set[str]] = {}
-        cache = store.vector_cache
-        self._embedded_before = 0 if cache is None else cache.embedded_texts
-
-    async def load(self) -> None:
-        await self.store.refresh()
-        self.records = self.store.snapshot().records
-        self.manifests = read_manifests(self.records)
-        self.by_source = chunks_by_source(self.records)
-
-    def settings(self, options: ParseOptions) -> str:
-        return json.dumps(
-            {"chunker": self.chunker.settings(), "options": options.digest_fields()},
-            sort_keys=True,
-        )
-
-    def unchanged(self, source: str, fingerprint: str) -> bool:
-        """Whether ``source`` is stored from exactly these bytes and settings (then counted)."""
-        old = self.manifests.get(source)
-        if old is None or old.fingerprint != fingerprint:
-            return False
-        if not all(key in self.records for key in old.chunk_keys()):
-            return False  # a chunk was evicted or forgotten by hand: re-ingest
-        self.report.unchanged += len(old.chunks)
-        return True
-
-    async def apply(self, document: Document, origin: str, fingerprint: str | None) -> None:
-        """Diffs ``document``'s chunks against the stored ones and writes the difference."""
-        source = document.source
-        chunks = self.chunker.chunk(document)
-        old = self.manifests.get(source)
-        old_at = {}
-        if old is not None:
-            for key, digest in old.chunks:
-                position = _position(key, source)
-                if position is not None:
-                    old_at[position] = (key, digest)
-        now = self.store.clock()
-        puts: list[MemoryRecord] = []
-        entries: list[tuple[str, str]] = []
-        keep: set[str] = set()
-        for chunk in chunks:
-            meta = self._meta(chunk, document.kind)
-            digest = meta_hash(meta)
-            entries.append((chunk.key, digest))
-            keep.add(chunk.key)
-            before = old_at.get(chunk.position)
-            if before == (chunk.key, digest) and chunk.key in self.records:
-                self.report.unchanged += 1
-                continue
-            if before is None:
-                self.report.added += 1
-            else:
-                self.report.updated += 1
-            puts.append(self._record(chunk, meta, now))
-        stale = {key for key, _ in (old.chunks if old else ())} | self.by_source.get(source, set())
-        forget = sorted(key for key in stale - keep if key in self.records)
-        self.report.deleted += sum(1 for p in old_at if p >= len(chunks))
-        manifest = Manifest(
-            source, document.kind, origin, fingerprint, tuple(entries), document.title, now
-        )
-        if puts or forget or old is None or old != _same_time(manifest, old):
-            await self.store.write([*puts, manifest.to_record()], forget)
-            self.report.changed_sources.append(source)
-            self.manifests[source] = manifest
-            self.by_source[source] = keep
-            await self._reread()
-
-    async def _reread(self) -> None:
-        """Picks up the store's records after a write (one version check when only we wrote)."""
-        await self.store.refresh()
-        self.records = self.store.snapshot().records
-
-    def _meta(self, chunk: Chunk, kind: str) -> dict[str, Any]:
-        return validate_meta(
-            {
-                **chunk.meta,
-                "ingest": "chunk",
-                "source": chunk.source,
-                "kind": kind,
-                "position": chunk.position,
-                "line": chunk.line,
-                "breadcrumbs": list(chunk.breadcrumbs),
-                "breadcrumb": chunk.breadcrumb,
-                "units": chunk.units,
-                "unit": self.chunker.unit,
-                "oversize": chunk.oversize,
-            }
-        )
-
-    def _record(self, chunk: Chunk, meta: dict[str, Any], now: float) -> MemoryRecord:
-        return MemoryRecord(
-            key=chunk.key,
-            content=validate_content(chunk.content),
-            tags=self.tags,
-            importance=self.importance,
-            created_at=now,
-            updated_at=now,
-            meta=meta,
-        )
-
-    async def forget(self, source: str) -> int:
-        """Deletes ``source``'s chunks and manifest; returns how many chunks went."""
-        old = self.manifests.get(source)
-        keys = set(old.chunk_keys() if old else ()) | self.by_source.get(source, set())
-        present = sorted(key for key in keys if key in self.records)
-        if not present and old is None:
-            return 0
-        await self.store.write([], [*present, manifest_key(source)])
-        self.report.deleted += len(present)
-        self.manifests.pop(source, None)
-        self.by_source.pop(source, None)
-        await self._reread()
-        return len(present)
-
-    def finish(self, started: float) -> IngestReport:
-        cache = self.store.vector_cache
-        if cache is not None:
-            self.report.embeds = cache.embedded_texts - self._embedded_before
-        self.report.seconds = time.perf_counter() - started
-        return self.report
-
-
-def _position(key: str, source: str) -> int | None:
-    """The position a chunk key of ``source`` names, or None for a foreign key."""
-    prefix = source + "#"
-    if not key.startswith(prefix):
-        return None
-    number = key[len(prefix) :].partition("@")[0]
-    return int(number) if number.isdigit() else None
-
-
-def _same_time(manifest: Manifest, old: Manifest) -> Manifest:
-    """``manifest`` with ``old``'s time, to compare the two on content alone."""
-    return Manifest(
-        manifest.source,
-        manifest.kind,
-        manifest.origin,
-        manifest.fingerprint,
-        manifest.chunks,
-        manifest.title,
-        old.ingested_at,
-    )
 
 
 def _fingerprint(data: bytes, parser: str, settings: str) -> str:
@@ -331,7 +88,7 @@ async def sync(
         registry.get(parser)  # fail before reading anything
     root = Path(os.getcwd() if base is None else base)
     selection = select_files(paths, root, registry, parser, max_bytes)
-    syncer = _Syncer(store, chunker or Chunker(), tags, importance)
+    syncer = Syncer(store, chunker or Chunker(), tags, importance)
     syncer.report.skipped.extend(selection.skipped)
     await syncer.load()
     settings = syncer.settings(options)
@@ -361,7 +118,7 @@ def _under(source: str, folder: str) -> bool:
 
 
 async def _sync_file(
-    syncer: _Syncer,
+    syncer: Syncer,
     file: FileSource,
     registry: ParserRegistry,
     options: ParseOptions,
@@ -372,7 +129,7 @@ async def _sync_file(
 
 
 async def _sync_bytes(
-    syncer: _Syncer,
+    syncer: Syncer,
     source: str,
     data: bytes,
     parser: str,
@@ -414,7 +171,7 @@ async def sync_bytes(
     started = time.perf_counter()
     registry = registry or PARSERS
     options = options or ParseOptions()
-    syncer = _Syncer(store, chunker or Chunker(), tags, importance)
+    syncer = Syncer(store, chunker or Chunker(), tags, importance)
     await syncer.load()
     settings = syncer.settings(options)
     items = list(files)
@@ -449,7 +206,7 @@ async def sync_documents(
     :func:`sync`); other sources are left alone.
     """
     started = time.perf_counter()
-    syncer = _Syncer(store, chunker or Chunker(), tags, importance)
+    syncer = Syncer(store, chunker or Chunker(), tags, importance)
     await syncer.load()
     for done, document in enumerate(documents, start=1):
         check_source_id(document.source)
@@ -462,7 +219,7 @@ async def sync_documents(
 
 async def forget(store: MemoryStore, source: str) -> int:
     """Removes ``source``: its chunks and its manifest. Returns how many chunks went."""
-    syncer = _Syncer(store, Chunker(), (), 0.5)
+    syncer = Syncer(store, Chunker(), (), 0.5)
     await syncer.load()
     return await syncer.forget(check_source_id(source))
 
