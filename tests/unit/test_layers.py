@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"cli"},
     {"runtime", "mcp", "studio"},
     {"agent"},
-    {"job", "bridges"},
+    {"job", "bridges", "ingest"},
     {"memory", "cache"},
     {"train"},
     {"model"},

@@ -189,11 +189,13 @@ class MemoryStore:
 
         The records are written as given (timestamps included); ``created_at`` of an existing
         key is kept. Embeddings of new contents are computed first; if the embedder fails the
-        write still happens and recall embeds the text later.
+        write still happens and recall embeds the text later. Archived records are not
+        embedded: recall never ranks them.
         """
-        if self._cache is not None and records:
+        texts = [r.content for r in records if not r.archived]
+        if self._cache is not None and texts:
             try:
-                await self._cache.vectors([r.content for r in records])
+                await self._cache.vectors(texts)
             except EvermindError:
                 raise
             except Exception:
