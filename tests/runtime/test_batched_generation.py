@@ -323,6 +323,19 @@ def _request(body: dict[str, Any]) -> GenerationRequest:
     )  # fmt: skip
 
 
+async def _running_together(scheduler: Scheduler, tenant: str, n: int) -> None:
+    """Waits until ``n`` of ``tenant``'s sequences run at once; fails (never hangs) after 30 s.
+
+    The hogs a test starts are admitted one loop turn apart; one that finished before the last
+    was admitted would leave this waiting for ever, so a test's hogs are long (a tiny model
+    decodes ~2,400 tokens/s here).
+    """
+    deadline = time.monotonic() + 30
+    while scheduler.running(tenant) < n:
+        assert time.monotonic() < deadline, f"{n} sequences of {tenant!r} never ran together"
+        await asyncio.sleep(0.002)
+
+
 def test_the_scheduler_steps_concurrent_sequences_together(model: Model) -> None:
     scheduler, made = _scheduler(batch_slots=8)
 
@@ -342,7 +355,8 @@ def test_short_prompts_joining_a_busy_batch_are_fed_through_its_steps(model: Mod
     """With FEED_MIN_ACTIVE sequences running, a short prompt is prefilled with its first token
     only and fed the rest through the batch's steps; replies equal those of requests alone."""
     scheduler, made = _scheduler(batch_slots=16)
-    hog = {"prompt": "The standard library", "max_tokens": 60, "temperature": 0.0}
+    # Long enough that the first hog cannot finish before the last is admitted (see below).
+    hog = {"prompt": "The standard library", "max_tokens": 600, "temperature": 0.0}
     short = [r for r in REQUESTS if 1 < len(model._prompt_ids(r["prompt"])) <= FEED_TOKENS]
     assert len(short) >= 3, "needs short prompts of several tokens"
 
@@ -350,8 +364,7 @@ def test_short_prompts_joining_a_busy_batch_are_fed_through_its_steps(model: Mod
         alone = [(await scheduler.complete(model, _request(b))).text for b in short]
         hogs = [asyncio.ensure_future(scheduler.complete(model, _request(hog)))
                 for _ in range(FEED_MIN_ACTIVE)]  # fmt: skip
-        while scheduler.running("default") < FEED_MIN_ACTIVE:
-            await asyncio.sleep(0.002)
+        await _running_together(scheduler, "default", FEED_MIN_ACTIVE)
         fed = await asyncio.gather(*(scheduler.complete(model, _request(b)) for b in short))
         await asyncio.gather(*hogs)
         return alone, [r.text for r in fed]
@@ -370,7 +383,9 @@ def test_admission_takes_tenants_in_turn(model: Model) -> None:
     # fast the hogs decode on this machine.
     gate = threading.Event()
     scheduler, made = _scheduler(gate, batch_slots=2, slots=2, queue=8)
-    hog = {"prompt": "The", "max_tokens": 40, "temperature": 0.0}
+    # 2,000 tokens: the first hog, stepping alone (ungated) until the second is admitted, must
+    # not finish first (400 tokens took 0.17 s here; 40 did finish first, 1 run in 30).
+    hog = {"prompt": "The", "max_tokens": 2000, "temperature": 0.0}
 
     def submit(tenant: str, i: int) -> asyncio.Future[Any]:
         body = {**hog, "prompt": f"{tenant}{i}", "max_tokens": 4}
@@ -379,8 +394,7 @@ def test_admission_takes_tenants_in_turn(model: Model) -> None:
     async def run() -> None:
         first = [asyncio.ensure_future(scheduler.complete(model, _request(hog), "a"))
                  for _ in range(2)]  # fmt: skip
-        while scheduler.running("a") < 2:
-            await asyncio.sleep(0.005)
+        await _running_together(scheduler, "a", 2)
         later = [submit("a", i) for i in range(3)]
         await asyncio.sleep(0.02)
         later += [submit("b", i) for i in range(2)]
