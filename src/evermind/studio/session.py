@@ -21,7 +21,7 @@ from dataclasses import asdict
 from typing import Any
 
 from evermind import gpu
-from evermind.errors import ConfigError, DeviceLostError
+from evermind.errors import ConfigError, DeviceLostError, NoAdapterError
 from evermind.job import (
     JobConfig,
     export_package,
@@ -35,6 +35,7 @@ from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
+from evermind.model.py_decode import PyDecoder
 from evermind.package import read_package
 from evermind.package.head import EmbedderHead, bag_mean, project
 from evermind.package.tensor import Tensor
@@ -106,6 +107,12 @@ class Session:
         self._request: str | None = None
         self._kv: KeyValueStore | None = None
         self.held_out_fraction = 0.05
+        #: Why this tab has no WebGPU (the boot's NoAdapterError), None while it has one.
+        self.gpu_error: str | None = None
+        #: Without WebGPU an opened package lives here (weights in memory, pure-Python
+        #: decoding: :class:`~evermind.model.py_decode.PyDecoder`); None otherwise.
+        self.cpu_params: dict[str, array[float]] | None = None
+        self._cpu_decoder: PyDecoder | None = None
 
     async def kv(self) -> KeyValueStore:
         """The storage port, opened on first use."""
@@ -226,6 +233,7 @@ class Session:
         assert self.train_ids is not None and self.held_ids is not None
         device = await gpu.open_device()
         train = self.job.train
+        self._drop_cpu_model()
         self.model = GpuMamba(device, self.config, train.batch_size, train.seq_len, train)
         self.model.load_params(params)
         self._decoder = None
@@ -408,10 +416,9 @@ class Session:
             package.tokenizer_json, eos=roles.get("eos"), bos=roles.get("bos"), pad=roles.get("pad")
         )
         self.config = MambaConfig.from_hf_config(package.config)
-        device = await gpu.open_device()
-        model = GpuMamba(device, self.config, 1, 16)
-        model.load_params({name: t.to_float32() for name, t in package.tensors.items()})
-        self.model, self.trainer = model, None
+        params = {name: t.to_float32() for name, t in package.tensors.items()}
+        await self._load_weights(params)
+        self.trainer = None
         self._decoder = None
         head = package.embedder
         self._set_head(
@@ -425,12 +432,37 @@ class Session:
         )
         self.state = "loaded"
         return {
+            "device": "gpu" if self.model is not None else "cpu",
             "ref": f"evermind/{package.name}:{package.version}",
             "digest": package.digest,
             "n_params": self.config.n_params,
             "vocab_size": self.config.vocab_size,
             "training": package.manifest.get("training", {}),
         }
+
+    async def _load_weights(self, params: dict[str, array[float]]) -> None:
+        """Puts an opened package's weights on the GPU, or (no WebGPU) keeps them on the CPU."""
+        assert self.config is not None
+        try:
+            device = await gpu.open_device()
+        except NoAdapterError as err:
+            self.gpu_error = str(err)
+            self.model = None
+            self.cpu_params = params
+            self._cpu_decoder = PyDecoder(self.config, params)
+            return
+        self._drop_cpu_model()
+        model = GpuMamba(device, self.config, 1, 16)
+        model.load_params(params)
+        self.model = model
+
+    def _drop_cpu_model(self) -> None:
+        self.cpu_params, self._cpu_decoder = None, None
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the model in the tab is an opened package on the CPU path (no WebGPU)."""
+        return self.model is None and self._cpu_decoder is not None
 
     # -- using the model ---------------------------------------------------------------------
     def _require_model(self) -> GpuMamba:
@@ -450,16 +482,23 @@ class Session:
         seed: int | None,
     ) -> dict[str, Any]:
         """Streams a continuation of ``prompt`` as ``generate-token`` events."""
-        model = self._require_model()
-        assert self.tokenizer is not None and self.config is not None
-        if self._decoder is None:
-            self._decoder = GpuDecoder(model.device, self.config, model.slots)
+        source: GpuDecoder | PyDecoder
+        if self.on_cpu:
+            assert self._cpu_decoder is not None
+            source = self._cpu_decoder
+        else:
+            model = self._require_model()
+            assert self.config is not None
+            if self._decoder is None:
+                self._decoder = GpuDecoder(model.device, self.config, model.slots)
+            source = self._decoder
+        assert self.tokenizer is not None
         ids = self.tokenizer.encode(prompt) or [self.tokenizer.bos_id or 0]
         decoder = self.tokenizer.stream_decoder()
         pieces: list[str] = []
         start = time.perf_counter()
         count = 0
-        async for token in self._decoder.stream(
+        async for token in source.stream(
             ids, max_new_tokens, temperature, top_k, top_p, seed, self.tokenizer.eos_id
         ):
             count += 1
@@ -474,6 +513,7 @@ class Session:
         seconds = time.perf_counter() - start
         return {
             "text": "".join(pieces),
+            "device": "cpu" if self.on_cpu else "gpu",
             "tokens": count,
             "tokens_per_second": round(count / seconds, 1) if seconds > 0 else 0.0,
         }
@@ -852,7 +892,8 @@ class Session:
 
     async def export(self, name: str, version: str, dtype: str) -> dict[str, Any]:
         """The ``.evermind`` package of the current weights, base64-encoded."""
-        model = self._require_model()
+        on_cpu = self.on_cpu
+        model = None if on_cpu else self._require_model()
         assert self.job is not None and self.config is not None and self.tokenizer is not None
         job = JobConfig(
             name=name,
@@ -863,7 +904,11 @@ class Session:
             dtype=dtype,
             train=self.job.train,
         )
-        params = await model.read_params()
+        if model is None:
+            assert self.cpu_params is not None
+            params = self.cpu_params
+        else:
+            params = await model.read_params()
         corpus = "; ".join(d for _, d in self.sources.values()) or "restored session"
         data = export_package(
             job,
@@ -872,7 +917,7 @@ class Session:
             self.tokenizer,
             self.trainer.result() if self.trainer is not None else None,
             corpus,
-            "webgpu (browser)",
+            "cpu (browser)" if on_cpu else "webgpu (browser)",
             embedder=self.head,
         )
         return {
