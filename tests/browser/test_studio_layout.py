@@ -46,7 +46,9 @@ def wait_text(rec: RecordedPage, selector: str, pattern: str) -> str:
         locator.filter(has_text=re.compile(pattern)).wait_for(timeout=TIMEOUT_MS)
     except Exception:
         print("console:\n" + "\n".join(rec.console[-30:]))
-        raise AssertionError(f"{selector} never matched {pattern!r}: {locator.inner_text()!r}")
+        raise AssertionError(
+            f"{selector} never matched {pattern!r}: {locator.inner_text()!r}"
+        ) from None
     return locator.inner_text()
 
 

@@ -70,7 +70,9 @@ def wait_text(rec: RecordedPage, selector: str, pattern: str) -> str:
         locator.filter(has_text=re.compile(pattern)).wait_for(timeout=TIMEOUT_MS)
     except Exception:
         print("console:\n" + "\n".join(rec.console[-30:]))
-        raise AssertionError(f"{selector} never matched {pattern!r}: {locator.inner_text()!r}")
+        raise AssertionError(
+            f"{selector} never matched {pattern!r}: {locator.inner_text()!r}"
+        ) from None
     return locator.inner_text()
 
 
@@ -177,9 +179,7 @@ def test_no_page_errors_and_nothing_left_loopback(studio: RecordedPage) -> None:
     assert not errors, errors
 
 
-def test_without_navigator_gpu_at_all_the_page_boots_with_the_banner(
-    nogpu_browser, server
-) -> None:
+def test_without_navigator_gpu_at_all_the_page_boots_with_the_banner(nogpu_browser, server) -> None:
     rec = RecordedPage(nogpu_browser)
     try:
         rec.context.add_init_script("delete Navigator.prototype.gpu;")
