@@ -5,8 +5,8 @@ Chromium is launched WITHOUT ``--enable-unsafe-webgpu``: ``navigator.gpu`` exist
 'requestDevice'``). A second page also has no ``navigator.gpu`` at all, in the page (an init
 script) and in the worker (the worker script is served with a line that removes it), as in
 browsers without WebGPU. Data → tokenizer → memory recall (lexical) → cache run through the
-panels; a package built natively is opened in the tab, generates on the CPU path exactly what
-the native numpy model generates, and exports.
+panels; a package built natively is opened in the tab, generates and embeds on the CPU path exactly
+as the native numpy model does, and exports.
 """
 
 from __future__ import annotations
@@ -164,6 +164,16 @@ def test_an_opened_package_generates_on_the_cpu_and_exports(studio: RecordedPage
     assert generated["device"] == "cpu" and generated["tokens"] > 0, generated
     native = load(data).complete("The quick", max_new_tokens=12, temperature=0.0, seed=0)
     assert generated["text"] == native.text, (generated, native)
+
+    texts = ["The quick brown fox.", "A memory is kept in the browser."]
+    vectors = page.evaluate(call, ["embed", {"texts": texts}])["vectors"]
+    expected = load(data).embed(texts)
+    worst = max(
+        abs(a - b)
+        for got, want in zip(vectors, expected, strict=True)
+        for a, b in zip(got, want, strict=True)
+    )
+    assert worst < 1e-4, worst
 
     exported = page.evaluate(call, ["export_package", {"name": "cpu-copy", "version": "0.2.0"}])
     package = base64.b64decode(exported["data_b64"])

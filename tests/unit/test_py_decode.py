@@ -77,3 +77,17 @@ def test_bad_token_and_empty_prompt_are_refused() -> None:
 
     with pytest.raises(ConfigError, match="at least one prompt token"):
         asyncio.run(empty())
+
+
+def test_embeddings_match_the_numpy_model() -> None:
+    reference, decoder = _models()
+    texts = [[5, 17, 3], [96], [8, 8, 8, 8, 61, 1, 0]]
+    got = np.array(decoder.embed_ids(texts))
+    for row, ids in zip(got, texts, strict=True):
+        expected = reference.embed(np.array([ids]), np.ones((1, len(ids)), bool))[0]
+        assert np.max(np.abs(row - expected)) < 1e-5
+        assert abs(float(np.linalg.norm(row)) - 1.0) < 1e-6
+    # Embedding leaves no decoding state behind: the next step is a fresh sequence's.
+    after_embedding = decoder.step(7)
+    decoder.reset()
+    assert decoder.step(7) == after_embedding

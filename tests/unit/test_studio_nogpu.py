@@ -6,6 +6,7 @@ import base64
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 
 from evermind import gpu
@@ -64,3 +65,17 @@ def test_an_opened_package_generates_and_exports_on_the_cpu(no_gpu: None) -> Non
     again = load(package).complete("The quick", max_new_tokens=10, temperature=0.0, seed=0)
     assert again.text == native.text
     assert load(package).package.manifest["training"]["device"] == "cpu (browser)"
+
+
+def test_an_opened_package_embeds_on_the_cpu_as_natively(no_gpu: None) -> None:
+    data = tiny_package()
+    assert call("package_load", data_b64=base64.b64encode(data).decode())["ok"]
+    texts = ["The quick brown fox.", "A memory is kept in the browser."]
+    out = call("embed", texts=texts)
+    assert out["ok"], out
+    got = np.array(out["result"]["vectors"])
+    native = load(data).embed(texts)
+    assert got.shape == native.shape
+    assert np.max(np.abs(got - native)) < 1e-4
+    cosine = call("similarity", a=texts[0], b=texts[1])["result"]["cosine"]
+    assert abs(cosine - float(native[0] @ native[1])) < 1e-4

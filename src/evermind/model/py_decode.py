@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from evermind.errors import ConfigError
 from evermind.model.config import MambaConfig
 from evermind.model.sampling import sample
+from evermind.package.head import EmbedderHead, apply_head
 
 __all__ = ["PyDecoder"]
 
@@ -97,6 +98,30 @@ class PyDecoder:
 
     def step(self, token: int) -> list[float]:
         """Feeds one token; returns the logits (V,) of the next."""
+        return _matvec(self.embedding, self._advance(token))
+
+    def embed_ids(
+        self, texts_ids: Sequence[Sequence[int]], head: EmbedderHead | None = None
+    ) -> list[list[float]]:
+        """Sentence embeddings, as the package embeds: the mean of the final normed hidden
+        states over each text's tokens, L2-normalised, then ``head`` (if any) applied
+        (:func:`evermind.package.head.apply_head`). Resets the decoding state."""
+        vectors = []
+        for ids in texts_ids:
+            if not ids:
+                raise ConfigError("embed needs at least one token per text")
+            self.reset()
+            total = [0.0] * self.config.d_model
+            for token in ids:
+                total = [a + b for a, b in zip(total, self._advance(token), strict=True)]
+            norm = math.sqrt(math.fsum(v * v for v in total))
+            pooled = [v / norm for v in total] if norm > 0 else total
+            vectors.append(apply_head(head, pooled, ids))
+        self.reset()
+        return vectors
+
+    def _advance(self, token: int) -> list[float]:
+        """Feeds one token; returns the final normed hidden state (D,)."""
         cfg = self.config
         if not 0 <= token < cfg.vocab_size:
             raise ConfigError(f"token id {token} is outside the vocabulary 0..{cfg.vocab_size - 1}")
@@ -126,8 +151,7 @@ class PyDecoder:
                     acc += state[s] * c_t[s]
                 y.append((acc + w.skip[c] * x_c[c]) * _gate(z[c]))
             h = [a + b for a, b in zip(h, _matvec(w.out_proj, y), strict=True)]
-        hidden = _norm(h, self.norm_f, cfg.rms_eps)
-        return _matvec(self.embedding, hidden)
+        return _norm(h, self.norm_f, cfg.rms_eps)
 
     async def stream(
         self,

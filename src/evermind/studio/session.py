@@ -56,6 +56,8 @@ EMBEDDER_TEXTS = 512
 TOKEN_FIT_TEXTS = 160
 #: The α grid of the tab's token term, in units of |W·(p − μ)| / |token term| (0: none).
 TOKEN_ALPHAS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+#: Tokens per text the CPU path embeds (as :class:`GpuEmbedder`'s default ``max_tokens``).
+CPU_EMBED_TOKENS = 128
 #: Shortest and longest corpus text (words, characters) the embedder phase takes.
 EMBEDDER_MIN_WORDS, EMBEDDER_MAX_CHARS = 3, 240
 
@@ -837,12 +839,22 @@ class Session:
         package's) ``normalize(W · (p − μ) + token term)``
         (:func:`evermind.package.head.apply_head`).
         """
+        if self.on_cpu:
+            return self._embed_on_cpu(texts)
         model = self._require_model()
         assert self.tokenizer is not None and self.config is not None
         if self._embedder is None:
             self._embedder = GpuEmbedder(model.device, self.config, model.slots, head=self.head)
         eos = self.tokenizer.eos_id or 0
         return await self._embedder.embed_ids([self.tokenizer.encode(t) or [eos] for t in texts])
+
+    def _embed_on_cpu(self, texts: list[str]) -> list[list[float]]:
+        """:meth:`embed` of an opened package without WebGPU (pure Python, the GPU path's
+        128-token cut)."""
+        assert self._cpu_decoder is not None and self.tokenizer is not None
+        eos = self.tokenizer.eos_id or 0
+        ids = [(self.tokenizer.encode(t) or [eos])[:CPU_EMBED_TOKENS] for t in texts]
+        return self._cpu_decoder.embed_ids(ids, self.head)
 
     @property
     def embedder_fingerprint(self) -> str:
