@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import RecordedPage, open_studio
+from tests.browser.conftest import ROOT, RecordedPage, open_studio
 
+SHOTS = ROOT / "test-results" / "layout"
 PANELS = ["data", "tokenizer", "train", "try", "export", "memory", "cache"]
 VIEWPORTS = [(390, 844), (1280, 800), (1440, 900), (320, 640), (1920, 1080)]
 TIMEOUT_MS = 180_000
@@ -112,6 +113,26 @@ def test_no_horizontal_scroll_in_any_panel_at_any_width(
     page.locator("#panel-data button", has_text="Add pasted text").click()
     page.wait_for_timeout(500)
 
+    # Long keys, tags and queries in the Memory and Cache panels.
+    show(studio, "memory")
+    page.fill("#panel-memory input[name=memory-key]", "user." + LONG_WORD)
+    page.fill("#panel-memory textarea[name=memory-content]", "The user writes " + LONG_WORD)
+    page.fill("#panel-memory input[name=memory-tags]", LONG_WORD)
+    page.click("#memory-remember")
+    wait_text(studio, "#memory-list", r"column_name")
+    page.fill("#panel-memory input[name=memory-query]", "user " + LONG_WORD)
+    page.click("#memory-recall")
+    wait_text(studio, "#memory-hits", r"column_name")
+    show(studio, "cache")
+    page.fill("#panel-cache input[name=cache-store-query]", "convert " + LONG_WORD)
+    page.fill("#panel-cache textarea[name=cache-store-response]", LONG_WORD)
+    page.click("#cache-store")
+    wait_text(studio, "#panel-cache .message", r"Stored")
+    page.fill("#panel-cache input[name=cache-query]", "convert " + LONG_WORD)
+    page.click("#cache-lookup")
+    wait_text(studio, "#cache-verdict", r"Hit|Miss")
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
     measured: dict[tuple[int, str], int] = {}
     for width, height in VIEWPORTS:
         page.set_viewport_size({"width": width, "height": height})
@@ -121,6 +142,8 @@ def test_no_horizontal_scroll_in_any_panel_at_any_width(
             w = widths(studio)
             assert w["inner"] == width
             measured[(width, panel)] = w["scroll"]
+            if width in (390, 1280):
+                page.screenshot(path=str(SHOTS / f"{width}-{panel}.png"), full_page=True)
     print("scrollWidth by (viewport, panel):", measured)
     too_wide = {key: value for key, value in measured.items() if value > key[0]}
     assert not too_wide, f"wider than the viewport: {too_wide}"

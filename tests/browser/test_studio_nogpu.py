@@ -18,10 +18,11 @@ from collections.abc import Iterator
 import pytest
 
 from evermind.model.inference import load
-from tests.browser.conftest import BOOT_TIMEOUT_MS, RecordedPage
+from tests.browser.conftest import BOOT_TIMEOUT_MS, ROOT, RecordedPage
 from tests.factories import tiny_package
 
 TIMEOUT_MS = 180_000
+SHOTS = ROOT / "test-results" / "nogpu"
 #: Removes WebGPU from a worker's navigator, as in a browser without it.
 NO_GPU_IN_WORKER = "delete WorkerNavigator.prototype.gpu;\n"
 
@@ -110,6 +111,8 @@ def test_banner_names_the_browser_and_training_says_why_it_is_off(studio: Record
     # The reason is beside the button (its hint), not only in a tooltip.
     hint = page.locator("#panel-train .gate-hint", has_text="Training needs WebGPU")
     assert hint.count() >= 1 and hint.first.is_visible()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "train-without-webgpu.png"))
 
 
 def test_data_tokenizer_memory_and_cache_work_without_a_gpu(studio: RecordedPage) -> None:
