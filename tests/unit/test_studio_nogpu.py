@@ -65,6 +65,10 @@ def test_an_opened_package_generates_and_exports_on_the_cpu(no_gpu: None) -> Non
     again = load(package).complete("The quick", max_new_tokens=10, temperature=0.0, seed=0)
     assert again.text == native.text
     assert load(package).package.manifest["training"]["device"] == "cpu (browser)"
+    # What needs the GPU model says so, in words, instead of "train a model first".
+    refused = call("evaluate", text="The quick brown fox jumps over the lazy dog.")
+    assert not refused["ok"] and refused["error"]["type"] == "NoAdapterError", refused
+    assert "needs WebGPU" in refused["error"]["message"]
 
 
 def test_an_opened_package_embeds_on_the_cpu_as_natively(no_gpu: None) -> None:

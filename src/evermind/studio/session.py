@@ -468,6 +468,11 @@ class Session:
 
     # -- using the model ---------------------------------------------------------------------
     def _require_model(self) -> GpuMamba:
+        if self.on_cpu:
+            raise NoAdapterError(
+                "this needs WebGPU; without it the opened package can generate, embed and "
+                f"export, nothing more ({self.gpu_error})"
+            )
         if self.model is None:
             raise ConfigError("train a model first (or resume the saved session)")
         if self.state in ("training", "embedding"):
