@@ -165,6 +165,7 @@ def test_an_opened_package_generates_on_the_cpu_and_exports(studio: RecordedPage
     options = {"max_new_tokens": 12, "temperature": 0.0, "seed": 0}
     generated = page.evaluate(call, ["generate", {"prompt": "The quick", **options}])
     assert generated["device"] == "cpu" and generated["tokens"] > 0, generated
+    print("CPU generation in the tab:", generated["tokens_per_second"], "tokens/s")
     native = load(data).complete("The quick", max_new_tokens=12, temperature=0.0, seed=0)
     assert generated["text"] == native.text, (generated, native)
 

@@ -12,9 +12,10 @@ rows, the shapes of :mod:`evermind.model.config`'s parameter table.
 from __future__ import annotations
 
 import math
+import operator
 import random
 from array import array
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from evermind.errors import ConfigError
 from evermind.model.config import MambaConfig
@@ -29,6 +30,15 @@ _LINEAR_FROM = 20.0
 Rows = list["array[float]"]
 
 
+def _dot_fallback(a: Sequence[float], b: Sequence[float]) -> float:
+    total: float = sum(map(operator.mul, a, b))
+    return total
+
+
+#: The dot product: ``math.sumprod`` (Python 3.12+, Pyodide's 3.14: one C loop), else a map.
+_dot: Callable[[Sequence[float], Sequence[float]], float] = getattr(math, "sumprod", _dot_fallback)
+
+
 def _rows(flat: Sequence[float], width: int) -> Rows:
     """A (rows, width) matrix as a list of float32 rows."""
     return [array("f", flat[i : i + width]) for i in range(0, len(flat), width)]
@@ -36,11 +46,11 @@ def _rows(flat: Sequence[float], width: int) -> Rows:
 
 def _matvec(rows: Rows, vector: Sequence[float]) -> list[float]:
     """``rows @ vector``."""
-    return [math.fsum(map(float.__mul__, row, vector)) for row in rows]
+    return [_dot(row, vector) for row in rows]
 
 
 def _norm(x: Sequence[float], weight: Sequence[float], eps: float) -> list[float]:
-    scale = 1.0 / math.sqrt(math.fsum(v * v for v in x) / len(x) + eps)
+    scale = 1.0 / math.sqrt(_dot(x, x) / len(x) + eps)
     return [v * scale * w for v, w in zip(x, weight, strict=True)]
 
 
@@ -136,20 +146,21 @@ class PyDecoder:
                 register.pop(0)
                 register.append(x_in[c])
                 taps = w.conv_w[c]
-                x_c.append(_gate(w.conv_b[c] + math.fsum(map(float.__mul__, register, taps))))
+                x_c.append(_gate(w.conv_b[c] + _dot(register, taps)))
             dbc = _matvec(w.x_proj, x_c)
             b_t, c_t = dbc[r : r + n], dbc[r + n :]
             dt_in = dbc[:r]
             y = []
             for c in range(i_dim):
-                delta = _positive(w.dt_b[c] + math.fsum(map(float.__mul__, w.dt_w[c], dt_in)))
+                delta = _positive(w.dt_b[c] + _dot(w.dt_w[c], dt_in))
                 drive = delta * x_c[c]
-                state, decay = ssm[c], w.decay[c]
-                acc = 0.0
-                for s in range(n):
-                    state[s] = math.exp(delta * decay[s]) * state[s] + drive * b_t[s]
-                    acc += state[s] * c_t[s]
-                y.append((acc + w.skip[c] * x_c[c]) * _gate(z[c]))
+                exp = math.exp
+                state = [
+                    exp(delta * a) * h_s + drive * b
+                    for a, h_s, b in zip(w.decay[c], ssm[c], b_t, strict=True)
+                ]
+                ssm[c] = state
+                y.append((_dot(state, c_t) + w.skip[c] * x_c[c]) * _gate(z[c]))
             h = [a + b for a, b in zip(h, _matvec(w.out_proj, y), strict=True)]
         return _norm(h, self.norm_f, cfg.rms_eps)
 
