@@ -4,7 +4,7 @@
 // Panels (./panels/*.js) only build markup and call the methods here, so the element's
 // JS API and the buttons run exactly the same code.
 import { h } from "./dom.js";
-import { describeError } from "./errors.js";
+import { describeError, noGpuMessage } from "./errors.js";
 import { dataPanel } from "./panels/data.js";
 import { tokenizerPanel } from "./panels/tokenizer.js";
 import { trainPanel } from "./panels/train.js";
@@ -22,6 +22,9 @@ export const EMBEDDER_TEXTS = 512;
 const PANELS = [dataPanel, tokenizerPanel, trainPanel, tryPanel, exportPanel, memoryPanel, cachePanel];
 const MARKS = { done: "✓", active: "●", todo: "○" };
 const MARK_WORDS = { done: "done", active: "in progress", todo: "not started" };
+/** Buttons that need WebGPU (training and the embedder phase): disabled, with the reason, without it. */
+const GPU_BUTTONS = ["train-start", "train-resume", "train-resume-checkpoint", "train-embedder"];
+const NO_GPU_REASON = "Training needs WebGPU, which this browser does not provide (see the banner at the top).";
 
 let nextAppId = 1;
 
@@ -130,7 +133,8 @@ export class StudioApp extends EventTarget {
       { class: "sidebar", "aria-label": "Studio steps" },
       h("div", { class: "sidebar-inner" }, list, h("details", { class: "runtime-facts" }, h("summary", { text: "Runtime" }), factList)),
     );
-    this.main = h("main", { class: "panels" }, this.bootCard, ...this.panels.map((p) => p.element));
+    this.gpuBanner = h("p", { id: "no-gpu-banner", class: "banner warning no-gpu", role: "alert", hidden: true });
+    this.main = h("main", { class: "panels" }, this.gpuBanner, this.bootCard, ...this.panels.map((p) => p.element));
     this.shell = h("div", { class: "studio", dataset: { phase: "booting" } }, header, h("div", { class: "layout" }, nav, this.main));
     this.root.append(this.shell);
     this.show(this.panels[0].id, { focus: false });
@@ -178,13 +182,28 @@ export class StudioApp extends EventTarget {
 
   _applyGate({ button, reason, hintEl }) {
     const phase = this.state.phase;
-    const why = phase !== "ready" ? (phase === "error" ? "The runtime did not start." : "Starting…") : reason();
+    let why = phase !== "ready" ? (phase === "error" ? "The runtime did not start." : "Starting…") : reason();
+    // Without WebGPU nothing else a GPU button lacks matters: say that first.
+    if (phase === "ready" && this._needsMissingGpu(button)) why = NO_GPU_REASON;
     button.disabled = Boolean(why) || this.busyButtons.has(button);
     button.title = why || "";
     if (hintEl) {
       hintEl.textContent = why || "";
       hintEl.hidden = !why;
     }
+  }
+
+  /** Whether `button` needs WebGPU and this tab booted without it. */
+  _needsMissingGpu(button) {
+    return this.state.device?.gpu === false && GPU_BUTTONS.includes(button.id);
+  }
+
+  /** After a boot without WebGPU: the banner, the pill, and the Runtime facts say so. */
+  _showNoGpu(device) {
+    this.gpuBanner.textContent = noGpuMessage(navigator.userAgent);
+    this.gpuBanner.title = device.gpu_error?.message ?? "";
+    this.gpuBanner.hidden = false;
+    this.adapterLine.textContent = "no WebGPU: CPU only";
   }
 
   /** Re-evaluates every gate, the step marks and the header after a state change. */
@@ -310,7 +329,8 @@ export class StudioApp extends EventTarget {
       this.facts["device-ready"].textContent = `${(deviceReady / 1000).toFixed(2)} s`;
       this._bootStage("Ready.", 1);
       this.bootCard.hidden = true;
-      this._setPill("ready", "ready");
+      if (device.gpu === false) this._showNoGpu(device);
+      this._setPill(device.gpu === false ? "ready · cpu only" : "ready", "ready");
       this.setState({ phase: "ready", device }, { share: false });
       await this._restore();
       return { ok: true, boot, device, python_ready_ms: Math.round(pythonReady), device_ready_ms: Math.round(deviceReady) };

@@ -22,3 +22,26 @@ export function describeError(err) {
 export function isRecoverable(err) {
   return err?.name === "DeviceLostError" || /out of memory|device (was )?lost/i.test(String(err?.message));
 }
+
+/** The browser's name and major version from a user-agent string ("Firefox 128", "Chromium 156"). */
+export function browserName(ua = globalThis.navigator?.userAgent ?? "") {
+  const rules = [
+    [/Edg\/(\d+)/, "Edge"],
+    [/OPR\/(\d+)/, "Opera"],
+    [/Firefox\/(\d+)/, "Firefox"],
+    [/HeadlessChrome\/(\d+)/, "Headless Chrome"],
+    [/Chromium\/(\d+)/, "Chromium"],
+    [/Chrome\/(\d+)/, "Chrome"],
+    [/Version\/(\d+)[.\d]* .*Safari\//, "Safari"],
+  ];
+  for (const [rx, name] of rules) {
+    const m = rx.exec(ua);
+    if (m) return `${name} ${m[1]}`;
+  }
+  return "This browser";
+}
+
+/** The banner without WebGPU: which browser, what still works, and what to enable. */
+export function noGpuMessage(ua) {
+  return `${browserName(ua)} gives this page no WebGPU, so training is off. Data, tokenizer, memory and cache (lexical recall), opening a package, generating on the CPU and export still work. To train: ${NEXT_STEP.NoAdapterError.replace(/^This browser gave no WebGPU adapter\. /, "")}`;
+}

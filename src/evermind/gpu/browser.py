@@ -24,6 +24,11 @@ _NO_WEBGPU_HINT = (
 )
 
 
+def _missing(js_value: Any) -> bool:
+    """Whether a JS value is absent: ``None`` (undefined) or Pyodide's ``jsnull`` (JS null)."""
+    return js_value is None or type(js_value).__name__ == "JsNull"
+
+
 def _js(value: Any) -> Any:
     """Converts nested Python dicts/lists to plain JS objects/arrays."""
     return to_js(value, dict_converter=Object.fromEntries)
@@ -163,13 +168,20 @@ async def open_browser_device() -> BrowserDevice:
         NoAdapterError: WebGPU is missing or returned no adapter; the message says which
             browser or flag to use.
     """
-    js_gpu = getattr(navigator, "gpu", None)
-    if js_gpu is None:
+    js_gpu: Any = getattr(navigator, "gpu", None)
+    if _missing(js_gpu):
         raise NoAdapterError(f"this browser has no navigator.gpu (WebGPU); {_NO_WEBGPU_HINT}")
     js_adapter = await js_gpu.requestAdapter(_js({"powerPreference": "high-performance"}))
-    if js_adapter is None:
+    # Pyodide 314 turns JS null into ``jsnull``, not None: without a check for both the
+    # page died on ``'JsNull' object has no attribute 'requestDevice'``.
+    if _missing(js_adapter):
         raise NoAdapterError(f"navigator.gpu.requestAdapter() returned null; {_NO_WEBGPU_HINT}")
-    js_device = await js_adapter.requestDevice(_js({"label": "evermind"}))
+    try:
+        js_device = await js_adapter.requestDevice(_js({"label": "evermind"}))
+    except Exception as err:  # a JsException: the adapter refused a device
+        raise NoAdapterError(
+            f"the WebGPU adapter gave no device ({err}); {_NO_WEBGPU_HINT}"
+        ) from err
     js_info = js_adapter.info
     info = {
         "vendor": str(js_info.vendor),

@@ -22,7 +22,7 @@ from typing import Any
 
 import evermind
 from evermind import gpu
-from evermind.errors import ConfigError, EvermindError
+from evermind.errors import ConfigError, EvermindError, NoAdapterError
 from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
 from evermind.studio import bench_api, memory_api
@@ -64,13 +64,36 @@ async def call(name: str, kwargs_json: str = "{}") -> str:
 
 @handler
 async def boot() -> dict[str, Any]:
-    """Opens the WebGPU device; returns adapter, limits, versions and timings."""
+    """Opens the WebGPU device; returns adapter, limits, versions and timings.
+
+    Without WebGPU the boot still succeeds: ``gpu`` is false, ``transport`` is ``"cpu"``
+    and ``gpu_error`` carries the :class:`~evermind.errors.NoAdapterError` (type and
+    message), so the page can say so and keep everything that needs no GPU working.
+    """
     start = time.perf_counter()
-    device = await gpu.open_device()
-    return {
+    facts: dict[str, Any] = {
         "evermind": evermind.__version__,
         "python": platform.python_version(),
         "platform": sys.platform,
+    }
+    try:
+        device = await gpu.open_device()
+    except NoAdapterError as err:
+        session().gpu_error = str(err)
+        return {
+            **facts,
+            "gpu": False,
+            "gpu_error": {"type": type(err).__name__, "message": str(err)},
+            "transport": "cpu",
+            "adapter": {},
+            "limits": {},
+            "device_ms": round((time.perf_counter() - start) * 1000, 1),
+        }
+    session().gpu_error = None
+    return {
+        **facts,
+        "gpu": True,
+        "gpu_error": None,
         "transport": device.transport,
         "adapter": device.adapter_info,
         "limits": device.limits,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evermind.errors import ConfigError, EvermindError
+from evermind.errors import ConfigError, EvermindError, NoAdapterError
 from evermind.job import DEFAULT_CORPUS_BYTES, Note, OnEvent, TokenizerProgress
 from evermind.types import Progress
 
@@ -136,7 +136,12 @@ def train_in_browser(
                 raise ConfigError(
                     f"the Studio did not start in headless Chromium: {booted.get('error')}"
                 )
-            adapter = booted["device"]["adapter"]
+            device = booted["device"]
+            if device.get("gpu") is False:  # the page boots without WebGPU; training cannot
+                raise NoAdapterError(
+                    f"headless Chromium gave the Studio no WebGPU: {device['gpu_error']['message']}"
+                )
+            adapter = device["adapter"]
             emit(Note("browser WebGPU adapter", f"{adapter['vendor']} {adapter['architecture']}"))
             page.evaluate("window.evermind.on(e => window.__evermindHeadlessEvent(e))")
             if corpus_text is None:

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from typing import Any
 
 from evermind import gpu
-from evermind.errors import ConfigError, DeviceLostError
+from evermind.errors import ConfigError, DeviceLostError, NoAdapterError
 from evermind.job import (
     JobConfig,
     export_package,
@@ -35,6 +35,7 @@ from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
+from evermind.model.py_decode import PyDecoder
 from evermind.package import read_package
 from evermind.package.head import EmbedderHead, bag_mean, project
 from evermind.package.tensor import Tensor
@@ -55,6 +56,8 @@ EMBEDDER_TEXTS = 512
 TOKEN_FIT_TEXTS = 160
 #: The α grid of the tab's token term, in units of |W·(p − μ)| / |token term| (0: none).
 TOKEN_ALPHAS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+#: Tokens per text the CPU path embeds (as :class:`GpuEmbedder`'s default ``max_tokens``).
+CPU_EMBED_TOKENS = 128
 #: Shortest and longest corpus text (words, characters) the embedder phase takes.
 EMBEDDER_MIN_WORDS, EMBEDDER_MAX_CHARS = 3, 240
 
@@ -106,6 +109,12 @@ class Session:
         self._request: str | None = None
         self._kv: KeyValueStore | None = None
         self.held_out_fraction = 0.05
+        #: Why this tab has no WebGPU (the boot's NoAdapterError), None while it has one.
+        self.gpu_error: str | None = None
+        #: Without WebGPU an opened package lives here (weights in memory, pure-Python
+        #: decoding: :class:`~evermind.model.py_decode.PyDecoder`); None otherwise.
+        self.cpu_params: dict[str, array[float]] | None = None
+        self._cpu_decoder: PyDecoder | None = None
 
     async def kv(self) -> KeyValueStore:
         """The storage port, opened on first use."""
@@ -226,6 +235,7 @@ class Session:
         assert self.train_ids is not None and self.held_ids is not None
         device = await gpu.open_device()
         train = self.job.train
+        self._drop_cpu_model()
         self.model = GpuMamba(device, self.config, train.batch_size, train.seq_len, train)
         self.model.load_params(params)
         self._decoder = None
@@ -408,10 +418,9 @@ class Session:
             package.tokenizer_json, eos=roles.get("eos"), bos=roles.get("bos"), pad=roles.get("pad")
         )
         self.config = MambaConfig.from_hf_config(package.config)
-        device = await gpu.open_device()
-        model = GpuMamba(device, self.config, 1, 16)
-        model.load_params({name: t.to_float32() for name, t in package.tensors.items()})
-        self.model, self.trainer = model, None
+        params = {name: t.to_float32() for name, t in package.tensors.items()}
+        await self._load_weights(params)
+        self.trainer = None
         self._decoder = None
         head = package.embedder
         self._set_head(
@@ -425,6 +434,7 @@ class Session:
         )
         self.state = "loaded"
         return {
+            "device": "gpu" if self.model is not None else "cpu",
             "ref": f"evermind/{package.name}:{package.version}",
             "digest": package.digest,
             "n_params": self.config.n_params,
@@ -432,8 +442,37 @@ class Session:
             "training": package.manifest.get("training", {}),
         }
 
+    async def _load_weights(self, params: dict[str, array[float]]) -> None:
+        """Puts an opened package's weights on the GPU, or (no WebGPU) keeps them on the CPU."""
+        assert self.config is not None
+        try:
+            device = await gpu.open_device()
+        except NoAdapterError as err:
+            self.gpu_error = str(err)
+            self.model = None
+            self.cpu_params = params
+            self._cpu_decoder = PyDecoder(self.config, params)
+            return
+        self._drop_cpu_model()
+        model = GpuMamba(device, self.config, 1, 16)
+        model.load_params(params)
+        self.model = model
+
+    def _drop_cpu_model(self) -> None:
+        self.cpu_params, self._cpu_decoder = None, None
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the model in the tab is an opened package on the CPU path (no WebGPU)."""
+        return self.model is None and self._cpu_decoder is not None
+
     # -- using the model ---------------------------------------------------------------------
     def _require_model(self) -> GpuMamba:
+        if self.on_cpu:
+            raise NoAdapterError(
+                "this needs WebGPU; without it the opened package can generate, embed and "
+                f"export, nothing more ({self.gpu_error})"
+            )
         if self.model is None:
             raise ConfigError("train a model first (or resume the saved session)")
         if self.state in ("training", "embedding"):
@@ -450,16 +489,23 @@ class Session:
         seed: int | None,
     ) -> dict[str, Any]:
         """Streams a continuation of ``prompt`` as ``generate-token`` events."""
-        model = self._require_model()
-        assert self.tokenizer is not None and self.config is not None
-        if self._decoder is None:
-            self._decoder = GpuDecoder(model.device, self.config, model.slots)
+        source: GpuDecoder | PyDecoder
+        if self.on_cpu:
+            assert self._cpu_decoder is not None
+            source = self._cpu_decoder
+        else:
+            model = self._require_model()
+            assert self.config is not None
+            if self._decoder is None:
+                self._decoder = GpuDecoder(model.device, self.config, model.slots)
+            source = self._decoder
+        assert self.tokenizer is not None
         ids = self.tokenizer.encode(prompt) or [self.tokenizer.bos_id or 0]
         decoder = self.tokenizer.stream_decoder()
         pieces: list[str] = []
         start = time.perf_counter()
         count = 0
-        async for token in self._decoder.stream(
+        async for token in source.stream(
             ids, max_new_tokens, temperature, top_k, top_p, seed, self.tokenizer.eos_id
         ):
             count += 1
@@ -474,6 +520,7 @@ class Session:
         seconds = time.perf_counter() - start
         return {
             "text": "".join(pieces),
+            "device": "cpu" if self.on_cpu else "gpu",
             "tokens": count,
             "tokens_per_second": round(count / seconds, 1) if seconds > 0 else 0.0,
         }
@@ -797,12 +844,22 @@ class Session:
         package's) ``normalize(W · (p − μ) + token term)``
         (:func:`evermind.package.head.apply_head`).
         """
+        if self.on_cpu:
+            return self._embed_on_cpu(texts)
         model = self._require_model()
         assert self.tokenizer is not None and self.config is not None
         if self._embedder is None:
             self._embedder = GpuEmbedder(model.device, self.config, model.slots, head=self.head)
         eos = self.tokenizer.eos_id or 0
         return await self._embedder.embed_ids([self.tokenizer.encode(t) or [eos] for t in texts])
+
+    def _embed_on_cpu(self, texts: list[str]) -> list[list[float]]:
+        """:meth:`embed` of an opened package without WebGPU (pure Python, the GPU path's
+        128-token cut)."""
+        assert self._cpu_decoder is not None and self.tokenizer is not None
+        eos = self.tokenizer.eos_id or 0
+        ids = [(self.tokenizer.encode(t) or [eos])[:CPU_EMBED_TOKENS] for t in texts]
+        return self._cpu_decoder.embed_ids(ids, self.head)
 
     @property
     def embedder_fingerprint(self) -> str:
@@ -852,7 +909,8 @@ class Session:
 
     async def export(self, name: str, version: str, dtype: str) -> dict[str, Any]:
         """The ``.evermind`` package of the current weights, base64-encoded."""
-        model = self._require_model()
+        on_cpu = self.on_cpu
+        model = None if on_cpu else self._require_model()
         assert self.job is not None and self.config is not None and self.tokenizer is not None
         job = JobConfig(
             name=name,
@@ -863,7 +921,11 @@ class Session:
             dtype=dtype,
             train=self.job.train,
         )
-        params = await model.read_params()
+        if model is None:
+            assert self.cpu_params is not None
+            params = self.cpu_params
+        else:
+            params = await model.read_params()
         corpus = "; ".join(d for _, d in self.sources.values()) or "restored session"
         data = export_package(
             job,
@@ -872,7 +934,7 @@ class Session:
             self.tokenizer,
             self.trainer.result() if self.trainer is not None else None,
             corpus,
-            "webgpu (browser)",
+            "cpu (browser)" if on_cpu else "webgpu (browser)",
             embedder=self.head,
         )
         return {

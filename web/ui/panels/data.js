@@ -125,7 +125,15 @@ export function dataPanel(app) {
     app.refresh();
   }
 
+  /** Empties the result area: a failed query must not leave the previous table above its error. */
+  function clearSqlResult() {
+    sqlRows = null;
+    sqlResult.replaceChildren();
+    columnSelect.input.replaceChildren();
+  }
+
   sqlRun.addEventListener("click", () => app.run(sqlRun, async () => {
+    clearSqlResult();
     app.say(sqlMessage, "Loading DuckDB (first use only)…");
     const { openDuckDB } = await import("../../duckdb.js");
     const db = await openDuckDB();

@@ -1,0 +1,217 @@
+"""The Studio without WebGPU: a banner instead of a dead page, and everything but training works.
+
+Chromium is launched WITHOUT ``--enable-unsafe-webgpu``: ``navigator.gpu`` exists but
+``requestAdapter()`` resolves to null (the issue's ``'JsNull' object has no attribute
+'requestDevice'``). A second page also has no ``navigator.gpu`` at all, in the page (an init
+script) and in the worker (the worker script is served with a line that removes it), as in
+browsers without WebGPU. Data → tokenizer → memory recall (lexical) → cache run through the
+panels; a package built natively is opened in the tab, generates and embeds on the CPU path exactly
+as the native numpy model does, and exports.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from evermind.model.inference import load
+from tests.browser.conftest import BOOT_TIMEOUT_MS, ROOT, RecordedPage
+from tests.factories import tiny_package
+
+TIMEOUT_MS = 180_000
+SHOTS = ROOT / "test-results" / "nogpu"
+#: Removes WebGPU from a worker's navigator, as in a browser without it.
+NO_GPU_IN_WORKER = "delete WorkerNavigator.prototype.gpu;\n"
+
+
+@pytest.fixture(scope="module")
+def nogpu_browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    from evermind.studio.browser import launch_options
+
+    with sync_playwright() as p:
+        options = launch_options(p)
+        options["args"] = [a for a in options["args"] if a != "--enable-unsafe-webgpu"]
+        b = p.chromium.launch(**options)
+        yield b
+        b.close()
+
+
+def boot(rec: RecordedPage, server: object) -> dict:
+    rec.page.goto(server.url + "index.html")  # type: ignore[attr-defined]
+    try:
+        rec.page.wait_for_function("window.__done === true", timeout=BOOT_TIMEOUT_MS)
+    except Exception:
+        print("console:\n" + "\n".join(rec.console))
+        raise
+    result: dict = rec.page.evaluate("window.__evermind")
+    return result
+
+
+@pytest.fixture(scope="module")
+def studio(nogpu_browser, server) -> Iterator[RecordedPage]:
+    rec = RecordedPage(nogpu_browser)
+    rec.page.set_viewport_size({"width": 1280, "height": 800})
+    result = boot(rec, server)
+    assert result["ok"], f"studio failed to boot without WebGPU: {result}\n" + "\n".join(
+        rec.console
+    )
+    rec.page.evaluate("window.evermind.call('session_clear')")
+    yield rec
+    rec.close()
+
+
+def wait_text(rec: RecordedPage, selector: str, pattern: str) -> str:
+    locator = rec.page.locator(selector)
+    try:
+        locator.filter(has_text=re.compile(pattern)).wait_for(timeout=TIMEOUT_MS)
+    except Exception:
+        print("console:\n" + "\n".join(rec.console[-30:]))
+        raise AssertionError(
+            f"{selector} never matched {pattern!r}: {locator.inner_text()!r}"
+        ) from None
+    return locator.inner_text()
+
+
+def show(rec: RecordedPage, panel: str) -> None:
+    rec.page.click(f"#step-{panel}")
+    assert rec.page.locator(f"#panel-{panel}").is_visible()
+
+
+def assert_banner(rec: RecordedPage) -> None:
+    page = rec.page
+    banner = page.locator("#no-gpu-banner")
+    assert banner.is_visible()
+    text = banner.inner_text()
+    major = re.search(r"Chrome/(\d+)", page.evaluate("navigator.userAgent"))
+    assert major, "a Chromium user agent"
+    assert f"Chrome {major.group(1)}" in text, text  # the browser, named from its user agent
+    # What to enable: the words of web/ui/errors.js's NoAdapterError.
+    assert "--enable-unsafe-webgpu" in text and "Safari 26+" in text, text
+    assert "training is off" in text
+    body = page.locator("#studio").inner_text()
+    assert "Failed to start" not in body and "JsNull" not in body, body
+    assert page.locator("#status-pill").inner_text() == "ready · cpu only"
+
+
+def test_banner_names_the_browser_and_training_says_why_it_is_off(studio: RecordedPage) -> None:
+    page = studio.page
+    assert_banner(studio)
+    facts = page.evaluate("window.__evermind.device")
+    assert facts["gpu"] is False and facts["transport"] == "cpu"
+    assert facts["gpu_error"]["type"] == "NoAdapterError"
+    assert "requestAdapter() returned null" in facts["gpu_error"]["message"]
+    show(studio, "train")
+    start = page.locator("#train-start")
+    assert start.is_disabled()
+    # The reason is beside the button (its hint), not only in a tooltip.
+    hint = page.locator("#panel-train .gate-hint", has_text="Training needs WebGPU")
+    assert hint.count() >= 1 and hint.first.is_visible()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "train-without-webgpu.png"))
+
+
+def test_data_tokenizer_memory_and_cache_work_without_a_gpu(studio: RecordedPage) -> None:
+    page = studio.page
+    show(studio, "data")
+    page.fill("#panel-data input[name=paste-name]", "notes.txt")
+    page.fill(
+        "#panel-data textarea[name=paste-text]",
+        "The user writes Python and likes short answers. " * 20
+        + "Agents keep their memories in the browser and recall them by meaning. " * 20,
+    )
+    page.locator("#panel-data button", has_text="Add pasted text").click()
+    wait_text(studio, "#panel-data .sources", r"notes\.txt")
+    assert page.locator("#step-data").get_attribute("data-status") == "done"
+
+    show(studio, "tokenizer")
+    page.fill("#panel-tokenizer input[name=vocab-size]", "300")
+    page.click("#tokenizer-train")
+    wait_text(studio, "#panel-tokenizer .message", r"Trained")
+    assert page.locator("#step-tokenizer").get_attribute("data-status") == "done"
+    show(studio, "train")
+    assert page.locator("#train-start").is_disabled()  # still: a tokenizer is not a GPU
+
+    show(studio, "memory")
+    page.fill("#panel-memory input[name=memory-key]", "user.language")
+    page.fill("#panel-memory textarea[name=memory-content]", "The user writes Python code.")
+    page.click("#memory-remember")
+    wait_text(studio, "#memory-list", r"user\.language")
+    page.fill("#panel-memory input[name=memory-query]", "which language does the user write")
+    page.click("#memory-recall")
+    hits = wait_text(studio, "#memory-hits", r"user\.language")
+    assert "lexical" in hits, hits
+
+    show(studio, "cache")
+    page.fill("#panel-cache input[name=cache-store-query]", "convert 100 USD to EUR")
+    page.fill("#panel-cache textarea[name=cache-store-response]", "About 92 EUR.")
+    page.click("#cache-store")
+    wait_text(studio, "#panel-cache .message", r"Stored")
+    page.fill("#panel-cache input[name=cache-query]", "convert 100 USD to EUR")
+    page.click("#cache-lookup")
+    assert "About 92 EUR." in wait_text(studio, "#cache-verdict", r"Hit")
+
+
+def test_an_opened_package_generates_on_the_cpu_and_exports(studio: RecordedPage) -> None:
+    page = studio.page
+    data = tiny_package()
+    call = "([fn, kwargs]) => window.evermind.call(fn, kwargs)"
+    opened = page.evaluate(call, ["package_load", {"data_b64": base64.b64encode(data).decode()}])
+    assert opened["device"] == "cpu", opened
+    options = {"max_new_tokens": 12, "temperature": 0.0, "seed": 0}
+    generated = page.evaluate(call, ["generate", {"prompt": "The quick", **options}])
+    assert generated["device"] == "cpu" and generated["tokens"] > 0, generated
+    print("CPU generation in the tab:", generated["tokens_per_second"], "tokens/s")
+    native = load(data).complete("The quick", max_new_tokens=12, temperature=0.0, seed=0)
+    assert generated["text"] == native.text, (generated, native)
+
+    texts = ["The quick brown fox.", "A memory is kept in the browser."]
+    vectors = page.evaluate(call, ["embed", {"texts": texts}])["vectors"]
+    expected = load(data).embed(texts)
+    worst = max(
+        abs(a - b)
+        for got, want in zip(vectors, expected, strict=True)
+        for a, b in zip(got, want, strict=True)
+    )
+    assert worst < 1e-4, worst
+
+    exported = page.evaluate(call, ["export_package", {"name": "cpu-copy", "version": "0.2.0"}])
+    package = base64.b64decode(exported["data_b64"])
+    assert package[:2] == b"PK" and exported["ref"] == "evermind/cpu-copy:0.2.0"
+    # The exported package holds the same weights: natively it generates the same text.
+    again = load(package).complete("The quick", max_new_tokens=12, temperature=0.0, seed=0)
+    assert again.text == native.text
+
+
+def test_no_page_errors_and_nothing_left_loopback(studio: RecordedPage) -> None:
+    studio.assert_offline()
+    errors = [line for line in studio.console if line.startswith("pageerror")]
+    assert not errors, errors
+
+
+def test_without_navigator_gpu_at_all_the_page_boots_with_the_banner(nogpu_browser, server) -> None:
+    rec = RecordedPage(nogpu_browser)
+    try:
+        rec.context.add_init_script("delete Navigator.prototype.gpu;")
+
+        def strip_gpu(route: object) -> None:
+            response = route.fetch()  # type: ignore[attr-defined]
+            body = NO_GPU_IN_WORKER + response.text()
+            route.fulfill(response=response, body=body)  # type: ignore[attr-defined]
+
+        rec.context.route(re.compile(r"/worker(\.[0-9a-f]+)?\.js(\?.*)?$"), strip_gpu)
+        result = boot(rec, server)
+        assert result["ok"], f"{result}\n" + "\n".join(rec.console)
+        assert rec.page.evaluate("'gpu' in navigator") is False
+        facts = result["device"]
+        assert facts["gpu"] is False
+        assert "no navigator.gpu" in facts["gpu_error"]["message"], facts
+        assert_banner(rec)
+        errors = [line for line in rec.console if line.startswith("pageerror")]
+        assert not errors, errors
+    finally:
+        rec.close()
