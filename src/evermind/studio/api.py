@@ -60,7 +60,8 @@ async def call(name: str, kwargs_json: str = "{}") -> str:
         return json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": str(err)}})
     except Exception as err:  # a bug: report it in words, keep the worker alive
         log.exception("studio call %s failed", name)
-        return json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": str(err)}})
+        words = str(err) or f"studio call {name!r} failed with {type(err).__name__} (a bug)"
+        return json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": words}})
 
 
 @handler
@@ -280,6 +281,8 @@ async def generate(
     seed: int | None = None,
 ) -> dict[str, Any]:
     """Streams a continuation of ``prompt`` (``generate-token`` events)."""
+    if int(max_new_tokens) < 1:
+        raise ConfigError(f"generate: max_new_tokens must be at least 1, got {max_new_tokens}")
     return await session().generate(
         prompt, int(max_new_tokens), float(temperature), top_k, top_p, seed
     )

@@ -8,6 +8,7 @@ and rebuilds itself from that checkpoint after a reload or a lost device.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import logging
@@ -123,6 +124,7 @@ class Session:
         self._run_id = ""
         self._vocab_requested: int | None = None
         self._similarity: tuple[str, Calibration] | None = None
+        self._restore_lock = asyncio.Lock()
 
     async def kv(self) -> KeyValueStore:
         """The storage port, opened on first use."""
@@ -524,11 +526,14 @@ class Session:
         """After a reload: brings the stored run back (corpus, tokenizer, model at its
         checkpoint, settings) unless this worker already holds one; what came back."""
         kv = await self.kv()
-        meta = await kv.get("session", "meta")
         restored = False
-        if self.trainer is None and meta and meta.get("checkpoint_step") is not None:
-            await self.restore_from_storage()
-            restored = True
+        # Several Studios on one page ask at boot: one restores, the others wait for it.
+        async with self._restore_lock:
+            meta = await kv.get("session", "meta")
+            fresh = self.trainer is None and not self.sources and self.state == "idle"
+            if fresh and meta and meta.get("checkpoint_step") is not None:
+                await self.restore_from_storage()
+                restored = True
         return {
             "restored": restored,
             "settings": self.settings(),
