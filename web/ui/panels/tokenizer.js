@@ -30,7 +30,7 @@ export function tokenizerPanel(app) {
   const barText = h("span", { class: "progress-text", text: "" });
   const results = h("div", { class: "stats" });
   // Why the vocabulary came out smaller than asked (the corpus had fewer distinct merges).
-  const shortNote = h("p", { class: "message warning", id: "tokenizer-short", role: "status", hidden: true });
+  const shortNote = h("p", { class: "warning", id: "tokenizer-short", role: "status", hidden: true });
   const examples = h("div", { class: "examples" });
   const tryInput = field("Encode your own text", h("input", { type: "text", name: "encode-text", placeholder: "Type something…", autocomplete: "off" }));
   const tryOut = h("div", { class: "encoded", "aria-live": "polite" });
