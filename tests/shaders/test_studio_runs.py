@@ -61,6 +61,11 @@ def test_start_keeps_earlier_runs_which_reopen_and_delete(events) -> None:
     assert runs[0]["id"] == older["id"] and runs[0]["current"] and len(runs) == KEEP_RUNS
     left = call("run_delete", id=runs[-1]["id"])["runs"]
     assert [r["id"] for r in left] == [r["id"] for r in runs[:-1]]
+    # Deleting the current run (the Train panel's Discard) keeps the earlier ones.
+    assert call("session_status")["run_id"] == left[0]["id"]
+    after = call("run_delete", id=left[0]["id"])["runs"]
+    assert [r["id"] for r in after] == [r["id"] for r in left[1:]]
+    assert not call("session_status")["has_checkpoint"]
 
 
 def test_a_reload_restores_corpus_tokenizer_settings_and_history(events) -> None:

@@ -564,6 +564,7 @@ class Session:
         step = meta.get("checkpoint_step") if meta else None
         return {
             "has_checkpoint": step is not None,
+            "run_id": str(meta.get("run_id") or "current") if meta else None,
             "step": step or 0,
             "steps": meta["train"]["steps"] if meta else 0,
             "preset": meta["preset"] if meta else None,

@@ -154,8 +154,11 @@ export function trainPanel(app) {
   resumeButton.addEventListener("click", resume);
   pauseButton.addEventListener("click", () => app.run(pauseButton, () => app.pause(), message));
   stopButton.addEventListener("click", () => app.run(stopButton, () => app.stop(), message));
+  // Discard drops this checkpoint's run only; earlier saved runs stay.
   discardButton.addEventListener("click", () => app.run(discardButton, async () => {
-    await app.call("session_clear");
+    const id = app.state.checkpoint?.run_id;
+    if (id) await app.deleteRun(id);
+    else await app.call("session_clear");
     app.setState({ checkpoint: null });
   }, message));
 
