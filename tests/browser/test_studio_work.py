@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import BOOT_TIMEOUT_MS, RecordedPage
+from tests.browser.conftest import BOOT_TIMEOUT_MS, ROOT, RecordedPage
 from tests.factories import TEXT
 
 TIMEOUT_MS = 240_000
+SHOTS = ROOT / "test-results" / "studio-work"
 LISTEN = "() => { window.__events = []; window.evermind.on((e) => window.__events.push(e)); }"
 CORPUS = "\n\n".join(f"Note {i}. {TEXT[: 600 + 7 * i]}" for i in range(40))
 
@@ -53,6 +54,12 @@ def studio(browser, server) -> Iterator[Studio]:
     rec.wait_ready()
     yield rec
     rec.close()
+
+
+def shot(rec: Studio, name: str) -> None:
+    """A screenshot for a human to look at (git-ignored)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    rec.page.screenshot(path=str(SHOTS / f"{name}.png"))
 
 
 def text_of(rec: Studio, selector: str) -> str:
@@ -131,6 +138,7 @@ def test_a_reload_before_step_25_keeps_the_run_and_the_whole_session(studio: Stu
     assert page.locator("#panel-train input[name=steps]").input_value() == "400"
     assert page.locator("#panel-train input[name=seq_len]").input_value() == "64"
     assert int(page.locator("#panel-train svg.chart").get_attribute("data-train-points")) == step
+    shot(studio, "train-after-reload")
     assert text_of(studio, "#train-state") == "paused"
     assert page.locator("#train-start").is_enabled()
     assert not page.locator("#panel-train .gate-hint", has_text="tokenizer").first.is_visible()
@@ -173,6 +181,7 @@ def test_start_with_a_saved_run_asks_and_keeps_it(studio: Studio) -> None:
     assert items.count() == 2
     assert "step 3 / 3" in items.nth(0).inner_text() and "current" in items.nth(0).inner_text()
     assert "/ 400" in items.nth(1).inner_text()
+    shot(studio, "train-saved-runs")
 
 
 def test_numbers_come_with_their_meaning(studio: Studio) -> None:
@@ -180,7 +189,7 @@ def test_numbers_come_with_their_meaning(studio: Studio) -> None:
     show(studio, "train")
     meaning = text_of(studio, "#train-meaning")
     assert "uniform guess over the 300-token vocabulary has perplexity 300" in meaning, meaning
-    assert "at the run's start it was" in meaning
+    assert "at the run's first step the perplexity was" in meaning
     assert text_of(studio, "#train-eval") != "–"
     show(studio, "try")
     bar = page.locator("#try-sim-bar")
@@ -191,6 +200,7 @@ def test_numbers_come_with_their_meaning(studio: Studio) -> None:
     assert verdict in ("similar", "related", "unrelated", "uncalibrated"), verdict
     words = text_of(studio, "#try-sim-meaning")
     assert re.search(r"cache hit needs|Not calibrated|does not separate", words), words
+    shot(studio, "try-meaning")
     page.click("#try-evaluate")
     ev = wait_text(studio, "#try-eval-meaning", r"perplexity")
     assert "uniform guess over the 300-token vocabulary" in ev, ev
@@ -200,6 +210,7 @@ def test_numbers_come_with_their_meaning(studio: Studio) -> None:
     page.click("#tokenizer-train")
     short = wait_text(studio, "#tokenizer-short", r"smaller than asked")
     assert "asked for 8,000" in short and "distinct merges" in short, short
+    shot(studio, "tokenizer-short")
 
 
 def test_bad_files_are_refused_and_a_large_one_gets_an_eta(studio: Studio, tmp_path: Path) -> None:
@@ -227,6 +238,7 @@ def test_bad_files_are_refused_and_a_large_one_gets_an_eta(studio: Studio, tmp_p
     assert re.search(r"One pass over it: about .+ at the [\d,]+ tokens/s measured", warning), (
         warning
     )
+    shot(studio, "data-checks")
 
 
 def test_the_js_api_reports_failures_and_the_panels_follow_it(studio: Studio) -> None:

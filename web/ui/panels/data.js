@@ -227,7 +227,7 @@ export function dataPanel(app) {
       const key = speedKey(settings);
       const tokens = c.token_estimate || c.bytes / BYTES_PER_TOKEN;
       const perRun = (settings.steps ?? 300) * (settings.batch_size ?? 4) * (settings.seq_len ?? 128);
-      sizeWarning.textContent = `Large corpus: ${formatBytes(c.bytes)}, ≈ ${formatCount(tokens)} tokens. One pass over it: ${etaWords(tokens, key, settings.config ? "custom" : settings.preset ?? "nano")}. A run reads steps × batch × sequence tokens (${formatCount(perRun)} with the Train panel's settings), so it sees ${perRun >= tokens ? "all of it" : `${formatNumber((100 * perRun) / tokens)} % of it`}; the tokenizer reads it all.`;
+      sizeWarning.textContent = `Large corpus: ${formatBytes(c.bytes)}, ≈ ${formatCount(tokens)} tokens. One pass over it: ${etaWords(tokens, key, settings.config ? "custom" : settings.preset ?? "nano")}. A run reads steps × batch × sequence tokens (${formatCount(perRun)} with the Train panel's settings), so it sees ${perRun >= tokens ? "all of it" : `${formatNumber((100 * perRun) / tokens, 2)} % of it`}; the tokenizer reads it all.`;
     }
     const list = c?.sources ?? [];
     const key = JSON.stringify(list.map((s) => [s.name, s.bytes]));

@@ -30,7 +30,7 @@ export function lossMeaning(loss, vocab, initial) {
     const ratio = vocab / ppl;
     parts.push(`a uniform guess over the ${formatCount(vocab)}-token vocabulary has perplexity ${formatCount(vocab)} (${formatNumber(Math.log2(vocab), 3)} bits), ${ratio >= 1 ? `${formatNumber(ratio, 3)}× worse` : `${formatNumber(1 / ratio, 3)}× better`}`);
   }
-  if (Number.isFinite(initial)) parts.push(`at the run's start it was ${formatCount(Math.exp(initial))}`);
+  if (Number.isFinite(initial)) parts.push(`at the run's first step the perplexity was ${formatCount(Math.exp(initial))}`);
   return `${parts.join("; ")}.`;
 }
 
