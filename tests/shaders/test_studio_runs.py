@@ -49,6 +49,7 @@ def test_start_keeps_earlier_runs_which_reopen_and_delete(events) -> None:
     runs = call("runs_list")["runs"]
     assert [(r["current"], r["step"], r["steps"]) for r in runs] == [(True, 2, 2), (False, 3, 3)]
     assert runs[1]["loss"] == pytest.approx(first["final_loss"], rel=1e-5)
+    assert runs[1]["preset"] == "custom"  # a custom size is listed as such
     # More starts keep only the latest KEEP_RUNS runs.
     for seed in range(2, 2 + KEEP_RUNS):
         call("train_start", steps=1, checkpoint_every=1, seed=seed, **RUN)

@@ -1122,7 +1122,7 @@ def _run_entry(run_id: str, meta: dict[str, Any]) -> dict[str, Any]:
         "steps": meta["train"]["steps"],
         "loss": meta.get("loss"),
         "eval_loss": meta.get("eval_loss"),
-        "preset": meta.get("preset"),
+        "preset": "custom" if meta.get("custom") else meta.get("preset"),
         "updated_at": meta.get("updated_at"),
         "corpus_bytes": meta.get("corpus_bytes"),
     }
