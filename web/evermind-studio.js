@@ -6,6 +6,10 @@
 // corpus), runtime-url (pre-fills Push). JS API and events: see docs/studio.md.
 import { sharedRuntime } from "./evermind-client.js";
 import { StudioApp } from "./ui/app.js";
+import { describeError } from "./ui/errors.js";
+
+// The JS API's methods: each failure rejects and also fires `evermind-error` (docs/studio.md).
+const API_METHODS = ["train", "pause", "resume", "stop", "generate", "embed", "embedder", "exportPackage", "push"];
 
 const STYLESHEET = new URL("studio.css", import.meta.url).href;
 
@@ -32,6 +36,11 @@ class EvermindStudioElement extends HTMLElement {
       lookup: (query, { threshold = null } = {}) => this._call("cache_lookup", threshold === null ? { query } : { query, threshold }),
       store: async (query, response) => (await this._call("cache_store", { query, response })).stored,
     };
+    // Every API method reports its failure as `evermind-error` as well as rejecting.
+    for (const name of API_METHODS) {
+      const method = this[name];
+      this[name] = (...args) => this._reported(() => method.apply(this, args));
+    }
   }
 
   connectedCallback() {
@@ -79,8 +88,21 @@ class EvermindStudioElement extends HTMLElement {
   }
 
   async _call(fn, kwargs) {
-    await this.ready;
-    return this._app.call(fn, kwargs);
+    return this._reported(async () => {
+      await this.ready;
+      return this._app.call(fn, kwargs);
+    });
+  }
+
+  /** Runs an API call; a failure fires `evermind-error` ({name, message, text}) and rejects. */
+  async _reported(task) {
+    try {
+      return await task();
+    } catch (err) {
+      if (this._app) this._app.fail(err);
+      else this._emit("evermind-error", { name: err?.name ?? "Error", message: String(err?.message ?? err), text: describeError(err) });
+      throw err;
+    }
   }
 
   _need() {

@@ -27,6 +27,8 @@ const GPU_BUTTONS = ["train-start", "train-resume", "train-resume-checkpoint", "
 const NO_GPU_REASON = "Training needs WebGPU, which this browser does not provide (see the banner at the top).";
 
 let nextAppId = 1;
+/** RPC calls after which the Memory and Cache panels re-read what they show. */
+const CHANGES_DATA = /^(memory_(remember|forget|import)|cache_(store|import))$/;
 
 export class StudioApp extends EventTarget {
   /**
@@ -271,7 +273,11 @@ export class StudioApp extends EventTarget {
   // ---- runtime -------------------------------------------------------------------------
 
   async call(fn, kwargs = {}) {
-    return this.runtime.call(fn, kwargs);
+    const result = await this.runtime.call(fn, kwargs);
+    // Calls that change the memory or the cache (a panel's or the JS API's) tell every
+    // Studio on this runtime, so their panels list what the call did.
+    if (CHANGES_DATA.test(fn)) this.runtime.emitLocal?.({ event: "studio-data", fn, kwargs, result });
+    return result;
   }
 
   _onEvent(e) {
@@ -341,8 +347,52 @@ export class StudioApp extends EventTarget {
     }
   }
 
-  /** After boot: what the worker already holds (another Studio's work, a saved checkpoint). */
+  /**
+   * After boot: the whole saved session comes back (corpus, tokenizer, the model at its
+   * checkpoint, the run's settings, the chart's history and the saved runs); falls back to
+   * offering the checkpoint when it cannot be restored here.
+   */
   async _restore() {
+    const back = await this.call("session_restore").catch(() => null);
+    if (!back) return this._restoreStatus();
+    const patch = { runs: back.runs ?? [] };
+    if (back.corpus && back.corpus.bytes > 0) patch.corpus = back.corpus;
+    if (back.tokenizer) patch.tokenizer = back.tokenizer;
+    if (back.settings) patch.settings = back.settings;
+    if (back.summary) {
+      patch.summary = back.summary;
+      patch.training = { training: "running" }[back.summary.state] ?? back.summary.state;
+    }
+    const embedder = await this.call("embedder_info").catch(() => null);
+    if (embedder?.method) patch.embedder = { ...embedder, why: embedder.reason || (embedder.teacher ? `distilled from ${embedder.teacher}` : embedder.method) };
+    this.setState(patch, { share: false });
+    if (back.restored) this.dispatchEvent(new CustomEvent("restored", { detail: back }));
+  }
+
+  /** The saved runs into the state (the Train panel lists them). */
+  async refreshRuns() {
+    const r = await this.call("runs_list").catch(() => null);
+    if (r) this.setState({ runs: r.runs });
+    return r?.runs ?? [];
+  }
+
+  /** Makes a saved run the current one and restores it (then `resume()` continues it). */
+  async openRun(id) {
+    const back = await this.call("run_open", { id });
+    this.lastExport = null;
+    this.setState({ runs: back.runs, corpus: back.corpus, tokenizer: back.tokenizer, settings: back.settings, summary: back.summary, progress: null, training: back.summary?.state ?? "paused", checkpoint: null });
+    this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume: false, steps: back.summary?.steps ?? 0 } }));
+    return back;
+  }
+
+  async deleteRun(id) {
+    const { runs } = await this.call("run_delete", { id });
+    this.setState({ runs });
+    return runs;
+  }
+
+  /** The older restore: what the worker holds and whether a checkpoint is saved. */
+  async _restoreStatus() {
     const [corpus, session, summary, embedder] = await Promise.all([
       this.call("corpus_info").catch(() => null),
       this.call("session_status").catch(() => null),
@@ -390,6 +440,13 @@ export class StudioApp extends EventTarget {
     return corpus;
   }
 
+  /** Adds a file's bytes (base64); the worker refuses binary content with the reason. */
+  async addFile(name, dataB64) {
+    const corpus = await this.call("corpus_add", { name, data_b64: dataB64 });
+    this.setState({ corpus, tokenizer: null }); // a new corpus needs a new tokenizer
+    return corpus;
+  }
+
   async removeSource(name) {
     const corpus = await this.call("corpus_remove", { name });
     this.setState({ corpus, tokenizer: null }); // a new corpus needs a new tokenizer
@@ -425,11 +482,13 @@ export class StudioApp extends EventTarget {
     delete kwargs.vocab_size;
     delete kwargs.embedder;
     if (!kwargs.config) kwargs.preset ??= this.options.preset;
-    this.setState({ training: "running", nParams: undefined, progress: resume ? this.state.progress : null, summary: resume ? this.state.summary : null, trainOptions: kwargs });
+    const settings = resume ? this.state.settings : { preset: kwargs.config ? "custom" : kwargs.preset, config: kwargs.config ?? null, steps: kwargs.steps, lr: kwargs.lr, batch_size: kwargs.batch_size, seq_len: kwargs.seq_len };
+    this.setState({ training: "running", nParams: undefined, progress: resume ? this.state.progress : null, summary: resume ? this.state.summary : null, trainOptions: kwargs, settings });
     this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume, steps: kwargs.steps } }));
     try {
       const summary = resume ? await this.call("train_resume") : await this.call("train_start", kwargs);
       this.setState({ training: summary.state, summary, checkpoint: null });
+      this.refreshRuns();
       if (summary.state === "finished") {
         this.dispatchEvent(new CustomEvent("trained", { detail: summary }));
         // The default flow ends with a working embedder (its failure never fails training).
@@ -439,6 +498,7 @@ export class StudioApp extends EventTarget {
     } catch (err) {
       const session = await this.call("session_status").catch(() => null);
       this.setState({ training: "error", trainError: err, checkpoint: session?.has_checkpoint ? session : null });
+      this.refreshRuns();
       throw err;
     }
   }

@@ -26,8 +26,9 @@ from evermind.errors import ConfigError, EvermindError, NoAdapterError
 from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
 from evermind.studio import bench_api, memory_api
+from evermind.studio.inputs import check_csv, check_text_bytes
 from evermind.studio.rpc import Handler, Router, emit, merge, session, set_emitter
-from evermind.studio.session import EMBEDDER_TEXTS
+from evermind.studio.session import CHECKPOINT_S, EMBEDDER_TEXTS, FIRST_CHECKPOINT_S
 from evermind.studio.session import embedder_texts as corpus_embedder_texts
 from evermind.tokenizer import Tokenizer
 from evermind.train.corpus import harvest_stdlib_docstrings
@@ -59,7 +60,8 @@ async def call(name: str, kwargs_json: str = "{}") -> str:
         return json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": str(err)}})
     except Exception as err:  # a bug: report it in words, keep the worker alive
         log.exception("studio call %s failed", name)
-        return json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": str(err)}})
+        words = str(err) or f"studio call {name!r} failed with {type(err).__name__} (a bug)"
+        return json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": words}})
 
 
 @handler
@@ -131,7 +133,11 @@ async def corpus_add(
     """Adds a pasted text or a dropped file (plain text, Markdown, JSON, JSONL, CSV)."""
     if (text is None) == (data_b64 is None):
         raise ConfigError("corpus_add takes exactly one of text= or data_b64=")
-    data: bytes | str = text if text is not None else base64.b64decode(data_b64 or "")
+    # A file's bytes are refused with the reason when they are not text (NUL bytes, invalid
+    # UTF-8, control characters), and a CSV is parsed strictly first.
+    data = text if text is not None else check_text_bytes(name, base64.b64decode(data_b64 or ""))
+    if name.lower().endswith(".csv"):
+        check_csv(name, data)
     extracted = extract_text(name, data, column)
     s = session()
     s.add_source(name, extracted, f"{name} ({len(extracted.encode('utf-8')):,} bytes)")
@@ -161,6 +167,23 @@ async def tokenizer_train(vocab_size: int = 2048) -> dict[str, Any]:
 
 
 @handler
+async def corpus_check(name: str, data_b64: str) -> dict[str, Any]:
+    """Checks a file without adding it: ``{bytes, text}`` (the decoded text) and, for a CSV,
+    ``columns`` and ``rows``; refuses binary content and CSV problems in words."""
+    text = check_text_bytes(name, base64.b64decode(data_b64))
+    out: dict[str, Any] = {"bytes": len(text.encode("utf-8")), "text": text}
+    if name.lower().endswith(".csv"):
+        out.update(check_csv(name, text))
+    return out
+
+
+@handler
+async def tokenizer_info() -> dict[str, Any]:
+    """The tokenizer's numbers and examples (and why it is smaller than asked, if it is)."""
+    return session().tokenizer_info()
+
+
+@handler
 async def tokenizer_encode(text: str) -> dict[str, Any]:
     """Token ids and their text pieces."""
     tok = session().tokenizer
@@ -182,8 +205,14 @@ async def train_start(
     checkpoint_every: int = 25,
     eval_every: int | None = None,
     seed: int = 0,
+    first_checkpoint_s: float = FIRST_CHECKPOINT_S,
+    checkpoint_s: float = CHECKPOINT_S,
 ) -> dict[str, Any]:
-    """Trains a new model from scratch (``train-progress`` events); resolves when it ends."""
+    """Trains a new model from scratch (``train-progress`` events); resolves when it ends.
+
+    Checkpoints every ``checkpoint_every`` steps, and by time: after the first
+    ``first_checkpoint_s`` seconds, then every ``checkpoint_s`` (whichever comes first). The
+    run stored before is kept as an earlier run (``runs_list``), not deleted."""
     train = TrainConfig(
         steps=int(steps),
         batch_size=int(batch_size),
@@ -195,7 +224,9 @@ async def train_start(
         eval_every=int(eval_every) if eval_every is not None else max(1, int(steps) // 10),
         seed=int(seed),
     )
-    return await session().start(preset, config, train)
+    s = session()
+    s.checkpoint_seconds = (float(first_checkpoint_s), float(checkpoint_s))
+    return await s.start(preset, config, train)
 
 
 @handler
@@ -229,6 +260,33 @@ async def session_status() -> dict[str, Any]:
 
 
 @handler
+async def session_restore() -> dict[str, Any]:
+    """After a reload: restores the stored run (corpus, tokenizer, model, settings) unless the
+    worker holds one; ``{restored, settings, tokenizer, corpus, summary, runs}``."""
+    return await session().restore()
+
+
+@handler
+async def runs_list() -> dict[str, Any]:
+    """The saved runs, newest first (``current`` marks the run training resumes)."""
+    return {"runs": await session().runs()}
+
+
+@handler
+async def run_open(id: str) -> dict[str, Any]:
+    """Makes a saved run the current one (the current is kept) and restores it."""
+    s = session()
+    await s.open_run(str(id))
+    return await s.restore()
+
+
+@handler
+async def run_delete(id: str) -> dict[str, Any]:
+    """Deletes a saved run; the runs left."""
+    return {"runs": await session().delete_run(str(id))}
+
+
+@handler
 async def session_clear() -> dict[str, Any]:
     """Forgets the stored training session."""
     kv = await session().kv()
@@ -246,6 +304,8 @@ async def generate(
     seed: int | None = None,
 ) -> dict[str, Any]:
     """Streams a continuation of ``prompt`` (``generate-token`` events)."""
+    if int(max_new_tokens) < 1:
+        raise ConfigError(f"generate: max_new_tokens must be at least 1, got {max_new_tokens}")
     return await session().generate(
         prompt, int(max_new_tokens), float(temperature), top_k, top_p, seed
     )
@@ -333,9 +393,9 @@ async def embedder_info() -> dict[str, Any]:
 
 @handler
 async def similarity(a: str, b: str) -> dict[str, Any]:
-    """Cosine similarity of two texts' embeddings."""
-    va, vb = await session().embed([a, b])
-    return {"cosine": sum(x * y for x, y in zip(va, vb, strict=True))}
+    """Cosine similarity of two texts' embeddings, with the embedder's calibration on the
+    corpus (``threshold``: what a cache hit needs; ``unrelated``: what unrelated texts score)."""
+    return await session().similarity(a, b)
 
 
 @handler

@@ -8,6 +8,7 @@ and rebuilds itself from that checkpoint after a reload or a lost device.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import logging
@@ -21,6 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from evermind import gpu
+from evermind.cache.decide import UNCALIBRATED, Calibration, calibrate, calibration_pairs
 from evermind.errors import ConfigError, DeviceLostError, NoAdapterError
 from evermind.job import (
     JobConfig,
@@ -60,6 +62,16 @@ TOKEN_ALPHAS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 CPU_EMBED_TOKENS = 128
 #: Shortest and longest corpus text (words, characters) the embedder phase takes.
 EMBEDDER_MIN_WORDS, EMBEDDER_MAX_CHARS = 3, 240
+#: Seconds of training before the first checkpoint, then between checkpoints (whichever of
+#: these and ``checkpoint_every`` steps comes first): a reload never loses more than this.
+FIRST_CHECKPOINT_S, CHECKPOINT_S = 20.0, 60.0
+#: Saved runs kept in the browser: the current one and the latest earlier ones.
+KEEP_RUNS = 3
+#: The keys of one run in the session store (the current run's keys are unprefixed; an
+#: earlier run's are ``archive/<id>/<key>``, listed in the ``runs`` key).
+RUN_KEYS = ("meta", "checkpoint", "tokenizer", "corpus", "embedder")
+#: Corpus sentences the similarity calibration embeds (their unrelated pairs' cosines).
+CALIBRATION_TEXTS = 48
 
 
 def embedder_texts(text: str, limit: int = EMBEDDER_TEXTS) -> list[str]:
@@ -115,6 +127,13 @@ class Session:
         #: decoding: :class:`~evermind.model.py_decode.PyDecoder`); None otherwise.
         self.cpu_params: dict[str, array[float]] | None = None
         self._cpu_decoder: PyDecoder | None = None
+        #: Seconds before the first time-based checkpoint, then between them.
+        self.checkpoint_seconds = (FIRST_CHECKPOINT_S, CHECKPOINT_S)
+        self._custom: dict[str, Any] | None = None
+        self._run_id = ""
+        self._vocab_requested: int | None = None
+        self._similarity: tuple[str, Calibration] | None = None
+        self._restore_lock = asyncio.Lock()
 
     async def kv(self) -> KeyValueStore:
         """The storage port, opened on first use."""
@@ -177,20 +196,43 @@ class Session:
                 self.emit("tokenizer-progress", done=done, total=total)
 
         self.tokenizer = train_tokenizer(text, vocab_size, on_progress=progress)
+        self._vocab_requested = vocab_size
         self.tokenize()
-        assert self.train_ids is not None and self.held_ids is not None
+        return {**self.tokenizer_info(), "seconds": round(time.perf_counter() - start, 2)}
+
+    def tokenizer_info(self) -> dict[str, Any]:
+        """The tokenizer's numbers and example encodings; ``requested`` and ``short_reason``
+        say why the vocabulary came out smaller than asked (when it did)."""
         tok = self.tokenizer
+        if tok is None:
+            raise ConfigError("train a tokenizer first")
+        if self.train_ids is None or self.held_ids is None:
+            self.tokenize()
+        assert self.train_ids is not None and self.held_ids is not None
         examples = []
         for sample in ("Return the number of items in a container.", "def f(x): return 2 * x"):
             ids = tok.encode(sample)
             examples.append({"text": sample, "ids": ids, "pieces": [tok.decode([i]) for i in ids]})
+        merges = len(tok.spec.merges)
+        requested = self._vocab_requested
+        short = None
+        if requested is not None and tok.vocab_size < requested:
+            special = max(0, tok.vocab_size - 256 - merges)
+            short = (
+                f"asked for {requested:,}, got {tok.vocab_size:,}: the corpus has only "
+                f"{merges:,} distinct merges (pairs of adjacent tokens that occur at least "
+                f"twice), so the vocabulary is 256 bytes + {merges:,} merges"
+                + (f" + {special} special tokens" if special else "")
+                + ". Add more (or more varied) text for a bigger one."
+            )
         return {
             "vocab_size": tok.vocab_size,
-            "num_merges": len(tok.spec.merges),
+            "num_merges": merges,
+            "requested": requested,
+            "short_reason": short,
             "tokens": len(self.train_ids) + len(self.held_ids),
             "train_tokens": len(self.train_ids),
             "held_out_tokens": len(self.held_ids),
-            "seconds": round(time.perf_counter() - start, 2),
             "examples": examples,
         }
 
@@ -218,17 +260,105 @@ class Session:
         )
         self.config = model_config(self.job, self.tokenizer, custom)
         await self._build(init_params(self.config, train.seed))
+        self._custom = dict(custom) if custom else None
         kv = await self.kv()
+        # The run before this one is kept (archived), never deleted: see :meth:`_archive`.
+        archive = await self._archive(kv)
+        self._run_id = f"run-{int(time.time() * 1000)}"
         await kv.write(
             "session",
             puts=[
+                *archive[0],
                 ("meta", self._meta()),
                 ("tokenizer", self.tokenizer.to_json()),
-                ("corpus", self.corpus_text),
+                ("corpus", [[n, t, d] for n, (t, d) in self.sources.items()]),
             ],
-            deletes=["checkpoint", "embedder"],
+            deletes=[*archive[1], "checkpoint", "embedder"],
         )
         return await self._train_loop()
+
+    async def _archive(self, kv: KeyValueStore) -> tuple[list[tuple[str, Any]], list[str]]:
+        """The puts and deletes that keep the current stored run as an earlier run (when it
+        has a checkpoint), dropping the oldest beyond :data:`KEEP_RUNS` runs in all."""
+        meta = await kv.get("session", "meta")
+        runs: list[dict[str, Any]] = list(await kv.get("session", "runs") or [])
+        puts: list[tuple[str, Any]] = []
+        deletes: list[str] = []
+        if meta and meta.get("checkpoint_step") is not None:
+            run_id = str(meta.get("run_id") or f"run-{int(float(meta['updated_at']) * 1000)}")
+            for key in RUN_KEYS:
+                value = await kv.get("session", key)
+                if value is not None:
+                    puts.append((f"archive/{run_id}/{key}", value))
+            runs = [r for r in runs if r["id"] != run_id] + [_run_entry(run_id, meta)]
+        runs.sort(key=lambda r: float(r.get("updated_at") or 0))
+        while len(runs) > KEEP_RUNS - 1:
+            old = runs.pop(0)
+            deletes.extend(f"archive/{old['id']}/{key}" for key in RUN_KEYS)
+        puts.append(("runs", runs))
+        return puts, deletes
+
+    async def runs(self) -> list[dict[str, Any]]:
+        """The saved runs, newest first: the current one (``current``) and earlier ones."""
+        kv = await self.kv()
+        meta = await kv.get("session", "meta")
+        out = [
+            {**r, "current": False} for r in reversed(list(await kv.get("session", "runs") or []))
+        ]
+        if meta and meta.get("checkpoint_step") is not None:
+            run_id = str(meta.get("run_id") or "current")
+            out.insert(0, {**_run_entry(run_id, meta), "current": True})
+        return out
+
+    async def open_run(self, run_id: str) -> dict[str, Any]:
+        """Makes an earlier saved run the current one (the current one is kept in its
+        place) and restores it, ready to resume."""
+        if self.state in ("training", "embedding"):
+            raise ConfigError("training is running; pause or stop it before opening another run")
+        kv = await self.kv()
+        runs = list(await kv.get("session", "runs") or [])
+        if not any(r["id"] == run_id for r in runs):
+            current = await kv.get("session", "meta")
+            if current and str(current.get("run_id") or "current") == run_id:
+                await self.restore_from_storage()
+                return await self.status()
+            raise ConfigError(f"no saved run {run_id!r}")
+        values = {key: await kv.get("session", f"archive/{run_id}/{key}") for key in RUN_KEYS}
+        puts, deletes = await self._archive(kv)
+        index = dict(puts).get("runs", [])
+        puts = [(k, v) for k, v in puts if k != "runs"]
+        index = [r for r in index if r["id"] != run_id]
+        await kv.write(
+            "session",
+            puts=[*puts, ("runs", index), *((k, v) for k, v in values.items() if v is not None)],
+            deletes=[
+                *deletes,
+                *(f"archive/{run_id}/{key}" for key in RUN_KEYS),
+                *(k for k, v in values.items() if v is None),
+            ],
+        )
+        self.trainer = None
+        await self.restore_from_storage()
+        return await self.status()
+
+    async def delete_run(self, run_id: str) -> list[dict[str, Any]]:
+        """Deletes a saved run (the current one only while nothing trains); the runs left."""
+        kv = await self.kv()
+        meta = await kv.get("session", "meta")
+        if meta and str(meta.get("run_id") or "current") == run_id:
+            if self.state in ("training", "embedding"):
+                raise ConfigError("training is running; stop it before deleting its run")
+            await kv.write("session", deletes=list(RUN_KEYS))
+        else:
+            runs = list(await kv.get("session", "runs") or [])
+            if not any(r["id"] == run_id for r in runs):
+                raise ConfigError(f"no saved run {run_id!r}")
+            await kv.write(
+                "session",
+                puts=[("runs", [r for r in runs if r["id"] != run_id])],
+                deletes=[f"archive/{run_id}/{key}" for key in RUN_KEYS],
+            )
+        return await self.runs()
 
     async def _build(self, params: dict[str, array[float]]) -> None:
         assert self.config is not None and self.job is not None
@@ -250,8 +380,17 @@ class Session:
             # Written in the same transaction as the checkpoint, so that the status of a
             # session is known without reading the (megabytes of) checkpoint itself.
             "checkpoint_step": checkpoint_step,
+            "run_id": self._run_id,
+            "loss": _finite(self.trainer.losses[-1])
+            if self.trainer and self.trainer.losses
+            else None,
+            "eval_loss": self.trainer.eval_losses[-1][1]
+            if self.trainer and self.trainer.eval_losses
+            else None,
             "train": asdict(self.job.train),
             "preset": self.job.preset,
+            "custom": self._custom,
+            "vocab_requested": self._vocab_requested,
             "model": self.config.to_hf_config(),
             "held_out_fraction": self.held_out_fraction,
             "corpus_bytes": len(self.corpus_text.encode("utf-8")),
@@ -283,11 +422,24 @@ class Session:
         self.state = "training"
         self.emit("train-state", state="training", step=trainer.step)
         every = train.checkpoint_every or train.steps
+        first, later = self.checkpoint_seconds
         recovered = False
+        # Time-based checkpoints as well as step-based ones: the first after `first` seconds
+        # of this loop, then every `later` seconds (or `every` steps, whichever comes first).
+        saved = [time.perf_counter(), trainer.step > 0]
+
         try:
             while trainer.step < train.steps:
+                begun = trainer.step
+
+                def should_stop(begun: int = begun) -> bool:
+                    if self._request is not None:
+                        return True
+                    limit = later if saved[1] else first
+                    return trainer.step > begun and time.perf_counter() - saved[0] >= limit
+
                 try:
-                    await trainer.run(steps=every, should_stop=lambda: self._request is not None)
+                    await trainer.run(steps=every - trainer.step % every, should_stop=should_stop)
                 except DeviceLostError as err:
                     if recovered:
                         raise
@@ -298,6 +450,7 @@ class Session:
                 if self._request is not None:
                     break
                 await self.save_checkpoint()
+                saved[:] = [time.perf_counter(), True]
         except BaseException:
             self.state = "error"
             raise
@@ -352,9 +505,15 @@ class Session:
             raise ConfigError("there is no saved training session to resume")
         self.tokenizer = Tokenizer.from_json(await kv.get("session", "tokenizer"))
         corpus = await kv.get("session", "corpus")
-        # The corpus was stored joined; it comes back as one source described by all of them.
-        described = "; ".join(d for _, d in meta["sources"]) or "restored session"
-        self.sources = {"restored corpus": (corpus, described)}
+        if isinstance(corpus, str):
+            # An older session stored the corpus joined: one source described by all of them.
+            described = "; ".join(d for _, d in meta["sources"]) or "restored session"
+            self.sources = {"restored corpus": (corpus, described)}
+        else:
+            self.sources = {str(n): (str(t), str(d)) for n, t, d in corpus}
+        self._run_id = str(meta.get("run_id") or "")
+        self._custom = meta.get("custom")
+        self._vocab_requested = meta.get("vocab_requested")
         self.held_out_fraction = float(meta["held_out_fraction"])
         self.tokenize()
         train = TrainConfig(**meta["train"])
@@ -371,6 +530,42 @@ class Session:
         stored = await kv.get("session", "embedder")
         if stored:
             self._set_head(_head_from_json(stored["head"]), dict(stored["info"]))
+        self.state = "finished" if self.trainer.step >= train.steps else "paused"
+
+    async def restore(self) -> dict[str, Any]:
+        """After a reload: brings the stored run back (corpus, tokenizer, model at its
+        checkpoint, settings) unless this worker already holds one; what came back."""
+        kv = await self.kv()
+        restored = False
+        # Several Studios on one page ask at boot: one restores, the others wait for it.
+        async with self._restore_lock:
+            meta = await kv.get("session", "meta")
+            fresh = self.trainer is None and not self.sources and self.state == "idle"
+            if fresh and meta and meta.get("checkpoint_step") is not None:
+                await self.restore_from_storage()
+                restored = True
+        return {
+            "restored": restored,
+            "settings": self.settings(),
+            "tokenizer": self.tokenizer_info() if self.tokenizer else None,
+            "corpus": self.corpus_info() if self.sources else None,
+            "summary": self.summary() if self.trainer is not None else None,
+            "runs": await self.runs(),
+        }
+
+    def settings(self) -> dict[str, Any] | None:
+        """The current run's settings, as the Train panel's form holds them."""
+        if self.job is None or self.config is None or self.trainer is None:
+            return None
+        t = self.job.train
+        return {
+            "preset": self.job.preset if not self._custom else "custom",
+            "config": self._custom,
+            "steps": t.steps,
+            "lr": t.lr,
+            "batch_size": t.batch_size,
+            "seq_len": t.seq_len,
+        }
 
     async def status(self) -> dict[str, Any]:
         """What a reload could resume."""
@@ -379,6 +574,7 @@ class Session:
         step = meta.get("checkpoint_step") if meta else None
         return {
             "has_checkpoint": step is not None,
+            "run_id": str(meta.get("run_id") or "current") if meta else None,
             "step": step or 0,
             "steps": meta["train"]["steps"] if meta else 0,
             "preset": meta["preset"] if meta else None,
@@ -404,6 +600,7 @@ class Session:
             "eval_loss": result.eval_loss,
             "tokens_per_second": result.tokens_per_second,
             "n_params": self.config.n_params,
+            "vocab_size": self.config.vocab_size,
             "losses": [round(x, 5) for x in result.losses],
             "eval_losses": result.eval_losses,
         }
@@ -861,6 +1058,39 @@ class Session:
         ids = [(self.tokenizer.encode(t) or [eos])[:CPU_EMBED_TOKENS] for t in texts]
         return self._cpu_decoder.embed_ids(ids, self.head)
 
+    async def similarity(self, a: str, b: str) -> dict[str, Any]:
+        """The cosine of two texts' embeddings, with the calibration that gives it meaning:
+        how this embedder scores unrelated corpus sentences (:func:`calibrate` over
+        :func:`calibration_pairs`, the cache's own rules) and the threshold a cache hit
+        would need."""
+        va, vb = await self.embed([a, b])
+        cosine = sum(x * y for x, y in zip(va, vb, strict=True))
+        calibration = await self._similarity_calibration()
+        return {
+            "cosine": cosine,
+            "threshold": calibration.threshold,
+            "unrelated": calibration.unrelated,
+            "pairs": calibration.pairs,
+            "collapsed": calibration.collapsed,
+            "calibration": calibration.words.replace("stored queries", "corpus sentences"),
+        }
+
+    async def _similarity_calibration(self) -> Calibration:
+        key = self.embedder_fingerprint
+        if self._similarity is not None and self._similarity[0] == key:
+            return self._similarity[1]
+        texts = embedder_texts(self.corpus_text, CALIBRATION_TEXTS)
+        calibration = UNCALIBRATED
+        if len(texts) >= 2:
+            vectors = await self.embed(texts)
+            cosines = [
+                sum(x * y for x, y in zip(vectors[i], vectors[j], strict=True))
+                for i, j in calibration_pairs(texts)
+            ]
+            calibration = calibrate(cosines)
+        self._similarity = (key, calibration)
+        return calibration
+
     @property
     def embedder_fingerprint(self) -> str:
         """Changes whenever the weights change (step), the model is rebuilt, or the embedder
@@ -944,6 +1174,20 @@ class Session:
             "ref": f"evermind/{name}:{version}",
             "data_b64": base64.b64encode(data).decode("ascii"),
         }
+
+
+def _run_entry(run_id: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """One saved run as the Train panel lists it."""
+    return {
+        "id": run_id,
+        "step": meta.get("checkpoint_step") or 0,
+        "steps": meta["train"]["steps"],
+        "loss": meta.get("loss"),
+        "eval_loss": meta.get("eval_loss"),
+        "preset": "custom" if meta.get("custom") else meta.get("preset"),
+        "updated_at": meta.get("updated_at"),
+        "corpus_bytes": meta.get("corpus_bytes"),
+    }
 
 
 def _norm(values: list[float]) -> float:

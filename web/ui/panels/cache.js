@@ -14,6 +14,7 @@ export function cachePanel(app) {
   const storeQuery = field("Query", h("input", { type: "text", name: "cache-store-query", autocomplete: "off", placeholder: "convert 100 USD to EUR" }));
   const storeResponse = field("Response", h("textarea", { name: "cache-store-response", rows: 3, placeholder: "100 USD is about 92 EUR." }));
   const storeHint = h("small", { class: "hint gate-hint", hidden: true });
+  const lastStored = h("p", { class: "hint", id: "cache-last-stored" });
   const store = app.gate(
     h("button", { type: "button", id: "cache-store", text: "Store" }),
     () => (storeQuery.input.value.trim() && storeResponse.input.value.trim() ? null : "Enter a query and its response."),
@@ -45,7 +46,6 @@ export function cachePanel(app) {
 
   store.addEventListener("click", () => app.run(store, async () => {
     const r = await app.call("cache_store", { query: storeQuery.input.value, response: storeResponse.input.value });
-    app.setState({ cacheStored: app.state.cacheStored + (r.stored ? 1 : 0) }, { share: false });
     app.say(message, r.stored ? "Stored. Look up a paraphrase to see it hit." : "Not stored.", r.stored ? "ok" : "");
     if (!query.input.value) query.input.value = storeQuery.input.value;
     app.refresh();
@@ -60,7 +60,7 @@ export function cachePanel(app) {
       "div",
       { class: "grid-2" },
       h("section", { class: "sub-card" }, h("h3", { text: "Look up" }), h("div", { class: "row align-end" }, query.field, threshold.field, lookup), verdict),
-      h("section", { class: "sub-card" }, h("h3", { text: "Store a response" }), storeQuery.field, storeResponse.field, h("div", { class: "row" }, store, storeHint)),
+      h("section", { class: "sub-card" }, h("h3", { text: "Store a response" }), storeQuery.field, storeResponse.field, h("div", { class: "row" }, store, storeHint), lastStored),
     ),
   );
 
@@ -68,6 +68,13 @@ export function cachePanel(app) {
     id: "cache",
     title: "Cache",
     element,
+    onEvent(e) {
+      // Entries stored by the JS API (or another Studio on this page) count here too.
+      if (e.event !== "studio-data" || !e.fn.startsWith("cache_")) return;
+      const added = e.fn === "cache_store" ? (e.result?.stored ? 1 : 0) : (e.result?.stored ?? e.result?.count ?? 0);
+      if (added) app.setState({ cacheStored: app.state.cacheStored + Number(added) }, { share: false });
+      if (e.fn === "cache_store" && e.result?.stored) lastStored.textContent = `Last stored: “${e.kwargs?.query ?? ""}”`;
+    },
     status: () => (app.state.cacheStored > 0 ? "done" : "todo"),
     summary: () => (app.state.cacheStored > 0 ? `${app.state.cacheStored} stored` : "empty"),
   };

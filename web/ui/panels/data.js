@@ -1,7 +1,21 @@
 // Data panel: the default corpus, dropped/picked files, pasted text, and SQL over a dropped
 // CSV through DuckDB-wasm (loaded only when the SQL box is first used). Shows the sources,
 // size, token estimate, held-out split and a sample of what the model will read.
-import { h, field, formatBytes, formatCount } from "../dom.js";
+import { h, field, formatBytes, formatCount, formatNumber } from "../dom.js";
+import { etaWords, speedKey } from "../speed.js";
+
+/** A corpus this big gets a word about how long reading it takes (bytes). */
+export const LARGE_CORPUS_BYTES = 2_000_000;
+/** Bytes per token before a tokenizer exists (evermind.studio.session.BYTES_PER_TOKEN_ESTIMATE). */
+const BYTES_PER_TOKEN = 3.5;
+
+/** A file's bytes as base64, in chunks (a 30 MB file does not fit one String.fromCharCode). */
+function toBase64(buffer) {
+  const bytes = new Uint8Array(buffer);
+  let out = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(out);
+}
 
 const ACCEPT = ".txt,.md,.markdown,.rst,.json,.jsonl,.ndjson,.csv,text/plain,text/markdown,text/csv,application/json";
 
@@ -44,19 +58,21 @@ export function dataPanel(app) {
   const addFiles = (files) => app.run(null, async () => {
     const added = [];
     for (const file of files) {
-      const text = await file.text();
+      // The bytes go to Python, which refuses binary content and malformed CSV in words.
+      const data = toBase64(await file.arrayBuffer());
       if (/\.csv$/i.test(file.name)) {
+        const checked = await app.call("corpus_check", { name: file.name, data_b64: data });
         const name = tableName(file.name, new Set(csvTables.keys()));
-        csvTables.set(name, { file: file.name, text });
-        added.push(`${file.name} (as SQL table ${name})`);
+        csvTables.set(name, { file: file.name, text: checked.text });
+        added.push(`${file.name} (as SQL table ${name}: ${checked.columns.length} columns, ${formatCount(checked.rows)} rows)`);
       } else {
-        await app.addText(file.name, text);
+        await app.addFile(file.name, data);
         added.push(file.name);
       }
     }
     renderCsv();
     app.say(message, `Added ${added.join(", ")}.`, "ok");
-  }, message);
+  }, message).finally(renderCsv);
   fileInput.addEventListener("change", () => {
     if (fileInput.files.length) addFiles([...fileInput.files]).finally(() => { fileInput.value = ""; });
   });
@@ -168,11 +184,14 @@ export function dataPanel(app) {
   const stats = {};
   const stat = (key, label) => h("div", { class: "stat" }, h("span", { class: "stat-label", text: label }), (stats[key] = h("span", { class: "stat-value", id: `data-${key}`, text: "–" })));
   const sample = h("pre", { class: "sample", id: "data-sample", tabindex: "0", "aria-label": "Corpus sample" });
+  // A large corpus: how long one pass over it takes at this device's measured speed.
+  const sizeWarning = h("p", { class: "warning", id: "data-size-warning", hidden: true });
   const overview = h(
     "section",
     { class: "sub-card", "aria-label": "Corpus" },
     h("h3", { text: "Corpus" }),
     h("div", { class: "stats" }, stat("size", "Size"), stat("tokens", "Token estimate"), stat("held-out", "Held-out split"), stat("sources", "Sources")),
+    sizeWarning,
     sources,
     h("h4", { text: "Sample" }),
     sample,
@@ -209,6 +228,15 @@ export function dataPanel(app) {
     stats["held-out"].textContent = c ? `${Math.round((c.held_out_fraction ?? 0) * 100)} %` : "–";
     stats.sources.textContent = c ? String(c.sources.length) : "0";
     sample.textContent = c?.sample || "Nothing yet. Add text on the left.";
+    const large = c && c.bytes >= LARGE_CORPUS_BYTES;
+    sizeWarning.hidden = !large;
+    if (large) {
+      const settings = app.state.settings ?? { preset: app.options.preset };
+      const key = speedKey(settings);
+      const tokens = c.token_estimate || c.bytes / BYTES_PER_TOKEN;
+      const perRun = (settings.steps ?? 300) * (settings.batch_size ?? 4) * (settings.seq_len ?? 128);
+      sizeWarning.textContent = `Large corpus: ${formatBytes(c.bytes)}, ≈ ${formatCount(tokens)} tokens. One pass over it: ${etaWords(tokens, key, settings.config ? "custom" : settings.preset ?? "nano")}. A run reads steps × batch × sequence tokens (${formatCount(perRun)} with the Train panel's settings), so it sees ${perRun >= tokens ? "all of it" : `${formatNumber((100 * perRun) / tokens, 2)} % of it`}; the tokenizer reads it all.`;
+    }
     const list = c?.sources ?? [];
     const key = JSON.stringify(list.map((s) => [s.name, s.bytes]));
     if (key === sources.dataset.key) return;

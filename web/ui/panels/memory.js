@@ -94,6 +94,13 @@ export function memoryPanel(app) {
     id: "memory",
     title: "Memory",
     element,
+    onEvent(e) {
+      // A memory changed by the JS API (or another Studio on this page) is listed here too.
+      if (e.event === "studio-data" && e.fn.startsWith("memory_") && app.state.phase === "ready") {
+        listed = true;
+        list().catch((err) => app.say(message, String(err.message), "error"));
+      }
+    },
     onShow() {
       if (!listed && app.state.phase === "ready") {
         listed = true;

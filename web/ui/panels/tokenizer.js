@@ -29,6 +29,8 @@ export function tokenizerPanel(app) {
   const bar = h("progress", { id: "tokenizer-progress", max: 1, value: 0, "aria-label": "Tokenizer training progress" });
   const barText = h("span", { class: "progress-text", text: "" });
   const results = h("div", { class: "stats" });
+  // Why the vocabulary came out smaller than asked (the corpus had fewer distinct merges).
+  const shortNote = h("p", { class: "warning", id: "tokenizer-short", role: "status", hidden: true });
   const examples = h("div", { class: "examples" });
   const tryInput = field("Encode your own text", h("input", { type: "text", name: "encode-text", placeholder: "Type something…", autocomplete: "off" }));
   const tryOut = h("div", { class: "encoded", "aria-live": "polite" });
@@ -44,6 +46,7 @@ export function tokenizerPanel(app) {
     bar.value = 1;
     barText.textContent = `Done in ${result.seconds?.toFixed?.(1) ?? "?"} s`;
     app.say(message, `Trained ${formatCount(result.vocab_size)} tokens (${formatCount(result.num_merges)} merges).`, "ok");
+    app.say(shortNote, result.short_reason ? `Vocabulary smaller than asked: ${result.short_reason}` : "");
   }, message));
 
   const encode = () => app.run(tryButton, async () => {
@@ -64,6 +67,7 @@ export function tokenizerPanel(app) {
       h("div", { class: "row align-end" }, vocab.field, trainButton, hint),
       h("div", { class: "progress-row" }, bar, barText),
       results,
+      shortNote,
     ),
     h("section", { class: "sub-card" }, h("h3", { text: "Example encodings" }), examples, h("div", { class: "row align-end" }, tryInput.field, tryButton), tryOut),
   );
@@ -73,6 +77,7 @@ export function tokenizerPanel(app) {
     const t = app.state.tokenizer;
     if (t === shown) return;
     shown = t;
+    app.say(shortNote, t?.short_reason ? `Vocabulary smaller than asked: ${t.short_reason}` : "");
     if (!t) {
       results.replaceChildren();
       examples.replaceChildren(h("p", { class: "hint", text: "Encodings of a few corpus lines appear here after training." }));
@@ -84,7 +89,7 @@ export function tokenizerPanel(app) {
       stat("Merges", formatCount(t.num_merges)),
       stat("Corpus tokens", formatCount(t.tokens)),
       stat("Train / held-out", `${formatCount(t.train_tokens)} / ${formatCount(t.held_out_tokens)}`),
-      stat("Time", `${Number(t.seconds ?? 0).toFixed(1)} s`),
+      ...(t.seconds != null ? [stat("Time", `${Number(t.seconds).toFixed(1)} s`)] : []),
     );
     examples.replaceChildren(
       ...(t.examples ?? []).map((ex) => h("figure", { class: "example" }, h("figcaption", { text: ex.text }), chips(ex.pieces, ex.ids))),

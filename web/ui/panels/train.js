@@ -6,6 +6,11 @@
 import { h, field, formatCount, formatDuration, formatNumber } from "../dom.js";
 import { LossChart } from "../chart.js";
 import { describeError, isRecoverable } from "../errors.js";
+import { MEASURE_AFTER_STEPS, etaWords, saveSpeed, speedKey } from "../speed.js";
+
+/** Saved runs kept in the browser (evermind.studio.session.KEEP_RUNS). */
+const KEEP_RUNS = 3;
+const runDate = (r) => (r.updated_at ? new Date(r.updated_at * 1000).toLocaleString("en-GB", { dateStyle: "medium", timeStyle: "short" }) : "unknown date");
 
 const PRESETS = {
   nano: "nano — 128 wide, 4 layers",
@@ -13,6 +18,21 @@ const PRESETS = {
   base: "base — 512 wide, 8 layers",
   custom: "custom…",
 };
+
+/** Loss (nats/token) in words: perplexity and bits, against a uniform guess over the
+ * vocabulary and against the run's first step. */
+export function lossMeaning(loss, vocab, initial) {
+  if (!Number.isFinite(loss)) return "";
+  const ppl = Math.exp(loss);
+  const bits = loss / Math.LN2;
+  const parts = [`Loss ${formatNumber(loss, 3)} nats/token = perplexity ${formatCount(ppl)} (${formatNumber(bits, 3)} bits/token): the model is as unsure as a uniform pick among ${formatCount(ppl)} tokens`];
+  if (vocab > 0) {
+    const ratio = vocab / ppl;
+    parts.push(`a uniform guess over the ${formatCount(vocab)}-token vocabulary has perplexity ${formatCount(vocab)} (${formatNumber(Math.log2(vocab), 3)} bits), ${ratio >= 1 ? `${formatNumber(ratio, 3)}× worse` : `${formatNumber(1 / ratio, 3)}× better`}`);
+  }
+  if (Number.isFinite(initial)) parts.push(`at the run's first step the perplexity was ${formatCount(Math.exp(initial))}`);
+  return `${parts.join("; ")}.`;
+}
 
 function numberInput(name, value, attrs = {}) {
   return h("input", { type: "number", name, value, inputmode: "decimal", ...attrs });
@@ -56,6 +76,42 @@ export function trainPanel(app) {
   const resumeNow = app.gate(h("button", { type: "button", id: "train-resume", text: "Resume" }), () => (training() === "paused" || ((training() === "error" || training() === "idle") && app.state.checkpoint) ? null : "Nothing is paused."));
   const stopButton = app.gate(h("button", { type: "button", id: "train-stop", class: "danger", text: "Stop" }), () => (training() === "running" || training() === "paused" ? null : "Nothing is training."));
 
+  // What the chosen steps mean in time on this device, before Start.
+  const etaBefore = h("p", { class: "hint", id: "train-eta-before" });
+  function speedLabel() {
+    return preset.input.value === "custom" ? `d_model ${custom.d_model.input.value} × ${custom.n_layer.input.value} layers` : preset.input.value;
+  }
+  function updateEtaBefore() {
+    const o = options();
+    const tokens = o.steps * o.batch_size * o.seq_len;
+    if (!(tokens > 0)) { etaBefore.textContent = ""; return; }
+    etaBefore.textContent = `${formatCount(o.steps)} steps × ${o.batch_size} × ${o.seq_len} = ${formatCount(tokens)} training tokens: ${etaWords(tokens, speedKey(o), speedLabel())}.`;
+  }
+  for (const input of [preset.input, steps.input, batch.input, seq.input, ...Object.values(custom).map((f) => f.input)]) input.addEventListener("input", updateEtaBefore);
+  preset.input.addEventListener("change", updateEtaBefore);
+
+  // The run's own settings in the form (after a reload or when a saved run is opened).
+  let shownSettings = null;
+  function fillSettings(settings) {
+    if (!settings || settings === shownSettings) return;
+    shownSettings = settings;
+    preset.input.value = settings.config ? "custom" : (PRESETS[settings.preset] ? settings.preset : preset.input.value);
+    customBox.hidden = preset.input.value !== "custom";
+    for (const [k, f] of Object.entries(custom)) if (settings.config?.[k] != null) f.input.value = settings.config[k];
+    const set = { steps, lr, batch_size: batch, seq_len: seq };
+    for (const [k, f] of Object.entries(set)) if (settings[k] != null) f.input.value = settings[k];
+    updateEtaBefore();
+  }
+
+  // A reload while a run has steps not yet checkpointed asks first.
+  let savedStep = 0;
+  const unsaved = () => app.state.training === "running" && (app.state.progress?.step ?? 0) > savedStep;
+  window.addEventListener("beforeunload", (e) => {
+    if (!unsaved()) return;
+    e.preventDefault();
+    e.returnValue = "Training has steps that are not saved yet.";
+  });
+
   function options() {
     const o = { steps: Number(steps.input.value), lr: Number(lr.input.value), batch_size: Number(batch.input.value), seq_len: Number(seq.input.value) };
     o.warmup_steps = Math.min(30, Math.max(0, Math.floor(o.steps / 10)));
@@ -77,6 +133,17 @@ export function trainPanel(app) {
   app.addEventListener("trained", (e) => finished(e.detail));
   startButton.addEventListener("click", () => {
     app.say(message, "");
+    const saved = (app.state.runs ?? []).find((r) => r.current);
+    if (saved) {
+      const earlier = (app.state.runs ?? []).filter((r) => !r.current);
+      const oldest = earlier.length >= KEEP_RUNS - 1 ? earlier[earlier.length - 1] : null;
+      const text = `Start a new run? The saved run (step ${saved.step} of ${saved.steps}${saved.loss != null ? `, loss ${formatNumber(saved.loss, 3)}` : ""}) is kept under Saved runs, resumable.` +
+        (oldest ? ` This browser keeps the ${KEEP_RUNS} latest runs, so the oldest (step ${oldest.step}, ${runDate(oldest)}) will be deleted.` : "");
+      if (!window.confirm(text)) {
+        app.say(message, `Nothing started: the saved run at step ${saved.step} is kept.`);
+        return;
+      }
+    }
     app.train(options()).then(finished, report);
   });
   const resume = () => {
@@ -87,10 +154,41 @@ export function trainPanel(app) {
   resumeButton.addEventListener("click", resume);
   pauseButton.addEventListener("click", () => app.run(pauseButton, () => app.pause(), message));
   stopButton.addEventListener("click", () => app.run(stopButton, () => app.stop(), message));
+  // Discard drops this checkpoint's run only; earlier saved runs stay.
   discardButton.addEventListener("click", () => app.run(discardButton, async () => {
-    await app.call("session_clear");
+    const id = app.state.checkpoint?.run_id;
+    if (id) await app.deleteRun(id);
+    else await app.call("session_clear");
     app.setState({ checkpoint: null });
   }, message));
+
+  // Saved runs: the current one and the latest earlier ones, resumable and deletable.
+  const runsList = h("ul", { class: "hits compact", id: "train-runs", "aria-label": "Saved runs" });
+  const runsBox = h("section", { class: "sub-card", "aria-label": "Saved runs", hidden: true }, h("h3", { text: "Saved runs" }), h("p", { class: "hint", text: `Kept in this browser: the ${KEEP_RUNS} latest runs. Start never deletes one without asking.` }), runsList);
+  let runsKey = null;
+  function renderRuns() {
+    const runs = app.state.runs ?? [];
+    const key = JSON.stringify([runs, app.state.training === "running"]);
+    if (key === runsKey) return;
+    runsKey = key;
+    runsBox.hidden = !runs.length;
+    runsList.replaceChildren(...runs.map((r) => {
+      const busy = () => (app.state.training === "running" ? "Training is running." : null);
+      const resume = app.gate(h("button", { type: "button", class: "small", text: "Resume", "aria-label": `Resume the run at step ${r.step}` }), busy);
+      const remove = app.gate(h("button", { type: "button", class: "quiet small", text: "Delete", "aria-label": `Delete the run at step ${r.step}` }), busy);
+      resume.addEventListener("click", () => app.run(resume, async () => {
+        if (!r.current) await app.openRun(r.id);
+        app.say(message, "");
+        app.resume().then(finished, report);
+      }, message));
+      remove.addEventListener("click", () => {
+        if (!window.confirm(`Delete the saved run at step ${r.step} of ${r.steps} (${runDate(r)})? This cannot be undone.`)) return;
+        app.run(remove, () => app.deleteRun(r.id), message);
+      });
+      const words = `step ${r.step} / ${r.steps} · loss ${formatNumber(r.loss, 3)} · ${r.preset ?? "custom"} · ${runDate(r)}${r.current ? " · current" : ""}`;
+      return h("li", { dataset: { run: r.id, current: String(Boolean(r.current)) } }, h("span", { class: "run-words", text: words }), resume, remove);
+    }));
+  }
 
   // The embedder phase.
   const embedderHint = h("small", { class: "hint gate-hint", hidden: true });
@@ -117,6 +215,7 @@ export function trainPanel(app) {
     metric("state", "State"),
   );
   const adapter = h("p", { class: "hint adapter-line" });
+  const meaning = h("p", { class: "hint", id: "train-meaning" });
 
   app.addEventListener("train-reset", (e) => {
     if (!e.detail.resume) chart.reset(e.detail.steps ?? 0);
@@ -138,11 +237,13 @@ export function trainPanel(app) {
         preset.field,
         customBox,
         h("div", { class: "grid-2 tight" }, steps.field, lr.field, batch.field, seq.field),
+        etaBefore,
         h("div", { class: "row controls" }, startButton, pauseButton, resumeNow, stopButton),
         hint,
       ),
-      h("section", { class: "sub-card", "aria-label": "Progress" }, h("h3", { text: "Progress" }), chart.element, metrics, adapter),
+      h("section", { class: "sub-card", "aria-label": "Progress" }, h("h3", { text: "Progress" }), chart.element, metrics, meaning, adapter),
     ),
+    runsBox,
     h(
       "section",
       { class: "sub-card", "aria-label": "Embedder" },
@@ -183,7 +284,13 @@ export function trainPanel(app) {
     }
     m.step.textContent = p ? `${p.step} / ${p.steps}` : sum ? `${sum.step} / ${sum.steps}` : "–";
     m.loss.textContent = formatNumber(p?.loss ?? sum?.final_loss, 4);
-    m.eval.textContent = formatNumber(p?.eval_loss ?? sum?.eval_loss, 4);
+    // The latest held-out value stays until the next evaluation replaces it.
+    const lastHeld = chart.held.length ? chart.held[chart.held.length - 1][1] : null;
+    m.eval.textContent = formatNumber(p?.eval_loss ?? lastHeld ?? sum?.eval_loss, 4);
+    const heldLoss = p?.eval_loss ?? lastHeld ?? sum?.eval_loss;
+    const vocab = sum?.vocab_size ?? app.state.tokenizer?.vocab_size;
+    const initial = chart.train.length ? chart.train[0][1] : sum?.initial_loss;
+    meaning.textContent = Number.isFinite(heldLoss) ? `Held-out: ${lossMeaning(heldLoss, vocab, initial)}` : Number.isFinite(p?.loss ?? sum?.final_loss) ? lossMeaning(p?.loss ?? sum?.final_loss, vocab, initial) : "";
     m.tps.textContent = p?.tokens_per_second || sum?.tokens_per_second ? formatCount(p?.tokens_per_second ?? sum.tokens_per_second) : "–";
     m.eta.textContent = s.training === "running" && p ? formatDuration(p.eta_s) : "–";
     m.params.textContent = formatCount(sum?.n_params ?? s.nParams ?? NaN);
@@ -192,6 +299,9 @@ export function trainPanel(app) {
     const a = s.device?.adapter;
     adapter.textContent = a ? `GPU: ${[a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(" · ") || "unnamed adapter"}` : "";
     updateEmbedder();
+    fillSettings(s.settings);
+    renderRuns();
+    if (!etaBefore.textContent) updateEtaBefore();
   }
 
   return {
@@ -207,6 +317,10 @@ export function trainPanel(app) {
         chart.held = chart.held.filter(([step]) => step < e.step);
         chart.add(e.step, e.loss, e.eval_loss, e.steps);
         app.setState({ progress: e, training: "running" }, { share: false });
+        if (e.step >= MEASURE_AFTER_STEPS && e.tokens_per_second > 0) {
+          saveSpeed(speedKey(app.state.settings ?? app.state.trainOptions), e.tokens_per_second);
+          if (e.step === MEASURE_AFTER_STEPS) updateEtaBefore();
+        }
         if (app.state.nParams === undefined) {
           app.state.nParams = null; // ask once per page: the size is in the summary, not the event
           app.call("train_summary").then((s) => app.setState({ nParams: s.n_params }, { share: false }), () => {});
@@ -219,6 +333,8 @@ export function trainPanel(app) {
         app.setState({ embedderProgress: { stage: e.loss == null ? "centre" : "train", done: e.step, total: e.steps, loss: e.loss } }, { share: false });
       } else if (e.event === "train-checkpoint") {
         m.state.title = `checkpoint saved at step ${e.step}`;
+        savedStep = e.step;
+        app.refreshRuns();
       }
     },
     status: () => {

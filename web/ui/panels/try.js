@@ -1,6 +1,7 @@
 // Try panel: streamed generation with sampling controls, embedding cosine between two texts,
 // and evaluation on held-out text (perplexity, bits/token, top-1/top-5 accuracy).
 import { h, field, formatCount, formatNumber } from "../dom.js";
+import { lossMeaning } from "./train.js";
 
 export function tryPanel(app) {
   const needModel = () => (app.hasModel ? null : app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3).");
@@ -47,11 +48,39 @@ export function tryPanel(app) {
   textB.input.value = "Compute the magnitude of x.";
   const simButton = app.gate(h("button", { type: "button", id: "try-similarity", text: "Compare" }), needModel);
   const simValue = h("span", { class: "big-number", id: "try-cosine", text: "–" });
-  const simBar = h("meter", { min: -1, max: 1, value: 0, "aria-label": "cosine similarity" });
+  // Empty until a comparison; then coloured by the embedder's calibration on the corpus
+  // (the cache's rules): red up to what unrelated sentences score, amber below what a cache
+  // hit needs, green above it.
+  const simBar = h("meter", { id: "try-sim-bar", min: 0, max: 1, value: 0, "aria-label": "cosine similarity", dataset: { verdict: "none" } });
+  const simMeaning = h("p", { class: "hint", id: "try-sim-meaning", text: "Compare two texts: the bar fills and is coloured by what this embedder scores unrelated texts." });
   simButton.addEventListener("click", () => app.run(simButton, async () => {
     const r = await app.call("similarity", { a: textA.input.value, b: textB.input.value });
     simValue.textContent = r.cosine.toFixed(3);
-    simBar.value = r.cosine;
+    const threshold = r.threshold ?? null;
+    const unrelated = r.unrelated ?? null;
+    if (threshold != null && unrelated != null && !r.collapsed) {
+      simBar.low = Math.max(0, unrelated);
+      simBar.high = Math.min(1, threshold);
+      simBar.optimum = 1;
+    } else {
+      simBar.removeAttribute("low");
+      simBar.removeAttribute("high");
+      simBar.removeAttribute("optimum");
+    }
+    simBar.value = Math.max(0, Math.min(1, r.cosine));
+    let verdict = "uncalibrated";
+    let words;
+    if (r.collapsed) {
+      words = `This embedder does not separate texts yet (${r.calibration}), so the score says little; train longer or run the embedder phase.`;
+    } else if (threshold == null || unrelated == null) {
+      words = `Not calibrated (${r.calibration}): add more corpus text to measure what unrelated texts score.`;
+    } else {
+      verdict = r.cosine >= threshold ? "similar" : r.cosine > unrelated ? "related" : "unrelated";
+      const head = { similar: `Similar: at or above the ${threshold.toFixed(3)} a cache hit needs`, related: `Somewhat related: above what unrelated texts score (${unrelated.toFixed(3)}) but below the ${threshold.toFixed(3)} a cache hit needs`, unrelated: `Unrelated: no higher than unrelated corpus sentences score (up to ${unrelated.toFixed(3)})` }[verdict];
+      words = `${head}. Calibrated on ${formatCount(r.pairs)} pairs of corpus sentences that share no word.`;
+    }
+    simBar.dataset.verdict = verdict;
+    simMeaning.textContent = words;
   }, simMessage));
 
   // Evaluation.
@@ -59,6 +88,7 @@ export function tryPanel(app) {
   const evalText = field("Text (empty: the held-out split)", h("textarea", { name: "eval-text", rows: 2 }));
   const evalButton = app.gate(h("button", { type: "button", id: "try-evaluate", text: "Evaluate" }), needModel);
   const evalStats = h("div", { class: "stats", id: "try-eval" });
+  const evalMeaning = h("p", { class: "hint", id: "try-eval-meaning" });
   evalButton.addEventListener("click", () => app.run(evalButton, async () => {
     const text = evalText.input.value.trim();
     const r = await app.call("evaluate", text ? { text } : {});
@@ -70,6 +100,9 @@ export function tryPanel(app) {
       stat("Top-5", `${(r.top5_accuracy * 100).toFixed(1)} %`),
       stat("Tokens", formatCount(r.tokens)),
     );
+    const sum = app.state.summary;
+    const vocab = sum?.vocab_size ?? app.state.tokenizer?.vocab_size;
+    evalMeaning.textContent = lossMeaning(r.cross_entropy, vocab, sum?.initial_loss);
   }, evalMessage));
 
   const element = h(
@@ -89,8 +122,8 @@ export function tryPanel(app) {
     h(
       "div",
       { class: "grid-2" },
-      h("section", { class: "sub-card" }, h("h3", { text: "Embedding similarity" }), textA.field, textB.field, h("div", { class: "row" }, simButton, simValue, simBar), simMessage),
-      h("section", { class: "sub-card" }, h("h3", { text: "Evaluate" }), evalText.field, h("div", { class: "row" }, evalButton), evalStats, evalMessage),
+      h("section", { class: "sub-card" }, h("h3", { text: "Embedding similarity" }), textA.field, textB.field, h("div", { class: "row" }, simButton, simValue, simBar), simMeaning, simMessage),
+      h("section", { class: "sub-card" }, h("h3", { text: "Evaluate" }), evalText.field, h("div", { class: "row" }, evalButton), evalStats, evalMeaning, evalMessage),
     ),
   );
 

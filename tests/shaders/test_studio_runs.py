@@ -1,0 +1,108 @@
+"""Work never lost, natively: time-based checkpoints, earlier runs kept (listed, reopened,
+deleted), the whole session restored after a reload, and numbers with their meaning."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from evermind.studio import api, rpc
+from evermind.studio.session import KEEP_RUNS, Session
+from tests.factories import TEXT
+
+TINY = {"d_model": 16, "n_layer": 2, "d_state": 4}
+RUN = {"config": TINY, "batch_size": 2, "seq_len": 16, "lr": 1e-2}
+
+
+@pytest.fixture()
+def events(monkeypatch):
+    seen: list[dict] = []
+    api.set_emitter(lambda s: seen.append(json.loads(s)))
+    monkeypatch.setattr(rpc, "_session", None)
+    yield seen
+    api.set_emitter(None)
+
+
+def call(fn: str, **kwargs):
+    envelope = json.loads(asyncio.run(api.call(fn, json.dumps(kwargs))))
+    if not envelope["ok"]:
+        raise AssertionError(f"{fn} failed: {envelope['error']}")
+    return envelope["result"]
+
+
+def test_the_first_checkpoint_is_time_based_then_by_steps(events) -> None:
+    call("corpus_add", name="t.txt", text=TEXT)
+    call("tokenizer_train", vocab_size=300)
+    # 0 s before the first checkpoint: it lands after step 1; the next at the step mark.
+    call("train_start", steps=5, checkpoint_every=4, first_checkpoint_s=0, checkpoint_s=999, **RUN)
+    steps = [e["step"] for e in events if e["event"] == "train-checkpoint"]
+    assert steps == [1, 4, 5]
+
+
+def test_start_keeps_earlier_runs_which_reopen_and_delete(events) -> None:
+    call("corpus_add", name="t.txt", text=TEXT)
+    call("tokenizer_train", vocab_size=300)
+    first = call("train_start", steps=3, checkpoint_every=3, **RUN)
+    call("train_start", steps=2, checkpoint_every=2, seed=1, **RUN)
+    runs = call("runs_list")["runs"]
+    assert [(r["current"], r["step"], r["steps"]) for r in runs] == [(True, 2, 2), (False, 3, 3)]
+    assert runs[1]["loss"] == pytest.approx(first["final_loss"], rel=1e-5)
+    assert runs[1]["preset"] == "custom"  # a custom size is listed as such
+    # More starts keep only the latest KEEP_RUNS runs.
+    for seed in range(2, 2 + KEEP_RUNS):
+        call("train_start", steps=1, checkpoint_every=1, seed=seed, **RUN)
+    assert len(call("runs_list")["runs"]) == KEEP_RUNS
+    # Reopen an earlier run: it becomes current, the current one is kept, and it resumes.
+    older = call("runs_list")["runs"][-1]
+    restored = call("run_open", id=older["id"])
+    assert restored["summary"]["step"] == older["step"]
+    runs = call("runs_list")["runs"]
+    assert runs[0]["id"] == older["id"] and runs[0]["current"] and len(runs) == KEEP_RUNS
+    left = call("run_delete", id=runs[-1]["id"])["runs"]
+    assert [r["id"] for r in left] == [r["id"] for r in runs[:-1]]
+    # Deleting the current run (the Train panel's Discard) keeps the earlier ones.
+    assert call("session_status")["run_id"] == left[0]["id"]
+    after = call("run_delete", id=left[0]["id"])["runs"]
+    assert [r["id"] for r in after] == [r["id"] for r in left[1:]]
+    assert not call("session_status")["has_checkpoint"]
+
+
+def test_a_reload_restores_corpus_tokenizer_settings_and_history(events) -> None:
+    call("corpus_add", name="notes.md", text=TEXT)
+    call("corpus_add", name="more.txt", text=TEXT.upper())
+    tok = call("tokenizer_train", vocab_size=4000)
+    assert tok["requested"] == 4000 and tok["vocab_size"] < 4000
+    assert "distinct merges" in tok["short_reason"] and "asked for 4,000" in tok["short_reason"]
+    done = call("train_start", steps=4, checkpoint_every=2, **RUN)
+    kv = asyncio.run(api.session().kv())
+    fresh = Session(lambda *a, **k: None)
+    fresh._kv = kv
+    back = asyncio.run(fresh.restore())
+    assert back["restored"] and back["summary"]["losses"] == done["losses"]
+    assert [s["name"] for s in back["corpus"]["sources"]] == ["notes.md", "more.txt"]
+    assert back["tokenizer"]["vocab_size"] == tok["vocab_size"]
+    assert back["tokenizer"]["short_reason"] == tok["short_reason"]
+    assert back["settings"] == {
+        "preset": "custom",
+        "config": TINY,
+        "steps": 4,
+        "lr": 1e-2,
+        "batch_size": 2,
+        "seq_len": 16,
+    }
+    assert back["summary"]["state"] == "finished"
+    # Once restored, a second call restores nothing again.
+    assert not asyncio.run(fresh.restore())["restored"]
+
+
+def test_similarity_comes_with_the_embedders_calibration(events) -> None:
+    call("corpus_add", name="t.txt", text=TEXT * 3)
+    call("tokenizer_train", vocab_size=300)
+    call("train_start", steps=2, checkpoint_every=2, **RUN)
+    sim = call("similarity", a="fox", b="dog")
+    assert -1 <= sim["cosine"] <= 1
+    assert "calibration" in sim and "pairs" in sim
+    if sim["threshold"] is not None:
+        assert sim["unrelated"] is not None and sim["threshold"] >= sim["unrelated"]
