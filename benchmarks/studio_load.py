@@ -80,15 +80,26 @@ def serve(bundle: Path, server_module: Path | None) -> tuple[Any, list[int]]:
 def visit(context: Any, url: str) -> dict[str, Any]:
     page = context.new_page()
     start = time.perf_counter()
-    page.goto(url)
-    page.wait_for_function("window.__done === true", timeout=TIMEOUT_MS)
+    try:
+        page.goto(url)
+        page.wait_for_function("window.__done === true", timeout=TIMEOUT_MS)
+    except Exception as err:  # offline without a service worker: the page never loads
+        page.close()
+        return {"ok": False, "error": str(err).splitlines()[0], "s": float("nan"), "sw": "none"}
     seconds = time.perf_counter() - start
     result = page.evaluate("window.__evermind")
+    timings = {k: result.get(k) for k in ("python_ready_ms", "device_ready_ms")}
     sw = page.evaluate("window.__serviceWorker || 'none'")
     if sw != "none":  # let the service worker finish caching the boot set
         page.wait_for_function("window.__bootCached !== undefined", timeout=TIMEOUT_MS)
     page.close()
-    return {"ok": bool(result.get("ok")), "error": result.get("error"), "s": seconds, "sw": sw}
+    return {
+        "ok": bool(result.get("ok")),
+        "error": result.get("error"),
+        "s": seconds,
+        "sw": sw,
+        **timings,
+    }
 
 
 def run_once(p: Any, url: str, counter: list[int]) -> dict[str, Any]:
@@ -127,7 +138,8 @@ def main() -> int:
                 print(
                     f"run {i + 1}: "
                     + "  ".join(
-                        f"{k} {v['s']:.1f} s {v['bytes'] / 1e6:.2f} MB"
+                        f"{k} {v['s']:.1f} s (python {v.get('python_ready_ms')} ms) "
+                        f"{v['bytes'] / 1e6:.2f} MB"
                         f"{'' if v['ok'] else ' FAILED: ' + str(v['error'])}"
                         for k, v in run.items()
                     ),
@@ -136,7 +148,7 @@ def main() -> int:
     finally:
         server.close()
     for name in ("cold", "warm", "offline"):
-        seconds = [r[name]["s"] for r in runs]
+        seconds = [r[name]["s"] for r in runs if r[name]["ok"]] or [float("nan")]
         megabytes = [r[name]["bytes"] / 1e6 for r in runs]
         ok = sum(r[name]["ok"] for r in runs)
         print(
