@@ -93,7 +93,7 @@ def visits(browser, serving: BundleServer) -> Iterator[dict[str, dict[str, Any]]
         out["offline"] = visit(rec, serving)
         rec.context.set_offline(False)
         rec.assert_offline()
-        yield out
+        yield {**out, "rec": rec}
     finally:
         rec.close()
 
@@ -132,6 +132,27 @@ def test_offline_visit_boots_from_the_service_worker(visits) -> None:
     offline = visits["offline"]
     assert offline["sw"] == "controlled" and offline["boot"]["device"]["transport"] == "browser"
     assert offline["sent"] == {}
+
+
+def test_duckdb_reports_decoded_byte_progress_and_comes_compressed(visits, serving, info) -> None:
+    rec = visits["rec"]
+    serving.reset_counts()
+    progress = rec.page.evaluate(
+        """async () => {
+             const seen = [];
+             const { openDuckDB } = await import('./duckdb.js');
+             const db = await openDuckDB({ onProgress: (p) => seen.push(p) });
+             const { rows } = await db.query('SELECT 6 * 7 AS answer');
+             return { seen, answer: rows[0].answer };
+           }"""
+    )
+    assert progress["answer"] == 42
+    wasm_bytes = info["duckdb_wasm_bytes"]
+    assert progress["seen"] and {p["total"] for p in progress["seen"]} == {wasm_bytes}
+    assert progress["seen"][-1]["loaded"] == wasm_bytes
+    sent = serving.bytes_sent()["/" + info["duckdb_dir"] + "duckdb-eh.wasm"]
+    print(f"duckdb wasm: {wasm_bytes / 1e6:.1f} MB decoded, {sent / 1e6:.1f} MB sent")
+    assert sent < 0.5 * wasm_bytes
 
 
 def test_bundle_headers(serving: BundleServer, info) -> None:
