@@ -13,7 +13,9 @@ including the service worker's own fetches), so they are what the network carrie
 the page, its worker or the service worker asked.
 
 Usage: ``python benchmarks/studio_load.py [--dir dist/web] [--runs 3]
-[--server-module /work/main/src/evermind/studio/webserver.py]``
+[--baseline-dir ../main/dist/web
+--baseline-server-module ../main/src/evermind/studio/webserver.py]`` (a baseline is
+measured in alternation with this bundle, so both see the same machine load).
 """
 
 from __future__ import annotations
@@ -119,46 +121,59 @@ def run_once(p: Any, url: str, counter: list[int]) -> dict[str, Any]:
             context.close()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=str(ROOT / "dist" / "web"), help="built bundle")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--server-module", type=Path, help="another checkout's webserver.py")
-    parser.add_argument("--json", type=Path, help="also write the runs here")
-    args = parser.parse_args()
-    from playwright.sync_api import sync_playwright
-
-    server, counter = serve(Path(args.dir), args.server_module)
-    runs = []
-    try:
-        with sync_playwright() as p:
-            for i in range(args.runs):
-                run = run_once(p, server.url + "index.html", counter)
-                runs.append(run)
-                print(
-                    f"run {i + 1}: "
-                    + "  ".join(
-                        f"{k} {v['s']:.1f} s (python {v.get('python_ready_ms')} ms) "
-                        f"{v['bytes'] / 1e6:.2f} MB"
-                        f"{'' if v['ok'] else ' FAILED: ' + str(v['error'])}"
-                        for k, v in run.items()
-                    ),
-                    flush=True,
-                )
-    finally:
-        server.close()
+def summarise(label: str, runs: list[dict[str, Any]]) -> None:
     for name in ("cold", "warm", "offline"):
         seconds = [r[name]["s"] for r in runs if r[name]["ok"]] or [float("nan")]
         megabytes = [r[name]["bytes"] / 1e6 for r in runs]
         ok = sum(r[name]["ok"] for r in runs)
         print(
-            f"{name:8s} ready median {statistics.median(seconds):.1f} s "
+            f"{label:8s} {name:8s} ready median {statistics.median(seconds):.1f} s "
             f"(min {min(seconds):.1f}, max {max(seconds):.1f}); "
-            f"transferred median {statistics.median(megabytes):.2f} MB; ok {ok}/{len(runs)}"
+            f"transferred median {statistics.median(megabytes):.3f} MB; ok {ok}/{len(runs)}"
         )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=str(ROOT / "dist" / "web"), help="built bundle")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--server-module", type=Path, help="another checkout's webserver.py")
+    parser.add_argument("--baseline-dir", help="a second bundle, measured in alternation")
+    parser.add_argument("--baseline-server-module", type=Path, help="the baseline's server")
+    parser.add_argument("--json", type=Path, help="also write the runs here")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    variants = {"this": (Path(args.dir), args.server_module)}
+    if args.baseline_dir:
+        variants["baseline"] = (Path(args.baseline_dir), args.baseline_server_module)
+    servers = {label: serve(*spec) for label, spec in variants.items()}
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
+    try:
+        with sync_playwright() as p:
+            for i in range(args.runs):
+                for label, (server, counter) in servers.items():  # alternate: same load
+                    run = run_once(p, server.url + "index.html", counter)
+                    runs[label].append(run)
+                    print(
+                        f"{label} run {i + 1}: "
+                        + "  ".join(
+                            f"{k} {v['s']:.1f} s (python {v.get('python_ready_ms')} ms) "
+                            f"{v['bytes'] / 1e6:.3f} MB"
+                            f"{'' if v['ok'] else ' FAILED: ' + str(v['error'])}"
+                            for k, v in run.items()
+                        ),
+                        flush=True,
+                    )
+    finally:
+        for server, _ in servers.values():
+            server.close()
+    for label, label_runs in runs.items():
+        summarise(label, label_runs)
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2) + "\n")
-    return 0 if all(r["cold"]["ok"] and r["warm"]["ok"] for r in runs) else 1
+    this = runs["this"]
+    return 0 if all(r["cold"]["ok"] and r["warm"]["ok"] for r in this) else 1
 
 
 if __name__ == "__main__":
