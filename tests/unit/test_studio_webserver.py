@@ -248,3 +248,11 @@ def test_parse_origins() -> None:
     for bad in ("https://a.example/", "a.example", "https://a.example/path", ""):
         with pytest.raises(ConfigError, match="is not an origin"):
             parse_origins([bad])
+
+
+def test_cli_refuses_an_allow_origin_that_is_not_an_origin(bundle: Path, capsys) -> None:
+    from evermind.cli import main
+
+    code = main(["studio", "--no-open", "--dir", str(bundle), "--allow-origin", "example.org"])
+    assert code == 2
+    assert "--allow-origin 'example.org' is not an origin" in capsys.readouterr().err
