@@ -10,6 +10,17 @@ Inputs, and nothing else (no CDN, no download from anywhere but the package regi
   its browser module bundled into one file with ``esbuild`` (both pinned in
   package-lock.json), plus the EH worker and wasm, under ``vendor/duckdb/``.
 
+Serving (see docs/studio.md, "Serving the bundle"): the large files that never change for a
+given input (Pyodide, DuckDB, our wheel) sit in content-hash folders (``pyodide/<hash>/``,
+``vendor/duckdb/<hash>/``, ``wheels/<hash>/``) named in ``build-info.json``, so a server
+may cache them as immutable. Every compressible file gets a ``.gz`` (and a ``.br``: through
+the ``brotli`` module when importable, else through Node's zlib, which ``npm ci`` already
+needs) when that saves at least a tenth. ``python_stdlib.zip`` and the wheel are rewritten
+with stored (uncompressed) entries first: zip's per-file deflate leaves the whole file nearly
+incompressible, while one brotli stream over the stored zip is ~40% smaller. ``sw.js`` (the
+service worker) gets the build id, the list of the bundle's files and the small "shell" it
+installs up front.
+
 The build is incremental: a digest of every input is kept in ``dist/web/.stamp`` and an
 unchanged tree is not rebuilt. The new bundle is assembled beside the old one and swapped
 in with a rename, so a failed build never leaves a half-written ``dist/web``.
@@ -23,11 +34,13 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +64,29 @@ ESBUILD = ROOT / "node_modules" / ".bin" / "esbuild"
 DUCKDB_ENTRY = 'export { AsyncDuckDB, VoidLogger, ConsoleLogger } from "@duckdb/duckdb-wasm";\n'
 # Fixed wheel timestamps make the wheel (and so the bundle) reproducible.
 SOURCE_DATE_EPOCH = "1767225600"  # 2026-01-01T00:00:00Z
+#: Hex digits of a content-hash folder (the server's immutable rule matches this length).
+HASH_LENGTH = 16
+#: Suffixes worth a precompressed copy; the copy is kept only when it saves a tenth.
+COMPRESSIBLE = {
+    ".wasm",
+    ".js",
+    ".mjs",
+    ".json",
+    ".css",
+    ".html",
+    ".svg",
+    ".wgsl",
+    ".txt",
+    ".zip",
+    ".whl",
+}
+MIN_COMPRESS_BYTES = 1024
+#: Brotli quality 11 takes ~5 s per MB here; files above this size get quality 9.
+BROTLI_MAX_Q11_BYTES = 12_000_000
+#: The line of web/sw.js that the build replaces with the bundle's file list.
+SW_MANIFEST_MARKER = "const MANIFEST = null; // filled in by build/build_web.py"
+#: What the worker fetches to boot (relative to the Pyodide folder), for the byte progress.
+PYODIDE_BOOT = ["pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"]
 
 
 class BuildError(Exception):
@@ -69,6 +105,7 @@ def _inputs() -> list[Path]:
             p for p in (ROOT / folder).glob(pattern) if p.is_file() and "__pycache__" not in p.parts
         )
     files += [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__).resolve()]
+    files += [ROOT / "build" / "brotli.mjs"]
     files += [PYODIDE_NPM / name for name in PYODIDE_FILES]
     files += _duckdb_inputs()
     return files
@@ -192,9 +229,9 @@ def _duckdb_bundle() -> Path:
     return out
 
 
-def _duckdb(staging: Path) -> None:
-    """Puts the DuckDB bundle, its EH worker and wasm under ``vendor/duckdb/``."""
-    target = staging / "vendor" / "duckdb"
+def _duckdb(staging: Path) -> str:
+    """Puts the DuckDB bundle, its EH worker and wasm under ``vendor/duckdb/<hash>/``."""
+    target = staging / "vendor" / "duckdb" / "tmp"
     target.mkdir(parents=True)
     shutil.copy2(_duckdb_bundle(), target / "duckdb.mjs")
     for name in DUCKDB_FILES:
@@ -203,6 +240,119 @@ def _duckdb(staging: Path) -> None:
             os.link(source, target / name)
         except OSError:
             shutil.copy2(source, target / name)
+    return _hash_folder(target, staging)
+
+
+# --- serving: content-hash folders, stored zips, precompressed copies, the worker manifest --
+
+
+def _hash_folder(folder: Path, staging: Path) -> str:
+    """Renames ``folder`` to the hash of its files; returns the new path relative to staging."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    hashed = folder.with_name(digest.hexdigest()[:HASH_LENGTH])
+    folder.rename(hashed)
+    return hashed.relative_to(staging).as_posix()
+
+
+def _store_zip(source: Path, target: Path) -> None:
+    """Copies a zip with every entry stored (names, order and timestamps kept)."""
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            info.compress_type = zipfile.ZIP_STORED
+            zout.writestr(info, data)
+
+
+def _brotli_command() -> list[str] | None:
+    node = shutil.which("node")
+    return None if node is None else [node, str(ROOT / "build" / "brotli.mjs")]
+
+
+def _compress(staging: Path) -> tuple[int, int]:
+    """Writes ``.gz``/``.br`` beside each compressible file; returns (gz, br) counts.
+
+    Outputs are cached in ``build/.cache/compressed/`` by the sha256 of the input, so an
+    unchanged Pyodide or DuckDB is compressed once.
+    """
+    cache = CACHE / "compressed"
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        import brotli  # type: ignore[import-not-found]  # optional; pyproject should add it
+    except ImportError:
+        brotli = None
+    node_brotli = _brotli_command() if brotli is None else None
+    pending: list[tuple[Path, Path, int]] = []  # (input, cached output, quality) for Node
+    files = sorted(
+        p
+        for p in staging.rglob("*")
+        if p.is_file() and p.suffix in COMPRESSIBLE and p.stat().st_size >= MIN_COMPRESS_BYTES
+    )
+    counts = [0, 0]
+    for path in files:
+        data = path.read_bytes()
+        key = hashlib.sha256(data).hexdigest()
+        gz = cache / f"{key}.gz"
+        if not gz.is_file():
+            gz.write_bytes(gzip_bytes(data))
+        br = cache / f"{key}.br"
+        quality = 11 if len(data) <= BROTLI_MAX_Q11_BYTES else 9
+        if not br.is_file() and brotli is not None:
+            br.write_bytes(brotli.compress(data, quality=quality, lgwin=24))
+        elif not br.is_file() and node_brotli is not None:
+            pending.append((path, br, quality))
+    if pending and node_brotli is not None:
+        jobs = "\n".join(f"{q}\t{src}\t{dst}" for src, dst, q in pending)
+        result = subprocess.run(
+            node_brotli, input=jobs, text=True, capture_output=True, check=False
+        )
+        if result.returncode != 0:
+            raise BuildError(f"brotli through Node failed:\n{result.stderr}")
+    for path in files:
+        size = path.stat().st_size
+        key = hashlib.sha256(path.read_bytes()).hexdigest()
+        for index, suffix in enumerate((".gz", ".br")):
+            cached = cache / f"{key}{suffix}"
+            if cached.is_file() and cached.stat().st_size <= 0.9 * size:
+                shutil.copyfile(cached, path.with_name(path.name + suffix))
+                counts[index] += 1
+    return counts[0], counts[1]
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """gzip level 9 with a zero timestamp (the bundle stays reproducible)."""
+    import gzip
+
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def _service_worker(staging: Path, build_id: str) -> None:
+    """Writes sw.js's manifest: the build id and every file a page of the bundle may fetch."""
+    sw = staging / "sw.js"
+    source = sw.read_text()
+    if SW_MANIFEST_MARKER not in source:
+        raise BuildError(f"web/sw.js lacks the line {SW_MANIFEST_MARKER!r}")
+    files = sorted(
+        str(p.relative_to(staging))
+        for p in staging.rglob("*")
+        if p.is_file()
+        and p.suffix not in (".gz", ".br")
+        and p.name != "sw.js"
+        and not any(part.startswith(".") for part in p.relative_to(staging).parts)
+    )
+    # Installed up front: the small files a boot needs. DuckDB's loader, the examples and the
+    # loose shaders are cached when first fetched; the content-hash folders likewise.
+    shell = [
+        f
+        for f in files
+        if not re.search(rf"(^|/)[0-9a-f]{{{HASH_LENGTH}}}/", f)
+        and f != "duckdb.js"
+        and not f.startswith(("examples/", "shaders/"))
+    ]
+    manifest = {"build": build_id, "files": files, "shell": shell}
+    sw.write_text(source.replace(SW_MANIFEST_MARKER, f"const MANIFEST = {json.dumps(manifest)};"))
 
 
 def build(force: bool = False) -> bool:
@@ -215,32 +365,54 @@ def build(force: bool = False) -> bool:
     staging = Path(tempfile.mkdtemp(prefix=".web-", dir=DIST.parent))
     try:
         # Pyodide core, with micropip from PyPI under the lock's file name and hash.
-        (staging / "pyodide").mkdir()
+        pyodide = staging / "pyodide" / "tmp"
+        pyodide.mkdir(parents=True)
         for name in PYODIDE_FILES[:-1]:
-            shutil.copy2(PYODIDE_NPM / name, staging / "pyodide" / name)
+            if name == "python_stdlib.zip":
+                _store_zip(PYODIDE_NPM / name, pyodide / name)
+            else:
+                shutil.copy2(PYODIDE_NPM / name, pyodide / name)
         lock = json.loads((PYODIDE_NPM / "pyodide-lock.json").read_text())
-        shutil.copy2(_micropip(), staging / "pyodide" / MICROPIP_WHEEL)
+        shutil.copy2(_micropip(), pyodide / MICROPIP_WHEEL)
         lock["packages"]["micropip"]["file_name"] = MICROPIP_WHEEL
         lock["packages"]["micropip"]["sha256"] = MICROPIP_SHA256
-        (staging / "pyodide" / "pyodide-lock.json").write_text(json.dumps(lock))
-        # Our wheel.
-        (staging / "wheels").mkdir()
-        wheel = _evermind_wheel(staging / "wheels")
+        (pyodide / "pyodide-lock.json").write_text(json.dumps(lock))
+        pyodide_dir = _hash_folder(pyodide, staging) + "/"
+        # Our wheel, its entries stored (see the module docstring).
+        built = Path(tempfile.mkdtemp(prefix=".wheel-", dir=DIST.parent))
+        try:
+            built_wheel = _evermind_wheel(built)
+            (staging / "wheels" / "tmp").mkdir(parents=True)
+            _store_zip(built_wheel, staging / "wheels" / "tmp" / built_wheel.name)
+        finally:
+            shutil.rmtree(built, ignore_errors=True)
+        wheel_dir = _hash_folder(staging / "wheels" / "tmp", staging)
+        wheel = staging / wheel_dir / built_wheel.name
         # Web files, static assets, shaders.
         shutil.copytree(ROOT / "web", staging, dirs_exist_ok=True)
         shutil.copytree(ROOT / "static", staging / "static")
         shutil.copytree(ROOT / "shaders", staging / "shaders")
         # DuckDB-wasm, loaded by the page only when the SQL box is used.
-        _duckdb(staging)
+        duckdb_dir = _duckdb(staging) + "/"
         version = wheel.name.split("-")[1]
+        wheel_path = f"{wheel_dir}/{wheel.name}"
+        boot = [pyodide_dir + name for name in PYODIDE_BOOT] + [wheel_path]
         info = {
             "version": version,
-            "wheel": f"wheels/{wheel.name}",
+            "wheel": wheel_path,
             "wheel_sha256": _sha256(wheel),
             "pyodide": json.loads((PYODIDE_NPM / "package.json").read_text())["version"],
+            "pyodide_dir": pyodide_dir,
+            "duckdb_dir": duckdb_dir,
+            # Decoded sizes, for byte progress: with Content-Encoding, Content-Length is the
+            # compressed size while a stream reader counts decoded bytes.
+            "boot_bytes": {path: (staging / path).stat().st_size for path in boot},
+            "duckdb_wasm_bytes": (staging / duckdb_dir / "duckdb-eh.wasm").stat().st_size,
             "inputs_sha256": digest,
         }
         (staging / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
+        _service_worker(staging, digest[:HASH_LENGTH])
+        gz_count, br_count = _compress(staging)
         (staging / ".stamp").write_text(digest + "\n")
         # Swap in atomically: rename the old bundle away, the new one in, then delete the old.
         old = DIST.parent / f".old-{os.getpid()}"
@@ -254,7 +426,7 @@ def build(force: bool = False) -> bool:
     size = sum(p.stat().st_size for p in DIST.rglob("*") if p.is_file())
     print(
         f"built {DIST.relative_to(ROOT)}: {size / 1e6:.1f} MB "
-        f"in {time.perf_counter() - start:.1f} s"
+        f"({gz_count} .gz, {br_count} .br) in {time.perf_counter() - start:.1f} s"
     )
     return True
 

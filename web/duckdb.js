@@ -1,12 +1,21 @@
 // DuckDB-wasm for the Data panel's SQL box, loaded lazily: nothing is fetched until the
-// first query. The bundle (vendor/duckdb/: esbuild's one-file build of @duckdb/duckdb-wasm,
-// its EH worker and wasm) sits beside this file, so the page never reaches a CDN.
+// first query. The bundle (vendor/duckdb/<hash>/, named in build-info.json: esbuild's
+// one-file build of @duckdb/duckdb-wasm, its EH worker and wasm) sits beside this file, so
+// the page never reaches a CDN.
 // Extension autoloading is switched off: json/parquet would be fetched from the internet.
 
 import { startWorker } from "./evermind-client.js";
 
-const BASE = new URL("vendor/duckdb/", import.meta.url);
+const BUNDLE = new URL("./", import.meta.url);
 let opening = null;
+
+/** The DuckDB folder and the wasm's decoded size (DuckDB's own bytesTotal is the
+ * Content-Length, which is the compressed size when the server sends Content-Encoding). */
+async function vendor() {
+  const response = await fetch(new URL("build-info.json", BUNDLE));
+  const info = response.ok ? await response.json() : {};
+  return { base: new URL(info.duckdb_dir ?? "vendor/duckdb/", BUNDLE), wasmBytes: info.duckdb_wasm_bytes ?? 0 };
+}
 
 function plain(value) {
   if (typeof value === "bigint") return Number.isSafeInteger(Number(value)) ? Number(value) : String(value);
@@ -15,11 +24,13 @@ function plain(value) {
   return value;
 }
 
-async function open() {
-  const duckdb = await import(new URL("duckdb.mjs", BASE).href);
-  const worker = startWorker(new URL("duckdb-browser-eh.worker.js", BASE), "classic");
+async function open(onProgress) {
+  const { base, wasmBytes } = await vendor();
+  const duckdb = await import(new URL("duckdb.mjs", base).href);
+  const worker = startWorker(new URL("duckdb-browser-eh.worker.js", base), "classic");
   const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), worker);
-  await db.instantiate(new URL("duckdb-eh.wasm", BASE).href);
+  const progress = (p) => onProgress?.({ loaded: p.bytesLoaded, total: wasmBytes || p.bytesTotal });
+  await db.instantiate(new URL("duckdb-eh.wasm", base).href, null, progress);
   const conn = await db.connect();
   await conn.query("SET autoload_known_extensions = false");
   await conn.query("SET autoinstall_known_extensions = false");
@@ -52,9 +63,12 @@ async function open() {
   };
 }
 
-/** The page's one DuckDB (opened on first use; a failed open is retried next time). */
-export function openDuckDB() {
-  opening ??= open();
+/**
+ * The page's one DuckDB (opened on first use; a failed open is retried next time).
+ * `onProgress({loaded, total})` reports the wasm download in decoded bytes (first open only).
+ */
+export function openDuckDB({ onProgress } = {}) {
+  opening ??= open(onProgress);
   opening.catch(() => { opening = null; });
   return opening;
 }

@@ -12,6 +12,9 @@ import { describeError } from "./ui/errors.js";
 const API_METHODS = ["train", "pause", "resume", "stop", "generate", "embed", "embedder", "exportPackage", "push"];
 
 const STYLESHEET = new URL("studio.css", import.meta.url).href;
+const BUNDLE_ORIGIN = new URL(import.meta.url).origin;
+// A boot failure that reads like a blocked download (CORS, offline, a 404).
+const NETWORK_FAILURE = /fetch|network|load|import|worker failed|cors/i;
 
 class EvermindStudioElement extends HTMLElement {
   static observedAttributes = ["preset", "corpus-url", "runtime-url"];
@@ -65,7 +68,25 @@ class EvermindStudioElement extends HTMLElement {
     });
     app.addEventListener("trained", (e) => { if (this._localTraining) this._emit("evermind-trained", e.detail); });
     app.addEventListener("error", (e) => this._emit("evermind-error", e.detail));
-    app.ready.then((result) => (result.ok ? this._settle.resolve(result) : this._settle.reject(Object.assign(new Error(result.error), { name: result.name || "Error" }))));
+    app.ready.then((result) => {
+      if (!result.ok) this._explainCrossOrigin(result.error);
+      return result.ok ? this._settle.resolve(result) : this._settle.reject(Object.assign(new Error(result.error), { name: result.name || "Error" }));
+    });
+  }
+
+  // Loaded from another origin and the worker's downloads failed: most likely that server
+  // sends no CORS headers for this page (the module script itself got through, so its
+  // server allows that one file, or a cache served it). Say so on the page.
+  _explainCrossOrigin(message) {
+    if (BUNDLE_ORIGIN === location.origin || !NETWORK_FAILURE.test(String(message))) return;
+    const help = document.createElement("p");
+    help.id = "cross-origin-help";
+    help.className = "warning";
+    help.setAttribute("role", "alert");
+    help.textContent = `The Studio's files come from ${BUNDLE_ORIGIN}, another origin than this page (${location.origin}), `
+      + `and loading them failed (${message}). That server must send Access-Control-Allow-Origin for this page on every file `
+      + `of the bundle: with \`evermind studio\`, start it with --allow-origin ${location.origin} (or '*').`;
+    this.shadowRoot.append(help);
   }
 
   attributeChangedCallback(name, _old, value) {

@@ -38,7 +38,7 @@ def test_two_elements_share_one_runtime_and_one_boot(embed: RecordedPage) -> Non
     assert page.evaluate(
         "document.getElementById('a').runtime === document.getElementById('b').runtime"
     )
-    assert sum(u.endswith("/pyodide/pyodide.asm.wasm") for u in embed.requests) == 1
+    assert sum(u.endswith("/pyodide.asm.wasm") for u in embed.requests) == 1
     assert sum(u.endswith("/worker.js") for u in embed.requests) == 1
     # Assets came from the script's folder, never from the page's (examples/).
     assert not [u for u in embed.requests if "/examples/" in u and not u.endswith("embed.html")]

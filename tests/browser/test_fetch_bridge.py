@@ -19,8 +19,9 @@ from tests.browser.conftest import BOOT_TIMEOUT_MS, RecordedPage
 from tests.upstreams import AnthropicUpstream, OpenAIUpstream, count_tokens, default_reply
 
 BOOT = """async ([base, wheel]) => {
-    const { loadPyodide } = await import(base + "pyodide/pyodide.mjs");
-    const pyodide = await loadPyodide({ indexURL: base + "pyodide/" });
+    const info = await (await fetch(base + "build-info.json")).json();
+    const { loadPyodide } = await import(base + info.pyodide_dir + "pyodide.mjs");
+    const pyodide = await loadPyodide({ indexURL: base + info.pyodide_dir });
     const errors = [];
     const loaded = await pyodide.loadPackage(
         base + wheel, { errorCallback: (m) => errors.push(m) });

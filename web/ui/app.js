@@ -282,7 +282,7 @@ export class StudioApp extends EventTarget {
 
   _onEvent(e) {
     if (e.event === "boot" && this.state.phase === "booting") {
-      this._bootStage(e.message, e.stage === "python" ? 0.2 : 0.6);
+      this._bootStage(e.message, e.fraction ?? (e.stage === "python" ? 0.2 : 0.6));
     } else if (e.event === "studio-state" && e.origin !== this.id) {
       this.setState(e.patch, { share: false });
     } else if (e.event === "error" && e.stage) {

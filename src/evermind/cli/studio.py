@@ -21,10 +21,11 @@ from evermind.studio.bundle import BUILD_SCRIPT, DEFAULT_BUNDLE, bundle_is_curre
 
 
 def cmd_studio(args: argparse.Namespace) -> int:
-    from evermind.studio.webserver import BundleServer
+    from evermind.studio.webserver import BundleServer, parse_origins
 
+    origins = parse_origins(args.allow_origin)
     bundle = ensure_bundle(Path(args.dir) if args.dir else None)
-    server = BundleServer(bundle, host=args.host, port=args.port)
+    server = BundleServer(bundle, host=args.host, port=args.port, allow_origins=origins)
     print(f"Evermind Studio: {server.url}  (serving {bundle}; Ctrl-C to stop)", flush=True)
     if not args.no_open:
         webbrowser.open(server.url)
@@ -110,6 +111,13 @@ def register(sub: Any) -> None:
     )
     studio.add_argument("--no-open", action="store_true", help="do not open a browser")
     studio.add_argument("--dir", help="serve this built bundle instead of the checkout's dist/web")
+    studio.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="origin whose pages may embed <evermind-studio> from this server (repeatable; "
+        "'*' any, the default; 'none' no CORS headers)",
+    )
     studio.set_defaults(func=cmd_studio)
 
     doctor = sub.add_parser("doctor", help="report what works on this machine")

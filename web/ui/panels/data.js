@@ -152,7 +152,7 @@ export function dataPanel(app) {
     clearSqlResult();
     app.say(sqlMessage, "Loading DuckDB (first use only)…");
     const { openDuckDB } = await import("../../duckdb.js");
-    const db = await openDuckDB();
+    const db = await openDuckDB({ onProgress: ({ loaded, total }) => app.say(sqlMessage, `Loading DuckDB (first use only)… ${(loaded / 1e6).toFixed(1)} of ${(total / 1e6).toFixed(1)} MB`) });
     for (const [name, { text }] of csvTables) await db.registerCSV(name, text);
     app.say(sqlMessage, "Running…");
     const { columns, rows } = await db.query(sqlText.input.value);
