@@ -57,6 +57,8 @@ class EvermindStudioElement extends HTMLElement {
       preset: this.getAttribute("preset") || "nano",
       corpusUrl: this.getAttribute("corpus-url"),
       runtimeUrl: this.getAttribute("runtime-url") || "",
+      // Read when a run starts, so a page may change it at any time.
+      checkpointEvery: () => Number(this.getAttribute("checkpoint-every")) || undefined,
     });
     this._app = app;
     app.addEventListener("runtime-event", (e) => {

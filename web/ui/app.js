@@ -33,14 +33,14 @@ const CHANGES_DATA = /^(memory_(remember|forget|import)|cache_(store|import))$/;
 export class StudioApp extends EventTarget {
   /**
    * @param {ShadowRoot|HTMLElement} root where the Studio is drawn
-   * @param {object} options {runtime, preset, corpusUrl, runtimeUrl}
+   * @param {object} options {runtime, preset, corpusUrl, runtimeUrl, checkpointEvery: () => steps or undefined}
    */
-  constructor(root, { runtime, preset = "nano", corpusUrl = null, runtimeUrl = "" } = {}) {
+  constructor(root, { runtime, preset = "nano", corpusUrl = null, runtimeUrl = "", checkpointEvery = () => undefined } = {}) {
     super();
     this.id = nextAppId++;
     this.root = root;
     this.runtime = runtime;
-    this.options = { preset, corpusUrl, runtimeUrl };
+    this.options = { preset, corpusUrl, runtimeUrl, checkpointEvery };
     this.state = {
       phase: "booting", // booting | ready | error
       device: null,
@@ -482,6 +482,8 @@ export class StudioApp extends EventTarget {
     delete kwargs.vocab_size;
     delete kwargs.embedder;
     if (!kwargs.config) kwargs.preset ??= this.options.preset;
+    kwargs.checkpoint_every ??= this.options.checkpointEvery?.();
+    if (kwargs.checkpoint_every === undefined) delete kwargs.checkpoint_every;
     const settings = resume ? this.state.settings : { preset: kwargs.config ? "custom" : kwargs.preset, config: kwargs.config ?? null, steps: kwargs.steps, lr: kwargs.lr, batch_size: kwargs.batch_size, seq_len: kwargs.seq_len };
     this.setState({ training: "running", nParams: undefined, progress: resume ? this.state.progress : null, summary: resume ? this.state.summary : null, trainOptions: kwargs, settings });
     this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume, steps: kwargs.steps } }));
