@@ -201,6 +201,7 @@ def _filter_items() -> list[VectorItem]:
 
 FILTERS: list[Any] = [
     Eq("color", "red"),
+    Eq("color", "red' OR '1'='1"),  # a value is a parameter, never SQL
     Eq("n", 3),
     Eq("n", 3.0),
     Eq("n", "0"),
@@ -391,8 +392,11 @@ def test_unknown_scheme_names_it(loop: Loop) -> None:
     assert err.value.code == "unknown_store_scheme"
 
 
-def test_sqlite_store_survives_a_reopen(loop: Loop, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/v.db"
+def test_sqlite_store_survives_a_reopen(
+    loop: Loop, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path}/v.db"  # four slashes: an absolute path
+    assert url.startswith("sqlite:////")
     first = loop.run(open_store(url, dim=DIM))
     loop.run(first.upsert(_items(5)))
     loop.run(first.close())
@@ -401,6 +405,12 @@ def test_sqlite_store_survives_a_reopen(loop: Loop, tmp_path: Path) -> None:
     loop.run(again.close())
     with pytest.raises(ConfigError, match="dimension 12, not 8"):
         loop.run(open_store(url, dim=8))
+    monkeypatch.chdir(tmp_path)
+    relative = loop.run(open_store("sqlite:///rel.db", dim=DIM))  # three: relative
+    loop.run(relative.close())
+    assert (tmp_path / "rel.db").is_file()
+    with pytest.raises(ConfigError, match="names no file"):
+        loop.run(open_store("sqlite://", dim=DIM))
 
 
 def test_pgvector_lexical_arm(postgres: str, loop: Loop) -> None:
@@ -522,3 +532,18 @@ def test_pgvector_hnsw_with_a_selective_filter_still_returns_k(postgres: str, lo
     finally:
         loop.run(store.drop())
         loop.run(store.close())
+
+
+def test_qdrant_local_store_survives_a_reopen(loop: Loop, tmp_path: Path) -> None:
+    url = f"qdrant+local:///{tmp_path}/q"
+    first = loop.run(open_store(url, dim=DIM, name="kept"))
+    loop.run(first.upsert(_items(5)))
+    loop.run(first.close())
+    assert (tmp_path / "q").is_dir()
+    again = loop.run(open_store(url, dim=DIM, name="kept"))
+    try:
+        assert loop.run(again.count(scope=SCOPE)) == 5
+    finally:
+        loop.run(again.close())
+    with pytest.raises(ConfigError, match="size 12, not 8"):
+        loop.run(open_store(url, dim=8, name="kept"))

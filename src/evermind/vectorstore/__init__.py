@@ -3,10 +3,11 @@
 :func:`open_store` maps a URL to an engine (see docs/vectorstore.md):
 
 - ``memory://``: in this process only (numpy exact scan);
-- ``sqlite:///path``: the same, written through to a SQLite file;
+- ``sqlite:///path``: the same, written through to a SQLite file (``sqlite:///rel.db`` is
+  relative to the current directory, ``sqlite:////abs/path.db`` absolute);
 - ``postgresql://…`` (or ``postgres://…``): a table in Postgres with pgvector;
-- ``qdrant://host:port``: a Qdrant server; ``qdrant+local:///path`` (``qdrant+local://`` for
-  memory only): qdrant-client's local mode in this process.
+- ``qdrant://host:port``: a Qdrant server; ``qdrant+local:///path`` (the same slash rule;
+  ``qdrant+local://`` for memory only): qdrant-client's local mode in this process.
 
 The engines import their drivers only when opened, so this package imports anywhere; the
 port (:mod:`~evermind.vectorstore.port`) and the filter algebra
@@ -82,13 +83,14 @@ async def open_store(url: str, *, dim: int, name: str = "evermind_vectors") -> V
     """
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
+    # As for SQLAlchemy (and `evermind ingest --store`): sqlite:///x is x, sqlite:////x is /x.
+    path = unquote(parts.path)[1:] if parts.path.startswith("/") else unquote(parts.path)
     if scheme == "memory":
         from evermind.vectorstore.inprocess import InProcessStore
 
         return InProcessStore(dim)
     if scheme == "sqlite":
-        path = unquote(parts.path)
-        if not path or path == "/":
+        if not path:
             raise ConfigError(f"vector store: {url!r} names no file; expected sqlite:///path/to.db")
         from evermind.vectorstore.inprocess import InProcessStore
 
@@ -106,12 +108,10 @@ async def open_store(url: str, *, dim: int, name: str = "evermind_vectors") -> V
             dim=dim, collection=name, host=parts.hostname, port=parts.port or 6333
         )
     if scheme == "qdrant+local":
-        path = unquote(parts.path)
         from evermind.vectorstore.qdrant import QdrantStore
 
-        return await QdrantStore.open(
-            dim=dim, collection=name, path=path if path not in ("", "/", "/:memory:") else None
-        )
+        local = path if path not in ("", ":memory:") else None
+        return await QdrantStore.open(dim=dim, collection=name, path=local)
     raise ConfigError(
         f"vector store: unknown URL scheme {parts.scheme!r} in {url!r}; expected one of "
         "memory://, sqlite:///path, postgresql://…, qdrant://host:port, qdrant+local:///path",
