@@ -374,6 +374,8 @@ def test_bad_input_is_refused_with_a_clear_error(store: Any, loop: Loop) -> None
         loop.run(store.count(filter={"eq": ["a'; DROP TABLE x; --", 1]}, scope=SCOPE))
     with pytest.raises(InputError, match="not a metadata value"):
         loop.run(store.upsert([VectorItem("x", good.vector, "", {"tags": ["a"]}, ACL)]))
+    with pytest.raises(InputError, match="appears twice in one batch"):
+        loop.run(store.upsert([good, good]))
     with pytest.raises(ScopeRequired, match="needs an AccessScope"):
         loop.run(store.query(good.vector, 3))
     with pytest.raises(ScopeRequired):
@@ -482,6 +484,13 @@ def test_two_connections_see_each_other_s_writes(postgres: str, loop: Loop) -> N
         hits = loop.run(a.query([1.0] * DIM, 1, scope=SCOPE))
         assert [h.id for h in hits] == ["from-child"], "a process's write is seen by another"
         assert loop.run(b.count(scope=SCOPE)) == 5
+
+        async def many() -> list[int]:  # one store, concurrent callers: serialised, all served
+            calls = [a.query([1.0] * DIM, 3, scope=SCOPE) for _ in range(4)]
+            *queries, counted = await asyncio.gather(*calls, a.count(scope=SCOPE))
+            return [len(h) for h in queries] + [counted]
+
+        assert loop.run(many()) == [3, 3, 3, 3, 5]
     finally:
         loop.run(a.drop())
         loop.run(a.close())

@@ -209,10 +209,12 @@ def check_items(items: Iterable[VectorItem], dim: int) -> list[VectorItem]:
     """The batch, each item checked (id, vector, metadata, ACL) and its vector made unit length.
 
     Raises:
-        InputError: A missing ACL (``code="acl_required"``), a bad id, metadata or vector.
+        InputError: A missing ACL (``code="acl_required"``), an id twice in the batch, a bad
+            id, metadata or vector.
         ShapeError: A vector of the wrong dimension.
     """
     out: list[VectorItem] = []
+    seen: set[str] = set()
     for item in items:
         if not isinstance(item, VectorItem):
             raise InputError(f"vector store: expected VectorItem, got {type(item).__name__}")
@@ -228,6 +230,13 @@ def check_items(items: Iterable[VectorItem], dim: int) -> list[VectorItem]:
         _check_acl(item.acl, where)
         if not isinstance(item.text, str):
             raise InputError(f"{where}: text must be a string")
+        if item.id in seen:
+            raise InputError(
+                f"{where} appears twice in one batch; send each id once (the later one wins "
+                "only across batches)",
+                code="duplicate_id",
+            )
+        seen.add(item.id)
         meta = {
             check_field(k): check_value(v, f"{where} field {k!r}") for k, v in item.metadata.items()
         }
