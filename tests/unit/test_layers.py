@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"agent"},
     {"job", "bridges", "ingest"},
     {"memory", "cache"},
+    {"vectorstore"},
     {"train"},
     {"model"},
     {"kernels"},

@@ -1,0 +1,329 @@
+"""The Postgres + pgvector engine: a table per store, HNSW (dense arm), full-text search (lexical).
+
+The table (name given at open) holds ``id text``, ``embedding vector(dim)`` (HNSW index,
+``vector_cosine_ops``), ``text``, ``metadata jsonb``, the ACL as ``tenant``, ``principals
+text[]`` and ``sensitivity`` columns, and ``tsv``, a generated ``tsvector`` of the text
+(English configuration, GIN index) that :meth:`PgVectorStore.lexical_query` ranks with
+``ts_rank_cd``. Several processes on one database share the items: every write commits
+before it returns.
+
+Every filter operator and the ACL are translated to SQL (:func:`filter_sql`), so nothing runs
+as a residual here; every value travels as a query parameter, identifiers through
+``psycopg.sql.Identifier``. HNSW in pgvector 0.6 filters *after* the index scan: a query whose
+filter or scope admits few rows can get fewer than ``k`` back from the index, so a short
+result is re-run as an exact scan (index scans off). ``hnsw.ef_search`` is raised to at least
+``2 k`` (at most 1000).
+
+Native-only: psycopg 3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from evermind.errors import ConfigError, StorageError
+from evermind.vectorstore.filters import And, Eq, Exists, Filter, In, Not, Or, parse_filter
+from evermind.vectorstore.port import (
+    AccessScope,
+    Acl,
+    Hit,
+    VectorItem,
+    check_field,
+    check_items,
+    check_query,
+    check_scope,
+    unit,
+)
+
+__all__ = ["PgVectorStore", "filter_sql"]
+
+#: ``hnsw.ef_search`` bounds: pgvector's default and its maximum.
+EF_MIN, EF_MAX = 40, 1000
+#: What psycopg's execute takes.
+Query = sql.SQL | sql.Composed
+_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+_COLUMNS = "id, text, metadata, tenant, principals, sensitivity"
+
+
+_FIELD = sql.SQL("(metadata -> %s::text)")
+
+
+def filter_sql(node: Filter | None) -> tuple[Query, list[Any]]:
+    """``node`` as a boolean SQL expression over ``metadata`` (never NULL) and its parameters.
+
+    Field names and values alike are parameters, in the order their ``%s`` appear.
+    """
+    if node is None:
+        return sql.SQL("TRUE"), []
+    if isinstance(node, And | Or):
+        if not node.parts:
+            return sql.SQL("TRUE" if isinstance(node, And) else "FALSE"), []
+        pieces, params = [], []
+        for part in node.parts:
+            piece, more = filter_sql(part)
+            pieces.append(piece)
+            params.extend(more)
+        joiner = sql.SQL(" AND " if isinstance(node, And) else " OR ")
+        return sql.SQL("({})").format(joiner.join(pieces)), params
+    if isinstance(node, Not):
+        piece, params = filter_sql(node.part)
+        return sql.SQL("(NOT {})").format(piece), params
+    field = check_field(node.field)
+    if isinstance(node, Exists):
+        return sql.SQL("(metadata ? %s::text)"), [field]
+    if isinstance(node, Eq | In):
+        values = [node.value] if isinstance(node, Eq) else list(node.values)
+        if not values:
+            return sql.SQL("FALSE"), []
+        # jsonb equality is type-strict (true is not 1) and numeric across int and float.
+        same = sql.SQL("COALESCE({} = %s::jsonb, FALSE)").format(_FIELD)
+        params = [p for v in values for p in (field, json.dumps(v))]
+        return sql.SQL("({})").format(sql.SQL(" OR ").join([same] * len(values))), params
+    bounds = node.bounds()
+    numeric = not isinstance(bounds[0][1], str)
+    # CASE keeps the comparison away from values of another type (no cast errors, no NULLs);
+    # strings compare by code point (COLLATE "C" on UTF-8), as Python does.
+    if numeric:
+        value, rhs = _FIELD, sql.SQL("%s::jsonb")
+    else:
+        value, rhs = (
+            sql.SQL('((metadata ->> %s::text) COLLATE "C")'),
+            sql.SQL('(%s::text COLLATE "C")'),
+        )
+    tests = [sql.SQL("{} {} {}").format(value, sql.SQL(_OPS[op]), rhs) for op, _ in bounds]
+    expr = sql.SQL("(CASE WHEN jsonb_typeof({}) = {} THEN {} ELSE FALSE END)").format(
+        _FIELD, sql.SQL("'number'" if numeric else "'string'"), sql.SQL(" AND ").join(tests)
+    )
+    range_params: list[Any] = [field]
+    for _, bound in bounds:
+        range_params += [field, json.dumps(bound) if numeric else bound]
+    return expr, range_params
+
+
+def _scope_sql(scope: AccessScope) -> tuple[Query, list[Any]]:
+    return (
+        sql.SQL("(tenant = %s AND principals && %s::text[] AND sensitivity <= %s)"),
+        [scope.tenant, sorted(scope.principals), scope.max_sensitivity],
+    )
+
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+class PgVectorStore:
+    """A vector store in one Postgres table (pgvector's ``vector`` type, HNSW, full-text search).
+
+    Open with :meth:`open`; one connection, used by one call at a time.
+    """
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], table: str, dim: int) -> None:
+        self._conn = conn
+        self._table = sql.Identifier(table)
+        self._name = table
+        self.dim = dim
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, url: str, *, dim: int, table: str = "evermind_vectors") -> PgVectorStore:
+        """Connects to ``url``, creates the extension, table and indexes when missing.
+
+        Raises:
+            ConfigError: A bad table name or dim, or the table holds another dimension.
+            StorageError: The database cannot be reached or refuses the schema.
+        """
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= 2000:
+            raise ConfigError(f"pgvector: dim must be an int in 1..2000 (HNSW), got {dim!r}")
+        check_field(table)
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        except psycopg.Error as err:
+            raise StorageError(f"pgvector: cannot connect to the database: {err}") from err
+        store = cls(conn, table, dim)
+        try:
+            await store._create()
+        except BaseException:
+            await conn.close()
+            raise
+        return store
+
+    async def _create(self) -> None:
+        t, n = self._table, self._name
+        statements: list[Query] = [
+            sql.SQL("CREATE EXTENSION IF NOT EXISTS vector"),
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " id text PRIMARY KEY,"
+                " embedding vector({}) NOT NULL,"
+                " text text NOT NULL,"
+                " metadata jsonb NOT NULL,"
+                " tenant text NOT NULL,"
+                " principals text[] NOT NULL,"
+                " sensitivity integer NOT NULL,"
+                " tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED)"
+            ).format(t, sql.Literal(self.dim)),
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)"
+            ).format(sql.Identifier(f"{n}_hnsw"), t),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
+                sql.Identifier(f"{n}_tsv"), t
+            ),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (tenant)").format(
+                sql.Identifier(f"{n}_tenant"), t
+            ),
+        ]
+        try:
+            async with self._conn.transaction():
+                # Two processes opening one new table at once: serialise the CREATEs.
+                await self._conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [n])
+                for statement in statements:
+                    await self._conn.execute(statement)
+                cur = await self._conn.execute(
+                    "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                    "WHERE attrelid = %s::regclass AND attname = 'embedding'",
+                    [n],
+                )
+                row = await cur.fetchone()
+        except psycopg.Error as err:
+            raise StorageError(f"pgvector: cannot create table {n!r}: {err}") from err
+        if row is None or row[0] != f"vector({self.dim})":
+            found = row[0] if row else "no embedding column"
+            raise ConfigError(
+                f"pgvector: table {n!r} holds {found}, not vector({self.dim}); "
+                "open it with that dim or name another table"
+            )
+
+    async def _run(self, statement: Query, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        async with self._lock:
+            try:
+                cur = await self._conn.execute(statement, params)
+                return await cur.fetchall() if cur.description else []
+            except psycopg.Error as err:
+                raise StorageError(f"pgvector: {err}") from err
+
+    async def upsert(self, items: Sequence[VectorItem]) -> None:
+        """Inserts or replaces ``items`` in one transaction (a bad item refuses the batch)."""
+        checked = check_items(items, self.dim)
+        rows = []
+        for i in checked:
+            assert i.acl is not None  # check_items refuses items without one
+            rows.append(
+                (
+                    i.id,
+                    _vector_literal(i.vector),
+                    i.text,
+                    json.dumps(dict(i.metadata)),
+                    i.acl.tenant,
+                    sorted(i.acl.principals),
+                    i.acl.sensitivity,
+                )
+            )
+        statement = sql.SQL(
+            "INSERT INTO {} (id, embedding, text, metadata, tenant, principals, sensitivity) "
+            "VALUES (%s, %s::vector, %s, %s::jsonb, %s, %s::text[], %s) "
+            "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, text = EXCLUDED.text, "
+            "metadata = EXCLUDED.metadata, tenant = EXCLUDED.tenant, "
+            "principals = EXCLUDED.principals, sensitivity = EXCLUDED.sensitivity"
+        ).format(self._table)
+        async with self._lock:
+            try:
+                async with self._conn.transaction(), self._conn.cursor() as cur:
+                    await cur.executemany(statement, rows)
+            except psycopg.Error as err:
+                raise StorageError(f"pgvector: upsert failed: {err}") from err
+
+    async def delete(self, ids: Sequence[str]) -> int:
+        """Removes the items with these ids; returns how many existed."""
+        if not ids:
+            return 0
+        rows = await self._run(
+            sql.SQL("DELETE FROM {} WHERE id = ANY(%s::text[]) RETURNING id").format(self._table),
+            [list(ids)],
+        )
+        return len(rows)
+
+    def _where(self, filter: object, scope: AccessScope) -> tuple[Query, list[Any]]:
+        acl, acl_params = _scope_sql(scope)
+        cond, cond_params = filter_sql(parse_filter(filter))
+        return sql.SQL("{} AND {}").format(acl, cond), [*acl_params, *cond_params]
+
+    async def query(
+        self,
+        vector: Sequence[float],
+        k: int,
+        filter: object = None,
+        scope: AccessScope | None = None,
+    ) -> list[Hit]:
+        """The ``k`` visible items most similar to ``vector`` that ``filter`` admits, best first."""
+        checked = check_query(k, scope)
+        q = _vector_literal(unit(vector, self.dim, "pgvector query"))
+        where, params = self._where(filter, checked)
+        statement = sql.SQL(
+            "SELECT {}, 1 - (embedding <=> %s::vector) AS score FROM {} WHERE {} "
+            "ORDER BY embedding <=> %s::vector LIMIT %s"
+        ).format(sql.SQL(_COLUMNS), self._table, where)
+        all_params = [q, *params, q, k]
+        ef = str(min(EF_MAX, max(EF_MIN, 2 * k)))
+        async with self._lock:
+            try:
+                rows = await self._ordered(statement, all_params, ef, exact=False)
+                if len(rows) < k:  # the index's candidates ran out before the filter did
+                    rows = await self._ordered(statement, all_params, ef, exact=True)
+            except psycopg.Error as err:
+                raise StorageError(f"pgvector: query failed: {err}") from err
+        hits = [_hit(row[:6], float(row[6])) for row in rows]
+        return sorted(hits, key=lambda h: (-h.score, h.id))
+
+    async def _ordered(
+        self, statement: Query, params: list[Any], ef: str, *, exact: bool
+    ) -> list[tuple[Any, ...]]:
+        async with self._conn.transaction():
+            await self._conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [ef])
+            if exact:
+                await self._conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
+            cur = await self._conn.execute(statement, params)
+            rows: list[tuple[Any, ...]] = await cur.fetchall()
+            return rows
+
+    async def lexical_query(
+        self, text: str, k: int, filter: object = None, scope: AccessScope | None = None
+    ) -> list[Hit]:
+        """The ``k`` visible items whose text best matches ``text`` (web-search syntax), by
+        ``ts_rank_cd``; items with no matching word are left out."""
+        checked = check_query(k, scope)
+        where, params = self._where(filter, checked)
+        statement = sql.SQL(
+            "SELECT {}, ts_rank_cd(tsv, websearch_to_tsquery('english', %s)) AS score FROM {} "
+            "WHERE tsv @@ websearch_to_tsquery('english', %s) AND {} "
+            "ORDER BY score DESC, id LIMIT %s"
+        ).format(sql.SQL(_COLUMNS), self._table, where)
+        rows = await self._run(statement, [text, text, *params, k])
+        return [_hit(row[:6], float(row[6])) for row in rows]
+
+    async def count(self, filter: object = None, scope: AccessScope | None = None) -> int:
+        """How many items visible to ``scope`` the filter admits."""
+        checked = check_scope(scope)
+        where, params = self._where(filter, checked)
+        rows = await self._run(
+            sql.SQL("SELECT count(*) FROM {} WHERE {}").format(self._table, where), params
+        )
+        return int(rows[0][0])
+
+    async def drop(self) -> None:
+        """Drops the table and its indexes (tests, and a user removing a store)."""
+        await self._run(sql.SQL("DROP TABLE IF EXISTS {}").format(self._table), [])
+
+    async def close(self) -> None:
+        """Closes the connection."""
+        await self._conn.close()
+
+
+def _hit(row: Sequence[Any], score: float) -> Hit:
+    id_, text, metadata, tenant, principals, sensitivity = row
+    return Hit(id_, score, text, dict(metadata), Acl(tenant, frozenset(principals), sensitivity))
