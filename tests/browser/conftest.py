@@ -6,6 +6,7 @@ host other than 127.0.0.1 (the launch flags also make every other host unresolva
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,15 +36,22 @@ def server(bundle_dir: Path) -> Iterator[BundleServer]:
 
 
 @pytest.fixture(scope="package")
-def browser() -> Iterator[object]:
+def playwright() -> Iterator[object]:
+    """The one Playwright driver: a second sync one in the same thread would refuse to start
+    ("Sync API inside the asyncio loop"), so every browser is launched from this one."""
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="package")
+def browser(playwright: object) -> Iterator[object]:
     from evermind.studio.browser import launch_options
 
-    with sync_playwright() as p:
-        b = p.chromium.launch(**launch_options(p))
-        yield b
-        b.close()
+    b = playwright.chromium.launch(**launch_options(playwright))  # type: ignore[attr-defined]
+    yield b
+    b.close()
 
 
 class RecordedPage:
@@ -77,3 +85,28 @@ def open_studio(browser: object, server: BundleServer, path: str = "index.html")
         print("console:\n" + "\n".join(rec.console))
         raise
     return rec
+
+
+#: How long :func:`wait_text` waits by default (training steps on SwiftShader are slow).
+WAIT_MS = 180_000
+
+
+def wait_text(rec: RecordedPage, selector: str, pattern: str, timeout: int = WAIT_MS) -> str:
+    """Waits (bounded) until the first element's text matches ``pattern``; returns the text.
+
+    On a timeout it prints the page's last console lines and fails naming what it saw."""
+    locator = rec.page.locator(selector)
+    try:
+        locator.filter(has_text=re.compile(pattern)).first.wait_for(timeout=timeout)
+    except Exception:
+        print("console:\n" + "\n".join(rec.console[-30:]))
+        raise AssertionError(
+            f"{selector} never matched {pattern!r}: {locator.first.inner_text()!r}"
+        ) from None
+    return locator.first.inner_text()
+
+
+def show(rec: RecordedPage, panel: str) -> None:
+    """Opens a Studio panel through its step in the strip."""
+    rec.page.click(f"#step-{panel}")
+    assert rec.page.locator(f"#panel-{panel}").is_visible()

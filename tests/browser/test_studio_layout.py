@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import ROOT, RecordedPage, open_studio
+from tests.browser.conftest import ROOT, RecordedPage, open_studio, show, wait_text
 
 SHOTS = ROOT / "test-results" / "layout"
 PANELS = ["data", "tokenizer", "train", "try", "export", "memory", "cache"]
@@ -34,23 +34,6 @@ def studio(browser, server) -> Iterator[RecordedPage]:
     rec.page.evaluate("window.evermind.call('session_clear')")
     yield rec
     rec.close()
-
-
-def show(rec: RecordedPage, panel: str) -> None:
-    rec.page.click(f"#step-{panel}")
-    assert rec.page.locator(f"#panel-{panel}").is_visible()
-
-
-def wait_text(rec: RecordedPage, selector: str, pattern: str) -> str:
-    locator = rec.page.locator(selector)
-    try:
-        locator.filter(has_text=re.compile(pattern)).wait_for(timeout=TIMEOUT_MS)
-    except Exception:
-        print("console:\n" + "\n".join(rec.console[-30:]))
-        raise AssertionError(
-            f"{selector} never matched {pattern!r}: {locator.inner_text()!r}"
-        ) from None
-    return locator.inner_text()
 
 
 def widths(rec: RecordedPage) -> dict[str, int]:

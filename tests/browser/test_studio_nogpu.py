@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from evermind.model.inference import load
-from tests.browser.conftest import BOOT_TIMEOUT_MS, ROOT, RecordedPage
+from tests.browser.conftest import BOOT_TIMEOUT_MS, ROOT, RecordedPage, show, wait_text
 from tests.factories import tiny_package
 
 TIMEOUT_MS = 180_000
@@ -28,17 +28,15 @@ NO_GPU_IN_WORKER = "delete WorkerNavigator.prototype.gpu;\n"
 
 
 @pytest.fixture(scope="module")
-def nogpu_browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
+def nogpu_browser(playwright: object) -> Iterator[object]:
+    """A second Chromium, from the package's one Playwright driver, without WebGPU."""
     from evermind.studio.browser import launch_options
 
-    with sync_playwright() as p:
-        options = launch_options(p)
-        options["args"] = [a for a in options["args"] if a != "--enable-unsafe-webgpu"]
-        b = p.chromium.launch(**options)
-        yield b
-        b.close()
+    options = launch_options(playwright)
+    options["args"] = [a for a in options["args"] if a != "--enable-unsafe-webgpu"]
+    b = playwright.chromium.launch(**options)  # type: ignore[attr-defined]
+    yield b
+    b.close()
 
 
 def boot(rec: RecordedPage, server: object) -> dict:
@@ -63,23 +61,6 @@ def studio(nogpu_browser, server) -> Iterator[RecordedPage]:
     rec.page.evaluate("window.evermind.call('session_clear')")
     yield rec
     rec.close()
-
-
-def wait_text(rec: RecordedPage, selector: str, pattern: str) -> str:
-    locator = rec.page.locator(selector)
-    try:
-        locator.filter(has_text=re.compile(pattern)).wait_for(timeout=TIMEOUT_MS)
-    except Exception:
-        print("console:\n" + "\n".join(rec.console[-30:]))
-        raise AssertionError(
-            f"{selector} never matched {pattern!r}: {locator.inner_text()!r}"
-        ) from None
-    return locator.inner_text()
-
-
-def show(rec: RecordedPage, panel: str) -> None:
-    rec.page.click(f"#step-{panel}")
-    assert rec.page.locator(f"#panel-{panel}").is_visible()
 
 
 def assert_banner(rec: RecordedPage) -> None:
@@ -111,6 +92,8 @@ def test_banner_names_the_browser_and_training_says_why_it_is_off(studio: Record
     # The reason is beside the button (its hint), not only in a tooltip.
     hint = page.locator("#panel-train .gate-hint", has_text="Training needs WebGPU")
     assert hint.count() >= 1 and hint.first.is_visible()
+    # The progress card names no adapter it does not have.
+    assert "GPU: none (training is off)" in page.locator("#panel-train").inner_text()
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "train-without-webgpu.png"))
 

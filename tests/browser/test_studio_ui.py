@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import ROOT, RecordedPage, open_studio
+from tests.browser.conftest import ROOT, RecordedPage, open_studio, show, wait_text
 from tests.factories import TEXT
 
 SHOTS = ROOT / "test-results" / "studio"
@@ -37,24 +37,6 @@ def studio(browser, server) -> Iterator[RecordedPage]:
 
 def shot(rec: RecordedPage, name: str) -> None:
     rec.page.screenshot(path=str(SHOTS / f"{name}.png"))
-
-
-def wait_text(rec: RecordedPage, selector: str, pattern: str) -> str:
-    """Waits (bounded) until the element's text matches ``pattern``; returns the text."""
-    locator = rec.page.locator(selector)
-    try:
-        locator.filter(has_text=re.compile(pattern)).wait_for(timeout=TIMEOUT_MS)
-    except Exception:
-        print("console:\n" + "\n".join(rec.console[-30:]))
-        raise AssertionError(
-            f"{selector} never matched {pattern!r}: {locator.inner_text()!r}"
-        ) from None
-    return locator.inner_text()
-
-
-def show(rec: RecordedPage, panel: str) -> None:
-    rec.page.click(f"#step-{panel}")
-    assert rec.page.locator(f"#panel-{panel}").is_visible()
 
 
 def test_all_panels_render_with_states_and_gated_buttons(studio: RecordedPage) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import BOOT_TIMEOUT_MS, ROOT, RecordedPage
+from tests.browser.conftest import BOOT_TIMEOUT_MS, ROOT, RecordedPage, show, wait_text
 from tests.factories import TEXT
 
 TIMEOUT_MS = 240_000
@@ -64,22 +64,6 @@ def shot(rec: Studio, name: str) -> None:
 
 def text_of(rec: Studio, selector: str) -> str:
     return rec.page.locator(selector).inner_text()
-
-
-def wait_text(rec: Studio, selector: str, pattern: str, timeout: int = TIMEOUT_MS) -> str:
-    locator = rec.page.locator(selector)
-    try:
-        locator.filter(has_text=re.compile(pattern)).first.wait_for(timeout=timeout)
-    except Exception:
-        print("console:\n" + "\n".join(rec.console[-30:]))
-        raise AssertionError(
-            f"{selector} never matched {pattern!r}: {locator.first.inner_text()!r}"
-        ) from None
-    return locator.first.inner_text()
-
-
-def show(rec: Studio, panel: str) -> None:
-    rec.page.click(f"#step-{panel}")
 
 
 #: Steps between step-based checkpoints in the reload test (``checkpoint-every``).

@@ -247,11 +247,11 @@ class BundleHandler(BaseHTTPRequestHandler):
             self.send_header("Access-Control-Expose-Headers", "Content-Encoding, Content-Length")
 
     def _copy(self, handle: Any, url_path: str) -> None:
-        sent = 0
+        # Each chunk is tallied before it is written: a client that has read the whole body
+        # then finds it counted (counted after the write, the tally could lag the client).
         while chunk := handle.read(_CHUNK):
+            self.server.count(url_path, len(chunk))
             self.wfile.write(chunk)
-            sent += len(chunk)
-        self.server.count(url_path, sent)
 
     def _error(self, status: HTTPStatus, message: str) -> None:
         data = f"{int(status)} {message}\n".encode()

@@ -297,7 +297,7 @@ export function trainPanel(app) {
     m.state.textContent = s.training;
     m.state.dataset.state = s.training;
     const a = s.device?.adapter;
-    adapter.textContent = a ? `GPU: ${[a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(" · ") || "unnamed adapter"}` : "";
+    adapter.textContent = s.device?.gpu === false ? "GPU: none (training is off)" : a ? `GPU: ${[a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(" · ") || "unnamed adapter"}` : "";
     updateEmbedder();
     fillSettings(s.settings);
     renderRuns();
