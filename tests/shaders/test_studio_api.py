@@ -9,27 +9,12 @@ import json
 import pytest
 
 from evermind.package import read_package
-from evermind.studio import api, rpc
+from evermind.studio import api
 from evermind.studio.session import Session
 from tests.factories import TEXT
+from tests.shaders.studio_rpc import call
 
 TINY = {"d_model": 16, "n_layer": 2, "d_state": 4}
-
-
-@pytest.fixture()
-def events(monkeypatch):
-    seen: list[dict] = []
-    api.set_emitter(lambda s: seen.append(json.loads(s)))
-    monkeypatch.setattr(rpc, "_session", None)
-    yield seen
-    api.set_emitter(None)
-
-
-def call(fn: str, **kwargs):
-    envelope = json.loads(asyncio.run(api.call(fn, json.dumps(kwargs))))
-    if not envelope["ok"]:
-        raise AssertionError(f"{fn} failed: {envelope['error']}")
-    return envelope["result"]
 
 
 def test_whole_studio_flow_natively(events) -> None:

@@ -4,32 +4,16 @@ deleted), the whole session restored after a reload, and numbers with their mean
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
-from evermind.studio import api, rpc
+from evermind.studio import api
 from evermind.studio.session import KEEP_RUNS, Session
 from tests.factories import TEXT
+from tests.shaders.studio_rpc import call
 
 TINY = {"d_model": 16, "n_layer": 2, "d_state": 4}
 RUN = {"config": TINY, "batch_size": 2, "seq_len": 16, "lr": 1e-2}
-
-
-@pytest.fixture()
-def events(monkeypatch):
-    seen: list[dict] = []
-    api.set_emitter(lambda s: seen.append(json.loads(s)))
-    monkeypatch.setattr(rpc, "_session", None)
-    yield seen
-    api.set_emitter(None)
-
-
-def call(fn: str, **kwargs):
-    envelope = json.loads(asyncio.run(api.call(fn, json.dumps(kwargs))))
-    if not envelope["ok"]:
-        raise AssertionError(f"{fn} failed: {envelope['error']}")
-    return envelope["result"]
 
 
 def test_the_first_checkpoint_is_time_based_then_by_steps(events) -> None:
