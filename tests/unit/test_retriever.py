@@ -32,6 +32,7 @@ from evermind.retrieval import (
 )
 from evermind.retrieval.citations import read_answer
 from evermind.retrieval.fusion import coverage, fuse_convex, fuse_rrf
+from evermind.retrieval.lexical import any_words
 from evermind.vectorstore import AccessScope, Acl, Eq, Hit, ScopeRequired, VectorItem, open_store
 
 DIM = 128
@@ -105,6 +106,12 @@ def test_coverage_weights_rare_terms() -> None:
     assert coverage(asked, frozenset({"port", "server"}), weights.__getitem__) == 0.25
     assert coverage(asked, frozenset({"port", "okta"}), weights.__getitem__) == 1.0
     assert coverage(frozenset(), frozenset({"port"}), weights.__getitem__) == 0.0
+
+
+def test_the_store_arm_asks_for_any_word() -> None:
+    assert any_words('Why -not use NFS, or "SQLite"? server.listen\'s') == (
+        "Why or not or use or NFS or SQLite or server.listen's"
+    )
 
 
 def test_search_fuses_both_arms_and_says_so() -> None:

@@ -12,14 +12,17 @@ engine it fails closed: no :class:`~evermind.vectorstore.AccessScope`, no answer
   every tenant's items: scores are never shared across tenants, but a tenant's term
   statistics shape another's ranking; keep one arm per tenant where that matters.
 - :class:`StoreLexicalArm`: an engine's own lexical query (Postgres + pgvector:
-  ``lexical_query``, a ``tsvector`` ranked by ``ts_rank_cd``). It has no IDF to offer, so
-  every term weighs 1.
+  ``lexical_query``, a ``tsvector`` ranked by ``ts_rank_cd``). Web-search syntax ANDs the
+  words, and a question's words are rarely all in the passage that answers it, so the arm
+  sends the question's words joined by ``or`` (:func:`any_words`) and lets the rank order
+  them. It has no IDF to offer, so every term weighs 1.
 
 Browser-safe: standard library and ``evermind`` only.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
@@ -36,7 +39,9 @@ from evermind.vectorstore.port import (
     visible,
 )
 
-__all__ = ["BM25Arm", "LexicalArm", "StoreLexicalArm"]
+__all__ = ["BM25Arm", "LexicalArm", "StoreLexicalArm", "any_words"]
+
+_WORD = re.compile(r"\w+(?:[.'-]\w+)*")
 
 
 class LexicalArm(Protocol):
@@ -165,9 +170,19 @@ class StoreLexicalArm:
     async def search(
         self, text: str, k: int, filter: object = None, scope: AccessScope | None = None
     ) -> list[Hit]:
-        """The engine's ``lexical_query`` (it checks the scope and runs the ACL in SQL)."""
-        return await self._store.lexical_query(text, k, filter, scope)
+        """The engine's ``lexical_query`` of :func:`any_words` (the engine checks the scope
+        and runs the ACL in SQL)."""
+        return await self._store.lexical_query(any_words(text), k, filter, scope)
 
     def term_weight(self, term: str) -> float:
         """1 for every term: the engine exposes no document frequencies."""
         return 1.0
+
+
+def any_words(text: str) -> str:
+    """``text``'s words as a web-search query matching any of them: ``"a or b or c"``.
+
+    Operators of the syntax (``or``, a leading ``-``, quotes) are not passed on.
+    """
+    words = [w for w in _WORD.findall(text) if w.lower() != "or"]
+    return " or ".join(words)
