@@ -16,8 +16,10 @@
 4. reranks the survivors with the optional ``reranker(question, passages) -> scores``;
 5. orders them by MMR (``mmr_lambda``; None: by relevance alone) and keeps ``k``.
 
-``answer`` (in :mod:`evermind.retrieval.citations`) builds the numbered-sources prompt from
-the result. Browser-safe: standard library and ``evermind`` only.
+``answer(question, bridge, scope)`` searches, returns the refusal without a model call when
+the search refused, else asks the bridge over the numbered passages and checks the reply's
+``[n]`` citations (the prompt and the parsing are :mod:`evermind.retrieval.citations`).
+Browser-safe: standard library and ``evermind`` only.
 """
 
 from __future__ import annotations
