@@ -5,6 +5,8 @@
 - :mod:`evals.memory`: ``MemoryStore.recall`` on ``memory_recall_dev.jsonl``;
 - :mod:`evals.mcp_recall`: the same set through the MCP tool over stdio;
 - :mod:`evals.quality`: memory and cache tables, lexical vs Evermind vs hybrid.
+- :mod:`evals.retrieval`: ``EnterpriseRetriever`` on ``retrieval_set.jsonl`` (in the
+  repository, over the ingest fixtures): answer and refusal rates, through the harness.
 
 Run each as ``python -m evals.<name> --help`` from the checkout's root (or by its file path).
 The sets are not in the repository: every script finds them with :func:`find` /

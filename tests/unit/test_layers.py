@@ -20,7 +20,7 @@ SRC = Path(evermind.__file__).parent
 LAYERS: list[set[str]] = [
     {"cli"},
     {"runtime", "mcp", "studio"},
-    {"agent"},
+    {"agent", "retrieval", "evaluation"},
     {"job", "bridges", "ingest"},
     {"memory", "cache"},
     {"vectorstore"},
