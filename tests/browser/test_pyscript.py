@@ -5,7 +5,9 @@ and installs ``evermind-memory`` with micropip from the bundle's PEP 503 index
 (``simple/``). Every request that is not to the test's server is aborted and recorded, and
 the test fails if there was one. The page trains a tokenizer (checked id for id against the
 same training natively), trains a tiny model a few steps on WebGPU (SwiftShader here) and
-embeds three sentences.
+embeds three sentences; the test repeats that run natively and compares. A second page, on
+another loopback origin, uses PyScript's own ``packages`` + ``index_urls`` config with the
+bundle's full URL.
 """
 
 from __future__ import annotations
@@ -53,41 +55,54 @@ def served(bundle_dir: Path) -> Iterator[BundleServer]:
         yield srv
 
 
+class PyScriptRun:
+    """A fresh context (nothing cached) that lets only ``origins`` through; the rest is
+    aborted and recorded in :attr:`blocked`."""
+
+    def __init__(self, browser: Any, origins: list[str]) -> None:
+        self.rec = RecordedPage(browser)
+        self.blocked: list[str] = []
+        prefixes = tuple(origin.rstrip("/") + "/" for origin in origins)
+
+        def only_loopback(route: Any) -> None:
+            url = route.request.url
+            if url.startswith(prefixes):
+                route.continue_()
+            else:
+                self.blocked.append(url)
+                route.abort()
+
+        self.rec.context.route("**/*", only_loopback)
+        self.rec.context.add_init_script(RECORD_ERRORS)
+
+    def open(self, url: str) -> dict[str, Any]:
+        """Opens ``url`` and returns the page's ``evermindResult`` (bounded wait)."""
+        rec = self.rec
+        rec.page.goto(url)
+        try:
+            rec.page.wait_for_function(DONE, timeout=BOOT_TIMEOUT_MS)
+        except Exception:
+            print("console:\n" + "\n".join(rec.console[-40:]))
+            raise
+        error = rec.page.evaluate(ERROR)
+        assert error is None, f"PyScript failed: {error}\n" + "\n".join(rec.console[-40:])
+        return dict(json.loads(rec.page.evaluate("window.evermindResult")))
+
+
 @pytest.fixture(scope="module")
 def visit(browser: Any, served: BundleServer) -> Iterator[dict[str, Any]]:
-    """Opens the page once (fresh context: nothing cached) with non-loopback requests cut."""
-    rec = RecordedPage(browser)
-    origin = served.url.rstrip("/")
-    blocked: list[str] = []
-
-    def only_loopback(route: Any) -> None:
-        url = route.request.url
-        if url == origin or url.startswith(origin + "/"):
-            route.continue_()
-        else:
-            blocked.append(url)
-            route.abort()
-
-    rec.context.route("**/*", only_loopback)
-    rec.context.add_init_script(RECORD_ERRORS)
+    """Opens the example page once, with every request not to ``served`` cut."""
+    run = PyScriptRun(browser, [served.url])
     served.reset_counts()
-    rec.page.goto(served.url + PAGE)
-    try:
-        rec.page.wait_for_function(DONE, timeout=BOOT_TIMEOUT_MS)
-    except Exception:
-        print("console:\n" + "\n".join(rec.console[-40:]))
-        raise
-    error = rec.page.evaluate(ERROR)
-    assert error is None, f"PyScript failed: {error}\n" + "\n".join(rec.console[-40:])
-    result = json.loads(rec.page.evaluate("window.evermindResult"))
+    result = run.open(served.url + PAGE)
     yield {
         "result": result,
-        "rec": rec,
-        "blocked": blocked,
+        "rec": run.rec,
+        "blocked": run.blocked,
         "bytes": served.bytes_sent(),
-        "log": rec.page.locator("#log").inner_text(),
+        "log": run.rec.page.locator("#log").inner_text(),
     }
-    rec.close()
+    run.rec.close()
 
 
 def test_nothing_left_loopback_and_the_wheel_came_from_our_index(
@@ -187,3 +202,56 @@ def test_embeddings_are_unit_vectors_as_the_native_ones(
         assert -1.0 <= result[key] <= 1.0
         # Weights trained in the tab on WebGPU vs by numpy natively: close, not bit-equal.
         assert result[key] == pytest.approx(native[key], abs=1e-3)
+
+
+HOST_TEXT = "the heron and the river; the heron and the delta. " * 20
+HOST_SAMPLE = "the heron and the delta"
+HOST_PAGE = """<!doctype html>
+<meta charset="utf-8"><title>A page of another origin</title>
+<script type="module" src="{bundle}{pyscript_dir}core.js"></script>
+<script type="py" config='{{
+    "interpreter": "{bundle}{pyodide_dir}pyodide.mjs",
+    "packages": ["evermind-memory"],
+    "index_urls": ["{bundle}simple"]
+  }}'>
+import json
+import evermind
+from evermind.tokenizer import Tokenizer
+from pyscript import window
+
+tokenizer = Tokenizer.train({text!r}, 280)
+ids = tokenizer.encode({sample!r})
+window.evermindResult = json.dumps(
+    {{"version": evermind.__version__, "ids": ids, "decoded": tokenizer.decode(ids)}}
+)
+</script>
+"""
+
+
+def test_a_page_of_another_origin_installs_evermind_through_the_packages_config(
+    browser: Any, served: BundleServer, bundle_dir: Path, tmp_path: Path
+) -> None:
+    """PyScript's own ``packages`` + ``index_urls`` config, with the bundle's full URL."""
+    info = json.loads((bundle_dir / "build-info.json").read_text())
+    (tmp_path / "host.html").write_text(
+        HOST_PAGE.format(
+            bundle=served.url,
+            pyscript_dir=info["pyscript_dir"],
+            pyodide_dir=info["pyodide_dir"],
+            text=HOST_TEXT,
+            sample=HOST_SAMPLE,
+        )
+    )
+    with BundleServer(tmp_path) as host:
+        run = PyScriptRun(browser, [served.url, host.url])
+        try:
+            result = run.open(host.url + "host.html")
+            assert run.blocked == [], f"requests left loopback: {run.blocked[:10]}"
+            run.rec.assert_offline()
+            assert f"{served.url}simple/evermind-memory/" in run.rec.requests
+            assert served.url + info["wheel"] in run.rec.requests
+        finally:
+            run.rec.close()
+    assert result["version"] == evermind.__version__
+    assert result["decoded"] == HOST_SAMPLE
+    assert result["ids"] == Tokenizer.train(HOST_TEXT, 280).encode(HOST_SAMPLE)
