@@ -57,11 +57,20 @@ def served(bundle_dir: Path) -> Iterator[BundleServer]:
 
 class PyScriptRun:
     """A fresh context (nothing cached) that lets only ``origins`` through; the rest is
-    aborted and recorded in :attr:`blocked`."""
+    aborted and recorded in :attr:`blocked`.
 
-    def __init__(self, browser: Any, origins: list[str]) -> None:
+    ``route=False`` leaves requests unrouted (Playwright's routing keeps a service worker from
+    taking control); the launch flags still make every host but 127.0.0.1 unresolvable and
+    :meth:`RecordedPage.assert_offline` still sees every request."""
+
+    def __init__(self, browser: Any, origins: list[str], route: bool = True) -> None:
         self.rec = RecordedPage(browser)
         self.blocked: list[str] = []
+        self.rec.context.add_init_script(RECORD_ERRORS)
+        if route:
+            self._route(origins)
+
+    def _route(self, origins: list[str]) -> None:
         prefixes = tuple(origin.rstrip("/") + "/" for origin in origins)
 
         def only_loopback(route: Any) -> None:
@@ -73,7 +82,6 @@ class PyScriptRun:
                 route.abort()
 
         self.rec.context.route("**/*", only_loopback)
-        self.rec.context.add_init_script(RECORD_ERRORS)
 
     def open(self, url: str) -> dict[str, Any]:
         """Opens ``url`` and returns the page's ``evermindResult`` (bounded wait)."""
@@ -255,3 +263,31 @@ def test_a_page_of_another_origin_installs_evermind_through_the_packages_config(
     assert result["version"] == evermind.__version__
     assert result["decoded"] == HOST_SAMPLE
     assert result["ids"] == Tokenizer.train(HOST_TEXT, 280).encode(HOST_SAMPLE)
+
+
+def test_after_the_studio_the_page_runs_offline_from_the_service_worker(
+    browser: Any, bundle_dir: Path
+) -> None:
+    """The Studio's service worker covers the bundle's folder: once the PyScript page has been
+    opened under it, it runs again with the network off (PyScript, Pyodide, the index and
+    the wheel all from Cache Storage)."""
+    with BundleServer(bundle_dir) as srv:
+        run = PyScriptRun(browser, [srv.url], route=False)
+        try:
+            rec = run.rec
+            rec.page.goto(srv.url + "index.html")
+            rec.page.wait_for_function("window.__done === true", timeout=BOOT_TIMEOUT_MS)
+            # A first visit: the worker installs and takes control, then caches the boot set.
+            assert rec.page.evaluate("window.__serviceWorker") == "installed"
+            rec.page.wait_for_function("window.__bootCached !== undefined", timeout=BOOT_TIMEOUT_MS)
+            first = run.open(srv.url + PAGE)
+            srv.reset_counts()
+            rec.context.set_offline(True)
+            rec.page.evaluate("delete window.evermindResult")
+            again = run.open(srv.url + PAGE)
+            rec.context.set_offline(False)
+            assert srv.bytes_sent() == {}, "the offline visit reached the server"
+            rec.assert_offline()
+        finally:
+            run.rec.close()
+    assert again["losses"] == first["losses"] and again["sample_ids"] == first["sample_ids"]
