@@ -258,9 +258,10 @@ def _duckdb(staging: Path) -> str:
 def _pyscript(staging: Path, wheel: Path, pyodide_dir: str) -> tuple[str, str]:
     """Vendors PyScript under ``vendor/pyscript/<hash>/``, writes ``simple/`` for the wheel
     and fills the example pages' placeholders; returns (PyScript folder, project name)."""
-    vendor_pyscript(ROOT, staging / "vendor" / "pyscript" / "tmp")
-    pyscript_dir = _hash_folder(staging / "vendor" / "pyscript" / "tmp", staging) + "/"
+    pyodide_version = json.loads((PYODIDE_NPM / "package.json").read_text())["version"]
     try:
+        vendor_pyscript(ROOT, staging / "vendor" / "pyscript" / "tmp", pyodide_version)
+        pyscript_dir = _hash_folder(staging / "vendor" / "pyscript" / "tmp", staging) + "/"
         project = write_simple_index(staging, wheel)
         fill_examples(staging, {"pyscript_dir": pyscript_dir, "pyodide_dir": pyodide_dir})
     except ValueError as err:

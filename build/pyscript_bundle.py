@@ -49,8 +49,38 @@ def pyscript_version(root: Path) -> str:
     return str(json.loads((root / PYSCRIPT_NPM / "package.json").read_text())["version"])
 
 
-def vendor_pyscript(root: Path, target: Path) -> None:
-    """Copies PyScript's ``dist/`` files (no source maps) into ``target`` (created)."""
+#: How PyScript's build names its default Pyodide (the CDN URL a page without ``interpreter``
+#: would load), e.g. ``module:(e="314.0.2")=>`https://cdn.jsdelivr.net/pyodide/v${e}...``.
+_DEFAULT_PYODIDE = re.compile(
+    r'\(\w+="(\d+)\.(\d+)\.(\d+)"\)=>`https://cdn\.jsdelivr\.net/pyodide/'
+)
+
+
+def default_pyodide(root: Path) -> str:
+    """The Pyodide version the vendored PyScript release is built for.
+
+    Raises:
+        ValueError: No such version is found in PyScript's files.
+    """
+    for path in _dist_files(root / PYSCRIPT_NPM):
+        if path.suffix == ".js" and (match := _DEFAULT_PYODIDE.search(path.read_text())):
+            return ".".join(match.groups())
+    raise ValueError(f"no default Pyodide version found in {PYSCRIPT_NPM}/dist")
+
+
+def vendor_pyscript(root: Path, target: Path, pyodide_version: str) -> None:
+    """Copies PyScript's ``dist/`` files (no source maps) into ``target`` (created).
+
+    Raises:
+        ValueError: The PyScript release is built for another Pyodide major version than
+            ``pyodide_version`` (the bundled one): its Python layer would not match.
+    """
+    wanted = default_pyodide(root)
+    if wanted.split(".")[0] != pyodide_version.split(".")[0]:
+        raise ValueError(
+            f"@pyscript/core {pyscript_version(root)} is built for Pyodide {wanted}, but the "
+            f"bundle has Pyodide {pyodide_version}; pin a PyScript release for the same major"
+        )
     target.mkdir(parents=True)
     for path in _dist_files(root / PYSCRIPT_NPM):
         shutil.copy2(path, target / path.name)
