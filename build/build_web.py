@@ -8,7 +8,10 @@ Inputs, and nothing else (no CDN, no download from anywhere but the package regi
 - ``web/``, ``static/`` and ``shaders/``;
 - DuckDB-wasm from the npm package ``@duckdb/duckdb-wasm`` for the Data panel's SQL box:
   its browser module bundled into one file with ``esbuild`` (both pinned in
-  package-lock.json), plus the EH worker and wasm, under ``vendor/duckdb/``.
+  package-lock.json), plus the EH worker and wasm, under ``vendor/duckdb/``;
+- PyScript from the npm package ``@pyscript/core`` (pinned in package-lock.json) under
+  ``vendor/pyscript/``, and a PEP 503 index of our wheel under ``simple/``, so a page's
+  ``<script type="py">`` imports evermind offline (``pyscript_bundle.py``).
 
 Serving (see docs/studio.md, "Serving the bundle"): the large files that never change for a
 given input (Pyodide, DuckDB, our wheel) sit in content-hash folders (``pyodide/<hash>/``,
@@ -42,6 +45,14 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+
+from pyscript_bundle import (
+    fill_examples,
+    pyscript_inputs,
+    pyscript_version,
+    vendor_pyscript,
+    write_simple_index,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DIST = ROOT / "dist" / "web"
@@ -105,9 +116,10 @@ def _inputs() -> list[Path]:
             p for p in (ROOT / folder).glob(pattern) if p.is_file() and "__pycache__" not in p.parts
         )
     files += [ROOT / "pyproject.toml", ROOT / "package-lock.json", Path(__file__).resolve()]
-    files += [ROOT / "build" / "brotli.mjs"]
+    files += [ROOT / "build" / "brotli.mjs", ROOT / "build" / "pyscript_bundle.py"]
     files += [PYODIDE_NPM / name for name in PYODIDE_FILES]
     files += _duckdb_inputs()
+    files += pyscript_inputs(ROOT)
     return files
 
 
@@ -243,6 +255,20 @@ def _duckdb(staging: Path) -> str:
     return _hash_folder(target, staging)
 
 
+def _pyscript(staging: Path, wheel: Path, pyodide_dir: str) -> tuple[str, str]:
+    """Vendors PyScript under ``vendor/pyscript/<hash>/``, writes ``simple/`` for the wheel
+    and fills the example pages' placeholders; returns (PyScript folder, project name)."""
+    pyodide_version = json.loads((PYODIDE_NPM / "package.json").read_text())["version"]
+    try:
+        vendor_pyscript(ROOT, staging / "vendor" / "pyscript" / "tmp", pyodide_version)
+        pyscript_dir = _hash_folder(staging / "vendor" / "pyscript" / "tmp", staging) + "/"
+        project = write_simple_index(staging, wheel)
+        fill_examples(staging, {"pyscript_dir": pyscript_dir, "pyodide_dir": pyodide_dir})
+    except ValueError as err:
+        raise BuildError(str(err)) from err
+    return pyscript_dir, project
+
+
 # --- serving: content-hash folders, stored zips, precompressed copies, the worker manifest --
 
 
@@ -349,7 +375,7 @@ def _service_worker(staging: Path, build_id: str) -> None:
         for f in files
         if not re.search(rf"(^|/)[0-9a-f]{{{HASH_LENGTH}}}/", f)
         and f != "duckdb.js"
-        and not f.startswith(("examples/", "shaders/"))
+        and not f.startswith(("examples/", "shaders/", "simple/"))
     ]
     manifest = {"build": build_id, "files": files, "shell": shell}
     sw.write_text(source.replace(SW_MANIFEST_MARKER, f"const MANIFEST = {json.dumps(manifest)};"))
@@ -394,6 +420,8 @@ def build(force: bool = False) -> bool:
         shutil.copytree(ROOT / "shaders", staging / "shaders")
         # DuckDB-wasm, loaded by the page only when the SQL box is used.
         duckdb_dir = _duckdb(staging) + "/"
+        # PyScript and the index micropip installs our wheel from (the examples' PyScript page).
+        pyscript_dir, project = _pyscript(staging, wheel, pyodide_dir)
         version = wheel.name.split("-")[1]
         wheel_path = f"{wheel_dir}/{wheel.name}"
         boot = [pyodide_dir + name for name in PYODIDE_BOOT] + [wheel_path]
@@ -404,6 +432,10 @@ def build(force: bool = False) -> bool:
             "pyodide": json.loads((PYODIDE_NPM / "package.json").read_text())["version"],
             "pyodide_dir": pyodide_dir,
             "duckdb_dir": duckdb_dir,
+            "pyscript": pyscript_version(ROOT),
+            "pyscript_dir": pyscript_dir,
+            "simple_index": "simple/",
+            "project": project,
             # Decoded sizes, for byte progress: with Content-Encoding, Content-Length is the
             # compressed size while a stream reader counts decoded bytes.
             "boot_bytes": {path: (staging / path).stat().st_size for path in boot},

@@ -34,14 +34,15 @@ self.addEventListener("activate", (event) => {
   })());
 });
 
-/** The manifest URL a request stands for (the scope's root is index.html), or null. */
+/** The manifest URL a request stands for (a folder, the scope's root or the package index's
+ * `simple/<name>/`, is its index.html), or null. */
 function manifestUrl(request) {
   if (request.method !== "GET") return null;
   const url = new URL(request.url);
   if (url.origin !== SCOPE.origin) return null;
   url.hash = "";
   if (request.mode === "navigate") url.search = "";
-  if (url.href === SCOPE.href) url.pathname += "index.html";
+  if (url.pathname.endsWith("/")) url.pathname += "index.html";
   return FILES.has(url.href) ? url.href : null;
 }
 
