@@ -271,6 +271,41 @@ def test_scope_is_required_and_enforced_in_both_arms() -> None:
     asyncio.run(main())
 
 
+def test_another_tenants_documents_never_move_a_tenants_bm25() -> None:
+    """BM25Arm keeps one index per tenant: globex filling its index with the word "server"
+    (which lowers that word's IDF in a shared index) changes nothing acme sees."""
+    mine = [VectorItem(k, [1.0] + [0.0] * 7, t, {}, ACME) for k, t in DOCS.items()]
+    theirs = Acl("globex", frozenset({"group:support"}))
+    flood = [
+        VectorItem(f"g/{i}#0@x", [1.0] + [0.0] * 7, f"server server note {i}", {}, theirs)
+        for i in range(50)
+    ]
+
+    async def main() -> tuple[list[Hit], list[float], list[Hit], list[float]]:
+        words = ["server", "port", "certificate"]
+        alone = BM25Arm(mine)
+        shared = BM25Arm(mine + flood)
+        return (
+            await alone.search("server port certificate", 6, None, SCOPE),
+            [alone.term_weight(w, SCOPE) for w in words],
+            await shared.search("server port certificate", 6, None, SCOPE),
+            [shared.term_weight(w, SCOPE) for w in words],
+        )
+
+    hits_alone, weights_alone, hits_shared, weights_shared = asyncio.run(main())
+    assert [(h.id, h.score) for h in hits_shared] == [(h.id, h.score) for h in hits_alone]
+    assert weights_shared == weights_alone
+    # An id upserted again under another tenant leaves the old tenant's index.
+    moved = BM25Arm(flood)
+    moved.add([VectorItem("g/0#0@x", [1.0] + [0.0] * 7, "refund policy", {}, ACME)])
+    globex = AccessScope("globex", frozenset({"group:support"}))
+    left = asyncio.run(moved.search("server note 0", 50, None, globex))
+    assert "g/0#0@x" not in {h.id for h in left} and len(left) == 49
+    assert [h.id for h in asyncio.run(moved.search("refund", 5, None, SCOPE))] == ["g/0#0@x"]
+    with pytest.raises(ScopeRequired):
+        moved.term_weight("server", None)  # type: ignore[arg-type]
+
+
 def test_a_filter_reaches_both_arms() -> None:
     async def main() -> None:
         retriever = await build()
@@ -349,8 +384,8 @@ class _WaitingLexical:
         await asyncio.wait_for(self._gate.dense_started.wait(), 5)
         return await self._arm.search(text, k, filter, scope)
 
-    def term_weight(self, term: str) -> float:
-        return self._arm.term_weight(term)
+    def term_weight(self, term: str, scope: Any) -> float:
+        return self._arm.term_weight(term, scope)
 
 
 def test_the_arms_run_concurrently() -> None:

@@ -8,9 +8,9 @@ engine it fails closed: no :class:`~evermind.vectorstore.AccessScope`, no answer
 *before* the top ``k`` is cut.
 
 - :class:`BM25Arm`: Okapi BM25 in this process (:class:`evermind.memory.ranking.BM25Index`)
-  over the same items the dense store holds (give it the items you upsert). Its IDF counts
-  every tenant's items: scores are never shared across tenants, but a tenant's term
-  statistics shape another's ranking; keep one arm per tenant where that matters.
+  over the same items the dense store holds (give it the items you upsert). It keeps one
+  index per tenant, so a tenant's documents never shape another's BM25 scores or term
+  weights (IDF and average length are the tenant's own).
 - :class:`StoreLexicalArm`: an engine's own lexical query (Postgres + pgvector:
   ``lexical_query``, a ``tsvector`` ranked by ``ts_rank_cd``). Web-search syntax ANDs the
   words, and a question's words are rarely all in the passage that answers it, so the arm
@@ -35,6 +35,7 @@ from evermind.vectorstore.port import (
     VectorItem,
     check_field,
     check_query,
+    check_scope,
     check_value,
     visible,
 )
@@ -53,8 +54,9 @@ class LexicalArm(Protocol):
         """The ``k`` visible items best matching ``text``, best first (no match: left out)."""
         ...
 
-    def term_weight(self, term: str) -> float:
-        """The weight of one content term in the coverage of a question (> 0)."""
+    def term_weight(self, term: str, scope: AccessScope) -> float:
+        """The weight of one content term in the coverage of a question asked by ``scope``
+        (> 0)."""
         ...
 
 
@@ -66,9 +68,15 @@ class BM25Arm:
     """
 
     def __init__(self, items: Sequence[VectorItem] = ()) -> None:
-        self._index = BM25Index()
+        self._indexes: dict[str, BM25Index] = {}  # one per tenant: statistics never shared
         self._items: dict[str, VectorItem] = {}
         self.add(items)
+
+    def _index(self, tenant: str) -> BM25Index:
+        index = self._indexes.get(tenant)
+        if index is None:
+            index = self._indexes[tenant] = BM25Index()
+        return index
 
     def __len__(self) -> int:
         return len(self._items)
@@ -82,15 +90,20 @@ class BM25Arm:
         """
         checked = [_checked(item) for item in items]
         for item in checked:
+            assert item.acl is not None  # _checked refused items without one
+            old = self._items.get(item.id)
+            if old is not None and old.acl is not None and old.acl.tenant != item.acl.tenant:
+                self._index(old.acl.tenant).remove(item.id)  # the id moved to another tenant
             self._items[item.id] = item
-            self._index.add(item.id, item.text)
+            self._index(item.acl.tenant).add(item.id, item.text)
 
     def remove(self, ids: Sequence[str]) -> int:
         """Drops the items with these ids; returns how many existed."""
         gone = [i for i in dict.fromkeys(ids) if i in self._items]
         for i in gone:
-            del self._items[i]
-            self._index.remove(i)
+            acl = self._items.pop(i).acl
+            assert acl is not None
+            self._index(acl.tenant).remove(i)
         return len(gone)
 
     async def search(
@@ -109,15 +122,19 @@ class BM25Arm:
             )
 
         hits = []
-        for key, score in top_k(self._index.scores(text), k, admitted):
+        index = self._indexes.get(checked.tenant)
+        if index is None:
+            return []
+        for key, score in top_k(index.scores(text), k, admitted):
             item = self._items[key]
             assert item.acl is not None  # _checked refused items without one
             hits.append(Hit(key, score, item.text, dict(item.metadata), item.acl))
         return hits
 
-    def term_weight(self, term: str) -> float:
-        """The term's BM25 IDF over the indexed items (an unseen term weighs the most)."""
-        return self._index.idf(term)
+    def term_weight(self, term: str, scope: AccessScope) -> float:
+        """The term's BM25 IDF over the scope's tenant's items (an unseen term weighs the
+        most)."""
+        return self._index(check_scope(scope).tenant).idf(term)
 
 
 def _checked(item: object) -> VectorItem:
@@ -174,7 +191,7 @@ class StoreLexicalArm:
         and runs the ACL in SQL)."""
         return await self._store.lexical_query(any_words(text), k, filter, scope)
 
-    def term_weight(self, term: str) -> float:
+    def term_weight(self, term: str, scope: AccessScope) -> float:
         """1 for every term: the engine exposes no document frequencies."""
         return 1.0
 

@@ -125,7 +125,7 @@ class EnterpriseRetriever:
             self._lexical(question, pool, filter, checked),
         )
         steps = ["dense+lexical" if self.lexical is not None else "dense only: no lexical arm"]
-        passages = self._fused(question, dense, lexical, steps)
+        passages = self._fused(question, checked, dense, lexical, steps)
         candidates = len(passages)
         kept = [p for p in passages if self.floor.admits(p)]
         if not kept:
@@ -195,7 +195,12 @@ class EnterpriseRetriever:
         return await self.lexical.search(question, pool, filter, scope)
 
     def _fused(
-        self, question: str, dense: list[Hit], lexical: list[Hit], steps: list[str]
+        self,
+        question: str,
+        scope: AccessScope,
+        dense: list[Hit],
+        lexical: list[Hit],
+        steps: list[str],
     ) -> list[Passage]:
         dense_pairs = [(h.id, h.score) for h in dense]
         lexical_pairs = [(h.id, h.score) for h in lexical]
@@ -209,7 +214,8 @@ class EnterpriseRetriever:
         cosine_of = {h.id: h.score for h in dense}
         lexical_of = {h.id: h.score for h in lexical}
         asked = term_set(question)
-        weight = self.lexical.term_weight if self.lexical is not None else _one
+        arm = self.lexical
+        weight = (lambda term: arm.term_weight(term, scope)) if arm is not None else _one
         passages = []
         for key, score in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])):
             hit = hits[key]
