@@ -96,6 +96,8 @@ class WriterClock:
         self.group = group
         self.writer = uuid.uuid4().hex
         self.written = 0  # this writer's own count (it alone writes its clock item)
+        #: Held around a write and its tick, so this writer's clock item never goes back.
+        self.lock = asyncio.Lock()
 
     def _where(self) -> Filter:
         return And((Eq("kind", "clock"), Eq("ns", self.group)))
@@ -119,7 +121,7 @@ class WriterClock:
             "n": self.written,
         }
         item_id = f"c:{_digest(self.acl.tenant, self.group, self.writer)}"
-        return VectorItem(item_id, signature(""), "", meta, self.acl)
+        return VectorItem(item_id, signature("", self.store.dim), "", meta, self.acl)
 
 
 class VectorStoreBackend:
@@ -130,13 +132,23 @@ class VectorStoreBackend:
         namespace: The namespace whose records this backend sees.
         tenant: The tenant that owns them (the ACL of every item, the scope of every read).
         owns_store: Close the store when the backend closes.
+        clock: The writer clock to count writes on; several backends of one namespace in
+            one process (e.g. one per embedder) share one, so a process adds one clock item
+            per namespace, not one per backend. None: a clock of its own.
 
     Raises:
-        ConfigError: No tenant or namespace, or a store of another dimension.
+        ConfigError: No tenant or namespace, a store of another dimension, or a clock of
+            another namespace or tenant.
     """
 
     def __init__(
-        self, store: VectorStore, namespace: str, *, tenant: str, owns_store: bool = False
+        self,
+        store: VectorStore,
+        namespace: str,
+        *,
+        tenant: str,
+        owns_store: bool = False,
+        clock: WriterClock | None = None,
     ) -> None:
         for name, value in (("tenant", tenant), ("namespace", namespace)):
             if not isinstance(value, str) or not value:
@@ -155,9 +167,18 @@ class VectorStoreBackend:
         self._owns = owns_store
         self._acl = Acl(tenant, frozenset({MEMORY_PRINCIPAL}))
         self._scope = AccessScope(tenant, frozenset({MEMORY_PRINCIPAL}))
-        self._clock = WriterClock(store, self._scope, self._acl, namespace)
-        self._lock = asyncio.Lock()
+        if clock is not None and (clock.group != namespace or clock.acl != self._acl):
+            raise ConfigError(
+                f"VectorStoreBackend: the clock counts {clock.group!r} of tenant "
+                f"{clock.acl.tenant!r}, not {namespace!r} of {tenant!r}"
+            )
+        self._clock = clock or WriterClock(store, self._scope, self._acl, namespace)
         self._closed = False
+
+    @property
+    def clock(self) -> WriterClock:
+        """The writer clock this backend counts its writes on."""
+        return self._clock
 
     # ------------------------------------------------------------------ items
 
@@ -203,7 +224,7 @@ class VectorStoreBackend:
     ) -> WriteResult:
         """Deletes, writes and evicts (see ``MemoryBackend.apply``; not atomic, see above)."""
         self._check_open()
-        async with self._lock:
+        async with self._clock.lock:
             touched = list(dict.fromkeys([*deletes, *(r.key for r in puts)]))
             existing = await self._records(In("key", tuple(touched))) if touched else {}
             deleted = [key for key in dict.fromkeys(deletes) if key in existing]
@@ -255,7 +276,7 @@ class VectorStoreBackend:
     async def delete_expired(self, now: float) -> WriteResult:
         """Deletes every record with ``expires_at <= now``; bumps the version when any went."""
         self._check_open()
-        async with self._lock:
+        async with self._clock.lock:
             expired = await self._records(Range("expires_at", lte=now))
             gone = tuple(sorted(expired))
             if gone:
