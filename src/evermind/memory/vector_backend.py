@@ -71,22 +71,38 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256(joined).hexdigest()[:40]
 
 
-async def fetch_all(store: VectorStore, where: Filter, scope: AccessScope) -> list[Hit]:
-    """Every item ``scope`` sees that ``where`` admits (a count, then a query of that many)."""
+async def fetch_all(
+    store: VectorStore, where: Filter, scope: AccessScope, *, guess: int = 0
+) -> list[Hit]:
+    """Every item ``scope`` sees that ``where`` admits.
+
+    A query of ``guess`` items first when given (one round trip when there are fewer, as
+    for a scope's few clocks); else, or when that came back full, a count and a query of
+    that many.
+    """
+    probe = signature("", store.dim)
+    if guess > 0:
+        hits = await store.query(probe, guess, where, scope)
+        if len(hits) < guess:
+            return hits
     n = await store.count(where, scope)
-    if n == 0:
-        return []
-    return await store.query(signature("", store.dim), n, where, scope)
+    return [] if n == 0 else await store.query(probe, n, where, scope)
+
+
+#: Writers a clock read expects at most in one round trip (more cost a count and a second).
+CLOCK_GUESS = 16
 
 
 class WriterClock:
     """The per-writer write counters of one scope, and their sum (the scope's version).
 
     Args:
-        store: The vector store.
+        store: The vector store the clock items live in (the data's own store, or a table
+            of clocks only, so that reading a version scans no data items).
         scope: Whose items (the tenant's scope).
         acl: The ACL the clock items carry.
-        group: What the clocks count (a namespace, a cache scope): items with ``ns == group``.
+        group: What the clocks count (``memory:<namespace>``, ``l2:<dim>:<namespace>``):
+            items with ``kind == "clock"`` and ``ns == group``.
     """
 
     def __init__(self, store: VectorStore, scope: AccessScope, acl: Acl, group: str) -> None:
@@ -104,7 +120,7 @@ class WriterClock:
 
     async def counts(self) -> dict[str, int]:
         """Writes per writer of the group, as the store holds them now."""
-        hits = await fetch_all(self.store, self._where(), self.scope)
+        hits = await fetch_all(self.store, self._where(), self.scope, guess=CLOCK_GUESS)
         return {str(h.metadata["writer"]): int(h.metadata["n"]) for h in hits}
 
     async def version(self) -> int:
@@ -123,6 +139,20 @@ class WriterClock:
         item_id = f"c:{_digest(self.acl.tenant, self.group, self.writer)}"
         return VectorItem(item_id, signature("", self.store.dim), "", meta, self.acl)
 
+    async def commit(self, store: VectorStore, items: Sequence[VectorItem]) -> None:
+        """Upserts ``items`` into ``store`` and counts the write (hold :attr:`lock`).
+
+        One upsert when the clock lives in ``store`` (all or nothing); else the items first,
+        then the clock, so whoever sees the new count finds the items.
+        """
+        tick = self.tick()
+        if store is self.store:
+            await store.upsert([*items, tick])
+            return
+        if items:
+            await store.upsert(items)
+        await self.store.upsert([tick])
+
 
 class VectorStoreBackend:
     """A ``MemoryBackend`` over a vector store, for ``namespace`` of ``tenant``.
@@ -135,6 +165,8 @@ class VectorStoreBackend:
         clock: The writer clock to count writes on; several backends of one namespace in
             one process (e.g. one per embedder) share one, so a process adds one clock item
             per namespace, not one per backend. None: a clock of its own.
+        clocks: Where a clock of its own keeps its items (the runtime's clock table);
+            None: in ``store``.
 
     Raises:
         ConfigError: No tenant or namespace, a store of another dimension, or a clock of
@@ -149,6 +181,7 @@ class VectorStoreBackend:
         tenant: str,
         owns_store: bool = False,
         clock: WriterClock | None = None,
+        clocks: VectorStore | None = None,
     ) -> None:
         for name, value in (("tenant", tenant), ("namespace", namespace)):
             if not isinstance(value, str) or not value:
@@ -167,12 +200,13 @@ class VectorStoreBackend:
         self._owns = owns_store
         self._acl = Acl(tenant, frozenset({MEMORY_PRINCIPAL}))
         self._scope = AccessScope(tenant, frozenset({MEMORY_PRINCIPAL}))
-        if clock is not None and (clock.group != namespace or clock.acl != self._acl):
+        group = f"memory:{namespace}"
+        if clock is not None and (clock.group != group or clock.acl != self._acl):
             raise ConfigError(
                 f"VectorStoreBackend: the clock counts {clock.group!r} of tenant "
-                f"{clock.acl.tenant!r}, not {namespace!r} of {tenant!r}"
+                f"{clock.acl.tenant!r}, not {group!r} of {tenant!r}"
             )
-        self._clock = clock or WriterClock(store, self._scope, self._acl, namespace)
+        self._clock = clock or WriterClock(clocks or store, self._scope, self._acl, group)
         self._closed = False
 
     @property
@@ -241,7 +275,7 @@ class VectorStoreBackend:
             gone = list(dict.fromkeys([*deleted, *evicted]))  # an id never stored deletes nothing
             if gone:
                 await self._store.delete([self._record_id(k) for k in gone])
-            await self._store.upsert([*(self._item(r) for r in stored), self._clock.tick()])
+            await self._clock.commit(self._store, [self._item(r) for r in stored])
             version = await self._clock.version()
             return WriteResult(version, tuple(stored), tuple(deleted), tuple(evicted))
 
@@ -281,7 +315,7 @@ class VectorStoreBackend:
             gone = tuple(sorted(expired))
             if gone:
                 await self._store.delete([self._record_id(k) for k in gone])
-                await self._store.upsert([self._clock.tick()])
+                await self._clock.commit(self._store, [])
             return WriteResult(await self._clock.version(), evicted=gone)
 
     def _vector_id(self, fingerprint: str, digest: str) -> str:

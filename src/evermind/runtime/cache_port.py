@@ -11,12 +11,12 @@ the tenant's scope, so a tenant's lookups never see another's entries on any eng
 
 Each runtime keeps an in-memory index per ``(tenant, namespace, dim)``, as the SQLite store
 does, and brings it up to date before each lookup and store: the scope's per-writer clocks
-(:class:`~evermind.memory.vector_backend.WriterClock`, written in the same upsert as the
-entry) say how many entries each writer has stored, and only the entries past what this index
-has seen are fetched (a range filter on the writer's sequence). So an entry stored through one
-runtime is a hit through another at its next lookup. The oldest entries beyond
-``max_entries`` are deleted by whichever runtime sees the excess; a hit on an entry another
-runtime deleted meanwhile is a miss. All work runs on the shared store's lane.
+(:class:`~evermind.memory.vector_backend.WriterClock`, in the shared store's clock table,
+written just after the entry) say how many entries each writer has stored, and only the
+entries past what this index has seen are fetched (a range filter on the writer's sequence).
+So an entry stored through one runtime is a hit through another at its next lookup. The
+oldest entries beyond ``max_entries`` are deleted by whichever runtime sees the excess; a hit
+on an entry another runtime deleted meanwhile is a miss. All work runs on the shared store's lane.
 """
 
 from __future__ import annotations
@@ -90,13 +90,14 @@ class VectorCacheStore:
         if synced is None:
             acl = Acl(tenant, frozenset({CACHE_PRINCIPAL}))
             access = AccessScope(tenant, frozenset({CACHE_PRINCIPAL}))
-            synced = _Synced(_Index(dim), WriterClock(table, access, acl, namespace))
+            clock = WriterClock(self.shared.clocks, access, acl, f"l2:{dim}:{namespace}")
+            synced = _Synced(_Index(dim), clock)
             self._scopes[scope] = synced
             self._evict(scope)
         self._scopes.move_to_end(scope)
         return synced, table
 
-    async def _catch_up(self, synced: _Synced, table: VectorStore) -> None:
+    async def _catch_up(self, synced: _Synced, table: VectorStore, namespace: str) -> None:
         """Adds the entries other writers stored since this index last looked."""
         clock = synced.clock
         for writer, count in sorted((await clock.counts()).items()):
@@ -106,7 +107,7 @@ class VectorCacheStore:
             where = And(
                 (
                     Eq("kind", "entry"),
-                    Eq("ns", clock.group),
+                    Eq("ns", namespace),
                     Eq("writer", writer),
                     Range("seq", gt=since),
                 )
@@ -152,7 +153,7 @@ class VectorCacheStore:
         async def work() -> LookupResult:
             synced, table = await self._synced((tenant, namespace, vector.size))
             async with synced.lock:
-                await self._catch_up(synced, table)
+                await self._catch_up(synced, table, namespace)
                 position, result = judge(synced.index, vector, threshold, query)
                 if position is None:
                     return result
@@ -190,15 +191,14 @@ class VectorCacheStore:
             synced, table = await self._synced((tenant, namespace, vector.size))
             clock = synced.clock
             async with synced.lock, clock.lock:
-                await self._catch_up(synced, table)
+                await self._catch_up(synced, table, namespace)
                 entry_id = f"l2:{uuid.uuid4().hex}"
-                tick = clock.tick()
                 fields: dict[str, Any] = {
                     "kind": "entry",
                     "ns": namespace,
                     "entry": entry_id,
                     "writer": clock.writer,
-                    "seq": clock.written,
+                    "seq": clock.written + 1,  # the count commit makes it
                     "response": response_json,
                     "has_query": query is not None,
                     "vector": base64.b64encode(vector.tobytes()).decode("ascii"),
@@ -207,7 +207,7 @@ class VectorCacheStore:
                 if meta_json is not None:
                     fields["meta"] = meta_json
                 item = VectorItem(entry_id, vector.tolist(), query or "", fields, clock.acl)
-                await table.upsert([item, tick])
+                await clock.commit(table, [item])
                 synced.index.add(entry_id, vector, query, _digest(response_json))
                 synced.seen[clock.writer] = clock.written
                 await self._trim(synced, table)

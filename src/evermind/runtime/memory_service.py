@@ -124,7 +124,9 @@ class MemoryService:
             return (await self._database()).view(f"{tenant}/{namespace}")
         memory = self._shared.memory
         clock = self._clocks.get((tenant, namespace))
-        backend = VectorStoreBackend(memory, namespace, tenant=tenant, clock=clock)
+        backend = VectorStoreBackend(
+            memory, namespace, tenant=tenant, clock=clock, clocks=self._shared.clocks
+        )
         self._clocks[(tenant, namespace)] = backend.clock
         self._clocks.move_to_end((tenant, namespace))
         while len(self._clocks) > 4 * MAX_STORES:  # a later store starts a new clock item

@@ -9,7 +9,8 @@ so several runtimes behind a load balancer share memories and cache entries (doc
 event loop of its own) every store call runs on: an async driver's connection belongs to the
 loop that opened it, so the memory threads and the cache all hand their work to this lane. It
 opens, at start-up, the memory table (``evermind_memory``, term signatures of
-:data:`~evermind.memory.vector_backend.SIGNATURE_DIM`) so a bad URL or an unreachable server
+:data:`~evermind.memory.vector_backend.SIGNATURE_DIM`) and the writer clocks' table
+(``evermind_clocks``, so a version read scans only clocks) so a bad URL or an unreachable server
 fails ``evermind serve`` before it listens; the cache's tables (``evermind_l2_<dim>``, one per
 embedding dimension, at most :data:`MAX_CACHE_DIMS`) open on first use and are recorded in the
 memory table, so every runtime can count entries of dimensions it never opened itself.
@@ -39,6 +40,8 @@ MAX_CACHE_DIMS = 8
 #: How long start-up waits for the engine.
 OPEN_TIMEOUT_S = 60.0
 MEMORY_TABLE = "evermind_memory"
+#: The writer clocks of memory namespaces and cache scopes (a version read scans only these).
+CLOCK_TABLE = "evermind_clocks"
 #: The internal tenant of the runtime's own bookkeeping items (no token's tenant: see auth).
 RUNTIME_TENANT = "~runtime"
 _RUNTIME_ACL = Acl(RUNTIME_TENANT, frozenset({"runtime"}))
@@ -111,9 +114,7 @@ class SharedStore:
         self.lane = Lane("evermind-store")
         self._cache_tables: dict[int, VectorStore] = {}
         try:
-            self.memory = self.lane.run_blocking(
-                open_store(url, dim=SIGNATURE_DIM, name=MEMORY_TABLE), OPEN_TIMEOUT_S
-            )
+            self.memory, self.clocks = self.lane.run_blocking(self._open(), OPEN_TIMEOUT_S)
         except concurrent.futures.TimeoutError as err:
             self.lane.loop.call_soon_threadsafe(self.lane.loop.stop)
             raise StorageError(
@@ -122,6 +123,14 @@ class SharedStore:
             ) from err
         except BaseException:
             self.lane.loop.call_soon_threadsafe(self.lane.loop.stop)
+            raise
+
+    async def _open(self) -> tuple[VectorStore, VectorStore]:
+        memory = await open_store(self.url, dim=SIGNATURE_DIM, name=MEMORY_TABLE)
+        try:
+            return memory, await open_store(self.url, dim=SIGNATURE_DIM, name=CLOCK_TABLE)
+        except BaseException:
+            await memory.close()
             raise
 
     @property
@@ -164,7 +173,7 @@ class SharedStore:
         """Closes every table and stops the lane."""
 
         async def shut() -> None:
-            for table in [self.memory, *self._cache_tables.values()]:
+            for table in [self.memory, self.clocks, *self._cache_tables.values()]:
                 await table.close()
             self._cache_tables.clear()
 
