@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from evermind.errors import InputError
 from evermind.runtime.cache_port import VectorCacheStore
+from evermind.runtime.gateway import StoreBackend
 from evermind.runtime.shared_store import MAX_CACHE_DIMS, SharedStore
 from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 from tests.unit.test_memory_helpers import run
@@ -156,3 +157,31 @@ def test_property_a_lookup_never_serves_another_scope_s_entry(
             assert found.reason, "a miss on an entry of one's own says why"
 
     run(body())
+
+
+def test_the_gateway_s_write_behind_l2_loses_nothing_on_postgres(database: str) -> None:
+    shared = SharedStore(database)
+    store = VectorCacheStore(shared, max_entries=1000)
+
+    def vector(i: int) -> list[float]:
+        return [1.0 if j == i % 8 else 0.01 * j for j in range(8)]
+
+    async def main() -> tuple[list[bool], int, int]:
+        backend = StoreBackend(store)
+        seen = []
+        for i in range(8):
+            # astore returns before the item is written; the lookup right after still finds it.
+            await backend.astore(vector(i), {"text": f"answer {i}"}, "gw", None, f"query {i}")
+            hit = await backend.alookup(vector(i), 0.99, "gw", None)
+            seen.append(hit is not None and hit.response == {"text": f"answer {i}"})
+        for i in range(20):
+            await backend.astore(vector(i), {"n": i}, f"gw-{i % 3}", None, f"q {i}")
+        await backend.aflush()
+        return seen, await store.count(backend.tenant), backend.failed_writes
+
+    try:
+        seen, count, failed = run(main())
+    finally:
+        _close(shared)
+    assert all(seen), seen
+    assert count == 28 and failed == 0
