@@ -75,7 +75,8 @@ def test_two_runtimes_share_entries_and_evictions(database: str) -> None:
 
 def test_a_hit_on_an_entry_the_other_runtime_deleted_is_a_miss(database: str) -> None:
     one, other = SharedStore(database), SharedStore(database)
-    first, second = VectorCacheStore(one, max_entries=2), VectorCacheStore(other, max_entries=2)
+    # The first keeps 2 entries, the second (configured otherwise) up to 10.
+    first, second = VectorCacheStore(one, max_entries=2), VectorCacheStore(other, max_entries=10)
     try:
 
         async def body() -> None:
@@ -83,9 +84,14 @@ def test_a_hit_on_an_entry_the_other_runtime_deleted_is_a_miss(database: str) ->
             await first.store("acme", "del", a, "a", None, None)
             assert (await second.lookup("acme", "del", a, 0.9, None)).hit is not None
             await first.store("acme", "del", b, "b", None, None)
-            await first.store("acme", "del", c, "c", None, None)  # evicts "a" in the store
-            # The second's lookup catches up first (and trims to 2), so "a" is gone there too.
-            assert (await second.lookup("acme", "del", a, 0.9, None)).hit is None
+            await first.store("acme", "del", c, "c", None, None)  # deletes "a" in the store
+            # The second still indexes "a" (its own limit is 10), but cannot serve it.
+            missed = await second.lookup("acme", "del", a, 0.9, None)
+            assert missed.hit is None and "evicted by another runtime" in missed.reason
+            # ... and the next lookup rebuilds its index from the store: "c" served, "a" gone.
+            assert (await second.lookup("acme", "del", c, 0.9, None)).hit is not None
+            again = await second.lookup("acme", "del", a, 0.9, None)
+            assert again.hit is None and "evicted" not in again.reason
 
         run(body())
     finally:

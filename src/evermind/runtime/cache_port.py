@@ -16,7 +16,8 @@ written just after the entry) say how many entries each writer has stored, and o
 entries past what this index has seen are fetched (a range filter on the writer's sequence).
 So an entry stored through one runtime is a hit through another at its next lookup. The
 oldest entries beyond ``max_entries`` are deleted by whichever runtime sees the excess; a hit
-on an entry another runtime deleted meanwhile is a miss. All work runs on the shared store's lane.
+on an entry another runtime deleted meanwhile is a miss, and the next lookup rebuilds that
+index from the store. All work runs on the shared store's lane.
 """
 
 from __future__ import annotations
@@ -161,8 +162,11 @@ class VectorCacheStore:
                 hits = await table.query(
                     synced.index.vectors[position], 1, Eq("entry", entry_id), synced.clock.scope
                 )
-            if not hits:
-                return LookupResult(None, reason="the entry was evicted by another runtime")
+                if not hits:
+                    # Another runtime deleted it: this index is behind on deletions, so the
+                    # next lookup rebuilds it from the store (the clock stays this runtime's).
+                    synced.index, synced.seen = _Index(vector.size), {}
+                    return LookupResult(None, reason="the entry was evicted by another runtime")
             hit = _hit(hits[0].metadata, hits[0].text, result.score)
             return LookupResult(hit, 0, result.reason)
 
