@@ -47,6 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         upstreams_file=Path(args.upstreams) if args.upstreams else None,
         batch_slots=args.batch_slots,
         device=args.device,
+        store=args.store,
     )
     config.check_exposure()
     from evermind.runtime.devices import resolve_device
@@ -55,6 +56,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
     if config.upstreams_file:
         auth += f"; gateway upstreams from {config.upstreams_file}"
+    if config.store:
+        from urllib.parse import urlsplit
+
+        where = urlsplit(config.store)  # printed without user name or password
+        auth += f"; memory and cache on {where.scheme}://{where.hostname or ''}{where.path}"
     print(
         f"Evermind runtime on http://{config.host}:{config.port}  data: {config.data_dir}  "
         f"{auth}  decoding on {serving.kind}: {serving.adapter}  (docs at /docs; Ctrl-C to stop)",
@@ -160,6 +166,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=["cpu", "gpu", "auto"],
         help="what decodes: cpu (numpy), gpu (wgpu-py, any adapter, lavapipe included) or auto "
         "(a real GPU if wgpu-py finds one, else numpy; default)",
+    )
+    serve.add_argument(
+        "--store",
+        metavar="URL",
+        help="keep memory and the L2 cache in this vector store instead of <data>/runtime.db: "
+        "postgresql://user:pass@host/db (shared by every runtime on it: run several behind a "
+        "load balancer), qdrant://host:port, or memory:// (this process only); see "
+        "docs/runtime.md, 'Scale-out'",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)

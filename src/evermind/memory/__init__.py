@@ -7,6 +7,8 @@ Public API::
     await store.remember("pref-editor", "Niamh uses Neovim", tags=["pref"], ttl=3600)
     hits = await store.recall("which editor?", top_k=5)     # list[Hit], each with ranked_by
     sync = SyncMemoryStore("memory.db")                      # blocking wrapper for scripts
+    vs = await open_store("postgresql://…", dim=SIGNATURE_DIM)   # any vector-store engine
+    store = MemoryStore(VectorStoreBackend(vs, "notes", tenant="acme"), embedder=model)
 
 This package is browser-safe except ``sqlite_backend`` and ``sync`` (native only), which are
 not imported here eagerly.
@@ -22,6 +24,7 @@ from evermind.memory.inmemory import InMemoryBackend, InMemoryHub
 from evermind.memory.records import Hit, MemoryRecord, RecallOptions, WriteResult
 from evermind.memory.sanitize import fence, sanitize, sanitize_text
 from evermind.memory.store import MemoryStore
+from evermind.memory.vector_backend import VectorStoreBackend
 from evermind.memory.vectors import VectorIndex
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ __all__ = [
     "SyncMemoryStore",
     "VectorCache",
     "VectorIndex",
+    "VectorStoreBackend",
     "WriteResult",
     "as_embedder",
     "eviction_order",

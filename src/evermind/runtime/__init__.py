@@ -18,7 +18,10 @@ Modules, one idea each:
 - ``generation``: the chat template and generation on the worker thread pool.
 - ``schemas``: the request bodies (pydantic) that become the OpenAPI docs.
 - ``routes_models``, ``routes_openai``, ``routes_memory``, ``routes_cache``: the endpoints.
-- ``cache_store``: the SQLite-backed L2 semantic cache.
+- ``cache_store``: the SQLite-backed L2 semantic cache (and ``judge``, its decision).
+- ``shared_store``: the ``--store`` engine memory and the L2 live in instead, on a lane.
+- ``cache_port``: the L2 on that engine (same decision, storage on the vector-store port).
+- ``memory_service``: the memory store per tenant and namespace (SQLite or ``--store``).
 - ``metrics``: counters and latency histograms, Prometheus text.
 - ``app``: :func:`create_app`, middleware and error handlers.
 - ``server``: running the app on uvicorn (foreground or a background thread).

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -83,13 +83,56 @@ class LookupResult:
     hit: dict[str, Any] | None
     refused: int = 0
     reason: str = ""
+    #: The served candidate's cosine (0.0 on a miss).
+    score: float = 0.0
+
+
+class CacheStore(Protocol):
+    """What the routes and the gateway need of an L2 store: this module's SQLite one, or
+    :class:`~evermind.runtime.cache_port.VectorCacheStore` on a ``--store`` engine."""
+
+    max_entries: int
+
+    async def lookup(
+        self,
+        tenant: str,
+        namespace: str,
+        embedding: list[float],
+        threshold: float,
+        query: str | None,
+    ) -> LookupResult:
+        """The best guarded entry at or above ``threshold``, or a miss."""
+        ...
+
+    async def store(
+        self,
+        tenant: str,
+        namespace: str,
+        embedding: list[float],
+        response: Any,
+        meta: dict[str, Any] | None,
+        query: str | None,
+    ) -> int | str:
+        """Adds an entry; returns its id."""
+        ...
+
+    async def count(self, tenant: str) -> int:
+        """How many entries ``tenant`` has in every namespace."""
+        ...
+
+    def close(self) -> None:
+        """Releases what the store holds."""
+        ...
 
 
 class _Index:
-    """The vectors of one (tenant, namespace, dim), in a buffer that grows by doubling."""
+    """The vectors of one (tenant, namespace, dim), in a buffer that grows by doubling.
+
+    ``ids`` are the storage's entry ids (SQLite row ids here, item ids on a vector store).
+    """
 
     def __init__(self, dim: int) -> None:
-        self.ids: list[int] = []
+        self.ids: list[Any] = []
         self.queries: list[str | None] = []
         self.answers: list[str] = []  # a digest of each response (equal answers do not contest)
         self._vectors = np.zeros((16, dim), np.float32)
@@ -129,7 +172,7 @@ class _Index:
             self.answers[position],
         )
 
-    def add(self, entry_id: int, vector: np.ndarray, query: str | None, answer: str) -> None:
+    def add(self, entry_id: Any, vector: np.ndarray, query: str | None, answer: str) -> None:
         if len(self.ids) == self._vectors.shape[0]:
             grown = np.zeros((2 * self._vectors.shape[0], self._vectors.shape[1]), np.float32)
             grown[: len(self.ids)] = self._vectors
@@ -148,6 +191,43 @@ class _Index:
                 self.terms.remove(query)
         self._vectors[:keep] = self._vectors[count : len(self.ids)]
         del self.ids[:count], self.queries[:count], self.answers[:count]
+
+
+def judge(
+    index: _Index, vector: np.ndarray, threshold: float, query: str | None
+) -> tuple[int | None, LookupResult]:
+    """:func:`~evermind.cache.decide.decide` over the index's best candidates for ``vector``.
+
+    Returns:
+        The served entry's position in the index (None on a miss) and the result without
+        its hit (the storage fetches the response of that position).
+    """
+    if not index.ids:
+        return None, LookupResult(None, reason="the cache is empty")
+    scores = index.vectors @ vector  # (n,)
+    order = np.argsort(-scores, kind="stable")[:MAX_GUARDED_CANDIDATES]
+    candidates = [
+        Candidate(int(p), float(scores[p]), index.queries[p], index.answers[p]) for p in order
+    ]
+    first = candidates[0]
+    if first.score >= threshold:  # only a candidate that can be served is contested
+        candidates[0] = dataclasses.replace(first, contested=index.contested(int(str(first.key))))
+    if query is None or candidates[0].query is None:
+        # Nothing to compare words with: threshold, calibration and ties still apply.
+        candidates = [dataclasses.replace(c, query=None) for c in candidates]
+    found = decide(
+        query,
+        candidates,
+        threshold=threshold,
+        calibration=index.calibrated(),
+        guard=DEFAULT_CHAIN.check,
+        idf=index.terms,
+    )
+    if not found.hit or found.candidate is None:
+        refused = 0 if found.refused_by is None else 1
+        return None, LookupResult(None, refused, found.reason)
+    candidate = found.candidate
+    return int(str(candidate.key)), LookupResult(None, 0, found.reason, candidate.score)
 
 
 def _digest(response_json: str) -> str:
@@ -266,37 +346,10 @@ class SemanticCacheStore:
 
         def work() -> LookupResult:
             index = self._index((tenant, namespace, vector.size), keep_empty=False)
-            if not index.ids:
-                return LookupResult(None, reason="the cache is empty")
-            scores = index.vectors @ vector  # (n,)
-            order = np.argsort(-scores, kind="stable")[:MAX_GUARDED_CANDIDATES]
-            candidates = [
-                Candidate(int(p), float(scores[p]), index.queries[p], index.answers[p])
-                for p in order
-            ]
-            first = candidates[0]
-            if first.score >= threshold:  # only a candidate that can be served is contested
-                candidates[0] = dataclasses.replace(
-                    first, contested=index.contested(int(str(first.key)))
-                )
-            if query is None or candidates[0].query is None:
-                # Nothing to compare words with: threshold, calibration and ties still apply.
-                candidates = [dataclasses.replace(c, query=None) for c in candidates]
-            found = decide(
-                query,
-                candidates,
-                threshold=threshold,
-                calibration=index.calibrated(),
-                guard=DEFAULT_CHAIN.check,
-                idf=index.terms,
-            )
-            if not found.hit or found.candidate is None:
-                refused = 0 if found.refused_by is None else 1
-                return LookupResult(None, refused, found.reason)
-            position = int(str(found.candidate.key))
-            return LookupResult(
-                self._hit(index.ids[position], found.candidate.score), 0, found.reason
-            )
+            position, result = judge(index, vector, threshold, query)
+            if position is None:
+                return result
+            return LookupResult(self._hit(index.ids[position], result.score), 0, result.reason)
 
         return await self._run(work)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from evermind.errors import ConfigError
 from evermind.paths import data_dir
+from evermind.runtime.shared_store import check_store_url
 from evermind.train.teachers import LOCAL_TEACHERS
 
 MIB = 1024 * 1024
@@ -75,6 +76,10 @@ class RuntimeConfig:
             docs/gateway.md); None: no gateway, only local models are served.
         device: What decodes: ``cpu`` (numpy), ``gpu`` (wgpu-py, any adapter) or ``auto`` (a
             real GPU if wgpu-py finds one, else numpy); see :mod:`evermind.runtime.devices`.
+        store: Where memory and the L2 cache live: None (the default) keeps them in
+            ``runtime.db``; ``postgresql://…`` (or ``qdrant://host:port``) in that server,
+            shared by every runtime on it; ``memory://`` in this process only. See
+            :mod:`evermind.runtime.shared_store` and docs/runtime.md ("Scale-out").
     """
 
     data_dir: Path = field(default_factory=default_data_dir)
@@ -104,6 +109,7 @@ class RuntimeConfig:
     teachers: list[str] = field(default_factory=list)
     upstreams_file: Path | None = None
     device: str = "cpu"
+    store: str | None = None
 
     @property
     def generation_slots(self) -> int:
@@ -121,6 +127,8 @@ class RuntimeConfig:
             raise ConfigError(
                 f"RuntimeConfig.device: expected cpu, gpu or auto, got {self.device!r}"
             )
+        if self.store is not None:
+            check_store_url(self.store)
         self.data_dir = Path(self.data_dir)
         if self.tokens_file is not None:
             self.tokens_file = Path(self.tokens_file)

@@ -11,11 +11,12 @@ by :meth:`Gateway.resolve`: the tenant's bridge to that upstream, built once, is
 ``saved_usd``).
 
 The cache is one :class:`~evermind.cache.SemanticCache` (L1, in this process) backed by the
-runtime's shared SQLite L2 (:class:`StoreBackend`, under a tenant name no token can hold, so
-no tenant reaches gateway entries through ``/v1/semantic-cache``). Tenants never share
-entries, as every key's namespace starts with the tenant's cache namespace (its own name
-unless the config groups tenants). ``evermind/<ref>`` is not the gateway's: ``resolve``
-returns None and the local model serves it as before.
+runtime's shared L2 (SQLite, or the ``--store`` engine; :class:`StoreBackend`, under a
+tenant name no token can hold, so no tenant reaches gateway entries through
+``/v1/semantic-cache``). Tenants never share entries, as every key's namespace starts with
+the tenant's cache namespace (its own name unless the config groups tenants).
+``evermind/<ref>`` is not the gateway's: ``resolve`` returns None and the local model serves
+it as before.
 
 :class:`Gateway` also keeps the per tenant and upstream counters that ``/metrics`` shows,
 and scrubs every configured key from any message a client could see.
@@ -39,7 +40,7 @@ from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.matrix import MatrixIndex
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
-from evermind.runtime.cache_store import SemanticCacheStore
+from evermind.runtime.cache_store import CacheStore
 from evermind.runtime.gateway_auto import AutoBridge, LocalBridge, budget_of
 from evermind.runtime.gateway_config import AUTO_MODEL, GatewayConfig, UpstreamConfig
 from evermind.runtime.metrics import Metrics
@@ -115,7 +116,8 @@ class Resolved(NamedTuple):
 
 
 class StoreBackend:
-    """The runtime's :class:`SemanticCacheStore` as an in-process L2 of a ``SemanticCache``.
+    """The runtime's L2 store (:class:`~evermind.runtime.cache_store.CacheStore`: SQLite, or
+    the ``--store`` engine) as an in-process L2 of a ``SemanticCache``.
 
     Only the async half of the protocol: the gateway never calls the cache synchronously.
 
@@ -127,7 +129,7 @@ class StoreBackend:
     that fails is logged and counted in :attr:`failed_writes`.
     """
 
-    def __init__(self, store: SemanticCacheStore, tenant: str = L2_TENANT) -> None:
+    def __init__(self, store: CacheStore, tenant: str = L2_TENANT) -> None:
         self._store = store
         self.tenant = tenant
         self.failed_writes = 0
@@ -267,7 +269,7 @@ class Gateway:
     def __init__(
         self,
         config: GatewayConfig,
-        store: SemanticCacheStore | None,
+        store: CacheStore | None,
         executor: Executor,
         metrics: Metrics,
         connect: Connect = connect_sdk,

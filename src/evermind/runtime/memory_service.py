@@ -15,13 +15,18 @@ each with an event loop of its own. A namespace always runs on the same lane, so
 in-memory indexes are only ever touched by one thread (no locks); the SQLite work still goes
 to the database's one thread and embeddings to the worker pool. ``/healthz`` and the other
 routes keep answering while recalls rank.
+
+With ``--store URL`` (:class:`~evermind.runtime.shared_store.SharedStore`) each namespace is a
+:class:`~evermind.memory.vector_backend.VectorStoreBackend` of the caller's tenant on that
+store instead (the tenant is every item's ACL and every read's scope), and every store runs on
+the shared store's one lane, where its connection lives. Runtimes on one Postgres see each
+other's writes: a store reloads when the namespace's version moves without its own write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
@@ -30,9 +35,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from evermind.errors import InputError
-from evermind.memory import MemoryStore
+from evermind.memory import MemoryBackend, MemoryStore
 from evermind.memory.sqlite_backend import SQLiteBackend
+from evermind.memory.vector_backend import VectorStoreBackend, WriterClock
 from evermind.model.inference import Model
+from evermind.runtime.shared_store import Lane, SharedStore
 
 logger = logging.getLogger(__name__)
 
@@ -77,48 +84,29 @@ class PoolEmbedder:
         return await loop.run_in_executor(self._executor, self._model.embed, list(texts))
 
 
-class _Lane:
-    """A thread running an event loop of its own, where the stores assigned to it compute."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    async def run(self, work: Coroutine[Any, Any, _T]) -> _T:
-        """Runs ``work`` on this lane; cancelling the caller cancels it there too."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
-
-    async def close(self) -> None:
-        """Cancels what still runs here, then stops the thread."""
-
-        async def drain() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        await self.run(drain())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
-        self.loop.close()
-
-
 class MemoryService:
     """Opens and caches :class:`MemoryStore` objects per tenant, namespace and embedder.
 
     Args:
-        db_path: The runtime database.
+        db_path: The runtime database (the embedded default).
         executor: The worker pool embeddings run on.
+        shared: With ``--store``: the vector store the memories live in instead (every
+            namespace a :class:`VectorStoreBackend` of the caller's tenant, all work on the
+            store's lane).
     """
 
-    def __init__(self, db_path: Path, executor: Executor) -> None:
+    def __init__(
+        self, db_path: Path, executor: Executor, shared: SharedStore | None = None
+    ) -> None:
         self.db_path = db_path
         self._executor = executor
+        self._shared = shared
         self._root: SQLiteBackend | None = None
         #: (tenant, namespace, embedder digest) -> store, least recently used first.
         self._stores: OrderedDict[tuple[str, str, str | None], MemoryStore] = OrderedDict()
-        self._lanes: list[_Lane] = []
+        #: (tenant, namespace) -> this process's writer clock there (shared store only).
+        self._clocks: OrderedDict[tuple[str, str], WriterClock] = OrderedDict()
+        self._lanes: list[Lane] = []
 
     async def _database(self) -> SQLiteBackend:
         if self._root is None:
@@ -130,13 +118,28 @@ class MemoryService:
                 await root.close()
         return self._root
 
+    async def _backend(self, tenant: str, namespace: str) -> MemoryBackend:
+        """The namespace's storage: a view of the runtime database, or the shared store's."""
+        if self._shared is None:
+            return (await self._database()).view(f"{tenant}/{namespace}")
+        memory = self._shared.memory
+        clock = self._clocks.get((tenant, namespace))
+        backend = VectorStoreBackend(
+            memory, namespace, tenant=tenant, clock=clock, clocks=self._shared.clocks
+        )
+        self._clocks[(tenant, namespace)] = backend.clock
+        self._clocks.move_to_end((tenant, namespace))
+        while len(self._clocks) > 4 * MAX_STORES:  # a later store starts a new clock item
+            self._clocks.popitem(last=False)
+        return backend
+
     async def store(self, tenant: str, namespace: str, model: Model | None) -> MemoryStore:
         """The store of ``tenant``'s ``namespace``, embedding with ``model`` (or lexical only)."""
         digest = None if model is None else model.fingerprint
         key = (tenant, namespace, digest)
         store = self._stores.get(key)
         if store is None:
-            backend = (await self._database()).view(f"{tenant}/{namespace}")
+            backend = await self._backend(tenant, namespace)
             embedder = None if model is None else PoolEmbedder(model, self._executor)
             store = MemoryStore(backend, embedder)
             self._stores[key] = store
@@ -159,9 +162,11 @@ class MemoryService:
         store = await self.store(tenant, namespace, model)
         return await self._lane(tenant, namespace).run(work(store))
 
-    def _lane(self, tenant: str, namespace: str) -> _Lane:
+    def _lane(self, tenant: str, namespace: str) -> Lane:
+        if self._shared is not None:
+            return self._shared.lane  # where the store's connection lives
         if not self._lanes:
-            self._lanes = [_Lane(f"evermind-memory-{n}") for n in range(LANES)]
+            self._lanes = [Lane(f"evermind-memory-{n}") for n in range(LANES)]
         name = f"{tenant}/{namespace}".encode("utf-8", "surrogatepass")
         return self._lanes[zlib.crc32(name) % LANES]
 

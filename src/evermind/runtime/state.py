@@ -17,7 +17,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
-from evermind.runtime.cache_store import SemanticCacheStore
+from evermind.runtime.cache_port import VectorCacheStore
+from evermind.runtime.cache_store import CacheStore, SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.devices import decoder_for
 from evermind.runtime.gateway import Gateway, LocalServing
@@ -27,6 +28,7 @@ from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
 from evermind.runtime.scheduler import Scheduler
+from evermind.runtime.shared_store import SharedStore
 from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ class Runtime:
     installs: InstallStore
     registry: ModelRegistry
     generator: Scheduler
-    cache: SemanticCacheStore
+    cache: CacheStore
     memory: MemoryService
     metrics: Metrics
     started_at: float
@@ -51,20 +53,29 @@ class Runtime:
     teachers: dict[str, Any] = field(default_factory=dict)
     #: The caching gateway to frontier models (None without ``--upstreams``).
     gateway: Gateway | None = None
+    #: The ``--store`` engine memory and the L2 live in (None: the runtime database).
+    shared: SharedStore | None = None
 
     @classmethod
     def open(cls, config: RuntimeConfig) -> Runtime:
         """Creates the data directory, scans installs, opens the database.
 
         Raises:
-            ConfigError: The tokens or upstreams file is missing or malformed.
-            StorageError: The data directory or database cannot be used.
+            ConfigError: The tokens or upstreams file is missing or malformed, or ``--store``
+                names a store the runtime cannot use.
+            StorageError: The data directory, database or ``--store`` engine cannot be used.
         """
         tokens = TokenTable.from_file(config.tokens_file)
         upstreams = (
             None if config.upstreams_file is None else GatewayConfig.load(config.upstreams_file)
         )
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        shared = None if config.store is None else SharedStore(config.store)  # fails fast
+        cache: CacheStore = (
+            SemanticCacheStore(config.db_path, config.cache_max_entries)
+            if shared is None
+            else VectorCacheStore(shared, config.cache_max_entries)
+        )
         executor = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="evermind-worker")
         installs = InstallStore(config.models_dir, config.tmp_dir)
         registry = ModelRegistry(installs, config.memory_budget_bytes, executor)
@@ -83,10 +94,11 @@ class Runtime:
                 config.batch_slots,
                 decoder_factory=lambda model, slots: decoder_for(model, config.device, slots),
             ),
-            cache=SemanticCacheStore(config.db_path, config.cache_max_entries),
-            memory=MemoryService(config.db_path, executor),
+            cache=cache,
+            memory=MemoryService(config.db_path, executor, shared),
             metrics=metrics,
             started_at=time.time(),
+            shared=shared,
         )
         if upstreams is not None:
 
@@ -118,6 +130,8 @@ class Runtime:
             await self.gateway.aclose()
         await self.memory.close()
         self.cache.close()
+        if self.shared is not None:
+            await self.shared.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -1,0 +1,374 @@
+"""``VectorStoreBackend``: the memory store's storage on the vector-store port (any engine URL).
+
+A :class:`~evermind.vectorstore.VectorStore` (``memory://``, ``sqlite:///``, ``postgresql://``,
+``qdrant://``, ``qdrant+local://``) keeps three kinds of item for a namespace, told apart by the
+``kind`` metadata field and all carrying the ACL of the backend's tenant:
+
+- ``record``: one memory; its text is the content, ``metadata.record`` the record's export form
+  (JSON), ``metadata.expires_at`` its expiry (so a TTL purge is one range filter);
+- ``clock``: one per writer (a backend instance): how many writes it made to the namespace;
+- ``vector``: a cached embedding (``fingerprint``, content hash, float32 bytes in base64).
+
+The item's vector is the text's *term signature* (:func:`signature`: its terms hashed into
+:data:`SIGNATURE_DIM` buckets, plus a constant component so an empty text has a direction):
+recall does not rank with it (``MemoryStore`` ranks in process, BM25 + the embedder's cosine,
+exactly as on SQLite), it only gives the engine's index a real, spread-out vector per item.
+
+**Versions without transactions.** ``MemoryStore`` reloads when the namespace's version moves
+without its own write. The port has no atomic counter, so each writer counts its own writes in
+its own ``clock`` item (nobody else writes it: no lost update) and the version is the sum of the
+namespace's clocks. It grows by exactly one per write of anyone, so a store that sees
+``own + 1`` knows nobody else wrote; two runtimes writing at once both see ``+2`` and reload.
+
+**Tenancy fails closed.** The backend is built for one tenant (required, non-empty): every item
+it writes carries ``Acl(tenant, {"memory"})`` and every read runs with that tenant's
+``AccessScope``, inside the engine's own query, so a tenant's backend cannot return another
+tenant's item even when namespaces collide. Not atomic across the port's calls: a write is a
+``delete`` (keys forgotten, evicted) and then one ``upsert`` (records and the clock), so a crash
+between them leaves the deletions without the version bump (a later write bumps it).
+Browser-safe: standard library and ``evermind`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import uuid
+import zlib
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from evermind.errors import ConfigError, StorageError
+from evermind.memory.backend import select_evictions
+from evermind.memory.records import MemoryRecord, WriteResult
+from evermind.text import terms
+from evermind.vectorstore.filters import And, Eq, Filter, In, Range
+from evermind.vectorstore.port import AccessScope, Acl, Hit, VectorItem, VectorStore
+
+__all__ = ["MEMORY_PRINCIPAL", "SIGNATURE_DIM", "VectorStoreBackend", "WriterClock", "signature"]
+
+#: Dimension of the term signatures the memory items carry (open the store with it).
+SIGNATURE_DIM = 32
+#: The principal every memory item is readable by (the runtime's tenant is the isolation).
+MEMORY_PRINCIPAL = "memory"
+
+
+def signature(text: str, dim: int = SIGNATURE_DIM) -> list[float]:
+    """``text``'s terms hashed into ``dim - 1`` buckets (counts), and 1.0 in the last one."""
+    vector = [0.0] * dim
+    for term in terms(text):
+        vector[zlib.crc32(term.encode("utf-8", "surrogatepass")) % (dim - 1)] += 1.0
+    vector[-1] = 1.0  # a direction even for a text without terms
+    return vector
+
+
+def _digest(*parts: str) -> str:
+    joined = "\x00".join(parts).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(joined).hexdigest()[:40]
+
+
+async def fetch_all(
+    store: VectorStore, where: Filter, scope: AccessScope, *, guess: int = 0
+) -> list[Hit]:
+    """Every item ``scope`` sees that ``where`` admits.
+
+    A query of ``guess`` items first when given (one round trip when there are fewer, as
+    for a scope's few clocks); else, or when that came back full, a count and a query of
+    that many.
+    """
+    probe = signature("", store.dim)
+    if guess > 0:
+        hits = await store.query(probe, guess, where, scope)
+        if len(hits) < guess:
+            return hits
+    n = await store.count(where, scope)
+    return [] if n == 0 else await store.query(probe, n, where, scope)
+
+
+#: Writers a clock read expects at most in one round trip (more cost a count and a second).
+CLOCK_GUESS = 16
+
+
+class WriterClock:
+    """The per-writer write counters of one scope, and their sum (the scope's version).
+
+    Args:
+        store: The vector store the clock items live in (the data's own store, or a table
+            of clocks only, so that reading a version scans no data items).
+        scope: Whose items (the tenant's scope).
+        acl: The ACL the clock items carry.
+        group: What the clocks count (``memory:<namespace>``, ``l2:<dim>:<namespace>``):
+            items with ``kind == "clock"`` and ``ns == group``.
+    """
+
+    def __init__(self, store: VectorStore, scope: AccessScope, acl: Acl, group: str) -> None:
+        self.store = store
+        self.scope = scope
+        self.acl = acl
+        self.group = group
+        self.writer = uuid.uuid4().hex
+        self.written = 0  # this writer's own count (it alone writes its clock item)
+        #: Held around a write and its tick, so this writer's clock item never goes back.
+        self.lock = asyncio.Lock()
+
+    def _where(self) -> Filter:
+        return And((Eq("kind", "clock"), Eq("ns", self.group)))
+
+    async def counts(self) -> dict[str, int]:
+        """Writes per writer of the group, as the store holds them now."""
+        hits = await fetch_all(self.store, self._where(), self.scope, guess=CLOCK_GUESS)
+        return {str(h.metadata["writer"]): int(h.metadata["n"]) for h in hits}
+
+    async def version(self) -> int:
+        """The sum of the group's clocks: grows by one with every write of any writer."""
+        return sum((await self.counts()).values())
+
+    def tick(self) -> VectorItem:
+        """This writer's clock item after one more write (upsert it with the write)."""
+        self.written += 1
+        meta: dict[str, Any] = {
+            "kind": "clock",
+            "ns": self.group,
+            "writer": self.writer,
+            "n": self.written,
+        }
+        item_id = f"c:{_digest(self.acl.tenant, self.group, self.writer)}"
+        return VectorItem(item_id, signature("", self.store.dim), "", meta, self.acl)
+
+    async def commit(self, store: VectorStore, items: Sequence[VectorItem]) -> None:
+        """Upserts ``items`` into ``store`` and counts the write (hold :attr:`lock`).
+
+        One upsert when the clock lives in ``store`` (all or nothing); else the items first,
+        then the clock, so whoever sees the new count finds the items.
+        """
+        tick = self.tick()
+        if store is self.store:
+            await store.upsert([*items, tick])
+            return
+        if items:
+            await store.upsert(items)
+        await self.store.upsert([tick])
+
+
+class VectorStoreBackend:
+    """A ``MemoryBackend`` over a vector store, for ``namespace`` of ``tenant``.
+
+    Args:
+        store: An opened store of dimension :data:`SIGNATURE_DIM`.
+        namespace: The namespace whose records this backend sees.
+        tenant: The tenant that owns them (the ACL of every item, the scope of every read).
+        owns_store: Close the store when the backend closes.
+        clock: The writer clock to count writes on; several backends of one namespace in
+            one process (e.g. one per embedder) share one, so a process adds one clock item
+            per namespace, not one per backend. None: a clock of its own.
+        clocks: Where a clock of its own keeps its items (the runtime's clock table);
+            None: in ``store``.
+
+    Raises:
+        ConfigError: No tenant or namespace, a store of another dimension, or a clock of
+            another namespace or tenant.
+    """
+
+    def __init__(
+        self,
+        store: VectorStore,
+        namespace: str,
+        *,
+        tenant: str,
+        owns_store: bool = False,
+        clock: WriterClock | None = None,
+        clocks: VectorStore | None = None,
+    ) -> None:
+        for name, value in (("tenant", tenant), ("namespace", namespace)):
+            if not isinstance(value, str) or not value:
+                raise ConfigError(
+                    f"VectorStoreBackend: {name} must be a non-empty string, got {value!r} "
+                    "(tenancy fails closed: every item needs its tenant)"
+                )
+        if store.dim != SIGNATURE_DIM:
+            raise ConfigError(
+                f"VectorStoreBackend: the store holds vectors of dimension {store.dim}; the "
+                f"memory items need {SIGNATURE_DIM}; open it with dim=SIGNATURE_DIM"
+            )
+        self.namespace = namespace
+        self.tenant = tenant
+        self._store = store
+        self._owns = owns_store
+        self._acl = Acl(tenant, frozenset({MEMORY_PRINCIPAL}))
+        self._scope = AccessScope(tenant, frozenset({MEMORY_PRINCIPAL}))
+        group = f"memory:{namespace}"
+        if clock is not None and (clock.group != group or clock.acl != self._acl):
+            raise ConfigError(
+                f"VectorStoreBackend: the clock counts {clock.group!r} of tenant "
+                f"{clock.acl.tenant!r}, not {group!r} of {tenant!r}"
+            )
+        self._clock = clock or WriterClock(clocks or store, self._scope, self._acl, group)
+        self._closed = False
+
+    @property
+    def clock(self) -> WriterClock:
+        """The writer clock this backend counts its writes on."""
+        return self._clock
+
+    # ------------------------------------------------------------------ items
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(
+                f"vector-store memory backend for namespace {self.namespace!r} is closed; "
+                "hint: open a new store"
+            )
+
+    def _record_id(self, key: str) -> str:
+        return f"m:{_digest(self.tenant, self.namespace, key)}"
+
+    def _records_where(self, *more: Filter) -> Filter:
+        return And((Eq("kind", "record"), Eq("ns", self.namespace), *more))
+
+    def _item(self, record: MemoryRecord) -> VectorItem:
+        meta: dict[str, Any] = {
+            "kind": "record",
+            "ns": self.namespace,
+            "key": record.key,
+            "record": json.dumps(record.to_dict(), sort_keys=True),
+        }
+        if record.expires_at is not None:
+            meta["expires_at"] = record.expires_at
+        return VectorItem(
+            self._record_id(record.key), signature(record.content), record.content, meta, self._acl
+        )
+
+    async def _records(self, *more: Filter) -> dict[str, MemoryRecord]:
+        hits = await fetch_all(self._store, self._records_where(*more), self._scope)
+        return {r.key: r for r in map(_record_of, hits)}
+
+    # ------------------------------------------------------------------ the port
+
+    async def apply(
+        self,
+        puts: Sequence[MemoryRecord],
+        deletes: Sequence[str] = (),
+        *,
+        capacity: int | None = None,
+        now: float = 0.0,
+    ) -> WriteResult:
+        """Deletes, writes and evicts (see ``MemoryBackend.apply``; not atomic, see above)."""
+        self._check_open()
+        async with self._clock.lock:
+            touched = list(dict.fromkeys([*deletes, *(r.key for r in puts)]))
+            existing = await self._records(In("key", tuple(touched))) if touched else {}
+            deleted = [key for key in dict.fromkeys(deletes) if key in existing]
+            staged: dict[str, MemoryRecord] = {}
+            for record in puts:
+                previous = staged.get(record.key) or (
+                    existing.get(record.key) if record.key not in deleted else None
+                )
+                if previous is not None:
+                    record = replace(record, created_at=previous.created_at)
+                staged[record.key] = record
+            evicted = await self._evictions(capacity, staged, set(deleted), now)
+            stored = [r for r in staged.values() if r.key not in evicted]
+            gone = list(dict.fromkeys([*deleted, *evicted]))  # an id never stored deletes nothing
+            if gone:
+                await self._store.delete([self._record_id(k) for k in gone])
+            await self._clock.commit(self._store, [self._item(r) for r in stored])
+            version = await self._clock.version()
+            return WriteResult(version, tuple(stored), tuple(deleted), tuple(evicted))
+
+    async def _evictions(
+        self, capacity: int | None, staged: dict[str, MemoryRecord], deleted: set[str], now: float
+    ) -> list[str]:
+        if capacity is None:
+            return []
+        if await self._store.count(self._records_where(), self._scope) + len(staged) <= capacity:
+            return []  # cannot overflow even if every put is new
+        pool = {k: r for k, r in (await self._records()).items() if k not in deleted}
+        pool.update(staged)
+        return select_evictions(pool.values(), capacity, set(staged), now)
+
+    async def get(self, key: str) -> MemoryRecord | None:
+        """Returns the record stored under ``key`` (expired or not), or None."""
+        self._check_open()
+        return (await self._records(Eq("key", key))).get(key)
+
+    async def load_all(self) -> tuple[int, list[MemoryRecord]]:
+        """Returns ``(version, every record)``: the version is read first, so a write landing
+        in between shows as a newer version later and the caller reloads (never the reverse)."""
+        self._check_open()
+        version = await self._clock.version()
+        return version, list((await self._records()).values())
+
+    async def version(self) -> int:
+        """The namespace's version: the sum of its writers' clocks."""
+        self._check_open()
+        return await self._clock.version()
+
+    async def delete_expired(self, now: float) -> WriteResult:
+        """Deletes every record with ``expires_at <= now``; bumps the version when any went."""
+        self._check_open()
+        async with self._clock.lock:
+            expired = await self._records(Range("expires_at", lte=now))
+            gone = tuple(sorted(expired))
+            if gone:
+                await self._store.delete([self._record_id(k) for k in gone])
+                await self._clock.commit(self._store, [])
+            return WriteResult(await self._clock.version(), evicted=gone)
+
+    def _vector_id(self, fingerprint: str, digest: str) -> str:
+        return f"v:{_digest(self.tenant, fingerprint, digest)}"
+
+    async def get_vectors(
+        self, fingerprint: str, hashes: Sequence[str]
+    ) -> dict[str, Sequence[float]]:
+        """Returns the cached vectors among ``hashes`` for the embedder ``fingerprint``."""
+        self._check_open()
+        wanted = tuple(dict.fromkeys(hashes))
+        if not wanted:
+            return {}
+        where = And((Eq("kind", "vector"), Eq("fingerprint", fingerprint), In("hash", wanted)))
+        found: dict[str, Sequence[float]] = {}
+        for hit in await fetch_all(self._store, where, self._scope):
+            vector = array("f")
+            vector.frombytes(base64.b64decode(str(hit.metadata["vector"])))
+            found[str(hit.metadata["hash"])] = vector
+        return found
+
+    async def put_vectors(self, fingerprint: str, vectors: Mapping[str, Sequence[float]]) -> None:
+        """Caches ``vectors`` (content hash -> vector) for the embedder ``fingerprint``."""
+        self._check_open()
+        items = []
+        for digest, vector in vectors.items():
+            meta: dict[str, Any] = {
+                "kind": "vector",
+                "fingerprint": fingerprint,
+                "hash": digest,
+                "vector": base64.b64encode(array("f", vector).tobytes()).decode("ascii"),
+            }
+            items.append(
+                VectorItem(self._vector_id(fingerprint, digest), signature(""), "", meta, self._acl)
+            )
+        if items:
+            await self._store.upsert(items)
+
+    async def close(self) -> None:
+        """Marks the backend closed (and closes the store if it owns it)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns:
+            await self._store.close()
+
+
+def _record_of(hit: Hit) -> MemoryRecord:
+    try:
+        entry = json.loads(str(hit.metadata["record"]))
+    except (KeyError, json.JSONDecodeError) as err:
+        raise StorageError(
+            f"vector-store memory: item {hit.id!r} holds no readable record ({err}); "
+            "hint: the item was written by something other than Evermind"
+        ) from err
+    return MemoryRecord.from_dict(entry)

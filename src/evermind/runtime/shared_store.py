@@ -1,0 +1,181 @@
+"""The vector store a runtime keeps its memory and L2 cache in with ``--store URL`` (native-only).
+
+Without ``--store`` the runtime keeps both in its own SQLite database (``<data>/runtime.db``).
+With ``--store postgresql://…`` (or ``qdrant://host:port``) they live in that server instead,
+so several runtimes behind a load balancer share memories and cache entries (docs/runtime.md,
+"Scale-out"); ``memory://`` keeps them in this process only (tests, throw-away servers).
+
+:class:`SharedStore` owns the engine's connections and the one :class:`Lane` (a thread with an
+event loop of its own) every store call runs on: an async driver's connection belongs to the
+loop that opened it, so the memory threads and the cache all hand their work to this lane. It
+opens, at start-up, the memory table (``evermind_memory``, term signatures of
+:data:`~evermind.memory.vector_backend.SIGNATURE_DIM`) and the writer clocks' table
+(``evermind_clocks``, so a version read scans only clocks) so a bad URL or an unreachable server
+fails ``evermind serve`` before it listens; the cache's tables (``evermind_l2_<dim>``, one per
+embedding dimension, at most :data:`MAX_CACHE_DIMS`) open on first use and are recorded in the
+memory table, so every runtime can count entries of dimensions it never opened itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from evermind.errors import ConfigError, InputError, StorageError
+from evermind.memory.vector_backend import SIGNATURE_DIM, fetch_all, signature
+from evermind.vectorstore import AccessScope, Acl, And, Eq, VectorItem, VectorStore, open_store
+
+__all__ = ["MAX_CACHE_DIMS", "STORE_SCHEMES", "Lane", "SharedStore", "check_store_url"]
+
+_T = TypeVar("_T")
+
+#: What ``--store`` accepts: engines several runtimes can share, and ``memory://``.
+STORE_SCHEMES = ("postgresql", "postgres", "qdrant", "memory")
+#: Embedding dimensions the L2 keeps tables for (each a table: a client cannot make more).
+MAX_CACHE_DIMS = 8
+#: How long start-up waits for the engine.
+OPEN_TIMEOUT_S = 60.0
+MEMORY_TABLE = "evermind_memory"
+#: The writer clocks of memory namespaces and cache scopes (a version read scans only these).
+CLOCK_TABLE = "evermind_clocks"
+#: The internal tenant of the runtime's own bookkeeping items (no token's tenant: see auth).
+RUNTIME_TENANT = "~runtime"
+_RUNTIME_ACL = Acl(RUNTIME_TENANT, frozenset({"runtime"}))
+_RUNTIME_SCOPE = AccessScope(RUNTIME_TENANT, frozenset({"runtime"}))
+
+
+def check_store_url(url: str) -> str:
+    """Returns ``url`` if ``--store`` can use it.
+
+    Raises:
+        ConfigError: Another scheme (the message names the accepted ones and why the file
+            engines are not among them).
+    """
+    scheme = urlsplit(url).scheme.lower() if isinstance(url, str) else ""
+    if scheme not in STORE_SCHEMES:
+        raise ConfigError(
+            f"--store: {url!r} is not a store the runtime can use; expected postgresql://… "
+            "(shared by every runtime on it), qdrant://host:port or memory:// (this process "
+            "only); without --store the runtime keeps memory and cache in its own SQLite "
+            "database, which is what a sqlite:/// store would be",
+            code="bad_store_url",
+        )
+    return url
+
+
+class Lane:
+    """A thread running an event loop of its own; work handed to it runs there."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    async def run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Runs ``work`` on this lane; cancelling the caller cancels it there too."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
+
+    def run_blocking(self, work: Coroutine[Any, Any, _T], timeout_s: float) -> _T:
+        """Runs ``work`` on this lane from code outside any event loop and waits for it."""
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result(timeout=timeout_s)
+
+    async def close(self) -> None:
+        """Cancels what still runs here, then stops the thread."""
+
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        await self.run(drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self.loop.close()
+
+
+class SharedStore:
+    """The engine at ``url``, opened on a lane of its own.
+
+    Args:
+        url: A ``--store`` URL (see :func:`check_store_url`).
+
+    Raises:
+        ConfigError: A URL ``--store`` does not take, or a table of another dimension.
+        StorageError: The engine cannot be reached (within :data:`OPEN_TIMEOUT_S`).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = check_store_url(url)
+        self.lane = Lane("evermind-store")
+        self._cache_tables: dict[int, VectorStore] = {}
+        try:
+            self.memory, self.clocks = self.lane.run_blocking(self._open(), OPEN_TIMEOUT_S)
+        except concurrent.futures.TimeoutError as err:
+            self.lane.loop.call_soon_threadsafe(self.lane.loop.stop)
+            raise StorageError(
+                f"--store: the {self.engine} store did not answer within {OPEN_TIMEOUT_S:g} s; "
+                "hint: is the server up and the URL's host and port right?"
+            ) from err
+        except BaseException:
+            self.lane.loop.call_soon_threadsafe(self.lane.loop.stop)
+            raise
+
+    async def _open(self) -> tuple[VectorStore, VectorStore]:
+        memory = await open_store(self.url, dim=SIGNATURE_DIM, name=MEMORY_TABLE)
+        try:
+            return memory, await open_store(self.url, dim=SIGNATURE_DIM, name=CLOCK_TABLE)
+        except BaseException:
+            await memory.close()
+            raise
+
+    @property
+    def engine(self) -> str:
+        """The URL's scheme (what the startup line prints; never the credentials)."""
+        return urlsplit(self.url).scheme.lower()
+
+    async def run(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """``await work`` on the store's lane (where its connections live)."""
+        return await self.lane.run(work)
+
+    async def cache_table(self, dim: int) -> VectorStore:
+        """The L2 table of ``dim``-dimensional embeddings (call on the lane).
+
+        Raises:
+            InputError: Already :data:`MAX_CACHE_DIMS` other dimensions.
+        """
+        table = self._cache_tables.get(dim)
+        if table is None:
+            if len(self._cache_tables) >= MAX_CACHE_DIMS:
+                raise InputError(
+                    f"embedding: this runtime's cache holds {MAX_CACHE_DIMS} embedding "
+                    f"dimensions already ({sorted(self._cache_tables)}), not {dim}; "
+                    "hint: embed with one of the models that filled it",
+                    code="invalid_embedding",
+                )
+            table = await open_store(self.url, dim=dim, name=f"evermind_l2_{dim}")
+            self._cache_tables[dim] = table
+            meta: dict[str, Any] = {"kind": "l2_dim", "dim": dim}
+            mark = VectorItem(f"l2dim:{dim}", signature(""), "", meta, _RUNTIME_ACL)
+            await self.memory.upsert([mark])
+        return table
+
+    async def cache_dims(self) -> list[int]:
+        """Every dimension any runtime on this store has kept cache entries of."""
+        hits = await fetch_all(self.memory, And((Eq("kind", "l2_dim"),)), _RUNTIME_SCOPE)
+        return sorted({int(h.metadata["dim"]) for h in hits} | set(self._cache_tables))
+
+    async def close(self) -> None:
+        """Closes every table and stops the lane."""
+
+        async def shut() -> None:
+            for table in [self.memory, self.clocks, *self._cache_tables.values()]:
+                await table.close()
+            self._cache_tables.clear()
+
+        await self.lane.run(shut())
+        await self.lane.close()
