@@ -30,6 +30,7 @@ carry domain data); the generic branches are defined here::
     ├── TokenizerError           tokenizer training/loading/encoding failed
     ├── PackageError             a `.evermind` package is invalid, corrupt or unsafe
     ├── StorageError             the memory / cache storage backend failed
+    │   └── StoreUnavailable     a shared store (Postgres) cannot be reached now (also Unavailable)
     ├── BundleError              the offline web bundle could not be built or found
     └── PushError                the runtime refused a push, or was unreachable [runtime.push]
 
@@ -194,6 +195,13 @@ class PackageError(EvermindError):
 
 class StorageError(EvermindError):
     """The storage backend (SQLite, IndexedDB) failed or holds invalid data."""
+
+
+class StoreUnavailable(StorageError, Unavailable):
+    """A shared store (a Postgres server) cannot be reached now: the connection failed or was
+    cut. The next call connects again, so retrying later may help (HTTP 503, Retry-After)."""
+
+    code = "store_unavailable"
 
 
 class BundleError(EvermindError):

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psycopg
 import pytest
+from psycopg import sql
 
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
@@ -190,3 +191,59 @@ def test_serve_refuses_a_bad_store_url_and_an_unreachable_server(tmp_path: Path)
     code, err = _serve("--store", unreachable, data=tmp_path / "c")
     assert code == 2 and "cannot connect" in err, err
     assert "secret-pw" not in err, "the password must not be printed"
+
+
+def _cut_connections(url: str, refuse: bool | None = None) -> int:
+    """Terminates every other connection to ``url``'s database (as a restart or a failover of
+    Postgres does), first refusing new ones when ``refuse`` is True (a server that stays
+    down) or allowing them again when False; returns how many were cut."""
+    database = urlsplit(url).path.lstrip("/")
+    admin = urlunsplit(urlsplit(url)._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if refuse is not None:
+            allow = sql.Literal(not refuse)
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+                    sql.Identifier(database), allow
+                )
+            )
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            [database],
+        ).fetchall()
+    return len(rows)
+
+
+def test_the_runtime_connects_again_after_postgres_cut_it_and_is_503_while_it_is_down(
+    tmp_path: Path,
+    postgres: str,  # noqa: F811
+) -> None:
+    """Postgres cutting the runtime's connections (a restart, a failover) costs no request:
+    the store connects again and repeats the statement. While the database refuses
+    connections, requests get 503 store_unavailable with Retry-After (never a 500); once it
+    takes them again, the runtime serves again, nothing lost."""
+    url = fresh_database(postgres)
+    config = RuntimeConfig(
+        data_dir=tmp_path / "data", port=0, tokens_file=write_tokens(tmp_path / "tokens.txt"),
+        rate_limit=0, worker_threads=2, store=url,
+    )  # fmt: skip
+    memory = {"key": "standup", "content": "The standup is at nine in room Kepler"}
+    with (
+        ServerThread(config) as running,
+        httpx.Client(base_url=running.url, headers=bearer(TOKEN_A), timeout=30) as client,
+    ):
+        assert client.post("/v1/memory/remember", json=memory).status_code == 200
+        assert _cut_connections(url) >= 1
+        retro = client.post("/v1/memory/remember", json={**memory, "key": "retro"})
+        assert retro.status_code == 200, retro.text
+        try:
+            assert _cut_connections(url, refuse=True) >= 1
+            down = client.post("/v1/memory/recall", json={"query": "when is the standup"})
+            assert_error(down, 503, "store_unavailable")
+            assert down.headers["Retry-After"] == "1"
+        finally:
+            _cut_connections(url, refuse=False)
+        hits = client.post("/v1/memory/recall", json={"query": "when is the standup"})
+        assert hits.status_code == 200, hits.text
+        assert {h["key"] for h in hits.json()["data"]} >= {"standup", "retro"}

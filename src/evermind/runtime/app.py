@@ -45,6 +45,7 @@ from evermind.errors import (
     NotFound,
     ShapeError,
     StorageError,
+    StoreUnavailable,
     Unavailable,
     UpstreamError,
 )
@@ -115,6 +116,8 @@ def as_api_error(err: EvermindError) -> ApiError:
         headers = dict(BEARER_CHALLENGE)
     elif isinstance(err, RateLimited):
         headers = {"Retry-After": str(err.retry_after_s)}
+    elif isinstance(err, StoreUnavailable):
+        headers = {"Retry-After": "1"}
     elif isinstance(err, UpstreamError):
         status = UPSTREAM_STATUS.get(err.code) or (429 if err.status == 429 else 502)
         if status == 429 and err.retry_after is not None:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
-from evermind.errors import ConfigError, StorageError
+from evermind.errors import ConfigError, StorageError, StoreUnavailable
 from evermind.vectorstore.filters import And, Eq, Exists, Filter, In, Not, Or, parse_filter
 from evermind.vectorstore.port import (
     AccessScope,
@@ -42,6 +42,8 @@ from evermind.vectorstore.port import (
 )
 
 __all__ = ["PgVectorStore", "filter_sql"]
+
+T = TypeVar("T")
 
 #: ``hnsw.ef_search`` bounds: pgvector's default and its maximum.
 EF_MIN, EF_MAX = 40, 1000
@@ -123,8 +125,11 @@ class PgVectorStore:
     Open with :meth:`open`; one connection, used by one call at a time.
     """
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], table: str, dim: int) -> None:
+    def __init__(
+        self, conn: psycopg.AsyncConnection[Any], table: str, dim: int, url: str = ""
+    ) -> None:
         self._conn = conn
+        self._url = url  # to connect again after the server cut the connection
         self._table = sql.Identifier(table)
         self._name = table
         self.dim = dim
@@ -145,7 +150,7 @@ class PgVectorStore:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         except psycopg.Error as err:
             raise StorageError(f"pgvector: cannot connect to the database: {err}") from err
-        store = cls(conn, table, dim)
+        store = cls(conn, table, dim, url)
         try:
             await store._create()
         except BaseException:
@@ -199,13 +204,62 @@ class PgVectorStore:
                 "open it with that dim or name another table"
             )
 
-    async def _run(self, statement: Query, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        async with self._lock:
+    async def _connected(self) -> psycopg.AsyncConnection[Any]:
+        """Under the lock: the connection, made again if the server cut the last one.
+
+        Raises:
+            StoreUnavailable: The server cannot be reached now.
+        """
+        if not (self._conn.closed or self._conn.broken) or not self._url:
+            return self._conn
+        try:
+            self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        except psycopg.Error as err:
+            raise StoreUnavailable(
+                f"pgvector: the database cannot be reached now: {_first_line(err)}; "
+                "hint: retry later"
+            ) from err
+        return self._conn
+
+    def _failed(self, what: str, err: psycopg.Error) -> StorageError:
+        """The domain error for a failed statement: StoreUnavailable when the connection is
+        gone (the next call connects again), else StorageError."""
+        if isinstance(err, psycopg.OperationalError) or self._conn.closed or self._conn.broken:
+            return StoreUnavailable(
+                f"pgvector: {what}: the connection to the database failed "
+                f"({_first_line(err)}); hint: retry later"
+            )
+        return StorageError(f"pgvector: {what}: {err}")
+
+    async def _once_more(
+        self, what: str, call: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]
+    ) -> T:
+        """Under the lock: ``call(connection)``; when the server had cut the connection (a
+        restart, a failover), connects again and calls once more. Every statement here is
+        idempotent (upserts replace, deletes and reads repeat), and a cut one was rolled back.
+
+        Raises:
+            StoreUnavailable: The server cannot be reached, or cut the new connection too.
+            StorageError: The statement failed for another reason.
+        """
+        for attempt in (1, 2):
+            conn = await self._connected()
             try:
-                cur = await self._conn.execute(statement, params)
-                return await cur.fetchall() if cur.description else []
+                return await call(conn)
             except psycopg.Error as err:
-                raise StorageError(f"pgvector: {err}") from err
+                gone = conn.closed or conn.broken
+                if attempt == 1 and gone and self._url:
+                    continue
+                raise self._failed(what, err) from err
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _run(self, statement: Query, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        async def run(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(statement, params)
+            return await cur.fetchall() if cur.description else []
+
+        async with self._lock:
+            return await self._once_more("statement failed", run)
 
     async def upsert(self, items: Sequence[VectorItem]) -> None:
         """Inserts or replaces ``items`` in one transaction (a bad item refuses the batch)."""
@@ -231,12 +285,13 @@ class PgVectorStore:
             "metadata = EXCLUDED.metadata, tenant = EXCLUDED.tenant, "
             "principals = EXCLUDED.principals, sensitivity = EXCLUDED.sensitivity"
         ).format(self._table)
+
+        async def write(conn: psycopg.AsyncConnection[Any]) -> None:
+            async with conn.transaction(), conn.cursor() as cur:
+                await cur.executemany(statement, rows)
+
         async with self._lock:
-            try:
-                async with self._conn.transaction(), self._conn.cursor() as cur:
-                    await cur.executemany(statement, rows)
-            except psycopg.Error as err:
-                raise StorageError(f"pgvector: upsert failed: {err}") from err
+            await self._once_more("upsert failed", write)
 
     async def delete(self, ids: Sequence[str]) -> int:
         """Removes the items with these ids; returns how many existed."""
@@ -270,24 +325,32 @@ class PgVectorStore:
         ).format(sql.SQL(_COLUMNS), self._table, where)
         all_params = [q, *params, q, k]
         ef = str(min(EF_MAX, max(EF_MIN, 2 * k)))
+
+        async def read(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+            rows = await self._ordered(conn, statement, all_params, ef, exact=False)
+            if len(rows) < k:  # the index's candidates ran out before the filter did
+                rows = await self._ordered(conn, statement, all_params, ef, exact=True)
+            return rows
+
         async with self._lock:
-            try:
-                rows = await self._ordered(statement, all_params, ef, exact=False)
-                if len(rows) < k:  # the index's candidates ran out before the filter did
-                    rows = await self._ordered(statement, all_params, ef, exact=True)
-            except psycopg.Error as err:
-                raise StorageError(f"pgvector: query failed: {err}") from err
+            rows = await self._once_more("query failed", read)
         hits = [_hit(row[:6], float(row[6])) for row in rows]
         return sorted(hits, key=lambda h: (-h.score, h.id))
 
+    @staticmethod
     async def _ordered(
-        self, statement: Query, params: list[Any], ef: str, *, exact: bool
+        conn: psycopg.AsyncConnection[Any],
+        statement: Query,
+        params: list[Any],
+        ef: str,
+        *,
+        exact: bool,
     ) -> list[tuple[Any, ...]]:
-        async with self._conn.transaction():
-            await self._conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [ef])
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [ef])
             if exact:
-                await self._conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
-            cur = await self._conn.execute(statement, params)
+                await conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
+            cur = await conn.execute(statement, params)
             rows: list[tuple[Any, ...]] = await cur.fetchall()
             return rows
 
@@ -322,6 +385,10 @@ class PgVectorStore:
     async def close(self) -> None:
         """Closes the connection."""
         await self._conn.close()
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def _hit(row: Sequence[Any], score: float) -> Hit:
