@@ -9,7 +9,9 @@ of two rows for three (chunk + 1) and of four rows for three (chunk - 1):
 - float32 (compute float32, as the model trains): within mamba's scan tolerances for fp32,
   rtol 6e-4 / atol 2e-3, of the float64 reference;
 - the fast backward is the gradient of the fast forward (central differences, float64);
-- extreme steps and decays stay finite.
+- extreme steps and decays stay finite;
+- one ``CpuMamba`` training step (loss and every weight's gradient) on the fast scan equals the
+  step on the reference scan.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from evermind.model.cpu import CpuMamba
 from evermind.ops import selective_scan_fast as fast
 from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd
 from evermind.ops.selective_scan_fast import selective_scan_fast_bwd, selective_scan_fast_fwd
+from tests.unit.test_model_cpu import TINY, random_params
 
 RTOL64 = 1e-10
 #: state-spaces/mamba's tolerances for its fp32 scan against selective_scan_ref.
@@ -152,3 +156,22 @@ def test_extreme_steps_and_decays_stay_finite_and_match() -> None:
                                      (want_y, want_states, *want), strict=True):  # fmt: skip
         assert np.isfinite(value).all(), name
         assert relative_error(value, expected) <= RTOL64, name
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_model_step_on_the_fast_scan_equals_the_reference_step(dtype: type) -> None:
+    """CpuMamba's loss and every gradient: fast scan (the default) against the reference."""
+    rng = np.random.default_rng(21)
+    ids = rng.integers(0, TINY.vocab_size, (3, 11))
+    targets = rng.integers(0, TINY.vocab_size, (3, 11))
+    model = CpuMamba(TINY, random_params(TINY, 5), dtype=dtype)
+    assert not model.reference_scan
+    loss, grads = model.loss_and_grads(ids, targets)
+    model.reference_scan = True
+    want_loss, want_grads = model.loss_and_grads(ids, targets)
+    print(f"{np.dtype(dtype).name}: loss {loss:.8f} vs reference {want_loss:.8f}")
+    rtol = RTOL64 if dtype == np.float64 else RTOL32
+    assert abs(loss - want_loss) <= rtol * abs(want_loss)
+    for name, want in want_grads.items():
+        error = relative_error(grads[name].astype(np.float64), want.astype(np.float64))
+        assert error <= (1e-9 if dtype == np.float64 else RTOL32), f"{name}: {error:.2e}"
