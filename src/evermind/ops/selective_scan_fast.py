@@ -26,10 +26,12 @@ training shape B 4, L 128, D 256, N 16: see ``benchmarks/model_cpu.py --scan``):
 - The forward returns its states as a (B, L, D, N) view of its own time-major array, so the
   backward reads them back without a copy.
 
-Splitting time into chunks (the decays within a chunk as ``exp(cum_t - cum_s)``) was measured
-too and lost here: it needs the same exps plus cumulative sums along time (numpy's
-``cumsum(axis=0)`` runs ~10x slower than an elementwise pass), while the loop's Python
-overhead is about a tenth of the scan at these shapes.
+Splitting time into chunks (the decays within a chunk as ``exp(cum_t - cum_s)``, s <= t) was
+weighed and not taken: it needs the same exps plus cumulative sums along time, and numpy's
+``cumsum(axis=0)`` over (L, b, N, D) took ~23 ms where one exp pass takes ~1-2 ms (nano
+shape), while the loop's Python overhead is about a tenth of the scan at these shapes.
+Computing each step's decay inside the loop instead of all at once measured the same within
+noise (faster only for chunks of many rows).
 """
 
 from __future__ import annotations
@@ -45,14 +47,15 @@ from evermind.ops.elementwise import softplus_bwd, softplus_fwd
 __all__ = ["selective_scan_fast_bwd", "selective_scan_fast_fwd"]
 
 #: Elements of one (L, rows, N, D) scratch array per chunk of batch rows: small enough that
-#: the loop's slices stay in the CPU's caches, large enough that numpy's per-call overhead
-#: stays small (measured best between 2**19 and 2**21 at the nano and tuning shapes).
+#: the arrays stay in the CPU's caches, large enough that numpy's per-call overhead stays
+#: small (2**18 to 2**21 measured within noise of each other on a busy two-core machine).
 CHUNK_ELEMENTS = 1 << 20
 
 
 #: Per-thread scratch buffers (at most :data:`SCRATCH_ELEMENTS` each), reused from call to
 #: call: a fresh multi-megabyte array costs more in page faults than the exp that fills it
-#: (measured: 2.9 ms fresh against 0.4 ms reused for 2**19 float32 decays).
+#: (measured: 2.9 ms fresh against 0.4 ms reused for 2**19 float32 decays). A thread that
+#: ran the scan keeps two of them ("decay", "g"): at most 8 MiB each in float32, 16 in float64.
 SCRATCH_ELEMENTS = 1 << 21
 _scratch = threading.local()
 
