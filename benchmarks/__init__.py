@@ -11,7 +11,8 @@ training step's breakdown, the GPU model's speeds, the timing helpers) stays in 
 - :mod:`benchmarks.gateway`: ``evermind bench gateway``, the caching gateway's replay;
 - :mod:`benchmarks.memory`, :mod:`benchmarks.memory_tab`: recall and cache-lookup latency
   (natively, and in the Studio tab);
-- :mod:`benchmarks.model_cpu`: the numpy CPU model's step and generation;
+- :mod:`benchmarks.model_cpu`: the numpy CPU model's step and generation (``--train``: the
+  scan alone and the training step, fast scan against the reference);
 - :mod:`benchmarks.tokenizer`: BPE training and encoding against HF ``tokenizers``.
 
 Each script runs as ``python -m benchmarks.<name> --help`` from the checkout's root.

@@ -7,12 +7,19 @@ Measures, for the nano preset (d_model 128, 4 layers, vocab 4096, batch 1):
   forward + masked mean + L2 normalisation.
 Absolute numbers depend on the machine (and on other load); the ratios are what to read.
 
-Usage: .venv/bin/python -m benchmarks.model_cpu [--tokens 256] [--repeats 20]
+``--train`` measures training instead, at ``evermind train --device cpu``'s defaults (nano,
+batch 4, seq_len 128, vocab 2048): the scan alone (forward + backward at that shape and at
+the embedder tuning's, 64 views of 40 tokens) and one ``CpuBackend`` step, each with the fast
+scan (:mod:`evermind.ops.selective_scan_fast`, what training runs) and with the reference
+(:mod:`evermind.ops.selective_scan`), interleaved round by round so that both see the same load.
+
+Usage: .venv/bin/python -m benchmarks.model_cpu [--tokens 256] [--repeats 20] [--train]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -20,6 +27,10 @@ import numpy as np
 
 from evermind.model import MambaConfig, init_params
 from evermind.model.cpu import CpuMamba
+from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd
+from evermind.ops.selective_scan_fast import selective_scan_fast_bwd, selective_scan_fast_fwd
+from evermind.train.cpu_backend import CpuBackend
+from evermind.train.loop import TrainConfig
 
 
 def best_of(repeats: int, run: Callable[[], object]) -> float:
@@ -83,11 +94,76 @@ def bench_hf(model: CpuMamba, tokens: int, repeats: int, ids: np.ndarray) -> tup
     return tokens / step_seconds, embed_seconds
 
 
+def scan_inputs(batch: int, length: int, d_inner: int, d_state: int) -> list[np.ndarray]:
+    """float32 scan inputs (x, delta_raw, A_log, B, C, D) at one shape, A_log as at init."""
+    rng = np.random.default_rng(0)
+    a_log = np.log(np.tile(np.arange(1, d_state + 1, dtype=np.float64), (d_inner, 1)))
+    x, delta_raw = rng.standard_normal((2, batch, length, d_inner))
+    B, C = rng.standard_normal((2, batch, length, d_state))
+    arrays = [x, delta_raw - 1.0, a_log, B, C, rng.standard_normal(d_inner)]
+    return [a.astype(np.float32) for a in arrays]
+
+
+def scan_runs(shape: tuple[int, int, int, int]) -> dict[str, Callable[[], object]]:
+    """Forward + backward of the scan at ``shape``: the fast path and the reference."""
+    args = scan_inputs(*shape)
+    dy = np.ones_like(args[0])
+
+    def fast() -> None:
+        _, states = selective_scan_fast_fwd(*args, compute=np.float32)
+        selective_scan_fast_bwd(dy, *args, states, np.float32)
+
+    def reference() -> None:
+        _, states = selective_scan_fwd(*args)
+        selective_scan_bwd(dy, *args, states)
+
+    return {"fast": fast, "reference": reference}
+
+
+def train_runs() -> dict[str, Callable[[], object]]:
+    """One ``CpuBackend`` step at the CLI's defaults, on the fast scan and on the reference."""
+    config = MambaConfig.preset("nano", vocab_size=2048)
+    train = TrainConfig(batch_size=4, seq_len=128, lr=3e-3)
+    ids = np.random.default_rng(0).integers(0, config.vocab_size, (4, 129)).astype(np.int32)
+    batch = (ids[:, :-1].tobytes(), ids[:, 1:].tobytes())
+    runs: dict[str, Callable[[], object]] = {}
+    for name in ("fast", "reference"):
+        backend = CpuBackend(config, init_params(config, 0), train)
+        backend.model.reference_scan = name == "reference"
+        steps = iter(range(1, 1 << 30))
+        runs[name] = lambda b=backend, s=steps: asyncio.run(b.train_step([batch], 3e-3, next(s)))
+    return runs
+
+
+def bench_train(rounds: int, repeats: int) -> None:
+    """Prints, per measurement, the best time of each scan per round and the ratios' range."""
+    cases = {
+        "scan fwd+bwd (training: B4 L128 I256 N16, float32)": scan_runs((4, 128, 256, 16)),
+        "scan fwd+bwd (tuning: 64 views x 40 tokens)": scan_runs((64, 40, 256, 16)),
+        "CpuBackend.train_step (evermind train --device cpu defaults)": train_runs(),
+    }
+    for what, runs in cases.items():
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(rounds):
+            for name, run in runs.items():
+                times[name].append(best_of(repeats, run))
+        ratios = [r / f for r, f in zip(times["reference"], times["fast"], strict=True)]
+        print(what)
+        for name, seconds in times.items():
+            print(f"  {name:9s}: " + ", ".join(f"{1e3 * t:.1f}" for t in seconds) + " ms")
+        print(f"  reference / fast: {min(ratios):.2f} to {max(ratios):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=256, help="tokens decoded per run")
     parser.add_argument("--repeats", type=int, default=20, help="runs per measurement (best)")
+    parser.add_argument("--train", action="store_true", help="the scan and the training step")
+    parser.add_argument("--rounds", type=int, default=3, help="--train: interleaved rounds")
     args = parser.parse_args()
+    if args.train:
+        bench_train(args.rounds, max(1, args.repeats // 4))
+        return
 
     config = MambaConfig.preset("nano", vocab_size=4096)
     model = CpuMamba(config, init_params(config, 0))

@@ -10,7 +10,8 @@ InfoNCE, full backward, Adam) on a real package, at two sizes:
 
 Both with the default knobs (batch 32 texts = 64 views). Absolute numbers depend on the
 machine and on other load; compare runs made in one session. ``--profile`` prints the
-cProfile of the first run instead of timing.
+cProfile of the first run instead of timing. ``--scans fast,reference`` times the tuning on
+the fast scan (what it runs) and on the reference scan, run by run in turn.
 
 Usage: .venv/bin/python -m benchmarks.tune_cpu --model base.evermind [--steps 5] [--runs 3]
 """
@@ -46,31 +47,49 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per size")
     parser.add_argument("--sizes", default="mcp,default", help="comma-separated: mcp,default")
     parser.add_argument("--profile", action="store_true", help="cProfile one run per size")
+    parser.add_argument("--scans", default="fast", help="comma-separated: fast,reference")
     args = parser.parse_args()
-    short = facts(args.set)
-    texts = {
+    if args.profile:
+        profile(args.model, texts_of(args.set), args.sizes.split(","), args.steps)
+        return
+    scans = args.scans.split(",")
+    if not set(scans) <= {"fast", "reference"}:
+        parser.error(f"--scans: expected names among fast,reference, got {args.scans!r}")
+    for size in args.sizes.split(","):
+        texts = texts_of(args.set)[size]
+        per_step: dict[str, list[float]] = {scan: [] for scan in scans}
+        for _ in range(args.runs):
+            for scan in scans:
+                model = load(args.model)
+                model.cpu.reference_scan = scan == "reference"
+                tune_embedder(model, texts, TuneConfig(steps=1, warmup_steps=0))  # warm-up
+                start = time.perf_counter()
+                tune_embedder(model, texts, TuneConfig(steps=args.steps, warmup_steps=0))
+                per_step[scan].append((time.perf_counter() - start) / args.steps)
+        for scan, seconds in per_step.items():
+            shown = ", ".join(f"{s:.3f}" for s in seconds)
+            print(f"{size} ({scan} scan): seconds per step {shown} (min {min(seconds):.3f})")
+
+
+def texts_of(path: Path) -> dict[str, list[str]]:
+    """The texts of each size: the facts, and the facts joined five by five."""
+    short = facts(path)
+    return {
         "mcp": short,
         "default": [" ".join(short[i : i + 5]) for i in range(0, len(short) - 4)],
     }
-    for size in args.sizes.split(","):
-        model = load(args.model)
-        config = TuneConfig(steps=args.steps, warmup_steps=0)
-        if args.profile:
-            profiler = cProfile.Profile()
-            profiler.enable()
-            tune_embedder(model, texts[size], config)
-            profiler.disable()
-            print(f"== {size}: cProfile of {args.steps} steps")
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
-            continue
-        tune_embedder(model, texts[size], TuneConfig(steps=1, warmup_steps=0))  # warm-up
-        per_step = []
-        for _ in range(args.runs):
-            start = time.perf_counter()
-            tune_embedder(model, texts[size], config)
-            per_step.append((time.perf_counter() - start) / args.steps)
-        shown = ", ".join(f"{s:.3f}" for s in per_step)
-        print(f"{size}: seconds per step {shown} (min {min(per_step):.3f})")
+
+
+def profile(model_path: Path, texts: dict[str, list[str]], sizes: list[str], steps: int) -> None:
+    """Prints the cProfile of ``steps`` tuning steps per size."""
+    for size in sizes:
+        model = load(model_path)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        tune_embedder(model, texts[size], TuneConfig(steps=steps, warmup_steps=0))
+        profiler.disable()
+        print(f"== {size}: cProfile of {steps} steps")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
 
 
 if __name__ == "__main__":

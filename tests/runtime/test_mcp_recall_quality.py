@@ -9,11 +9,13 @@ server. ``evals/mcp_recall.py`` does the storing, asking and scoring; this test 
 checks its numbers. They are development numbers (the set is for tuning; the held-out set is
 not in the repository).
 
-Takes about 140 s on two quiet CPU cores (measured 2026-12-01: train 51 s, tuning 78 s, the
-two MCP runs 5 s). The tuning runs 150 steps, not the command's default 300: from the same base
-the margin over lexical recall@1 was the same (+0.015) and seeds 0, 1, 2 gave +0.015, +0.015,
-+0.010. The 200 training steps stay: from a base trained 50 steps the tuned model lost to
-lexical recall with two of three seeds (100 steps: +0.015, +0.005, +0.005).
+Takes about 90 s on two quiet CPU cores since training and tuning run the scan's fast path
+(measured 2026-12-02 on the shared 2-core box: 89 s with 91% of a core, train 34 s, tuning 46
+s; 111-169 s under heavier load; 128 s before it with 90% of a core, train 49 s, tuning 71 s;
+CPU seconds 119-123 before, 83-98 after). The tuning runs 150 steps, not the command's default
+300: from the same base the margin over lexical recall@1 was the same (+0.015) and seeds 0, 1,
+2 gave +0.015, +0.015, +0.010. The 200 training steps stay: from a base trained 50 steps the
+tuned model lost to lexical recall with two of three seeds (100 steps: +0.015, +0.005, +0.005).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The kernel tests, ``CpuMamba``, the CPU trainer and the embedding tuner all import it. This
 test lists the ops, checks each has its four files under the one name (shader, launcher,
-reference, kernel test) and its forward/backward functions, and scans the AST of every other
+reference, kernel test) and its forward/backward functions, that each fast path beside a
+reference (``FAST_PATHS``) has a test comparing the two, and scans the AST of every other
 module under ``src/evermind`` for a second implementation: a function named like an op (or an
 old ``*_ref``), or one of the characteristic formulas that used to be written out again (the
 softplus, Adam's bias correction and denominator, RMS, log-sum-exp, row L2 norms, the scan's
@@ -59,6 +60,11 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
     "grad_norm": (("global_norm", "clip_scale", "clip_grad_norm_torch"), False),
     "adamw": (("adamw_step",), False),
 }
+
+#: Fast CPU paths beside a reference: module -> its op. Each says native-only and has a test,
+#: ``tests/unit/test_<module>.py``, that imports it and the op's reference and compares them
+#: (state-spaces/mamba keeps ``selective_scan_ref`` beside the fast path the same way).
+FAST_PATHS: dict[str, str] = {"selective_scan_fast": "selective_scan"}
 
 #: The one home of the sampler (standard library, shared by the tab and the native runtime).
 SAMPLER_HOME = SRC / "model" / "sampling.py"
@@ -204,9 +210,28 @@ def test_each_op_has_one_name_across_shader_launcher_reference_and_test(op: str)
 
 def test_every_ops_module_is_listed() -> None:
     modules = {p.stem for p in (SRC / "ops").glob("*.py") if not p.stem.startswith("_")}
-    assert modules == set(OPS), "each ops/ module is one op named like its shader"
+    assert modules == set(OPS) | set(FAST_PATHS), (
+        "each ops/ module is one op named like its shader, or a fast path listed in FAST_PATHS"
+    )
     assert not list((SRC / "kernels").glob("*_ref.py")), "references live in ops/, not kernels/"
     assert not (SRC / "model" / "cpu_ops.py").exists(), "CpuMamba's ops are evermind.ops"
+
+
+@pytest.mark.parametrize("fast", sorted(FAST_PATHS))
+def test_each_fast_path_is_tested_against_its_reference(fast: str) -> None:
+    op = FAST_PATHS[fast]
+    assert op in OPS, f"ops/{fast}.py: its op {op} is not a listed op"
+    module = importlib.import_module(f"evermind.ops.{fast}")
+    assert "native-only" in (module.__doc__ or ""), f"ops/{fast}.py: say native-only"
+    test = ROOT / "tests" / "unit" / f"test_{fast}.py"
+    assert test.is_file(), f"ops/{fast}.py: {test.relative_to(ROOT)} is missing"
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(test.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom)
+    }
+    for needed in (f"evermind.ops.{op}", f"evermind.ops.{fast}"):
+        assert needed in imported, f"{test.name} does not import {needed}"
 
 
 def test_no_second_implementation_of_an_op_outside_ops() -> None:

@@ -10,7 +10,10 @@ tests compare the WGSL kernels with), in the kernels' conventions: the scan take
 before softplus and ``A_log``, the decoding state is the kernels' (B, I, K) conv register and
 (B, I, N) SSM state. Only the matmuls are numpy's ``@`` directly. The ops compute in float64
 and return the model's dtype; their Python loops are over time inside the scan and over the K
-conv taps.
+conv taps. Training's scan (forward and backward) is the exception: it runs the scan's fast
+path, :mod:`evermind.ops.selective_scan_fast` (tested against the reference, forward and every
+gradient), in the model's dtype, as the GPU trains; ``reference_scan = True`` runs the
+reference instead.
 
     h = E[ids]                                   # (B, L, D)
     for each layer: h = h + mixer(rmsnorm(h))    # (B, L, D)
@@ -41,6 +44,7 @@ from evermind.ops.pool import lengths_of_mask, pool_fwd
 from evermind.ops.recurrent_step import conv_step, ssm_step
 from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd
 from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd, selective_scan_y
+from evermind.ops.selective_scan_fast import selective_scan_fast_bwd, selective_scan_fast_fwd
 
 __all__ = ["CpuMamba", "ForwardCache", "LayerCache", "MambaState"]
 
@@ -107,6 +111,12 @@ class CpuMamba:
             (e.g. the ``array('f')`` of :func:`evermind.model.init.init_params`).
         dtype: np.float32 (default, for serving) or np.float64 (for gradient checks).
 
+    Attributes:
+        reference_scan: False (default): training's forward and backward run the fast scan
+            (:mod:`evermind.ops.selective_scan_fast`, computing in ``dtype``, as the GPU
+            trains); True: the reference (:mod:`evermind.ops.selective_scan`, float64
+            inside), for benchmarks and cross-checks.
+
     Raises:
         ConfigError: A parameter is missing or unknown, or dtype is not a float type.
         ShapeError: A parameter has the wrong number of elements or shape.
@@ -120,6 +130,7 @@ class CpuMamba:
     ) -> None:
         self.config = config
         self.dtype = np.dtype(dtype)
+        self.reference_scan = False
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise ConfigError(
                 f"CpuMamba: expected dtype float32 or float64, got {self.dtype}; "
@@ -198,13 +209,31 @@ class CpuMamba:
         C = dbc[..., rank + d_state :]  # (B, L, N)
         dt_pre = dt_low @ w["dt_w"].T + w["dt_b"]  # (B, L, I), before softplus
         # (B, L, I), (B, L, I, N); delta = softplus(dt_pre) and A = -exp(A_log) < 0 inside.
-        y, states = selective_scan_fwd(x_conv, dt_pre, w["A_log"], B, C, w["D"])
+        y, states = self._scan_fwd(x_conv, dt_pre, w["A_log"], B, C, w["D"])
         out = (y * silu_fwd(z)) @ w["out_proj"].T  # (B, L, D)
         cache = LayerCache(
             h_in=h, x_norm=x_norm, rstd=rstd, x_in=x_in, z=z, conv=conv, x_conv=x_conv,
             dt_low=dt_low, dt_pre=dt_pre, B=B, C=C, states=states, y=y,
         )  # fmt: skip
         return out, cache
+
+    def _scan_fwd(
+        self, x: FloatArray, dt: FloatArray, A_log: FloatArray, B: FloatArray, C: FloatArray,
+        D: FloatArray,
+    ) -> tuple[FloatArray, FloatArray]:  # fmt: skip
+        """The training forward's scan, ``(y, states)``: fast, or the reference when asked."""
+        if self.reference_scan:
+            return selective_scan_fwd(x, dt, A_log, B, C, D)
+        return selective_scan_fast_fwd(x, dt, A_log, B, C, D, self.dtype)
+
+    def _scan_bwd(
+        self, dy: FloatArray, x: FloatArray, dt: FloatArray, A_log: FloatArray, B: FloatArray,
+        C: FloatArray, D: FloatArray, states: FloatArray,
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:  # fmt: skip
+        """The scan's gradients (dx, ddelta_raw, dA_log, dB, dC, dD), as :meth:`_scan_fwd`."""
+        if self.reference_scan:
+            return selective_scan_bwd(dy, x, dt, A_log, B, C, D, states)
+        return selective_scan_fast_bwd(dy, x, dt, A_log, B, C, D, states, self.dtype)
 
     def _block_infer(self, w: dict[str, FloatArray], h: FloatArray) -> FloatArray:
         """:meth:`_block_fwd`'s output alone, for inference (embeddings, logits): in the
@@ -436,7 +465,7 @@ class CpuMamba:
         dy = dgated * gate  # (B, L, I)
         dz = silu_bwd(c.z, dgated * c.y)  # (B, L, I)
 
-        du, ddt_pre, grads[prefix + "A_log"], dB, dC, grads[prefix + "D"] = selective_scan_bwd(
+        du, ddt_pre, grads[prefix + "A_log"], dB, dC, grads[prefix + "D"] = self._scan_bwd(
             dy, c.x_conv, c.dt_pre, w["A_log"], c.B, c.C, w["D"], c.states
         )
         grads[prefix + "dt_proj.weight"] = flat(ddt_pre).T @ flat(c.dt_low)  # (I, R)

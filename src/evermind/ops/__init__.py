@@ -12,6 +12,10 @@ objectives are built from the same functions. Unless a docstring says otherwise 
 computes in float64 and returns the floating dtype of its inputs (float32 in, float32 out;
 float64 in, float64 out, for finite-difference checks).
 
+One op has a fast CPU path beside its reference: ``selective_scan_fast`` (same arguments, the
+arithmetic in a ``compute`` dtype), which CPU training runs and
+``tests/unit/test_selective_scan_fast.py`` checks against ``selective_scan``.
+
 This package imports nothing itself, so ``import evermind.ops`` is browser-safe; import the
 op modules (``from evermind.ops import rmsnorm``) only on native hosts.
 """
