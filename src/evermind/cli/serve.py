@@ -47,6 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         upstreams_file=Path(args.upstreams) if args.upstreams else None,
         batch_slots=args.batch_slots,
         device=args.device,
+        otlp_endpoint=args.otlp_endpoint,
     )
     config.check_exposure()
     from evermind.runtime.devices import resolve_device
@@ -55,6 +56,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
     if config.upstreams_file:
         auth += f"; gateway upstreams from {config.upstreams_file}"
+    collector = config.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if collector:
+        auth += f"; telemetry to {collector}"
     print(
         f"Evermind runtime on http://{config.host}:{config.port}  data: {config.data_dir}  "
         f"{auth}  decoding on {serving.kind}: {serving.adapter}  (docs at /docs; Ctrl-C to stop)",
@@ -160,6 +164,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=["cpu", "gpu", "auto"],
         help="what decodes: cpu (numpy), gpu (wgpu-py, any adapter, lavapipe included) or auto "
         "(a real GPU if wgpu-py finds one, else numpy; default)",
+    )
+    serve.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="export GenAI traces and metrics over OTLP/HTTP to this collector base URL, e.g. "
+        "http://127.0.0.1:4318 (default: $OTEL_EXPORTER_OTLP_ENDPOINT; unset: off; needs the "
+        "telemetry extra); see docs/telemetry.md",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from evermind.errors import ConfigError
 from evermind.paths import data_dir
+from evermind.telemetry.otlp import check_endpoint
 from evermind.train.teachers import LOCAL_TEACHERS
 
 MIB = 1024 * 1024
@@ -75,6 +76,9 @@ class RuntimeConfig:
             docs/gateway.md); None: no gateway, only local models are served.
         device: What decodes: ``cpu`` (numpy), ``gpu`` (wgpu-py, any adapter) or ``auto`` (a
             real GPU if wgpu-py finds one, else numpy); see :mod:`evermind.runtime.devices`.
+        otlp_endpoint: Base URL of an OTLP/HTTP collector (``http://host:4318``): GenAI spans
+            and metrics are exported there (docs/telemetry.md). None: the standard
+            ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable decides; unset, telemetry is off.
     """
 
     data_dir: Path = field(default_factory=default_data_dir)
@@ -104,6 +108,7 @@ class RuntimeConfig:
     teachers: list[str] = field(default_factory=list)
     upstreams_file: Path | None = None
     device: str = "cpu"
+    otlp_endpoint: str | None = None
 
     @property
     def generation_slots(self) -> int:
@@ -122,6 +127,8 @@ class RuntimeConfig:
                 f"RuntimeConfig.device: expected cpu, gpu or auto, got {self.device!r}"
             )
         self.data_dir = Path(self.data_dir)
+        if self.otlp_endpoint is not None:
+            self.otlp_endpoint = check_endpoint(self.otlp_endpoint)
         if self.tokens_file is not None:
             self.tokens_file = Path(self.tokens_file)
         if self.upstreams_file is not None:

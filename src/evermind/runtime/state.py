@@ -27,6 +27,8 @@ from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
 from evermind.runtime.scheduler import Scheduler
+from evermind.runtime.telemetry import close_export, open_export
+from evermind.telemetry import Telemetry
 from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
@@ -51,6 +53,8 @@ class Runtime:
     teachers: dict[str, Any] = field(default_factory=dict)
     #: The caching gateway to frontier models (None without ``--upstreams``).
     gateway: Gateway | None = None
+    #: OTLP export of the GenAI telemetry (None without ``--otlp-endpoint``).
+    telemetry: Telemetry | None = None
 
     @classmethod
     def open(cls, config: RuntimeConfig) -> Runtime:
@@ -107,18 +111,21 @@ class Runtime:
         batcher = runtime.generator.embeddings  # texts over jobs: how well embeddings batch
         metrics.gauges["evermind_embedding_jobs_total"] = lambda: batcher.jobs
         metrics.gauges["evermind_embedding_texts_total"] = lambda: batcher.texts
+        runtime.telemetry = open_export(config.otlp_endpoint)
         logger.info(
             "runtime data in %s; auth %s", config.data_dir, "on" if tokens.enabled else "off"
         )
         return runtime
 
     async def close(self) -> None:
-        """Closes the upstream clients, the database connections and the worker pool."""
+        """Closes the upstream clients, the database connections and the worker pool; flushes
+        the telemetry export."""
         if self.gateway is not None:
             await self.gateway.aclose()
         await self.memory.close()
         self.cache.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        await close_export(self.telemetry)
 
 
 async def get_runtime(request: Request) -> Runtime:
