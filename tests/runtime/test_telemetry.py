@@ -107,6 +107,8 @@ def gateway(
                         "max_retries": 0,
                     },
                 },
+                # evermind/auto over the model the local test pushes (forced local there).
+                "auto": {"local": "evermind/otel:1.0.0", "frontier": "openai/gpt-4o-mini"},
             }
         ),
         encoding="utf-8",
@@ -253,6 +255,17 @@ def test_the_runtimes_own_model_generation_and_embeddings(
         assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
         embedded = alpha.post("/v1/embeddings", json={"model": ref, "input": ["a", "b c"]})
         assert embedded.status_code == 200, embedded.text
+        routed = alpha.post(
+            "/v1/chat/completions",
+            json={**chat, "model": "evermind/auto", "temperature": 0},
+            headers={"x-evermind-route": "local"},
+        )
+        assert routed.status_code == 200, routed.text
+        assert routed.json()["evermind"]["route"]["target"] == "local"
+    (auto_span,) = recorded.named("chat otel:1.0.0")  # evermind/auto, answered locally
+    auto = dict(auto_span.attributes or {})
+    assert auto_span.kind == SpanKind.INTERNAL and auto["gen_ai.provider.name"] == "evermind"
+    assert auto["gen_ai.usage.output_tokens"] == routed.json()["usage"]["completion_tokens"]
     (chat_span,) = recorded.named(f"chat {ref}")
     attributes = dict(chat_span.attributes or {})
     assert chat_span.kind == SpanKind.INTERNAL and attributes["gen_ai.provider.name"] == "evermind"
