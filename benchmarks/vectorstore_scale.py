@@ -268,7 +268,7 @@ def format_table(doc: dict[str, Any]) -> str:
     lines = [
         f"n = {doc['n']}, dim = {doc['dim']}, {doc['clusters']} clusters, {doc['queries']} "
         f"queries, k = {k}, batches of {doc['batch']}; one bare float32 numpy scan + top-{k}: "
-        f"{doc['numpy_scan_p50_ms']:.2f} ms (p50)",
+        f"{doc.get('numpy_scan_p50_ms', float('nan')):.2f} ms (p50)",
         "",
         f"| engine | loaded | ingest items/s | ingest s | open s | query p50 ms | query p99 ms "
         f"| recall@{k} | memory MB |",
