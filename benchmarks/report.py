@@ -326,11 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
         "per kernel family) or `train` (tokens/s of training, forward and generation, and "
         "embedding latency, beside numpy and PyTorch). Runs native wgpu-py and headless "
         "Chromium in one run and prints them side by side. `serve`: the runtime on loopback. "
-        "`gateway`: the caching gateway replayed against a loopback upstream.",
+        "`gateway`: the caching gateway replayed against a loopback upstream. `vectorstore`: "
+        "the embedded store and Postgres + pgvector at scale (`bench vectorstore --help`).",
     )
     parser.add_argument(
         "what",
-        choices=["kernels", "train", "serve", "gateway"],
+        choices=["kernels", "train", "serve", "gateway", "vectorstore"],
         help="kernels and train: native and browser in one run; serve: the runtime on "
         "loopback; gateway: the caching gateway's replay (hit rate, savings, overhead)",
     )
@@ -357,6 +358,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     Raises:
         EvermindError: Conflicting options, or no bundle for the browser run.
     """
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["vectorstore"]:
+        # Its own options (--n, --dim, --engines, ...): every word after it goes on.
+        from benchmarks import vectorstore_scale
+
+        return vectorstore_scale.main(words[1:])
     args = build_parser().parse_args(argv)
     if args.what == "serve":
         # The runtime's load test: requests/s and latency on loopback, vs PyTorch.

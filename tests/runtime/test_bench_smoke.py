@@ -38,3 +38,22 @@ def test_bench_counts_texts_a_job_and_runs_the_httpx_client_too() -> None:
         embeddings = [r for r in rows if r["kind"] == "embeddings"]
         assert embeddings and all(r["texts_per_job"] >= 1 for r in embeddings)
         assert f"{client} client" in format_table(result)
+
+
+def test_the_vector_store_scale_bench_runs_on_the_embedded_engines() -> None:
+    """A tiny run of benchmarks/vectorstore_scale.py (Postgres is proven by the engine tests)."""
+    import asyncio
+
+    from benchmarks.vectorstore_scale import build_parser, format_table, run
+
+    args = build_parser().parse_args(
+        ["--n", "1500", "--queries", "20", "--batch", "500", "--engines", "memory,sqlite"]
+    )
+    doc = asyncio.run(run(args))
+    assert [r["engine"] for r in doc["rows"]] == ["memory", "sqlite"]
+    for row in doc["rows"]:
+        assert row["loaded"] == 1500 and row["ingest_items_per_s"] > 0
+        assert row["recall_at_k"] == 1.0  # both scan exactly
+        assert 0 < row["query_p50_ms"] <= row["query_p99_ms"]
+    assert doc["rows"][1]["open_s"] > 0  # the SQLite store was reopened and loaded
+    assert "| sqlite | 1500 |" in format_table(doc)

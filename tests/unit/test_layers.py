@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"model"},
     {"kernels"},
     {"ops", "gpu", "tokenizer", "package"},
-    {"paths", "metrics", "text", "types", "tokens"},
+    {"paths", "metrics", "text", "types", "tokens", "telemetry"},
     {"errors"},
 ]
 LEVEL = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}

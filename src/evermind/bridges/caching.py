@@ -37,6 +37,11 @@ stored at the end; a stream that fails or is abandoned is not stored).
 
 Per-namespace TTL: an entry older than its cache namespace's TTL is not served (a miss,
 ``expired``) and is dropped from L1.
+
+Telemetry (:mod:`evermind.telemetry`, when on): each call is one ``chat {model}`` operation
+from :meth:`CachingBridge.open` to the end of :meth:`~CachingBridge.complete` or
+:meth:`~CachingBridge.deltas`, with ``evermind.cache.hit`` (and status, reason, tier, score,
+what a hit saved); on a miss the inner bridge's operation is its child.
 """
 
 from __future__ import annotations
@@ -60,9 +65,12 @@ from evermind.bridges.base import (
     ToolCall,
     Usage,
 )
+from evermind.bridges.instrumented import finish_chat, start_chat
 from evermind.cache import CacheLookup, SemanticCache
 from evermind.cache.l2 import JSONValue
 from evermind.errors import ConfigError, EvermindError, UpstreamError
+from evermind.telemetry import NOOP, Operation
+from evermind.telemetry import genai as semconv
 from evermind.text import terms
 
 __all__ = [
@@ -229,6 +237,7 @@ class CacheOutcome:
             ``cache_error``.
         detail: The cache's reason in words (the decision of :mod:`evermind.cache.decide`:
             which guard refused, the threshold, ...).
+        operation: The call's telemetry operation, ended by ``complete`` or ``deltas``.
     """
 
     request: ChatRequest
@@ -236,6 +245,7 @@ class CacheOutcome:
     hit: Completion | None
     reason: str | None
     detail: str = ""
+    operation: Operation = field(default=NOOP, compare=False, repr=False)
 
     @property
     def status(self) -> str:
@@ -313,28 +323,44 @@ class CachingBridge:
         them itself.
         """
         self.stats.requests += 1
-        key, upstream, refused = self._key(request)
-        if key is None:
-            return CacheOutcome(upstream, None, None, refused, "not cacheable by the policy")
-        hit, reason, detail = await self._lookup(key)
+        operation = start_chat(self.provider, request)
+        try:
+            key, upstream, refused = self._key(request)
+            if key is None:
+                detail = "not cacheable by the policy"
+                return CacheOutcome(upstream, None, None, refused, detail, operation)
+            hit, reason, detail = await self._lookup(key)
+        except BaseException as err:
+            operation.fail(err)
+            raise
         if hit is None:
             self.stats.miss(reason)
-        return CacheOutcome(upstream, key, hit, reason, detail)
+        return CacheOutcome(upstream, key, hit, reason, detail, operation)
 
     async def complete(self, outcome: CacheOutcome) -> Completion:
         """The completion of an opened request: the hit, or the upstream's (then stored)."""
+        operation = outcome.operation
         if outcome.hit is not None:
+            finish_chat(operation, outcome.hit, _cache_attributes(outcome))
             return outcome.hit
-        completion = await self.bridge.generate(outcome.request)
+        try:
+            with operation.current():
+                completion = await self.bridge.generate(outcome.request)
+        except BaseException as err:
+            operation.fail(err)
+            raise
         self._last_usage = completion.usage
         if outcome.key is not None:
             await self._store(outcome.key, completion)
+        finish_chat(operation, completion, _cache_attributes(outcome))
         return completion
 
     async def deltas(self, outcome: CacheOutcome) -> AsyncIterator[Delta]:
         """The stream of an opened request; a miss's full text is stored at its end."""
-        hit = outcome.hit
+        hit, operation = outcome.hit, outcome.operation
         if hit is not None:
+            operation.first_chunk()
+            finish_chat(operation, hit, _cache_attributes(outcome))
             for start in range(0, len(hit.text), HIT_CHUNK_CHARS):
                 yield Delta(hit.text[start : start + HIT_CHUNK_CHARS])
             yield Delta(completion=hit)
@@ -342,19 +368,30 @@ class CachingBridge:
         completion: Completion | None = None
         pieces = self.bridge.stream(outcome.request)
         try:
-            async for delta in pieces:
+            while True:
+                with operation.current():
+                    delta = await anext(pieces, None)
+                if delta is None:
+                    break
+                if delta.text:
+                    operation.first_chunk()
                 if delta.completion is not None and completion is None:
                     # Stored before the last delta is handed on: a consumer may stop there.
                     completion = delta.completion
                     self._last_usage = completion.usage
                     if outcome.key is not None:
                         await self._store(outcome.key, completion)
+                    finish_chat(operation, completion, _cache_attributes(outcome))
                 yield delta
+        except BaseException as err:
+            operation.fail(err)
+            raise
         finally:
             close = getattr(pieces, "aclose", None)
             if close is not None:
                 await close()
         if completion is None:  # the contract says a stream ends with its completion
+            operation.fail("upstream_stream_cut")
             raise UpstreamError(
                 f"{self.provider}: the stream ended without its completion",
                 provider=self.provider,
@@ -433,6 +470,29 @@ class CachingBridge:
             logger.warning("caching bridge: store failed, answer not cached: %s", err)
             return
         self.stats.stores += 1
+
+
+def _cache_attributes(outcome: CacheOutcome) -> dict[str, Any]:
+    """The ``evermind.cache.*`` attributes of an outcome, for its telemetry operation."""
+    attributes: dict[str, Any] = {
+        semconv.CACHE_HIT: outcome.hit is not None,
+        semconv.CACHE_STATUS: outcome.status,
+    }
+    if outcome.reason is not None and outcome.hit is None:
+        attributes[semconv.CACHE_REASON] = outcome.reason
+    cached = None if outcome.hit is None else outcome.hit.cached
+    if cached is not None:
+        attributes.update(
+            {
+                semconv.CACHE_TIER: cached.tier,
+                semconv.CACHE_SCORE: cached.score,
+                semconv.CACHE_SAVED_INPUT: cached.saved.prompt_tokens,
+                semconv.CACHE_SAVED_OUTPUT: cached.saved.output_tokens,
+            }
+        )
+        if cached.saved_usd is not None:
+            attributes[semconv.CACHE_SAVED_USD] = cached.saved_usd
+    return attributes
 
 
 def scope_digest(provider: str, request: ChatRequest) -> str:

@@ -6,6 +6,11 @@ whole call for ``generate``; output tokens per second over the call) and ``cost_
 usage priced by a :class:`~evermind.bridges.pricing.PriceTable`: None when the model is not
 in the table). It keeps running totals, :meth:`InstrumentedBridge.totals`: calls, failures,
 usage, dollars (of the priced calls) and how many calls could not be priced.
+
+Every call is also a GenAI operation for :mod:`evermind.telemetry` (a ``chat {model}`` span
+and its metrics, when telemetry is on): :func:`start_chat` and :func:`finish_chat` are the
+one place a request and a completion become ``gen_ai.*`` attributes, for this bridge and
+the caching one.
 """
 
 from __future__ import annotations
@@ -18,6 +23,42 @@ from typing import Any
 from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta, Timing, Usage
 from evermind.bridges.pricing import PriceTable
 from evermind.errors import UpstreamError
+from evermind.telemetry import Operation, start_operation
+from evermind.telemetry import genai as semconv
+
+
+def start_chat(provider: str, request: ChatRequest) -> Operation:
+    """The GenAI ``chat`` operation of one request (a no-op while telemetry is off)."""
+    attributes: dict[str, int | float] = {semconv.REQUEST_MAX_TOKENS: request.max_tokens}
+    if request.temperature is not None:
+        attributes[semconv.REQUEST_TEMPERATURE] = request.temperature
+    return start_operation("chat", provider, request.model, attributes)
+
+
+def finish_chat(
+    operation: Operation, completion: Completion, cache: dict[str, Any] | None = None
+) -> None:
+    """Ends ``operation`` with what ``completion`` says (model, id, finish reason, usage, cost)
+    and, from the caching bridge, how the cache served it (``cache``: ``evermind.cache.*``)."""
+    if not operation.recording:
+        return
+    usage = completion.usage
+    attributes: dict[str, Any] = {
+        semconv.RESPONSE_FINISH_REASONS: [completion.finish_reason],
+        semconv.USAGE_CACHE_READ_TOKENS: usage.cache_read_tokens,
+        semconv.USAGE_CACHE_WRITE_TOKENS: usage.cache_write_tokens,
+        **(cache or {}),
+    }
+    if completion.model:
+        attributes[semconv.RESPONSE_MODEL] = completion.model
+    if completion.id:
+        attributes[semconv.RESPONSE_ID] = completion.id
+    operation.finish(
+        input_tokens=usage.prompt_tokens,
+        output_tokens=usage.output_tokens,
+        attributes=attributes,
+        cost_usd=completion.cost_usd,
+    )
 
 
 class InstrumentedBridge:
@@ -46,34 +87,53 @@ class InstrumentedBridge:
 
     async def generate(self, request: ChatRequest) -> Completion:
         """The wrapped bridge's completion, with ``timing`` and ``cost_usd`` set."""
+        operation = start_chat(self.provider, request)
         start = time.perf_counter()
         try:
-            completion = await self.bridge.generate(request)
-        except UpstreamError:
-            self.failures += 1
+            with operation.current():
+                completion = await self.bridge.generate(request)
+        except BaseException as err:
+            self.failures += isinstance(err, UpstreamError)
+            operation.fail(err)
             raise
         total = time.perf_counter() - start
-        return self._finish(request, completion, total, total)
+        measured = self._finish(request, completion, total, total)
+        finish_chat(operation, measured)
+        return measured
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
         """The wrapped bridge's deltas; the last carries the measured completion."""
+        operation = start_chat(self.provider, request)
         start = time.perf_counter()
         first: float | None = None
+        pieces = self.bridge.stream(request)
         try:
-            async for delta in self.bridge.stream(request):
+            while True:
+                with operation.current():
+                    delta = await anext(pieces, None)
+                if delta is None:
+                    break
                 if delta.completion is None:
                     if first is None and delta.text:
                         first = time.perf_counter() - start
+                        operation.first_chunk()
                     yield delta
                     continue
                 total = time.perf_counter() - start
                 completion = self._finish(
                     request, delta.completion, total if first is None else first, total
                 )
+                finish_chat(operation, completion)  # before the consumer may stop reading
                 yield dataclasses.replace(delta, completion=completion)
-        except UpstreamError:
-            self.failures += 1
+        except BaseException as err:
+            self.failures += isinstance(err, UpstreamError)
+            operation.fail(err)
             raise
+        finally:
+            close = getattr(pieces, "aclose", None)
+            if close is not None:
+                await close()
+        operation.fail("upstream_stream_cut")  # ended without its completion (no-op if it came)
 
     def _finish(
         self, request: ChatRequest, completion: Completion, ttft: float, total: float

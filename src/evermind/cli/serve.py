@@ -48,6 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_slots=args.batch_slots,
         device=args.device,
         store=args.store,
+        otlp_endpoint=args.otlp_endpoint,
     )
     config.check_exposure()
     from evermind.runtime.devices import resolve_device
@@ -61,6 +62,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         where = urlsplit(config.store)  # printed without user name or password
         auth += f"; memory and cache on {where.scheme}://{where.hostname or ''}{where.path}"
+    collector = config.otlp_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if collector:
+        auth += f"; telemetry to {collector}"
     print(
         f"Evermind runtime on http://{config.host}:{config.port}  data: {config.data_dir}  "
         f"{auth}  decoding on {serving.kind}: {serving.adapter}  (docs at /docs; Ctrl-C to stop)",
@@ -174,6 +178,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "postgresql://user:pass@host/db (shared by every runtime on it: run several behind a "
         "load balancer), qdrant://host:port, or memory:// (this process only); see "
         "docs/runtime.md, 'Scale-out'",
+    )
+    serve.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="export GenAI traces and metrics over OTLP/HTTP to this collector base URL, e.g. "
+        "http://127.0.0.1:4318 (default: $OTEL_EXPORTER_OTLP_ENDPOINT; unset: off; needs the "
+        "telemetry extra); see docs/telemetry.md",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)

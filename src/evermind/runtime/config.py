@@ -14,6 +14,7 @@ from pathlib import Path
 from evermind.errors import ConfigError
 from evermind.paths import data_dir
 from evermind.runtime.shared_store import check_store_url
+from evermind.telemetry.otlp import check_endpoint
 from evermind.train.teachers import LOCAL_TEACHERS
 
 MIB = 1024 * 1024
@@ -80,6 +81,9 @@ class RuntimeConfig:
             ``runtime.db``; ``postgresql://…`` (or ``qdrant://host:port``) in that server,
             shared by every runtime on it; ``memory://`` in this process only. See
             :mod:`evermind.runtime.shared_store` and docs/runtime.md ("Scale-out").
+        otlp_endpoint: Base URL of an OTLP/HTTP collector (``http://host:4318``): GenAI spans
+            and metrics are exported there (docs/telemetry.md). None: the standard
+            ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable decides; unset, telemetry is off.
     """
 
     data_dir: Path = field(default_factory=default_data_dir)
@@ -110,6 +114,7 @@ class RuntimeConfig:
     upstreams_file: Path | None = None
     device: str = "cpu"
     store: str | None = None
+    otlp_endpoint: str | None = None
 
     @property
     def generation_slots(self) -> int:
@@ -130,6 +135,8 @@ class RuntimeConfig:
         if self.store is not None:
             check_store_url(self.store)
         self.data_dir = Path(self.data_dir)
+        if self.otlp_endpoint is not None:
+            self.otlp_endpoint = check_endpoint(self.otlp_endpoint)
         if self.tokens_file is not None:
             self.tokens_file = Path(self.tokens_file)
         if self.upstreams_file is not None:

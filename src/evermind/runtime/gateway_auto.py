@@ -23,7 +23,9 @@ estimate against the budget), and serves the request through a
 :class:`~evermind.agent.routed.RoutedBridge`: local answers run on the runtime's own
 generation pool (the same fairness and limits as ``evermind/<ref>``), frontier ones through the
 gateway's caching bridge to the configured upstream. Each decision is counted in ``/metrics``
-(``evermind_router_decisions_total``) and logged with its reason.
+(``evermind_router_decisions_total``) and logged with its reason. A local answer is a
+``chat`` GenAI operation of provider ``evermind`` (docs/telemetry.md); a frontier one is the
+caching bridge's.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from evermind.runtime.gateway_config import AUTO_MODEL as AUTO_MODEL
 from evermind.runtime.gateway_config import AutoConfig
 from evermind.runtime.generation import GenerationRequest, GenerationResult
 from evermind.runtime.scheduler import Scheduler
+from evermind.runtime.telemetry import failing, finish_generation, local_operation
 
 
 class LocalBridge:
@@ -98,7 +101,10 @@ class LocalBridge:
 
     async def generate(self, request: ChatRequest) -> Completion:
         model = await self._load()
-        result = await self._generator.complete(model, self._request(request), self._tenant)
+        gen = self._request(request)
+        with failing(local_operation("chat", model.name, gen)) as operation:
+            result = await self._generator.complete(model, gen, self._tenant)
+        finish_generation(operation, model.name, result)
         return self._completion(model, result)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
@@ -107,11 +113,14 @@ class LocalBridge:
         self._generator.admit(self._tenant)
         result = GenerationResult()
         pieces = self._generator.stream(model, gen, result, self._tenant)
-        try:
-            async for piece in pieces:
-                yield Delta(text=piece)
-        finally:
-            await pieces.aclose()
+        with failing(local_operation("chat", model.name, gen)) as operation:
+            try:
+                async for piece in pieces:
+                    operation.first_chunk()
+                    yield Delta(text=piece)
+            finally:
+                await pieces.aclose()
+            finish_generation(operation, model.name, result)
         yield Delta(completion=self._completion(model, result))
 
     async def aclose(self) -> None:

@@ -36,6 +36,9 @@ from evermind.runtime.schemas import (
     EmbeddingRequest,
 )
 from evermind.runtime.state import Reader, Runtime, RuntimeDep
+from evermind.runtime.telemetry import failing, finish_generation, local_operation
+from evermind.telemetry import Operation
+from evermind.telemetry.genai import RESPONSE_MODEL
 from evermind.tokens import Principal
 from evermind.train.teachers import LOCAL_TEACHERS, local_teacher
 
@@ -151,20 +154,27 @@ async def _event_stream(
     include_usage: bool,
     base: dict[str, Any],
     tenant: str,
+    operation: Operation,
 ) -> AsyncIterator[bytes]:
     """SSE bytes: the chunks ``chunk(text, finish_reason)`` builds, then usage and [DONE]."""
     result = GenerationResult()
     pieces = runtime.generator.stream(model, request, result, tenant)
     try:
         async for piece in pieces:
+            operation.first_chunk()
             yield sse(chunk(piece, None))
     except Exception as err:  # headers are gone: report in the stream, OpenAI style
+        operation.fail(err)
         error = {"message": f"generation failed: {err}", "type": "server_error", "code": "error"}
         yield sse({"error": error})
         return
+    except BaseException as err:  # the client went away (GeneratorExit), a cancellation
+        operation.fail(err)
+        raise
     finally:
         await pieces.aclose()
     _account(runtime, install, result)
+    finish_generation(operation, install.ref, result)
     yield sse(chunk(None, result.finish_reason))
     if include_usage:
         yield sse({**base, "choices": [], "usage": _usage(result)})
@@ -203,12 +213,17 @@ async def completions(
 
         include = bool(body.stream_options and body.stream_options.include_usage)
         runtime.generator.admit(who.tenant)
-        events = _event_stream(runtime, install, model, request, chunk, include, base, who.tenant)
+        operation = local_operation("text_completion", install.ref, request)
+        events = _event_stream(
+            runtime, install, model, request, chunk, include, base, who.tenant, operation
+        )
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await runtime.generator.complete(
-        model, request, who.tenant, http_request.is_disconnected
-    )
+    with failing(local_operation("text_completion", install.ref, request)) as operation:
+        result = await runtime.generator.complete(
+            model, request, who.tenant, http_request.is_disconnected
+        )
     _account(runtime, install, result)
+    finish_generation(operation, install.ref, result)
     choice = {
         "text": result.text,
         "index": 0,
@@ -267,12 +282,17 @@ async def chat_completions(
 
         include = bool(body.stream_options and body.stream_options.include_usage)
         runtime.generator.admit(who.tenant)
-        events = _event_stream(runtime, install, model, request, chunk, include, base, who.tenant)
+        operation = local_operation("chat", install.ref, request)
+        events = _event_stream(
+            runtime, install, model, request, chunk, include, base, who.tenant, operation
+        )
         return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
-    result = await runtime.generator.complete(
-        model, request, who.tenant, http_request.is_disconnected
-    )
+    with failing(local_operation("chat", install.ref, request)) as operation:
+        result = await runtime.generator.complete(
+            model, request, who.tenant, http_request.is_disconnected
+        )
     _account(runtime, install, result)
+    finish_generation(operation, install.ref, result)
     message = {"role": "assistant", "content": result.text}
     choice = {
         "index": 0,
@@ -303,16 +323,20 @@ async def _teacher_embeddings(
 ) -> JSONResponse:
     """A served local teacher (``evermind serve --teacher minilm``): same reply shape."""
     loop = asyncio.get_running_loop()
-    vectors = await loop.run_in_executor(runtime.executor, _teacher_job, runtime, body.model, texts)
-    if body.dimensions is not None and body.dimensions != vectors.shape[1]:
-        raise ApiError(
-            400,
-            f"dimensions: {body.model} embeds into {vectors.shape[1]} dimensions, got a "
-            f"request for {body.dimensions}; hint: omit dimensions",
-            "invalid_dimensions",
+    with failing(local_operation("embeddings", body.model)) as operation:
+        vectors = await loop.run_in_executor(
+            runtime.executor, _teacher_job, runtime, body.model, texts
         )
+        if body.dimensions is not None and body.dimensions != vectors.shape[1]:
+            raise ApiError(
+                400,
+                f"dimensions: {body.model} embeds into {vectors.shape[1]} dimensions, got a "
+                f"request for {body.dimensions}; hint: omit dimensions",
+                "invalid_dimensions",
+            )
     tokens = sum(max(1, len(t.split())) for t in texts)  # approximate (word count)
     runtime.metrics.add_tokens("embedding", tokens)
+    operation.finish(input_tokens=tokens, attributes={RESPONSE_MODEL: body.model}, cost_usd=0.0)
     return JSONResponse(
         {
             "object": "list",
@@ -363,7 +387,9 @@ async def embeddings(
             f"request for {body.dimensions}; hint: omit dimensions",
             "invalid_dimensions",
         )
-    vectors, tokens = await runtime.generator.embeddings.embed(model, texts)
+    with failing(local_operation("embeddings", install.ref)) as operation:
+        vectors, tokens = await runtime.generator.embeddings.embed(model, texts)
+    operation.finish(input_tokens=tokens, attributes={RESPONSE_MODEL: install.ref}, cost_usd=0.0)
     stats = runtime.registry.stats_for(install)
     stats.requests += 1
     stats.embedded_inputs += len(texts)

@@ -29,6 +29,8 @@ from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
 from evermind.runtime.scheduler import Scheduler
 from evermind.runtime.shared_store import SharedStore
+from evermind.runtime.telemetry import close_export, open_export
+from evermind.telemetry import Telemetry
 from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ class Runtime:
     gateway: Gateway | None = None
     #: The ``--store`` engine memory and the L2 live in (None: the runtime database).
     shared: SharedStore | None = None
+    #: OTLP export of the GenAI telemetry (None without ``--otlp-endpoint``).
+    telemetry: Telemetry | None = None
 
     @classmethod
     def open(cls, config: RuntimeConfig) -> Runtime:
@@ -119,13 +123,15 @@ class Runtime:
         batcher = runtime.generator.embeddings  # texts over jobs: how well embeddings batch
         metrics.gauges["evermind_embedding_jobs_total"] = lambda: batcher.jobs
         metrics.gauges["evermind_embedding_texts_total"] = lambda: batcher.texts
+        runtime.telemetry = open_export(config.otlp_endpoint)
         logger.info(
             "runtime data in %s; auth %s", config.data_dir, "on" if tokens.enabled else "off"
         )
         return runtime
 
     async def close(self) -> None:
-        """Closes the upstream clients, the database connections and the worker pool."""
+        """Closes the upstream clients, the database connections and the worker pool; flushes
+        the telemetry export."""
         if self.gateway is not None:
             await self.gateway.aclose()
         await self.memory.close()
@@ -133,6 +139,7 @@ class Runtime:
         if self.shared is not None:
             await self.shared.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        await close_export(self.telemetry)
 
 
 async def get_runtime(request: Request) -> Runtime:
