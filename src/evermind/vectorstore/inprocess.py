@@ -5,10 +5,14 @@ through to one SQLite file (WAL) and loads it on open, so a restarted process fi
 Only the opening store's memory is scanned: two processes on one file do not see each other's
 later writes (that is what the Postgres engine is for).
 
-A query masks the items the scope may see and the filter admits (both in Python, with the
-reference :func:`~evermind.vectorstore.filters.evaluate`, so nothing is ever residual), then
-scores the survivors with one float32 matrix-vector product and takes the top ``k`` (ties by
-id). Exact, so it is also the oracle the other engines' recall is measured against.
+A query masks the items the scope may see (each distinct ACL is judged once, then one
+vectorised mask over the rows) and the filter admits (the reference
+:func:`~evermind.vectorstore.filters.evaluate`, only when there is a filter, so nothing is
+ever residual), then scores the survivors with one float32 matrix-vector product and takes
+the top ``k`` (ties by id). Exact, so it is also the oracle the other engines' recall is
+measured against. New items are appended to a matrix that grows by doubling and a delete
+moves the last row into the hole, so loading in batches stays linear; a batch is written to
+SQLite in one transaction (all of it or none).
 
 Native-only: numpy.
 """
@@ -67,8 +71,11 @@ class InProcessStore:
         self.dim = dim
         self._items: dict[str, VectorItem] = {}
         self._rows: dict[str, int] = {}  # id -> row of the matrix
-        self._matrix = np.zeros((0, dim), dtype=np.float32)  # (N, D), unit rows
-        self._ids: list[str] = []
+        self._ids: list[str] = []  # row -> id; rows [0, len) of the arrays below are live
+        self._matrix = np.zeros((0, dim), dtype=np.float32)  # (capacity, D), unit rows
+        self._acl_of_row = np.zeros(0, dtype=np.int32)  # (capacity,): index into _acls
+        self._acls: list[Acl] = []  # every distinct ACL seen (judged once per query)
+        self._acl_index: dict[Acl, int] = {}
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if path is not None:
@@ -94,15 +101,47 @@ class InProcessStore:
         for id_, blob, text, meta, tenant, principals, sensitivity in rows:
             vector = tuple(np.frombuffer(blob, dtype=np.float32).tolist())
             acl = Acl(tenant, frozenset(json.loads(principals)), sensitivity)
-            self._items[id_] = VectorItem(id_, vector, text, json.loads(meta), acl)
-        self._rebuild()
+            self._place(VectorItem(id_, vector, text, json.loads(meta), acl))
         return db
 
-    def _rebuild(self) -> None:
-        self._ids = list(self._items)
-        self._rows = {id_: row for row, id_ in enumerate(self._ids)}
-        vectors = [self._items[i].vector for i in self._ids]
-        self._matrix = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), self.dim)
+    def _acl_id(self, acl: Acl) -> int:
+        index = self._acl_index.get(acl)
+        if index is None:
+            index = self._acl_index[acl] = len(self._acls)
+            self._acls.append(acl)
+        return index
+
+    def _place(self, item: VectorItem) -> None:
+        """Under the lock: ``item`` into its row (a new one appended; the arrays double)."""
+        assert item.acl is not None  # check_items refuses items without one
+        row = self._rows.get(item.id)
+        if row is None:
+            row = len(self._ids)
+            if row == len(self._matrix):
+                capacity = max(16, 2 * row)
+                grown = np.zeros((capacity, self.dim), dtype=np.float32)
+                grown[:row] = self._matrix[:row]
+                acls = np.zeros(capacity, dtype=np.int32)
+                acls[:row] = self._acl_of_row[:row]
+                self._matrix, self._acl_of_row = grown, acls
+            self._ids.append(item.id)
+            self._rows[item.id] = row
+        self._items[item.id] = item
+        self._matrix[row] = item.vector
+        self._acl_of_row[row] = self._acl_id(item.acl)
+
+    def _remove(self, id_: str) -> None:
+        """Under the lock: drops ``id_``; the last row moves into its place."""
+        del self._items[id_]
+        row = self._rows.pop(id_)
+        last = len(self._ids) - 1
+        if row != last:
+            moved = self._ids[last]
+            self._ids[row] = moved
+            self._rows[moved] = row
+            self._matrix[row] = self._matrix[last]
+            self._acl_of_row[row] = self._acl_of_row[last]
+        self._ids.pop()
 
     async def upsert(self, items: Sequence[VectorItem]) -> None:
         """Inserts or replaces ``items`` (checked first: a bad item refuses the batch)."""
@@ -110,16 +149,8 @@ class InProcessStore:
         with self._lock:
             if self._db is not None:
                 self._write(checked)
-            grew = False
             for item in checked:
-                row = self._rows.get(item.id)
-                self._items[item.id] = item
-                if row is None:
-                    grew = True
-                else:
-                    self._matrix[row] = item.vector
-            if grew:
-                self._rebuild()
+                self._place(item)
 
     def _write(self, items: list[VectorItem]) -> None:
         assert self._db is not None
@@ -135,41 +166,51 @@ class InProcessStore:
             )
             for i in items
         ]
+        self._transaction(
+            "write", "INSERT OR REPLACE INTO vector_items VALUES (?, ?, ?, ?, ?, ?, ?)", rows
+        )
+
+    def _transaction(self, what: str, statement: str, rows: Sequence[tuple[object, ...]]) -> None:
+        """``statement`` for every row in ONE transaction: all of the batch or none of it.
+
+        The connection is in autocommit mode (``isolation_level=None``), where ``with db:``
+        begins nothing and each row would be its own commit; hence the explicit BEGIN.
+        """
+        assert self._db is not None
         try:
-            with self._db:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO vector_items VALUES (?, ?, ?, ?, ?, ?, ?)", rows
-                )
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(statement, rows)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
         except sqlite3.Error as err:
-            raise StorageError(f"vector store: SQLite write failed: {err}") from err
+            raise StorageError(f"vector store: SQLite {what} failed: {err}") from err
 
     async def delete(self, ids: Sequence[str]) -> int:
         """Removes the items with these ids; returns how many existed."""
         with self._lock:
             gone = [i for i in dict.fromkeys(ids) if i in self._items]
             if self._db is not None and gone:
-                try:
-                    with self._db:
-                        self._db.executemany(
-                            "DELETE FROM vector_items WHERE id = ?", [(i,) for i in gone]
-                        )
-                except sqlite3.Error as err:
-                    raise StorageError(f"vector store: SQLite delete failed: {err}") from err
+                self._transaction(
+                    "delete", "DELETE FROM vector_items WHERE id = ?", [(i,) for i in gone]
+                )
             for i in gone:
-                del self._items[i]
-            if gone:
-                self._rebuild()
+                self._remove(i)
             return len(gone)
 
     def _admitted(self, filter: object, scope: AccessScope) -> list[int]:
-        """Rows of the items ``scope`` may see and ``filter`` admits."""
+        """Rows of the items ``scope`` may see and ``filter`` admits, ascending."""
         node = parse_filter(filter)
-        rows = []
-        for row, id_ in enumerate(self._ids):
-            item = self._items[id_]
-            if item.acl is not None and visible(item.acl, scope) and evaluate(node, item.metadata):
-                rows.append(row)
-        return rows
+        seen = [i for i, acl in enumerate(self._acls) if visible(acl, scope)]
+        if not seen:
+            return []
+        live = self._acl_of_row[: len(self._ids)]
+        rows: list[int] = np.flatnonzero(np.isin(live, seen)).tolist()
+        if node is None:
+            return rows
+        return [r for r in rows if evaluate(node, self._items[self._ids[r]].metadata)]
 
     async def query(
         self,
