@@ -340,8 +340,6 @@ export class StudioApp extends EventTarget {
       this.setState({ phase: "ready", device }, { share: false });
       await this._restore();
       const restored = performance.now() - t0;
-      // Now that the page is ready: the worker snapshots Python for the next visit's boot.
-      this.runtime.snapshot ??= this.runtime.call("__snapshot__").catch(() => {});
       return { ok: true, boot, device, python_ready_ms: Math.round(pythonReady), device_ready_ms: Math.round(deviceReady), restored_ms: Math.round(restored) };
     } catch (err) {
       this._bootFailed(err);
