@@ -90,10 +90,17 @@ def visit(context: Any, url: str) -> dict[str, Any]:
         return {"ok": False, "error": str(err).splitlines()[0], "s": float("nan"), "sw": "none"}
     seconds = time.perf_counter() - start
     result = page.evaluate("window.__evermind")
-    timings = {k: result.get(k) for k in ("python_ready_ms", "device_ready_ms")}
+    timings = {k: result.get(k) for k in ("python_ready_ms", "device_ready_ms", "restored_ms")}
+    # The worker's own split of Python's start (see web/worker.js).
+    boot = result.get("boot") or {}
+    timings.update(
+        {k: boot.get(k) for k in ("python_ms", "module_ms", "install_ms", "import_ms", "snapshot")}
+    )
     sw = page.evaluate("window.__serviceWorker || 'none'")
     if sw != "none":  # let the service worker finish caching the boot set
         page.wait_for_function("window.__bootCached !== undefined", timeout=TIMEOUT_MS)
+    # As a tab left open would: the worker stores its Python snapshot for the next visit.
+    page.wait_for_function("window.__snapshotMade === true", timeout=TIMEOUT_MS)
     page.close()
     return {
         "ok": bool(result.get("ok")),
@@ -131,6 +138,20 @@ def summarise(label: str, runs: list[dict[str, Any]]) -> None:
             f"(min {min(seconds):.1f}, max {max(seconds):.1f}); "
             f"transferred median {statistics.median(megabytes):.3f} MB; ok {ok}/{len(runs)}"
         )
+        parts = []
+        for key in (
+            "python_ms",
+            "module_ms",
+            "install_ms",
+            "import_ms",
+            "device_ready_ms",
+            "restored_ms",
+        ):
+            values = [r[name][key] for r in runs if r[name]["ok"] and r[name].get(key) is not None]
+            if values:
+                parts.append(f"{key} {statistics.median(values):.0f}")
+        if parts:
+            print(f"{'':8s} {'':8s} medians (ms): " + ", ".join(parts))
 
 
 def main() -> int:
@@ -158,7 +179,11 @@ def main() -> int:
                     print(
                         f"{label} run {i + 1}: "
                         + "  ".join(
-                            f"{k} {v['s']:.1f} s (python {v.get('python_ready_ms')} ms) "
+                            f"{k} {v['s']:.1f} s (python ready {v.get('python_ready_ms')} ms: "
+                            f"pyodide {v.get('python_ms')} (module {v.get('module_ms')}), "
+                            f"wheel {v.get('install_ms')}, "
+                            f"import {v.get('import_ms')}; device {v.get('device_ready_ms')}, "
+                            f"restored {v.get('restored_ms')} ms; snapshot {v.get('snapshot')}) "
                             f"{v['bytes'] / 1e6:.3f} MB"
                             f"{'' if v['ok'] else ' FAILED: ' + str(v['error'])}"
                             for k, v in run.items()

@@ -9,7 +9,7 @@ import { StudioApp } from "./ui/app.js";
 import { describeError } from "./ui/errors.js";
 
 // The JS API's methods: each failure rejects and also fires `evermind-error` (docs/studio.md).
-const API_METHODS = ["train", "pause", "resume", "stop", "generate", "embed", "embedder", "exportPackage", "push"];
+const API_METHODS = ["train", "pause", "resume", "stop", "generate", "embed", "embedder", "exportPackage", "openPackage", "push"];
 
 const STYLESHEET = new URL("studio.css", import.meta.url).href;
 const BUNDLE_ORIGIN = new URL(import.meta.url).origin;
@@ -214,6 +214,13 @@ class EvermindStudioElement extends HTMLElement {
     const app = this._need();
     await this.ready;
     return app.embedder(options);
+  }
+
+  /** Opens a `.evermind` package (a File or Blob) to try, embed with and export; resolves with {device, ref, digest, n_params, vocab_size, training}. */
+  async openPackage(file) {
+    const app = this._need();
+    await this.ready;
+    return app.openPackage(file);
   }
 
   /** Exports the trained model; resolves with a File (a Blob) named like the package. */

@@ -52,6 +52,36 @@ function trackDownloads(info) {
   return { fraction, stop: () => { self.fetch = realFetch; } };
 }
 
+/** Cache Storage of the Python memory snapshot (not the service worker's: it outlives builds, keyed by them). */
+const SNAPSHOT_CACHE = "evermind-python-snapshot";
+
+/** The snapshot's key: Pyodide and the wheel are content-hashed, so the pair names one build. */
+function snapshotKey(info) {
+  return new URL(`__snapshot__/${info.pyodide_dir}${info.wheel}`, base).href;
+}
+
+/** The stored snapshot for this build, or null (none yet, no Cache Storage, a read error). */
+async function readSnapshot(key) {
+  try {
+    if (!self.caches) return null;
+    const response = await (await caches.open(SNAPSHOT_CACHE)).match(key);
+    return response ? new Uint8Array(await response.arrayBuffer()) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Keeps `bytes` as this build's snapshot, dropping other builds' (best effort). */
+async function writeSnapshot(key, bytes) {
+  try {
+    const cache = await caches.open(SNAPSHOT_CACHE);
+    for (const request of await cache.keys()) if (request.url !== key) await cache.delete(request);
+    await cache.put(key, new Response(bytes, { headers: { "Content-Type": "application/octet-stream" } }));
+  } catch (err) {
+    console.warn(`evermind: Python snapshot not stored: ${err && err.message}`);
+  }
+}
+
 async function boot() {
   const t0 = performance.now();
   post({ event: { event: "boot", stage: "python", message: "Starting Python (Pyodide)…" } });
@@ -61,7 +91,21 @@ async function boot() {
   const pyodideDir = new URL(info.pyodide_dir ?? "pyodide/", base).href;
   const downloads = trackDownloads(info);
   const { loadPyodide } = await import(new URL("pyodide.mjs", pyodideDir).href);
-  const pyodide = await loadPyodide({ indexURL: pyodideDir });
+  const tModule = performance.now();
+  // A repeat visit starts Python from the memory snapshot the first one made after
+  // importing evermind (Python's start-up and the imports are most of a warm boot).
+  const key = snapshotKey(info);
+  const snapshot = await readSnapshot(key);
+  let pyodide;
+  let snapshotState = snapshot ? "loaded" : "none";
+  try {
+    pyodide = await loadPyodide(snapshot ? { indexURL: pyodideDir, _loadSnapshot: snapshot } : { indexURL: pyodideDir });
+  } catch (err) {
+    if (!snapshot) throw err;
+    snapshotState = `refused: ${err && err.message}`;
+    console.warn(`evermind: Python snapshot refused (${err && err.message}); starting afresh`);
+    pyodide = await loadPyodide({ indexURL: pyodideDir });
+  }
   const tPython = performance.now();
   post({ event: { event: "boot", stage: "wheel", message: "Installing evermind…", fraction: downloads.fraction() } });
   const errors = [];
@@ -72,27 +116,64 @@ async function boot() {
   });
   downloads.stop();
   if (!loaded.length) throw new Error(`could not install ${info.wheel}: ${errors.join("; ") || "unknown error"}`);
+  const tInstalled = performance.now();
   const api = pyodide.pyimport("evermind.studio.api");
   api.set_emitter((json) => post({ event: JSON.parse(json) }));
   const tWheel = performance.now();
   return {
     api,
+    // Without a snapshot, one is made after the boot (see makeSnapshot).
+    snapshot: snapshot ? null : { loadPyodide, indexURL: pyodideDir, wheel: new URL(info.wheel, base).href, key },
     result: {
       pyodide: pyodide.version,
       evermind: info.version,
       python_ms: Math.round(tPython - t0),
+      // Of python_ms: build-info.json and pyodide.mjs, then loadPyodide (wasm, stdlib, init).
+      module_ms: Math.round(tModule - t0),
       wheel_ms: Math.round(tWheel - tPython),
+      // Of wheel_ms: installing the wheel, then importing evermind.studio.api.
+      install_ms: Math.round(tInstalled - tPython),
+      import_ms: Math.round(tWheel - tInstalled),
+      snapshot: snapshotState,
     },
   };
 }
 
+/**
+ * Makes this build's Python memory snapshot in a second, throwaway Pyodide (one made with
+ * `_makeSnapshot` cannot reach JS objects, so it cannot be the session's): Python started,
+ * the wheel installed, evermind.studio.api imported, nothing else. Runs once, when the page
+ * asks (`__snapshot__`, after its boot and restore).
+ */
+async function makeSnapshot({ loadPyodide, indexURL, wheel, key }) {
+  try {
+    const maker = await loadPyodide({ indexURL, _makeSnapshot: true });
+    // Unpacked by hand: loadPackage leaves JS objects in Python, which a snapshot refuses.
+    const bytes = new Uint8Array(await (await fetch(wheel)).arrayBuffer());
+    maker.FS.writeFile("/tmp/evermind.whl", bytes);
+    maker.runPython("import site, zipfile; zipfile.ZipFile('/tmp/evermind.whl').extractall(site.getsitepackages()[0])");
+    maker.runPython("import evermind.studio.api");
+    await writeSnapshot(key, maker.makeMemorySnapshot());
+  } catch (err) {
+    console.warn(`evermind: no Python snapshot made: ${err && err.message}`);
+  }
+}
+
 const ready = boot();
+let snapshotMade = null;
 ready.catch((err) => post({ event: { event: "error", stage: "boot", message: String(err && err.message || err) } }));
 
 self.onmessage = async (e) => {
   const { id, fn, kwargs } = e.data;
   try {
     const { api, result } = await ready;
+    if (fn === "__snapshot__") {
+      // The page asks once it is ready, so the snapshot never delays the boot itself.
+      snapshotMade ??= ready.then(({ snapshot }) => snapshot && makeSnapshot(snapshot));
+      await snapshotMade;
+      post({ id, ok: true, result: null });
+      return;
+    }
     if (fn === "__boot__") {
       post({ id, ok: true, result });
       return;

@@ -6,7 +6,8 @@ Chromium is launched WITHOUT ``--enable-unsafe-webgpu``: ``navigator.gpu`` exist
 script) and in the worker (the worker script is served with a line that removes it), as in
 browsers without WebGPU. Data → tokenizer → memory recall (lexical) → cache run through the
 panels; a package built natively is opened in the tab, generates and embeds on the CPU path exactly
-as the native numpy model does, and exports.
+as the native numpy model does, and exports; one opened from the Try panel's file input
+generates and compares there, and Memory and Cache then rank by its CPU embeddings.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -168,6 +170,111 @@ def test_an_opened_package_generates_on_the_cpu_and_exports(studio: RecordedPage
     # The exported package holds the same weights: natively it generates the same text.
     again = load(package).complete("The quick", max_new_tokens=12, temperature=0.0, seed=0)
     assert again.text == native.text
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def open_from_the_try_panel(rec: RecordedPage, data: bytes, folder: Path) -> None:
+    """Opens ``data`` through the Try panel's file input, as a user picks the file."""
+    path = folder / "opened-0.3.0.evermind"
+    path.write_bytes(data)
+    show(rec, "try")
+    rec.page.set_input_files("#try-open-package", str(path))
+    facts = wait_text(rec, "#try-package", r"Opened evermind/opened:0\.3\.0")
+    assert "on the CPU" in facts, facts
+    assert rec.page.locator("#step-try .sub").inner_text() == "evermind/opened:0.3.0"
+
+
+@pytest.fixture(scope="module")
+def opened_package() -> bytes:
+    """The package the Try panel opens (another seed than the API test's)."""
+    return tiny_package(name="opened", version="0.3.0", seed=1)
+
+
+def test_a_package_opened_from_the_ui_generates_and_compares_on_the_cpu(
+    studio: RecordedPage, opened_package: bytes, tmp_path: Path
+) -> None:
+    page = studio.page
+    data = opened_package
+    open_from_the_try_panel(studio, data, tmp_path)
+
+    # Generate, from the panel's own controls (greedy: the native model's exact text).
+    assert page.locator("#try-generate").is_enabled()
+    page.fill("#try-prompt", "The quick")
+    page.fill("#panel-try input[name=temperature]", "0")
+    page.fill("#panel-try input[name=max_new_tokens]", "10")
+    page.click("#try-generate")
+    wait_text(studio, "#try-generate-message", r"tokens at")
+    native = load(data)
+    expected = native.complete("The quick", max_new_tokens=10, temperature=0.0, seed=0).text
+    assert page.locator("#try-output .generated").inner_text() == expected
+
+    # Compare: the cosine the panel shows is the package's, as natively.
+    a, b = "The quick brown fox.", "A lazy dog sleeps."
+    page.fill("#panel-try textarea[name=sim-a]", a)
+    page.fill("#panel-try textarea[name=sim-b]", b)
+    page.click("#try-similarity")
+    shown = wait_text(studio, "#try-cosine", r"^-?\d\.\d{3}$")
+    want = cosine(*native.embed([a, b]))
+    assert abs(float(shown) - want) <= 6e-4, (shown, want)
+
+    # Evaluation has no CPU path: its button says why, beside it.
+    assert page.locator("#try-evaluate").is_disabled()
+    hint = page.locator("#panel-try .gate-hint", has_text="Evaluating needs WebGPU")
+    assert hint.count() == 1 and hint.first.is_visible()
+    # Export works on the opened package from the panel too.
+    show(studio, "export")
+    assert page.locator("#export-download").is_enabled()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "package-opened-without-webgpu.png"))
+
+
+def test_memory_and_cache_rank_by_the_opened_packages_cpu_embeddings(
+    studio: RecordedPage, opened_package: bytes, tmp_path: Path
+) -> None:
+    page = studio.page
+    assert page.evaluate("window.__evermind.device.gpu") is False
+    if page.locator("#step-try .sub").inner_text() != "evermind/opened:0.3.0":
+        open_from_the_try_panel(studio, opened_package, tmp_path)  # run on its own
+    native = load(opened_package)
+    show(studio, "memory")
+    memories = {
+        "user.city": "The user lives in Lisbon, near the river.",
+        "user.pet": "The user has a small dog called Rex.",
+    }
+    for key, content in memories.items():
+        page.fill("#panel-memory input[name=memory-key]", key)
+        page.fill("#panel-memory textarea[name=memory-content]", content)
+        page.click("#memory-remember")
+        wait_text(studio, "#memory-list", re.escape(key))
+    query = "In which town does the user live?"
+    page.fill("#panel-memory input[name=memory-query]", query)
+    page.click("#memory-recall")
+    hits = wait_text(studio, "#memory-hits", r"user\.city")
+    assert "semantic+lexical" in hits and "lexical only" not in hits, hits
+
+    call = "([fn, kwargs]) => window.evermind.call(fn, kwargs)"
+    recalled = page.evaluate(call, ["memory_recall", {"query": query, "top_k": 10}])
+    assert recalled["ranked_by"].startswith("semantic"), recalled
+    assert recalled["embedder"].startswith("the opened package on the CPU"), recalled
+    by_key = {h["key"]: h for h in recalled["hits"]}
+    (q,) = native.embed([query])
+    for key, content in memories.items():
+        (v,) = native.embed([content])
+        got = by_key[key]["signals"]["cosine"]
+        assert abs(got - cosine(q, v)) < 1e-4, (key, got, cosine(q, v))
+
+    show(studio, "cache")
+    page.fill("#panel-cache input[name=cache-store-query]", "how far is the moon from earth")
+    page.fill("#panel-cache textarea[name=cache-store-response]", "About 384,400 km.")
+    page.click("#cache-store")
+    wait_text(studio, "#panel-cache .message", r"Stored")
+    page.fill("#panel-cache input[name=cache-query]", "how far is the moon from the earth")
+    page.click("#cache-lookup")
+    verdict = wait_text(studio, "#cache-verdict", r"Hit|Miss")
+    assert "semantic+lexical" in verdict and "lexical only" not in verdict, verdict
 
 
 def test_no_page_errors_and_nothing_left_loopback(studio: RecordedPage) -> None:

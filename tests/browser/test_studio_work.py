@@ -272,3 +272,36 @@ def test_the_js_api_reports_failures_and_the_panels_follow_it(studio: Studio) ->
 
 def test_no_request_left_loopback(studio: Studio) -> None:
     studio.assert_offline()
+
+
+def test_a_second_visit_starts_python_from_the_first_visits_snapshot(browser, server) -> None:
+    """The warm start: the first visit stores a Python memory snapshot (after it is ready);
+    the next visit in the same profile boots from it and its Python works as a fresh one."""
+    import base64
+
+    from evermind.model.inference import load
+    from tests.factories import tiny_package
+
+    rec = RecordedPage(browser)
+    try:
+        first = rec.page
+        first.goto(server.url + "index.html")
+        first.wait_for_function("window.__done === true", timeout=BOOT_TIMEOUT_MS)
+        assert first.evaluate("window.__evermind.boot.snapshot") == "none"
+        first.wait_for_function("window.__snapshotMade === true", timeout=BOOT_TIMEOUT_MS)
+        first.close()
+        again = rec.context.new_page()
+        again.goto(server.url + "index.html")
+        again.wait_for_function("window.__done === true", timeout=BOOT_TIMEOUT_MS)
+        facts = again.evaluate("window.__evermind")
+        assert facts["ok"] and facts["boot"]["snapshot"] == "loaded", facts
+        print("python ready from the snapshot:", facts["python_ready_ms"], "ms", facts["boot"])
+        # The snapshot's Python opens a package and generates exactly as natively.
+        data = tiny_package()
+        call = "([fn, kwargs]) => window.evermind.call(fn, kwargs)"
+        again.evaluate(call, ["package_load", {"data_b64": base64.b64encode(data).decode()}])
+        options = {"max_new_tokens": 8, "temperature": 0.0, "seed": 0}
+        got = again.evaluate(call, ["generate", {"prompt": "The quick", **options}])
+        assert got["text"] == load(data).complete("The quick", **options).text
+    finally:
+        rec.close()

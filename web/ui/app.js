@@ -12,7 +12,7 @@ import { tryPanel } from "./panels/try.js";
 import { exportPanel } from "./panels/export.js";
 import { memoryPanel } from "./panels/memory.js";
 import { cachePanel } from "./panels/cache.js";
-import { fromBase64 } from "./dom.js";
+import { fromBase64, toBase64 } from "./dom.js";
 import { modelsEndpoint, pushPackage } from "./push.js";
 import { DEFAULT_TEACHER, teacherVectors } from "./teacher.js";
 
@@ -339,7 +339,8 @@ export class StudioApp extends EventTarget {
       this._setPill(device.gpu === false ? "ready · cpu only" : "ready", "ready");
       this.setState({ phase: "ready", device }, { share: false });
       await this._restore();
-      return { ok: true, boot, device, python_ready_ms: Math.round(pythonReady), device_ready_ms: Math.round(deviceReady) };
+      const restored = performance.now() - t0;
+      return { ok: true, boot, device, python_ready_ms: Math.round(pythonReady), device_ready_ms: Math.round(deviceReady), restored_ms: Math.round(restored) };
     } catch (err) {
       this._bootFailed(err);
       this.fail(err);
@@ -380,7 +381,7 @@ export class StudioApp extends EventTarget {
   async openRun(id) {
     const back = await this.call("run_open", { id });
     this.lastExport = null;
-    this.setState({ runs: back.runs, corpus: back.corpus, tokenizer: back.tokenizer, settings: back.settings, summary: back.summary, progress: null, training: back.summary?.state ?? "paused", checkpoint: null });
+    this.setState({ runs: back.runs, opened: null, corpus: back.corpus, tokenizer: back.tokenizer, settings: back.settings, summary: back.summary, progress: null, training: back.summary?.state ?? "paused", checkpoint: null });
     this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume: false, steps: back.summary?.steps ?? 0 } }));
     return back;
   }
@@ -485,7 +486,7 @@ export class StudioApp extends EventTarget {
     kwargs.checkpoint_every ??= this.options.checkpointEvery?.();
     if (kwargs.checkpoint_every === undefined) delete kwargs.checkpoint_every;
     const settings = resume ? this.state.settings : { preset: kwargs.config ? "custom" : kwargs.preset, config: kwargs.config ?? null, steps: kwargs.steps, lr: kwargs.lr, batch_size: kwargs.batch_size, seq_len: kwargs.seq_len };
-    this.setState({ training: "running", nParams: undefined, progress: resume ? this.state.progress : null, summary: resume ? this.state.summary : null, trainOptions: kwargs, settings });
+    this.setState({ training: "running", opened: null, nParams: undefined, progress: resume ? this.state.progress : null, summary: resume ? this.state.summary : null, trainOptions: kwargs, settings });
     this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume, steps: kwargs.steps } }));
     try {
       const summary = resume ? await this.call("train_resume") : await this.call("train_start", kwargs);
@@ -517,10 +518,32 @@ export class StudioApp extends EventTarget {
     return this.call("train_stop");
   }
 
-  /** Whether a trained model is in the worker (this or another Studio trained one). */
+  /** Whether a model is in the worker: trained (by this or another Studio) or an opened package. */
   get hasModel() {
+    if (this.state.opened && this.state.training !== "running") return true;
     const s = this.state.summary;
     return Boolean(s && s.step > 0 && this.state.training !== "running" && !this.state.embedderRunning);
+  }
+
+  /**
+   * Opens a `.evermind` package (a File or Blob) in the worker: verified there, then it
+   * generates, embeds (Memory and Cache rank by it) and exports; without WebGPU on the CPU.
+   * Resolves with `package_load`'s facts {device, ref, digest, n_params, vocab_size, training}.
+   */
+  async openPackage(file) {
+    if (this.state.training === "running" || this.state.embedderRunning) throw new Error("training is running; pause or stop it before opening a package");
+    const opened = await this.call("package_load", { data_b64: toBase64(await file.arrayBuffer()) });
+    const embedder = await this.call("embedder_info").catch(() => null);
+    this.lastExport = null; // the model changed
+    this.setState({
+      opened: { ...opened, filename: file.name ?? "" },
+      summary: null,
+      training: "idle",
+      progress: null,
+      tried: false,
+      embedder: embedder?.method ? { ...embedder, why: `the package's head (${embedder.method})` } : null,
+    });
+    return opened;
   }
 
   /** The runtime URL and token the Export panel holds (the push fields), else the attribute. */

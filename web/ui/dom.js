@@ -71,6 +71,14 @@ export function formatNumber(x, digits = 4) {
   return Number(x).toPrecision(digits).replace(/\.?0+$/, (m) => (m.includes(".") ? "" : m));
 }
 
+/** Bytes as base64, in chunks (a 30 MB file does not fit one String.fromCharCode). */
+export function toBase64(buffer) {
+  const bytes = new Uint8Array(buffer);
+  let out = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
+  return btoa(out);
+}
+
 /** base64 → Uint8Array. */
 export function fromBase64(b64) {
   const bin = atob(b64);

@@ -1099,7 +1099,10 @@ class Session:
         step = self.trainer.step if self.trainer else 0
         cfg = self.config.to_hf_config() if self.config else {}
         head = self.head.describe() if self.head else None
-        key = (sorted(cfg.items()), step, id(self.model), self._embedder_version, repr(head))
+        # id() of the GPU model, or of the CPU decoder of a package opened without WebGPU:
+        # two packages of one config are still two embedders.
+        model = id(self.model) if self.model is not None else id(self._cpu_decoder)
+        key = (sorted(cfg.items()), step, model, self._embedder_version, repr(head))
         return "studio:" + hashlib.sha256(repr(key).encode()).hexdigest()[:16]
 
     async def evaluate(self, text: str | None) -> dict[str, Any]:

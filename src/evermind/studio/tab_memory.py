@@ -5,7 +5,8 @@
 - a :class:`~evermind.memory.MemoryStore` over :class:`~evermind.memory.kv_backend.
   KVMemoryBackend` (object store ``"memory"``, namespace ``"studio"``), ranking with the
   session's model when one is ready (GPU embeddings, GPU cosine scan through
-  :class:`~evermind.memory.gpu_vectors.GpuVectorIndex`) and lexically otherwise;
+  :class:`~evermind.memory.gpu_vectors.GpuVectorIndex`; without WebGPU an opened package's
+  pure-Python embeddings and the CPU scan) and lexically otherwise;
 - a :class:`TabCache`: cached answers in object store ``"cache"`` (one JSON row per query),
   scored by cosine (the model's vector beside a character-trigram one, or trigrams alone
   without a model) over the same kind of vector index; the best few then go to
@@ -96,23 +97,30 @@ class SessionEmbedder:
         self.fingerprint = session.embedder_fingerprint
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """GPU sentence embeddings of ``texts`` (unit norm; through the session's head)."""
+        """Sentence embeddings of ``texts`` (unit norm; through the session's head): on the
+        GPU, or on the CPU for a package opened without WebGPU."""
         return await self.session.embed(texts)
 
 
 def embedder_status(session: Session) -> tuple[str | None, str]:
-    """``(fingerprint, words)`` of the embedder the tab can use now; fingerprint None: none."""
-    if session.model is None or session.tokenizer is None:
+    """``(fingerprint, words)`` of the embedder the tab can use now; fingerprint None: none.
+
+    A package opened without WebGPU embeds too (pure Python, :meth:`Session.embed`): memory
+    and cache rank by its vectors as they would by the GPU model's."""
+    if session.tokenizer is None or (session.model is None and not session.on_cpu):
         return None, "no model: train one (or resume the saved session) for semantic ranking"
     if session.state == "training":
         return None, "the model is training: lexical ranking until it pauses or finishes"
     if session.state == "embedding":
         return None, "the embedder phase is running: lexical ranking until it finishes"
     fingerprint = session.embedder_fingerprint
+    if session.on_cpu:
+        return fingerprint, f"the opened package on the CPU ({fingerprint})"
     return fingerprint, f"the tab's model ({fingerprint})"
 
 
 def _index(session: Session, semantic: bool) -> VectorIndex:
+    """The GPU cosine scan beside a GPU model; the CPU scan otherwise (no WebGPU)."""
     if semantic and session.model is not None:
         return GpuVectorIndex(session.model.device)
     return VectorIndex()

@@ -34,6 +34,7 @@ export function cachePanel(app) {
         { class: "facts" },
         row("Tier", r.tier ?? "–"),
         row("Score", formatNumber(r.score, 3)),
+        row("Ranked by", r.ranked_by ?? "–"),
         ...(r.refused_by ? row("Refused by", r.refused_by, "mono") : []),
         ...(r.reason ? row("Reason", r.reason) : []),
         ...(r.hit ? row("Response", r.response ?? "") : []),

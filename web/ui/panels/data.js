@@ -1,21 +1,13 @@
 // Data panel: the default corpus, dropped/picked files, pasted text, and SQL over a dropped
 // CSV through DuckDB-wasm (loaded only when the SQL box is first used). Shows the sources,
 // size, token estimate, held-out split and a sample of what the model will read.
-import { h, field, formatBytes, formatCount, formatNumber } from "../dom.js";
+import { h, field, formatBytes, formatCount, formatNumber, toBase64 } from "../dom.js";
 import { etaWords, speedKey } from "../speed.js";
 
 /** A corpus this big gets a word about how long reading it takes (bytes). */
 export const LARGE_CORPUS_BYTES = 2_000_000;
 /** Bytes per token before a tokenizer exists (evermind.studio.session.BYTES_PER_TOKEN_ESTIMATE). */
 const BYTES_PER_TOKEN = 3.5;
-
-/** A file's bytes as base64, in chunks (a 30 MB file does not fit one String.fromCharCode). */
-function toBase64(buffer) {
-  const bytes = new Uint8Array(buffer);
-  let out = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) out += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return btoa(out);
-}
 
 const ACCEPT = ".txt,.md,.markdown,.rst,.json,.jsonl,.ndjson,.csv,text/plain,text/markdown,text/csv,application/json";
 

@@ -1,6 +1,6 @@
 // Memory panel: remember (key, content, tags, importance), recall with scores and how each
 // hit was ranked, forget, and the most recent entries. Stored in this browser (IndexedDB),
-// embedded by the tab's own model when one is trained (lexical ranking otherwise).
+// embedded by the tab's own model when one is trained or opened (lexical ranking otherwise).
 import { h, field, formatNumber } from "../dom.js";
 
 const splitTags = (text) => text.split(",").map((t) => t.trim()).filter(Boolean);
@@ -78,7 +78,7 @@ export function memoryPanel(app) {
   const element = h(
     "section",
     {},
-    h("header", { class: "panel-head" }, h("h2", { id: "heading-memory", text: "Memory" }), h("p", { class: "lead", text: "An agent memory kept in this browser. Recall mixes keyword and meaning (once a model is trained) and says how each hit was ranked." })),
+    h("header", { class: "panel-head" }, h("h2", { id: "heading-memory", text: "Memory" }), h("p", { class: "lead", text: "An agent memory kept in this browser. Recall mixes keyword and meaning (once a model is trained or a package opened) and says how each hit was ranked." })),
     message,
     h(
       "div",

@@ -3,8 +3,26 @@
 import { h, field, formatCount, formatNumber } from "../dom.js";
 import { lossMeaning } from "./train.js";
 
+/** Why Evaluate is off for a package opened without WebGPU (the CPU path has no evaluation). */
+const EVALUATE_NEEDS_GPU = "Evaluating needs WebGPU; without it an opened package generates, compares and exports.";
+
 export function tryPanel(app) {
-  const needModel = () => (app.hasModel ? null : app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3).");
+  const needModel = () => (app.hasModel ? null : app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3), or open a package above.");
+
+  // Opening a package: verified in the worker; without WebGPU it runs on the CPU.
+  const openMessage = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  const openInput = h("input", { type: "file", id: "try-open-package", name: "open-package", accept: ".evermind,application/zip" });
+  const openFacts = h("p", { class: "hint", id: "try-package", text: "A .evermind file (from Export, or evermind pack): read in this tab, never uploaded." });
+  openInput.addEventListener("change", () => {
+    const file = openInput.files[0];
+    if (!file) return;
+    app.run(null, async () => {
+      const r = await app.openPackage(file);
+      const where = r.device === "cpu" ? "on the CPU (no WebGPU: generation and embeddings in pure Python)" : "on the GPU";
+      openFacts.textContent = `Opened ${r.ref} (${formatCount(r.n_params)} parameters, vocabulary ${formatCount(r.vocab_size)}) ${where}.`;
+      app.say(openMessage, `Opened ${file.name}.`, "ok");
+    }, openMessage).finally(() => { openInput.value = ""; });
+  });
 
   // Generation.
   const genMessage = h("p", { class: "message", id: "try-generate-message", role: "status", "aria-live": "polite", hidden: true });
@@ -86,7 +104,9 @@ export function tryPanel(app) {
   // Evaluation.
   const evalMessage = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
   const evalText = field("Text (empty: the held-out split)", h("textarea", { name: "eval-text", rows: 2 }));
-  const evalButton = app.gate(h("button", { type: "button", id: "try-evaluate", text: "Evaluate" }), needModel);
+  const evalHint = h("small", { class: "hint gate-hint", hidden: true });
+  const needGpuModel = () => needModel() ?? (app.state.opened?.device === "cpu" ? EVALUATE_NEEDS_GPU : null);
+  const evalButton = app.gate(h("button", { type: "button", id: "try-evaluate", text: "Evaluate" }), needGpuModel, evalHint);
   const evalStats = h("div", { class: "stats", id: "try-eval" });
   const evalMeaning = h("p", { class: "hint", id: "try-eval-meaning" });
   evalButton.addEventListener("click", () => app.run(evalButton, async () => {
@@ -112,6 +132,14 @@ export function tryPanel(app) {
     h(
       "section",
       { class: "sub-card" },
+      h("h3", { text: "Open a package" }),
+      h("div", { class: "field" }, h("label", { for: openInput.id, text: "Package file" }), openInput),
+      openFacts,
+      openMessage,
+    ),
+    h(
+      "section",
+      { class: "sub-card" },
       h("h3", { text: "Generate" }),
       prompt.field,
       h("div", { class: "grid-4 tight" }, temperature.field, topK.field, topP.field, maxTokens.field),
@@ -123,7 +151,7 @@ export function tryPanel(app) {
       "div",
       { class: "grid-2" },
       h("section", { class: "sub-card" }, h("h3", { text: "Embedding similarity" }), textA.field, textB.field, h("div", { class: "row" }, simButton, simValue, simBar), simMeaning, simMessage),
-      h("section", { class: "sub-card" }, h("h3", { text: "Evaluate" }), evalText.field, h("div", { class: "row" }, evalButton), evalStats, evalMeaning, evalMessage),
+      h("section", { class: "sub-card" }, h("h3", { text: "Evaluate" }), evalText.field, h("div", { class: "row" }, evalButton, evalHint), evalStats, evalMeaning, evalMessage),
     ),
   );
 
@@ -135,6 +163,6 @@ export function tryPanel(app) {
       if (e.event === "generate-token" && streaming) outText.textContent += e.text;
     },
     status: () => (app.state.tried ? "done" : app.hasModel ? "active" : "todo"),
-    summary: () => (app.hasModel ? "model ready" : "needs a model"),
+    summary: () => (app.state.opened && app.hasModel ? app.state.opened.ref : app.hasModel ? "model ready" : "needs a model"),
   };
 }
