@@ -187,10 +187,11 @@ async def _remember_all(texts: list[str], payload: dict[str, Any], args: argpars
             key = instruction_key(text)
             if await store.get(key) is not None:
                 continue
-            meta = {"source": "claude-code PreCompact", "session_id": str(payload.get("session_id"))}
-            await store.remember(
-                key, text, INSTRUCTION_TAGS, INSTRUCTION_IMPORTANCE, meta=meta
-            )
+            meta = {
+                "source": "claude-code PreCompact",
+                "session_id": str(payload.get("session_id")),
+            }
+            await store.remember(key, text, INSTRUCTION_TAGS, INSTRUCTION_IMPORTANCE, meta=meta)
             stored += 1
     finally:
         await store.close()
@@ -227,7 +228,7 @@ def _already_stored(instruction: str, args: argparse.Namespace) -> bool:
 
     try:
         conn = open_memory_file(args.memory_file)
-    except Exception:  # noqa: BLE001 - no store yet: nothing stored
+    except Exception:
         return False
     try:
         row = conn.execute(
@@ -277,7 +278,7 @@ def run(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[st
     except HookFailure as err:
         print(f"evermind hook: {err}", file=stderr)
         return 0
-    except Exception as err:  # noqa: BLE001 - a hook must never break the session
+    except Exception as err:
         print(f"evermind hook: {type(err).__name__}: {err}; nothing done", file=stderr)
         return 0
     if output is not None:

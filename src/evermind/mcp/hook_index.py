@@ -279,6 +279,7 @@ class HookIndex:
             side.execute("INSERT INTO layout (version) VALUES (?)", (INDEX_LAYOUT,))
         return side
 
+
 def _memory(row: Sequence[object]) -> HookMemory:
     key, content, tags, importance, updated_at = row
     parsed = json.loads(str(tags)) if tags else []

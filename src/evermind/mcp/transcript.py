@@ -79,7 +79,9 @@ def _user_text(message: object) -> str | None:
         if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
             return None
         text = "\n".join(
-            str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text"
         )
     else:
         return None
