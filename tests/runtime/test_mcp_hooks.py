@@ -329,3 +329,32 @@ def test_cli_install_mcp_registers_hooks_unless_no_hooks(home: HostEnv) -> None:
     gone = procs.run([*cli, "--uninstall"], env=env, capture_output=True, text=True, timeout=60)
     assert gone.returncode == 0, gone.stderr
     assert not settings_path(home).exists() and not skill_path(home).exists()
+
+
+def test_transcript_reading_keeps_only_human_words_and_memory_writes(tmp_path: Path) -> None:
+    from evermind.mcp.transcript import Turn, is_durable, read_turns, unrecorded_instruction
+
+    tool_result = {
+        "type": "user",
+        "message": {"role": "user", "content": [{"type": "tool_result", "content": "always"}]},
+    }
+    events = [
+        user("<command-name>/clear</command-name>"),
+        {**user("Always answer in French."), "isMeta": True},
+        tool_result,
+        {"type": "user", "message": {"content": [{"type": "text", "text": "We use uv, not pip."}]}},
+        assistant("ok", "mcp__other__memory_remember", "We use uv, not pip."),
+        {"type": "summary", "summary": "x"},
+    ]
+    path = transcript(tmp_path / "t.jsonl", events)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write("{ truncated line\n")
+    assert read_turns(path) == [
+        Turn("user", "We use uv, not pip."),
+        Turn("remember", "We use uv, not pip."),
+    ]
+    assert unrecorded_instruction(read_turns(path)) is None
+    assert is_durable("No, use the staging cluster for this.")
+    assert is_durable("I prefer short commit messages.")
+    assert not is_durable("Can you explain what this regex does?")
+    assert not is_durable("always " + "log line " * 400)  # pasted material, not an instruction
