@@ -13,8 +13,8 @@ Ours are the hooks whose command runs ``evermind.mcp.hook``; every other hook, m
 and setting is kept as it was. Same guarantees as the server installer
 (:mod:`evermind.mcp.installer`): idempotent (nothing written when nothing changes), a
 ``.bak`` before any change, atomic writes, an unparsable file left untouched and reported
-``invalid``, and ``uninstall`` removes only ours (an emptied file the installer made is
-deleted). Native-only.
+``invalid``, and ``uninstall`` removes only ours (a file left empty is
+deleted, its bytes kept in the ``.bak``). Native-only.
 """
 
 from __future__ import annotations
