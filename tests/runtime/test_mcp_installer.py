@@ -223,7 +223,8 @@ def test_cli_installs_everywhere_and_the_written_command_serves(home: HostEnv) -
         [*run, "--memory-file", str(memory_file)], env=env, capture_output=True, text=True
     )
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("created") == len(HOSTS), first.stdout
+    # + Claude Code's hooks and skill (tests/runtime/test_mcp_hooks.py)
+    assert first.stdout.count("created") == len(HOSTS) + 2, first.stdout
     configs = {host.name: host.config_path(home).read_bytes() for host in HOSTS}
     entries = [entry_of(host, host.config_path(home)) or {} for host in HOSTS]
     assert len({(e["command"], tuple(e["args"])) for e in entries}) == 1  # one shared store
@@ -232,7 +233,7 @@ def test_cli_installs_everywhere_and_the_written_command_serves(home: HostEnv) -
     second = procs.run(
         [*run, "--memory-file", str(memory_file)], env=env, capture_output=True, text=True
     )
-    assert second.returncode == 0 and second.stdout.count("unchanged") == len(HOSTS)
+    assert second.returncode == 0 and second.stdout.count("unchanged") == len(HOSTS) + 2
     assert {h.name: h.config_path(home).read_bytes() for h in HOSTS} == configs
 
     cursor = next(host for host in HOSTS if host.name == "cursor")
@@ -254,4 +255,4 @@ def test_cli_installs_everywhere_and_the_written_command_serves(home: HostEnv) -
     third = procs.run([*run, "--uninstall"], env=env, capture_output=True, text=True, check=False)
     assert third.returncode == 1  # one config was invalid: reported, not touched
     assert "invalid" in third.stdout and broken_gemini.read_text() == "{oops"
-    assert third.stdout.count("removed") == len(HOSTS) - 1
+    assert third.stdout.count("removed") == len(HOSTS) - 1 + 2

@@ -83,6 +83,7 @@ def cmd_install_mcp(args: argparse.Namespace) -> int:
     else:
         command = server_command(args.memory_file, args.model, args.readonly)
         results = install(hosts, command, name=args.name, dry_run=args.dry_run)
+    results += _hooks(args, hosts)
     if not results:
         print(
             "no MCP host found (looked for Claude Code, Claude Desktop, Cursor, Windsurf, VS Code, "
@@ -97,6 +98,25 @@ def cmd_install_mcp(args: argparse.Namespace) -> int:
         print(f"command: {' '.join(results[0].command)}" if results[0].command else "")
         print("restart the host apps (or reload their MCP servers) to pick up the change")
     return 1 if any(r.action == "invalid" for r in results) else 0
+
+
+def _hooks(args: argparse.Namespace, hosts: list[Any]) -> list[Any]:
+    """Claude Code's hooks and skill, when Claude Code is among the hosts (not --no-hooks)."""
+    if args.no_hooks or not any(host.name == "claude-code" for host in hosts):
+        return []
+    from evermind.mcp.config import resolve_memory_file
+    from evermind.mcp.hook_install import install_hooks, uninstall_hooks
+
+    if args.uninstall:
+        return uninstall_hooks(dry_run=args.dry_run)
+    return install_hooks(resolve_memory_file(args.memory_file), dry_run=args.dry_run)
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    """Runs one Claude Code hook (JSON on stdin); always exits 0."""
+    from evermind.mcp.hook import run
+
+    return run(args, sys.stdin, sys.stdout, sys.stderr)
 
 
 def register(sub: Any) -> None:
@@ -162,7 +182,22 @@ def register(sub: Any) -> None:
     inst.add_argument(
         "--dry-run", action="store_true", help="say what would change, change nothing"
     )
+    inst.add_argument(
+        "--no-hooks",
+        action="store_true",
+        help="do not register the Claude Code memory hooks and skill",
+    )
     inst.set_defaults(func=cmd_install_mcp)
 
+    from evermind.mcp.hook import add_arguments
 
-__all__ = ["cmd_install_mcp", "cmd_mcp", "register"]
+    hook = sub.add_parser(
+        "hook",
+        help="a Claude Code hook: session-start, user-prompt-submit, pre-compact, stop",
+        description="Run one Claude Code memory hook: the event's JSON on stdin, exit 0 always.",
+    )
+    add_arguments(hook)
+    hook.set_defaults(func=cmd_hook)
+
+
+__all__ = ["cmd_hook", "cmd_install_mcp", "cmd_mcp", "register"]

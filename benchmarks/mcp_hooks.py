@@ -1,0 +1,125 @@
+"""Wall time of the Claude Code memory hooks as Claude Code runs them: one process per event.
+
+Builds a memory file of ``--memories`` memories (default 10,000; 15-60 words each drawn from
+a 6,000-word vocabulary with a Zipf-like skew, so terms are shared as in real notes), then
+runs ``python -m evermind.mcp.hook`` as a subprocess with the event's JSON on stdin and times
+it end to end (interpreter start, imports, side-index check, recall, JSON out): the first
+UserPromptSubmit (which builds the side index), ``--runs`` more with different prompts
+(p50, p95, max), one after a write (incremental re-index), SessionStart and Stop; and
+``evermind hook`` (the console script, which loads the whole CLI) once for comparison. No
+model. Run as ``python -m benchmarks.mcp_hooks``; it measures, it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NAMESPACE = "default/default"
+
+
+def _vocabulary(rng: random.Random, size: int) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = {"".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(size)}
+    return sorted(words)
+
+
+def build(memory_file: Path, count: int, seed: int) -> list[str]:
+    """Writes ``count`` memories; returns the vocabulary (Zipf-ranked)."""
+    from evermind.memory import MemoryStore
+
+    rng = random.Random(seed)
+    vocab = _vocabulary(rng, 6000)
+    weights = [1.0 / (rank + 1) for rank in range(len(vocab))]
+    now = time.time()
+    entries = [
+        {
+            "key": f"m{i}",
+            "content": " ".join(rng.choices(vocab, weights, k=rng.randint(15, 60))),
+            "tags": [f"t{i % 7}"],
+            "importance": rng.random(),
+            "created_at": now - 2e6,
+            "updated_at": now - rng.random() * 1e6,
+        }
+        for i in range(count)
+    ]
+
+    async def write() -> None:
+        store = MemoryStore(memory_file, namespace=NAMESPACE)
+        await store.import_(entries)
+        await store.close()
+
+    asyncio.run(write())
+    return vocab
+
+
+def fire(command: list[str], payload: dict[str, object]) -> tuple[float, str]:
+    start = time.perf_counter()
+    done = subprocess.run(
+        command, input=json.dumps(payload), capture_output=True, text=True, check=False
+    )
+    return time.perf_counter() - start, done.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints one line per measurement."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mcp_hooks")
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        memory_file = Path(tmp) / "memory.db"
+        transcript = Path(tmp) / "t.jsonl"
+        transcript.write_text(
+            json.dumps({"type": "user", "message": {"role": "user", "content": "hello"}}) + "\n"
+        )
+        vocab = build(memory_file, args.memories, args.seed)
+        hook = [sys.executable, "-m", "evermind.mcp.hook"]
+        tail = ["--memory-file", str(memory_file)]
+        common = {"session_id": "bench", "transcript_path": str(transcript), "cwd": tmp}
+
+        def prompt() -> dict[str, object]:
+            words = " ".join(rng.choice(vocab[:2000]) for _ in range(rng.randint(5, 20)))
+            return {**common, "hook_event_name": "UserPromptSubmit", "prompt": words}
+
+        ups = [*hook, "user-prompt-submit", *tail]
+        first, _ = fire(ups, prompt())
+        times = [fire(ups, prompt())[0] for _ in range(args.runs)]
+        times.sort()
+        p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+        print(f"memories: {args.memories}; runs: {args.runs}; python {sys.version.split()[0]}")
+        print(f"UserPromptSubmit first (builds the side index): {first * 1000:.0f} ms")
+        print(
+            f"UserPromptSubmit: p50 {statistics.median(times) * 1000:.0f} ms, "
+            f"p95 {p95 * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms"
+        )
+        from evermind.memory.sync import SyncMemoryStore
+
+        store = SyncMemoryStore(memory_file, namespace=NAMESPACE)
+        store.remember("bench-new", "a freshly written memory about zebras", ["bench"], 0.5)
+        store.close()
+        after, _ = fire(ups, prompt())
+        print(f"UserPromptSubmit after one write (incremental re-index): {after * 1000:.0f} ms")
+        start, _ = fire([*hook, "session-start", *tail], {**common, "source": "startup"})
+        print(f"SessionStart (digest): {start * 1000:.0f} ms")
+        stop, _ = fire([*hook, "stop", *tail], {**common, "stop_hook_active": False})
+        print(f"Stop (transcript check): {stop * 1000:.0f} ms")
+        script = Path(sys.executable).with_name("evermind")
+        if script.is_file():
+            via_cli, _ = fire([str(script), "hook", "user-prompt-submit", *tail], prompt())
+            print(f"UserPromptSubmit via the evermind console script: {via_cli * 1000:.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
