@@ -49,8 +49,9 @@ def pyscript_version(root: Path) -> str:
     return str(json.loads((root / PYSCRIPT_NPM / "package.json").read_text())["version"])
 
 
-#: How PyScript's build names its default Pyodide (the CDN URL a page without ``interpreter``
-#: would load), e.g. ``module:(e="314.0.2")=>`https://cdn.jsdelivr.net/pyodide/v${e}...``.
+#: How PyScript's build names its default Pyodide (the jsDelivr URL a page without
+#: ``interpreter`` would load; our pages always name the bundle's own): a default parameter
+#: holding the version, ``(e="314.0.2")=>``, then the URL (the pattern below).
 _DEFAULT_PYODIDE = re.compile(
     r'\(\w+="(\d+)\.(\d+)\.(\d+)"\)=>`https://cdn\.jsdelivr\.net/pyodide/'
 )

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from evermind.errors import InputError
 from evermind.memory.vector_backend import WriterClock, fetch_all
 from evermind.runtime.cache_store import (
     MAX_INDEXED_BYTES,
@@ -42,6 +41,7 @@ from evermind.runtime.cache_store import (
     Scope,
     _digest,
     _Index,
+    encoded,
     judge,
     normalised,
 )
@@ -183,13 +183,7 @@ class VectorCacheStore:
     ) -> str:
         """Adds an entry; returns its id. Evicts the scope's oldest beyond ``max_entries``."""
         vector = normalised(embedding)
-        try:
-            response_json = json.dumps(response, allow_nan=False)
-            meta_json = None if meta is None else json.dumps(meta, allow_nan=False)
-        except ValueError as err:
-            raise InputError(
-                f"response/meta: expected JSON values, got {err}", code="invalid_json"
-            ) from err
+        response_json, meta_json = encoded(response, meta)
 
         async def work() -> str:
             synced, table = await self._synced((tenant, namespace, vector.size))

@@ -230,6 +230,23 @@ def judge(
     return int(str(candidate.key)), LookupResult(None, 0, found.reason, candidate.score)
 
 
+def encoded(response: Any, meta: dict[str, Any] | None) -> tuple[str, str | None]:
+    """An entry's response and meta as the JSON an L2 store keeps.
+
+    Raises:
+        InputError: A value JSON cannot hold (NaN, infinity) (``code="invalid_json"``).
+    """
+    try:
+        return (
+            json.dumps(response, allow_nan=False),
+            None if meta is None else json.dumps(meta, allow_nan=False),
+        )
+    except ValueError as err:
+        raise InputError(
+            f"response/meta: expected JSON values, got {err}", code="invalid_json"
+        ) from err
+
+
 def _digest(response_json: str) -> str:
     """What makes two stored responses the same answer (their JSON text's hash)."""
     return hashlib.sha256(response_json.encode("utf-8")).hexdigest()
@@ -376,13 +393,7 @@ class SemanticCacheStore:
     ) -> int:
         """Adds an entry; returns its id. Evicts the scope's oldest beyond ``max_entries``."""
         vector = normalised(embedding)
-        try:
-            response_json = json.dumps(response, allow_nan=False)
-            meta_json = None if meta is None else json.dumps(meta, allow_nan=False)
-        except ValueError as err:
-            raise InputError(
-                f"response/meta: expected JSON values, got {err}", code="invalid_json"
-            ) from err
+        response_json, meta_json = encoded(response, meta)
 
         def work() -> int:
             assert self._conn is not None
