@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from evermind.runtime.config import RuntimeConfig
 from tests import procs
 
 TOKEN_A = "tok-alpha-write-7f3a9c"
@@ -28,6 +31,22 @@ def write_tokens(path: Path) -> Path:
         encoding="utf-8",
     )
     return path
+
+
+def gateway_config(root: Path, upstreams: dict[str, Any]) -> RuntimeConfig:
+    """A runtime under ``root`` whose ``--upstreams`` file holds ``upstreams`` (the test's
+    loopback upstreams, cache and auto settings), with the shared tokens, no rate limit and
+    two worker threads."""
+    config_file = root / "upstreams.json"
+    config_file.write_text(json.dumps(upstreams), encoding="utf-8")
+    return RuntimeConfig(
+        data_dir=root / "data",
+        port=0,
+        tokens_file=write_tokens(root / "tokens.txt"),
+        rate_limit=0,
+        worker_threads=2,
+        upstreams_file=config_file,
+    )
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -19,9 +19,8 @@ import httpx
 import openai
 import pytest
 
-from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
-from tests.runtime.helpers import TOKEN_A, TOKEN_B, bearer, write_tokens
+from tests.runtime.helpers import TOKEN_A, TOKEN_B, bearer, gateway_config
 from tests.upstreams import AnthropicUpstream, OpenAIUpstream
 
 OPENAI_KEY = "sk-gateway-openai-secret-91c4e2"
@@ -47,47 +46,36 @@ def gateway(
 ) -> Iterator[ServerThread]:
     gpt, claude = upstreams
     root = tmp_path_factory.mktemp("gateway")
-    config_file = root / "upstreams.json"
-    config_file.write_text(
-        json.dumps(
-            {
-                "cache": {"embedder": "terms"},
-                "upstreams": {
-                    "openai": {
-                        "protocol": "openai",
-                        "base_url": gpt.url + "/v1",
-                        "api_key": "env:EVERMIND_TEST_GATEWAY_KEY",
-                        "max_retries": 0,
-                    },
-                    "slow": {  # the same server, with a deadline it misses when told to
-                        "protocol": "openai",
-                        "base_url": gpt.url + "/v1",
-                        "api_key": OPENAI_KEY,
-                        "timeout": 0.5,
-                        "max_retries": 0,
-                    },
-                    "anthropic": {
-                        "protocol": "anthropic",
-                        "base_url": claude.url,
-                        "api_key": ANTHROPIC_KEY,
-                        "models": ["claude-sonnet-4-5"],
-                        "tenants": ["alpha"],
-                        "max_retries": 0,
-                    },
-                },
-            }
-        ),
-        encoding="utf-8",
-    )
     mp = pytest.MonkeyPatch()
     mp.setenv("EVERMIND_TEST_GATEWAY_KEY", OPENAI_KEY)
-    config = RuntimeConfig(
-        data_dir=root / "data",
-        port=0,
-        tokens_file=write_tokens(root / "tokens.txt"),
-        rate_limit=0,
-        worker_threads=2,
-        upstreams_file=config_file,
+    config = gateway_config(
+        root,
+        {
+            "cache": {"embedder": "terms"},
+            "upstreams": {
+                "openai": {
+                    "protocol": "openai",
+                    "base_url": gpt.url + "/v1",
+                    "api_key": "env:EVERMIND_TEST_GATEWAY_KEY",
+                    "max_retries": 0,
+                },
+                "slow": {  # the same server, with a deadline it misses when told to
+                    "protocol": "openai",
+                    "base_url": gpt.url + "/v1",
+                    "api_key": OPENAI_KEY,
+                    "timeout": 0.5,
+                    "max_retries": 0,
+                },
+                "anthropic": {
+                    "protocol": "anthropic",
+                    "base_url": claude.url,
+                    "api_key": ANTHROPIC_KEY,
+                    "models": ["claude-sonnet-4-5"],
+                    "tenants": ["alpha"],
+                    "max_retries": 0,
+                },
+            },
+        },
     )
     try:
         with ServerThread(config) as running:
@@ -586,7 +574,9 @@ def test_the_replay_benchmark_runs_end_to_end() -> None:
     from evals import find
 
     if not find("cache_pairs_dev.jsonl").is_file():
-        pytest.skip("the development set cache_pairs_dev.jsonl is not here ($EVERMIND_EVAL_DIR)")
+        pytest.skip(
+            reason="the development set cache_pairs_dev.jsonl is not here ($EVERMIND_EVAL_DIR)"
+        )
     doc = run_gateway_bench(("none", "terms"), probes=3, limit=3)
     none, terms = doc["rows"]
     assert none["replay"] is None and none["overhead"]["probes"] == 3

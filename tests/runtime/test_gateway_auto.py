@@ -9,7 +9,6 @@ answer in the distillation store.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,9 @@ import openai
 import pytest
 
 from evermind.agent.distillation import DistillationEngine
-from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
 from tests.factories import tiny_package
-from tests.runtime.helpers import TOKEN_A, TOKEN_B, bearer, write_tokens
+from tests.runtime.helpers import TOKEN_A, TOKEN_B, bearer, gateway_config
 from tests.upstreams import OpenAIUpstream
 
 KEY = "sk-auto-frontier-secret-3e1f"
@@ -42,39 +40,28 @@ def server(
 ) -> Iterator[tuple[ServerThread, Path]]:
     root = tmp_path_factory.mktemp("auto")
     pairs = root / "pairs.db"
-    config_file = root / "upstreams.json"
-    config_file.write_text(
-        json.dumps(
-            {
-                "cache": {"embedder": "none"},
-                "upstreams": {
-                    "openai": {
-                        "protocol": "openai",
-                        "base_url": upstream.url + "/v1",
-                        "api_key": KEY,
-                        "max_retries": 0,
-                    }
-                },
-                "auto": {
-                    "local": LOCAL_REF,
-                    "frontier": f"openai/{FRONTIER}",
-                    # The tiny test model is unsure of everything; this threshold keeps short
-                    # asks local so the other rules can be seen (the signal is tested below).
-                    "max_surprise": 1000.0,
-                    "max_local_prompt_tokens": 24,
-                    "distill": {"tenants": ["alpha"], "path": str(pairs)},
-                },
-            }
-        ),
-        encoding="utf-8",
-    )
-    config = RuntimeConfig(
-        data_dir=root / "data",
-        port=0,
-        tokens_file=write_tokens(root / "tokens.txt"),
-        rate_limit=0,
-        worker_threads=2,
-        upstreams_file=config_file,
+    config = gateway_config(
+        root,
+        {
+            "cache": {"embedder": "none"},
+            "upstreams": {
+                "openai": {
+                    "protocol": "openai",
+                    "base_url": upstream.url + "/v1",
+                    "api_key": KEY,
+                    "max_retries": 0,
+                }
+            },
+            "auto": {
+                "local": LOCAL_REF,
+                "frontier": f"openai/{FRONTIER}",
+                # The tiny test model is unsure of everything; this threshold keeps short
+                # asks local so the other rules can be seen (the signal is tested below).
+                "max_surprise": 1000.0,
+                "max_local_prompt_tokens": 24,
+                "distill": {"tenants": ["alpha"], "path": str(pairs)},
+            },
+        },
     )
     with ServerThread(config) as running:
         for token in (TOKEN_A, TOKEN_B):

@@ -222,7 +222,7 @@ def test_the_hostile_values_reached_both_the_served_and_the_refused_paths() -> N
     """The property test is only a proof if its values both pass validation and fail it."""
     if not STATUSES:
         pytest.skip(
-            "no hostile statuses recorded: this check reads what "
+            reason="no hostile statuses recorded: this check reads what "
             "test_no_hostile_value_in_any_field_gives_a_5xx counted, and it did not run first "
             "in this session (e.g. -k selected this test alone)"
         )

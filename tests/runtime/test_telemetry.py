@@ -11,7 +11,6 @@ and needs no OpenTelemetry at all.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +33,7 @@ from evermind.runtime.server import ServerThread
 from evermind.telemetry.otlp import check_endpoint, wanted_endpoint
 from tests import procs
 from tests.factories import tiny_package
-from tests.runtime.helpers import TOKEN_A, bearer, write_tokens
+from tests.runtime.helpers import TOKEN_A, bearer, gateway_config
 from tests.upstreams import AnthropicUpstream, OpenAIUpstream
 
 OPENAI_KEY = "sk-telemetry-openai-3f9a1c"
@@ -88,38 +87,27 @@ def gateway(
 ) -> Iterator[ServerThread]:
     gpt, claude = upstreams
     root = tmp_path_factory.mktemp("telemetry")
-    config_file = root / "upstreams.json"
-    config_file.write_text(
-        json.dumps(
-            {
-                "cache": {"embedder": "terms"},
-                "upstreams": {
-                    "openai": {
-                        "protocol": "openai",
-                        "base_url": gpt.url + "/v1",
-                        "api_key": OPENAI_KEY,
-                        "max_retries": 0,
-                    },
-                    "anthropic": {
-                        "protocol": "anthropic",
-                        "base_url": claude.url,
-                        "api_key": ANTHROPIC_KEY,
-                        "max_retries": 0,
-                    },
+    config = gateway_config(
+        root,
+        {
+            "cache": {"embedder": "terms"},
+            "upstreams": {
+                "openai": {
+                    "protocol": "openai",
+                    "base_url": gpt.url + "/v1",
+                    "api_key": OPENAI_KEY,
+                    "max_retries": 0,
                 },
-                # evermind/auto over the model the local test pushes (forced local there).
-                "auto": {"local": "evermind/otel:1.0.0", "frontier": "openai/gpt-4o-mini"},
-            }
-        ),
-        encoding="utf-8",
-    )
-    config = RuntimeConfig(
-        data_dir=root / "data",
-        port=0,
-        tokens_file=write_tokens(root / "tokens.txt"),
-        rate_limit=0,
-        worker_threads=2,
-        upstreams_file=config_file,
+                "anthropic": {
+                    "protocol": "anthropic",
+                    "base_url": claude.url,
+                    "api_key": ANTHROPIC_KEY,
+                    "max_retries": 0,
+                },
+            },
+            # evermind/auto over the model the local test pushes (forced local there).
+            "auto": {"local": "evermind/otel:1.0.0", "frontier": "openai/gpt-4o-mini"},
+        },
     )
     with ServerThread(config) as running:
         yield running
