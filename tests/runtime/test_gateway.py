@@ -574,9 +574,8 @@ def test_the_replay_benchmark_runs_end_to_end() -> None:
     from evals import find
 
     if not find("cache_pairs_dev.jsonl").is_file():
-        pytest.skip(
-            reason="the development set cache_pairs_dev.jsonl is not here ($EVERMIND_EVAL_DIR)"
-        )
+        missing = "the development set cache_pairs_dev.jsonl is not here ($EVERMIND_EVAL_DIR)"
+        pytest.skip(reason=missing)
     doc = run_gateway_bench(("none", "terms"), probes=3, limit=3)
     none, terms = doc["rows"]
     assert none["replay"] is None and none["overhead"]["probes"] == 3
