@@ -3,11 +3,13 @@
 :func:`compact` replaces each memory the local Evermind model has absorbed with its stub
 (:mod:`evermind.memory.stubs`). Absorbed means the recall probe passed: the memory's most
 specific word (highest IDF over the store's live memories; ties go to the later word, which
-the model sees the most context for, then the longer; never the first word) is blanked and the model's greedy continuation of the text before
-it must start with that word. On a pass, in this order: the store file is backed up once
-(``.bak.1``…``.bak.3``, SQLite backup API), the original is committed to the archive
-(:mod:`evermind.memory.archive`), and only then the memory's content becomes the stub. A probe
-failure, or a memory that changed meanwhile, leaves the memory untouched.
+the model sees the most context for, then the longer; never the first word) is blanked, and
+the model's greedy continuation of the text before it must start with that word.
+
+On a pass, in this order: the store file is backed up once (``.bak.1``…``.bak.3``, SQLite
+backup API), the original is committed to the archive (:mod:`evermind.memory.archive`), and
+only then the memory's content becomes the stub. A probe failure, or a memory that changed
+meanwhile, leaves the memory untouched.
 
 :func:`restore` writes texts back from a dump (``[{key, content}]`` or ``[{id, text}]``),
 matched by key. Native (the model is a ``evermind.model.inference.Model``).
