@@ -292,7 +292,7 @@ def test_hooks_inject_originals_and_drop_lost_stubs(tmp_path: Path, model: Any) 
     prompt = {"hook_event_name": "UserPromptSubmit", "prompt": "which port does staging listen on"}
     context = json.loads(_hook(memory_file, "user-prompt-submit", prompt))
     text = context["hookSpecificOutput"]["additionalContext"]
-    assert FACTS[0] in text
+    assert FACTS[0] in text and "compacted as: [absorbed" in text  # the original, then the stub
     assert "lost-0" not in text and "7000" not in text and LOST_NOTE not in text
     digest = json.loads(_hook(memory_file, "session-start", {"hook_event_name": "SessionStart"}))
     assert FACTS[0] in digest["hookSpecificOutput"]["additionalContext"]
@@ -313,9 +313,9 @@ def test_compact_and_restore_over_mcp(tmp_path: Path, model_file: Path) -> None:
             assert f"compacted 'fact-4' -> {make_stub(VERSION, FACTS[4])}" in answer
             assert "skipped 'noise': probe failed" in answer
             got = text_of(await client.call_tool("memory_get", {"key": "fact-4"}))
-            assert FACTS[4] in got and make_stub(VERSION, FACTS[4]) in got
+            assert FACTS[4] in got and f"[compacted as: {make_stub(VERSION, FACTS[4])}]" in got
             recalled = text_of(await client.call_tool("memory_recall", {"query": "vault bucket"}))
-            assert "nightly backup job writes" in recalled
+            assert f"{FACTS[5]} [compacted as: [absorbed→Evermind v3]" in recalled, recalled
             bad = await client.call_tool("memory_restore", {"dump": '[{"key": 3}]'})
             assert bad.is_error and "entry 0 has no string 'key'" in text_of(bad)
             dump = [{"key": "fact-4", "content": FACTS[4]}, {"id": "fact-5", "text": FACTS[5]}]
