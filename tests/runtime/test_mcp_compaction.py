@@ -13,6 +13,8 @@ import asyncio
 import io
 import json
 import sqlite3
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,45 @@ def test_crash_between_archive_and_stub_loses_nothing(
             await store.close()
 
     asyncio.run(scenario())
+
+
+KILLER = """
+import asyncio, os, sys
+import evermind
+from evermind.memory import MemoryStore
+from evermind.memory.compaction import compact
+
+async def killed(self, *args, **kwargs):
+    os._exit(9)  # the process dies after the archive commit, before the stub is written
+
+async def main():
+    store = MemoryStore(sys.argv[1], namespace="t")
+    MemoryStore.write = killed
+    await compact(store, evermind.load(sys.argv[2]))
+
+asyncio.run(main())
+"""
+
+
+def test_killed_between_archive_and_stub_loses_nothing(tmp_path: Path, model_file: Path) -> None:
+    memory_file = tmp_path / "m.db"
+
+    async def fill() -> None:
+        await (await _fill(memory_file, {"fact-1": FACTS[1]})).close()
+
+    asyncio.run(fill())
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLER, str(memory_file), str(model_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == 9, killed.stderr
+    with sqlite3.connect(memory_file) as conn:
+        row = conn.execute("SELECT content FROM memories WHERE key = 'fact-1'").fetchone()
+    conn.close()
+    assert row == (FACTS[1],)
+    assert Archive(memory_file).original("t", "fact-1", make_stub(VERSION, FACTS[1])) == FACTS[1]
 
 
 def test_forget_and_rewrites_never_touch_the_archive(tmp_path: Path, model: Any) -> None:
