@@ -48,6 +48,8 @@ ALL_TOOLS = {
     "memory_recall_by_tag",
     "memory_remember",
     "memory_forget",
+    "memory_compact",
+    "memory_restore",
 }
 READ_TOOLS = {"memory_recall", "memory_get", "memory_recall_by_tag"}
 HIT_LINE = re.compile(r"^\[(\d+)\] (\S+) \(score ([0-9.]+); tags: (.*)\)$")

@@ -11,6 +11,8 @@ and the event's own fields); exit status 0 always; stdout is either empty or one
 - ``pre-compact`` (PreCompact): the durable instructions and corrections the user typed in
   the transcript are written to memory (``instruction-<digest>`` keys) before the window is
   summarised. PreCompact takes no context, so nothing is printed.
+- Compaction stubs (``evermind.memory.stubs``) are injected as their archived originals; a
+  stub whose original is lost is dropped from the injected context.
 - ``stop`` (Stop): when the user's last message was a durable instruction or correction and
   no ``memory_remember`` followed it (nor is it stored), ``{"decision": "block", "reason": …}``
   asks the model to record it. ``stop_hook_active`` true never blocks, so it cannot loop.
@@ -109,6 +111,30 @@ def _items(memories: Sequence[Any], budget_tokens: int) -> list[str]:
     return items
 
 
+def _readable(memories: Sequence[Any], args: argparse.Namespace) -> list[Any]:
+    """``memories`` with compaction stubs resolved to their archived originals.
+
+    A stub whose original is not in the archive ("content lost — verify before trusting") is
+    dropped from the injected context: a one-line claim nobody can verify is not pushed into
+    the session (``memory_get`` still shows it, marked).
+    """
+    from dataclasses import replace
+
+    from evermind.memory.archive import Archive
+    from evermind.memory.stubs import is_stub
+
+    archive = Archive(args.memory_file)
+    readable = []
+    for memory in memories:
+        if not is_stub(memory.content):
+            readable.append(memory)
+            continue
+        resolved = archive.resolve(args.store_namespace, memory.key, memory.content)
+        if not resolved.lost:
+            readable.append(replace(memory, content=resolved.display()))
+    return readable
+
+
 def _context(event: str, text: str) -> dict[str, Any]:
     return {"hookSpecificOutput": {"hookEventName": EVENTS[event], "additionalContext": text}}
 
@@ -119,7 +145,8 @@ def session_start(payload: dict[str, Any], args: argparse.Namespace) -> dict[str
     from evermind.memory.sanitize import fence
 
     with HookIndex(args.memory_file, args.store_namespace) as index:
-        items = _items(index.digest(DIGEST_SIZE), args.budget or DIGEST_BUDGET_TOKENS)
+        memories = _readable(index.digest(DIGEST_SIZE), args)
+    items = _items(memories, args.budget or DIGEST_BUDGET_TOKENS)
     if not items:
         return None
     text = (
@@ -144,7 +171,7 @@ def user_prompt_submit(payload: dict[str, Any], args: argparse.Namespace) -> dic
         return None
     with HookIndex(args.memory_file, args.store_namespace) as index:
         hits = index.recall(prompt[:MAX_QUERY_CHARS], RECALL_TOP_K)
-    items = _items(hits, args.budget or PROMPT_BUDGET_TOKENS)
+    items = _items(_readable(hits, args), args.budget or PROMPT_BUDGET_TOKENS)
     if not items:
         return None
     text = (

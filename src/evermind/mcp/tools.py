@@ -1,6 +1,6 @@
 """The MCP memory tools: what each does, when a model should call it, and its caps.
 
-Owns :class:`MemoryTools` (the five tool bodies over one ``MemoryStore``) and
+Owns :class:`MemoryTools` (the memory tool bodies over one ``MemoryStore``) and
 :func:`register_tools`, which puts them on an ``MCPServer`` with descriptions written for the
 model that reads them. There is deliberately no "return everything" tool: recall is ranked and
 capped server-side so it saves tokens instead of dumping memory.
@@ -20,13 +20,20 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from evermind.errors import EvermindError
+from evermind.mcp.compact_tools import (
+    DESCRIPTIONS,
+    CompactTools,
+    resolve_hits,
+    resolve_record,
+    served_model,
+)
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.render import render_recall, render_record, render_remembered, render_tagged
 from evermind.memory import MemoryStore
 from evermind.memory.records import MAX_QUERY_CHARS
 
 READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag")
-WRITE_TOOLS = ("memory_remember", "memory_forget")
+WRITE_TOOLS = ("memory_remember", "memory_forget", "memory_compact", "memory_restore")
 
 Key = Annotated[
     str,
@@ -64,7 +71,7 @@ INSTRUCTIONS = (
 
 
 def _describe(config: ServerConfig) -> dict[str, str]:
-    return {
+    return DESCRIPTIONS | {
         "memory_recall": (
             "Search the user's long-term memory and return the most relevant memories, best "
             "first. Call this BEFORE answering when the question may depend on something said "
@@ -104,11 +111,14 @@ class MemoryTools:
     Args:
         store: The memory store (one namespace) the tools read and write.
         config: The caps and mode.
+        model: The local Evermind model ``memory_compact`` probes with; default: the model the
+            store embeds with (the server's ``--model``), if any.
     """
 
-    def __init__(self, store: MemoryStore, config: ServerConfig) -> None:
+    def __init__(self, store: MemoryStore, config: ServerConfig, model: Any = None) -> None:
         self.store = store
         self.config = config
+        self.compaction = CompactTools(store, model if model is not None else served_model(store))
 
     async def recall(self, query: Query, top_k: Count | None = None) -> str:
         """Ranked recall, capped at ``max_results`` hits and ``max_chars`` per preview."""
@@ -120,7 +130,7 @@ class MemoryTools:
         except EvermindError as err:
             raise ToolError(f"memory_recall failed: {err}") from err
         return render_recall(
-            hits,
+            resolve_hits(self.store, hits),
             query,
             max_chars=self.config.max_chars,
             requested=requested,
@@ -139,7 +149,7 @@ class MemoryTools:
                 f"memory_get: no memory has the key {key!r} (or it expired); hint: keys are "
                 "exact, call memory_recall to find the right one"
             )
-        return render_record(record)
+        return render_record(resolve_record(self.store, record))
 
     async def recall_by_tag(self, tag: Tag, limit: Count | None = None) -> str:
         """The newest memories tagged ``tag``, capped like recall."""
@@ -218,6 +228,20 @@ def register_tools(server: MCPServer[Any], tools: MemoryTools) -> list[str]:
                     destructive_hint=True,
                     idempotent_hint=True,
                     open_world_hint=False,
+                ),
+            ),
+            (
+                "memory_compact",
+                tools.compaction.compact,
+                ToolAnnotations(
+                    read_only_hint=False, destructive_hint=False, open_world_hint=False
+                ),
+            ),
+            (
+                "memory_restore",
+                tools.compaction.restore,
+                ToolAnnotations(
+                    read_only_hint=False, destructive_hint=False, open_world_hint=False
                 ),
             ),
         ]

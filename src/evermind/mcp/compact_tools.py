@@ -1,0 +1,155 @@
+"""The MCP tools ``memory_compact`` and ``memory_restore``, and stub resolution on read.
+
+Owns :class:`CompactTools` (the two tool bodies over one store and the model the server was
+given with ``--model``), :func:`served_model` (that model, found through the store's embedder)
+and :func:`resolve_record` / :func:`resolve_hits`, which ``memory_get`` and ``memory_recall``
+apply so a stub reads as its archived original, the stub line kept beside it, or is marked
+"content lost — verify before trusting". Native-only (imports the ``mcp`` SDK).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Annotated, Any
+
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from evermind.errors import EvermindError
+from evermind.memory import Hit, MemoryRecord, MemoryStore
+from evermind.memory.archive import Archive, Resolved
+from evermind.memory.compaction import CompactReport, RestoreReport, compact, restore
+from evermind.memory.stubs import is_stub
+
+Keys = Annotated[
+    list[str] | None,
+    Field(description="The keys to compact; omit to try every live memory."),
+]
+Dump = Annotated[
+    list[dict[str, Any]] | str,
+    Field(
+        description="The texts to restore: a list (or its JSON) of {key, content} or {id, text}."
+    ),
+]
+
+DESCRIPTIONS = {
+    "memory_compact": (
+        "Shrink memories the local Evermind model has absorbed to a one-line stub "
+        "('[absorbed→Evermind vN] <first line>'). Each memory is kept unless a recall probe "
+        "passes (its most specific word blanked, the model must produce it); the original is "
+        "archived before the stub is written, and reads resolve a stub to it. Call this only "
+        "when the user asks to compact or free memory; it needs the server's --model."
+    ),
+    "memory_restore": (
+        "Write texts back into memory from a dump: a list of {key, content} (or {id, text}), "
+        "matched by key; an existing memory keeps its tags and importance. Call this when the "
+        "user asks to restore memories from an export or backup."
+    ),
+}
+
+
+def served_model(store: MemoryStore) -> Any:
+    """The ``.evermind`` model the store embeds with (``--model``), or None without one."""
+    cache = getattr(store, "_cache", None)
+    function = getattr(getattr(cache, "embedder", None), "_function", None)
+    model = getattr(getattr(function, "__self__", None), "model", None)
+    return model if callable(getattr(model, "complete", None)) else None
+
+
+def _archive(store: MemoryStore) -> tuple[Archive, str] | None:
+    path = getattr(store.backend, "path", None)
+    if not isinstance(path, str) or path == ":memory:":
+        return None
+    return Archive(path), store.backend.namespace
+
+
+def resolve_content(store: MemoryStore, key: str, content: str) -> Resolved:
+    """``content`` of ``key`` as read (a stub resolved through the archive)."""
+    found = _archive(store)
+    if not is_stub(content):
+        return Resolved(content)
+    if found is None:
+        return Resolved(content, stub=content, lost=True)
+    archive, namespace = found
+    return archive.resolve(namespace, key, content)
+
+
+def resolve_record(store: MemoryStore, record: MemoryRecord) -> MemoryRecord:
+    """``record`` with a stub's content shown as its original plus the stub (or the loss)."""
+    resolved = resolve_content(store, record.key, record.content)
+    return record if resolved.stub is None else replace(record, content=resolved.display())
+
+
+def resolve_hits(store: MemoryStore, hits: Sequence[Hit]) -> list[Hit]:
+    """``hits`` with every stub resolved like :func:`resolve_record`."""
+    out: list[Hit] = []
+    for hit in hits:
+        resolved = resolve_content(store, hit.key, hit.content)
+        out.append(hit if resolved.stub is None else replace(hit, content=resolved.display()))
+    return out
+
+
+def render_compacted(report: CompactReport) -> str:
+    """The answer of ``memory_compact``: what was compacted, skipped and why."""
+    lines = [f"compacted {len(report.compacted)}, skipped {len(report.skipped)}"]
+    if report.backup is not None:
+        lines.append(f"previous store file backed up to {report.backup}")
+    lines += [f"compacted {key!r} -> {stub}" for key, stub in report.compacted]
+    lines += [f"skipped {key!r}: {why}" for key, why in report.skipped]
+    return "\n".join(lines)
+
+
+def render_restored(report: RestoreReport) -> str:
+    """The answer of ``memory_restore``."""
+    lines = [
+        f"restored {len(report.restored)}, created {len(report.created)}, "
+        f"unchanged {len(report.unchanged)}"
+    ]
+    lines += [f"restored {key!r}" for key in report.restored]
+    lines += [f"created {key!r}" for key in report.created]
+    return "\n".join(lines)
+
+
+class CompactTools:
+    """The bodies of ``memory_compact`` and ``memory_restore``.
+
+    Args:
+        store: The memory store the tools rewrite.
+        model: The local Evermind model that probes recall (None: compaction is refused).
+    """
+
+    def __init__(self, store: MemoryStore, model: Any = None) -> None:
+        self.store = store
+        self.model = model
+
+    async def compact(self, keys: Keys = None) -> str:
+        """Compacts the absorbed memories of ``keys`` (default all); reports each decision."""
+        if self.model is None:
+            raise ToolError(
+                "memory_compact: compaction needs a model; nothing was changed. hint: start the "
+                "server with --model x.evermind (the package the memories were trained into)"
+            )
+        try:
+            report = await compact(self.store, self.model, keys)
+        except EvermindError as err:
+            raise ToolError(f"memory_compact failed (nothing lost): {err}") from err
+        return render_compacted(report)
+
+    async def restore(self, dump: Dump) -> str:
+        """Restores the dump's texts, matched by key."""
+        try:
+            report = await restore(self.store, dump)
+        except EvermindError as err:
+            raise ToolError(f"memory_restore failed: {err}") from err
+        return render_restored(report)
+
+
+__all__ = [
+    "DESCRIPTIONS",
+    "CompactTools",
+    "resolve_content",
+    "resolve_hits",
+    "resolve_record",
+    "served_model",
+]

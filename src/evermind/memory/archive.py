@@ -1,0 +1,194 @@
+"""The compaction archive and the store file's rotated backups (native, standard library only).
+
+The archive holds the original text of every compacted memory, durably and outside the memory
+snapshot: a separate SQLite file beside the memory file, ``<memory file>.archive.sqlite``. It is
+merge-only: rows are added with ``INSERT OR IGNORE`` and never updated or deleted, so no rewrite
+of the memory file, no ``forget`` and no capacity eviction can lose an archived text. A row is
+keyed by ``(namespace, key, sha256 of the text)`` and also stores the stub written for it; a
+stub resolves to the newest row of its namespace and key whose stub is byte-identical.
+
+Each put commits with ``synchronous=FULL`` before it returns, so a compactor that writes the
+stub only after :meth:`Archive.put` returned can crash anywhere and lose nothing.
+
+:func:`rotate_backups` keeps ``<file>.bak.1`` … ``.bak.3`` (newest first) of a SQLite file,
+copied with SQLite's online backup API (consistent even while other processes write).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evermind.errors import StorageError
+from evermind.memory.stubs import parse_stub
+
+ARCHIVE_SUFFIX = ".archive.sqlite"
+#: How many rotated backups of a store file are kept.
+BACKUPS = 3
+LOST_NOTE = "content lost — verify before trusting"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS archive (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, sha256 TEXT NOT NULL,
+    content TEXT NOT NULL, stub TEXT NOT NULL, archived_at REAL NOT NULL,
+    PRIMARY KEY (namespace, key, sha256)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a memory's content reads as: ``text`` (the original when a stub was resolved),
+    ``stub`` (the stub line, or None when the content is no stub) and ``lost`` (a stub with no
+    archived original)."""
+
+    text: str
+    stub: str | None = None
+    lost: bool = False
+
+    def display(self) -> str:
+        """The content as a reader is shown it: the text, then a line naming the stub or loss."""
+        if self.stub is None:
+            return self.text
+        if self.lost:
+            return f"{self.stub}\n[{LOST_NOTE}: this compacted memory has no archived original]"
+        return f"{self.text}\n[compacted as: {self.stub}]"
+
+
+def archive_path(memory_file: str | os.PathLike[str]) -> Path:
+    """The archive file of ``memory_file``."""
+    return Path(f"{os.fspath(memory_file)}{ARCHIVE_SUFFIX}")
+
+
+def text_hash(text: str) -> str:
+    """The archive's content hash: sha256 of the UTF-8 text, hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Archive:
+    """The merge-only archive beside one memory file (opened per use; cheap)."""
+
+    def __init__(self, memory_file: str | os.PathLike[str]) -> None:
+        self.path = archive_path(memory_file)
+
+    def _connect(self, create: bool) -> sqlite3.Connection | None:
+        if not create and not self.path.is_file():
+            return None
+        try:
+            conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.executescript(_SCHEMA)
+        except sqlite3.Error as err:
+            raise StorageError(f"compaction archive {self.path}: cannot open ({err})") from err
+        return conn
+
+    def put(self, namespace: str, key: str, text: str, stub: str) -> None:
+        """Adds ``text`` (compacted to ``stub``) and commits before returning (kept if present).
+
+        Raises:
+            StorageError: The archive could not be written; the caller must not write the stub.
+        """
+        conn = self._connect(create=True)
+        assert conn is not None
+        try:
+            with conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO archive VALUES (?, ?, ?, ?, ?, ?)",
+                    (namespace, key, text_hash(text), text, stub, time.time()),
+                )
+        except sqlite3.Error as err:
+            raise StorageError(f"compaction archive {self.path}: write failed ({err})") from err
+        finally:
+            conn.close()
+
+    def original(self, namespace: str, key: str, stub: str) -> str | None:
+        """The archived text that ``stub`` stands for under ``key``, or None."""
+        conn = self._connect(create=False)
+        if conn is None:
+            return None
+        try:
+            row = conn.execute(
+                "SELECT content FROM archive WHERE namespace = ? AND key = ? AND stub = ? "
+                "ORDER BY archived_at DESC LIMIT 1",
+                (namespace, key, stub),
+            ).fetchone()
+        except sqlite3.Error as err:
+            raise StorageError(f"compaction archive {self.path}: read failed ({err})") from err
+        finally:
+            conn.close()
+        return None if row is None else str(row[0])
+
+    def count(self, namespace: str) -> int:
+        """How many texts of ``namespace`` are archived."""
+        conn = self._connect(create=False)
+        if conn is None:
+            return 0
+        try:
+            return int(
+                conn.execute(
+                    "SELECT COUNT(*) FROM archive WHERE namespace = ?", (namespace,)
+                ).fetchone()[0]
+            )
+        finally:
+            conn.close()
+
+    def resolve(self, namespace: str, key: str, content: str) -> Resolved:
+        """``content`` as read: a stub becomes its archived original (or is marked lost)."""
+        if parse_stub(content) is None:
+            return Resolved(content)
+        try:
+            original = self.original(namespace, key, content)
+        except StorageError:
+            original = None
+        if original is None:
+            return Resolved(content, stub=content, lost=True)
+        return Resolved(original, stub=content)
+
+
+def rotate_backups(path: str | os.PathLike[str], keep: int = BACKUPS) -> Path | None:
+    """Copies the SQLite file ``path`` to ``<path>.bak.1``, shifting older copies up to ``keep``.
+
+    Uses ``sqlite3.Connection.backup`` (a consistent copy, WAL contents included). Returns the
+    new backup's path, or None when ``path`` does not exist yet.
+
+    Raises:
+        StorageError: The copy failed (the older backups are left as they were).
+    """
+    source_path = Path(path)
+    if not source_path.is_file():
+        return None
+    fresh = Path(f"{source_path}.bak.new")
+    try:
+        source = sqlite3.connect(source_path, timeout=10.0)
+        target = sqlite3.connect(fresh)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+            source.close()
+    except sqlite3.Error as err:
+        fresh.unlink(missing_ok=True)
+        raise StorageError(f"backup of {source_path} failed ({err}); nothing rotated") from err
+    for index in range(keep - 1, 0, -1):
+        older = Path(f"{source_path}.bak.{index}")
+        if older.exists():
+            os.replace(older, f"{source_path}.bak.{index + 1}")
+    newest = Path(f"{source_path}.bak.1")
+    os.replace(fresh, newest)
+    return newest
+
+
+__all__ = [
+    "ARCHIVE_SUFFIX",
+    "LOST_NOTE",
+    "Archive",
+    "Resolved",
+    "archive_path",
+    "rotate_backups",
+    "text_hash",
+]
