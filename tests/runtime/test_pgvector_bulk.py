@@ -146,3 +146,18 @@ def test_a_row_refused_during_the_copy_leaves_nothing_written(postgres: str) -> 
         assert await _rows(postgres, store._name) == {}
 
     asyncio.run(_with_store(postgres, body))
+
+
+def test_the_scale_bench_builds_the_hnsw_index_after_the_load_on_pgvector() -> None:
+    """A tiny pgvector run of benchmarks/vectorstore_scale.py: bulk load, then the index."""
+    from benchmarks.vectorstore_scale import build_parser, format_table, run
+
+    args = build_parser().parse_args(
+        ["--n", "2000", "--queries", "20", "--batch", "500", "--engines", "pgvector"]
+    )
+    doc = asyncio.run(run(args))
+    (row,) = doc["rows"]
+    assert row["loaded"] == 2000 and row["ingest_items_per_s"] > 0
+    assert row["index_build_s"] > 0 and row["analyze_s"] > 0
+    assert row["recall_at_k"] >= 0.9  # HNSW: approximate, but on clustered data near exact
+    assert "+ HNSW" in format_table(doc)
