@@ -278,20 +278,42 @@ class PgVectorStore:
                     i.acl.sensitivity,
                 )
             )
-        statement = sql.SQL(
-            "INSERT INTO {} (id, embedding, text, metadata, tenant, principals, sensitivity) "
-            "VALUES (%s, %s::vector, %s, %s::jsonb, %s, %s::text[], %s) "
-            "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, text = EXCLUDED.text, "
-            "metadata = EXCLUDED.metadata, tenant = EXCLUDED.tenant, "
-            "principals = EXCLUDED.principals, sensitivity = EXCLUDED.sensitivity"
-        ).format(self._table)
 
         async def write(conn: psycopg.AsyncConnection[Any]) -> None:
-            async with conn.transaction(), conn.cursor() as cur:
-                await cur.executemany(statement, rows)
+            await self._copy_upsert(conn, rows)
 
         async with self._lock:
             await self._once_more("upsert failed", write)
+
+    async def _copy_upsert(
+        self, conn: psycopg.AsyncConnection[Any], rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """One transaction: COPY ``rows`` into a temporary staging table, then one
+        ``INSERT … SELECT … ON CONFLICT`` (the last row of an id wins); all or nothing."""
+        stage = sql.Identifier(f"evermind_stage_{self._name}"[:63])
+        upsert = sql.SQL(
+            "INSERT INTO {} (id, embedding, text, metadata, tenant, principals, sensitivity) "
+            "SELECT DISTINCT ON (id) id, embedding, text, metadata, tenant, principals, "
+            "sensitivity FROM {} ORDER BY id, ord DESC "
+            "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, text = EXCLUDED.text, "
+            "metadata = EXCLUDED.metadata, tenant = EXCLUDED.tenant, "
+            "principals = EXCLUDED.principals, sensitivity = EXCLUDED.sensitivity"
+        ).format(self._table, stage)
+        async with conn.transaction():
+            await conn.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {} (ord integer, id text, embedding vector({}), "
+                    "text text, metadata jsonb, tenant text, principals text[], "
+                    "sensitivity integer) ON COMMIT DROP"
+                ).format(stage, sql.Literal(self.dim))
+            )
+            columns = "ord, id, embedding, text, metadata, tenant, principals, sensitivity"
+            copy = sql.SQL("COPY {} ({}) FROM STDIN").format(stage, sql.SQL(columns))
+            async with conn.cursor() as cur:
+                async with cur.copy(copy) as feed:
+                    for ordinal, row in enumerate(rows):
+                        await feed.write_row((ordinal, *row))
+                await cur.execute(upsert)
 
     async def delete(self, ids: Sequence[str]) -> int:
         """Removes the items with these ids; returns how many existed."""
