@@ -69,6 +69,26 @@ def fire(command: list[str], payload: dict[str, object]) -> tuple[float, str]:
     return time.perf_counter() - start, done.stdout
 
 
+def report_tokens(memory_file: Path, injected: list[str]) -> None:
+    """Prints tokens injected per prompt against the whole store pasted as one memory file."""
+    from evermind.mcp.hook import estimate_tokens
+    from evermind.memory.sync import SyncMemoryStore
+
+    with SyncMemoryStore(memory_file, namespace=NAMESPACE) as store:
+        dump = "\n".join(f"- {m['key']}: {m['content']}" for m in store.export())
+    contexts = [
+        json.loads(out)["hookSpecificOutput"]["additionalContext"] if out.strip() else ""
+        for out in injected
+    ]
+    per_prompt = sorted(estimate_tokens(text) for text in contexts)
+    whole = estimate_tokens(dump)
+    median = statistics.median(per_prompt)
+    print("| tokens (4 chars/token) | per prompt p50 | per prompt max | whole file |")
+    print("|---|---|---|---|")
+    print(f"| UserPromptSubmit vs dump | {median:.0f} | {per_prompt[-1]} | {whole} |")
+    print(f"injected per prompt is {100 * median / max(whole, 1):.3f}% of the whole file")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Prints one line per measurement."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.mcp_hooks")
@@ -94,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
         ups = [*hook, "user-prompt-submit", *tail]
         first, _ = fire(ups, prompt())
-        times = [fire(ups, prompt())[0] for _ in range(args.runs)]
-        times.sort()
+        fired = [fire(ups, prompt()) for _ in range(args.runs)]
+        times = sorted(elapsed for elapsed, _ in fired)
         p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
         print(f"memories: {args.memories}; runs: {args.runs}; python {sys.version.split()[0]}")
         print(f"UserPromptSubmit first (builds the side index): {first * 1000:.0f} ms")
@@ -103,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             f"UserPromptSubmit: p50 {statistics.median(times) * 1000:.0f} ms, "
             f"p95 {p95 * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms"
         )
+        report_tokens(memory_file, [out for _, out in fired])
         from evermind.memory.sync import SyncMemoryStore
 
         store = SyncMemoryStore(memory_file, namespace=NAMESPACE)
