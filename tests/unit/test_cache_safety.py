@@ -94,7 +94,10 @@ def test_full_cache_with_trigrams_still_serves_paraphrases_and_few_near_misses()
     report = measure(ROWS, lambda b: [trigram_vector(t) for t in b], "trigram")
     result = report["splits"]["all"]
     if not SYNTHETIC:  # templated queries resemble each other: the calibration is strict
-        assert result["paraphrase_hit"] >= 0.3  # a real (lexical) embedder stays useful
+        # A real (lexical) embedder stays useful. 0.29, not 0.30: the soft action guard
+        # (evermind.cache.english.guards.ACTION_CONFIDENT), which took the terms embedder's
+        # wrong answers to 0, costs trigrams one paraphrase of 282 (0.301 -> 0.298).
+        assert result["paraphrase_hit"] >= 0.29
     assert result["near_miss_hit"] <= 0.02
     # Trigrams are a weak embedder: the IDF-weighted lexical evidence (and the longer query's
     # share) keeps their wrong answers at the target on the dev set; see evals/cache_full.py.

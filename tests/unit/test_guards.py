@@ -159,6 +159,65 @@ def test_operation_guard_accepts_synonymous_operations() -> None:
 @pytest.mark.parametrize(
     ("query", "cached"),
     [
+        # the gateway replay's wrong answer with the model-free terms embedder
+        ("Credit cards with no foreign transaction fees", "Update the credit card on file"),
+        (
+            "git push fails because my branch is behind its remote",
+            "How to delete a remote git branch",
+        ),
+    ],
+)
+def test_action_guard_refuses_an_operation_asked_in_one_query_only(query: str, cached: str) -> None:
+    refusal = explain(query, cached)
+    assert refusal is not None and refusal.guard == "action", refusal
+    assert refusal.unless_confident is not None  # soft: a confident embedder may override it
+
+
+def test_action_guard_accepts_two_requests_or_none() -> None:
+    accepts("Change the payment card saved to my account", "Update the credit card on file")
+    accepts("Cards without fees abroad", "Credit cards with no foreign transaction fees")
+
+
+def test_a_soft_refusal_yields_to_a_confident_score_and_a_veto_never_does() -> None:
+    from evermind.cache.decide import Calibration, Candidate, decide
+
+    query, cached = "Put my Linux account into the docker group", "Add a user to the docker group"
+    calibration = Calibration(threshold=0.4, unrelated=0.37, pairs=100)
+
+    def at(score: float) -> str | None:
+        candidate = Candidate("k", score, cached, "answer")
+        decision = decide(
+            query,
+            [candidate],
+            threshold=None,
+            calibration=calibration,
+            guard=explain,
+            lexical=False,
+        )
+        return decision.refused_by
+
+    assert at(0.5) == "action"  # 0.17 of the way from 0.4 to 1.0: below ACTION_CONFIDENT
+    assert at(0.9) is None  # 0.83 of the way: the embedder is trusted
+    veto = ("How do I enable dark mode?", "How do I disable dark mode?")
+    vetoed = decide(
+        veto[0],
+        [Candidate("k", 0.99, veto[1], "a")],
+        threshold=None,
+        calibration=calibration,
+        guard=explain,
+        lexical=False,
+    )
+    assert vetoed.refused_by == "operation"
+
+
+def test_soft_guards_run_after_every_veto() -> None:
+    assert DEFAULT_GUARDS[-1].name == "action"
+    assert GuardChain(reversed(DEFAULT_GUARDS)).names[-1] == "action"
+
+
+@pytest.mark.parametrize(
+    ("query", "cached"),
+    [
         ("How do I install Flask on Windows?", "How do I install Django on Windows?"),
         ("Best ramen shops in Osaka", "Best ramen shops in Kyoto"),
     ],

@@ -24,7 +24,11 @@ logger = logging.getLogger(__name__)
 
 @runtime_checkable
 class Guard(Protocol):
-    """A named check: ``check`` returns None to allow serving, or a reason to refuse."""
+    """A named check: ``check`` returns None to allow serving, or a reason to refuse.
+
+    A guard may also carry ``unless_confident`` (a float): its refusals are then soft, see
+    :attr:`Refusal.unless_confident`.
+    """
 
     @property
     def name(self) -> str:
@@ -43,10 +47,15 @@ class Refusal:
     Attributes:
         guard: The name of the guard that refused.
         reason: What it found, in words.
+        unless_confident: None for a veto. Otherwise a soft refusal, which the cache's
+            decision overrides when the embedder's score lies at least this share of the
+            way from the threshold to 1.0 (:func:`evermind.cache.decide.decide`); a chain
+            runs soft guards after its vetoes, so overriding one never skips a veto.
     """
 
     guard: str
     reason: str
+    unless_confident: float | None = None
 
 
 class GuardChain:
@@ -66,7 +75,11 @@ class GuardChain:
     """
 
     def __init__(self, guards: Iterable[Guard]) -> None:
-        self.guards: tuple[Guard, ...] = tuple(guards)
+        given = tuple(guards)
+        # Soft guards (an ``unless_confident`` attribute) run after every veto.
+        self.guards: tuple[Guard, ...] = tuple(
+            g for g in given if getattr(g, "unless_confident", None) is None
+        ) + tuple(g for g in given if getattr(g, "unless_confident", None) is not None)
         names = [g.name for g in self.guards]
         if len(set(names)) != len(names):
             raise ConfigError(
@@ -87,7 +100,7 @@ class GuardChain:
                 logger.debug(
                     "guard %s refused %r vs %r: %s", guard.name, query, cached_query, reason
                 )
-                return Refusal(guard.name, reason)
+                return Refusal(guard.name, reason, getattr(guard, "unless_confident", None))
         return None
 
     def without(self, *names: str) -> GuardChain:

@@ -30,6 +30,9 @@ operation      an operation contrast (create/delete, enable/disable, encrypt/dec
                melt/temper, mean/median, derivative/integral)
 entity         both queries name a thing the other does not (Redis vs Memcached, Pro plan
                vs Team plan), allowing aliases and acronyms (k8s, LA, FRA, 2FA)
+action         (soft: only below a confident score) one query asks for an operation
+               (update, delete, install, …) and the other names none ("Update the
+               credit card on file" / "Credit cards with no foreign transaction fees")
 edit           the queries share most words but one changes a content word the other
                does not have (a small edit that is not a known synonym), or they are
                word for word the same frame with one span replaced by another
@@ -57,6 +60,7 @@ from evermind.cache.english.analysis import (
 )
 from evermind.cache.english.lexicon import DIRECTION_CONTRASTS, OPERATION_CONTRASTS
 from evermind.cache.english.rules import (
+    action_asymmetry,
     contrast_conflict,
     date_conflict,
     direction_role_conflict,
@@ -95,11 +99,17 @@ class FunctionGuard:
     name: str
     rule: Callable[[Analysis, Analysis], str | None]
     description: str = ""
+    unless_confident: float | None = None
 
     def check(self, query: str, cached_query: str) -> str | None:
         """Runs the rule on the parsed queries."""
         return self.rule(analyze(query), analyze(cached_query))
 
+
+#: The action guard's refusal is soft: a score at least this share of the way from the
+#: threshold to 1.0 overrides it (a strong embedder's "put my account into the docker
+#: group" for "add a user to the docker group"). Chosen on the development set.
+ACTION_CONFIDENT = 0.3
 
 # Word-alignment similarity (see :func:`evermind.cache.english.analysis.similarity`) at
 # and above which two queries count as "the same sentence with a small edit". Between
@@ -168,6 +178,12 @@ ENGLISH_GUARDS: tuple[FunctionGuard, ...] = (
     ),
     FunctionGuard("entity", entity_conflict, "named entities agree (aliases allowed)"),
     FunctionGuard("edit", _edit, "a near-identical query changes no content word"),
+    FunctionGuard(
+        "action",
+        action_asymmetry,
+        "no operation asked for in one query only, unless the embedder is confident",
+        unless_confident=ACTION_CONFIDENT,
+    ),
 )
 
 

@@ -147,6 +147,9 @@ DIRECTION_CONTRASTS: tuple[tuple[frozenset[str], ...], ...] = _contrasts(
 OPERATION_CONTRASTS: tuple[tuple[frozenset[str], ...], ...] = _contrasts(
     "operations", "operation_contrasts"
 )
+#: Verbs that make a query a request to act on something ("Update the credit card on
+#: file"): the operation guard refuses a query that names one against one that names none.
+ACTIONS: frozenset[str] = frozenset(cast(str, load("operations")["actions"]).split())
 
 # --------------------------------------------------------------------------- aliases
 

@@ -23,6 +23,7 @@ from evermind.cache.english.analysis import (
     entity_matched,
 )
 from evermind.cache.english.lexicon import (
+    ACTIONS,
     DETERMINERS,
     ENTITY_ALIASES,
     MONTHS,
@@ -461,6 +462,27 @@ def contrast_conflict(
             word_b = sorted(contrast[min(groups_b - groups_a)])[0]
             return f"'{word_a}' vs '{word_b}'"
     return None
+
+
+def _actions(a: Analysis) -> list[str]:
+    stems = {s for _, s in a.stems} | {t.low for t in a.tokens}
+    return sorted(word for word in ACTIONS if stem(word) in stems or word in stems)
+
+
+def action_asymmetry(a: Analysis, b: Analysis) -> str | None:
+    """Refuses when one query asks for an operation (:data:`ACTIONS`) and the other names none.
+
+    "Update the credit card on file" asks to act on a card; "Credit cards with no foreign
+    transaction fees" asks which cards exist. Two requests naming different actions are
+    left to :func:`contrast_conflict` and the embedder ("update" / "change" are one
+    operation reworded).
+    """
+    mine, theirs = _actions(a), _actions(b)
+    if bool(mine) == bool(theirs):
+        return None
+    word = (mine or theirs)[0]
+    side = "the new query" if mine else "the cached query"
+    return f"'{word}' asks for an operation in {side} only"
 
 
 def _keys(a: Analysis) -> list[tuple[str, int]]:
