@@ -35,9 +35,9 @@ queries) were set without tuning. Rule 4b (``residue``: ``RESIDUE_RATIO`` 1.0, a
 0.01) were chosen reading this set's replay failures (``--replay --show``) and checking
 the cost in paraphrase hits on all ids, per embedder; so was the soft action guard
 (``evermind.cache.english.guards.ACTION_CONFIDENT`` 0.3, the existing ``CONFIDENT``; 0.2 let a
-wrong answer back, a hard veto cost MiniLM 3.6 points of paraphrase hits). So the table is printed for all ids
-and, separately, for even and odd ids, with the same constants for every split (nothing is
-tuned per split), and a separate held-out set decides the real numbers.
+wrong answer back, a hard veto cost MiniLM 3.6 points of paraphrase hits). So the table is
+printed for all ids and, separately, for even and odd ids, with the same constants for
+every split (nothing is tuned per split), and a separate held-out set decides the real numbers.
 
 ``--replay`` also measures the cache as a *read-through* cache, the way the gateway uses it
 (``evermind bench gateway`` replays the same order over HTTP): a fresh cache, every query
