@@ -40,10 +40,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     config = _server_config(args)
     memory_file = resolve_memory_file(args.memory_file)
     embedder = load_embedder(resolve_model_file(args.model))
+    model = None if embedder is None else embedder.model  # memory_compact probes with it
     if not args.http:
         namespace = store_namespace(args.tenant, args.namespace)
         store = open_store(memory_file, embedder, namespace)
-        anyio.run(run_stdio, store, config)
+        anyio.run(run_stdio, store, config, model)
         return 0
 
     from dataclasses import replace
@@ -57,7 +58,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         return open_store(memory_file, embedder, store_namespace(tenant, args.namespace))
 
     def build(store: Any, readonly: bool) -> Any:
-        return build_server(store, replace(config, readonly=config.readonly or readonly))
+        return build_server(store, replace(config, readonly=config.readonly or readonly), model)
 
     limiter = RateLimiter(args.rate_limit)
     app = build_http_app(tenant_store, build, tokens, host=args.host, limiter=limiter)

@@ -1,10 +1,10 @@
 """The MCP tools ``memory_compact`` and ``memory_restore``, and stub resolution on read.
 
 Owns :class:`CompactTools` (the two tool bodies over one store and the model the server was
-given with ``--model``), :func:`served_model` (that model, found through the store's embedder)
-and :func:`resolve_record` / :func:`resolve_hits`, which ``memory_get`` and ``memory_recall``
-apply so a stub reads as its archived original, the stub line kept beside it, or is marked
-"content lost — verify before trusting". Native-only (imports the ``mcp`` SDK).
+given with ``--model``) and :func:`resolve_record` / :func:`resolve_hits`, which
+``memory_get`` and ``memory_recall`` apply so a stub reads as its archived original, the
+stub line kept beside it, or is marked "content lost — verify before trusting".
+Native-only (imports the ``mcp`` SDK).
 """
 
 from __future__ import annotations
@@ -47,14 +47,6 @@ DESCRIPTIONS = {
         "user asks to restore memories from an export or backup."
     ),
 }
-
-
-def served_model(store: MemoryStore) -> Any:
-    """The ``.evermind`` model the store embeds with (``--model``), or None without one."""
-    cache = getattr(store, "_cache", None)
-    function = getattr(getattr(cache, "embedder", None), "_function", None)
-    model = getattr(getattr(function, "__self__", None), "model", None)
-    return model if callable(getattr(model, "complete", None)) else None
 
 
 def _archive(store: MemoryStore) -> tuple[Archive, str] | None:
@@ -151,5 +143,4 @@ __all__ = [
     "resolve_content",
     "resolve_hits",
     "resolve_record",
-    "served_model",
 ]

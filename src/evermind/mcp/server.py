@@ -70,8 +70,11 @@ def open_store(memory_file: Path, embedder: Any, namespace: str) -> MemoryStore:
     return MemoryStore(memory_file, embedder, namespace=namespace)
 
 
-def build_server(store: MemoryStore, config: ServerConfig) -> MCPServer[Any]:
-    """Returns an ``MCPServer`` whose tools read (and unless read-only write) ``store``."""
+def build_server(store: MemoryStore, config: ServerConfig, model: Any = None) -> MCPServer[Any]:
+    """Returns an ``MCPServer`` whose tools read (and unless read-only write) ``store``.
+
+    ``model`` is the local Evermind model ``memory_compact`` probes with (None: no compaction).
+    """
     server: MCPServer[Any] = MCPServer(
         SERVER_NAME,
         title="Evermind memory",
@@ -79,14 +82,14 @@ def build_server(store: MemoryStore, config: ServerConfig) -> MCPServer[Any]:
         version=evermind.__version__,
         log_level="WARNING",
     )
-    names = register_tools(server, MemoryTools(store, config))
+    names = register_tools(server, MemoryTools(store, config, model))
     logger.info("MCP tools: %s", ", ".join(names))
     return server
 
 
-async def run_stdio(store: MemoryStore, config: ServerConfig) -> None:
+async def run_stdio(store: MemoryStore, config: ServerConfig, model: Any = None) -> None:
     """Serves the memory tools on stdin/stdout until the client closes the pipe."""
-    server = build_server(store, config)
+    server = build_server(store, config, model)
     try:
         await server.run_stdio_async()
     finally:

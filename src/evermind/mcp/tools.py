@@ -25,7 +25,6 @@ from evermind.mcp.compact_tools import (
     CompactTools,
     resolve_hits,
     resolve_record,
-    served_model,
 )
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.render import render_recall, render_record, render_remembered, render_tagged
@@ -111,14 +110,14 @@ class MemoryTools:
     Args:
         store: The memory store (one namespace) the tools read and write.
         config: The caps and mode.
-        model: The local Evermind model ``memory_compact`` probes with; default: the model the
-            store embeds with (the server's ``--model``), if any.
+        model: The local Evermind model ``memory_compact`` probes with (the server's
+            ``--model``); None: compaction answers that it needs a model.
     """
 
     def __init__(self, store: MemoryStore, config: ServerConfig, model: Any = None) -> None:
         self.store = store
         self.config = config
-        self.compaction = CompactTools(store, model if model is not None else served_model(store))
+        self.compaction = CompactTools(store, model)
 
     async def recall(self, query: Query, top_k: Count | None = None) -> str:
         """Ranked recall, capped at ``max_results`` hits and ``max_chars`` per preview."""
