@@ -2,6 +2,7 @@
 
 Owns the no-subprocess path for Python agents: the same ``MemoryTools`` bodies that the stdio
 and HTTP servers register, reached through the official ``mcp`` SDK's in-memory transport.
+Native-only (imports the ``mcp`` SDK).
 """
 
 from __future__ import annotations
