@@ -13,7 +13,6 @@ import asyncio
 import io
 import json
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from evermind.memory.stubs import is_stub, make_stub
 from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
 from evermind.train.loop import TrainConfig, Trainer
+from tests import procs
 from tests.factories import FIXED_TIME, run_sync, tiny_config
 from tests.runtime.test_mcp_server import stdio_client, text_of
 
@@ -177,7 +177,7 @@ def test_killed_between_archive_and_stub_loses_nothing(tmp_path: Path, model_fil
         await (await _fill(memory_file, {"fact-1": FACTS[1]})).close()
 
     asyncio.run(fill())
-    killed = subprocess.run(
+    killed = procs.run(
         [sys.executable, "-c", KILLER, str(memory_file), str(model_file)],
         capture_output=True,
         text=True,

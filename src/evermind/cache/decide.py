@@ -638,10 +638,10 @@ def _veto(
             return "residue", f"two questions on one topic: {apart}"
     if guard is not None:
         refusal = guard(query, cand.query)
-        confidence = (cand.score - tau) / (1.0 - tau) if tau < 1.0 else 0.0
-        soft = refusal is not None and refusal.unless_confident is not None
-        if soft and refusal is not None and confidence >= (refusal.unless_confident or 0.0):
-            return None  # a soft refusal that the embedder's confidence overrides
+        if refusal is not None and refusal.unless_confident is not None:
+            confidence = (cand.score - tau) / (1.0 - tau) if tau < 1.0 else 0.0
+            if confidence >= refusal.unless_confident:
+                return None  # a soft refusal that the embedder's confidence overrides
         if refusal is not None:
             return refusal.guard, f"guard '{refusal.guard}' refused: {refusal.reason}"
     return None
