@@ -98,6 +98,8 @@ async def round_trip(memory_file: Path) -> None:
                 "memory_remember", {"key": "k", "content": "x" * (config.max_content_chars + 1)}
             )
             assert too_long.is_error and "split it" in text_of(too_long), text_of(too_long)
+            no_model = await client.call_tool("memory_compact", {})
+            assert no_model.is_error and "needs a model" in text_of(no_model), text_of(no_model)
             assert await store.count() == 0
     finally:
         await store.close()

@@ -66,7 +66,7 @@ def _handler(spec: Tool) -> Handler:
 
     Anticipated failures (bad arguments, a missing key, the store failing) come back as an
     error result with the same text the MCP server sends; a crash is logged here and reaches
-    the model only as the SDK's generic "Error executing tool" line.
+    the model only as "Error executing tool <name>" (its own text stays in the log).
     """
 
     async def handle(arguments: dict[str, Any]) -> dict[str, Any]:
