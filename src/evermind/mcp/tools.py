@@ -1,8 +1,10 @@
 """The MCP memory tools: what each does, when a model should call it, and its caps.
 
-Owns :class:`MemoryTools` (the memory tool bodies over one ``MemoryStore``) and
+Owns :class:`MemoryTools` (the memory tool bodies over one ``MemoryStore``),
 :func:`register_tools`, which puts them on an ``MCPServer`` with descriptions written for the
-model that reads them. There is deliberately no "return everything" tool: recall is ranked and
+model that reads them, and :func:`tool_specs`, the same registrations as the SDK's ``Tool``
+records (name, description, input schema, annotations) for adapters such as
+``evermind.mcp.agent_sdk``. There is deliberately no "return everything" tool: recall is ranked and
 capped server-side so it saves tokens instead of dumping memory.
 
 Every anticipated failure (a bad key, an oversized text, the store failing) is raised as the
@@ -16,6 +18,7 @@ from typing import Annotated, Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool, ToolManager
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
@@ -197,8 +200,11 @@ class MemoryTools:
         return f"forgot {key!r}" if existed else f"no memory had the key {key!r}; nothing deleted"
 
 
-def register_tools(server: MCPServer[Any], tools: MemoryTools) -> list[str]:
+def register_tools(server: MCPServer[Any] | ToolManager, tools: MemoryTools) -> list[str]:
     """Adds the memory tools to ``server``: the read tools always, the write tools unless read-only.
+
+    ``server`` is an ``MCPServer`` or a bare ``ToolManager`` (the registry an ``MCPServer``
+    holds; both take the same ``add_tool`` arguments).
 
     Returns:
         The names of the tools registered.
@@ -255,4 +261,23 @@ def register_tools(server: MCPServer[Any], tools: MemoryTools) -> list[str]:
     return [name for name, _, _ in table]
 
 
-__all__ = ["INSTRUCTIONS", "READ_TOOLS", "WRITE_TOOLS", "MemoryTools", "register_tools"]
+def tool_specs(tools: MemoryTools) -> list[Tool]:
+    """The memory tools exactly as :func:`register_tools` registers them, as SDK ``Tool`` records.
+
+    Each record carries the name, description, JSON input schema and annotations an
+    ``MCPServer`` lists, and ``run`` (argument validation, then the ``MemoryTools`` body).
+    Adapters to other tool hosts build from these, so they cannot drift from the MCP server.
+    """
+    manager = ToolManager()
+    register_tools(manager, tools)
+    return manager.list_tools()
+
+
+__all__ = [
+    "INSTRUCTIONS",
+    "READ_TOOLS",
+    "WRITE_TOOLS",
+    "MemoryTools",
+    "register_tools",
+    "tool_specs",
+]
