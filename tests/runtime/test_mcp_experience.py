@@ -29,11 +29,11 @@ from evermind.agent.distillation import FineTuneConfig
 from evermind.errors import ConfigError
 from evermind.mcp.config import ServerConfig, experience_enabled
 from evermind.mcp.experience_tools import READ_TOOLS, TRAIN_TOOL, WRITE_TOOLS, ExperienceSettings
-from evermind.mcp.server import build_server
+from evermind.mcp.inprocess import memory_client
 from evermind.memory import MemoryStore
 from tests import procs
 from tests.factories import TEXT, tiny_package
-from tests.runtime.test_mcp_server import free_port, http_client, wait_healthy
+from tests.runtime.test_mcp_server import free_port, http_client, stdio_client, wait_healthy
 
 ALL_EXPERIENCE = {*READ_TOOLS, *WRITE_TOOLS, TRAIN_TOOL}
 API_KEY = "sk-" + "Q7x" * 8  # the shape of a provider key: must never reach the file
@@ -85,8 +85,8 @@ async def experience_client(
 ) -> AsyncIterator[Client]:
     store = MemoryStore(memory_file, namespace=namespace)
     try:
-        server = build_server(store, config or ServerConfig(experience=True), None, settings)
-        async with Client(server) as client:
+        chosen = config or ServerConfig(experience=True)
+        async with memory_client(store, chosen, None, settings) as client:
             yield client
     finally:
         await store.close()
@@ -331,3 +331,27 @@ def test_http_tenants_never_see_each_others_experience(tmp_path: Path, model_fil
     finally:
         procs.stop_group(process, grace_s=10)
         log.close()
+
+
+def test_stdio_opt_in_by_environment_trains_with_the_default_settings(
+    tmp_path: Path, model_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVERMIND_EXPERIENCE", "1")
+    memory_file = tmp_path / "memory.db"
+
+    async def scenario() -> None:
+        async with stdio_client(memory_file, "--model", str(model_file)) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert names >= ALL_EXPERIENCE
+            await call(client, "episode_save", title="Deploy", steps=DEPLOY_STEPS)
+            trained = await call(client, TRAIN_TOOL)
+            assert trained["outcome"] in ("accepted", "rolled back"), trained
+            assert trained["train_pairs"] + trained["held_out_pairs"] == 4
+            prev = model_file.with_name(model_file.name + ".prev")
+            assert prev.exists() == trained["accepted"]
+        monkeypatch.setenv("EVERMIND_EXPERIENCE", "0")
+        async with stdio_client(memory_file) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert not names & ALL_EXPERIENCE
+
+    anyio.run(scenario)

@@ -146,7 +146,8 @@ def register(sub: Any) -> None:
         help="serve memory to MCP agents (stdio; --http for streamable HTTP)",
         description=(
             "Serve Evermind memory as MCP tools: memory_recall, memory_get, "
-            "memory_recall_by_tag, memory_remember, memory_forget."
+            "memory_recall_by_tag, memory_remember, memory_forget (with --experience also "
+            "episodes, skills, runs and experience_train)."
         ),
     )
     mcp.add_argument(
