@@ -8,11 +8,12 @@ run, the forget-all confirmation.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
-from evermind.errors import InputError, NotFound
+from evermind.errors import Conflict, InputError, NotFound
 from evermind.memory.experience import FORGET_ALL_CONFIRM, ExperienceStore, cron_minutes
 from evermind.memory.sanitize import is_secret, is_secret_name, redact_secrets
 from evermind.memory.skills import (
@@ -143,3 +144,28 @@ def test_store_namespaces_schedules_and_forget_all(tmp_path: Path) -> None:
     finally:
         alice.close()
         bob.close()
+
+
+def test_concurrent_steps_of_one_run_never_share_a_place(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    stores = [ExperienceStore(path, "t/d") for _ in range(3)]
+    run = stores[0].start_run(title="busy")
+    outcomes: list[str] = []
+
+    def worker(store: ExperienceStore, n: int) -> None:
+        for k in range(6):
+            try:
+                store.record_step(run.id, f"{n}.{k}", action="work")
+                outcomes.append("ok")
+            except Conflict:
+                outcomes.append("conflict")
+
+    threads = [threading.Thread(target=worker, args=(s, n)) for n, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    recorded = stores[1].run(run.id)
+    assert [s.index for s in recorded.steps] == list(range(outcomes.count("ok")))
+    assert [a.event for a in recorded.audit].count("step") == outcomes.count("ok")
+    assert len(outcomes) == 18 and outcomes.count("ok") >= 6

@@ -2,13 +2,15 @@
 
 Owns the SQLite schema of ``evermind.memory.experience`` (its own ``experience_*`` tables in
 the memory file), the records it returns (:class:`Episode`, :class:`Skill`, :class:`Run`, …)
-and :class:`ExperienceDB`: one connection, one lock, ``BEGIN IMMEDIATE`` transactions, and
+and :class:`ExperienceDB`: a connection per operation (one kept for ``":memory:"``), one
+lock, ``BEGIN IMMEDIATE`` transactions, and
 the reads every part shares (steps, skills, audit lines). Every statement is scoped to the
 store namespace (the tenant).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -217,41 +219,79 @@ class ExperienceDB:
             raise ConfigError(f"ExperienceStore: max_runs must be >= 1, got {max_runs!r}")
         self.path, self.namespace, self.max_runs, self.clock = str(path), namespace, max_runs, clock
         self._lock = threading.Lock()
+        # A file is opened per operation (cheap; nothing to close, several processes share
+        # it); ":memory:" exists only as long as its one connection.
+        self._memory: sqlite3.Connection | None = None
         try:
-            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA busy_timeout = 10000")
-            if self.path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.executescript(_SCHEMA)
+            if self.path == ":memory:":
+                self._memory = self._open()
+                self._memory.executescript(_SCHEMA)
+            else:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.closing(self._open()) as conn:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    conn.executescript(_SCHEMA)
         except sqlite3.DatabaseError as err:
             raise StorageError(
                 f"experience: cannot open {self.path!r}: {err}; hint: point --memory-file at "
                 "a file evermind wrote"
             ) from err
 
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 10000")
+        return conn
+
     def close(self) -> None:
+        """Closes the in-memory database (a file needs no closing)."""
         with self._lock:
-            self._conn.close()
+            if self._memory is not None:
+                self._memory.close()
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._memory is not None:
+                yield self._memory
+                return
+            conn = self._open()
+            try:
+                yield conn
+            finally:
+                conn.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction: all of a write or none of it."""
-        with self._lock:
-            conn = self._conn
+        """One ``BEGIN IMMEDIATE`` transaction: all of a write or none of it.
+
+        Raises:
+            StorageError: SQLite failed (the transaction is rolled back).
+        """
+        with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 yield conn
                 conn.execute("COMMIT")
             except sqlite3.Error as err:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise StorageError(f"experience: write to {self.path!r} failed: {err}") from err
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
 
     def _read(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._conn.execute(sql, (self.namespace, *args)).fetchall()
+        """Rows of one query whose first parameter is this namespace.
+
+        Raises:
+            StorageError: SQLite failed.
+        """
+        with self._connection() as conn:
+            try:
+                return conn.execute(sql, (self.namespace, *args)).fetchall()
+            except sqlite3.Error as err:
+                raise StorageError(f"experience: read of {self.path!r} failed: {err}") from err
 
     # -- steps ----------------------------------------------------------------------------
     def _insert_step(

@@ -211,6 +211,7 @@ class RunLog(ExperienceDB):
                 "with approved=true"
             )
         with self._tx() as conn:
+            self._unchanged(conn, run_id, index)
             recorded = self._insert_step(conn, f"run:{run_id}", index, step, ok, approved)
             self._audit(
                 conn,
@@ -223,6 +224,19 @@ class RunLog(ExperienceDB):
                 irreversible=step.irreversible,
             )
         return recorded
+
+    def _unchanged(self, conn: sqlite3.Connection, run_id: str, index: int) -> None:
+        """Refuses (inside the write) when another call recorded or finished the run meanwhile."""
+        row = conn.execute(
+            "SELECT status, (SELECT COUNT(*) FROM experience_steps WHERE namespace = ? AND "
+            "owner = ?) FROM experience_runs WHERE namespace = ? AND id = ?",
+            (self.namespace, f"run:{run_id}", self.namespace, run_id),
+        ).fetchone()
+        if row is None or row[0] != "running" or row[1] != index:
+            raise Conflict(
+                f"run {run_id!r} changed while step {index + 1} was recorded (another call "
+                "recorded a step or finished it); nothing was recorded; hint: run_get, then retry"
+            )
 
     @staticmethod
     def _next_step(
@@ -271,11 +285,13 @@ class RunLog(ExperienceDB):
                 "it cannot have succeeded; hint: record the rest, or finish it as failed"
             )
         with self._tx() as conn:
-            conn.execute(
+            changed = conn.execute(
                 "UPDATE experience_runs SET status = ?, finished_at = ?, note = ? WHERE "
-                "namespace = ? AND id = ?",
+                "namespace = ? AND id = ? AND status = 'running'",
                 (status, self.clock(), redact_text(note), self.namespace, run_id),
-            )
+            ).rowcount
+            if changed == 0:
+                raise Conflict(f"run {run_id!r} was finished by another call meanwhile")
             self._audit(conn, run_id, "finished", status=status, steps=len(run.steps))
         return self.run(run_id)
 
