@@ -13,7 +13,6 @@ only for the tenant that owns the private model. Native-only (imports the ``mcp`
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -28,16 +27,19 @@ from pydantic import Field
 from evermind.agent.distillation import FineTuneConfig
 from evermind.agent.experience_train import describe, train_on_experience
 from evermind.errors import EvermindError
+from evermind.mcp.experience_render import (
+    as_json,
+    compiled_data,
+    recorded_data,
+    run_data,
+    skill_data,
+)
 from evermind.memory import MemoryStore
 from evermind.memory.experience import (
     FORGET_ALL_CONFIRM,
     ExperienceStore,
-    RecordedStep,
-    Run,
-    Skill,
     cron_minutes,
 )
-from evermind.memory.skills import CompiledSkill, Step
 
 Id = Annotated[str, Field(min_length=1, max_length=64, description="An id from a list tool.")]
 Limit = Annotated[int, Field(ge=1, le=500, description="How many at most, newest first.")]
@@ -140,69 +142,6 @@ class ExperienceSettings:
     clock: Callable[[], float] = time.time
 
 
-def _json(data: Any) -> str:
-    return json.dumps(data, indent=1, ensure_ascii=False, default=str)
-
-
-def _step(step: Step) -> dict[str, Any]:
-    return {"action": step.action, "args": step.args, "irreversible": step.irreversible}
-
-
-def _recorded(step: RecordedStep) -> dict[str, Any]:
-    return _step(step.step) | {
-        "step": step.index + 1,
-        "result": step.step.result,
-        "ok": step.ok,
-        "approved": step.approved,
-        "at": step.at,
-        "learned": step.learned,
-    }
-
-
-def _compiled(skill: CompiledSkill) -> dict[str, Any]:
-    return {
-        "parameters": [p.to_dict() for p in skill.parameters],
-        "steps": [_step(s) for s in skill.steps],
-        "needs_approval": skill.irreversible_steps,
-    }
-
-
-def _skill(skill: Skill) -> dict[str, Any]:
-    schedule = skill.schedule
-    return {
-        "id": skill.id,
-        "name": skill.name,
-        "description": skill.description,
-        "episode_id": skill.episode_id,
-        "created_at": skill.created_at,
-        "schedule": None
-        if schedule is None
-        else {
-            "every_minutes": schedule.every_minutes,
-            "next_due": schedule.next_due,
-            "last_run": schedule.last_run,
-        },
-    } | _compiled(CompiledSkill(skill.parameters, skill.steps))
-
-
-def _run(run: Run, full: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": run.id,
-        "skill_id": run.skill_id,
-        "title": run.title,
-        "status": run.status,
-        "params": run.params,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "note": run.note,
-    }
-    if full:
-        out["plan"] = [_step(s) | {"step": n} for n, s in enumerate(run.plan, start=1)]
-        out["steps"] = [_recorded(s) for s in run.steps]
-        out["audit"] = [{"seq": a.seq, "at": a.at, "event": a.event} | a.detail for a in run.audit]
-    return out
-
-
 class ExperienceTools:
     """The bodies of the experience tools over one tenant's experience store.
 
@@ -237,17 +176,17 @@ class ExperienceTools:
         info = await self._call("experience_info", self.experience.info)
         model = self.settings.model_file
         info["private_model"] = str(model) if model and self.settings.owns_model else None
-        return _json(info)
+        return as_json(info)
 
     async def forget_all(self, confirm: str) -> str:
         """Deletes all of this tenant's experience when ``confirm`` is the exact phrase."""
         deleted = await self._call("experience_forget_all", self.experience.forget_all, confirm)
-        return _json({"deleted": deleted})
+        return as_json({"deleted": deleted})
 
     async def episode_save(self, title: str, steps: Steps) -> str:
         """Records an episode."""
         episode = await self._call("episode_save", self.experience.save_episode, title, steps)
-        return _json(
+        return as_json(
             {
                 "id": episode.id,
                 "title": episode.title,
@@ -259,7 +198,7 @@ class ExperienceTools:
     async def episode_list(self, limit: Limit = 20) -> str:
         """The newest episodes."""
         found = await self._call("episode_list", self.experience.episodes, limit)
-        return _json(
+        return as_json(
             [
                 {"id": e.id, "title": e.title, "created_at": e.created_at, "steps": n}
                 for e, n in found
@@ -269,8 +208,8 @@ class ExperienceTools:
     async def episode_get(self, episode_id: Id) -> str:
         """One episode with its steps."""
         e = await self._call("episode_get", self.experience.episode, episode_id)
-        steps = [_recorded(s) for s in e.steps]
-        return _json({"id": e.id, "title": e.title, "created_at": e.created_at, "steps": steps})
+        steps = [recorded_data(s) for s in e.steps]
+        return as_json({"id": e.id, "title": e.title, "created_at": e.created_at, "steps": steps})
 
     async def episode_forget(self, episode_id: Id) -> str:
         """Deletes one episode."""
@@ -280,22 +219,24 @@ class ExperienceTools:
     async def skill_preview(self, episode_id: Id) -> str:
         """What compiling the episode would give."""
         compiled = await self._call("skill_preview", self.experience.preview_skill, episode_id)
-        return _json(_compiled(compiled))
+        return as_json(compiled_data(compiled))
 
     async def skill_compile(self, episode_id: Id, name: str, description: str = "") -> str:
         """Compiles and stores a skill."""
         skill = await self._call(
             "skill_compile", self.experience.compile_skill, episode_id, name, description
         )
-        return _json(_skill(skill))
+        return as_json(skill_data(skill))
 
     async def skill_list(self) -> str:
         """Every skill."""
-        return _json([_skill(s) for s in await self._call("skill_list", self.experience.skills)])
+        return as_json(
+            [skill_data(s) for s in await self._call("skill_list", self.experience.skills)]
+        )
 
     async def skill_get(self, skill_id: Id) -> str:
         """One skill."""
-        return _json(_skill(await self._call("skill_get", self.experience.skill, skill_id)))
+        return as_json(skill_data(await self._call("skill_get", self.experience.skill, skill_id)))
 
     async def skill_forget(self, skill_id: Id) -> str:
         """Deletes one skill."""
@@ -322,14 +263,14 @@ class ExperienceTools:
         if cron is not None:
             minutes = await self._call("skill_schedule", cron_minutes, cron)
         schedule = await self._call("skill_schedule", self.experience.schedule, skill_id, minutes)
-        return _json(
+        return as_json(
             {"skill_id": skill_id, "every_minutes": minutes, "next_due": schedule.next_due}
         )
 
     async def skills_due(self, now: float | None = None) -> str:
         """The skills due at ``now`` (epoch seconds; default the server's clock)."""
         due = await self._call("skills_due", self.experience.due, now)
-        return _json(
+        return as_json(
             [
                 {
                     "skill_id": s.id,
@@ -346,7 +287,7 @@ class ExperienceTools:
     ) -> str:
         """Starts a run; returns its id and plan."""
         run = await self._call("run_start", self.experience.start_run, skill_id, title, params)
-        return _json(_run(run))
+        return as_json(run_data(run))
 
     async def run_step(
         self,
@@ -370,7 +311,7 @@ class ExperienceTools:
             irreversible=irreversible,
             approved=approved,
         )
-        return _json({"run_id": run_id} | _recorded(step))
+        return as_json({"run_id": run_id} | recorded_data(step))
 
     async def run_finish(
         self,
@@ -380,7 +321,7 @@ class ExperienceTools:
     ) -> str:
         """Finishes a run."""
         run = await self._call("run_finish", self.experience.finish_run, run_id, status, note)
-        return _json(_run(run, full=False) | {"steps": len(run.steps)})
+        return as_json(run_data(run, full=False) | {"steps": len(run.steps)})
 
     async def run_list(
         self,
@@ -389,11 +330,11 @@ class ExperienceTools:
     ) -> str:
         """The newest runs."""
         runs = await self._call("run_list", self.experience.runs, limit, status)
-        return _json([_run(r, full=False) for r in runs])
+        return as_json([run_data(r, full=False) for r in runs])
 
     async def run_get(self, run_id: Id) -> str:
         """One run with its audit trail."""
-        return _json(_run(await self._call("run_get", self.experience.run, run_id)))
+        return as_json(run_data(await self._call("run_get", self.experience.run, run_id)))
 
     async def train(
         self,
@@ -426,7 +367,7 @@ class ExperienceTools:
         out = describe(result)
         if result.accepted:
             out["note"] = "this server keeps serving the model it loaded until it is restarted"
-        return _json(out)
+        return as_json(out)
 
 
 def register_experience_tools(

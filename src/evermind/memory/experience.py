@@ -156,7 +156,7 @@ class ExperienceStore(RunLog):
                 (
                     self.namespace,
                     skill_id,
-                    name.strip(),
+                    redact_text(name.strip()),
                     redact_text(description),
                     episode_id,
                     json.dumps([p.to_dict() for p in compiled.parameters]),
