@@ -14,17 +14,21 @@ import logging
 import sys
 from typing import Any
 
-from evermind.mcp.config import MEMORY_FILE_ENV, MODEL_ENV, ServerConfig
+from evermind.mcp.config import EXPERIENCE_ENV, MEMORY_FILE_ENV, MODEL_ENV, ServerConfig
 
 DEFAULT_HTTP_PORT = 8787
 
 
 def _server_config(args: argparse.Namespace) -> ServerConfig:
+    from evermind.mcp.config import experience_enabled
+
     return ServerConfig(
         max_results=args.max_results,
         default_results=min(args.max_results, ServerConfig.default_results),
         max_chars=args.max_chars,
         readonly=args.readonly,
+        experience=args.experience or experience_enabled(),
+        max_runs=args.max_runs,
     )
 
 
@@ -33,32 +37,47 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     import anyio
 
     from evermind.mcp.config import resolve_memory_file, resolve_model_file, store_namespace
+    from evermind.mcp.experience_tools import ExperienceSettings
     from evermind.mcp.server import build_server, load_embedder, open_store, run_stdio
 
     # stdout is the protocol channel under stdio: everything human-readable goes to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
     config = _server_config(args)
     memory_file = resolve_memory_file(args.memory_file)
-    embedder = load_embedder(resolve_model_file(args.model))
+    model_file = resolve_model_file(args.model)
+    embedder = load_embedder(model_file)
     model = None if embedder is None else embedder.model  # memory_compact probes with it
     if not args.http:
         namespace = store_namespace(args.tenant, args.namespace)
         store = open_store(memory_file, embedder, namespace)
-        anyio.run(run_stdio, store, config, model)
+        # Over stdio the one tenant served is the local user: the private model is theirs.
+        anyio.run(run_stdio, store, config, model, ExperienceSettings(model_file=model_file))
         return 0
 
     from dataclasses import replace
 
-    from evermind.mcp.http import RateLimiter, build_http_app, load_tokens_file, serve_http
+    from evermind.mcp.http import (
+        OPEN_TENANT,
+        RateLimiter,
+        build_http_app,
+        load_tokens_file,
+        serve_http,
+    )
 
     tokens = None if args.tokens_file is None else load_tokens_file(args.tokens_file)
+    # The private model is trained (and its path shown) only for the tenant that owns it.
+    owner = args.experience_owner or (OPEN_TENANT if tokens is None else None)
+    owner_namespace = None if owner is None else store_namespace(owner, args.namespace)
 
     def tenant_store(tenant: str) -> Any:
         # Tenants share the memory file; each is its own namespace, as in the runtime.
         return open_store(memory_file, embedder, store_namespace(tenant, args.namespace))
 
     def build(store: Any, readonly: bool) -> Any:
-        return build_server(store, replace(config, readonly=config.readonly or readonly), model)
+        owns = store.backend.namespace == owner_namespace
+        experience = ExperienceSettings(model_file=model_file if owns else None, owns_model=owns)
+        served = replace(config, readonly=config.readonly or readonly)
+        return build_server(store, served, model, experience)
 
     limiter = RateLimiter(args.rate_limit)
     app = build_http_app(tenant_store, build, tokens, host=args.host, limiter=limiter)
@@ -127,7 +146,8 @@ def register(sub: Any) -> None:
         help="serve memory to MCP agents (stdio; --http for streamable HTTP)",
         description=(
             "Serve Evermind memory as MCP tools: memory_recall, memory_get, "
-            "memory_recall_by_tag, memory_remember, memory_forget."
+            "memory_recall_by_tag, memory_remember, memory_forget (with --experience also "
+            "episodes, skills, runs and experience_train)."
         ),
     )
     mcp.add_argument(
@@ -145,6 +165,20 @@ def register(sub: Any) -> None:
     )
     mcp.add_argument(
         "--max-chars", type=int, default=ServerConfig.max_chars, help="preview length per hit"
+    )
+    mcp.add_argument(
+        "--experience",
+        action="store_true",
+        help=f"serve the experience tools: episodes, skills, runs, experience_train "
+        f"(default ${EXPERIENCE_ENV}=1)",
+    )
+    mcp.add_argument(
+        "--experience-owner",
+        help="over --http: the tenant that owns --model (only it gets experience_train; "
+        "default 'default' without --tokens-file, else nobody)",
+    )
+    mcp.add_argument(
+        "--max-runs", type=int, default=500, help="experience runs kept per tenant (default 500)"
     )
     mcp.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP interface (default 127.0.0.1)")

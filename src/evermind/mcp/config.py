@@ -22,6 +22,8 @@ from evermind.paths import data_dir
 MEMORY_FILE_ENV = "EVERMIND_MEMORY_FILE"
 #: Environment variable naming a ``.evermind`` package to embed with (overridden by ``--model``).
 MODEL_ENV = "EVERMIND_MODEL"
+#: Environment variable that opts in to the experience tools (``1``; overridden by the flag).
+EXPERIENCE_ENV = "EVERMIND_EXPERIENCE"
 #: File name of the memory database inside the data directory (the runtime's database).
 MEMORY_FILE_NAME = "runtime.db"
 #: The tenant and namespace used when none is named (the runtime's defaults).
@@ -53,6 +55,9 @@ class ServerConfig:
             ends with an ellipsis. ``memory_get`` returns the full text.
         max_content_chars: Longest content ``memory_remember`` accepts.
         readonly: Serve only the read tools (no ``memory_remember`` / ``memory_forget``).
+        experience: Serve the experience tools (episodes, skills, runs, ``experience_train``);
+            off unless opted in (``--experience`` or ``EVERMIND_EXPERIENCE=1``).
+        max_runs: Runs kept per tenant by the experience store; older ones are pruned.
 
     Raises:
         ConfigError: A limit is not a positive integer, or the default exceeds the maximum.
@@ -63,9 +68,17 @@ class ServerConfig:
     max_chars: int = 300
     max_content_chars: int = 20_000
     readonly: bool = False
+    experience: bool = False
+    max_runs: int = 500
 
     def __post_init__(self) -> None:
-        for name in ("max_results", "default_results", "max_chars", "max_content_chars"):
+        for name in (
+            "max_results",
+            "default_results",
+            "max_chars",
+            "max_content_chars",
+            "max_runs",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"ServerConfig: {name} must be a positive integer, got {value!r}")
@@ -74,6 +87,24 @@ class ServerConfig:
                 f"ServerConfig: default_results ({self.default_results}) exceeds max_results "
                 f"({self.max_results}); hint: raise --max-results or lower the default"
             )
+
+
+def experience_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``$EVERMIND_EXPERIENCE`` opts in to the experience tools (``1``/``true``/``yes``).
+
+    Raises:
+        ConfigError: The variable is set to something else than a yes or a no.
+    """
+    env = os.environ if env is None else env
+    value = env.get(EXPERIENCE_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(
+        f"{EXPERIENCE_ENV}: expected 1 or 0, got {value!r}; hint: export {EXPERIENCE_ENV}=1 to "
+        "serve the experience tools"
+    )
 
 
 def resolve_memory_file(
@@ -120,11 +151,13 @@ def resolve_model_file(
 __all__ = [
     "DEFAULT_NAMESPACE",
     "DEFAULT_TENANT",
+    "EXPERIENCE_ENV",
     "MEMORY_FILE_ENV",
     "MEMORY_FILE_NAME",
     "MODEL_ENV",
     "ServerConfig",
     "data_dir",
+    "experience_enabled",
     "resolve_memory_file",
     "resolve_model_file",
     "store_namespace",

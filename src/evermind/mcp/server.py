@@ -3,7 +3,8 @@
 Owns :func:`open_store` (the SQLite-backed ``MemoryStore`` every MCP host shares, with the
 ``.evermind`` model as its CPU embedder when one is given, computing on a worker thread so
 the event loop keeps serving other tools and ``/healthz``), :func:`build_server` (an
-``MCPServer`` carrying the memory tools) and :func:`run_stdio`. The HTTP transport is in
+``MCPServer`` carrying the memory tools, and the experience tools when opted in) and
+:func:`run_stdio`. The HTTP transport is in
 ``evermind.mcp.http``. Native-only.
 """
 
@@ -19,6 +20,11 @@ from mcp.server import MCPServer
 
 import evermind
 from evermind.mcp.config import ServerConfig
+from evermind.mcp.experience_tools import (
+    ExperienceSettings,
+    ExperienceTools,
+    register_experience_tools,
+)
 from evermind.mcp.tools import INSTRUCTIONS, MemoryTools, register_tools
 from evermind.memory import MemoryStore
 
@@ -70,10 +76,23 @@ def open_store(memory_file: Path, embedder: Any, namespace: str) -> MemoryStore:
     return MemoryStore(memory_file, embedder, namespace=namespace)
 
 
-def build_server(store: MemoryStore, config: ServerConfig, model: Any = None) -> MCPServer[Any]:
+def build_server(
+    store: MemoryStore,
+    config: ServerConfig,
+    model: Any = None,
+    experience: ExperienceSettings | None = None,
+) -> MCPServer[Any]:
     """Returns an ``MCPServer`` whose tools read (and unless read-only write) ``store``.
 
-    ``model`` is the local Evermind model ``memory_compact`` probes with (None: no compaction).
+    Args:
+        store: The memory store (one tenant's namespace).
+        config: Caps and mode; ``config.experience`` adds the experience tools.
+        model: The local Evermind model ``memory_compact`` probes with (None: no compaction).
+        experience: What the experience tools get (the private model file, whether this
+            tenant owns it); None: no private model. Ignored unless ``config.experience``.
+
+    Raises:
+        StorageError: The experience tables cannot be opened in the store's file.
     """
     server: MCPServer[Any] = MCPServer(
         SERVER_NAME,
@@ -83,13 +102,21 @@ def build_server(store: MemoryStore, config: ServerConfig, model: Any = None) ->
         log_level="WARNING",
     )
     names = register_tools(server, MemoryTools(store, config, model))
+    if config.experience:
+        tools = ExperienceTools(store, experience or ExperienceSettings(), config.max_runs)
+        names += register_experience_tools(server, tools, config.readonly)
     logger.info("MCP tools: %s", ", ".join(names))
     return server
 
 
-async def run_stdio(store: MemoryStore, config: ServerConfig, model: Any = None) -> None:
+async def run_stdio(
+    store: MemoryStore,
+    config: ServerConfig,
+    model: Any = None,
+    experience: ExperienceSettings | None = None,
+) -> None:
     """Serves the memory tools on stdin/stdout until the client closes the pipe."""
-    server = build_server(store, config, model)
+    server = build_server(store, config, model, experience)
     try:
         await server.run_stdio_async()
     finally:

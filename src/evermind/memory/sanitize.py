@@ -12,16 +12,22 @@ strips the first and defuses the second, and fences recalled text as reference d
 - ``fence``: wraps sanitised items in a clearly delimited block with a note that the content is
   data, not instructions; fence markers inside the items are neutralised so an item cannot
   close the block early.
+- ``is_secret`` / ``redact_secrets``: the secret detector (API keys, tokens, passwords,
+  private keys, credentials in URLs, and values under a secret-sounding name) that keeps
+  secrets out of what is stored, e.g. the experience store's episodes, skills and runs.
 
 Browser-safe: standard library only.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 _KEEP = {"\n", "\t"}
 # Bidi embeddings/overrides/isolates and zero-width characters (format class Cf, selected).
@@ -171,3 +177,105 @@ def fence(items: Sequence[str], title: str = "recalled memories") -> str:
         lines.append(f"[{number}] {body}")
     lines.append(FENCE_CLOSE)
     return "\n".join(lines)
+
+
+#: Provider key and token shapes: each is a secret wherever it appears.
+_SECRET_VALUES = re.compile(
+    r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"  # OpenAI / Anthropic keys
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"  # GitHub tokens
+    r"|\bglpat-[A-Za-z0-9_-]{16,}"  # GitLab
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key ids
+    r"|\bxox[abprs]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
+    r"|\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe
+    r"|\bnpm_[A-Za-z0-9]{30,}"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"
+    r"|(?i:\bbearer\s+)[A-Za-z0-9._~+/-]{16,}=*"
+    r"|(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"  # user:password@ in a URL
+)
+#: Words that make a field's value a secret whatever it looks like (matched per name part).
+_SECRET_NAME_PARTS = frozenset(
+    {
+        "password", "passwd", "passphrase", "pwd", "secret", "token", "apikey", "auth",
+        "authorization", "credential", "credentials", "cookie", "otp", "pin", "privatekey",
+        "accesskey", "secretkey", "sessionkey", "signature",
+    }
+)  # fmt: skip
+_SECRET_NAME_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")})
+#: ``name=value`` / ``name: value`` inside free text, for names judged by :func:`is_secret_name`.
+_NAMED_VALUE = re.compile(r"(?P<name>[A-Za-z][\w-]{1,40})(?P<sep>\s*[=:]\s*)(?P<value>[^\s,;&]+)")
+_OPAQUE = re.compile(r"[A-Za-z0-9+/=_-]{24,}")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a field called ``name`` holds a secret (``password``, ``apiKey``, ``GH_TOKEN``)."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    parts = [p for p in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if p]
+    joined = {a + b for a, b in pairwise(parts)}
+    return bool(
+        _SECRET_NAME_PARTS.intersection(parts)
+        or _SECRET_NAME_PARTS.intersection(joined)
+        or _SECRET_NAME_PAIRS.intersection(pairwise(parts))
+    )
+
+
+def _opaque_token(word: str) -> bool:
+    """A long random-looking word: upper, lower and digits, and > 4 bits of entropy a character.
+
+    Hex digests (git hashes, sha256) top out at 4 bits a character, so they are not flagged.
+    """
+    if not _OPAQUE.fullmatch(word):
+        return False
+    if not (any(c.isupper() for c in word) and any(c.islower() for c in word)):
+        return False
+    if not any(c.isdigit() for c in word):
+        return False
+    counts = Counter(word)
+    entropy = -sum(n / len(word) * math.log2(n / len(word)) for n in counts.values())
+    return entropy > 4.0
+
+
+def is_secret(value: object, name: str = "") -> bool:
+    """Whether ``value`` (stored under the field ``name``) is a secret that must not be kept.
+
+    A non-empty value under a secret-sounding name is one; so is any string with a provider
+    key or token shape, a private key, a URL with a password, or a long random-looking word.
+    """
+    if isinstance(value, bool) or value is None:
+        return False
+    if name and is_secret_name(name) and str(value) != "":
+        return True
+    if not isinstance(value, str):
+        return False
+    if _SECRET_VALUES.search(value):
+        return True
+    return any(_opaque_token(word) for word in re.split(r"[\s\"'`,;()<>\[\]{}]+", value))
+
+
+def redact_secrets(text: str, mask: str = "***") -> tuple[str, int]:
+    """``text`` with every secret in it replaced by ``mask``.
+
+    Returns:
+        ``(redacted text, how many secrets were replaced)``.
+    """
+    count = 0
+
+    def hide(match: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        return mask
+
+    def hide_named(match: re.Match[str]) -> str:
+        nonlocal count
+        if not is_secret_name(match.group("name")) or match.group("value") == mask:
+            return match.group()
+        count += 1
+        return f"{match.group('name')}{match.group('sep')}{mask}"
+
+    text = _SECRET_VALUES.sub(hide, text)
+    text = _NAMED_VALUE.sub(hide_named, text)
+    text = re.sub(
+        r"[A-Za-z0-9+/=_-]{24,}", lambda m: hide(m) if _opaque_token(m.group()) else m.group(), text
+    )
+    return text, count
