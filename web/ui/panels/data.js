@@ -180,7 +180,8 @@ export function dataPanel(app) {
   let memorySources = new Map(); // source id -> {chunks, kind} that the namespace holds
   let memoryListed = false;
   const memoryNamespace = field("Namespace", h("input", { type: "text", name: "data-memory-namespace", id: "data-memory-namespace", autocomplete: "off", placeholder: "studio", spellcheck: "false" }), "Empty: the Memory panel's default (studio).");
-  const memoryList = h("ul", { class: "sources", id: "data-memory-files", "aria-label": "Files and memory" });
+  memoryNamespace.field.classList.add("narrow");
+  const memoryList = h("ul", { class: "memory-files", id: "data-memory-files", "aria-label": "Files and memory" });
   const memoryBar = h("progress", { id: "data-memory-progress", max: 1, value: 0, "aria-label": "Send to memory progress" });
   const memoryBarText = h("span", { class: "progress-text", id: "data-memory-progress-text", text: "" });
   const memoryMessage = h("p", { class: "message", id: "data-memory-result", role: "status", "aria-live": "polite", hidden: true });
