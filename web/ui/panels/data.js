@@ -54,8 +54,6 @@ export function dataPanel(app) {
     for (const file of files) {
       // The bytes go to Python, which refuses binary content and malformed CSV in words.
       const data = toBase64(await file.arrayBuffer());
-      memoryFiles.set(file.name, data); // the newest bytes of each name: what "Send to memory" sends
-      renderMemory();
       if (/\.csv$/i.test(file.name)) {
         const checked = await app.call("corpus_check", { name: file.name, data_b64: data });
         const name = tableName(file.name, new Set(csvTables.keys()));
@@ -65,6 +63,8 @@ export function dataPanel(app) {
         await app.addFile(file.name, data);
         added.push(file.name);
       }
+      memoryFiles.set(file.name, data); // checked text: the newest bytes of each name go to memory
+      renderMemory();
     }
     renderCsv();
     app.say(message, `Added ${added.join(", ")}.`, "ok");
@@ -179,13 +179,15 @@ export function dataPanel(app) {
   const memoryFiles = new Map(); // file name -> base64 bytes, of the files dropped on this page
   let memorySources = new Map(); // source id -> {chunks, kind} that the namespace holds
   let memoryListed = false;
+  let memoryBusy = false; // one send or forget at a time: both diff against the same manifests
+  const idle = () => (memoryBusy ? "Sending to memory…" : null);
   const memoryNamespace = field("Namespace", h("input", { type: "text", name: "data-memory-namespace", id: "data-memory-namespace", autocomplete: "off", placeholder: "studio", spellcheck: "false" }), "Empty: the Memory panel's default (studio).");
   memoryNamespace.field.classList.add("narrow");
   const memoryList = h("ul", { class: "memory-files", id: "data-memory-files", "aria-label": "Files and memory" });
   const memoryBar = h("progress", { id: "data-memory-progress", max: 1, value: 0, "aria-label": "Send to memory progress" });
   const memoryBarText = h("span", { class: "progress-text", id: "data-memory-progress-text", text: "" });
   const memoryMessage = h("p", { class: "message", id: "data-memory-result", role: "status", "aria-live": "polite", hidden: true });
-  const sendAll = app.gate(h("button", { type: "button", id: "data-memory-send-all", text: "Send all to memory" }), () => (memoryFiles.size ? null : "Drop or choose files first."));
+  const sendAll = app.gate(h("button", { type: "button", id: "data-memory-send-all", text: "Send all to memory" }), () => (memoryFiles.size ? idle() : "Drop or choose files first."));
   const memoryBox = h(
     "section",
     { class: "sub-card", id: "data-memory", "aria-label": "Send to memory" },
@@ -211,7 +213,19 @@ export function dataPanel(app) {
     renderMemory();
   }
 
-  const sendToMemory = (button, names) => app.run(button, async () => {
+  /** Runs `task` with every memory button held off until it ends. */
+  const exclusive = (button, task) => {
+    memoryBusy = true;
+    return app.run(button, async () => {
+      try {
+        return await task();
+      } finally {
+        memoryBusy = false;
+      }
+    }, memoryMessage);
+  };
+
+  const sendToMemory = (button, names) => exclusive(button, async () => {
     memoryBar.max = 1;
     memoryBar.removeAttribute("value"); // indeterminate until the first progress event
     memoryBarText.textContent = "Parsing…";
@@ -221,13 +235,13 @@ export function dataPanel(app) {
     memoryBarText.textContent = `${formatCount(r.chunks)} / ${formatCount(r.chunks)} chunks`;
     app.say(memoryMessage, ingestWords(r), "ok");
     await listMemorySources();
-  }, memoryMessage);
+  });
 
-  const forgetFromMemory = (button, name) => app.run(button, async () => {
+  const forgetFromMemory = (button, name) => exclusive(button, async () => {
     const r = await app.call("memory_forget_source", { source: name, namespace: namespace() });
     app.say(memoryMessage, r.forgotten ? `Forgot ${name}: ${plural(r.deleted, "chunk")} removed from memory.` : `${name} was not in memory.`, r.forgotten ? "ok" : "");
     await listMemorySources();
-  }, memoryMessage);
+  });
 
   function renderMemory({ refresh = true } = {}) {
     const names = [...new Set([...memoryFiles.keys(), ...memorySources.keys()])].sort();
@@ -238,9 +252,9 @@ export function dataPanel(app) {
       ...(names.length
         ? names.map((name) => {
           const held = memorySources.get(name);
-          const send = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Send ${name} to memory`, text: held ? "Send again" : "Send to memory" }), () => null);
+          const send = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Send ${name} to memory`, text: held ? "Send again" : "Send to memory" }), idle);
           send.addEventListener("click", () => sendToMemory(send, [name]));
-          const forget = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Forget ${name} from memory`, text: "Forget" }), () => (held ? null : "Not in memory."));
+          const forget = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Forget ${name} from memory`, text: "Forget" }), () => (held ? idle() : "Not in memory."));
           forget.addEventListener("click", () => forgetFromMemory(forget, name));
           return h(
             "li",
