@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,6 +112,7 @@ async def memory_ingest(
         InputError: A bad namespace or file entry, a file no parser reads, contents that
             do not parse; nothing is written then.
     """
+    started = time.perf_counter()
     name = check_namespace(namespace)
     items = _files(files)
     chunker = Chunker()
@@ -119,6 +121,7 @@ async def memory_ingest(
     store = await tab_memory().store(name)
     emit("memory-ingest-progress", done=0, total=total, namespace=name, source=None)
     cache = store.vector_cache
+    embedded_before = 0 if cache is None else cache.embedded_texts
     on_progress = None
     if cache is not None:
         done = 0
@@ -145,6 +148,9 @@ async def memory_ingest(
         store, items, chunker=chunker, tags=STUDIO_TAGS, on_progress=on_progress
     )
     emit("memory-ingest-progress", done=total, total=total, namespace=name, source=None)
+    # The report counts what the sync embedded; the batches before it embedded the rest.
+    report.embeds = 0 if cache is None else cache.embedded_texts - embedded_before
+    report.seconds = time.perf_counter() - started
     return {**report.to_dict(), "namespace": name, "files": [n for n, _ in items]}
 
 
