@@ -18,7 +18,10 @@ Usage::
 
 ``--tune-steps`` and ``--seed`` are passed to ``evermind tune-embedder`` as ``--steps`` and
 ``--seed`` (default: the command's own defaults, 300 steps and seed 0). The JSON holds each
-phase's wall time under ``"seconds"`` (storing and asking per run, and the tuning).
+phase's wall time under ``"seconds"`` (storing and asking per run, and the tuning), and each
+run's ``"answers"``: the hit keys of every question, best first. :func:`report` grades those
+answers through :mod:`evermind.evaluation` (a case per question, ``RecallAtK(1|5,
+capped=True)``), which is how ``tests/runtime/test_mcp_recall_quality.py`` gates them.
 
 These are development numbers (the set is for tuning); report them as such.
 """
@@ -45,11 +48,14 @@ if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.
     sys.path.insert(0, str(ROOT))
 
 from evals import require  # noqa: E402
+from evermind.evaluation import Case, Outcome, RecallAtK, Report, run_eval  # noqa: E402
 
 #: The development set's file name (in the folder :func:`evals.find` looks in).
 SET_NAME = "memory_recall_dev.jsonl"
 HIT_LINE = re.compile(r"^\[(\d+)\] (\S+) \(score ([0-9.]+); tags: (.*)\)$", re.M)
 TOP_K = 5
+#: The graders of a run's answers: recall@k as ``eval_dev.py`` defines it (over min(k, |gold|)).
+GRADERS = (RecallAtK(1, capped=True), RecallAtK(TOP_K, capped=True))
 
 
 def load_set(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -58,6 +64,27 @@ def load_set(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     facts = [row for row in rows if row["type"] == "fact"]
     questions = [row for row in rows if row["type"] == "question"]
     return facts, questions
+
+
+def cases(questions: list[dict[str, Any]]) -> list[Case]:
+    """One harness case per question: its gold keys are the relevant ids, its kind the tag."""
+    return [
+        Case(q["id"], q["question"], {"relevant": list(q["gold_keys"])}, (q["kind"],))
+        for q in questions
+    ]
+
+
+async def report(name: str, path: Path, answers: dict[str, list[str]]) -> Report:
+    """The harness's report of one run: every question of the set at ``path`` a case, its
+    outcome the hit keys the server returned (``answers``, by question id), :data:`GRADERS`.
+    A question with no recorded answer fails (the run did not ask it)."""
+
+    async def asked(case: Case) -> Outcome:
+        if case.id not in answers:
+            raise KeyError(f"question {case.id} was not asked")
+        return Outcome({"retrieved": answers[case.id]})
+
+    return await run_eval(name, cases(load_set(path)[1]), asked, GRADERS)
 
 
 def hit_keys(text: str) -> list[str]:
@@ -96,6 +123,7 @@ async def run(path: Path, model: Path | None, memory_file: Path) -> dict[str, An
     return score(ranked) | {
         "ranked_by": ranked_by,
         "seconds": {"remember": write_s, "recall": recall_s},
+        "answers": {question["id"]: keys for question, keys in ranked},
         "remember_ms": 1000 * write_s / len(facts),
         "recall_ms": 1000 * recall_s / len(questions),
     }

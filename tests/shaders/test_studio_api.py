@@ -327,3 +327,30 @@ def call_error(fn: str, **kwargs) -> str:
     envelope = json.loads(asyncio.run(api.call(fn, json.dumps(kwargs))))
     assert not envelope["ok"], f"{fn} unexpectedly succeeded"
     return str(envelope["error"])
+
+
+def test_files_sent_to_memory_are_embedded_once_in_batches_by_the_tabs_model(events) -> None:
+    """memory_ingest with a model: the chunks embedded in batches (one progress step each),
+    every new text embedded once, an unchanged re-send embedding nothing, recall semantic."""
+    from evermind.studio.ingest_api import EMBED_BATCH
+
+    call("corpus_add", name="notes.md", text=TEXT)
+    call("tokenizer_train", vocab_size=300)
+    call("train_start", config=TINY, steps=2, batch_size=2, seq_len=16, lr=1e-2)
+    sections = EMBED_BATCH + 3
+    doc = "".join(
+        f"## Topic {i}\n\nFact number {i} is about the {i}th rack.\n\n" for i in range(sections)
+    )
+    data = base64.b64encode(doc.encode()).decode()
+    first = call("memory_ingest", files=[{"name": "racks.md", "data_b64": data}])
+    assert first["added"] == first["chunks"] == sections and first["embeds"] == sections
+    steps = [e["done"] for e in events if e["event"] == "memory-ingest-progress"]
+    assert steps == [0, EMBED_BATCH, sections, sections], steps
+    again = call("memory_ingest", files=[{"name": "racks.md", "data_b64": data}])
+    assert again["unchanged"] == sections and again["embeds"] == 0
+    changed = base64.b64encode(doc.replace("the 7th rack", "the seventh rack").encode()).decode()
+    third = call("memory_ingest", files=[{"name": "racks.md", "data_b64": changed}])
+    assert (third["updated"], third["embeds"]) == (1, 1)
+    out = call("memory_recall", query="Fact number 7 seventh rack", top_k=3)
+    assert out["ranked_by"].startswith("semantic+lexical")
+    assert out["hits"][0]["source"] == "racks.md" and "seventh" in out["hits"][0]["content"]

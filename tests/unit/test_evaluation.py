@@ -99,6 +99,19 @@ def test_recall_at_k() -> None:
         RecallAtK(0)
 
 
+def test_capped_recall_counts_over_min_k_and_the_relevant() -> None:
+    three = {"relevant": ["a", "b", "c"]}
+    # Over |relevant|, one of three in the top 1 is a third; capped, it is all there is room for.
+    assert grade(RecallAtK(1), three, {"retrieved": ["b", "x"]}).score == pytest.approx(1 / 3)
+    capped = grade(RecallAtK(1, capped=True), three, {"retrieved": ["b", "x"]})
+    assert capped.status == "pass" and capped.score == 1.0
+    assert "retrieved: b" in capped.detail and "relevant: a, b, c" in capped.detail
+    miss = grade(RecallAtK(1, capped=True), three, {"retrieved": ["x", "a"]})
+    assert miss.status == "fail" and miss.score == 0.0
+    five = grade(RecallAtK(5, capped=True), three, {"retrieved": ["x", "a", "y", "c"]})
+    assert five.score == pytest.approx(2 / 3) and five.status == "fail"
+
+
 def test_citation_validity() -> None:
     cites = CitationValidity()
     assert grade(cites, {}, {"citations": [1, 3], "sources": 3}).status == "pass"
@@ -154,6 +167,20 @@ def test_report_rates_and_render() -> None:
     text = report.render()
     assert "b: exact:answer: got '5 seconds', expected '2 seconds'" in text
     assert "tag unanswerable" in text and "n/a" in text
+
+
+def test_select_grades_the_cases_by_some_graders_only() -> None:
+    report = run([Exact(), RecallAtK(1)])
+    exact_only = report.select(["exact:answer"])
+    assert exact_only.graders == ("exact:answer",) and len(exact_only.results) == len(
+        report.results
+    )
+    assert all(g.grader == "exact:answer" for r in exact_only.results for g in r.grades)
+    assert exact_only.overall() == exact_only.grader("exact:answer")
+    with pytest.raises(ConfigError, match="recall@9"):
+        report.select(["recall@9"])
+    with pytest.raises(ConfigError):
+        report.select([])
 
 
 def test_a_system_error_fails_its_case_and_is_reported() -> None:

@@ -28,7 +28,7 @@ const NO_GPU_REASON = "Training needs WebGPU, which this browser does not provid
 
 let nextAppId = 1;
 /** RPC calls after which the Memory and Cache panels re-read what they show. */
-const CHANGES_DATA = /^(memory_(remember|forget|import)|cache_(store|import))$/;
+const CHANGES_DATA = /^(memory_(remember|forget|import|ingest|forget_source)|cache_(store|import))$/;
 
 export class StudioApp extends EventTarget {
   /**

@@ -174,7 +174,10 @@ class RecallAtK:
     """Share of the labelled relevant ids among the first ``k`` retrieved ones.
 
     Passes when the share reaches ``minimum`` (1.0: all of them). A case with no relevant
-    ids labelled skips (recall is undefined).
+    ids labelled skips (recall is undefined). With ``capped`` the share is over
+    ``min(k, |relevant|)`` rather than ``|relevant|`` (a question with three relevant ids
+    reaches 1.0 at ``k=1`` when the first hit is one of them): the memory development set's
+    recall@k (``shared/eval/eval_dev.py``).
     """
 
     def __init__(
@@ -184,6 +187,7 @@ class RecallAtK:
         retrieved: str = "retrieved",
         relevant: str = "relevant",
         minimum: float = 1.0,
+        capped: bool = False,
         name: str | None = None,
     ) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -194,6 +198,7 @@ class RecallAtK:
         self.retrieved = retrieved
         self.relevant = relevant
         self.minimum = minimum
+        self.capped = capped
         self.name = name or f"recall@{k}"
 
     async def grade(self, case: Case, outcome: Outcome) -> Grade:
@@ -207,13 +212,16 @@ class RecallAtK:
         ranked = [] if got is _MISSING else _strings(case, self.retrieved, got)
         top = set(ranked[: self.k])
         found = relevant & top
-        score = len(found) / len(relevant)
+        out_of = min(self.k, len(relevant)) if self.capped else len(relevant)
+        score = len(found) / out_of
         status: Status = "pass" if score >= self.minimum else "fail"
+        shown = ", ".join(ranked[: self.k]) or "nothing"
         return Grade(
             self.name,
             status,
             score,
-            f"{len(found)} of {len(relevant)} relevant in the top {self.k}",
+            f"{len(found)} of {len(relevant)} relevant in the top {self.k} "
+            f"(retrieved: {shown}; relevant: {', '.join(sorted(relevant))})",
         )
 
 

@@ -11,10 +11,11 @@ Browser-safe: standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from evermind.errors import ConfigError
 from evermind.evaluation.cases import Case, Grade, Outcome, Status
 
 __all__ = ["CaseResult", "Rate", "Report"]
@@ -101,6 +102,29 @@ class Report:
             elif grade is not None:
                 statuses.append(grade.status)
         return _rate(statuses)
+
+    def select(self, graders: Sequence[str]) -> Report:
+        """The same cases graded by ``graders`` only (a case passes when those pass).
+
+        A pass rate over several graders together (an answer that is not a refusal, cites
+        validly and cites the right source) is then ``select(...).overall(tag)``, which a
+        :class:`~evermind.evaluation.gates.MinPassRate` gates.
+
+        Raises:
+            ConfigError: A name that is not one of this report's graders.
+        """
+        unknown = [name for name in graders if name not in self.graders]
+        if unknown or not graders:
+            raise ConfigError(
+                f"Report.select: expected some of {list(self.graders)}, got {list(graders)}"
+            )
+        wanted = set(graders)
+        results = tuple(
+            CaseResult(r.case, r.outcome, tuple(g for g in r.grades if g.grader in wanted))
+            for r in self.results
+        )
+        kept = tuple(name for name in self.graders if name in wanted)
+        return Report(f"{self.name} [{', '.join(kept)}]", results, kept)
 
     def tags(self) -> list[str]:
         """Every tag the cases carry, sorted."""

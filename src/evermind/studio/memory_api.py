@@ -2,7 +2,8 @@
 
 ``memory_remember``, ``memory_recall``, ``memory_forget``, ``memory_list``, ``cache_lookup``
 and ``cache_store`` (plus the bulk ``memory_import``/``memory_export``/``cache_import`` for
-import, export and benchmarks) run on the worker's session: IndexedDB storage, the tab's model as
+import, export and benchmarks) run on the worker's session (the memory calls in the namespace
+they name, ``"studio"`` by default): IndexedDB storage, the tab's model as
 embedder when one is ready (lexical ranking otherwise) and the GPU cosine scan. Every recall
 and lookup result says how it was ranked (``ranked_by``) and which scan ran (``scan``).
 Registered on this module's ``router``, which :mod:`evermind.studio.api` merges. Browser-safe.
@@ -45,9 +46,10 @@ async def memory_remember(
     tags: list[str] | None = None,
     importance: float = 0.5,
     ttl: float | None = None,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """Remembers ``content`` under ``key`` in the tab's IndexedDB (one transaction)."""
-    store = await tab_memory().store()
+    store = await tab_memory().store(namespace)
     record = await store.remember(
         key, content, _strings(tags, "memory_remember: tags"), importance, ttl
     )
@@ -56,11 +58,11 @@ async def memory_remember(
 
 @handler
 async def memory_recall(
-    query: str, top_k: int = 5, tags: list[str] | None = None
+    query: str, top_k: int = 5, tags: list[str] | None = None, namespace: str | None = None
 ) -> dict[str, Any]:
     """The memories most relevant to ``query``, with scores and how they were ranked."""
     tab = tab_memory()
-    store = await tab.store()
+    store = await tab.store(namespace)
     wanted = None if tags is None else _strings(tags, "memory_recall: tags")
     hits = await store.recall(query, int(top_k), wanted)
     semantic = bool(hits) and hits[0].ranked_by.startswith("semantic")
@@ -73,6 +75,7 @@ async def memory_recall(
                 "score": h.score,
                 "ranked_by": h.ranked_by,
                 "signals": dict(h.signals),
+                "source": h.meta.get("source") if h.meta.get("ingest") == "chunk" else None,
             }
             for h in hits
         ],
@@ -83,16 +86,16 @@ async def memory_recall(
 
 
 @handler
-async def memory_forget(key: str) -> dict[str, Any]:
+async def memory_forget(key: str, namespace: str | None = None) -> dict[str, Any]:
     """Deletes the memory ``key``; says whether it existed."""
-    store = await tab_memory().store()
+    store = await tab_memory().store(namespace)
     return {"forgotten": await store.forget(key)}
 
 
 @handler
-async def memory_list(limit: int = 50) -> dict[str, Any]:
+async def memory_list(limit: int = 50, namespace: str | None = None) -> dict[str, Any]:
     """The most recently written memories, newest first."""
-    store = await tab_memory().store()
+    store = await tab_memory().store(namespace)
     records = await store.recent(int(limit))
     return {
         "items": [

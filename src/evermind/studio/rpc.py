@@ -1,9 +1,10 @@
 """What every Studio RPC handler module shares: :class:`Router`, the event emitter, the session.
 
-Each handler module (``api``, ``memory_api``, ``bench_api``) builds its own ``Router`` and
-imports only this module; :mod:`evermind.studio.api` merges the routers once into its handler
-table (as ``runtime/app.py`` includes its route modules), so no handler module imports the
-module that dispatches to it. Browser-safe.
+Each handler module (``api``, ``memory_api``, ``ingest_api``, ``bench_api``) builds its own
+``Router`` and imports this module (``ingest_api`` also ``memory_api.tab_memory``, so files
+sent from the Data panel land in the store the Memory panel reads); :mod:`evermind.studio.api`
+merges the routers once into its handler table (as ``runtime/app.py`` includes its route
+modules), so no handler module imports the module that dispatches to it. Browser-safe.
 """
 
 from __future__ import annotations

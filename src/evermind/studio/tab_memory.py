@@ -2,8 +2,9 @@
 
 :class:`TabMemory` belongs to one :class:`~evermind.studio.session.Session`. It owns
 
-- a :class:`~evermind.memory.MemoryStore` over :class:`~evermind.memory.kv_backend.
-  KVMemoryBackend` (object store ``"memory"``, namespace ``"studio"``), ranking with the
+- a :class:`~evermind.memory.MemoryStore` per namespace over :class:`~evermind.memory.
+  kv_backend.KVMemoryBackend` (object store ``"memory"``; namespace ``"studio"`` unless a
+  call names another, :func:`check_namespace`), ranking with the
   session's model when one is ready (GPU embeddings, GPU cosine scan through
   :class:`~evermind.memory.gpu_vectors.GpuVectorIndex`; without WebGPU an opened package's
   pure-Python embeddings and the CPU scan) and lexically otherwise;
@@ -47,7 +48,7 @@ from evermind.cache.decide import (
     sample_indices,
     stale,
 )
-from evermind.errors import ConfigError
+from evermind.errors import ConfigError, InputError
 from evermind.memory import MemoryStore, VectorIndex
 from evermind.memory.gpu_vectors import GpuVectorIndex
 from evermind.memory.kv_backend import KVMemoryBackend
@@ -57,8 +58,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The memory store's namespace inside the tab's IndexedDB.
+#: The memory store's namespace inside the tab's IndexedDB (when a call names none).
 NAMESPACE = "studio"
+#: Longest namespace name a Studio call may give.
+MAX_NAMESPACE_CHARS = 64
 #: Lowest thresholds of the cache, whatever the calibration: with a model the lookup vector
 #: is the model's and the trigram vector side by side (cosine = their mean); without one,
 #: trigrams alone. The threshold that applies is the higher of these and what the
@@ -73,6 +76,28 @@ CACHE_CAPACITY = 20_000
 #: Dimension of the lexical (character-trigram) vectors.
 TRIGRAM_DIM = 256
 _EMBED_BATCH = 64
+
+
+def check_namespace(namespace: object) -> str:
+    """The namespace a Studio call names (:data:`NAMESPACE` for None or "").
+
+    Raises:
+        InputError: Not a string, longer than :data:`MAX_NAMESPACE_CHARS`, or holding
+            spaces or control characters.
+    """
+    if namespace is None or namespace == "":
+        return NAMESPACE
+    if (
+        not isinstance(namespace, str)
+        or len(namespace) > MAX_NAMESPACE_CHARS
+        or not namespace.isprintable()
+        or any(ch.isspace() for ch in namespace)
+    ):
+        raise InputError(
+            f"namespace: expected 1-{MAX_NAMESPACE_CHARS} printable characters without spaces, "
+            f"got {str(namespace)[:80]!r}; hint: leave it empty for {NAMESPACE!r}"
+        )
+    return namespace
 
 
 def trigram_vector(text: str, dim: int = TRIGRAM_DIM) -> list[float]:
@@ -393,37 +418,48 @@ class TabMemory:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self._backend: KVMemoryBackend | None = None
-        self._store: MemoryStore | None = None
+        self._backends: dict[str, KVMemoryBackend] = {}
+        self._stores: dict[str, MemoryStore] = {}
         self._cache: TabCache | None = None
         self._fingerprint: str | None = None
         self.embedder_words = ""
 
     def _settle(self) -> str | None:
-        """Drops store and cache when the usable embedder changed; returns its fingerprint."""
+        """Drops stores and cache when the usable embedder changed; returns its fingerprint."""
         fingerprint, words = embedder_status(self.session)
         self.embedder_words = words
         if fingerprint != self._fingerprint:
-            if self._store is not None and isinstance(self._store.vector_index, GpuVectorIndex):
-                self._store.vector_index.release()
+            for old in self._stores.values():
+                if isinstance(old.vector_index, GpuVectorIndex):
+                    old.vector_index.release()
             if self._cache is not None:
                 self._cache.release()
-            self._store = None
+            self._stores = {}
             self._cache = None
             self._fingerprint = fingerprint
         return fingerprint
 
-    async def store(self) -> MemoryStore:
-        """The memory store for the embedder usable now."""
+    async def store(self, namespace: str | None = None) -> MemoryStore:
+        """The memory store of ``namespace`` (default :data:`NAMESPACE`) for the embedder
+        usable now.
+
+        Raises:
+            InputError: A bad namespace name (:func:`check_namespace`).
+        """
+        name = check_namespace(namespace)
         fingerprint = self._settle()
-        if self._store is None:
-            if self._backend is None:
-                self._backend = KVMemoryBackend(await self.session.kv(), NAMESPACE)
+        store = self._stores.get(name)
+        if store is None:
+            backend = self._backends.get(name)
+            if backend is None:
+                backend = KVMemoryBackend(await self.session.kv(), name)
+                self._backends[name] = backend
             embedder = SessionEmbedder(self.session) if fingerprint else None
-            self._store = MemoryStore(
-                self._backend, embedder, vector_index=_index(self.session, bool(fingerprint))
+            store = MemoryStore(
+                backend, embedder, vector_index=_index(self.session, bool(fingerprint))
             )
-        return self._store
+            self._stores[name] = store
+        return store
 
     async def cache(self) -> TabCache:
         """The semantic cache for the embedder usable now."""
@@ -436,10 +472,12 @@ class TabMemory:
 __all__ = [
     "HYBRID_THRESHOLD",
     "LEXICAL_THRESHOLD",
+    "MAX_NAMESPACE_CHARS",
     "NAMESPACE",
     "SessionEmbedder",
     "TabCache",
     "TabMemory",
+    "check_namespace",
     "embedder_status",
     "trigram_vector",
 ]

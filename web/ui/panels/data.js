@@ -1,6 +1,8 @@
 // Data panel: the default corpus, dropped/picked files, pasted text, and SQL over a dropped
 // CSV through DuckDB-wasm (loaded only when the SQL box is first used). Shows the sources,
-// size, token estimate, held-out split and a sample of what the model will read.
+// size, token estimate, held-out split and a sample of what the model will read. Dropped
+// files can go to memory too ("Send to memory"): parsed and chunked in this tab by
+// evermind.ingest and diff-synced into the Memory panel's store (memory_ingest).
 import { h, field, formatBytes, formatCount, formatNumber, toBase64 } from "../dom.js";
 import { etaWords, speedKey } from "../speed.js";
 
@@ -61,10 +63,12 @@ export function dataPanel(app) {
         await app.addFile(file.name, data);
         added.push(file.name);
       }
+      memoryFiles.set(file.name, data); // checked text: the newest bytes of each name go to memory
+      renderMemory();
     }
     renderCsv();
     app.say(message, `Added ${added.join(", ")}.`, "ok");
-  }, message).finally(renderCsv);
+  }, message).finally(() => { renderCsv(); renderMemory(); });
   fileInput.addEventListener("change", () => {
     if (fileInput.files.length) addFiles([...fileInput.files]).finally(() => { fileInput.value = ""; });
   });
@@ -171,6 +175,103 @@ export function dataPanel(app) {
     app.say(sqlMessage, `Added ${texts.length} values of ${column} as ${name}.`, "ok");
   }, sqlMessage));
 
+  // Files to memory: parsed and chunked in this tab, written to the Memory panel's store.
+  const memoryFiles = new Map(); // file name -> base64 bytes, of the files dropped on this page
+  let memorySources = new Map(); // source id -> {chunks, kind} that the namespace holds
+  let memoryListed = false;
+  let memoryBusy = false; // one send or forget at a time: both diff against the same manifests
+  const idle = () => (memoryBusy ? "Sending to memory…" : null);
+  const memoryNamespace = field("Namespace", h("input", { type: "text", name: "data-memory-namespace", id: "data-memory-namespace", autocomplete: "off", placeholder: "studio", spellcheck: "false" }), "Empty: the Memory panel's default (studio).");
+  memoryNamespace.field.classList.add("narrow");
+  const memoryList = h("ul", { class: "memory-files", id: "data-memory-files", "aria-label": "Files and memory" });
+  const memoryBar = h("progress", { id: "data-memory-progress", max: 1, value: 0, "aria-label": "Send to memory progress" });
+  const memoryBarText = h("span", { class: "progress-text", id: "data-memory-progress-text", text: "" });
+  const memoryMessage = h("p", { class: "message", id: "data-memory-result", role: "status", "aria-live": "polite", hidden: true });
+  const sendAll = app.gate(h("button", { type: "button", id: "data-memory-send-all", text: "Send all to memory" }), () => (memoryFiles.size ? idle() : "Drop or choose files first."));
+  const memoryBox = h(
+    "section",
+    { class: "sub-card", id: "data-memory", "aria-label": "Send to memory" },
+    h("h3", { text: "Send to memory" }),
+    h("small", { class: "hint", text: "Each file is parsed and cut into chunks in this tab, then stored for recall (Memory panel). Sending a changed file again rewrites only the chunks that changed." }),
+    h("div", { class: "row align-end" }, memoryNamespace.field, sendAll),
+    memoryList,
+    h("div", { class: "progress-row" }, memoryBar, memoryBarText),
+    memoryMessage,
+  );
+  const namespace = () => memoryNamespace.input.value.trim() || null;
+  const plural = (n, word) => `${formatCount(n)} ${word}${n === 1 ? "" : "s"}`;
+
+  /** The result line of one memory_ingest: what changed, chunk by chunk. */
+  function ingestWords(r) {
+    const what = `${plural(r.added, "chunk")} added, ${formatCount(r.updated)} updated, ${formatCount(r.deleted)} removed, ${formatCount(r.unchanged)} unchanged`;
+    return `${r.files.join(", ")} → memory${r.namespace === "studio" ? "" : ` (${r.namespace})`}: ${what} (${formatNumber(r.seconds, 2)} s).`;
+  }
+
+  async function listMemorySources() {
+    const r = await app.call("memory_sources", { namespace: namespace() });
+    memorySources = new Map(r.sources.map((s) => [s.source, s]));
+    renderMemory();
+  }
+
+  /** Runs `task` with every memory button held off until it ends. */
+  const exclusive = (button, task) => {
+    memoryBusy = true;
+    return app.run(button, async () => {
+      try {
+        return await task();
+      } finally {
+        memoryBusy = false;
+      }
+    }, memoryMessage);
+  };
+
+  const sendToMemory = (button, names) => exclusive(button, async () => {
+    memoryBar.max = 1;
+    memoryBar.removeAttribute("value"); // indeterminate until the first progress event
+    memoryBarText.textContent = "Parsing…";
+    const r = await app.call("memory_ingest", { files: names.map((name) => ({ name, data_b64: memoryFiles.get(name) })), namespace: namespace() });
+    memoryBar.max = Math.max(1, r.chunks);
+    memoryBar.value = r.chunks;
+    memoryBarText.textContent = `${formatCount(r.chunks)} / ${formatCount(r.chunks)} chunks`;
+    app.say(memoryMessage, ingestWords(r), "ok");
+    await listMemorySources();
+  });
+
+  const forgetFromMemory = (button, name) => exclusive(button, async () => {
+    const r = await app.call("memory_forget_source", { source: name, namespace: namespace() });
+    app.say(memoryMessage, r.forgotten ? `Forgot ${name}: ${plural(r.deleted, "chunk")} removed from memory.` : `${name} was not in memory.`, r.forgotten ? "ok" : "");
+    await listMemorySources();
+  });
+
+  function renderMemory({ refresh = true } = {}) {
+    const names = [...new Set([...memoryFiles.keys(), ...memorySources.keys()])].sort();
+    const key = JSON.stringify(names.map((n) => [n, memoryFiles.has(n), memorySources.get(n)?.chunks ?? null]));
+    if (key === memoryList.dataset.key) return;
+    memoryList.dataset.key = key;
+    memoryList.replaceChildren(
+      ...(names.length
+        ? names.map((name) => {
+          const held = memorySources.get(name);
+          const send = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Send ${name} to memory`, text: held ? "Send again" : "Send to memory" }), idle);
+          send.addEventListener("click", () => sendToMemory(send, [name]));
+          const forget = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Forget ${name} from memory`, text: "Forget" }), () => (held ? idle() : "Not in memory."));
+          forget.addEventListener("click", () => forgetFromMemory(forget, name));
+          return h(
+            "li",
+            { dataset: { source: name } },
+            h("span", { class: "source-name", text: name }),
+            h("span", { class: "source-meta", text: held ? `${plural(held.chunks, "chunk")} in memory` : "not in memory" }),
+            memoryFiles.has(name) ? send : null,
+            forget,
+          );
+        })
+        : [h("li", { class: "hint", text: "Drop files above; each can go to memory as well as to training." })]),
+    );
+    if (refresh) app.refresh();
+  }
+  sendAll.addEventListener("click", () => sendToMemory(sendAll, [...memoryFiles.keys()]));
+  memoryNamespace.input.addEventListener("change", () => app.run(null, listMemorySources, memoryMessage));
+
   // What the corpus holds.
   const sources = h("ul", { class: "sources", "aria-label": "Corpus sources" });
   const stats = {};
@@ -210,10 +311,16 @@ export function dataPanel(app) {
       ),
       overview,
     ),
+    memoryBox,
     sqlBox,
   );
 
   function update() {
+    if (!memoryListed && app.state.phase === "ready") {
+      // What the store holds from earlier visits: those sources can be forgotten here too.
+      memoryListed = true;
+      listMemorySources().catch((err) => { memoryListed = false; app.say(memoryMessage, String(err.message), "error"); });
+    }
     const c = app.state.corpus;
     stats.size.textContent = c ? formatBytes(c.bytes) : "–";
     stats.tokens.textContent = c ? `≈ ${formatCount(c.token_estimate)}` : "–";
@@ -242,11 +349,21 @@ export function dataPanel(app) {
     );
   }
 
+  renderMemory({ refresh: false }); // the app is still building its panels
   return {
     id: "data",
     title: "Data",
     element,
     update,
+    onEvent(e) {
+      if (e.event === "memory-ingest-progress" && e.total > 0) {
+        memoryBar.max = e.total;
+        memoryBar.value = e.done;
+        memoryBarText.textContent = `${formatCount(e.done)} / ${formatCount(e.total)} chunks`;
+      } else if (e.event === "studio-data" && /^memory_(forget|import)$/.test(e.fn) && memoryListed) {
+        listMemorySources().catch((err) => app.say(memoryMessage, String(err.message), "error"));
+      }
+    },
     status: () => (app.state.corpus?.bytes > 0 ? "done" : csvTables.size ? "active" : "todo"),
     summary: () => (app.state.corpus?.bytes > 0 ? `${formatBytes(app.state.corpus.bytes)} · ≈${formatCount(app.state.corpus.token_estimate)} tok` : "add text"),
   };

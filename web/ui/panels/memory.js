@@ -1,12 +1,15 @@
 // Memory panel: remember (key, content, tags, importance), recall with scores and how each
 // hit was ranked, forget, and the most recent entries. Stored in this browser (IndexedDB),
 // embedded by the tab's own model when one is trained or opened (lexical ranking otherwise).
+// Every call goes to one namespace (empty: "studio", where the Data panel sends files).
 import { h, field, formatNumber } from "../dom.js";
 
 const splitTags = (text) => text.split(",").map((t) => t.trim()).filter(Boolean);
 
 export function memoryPanel(app) {
   const message = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  const namespaceField = field("Namespace", h("input", { type: "text", name: "memory-namespace", autocomplete: "off", placeholder: "studio", spellcheck: "false" }), "Empty: studio, where the Data panel sends files.");
+  const namespace = () => namespaceField.input.value.trim() || null;
   const key = field("Key", h("input", { type: "text", name: "memory-key", autocomplete: "off", placeholder: "user.prefers.language" }));
   const content = field("Content", h("textarea", { name: "memory-content", rows: 3, placeholder: "The user writes Python and prefers short answers." }));
   const tags = field("Tags", h("input", { type: "text", name: "memory-tags", autocomplete: "off", placeholder: "preferences, profile" }), "Comma-separated.");
@@ -30,7 +33,7 @@ export function memoryPanel(app) {
   const forgetButton = (k) => {
     const b = app.gate(h("button", { type: "button", class: "quiet small", "aria-label": `Forget ${k}`, text: "Forget" }), () => null);
     b.addEventListener("click", () => app.run(b, async () => {
-      const r = await app.call("memory_forget", { key: k });
+      const r = await app.call("memory_forget", { key: k, namespace: namespace() });
       app.say(message, r.forgotten ? `Forgot ${k}.` : `${k} was not stored.`, r.forgotten ? "ok" : "");
       for (const li of hits.querySelectorAll("li")) if (li.dataset.key === k) li.remove();
       await list();
@@ -39,7 +42,7 @@ export function memoryPanel(app) {
   };
 
   async function list() {
-    const r = await app.call("memory_list", { limit: 20 });
+    const r = await app.call("memory_list", { limit: 20, namespace: namespace() });
     app.setState({ memoryCount: r.items.length }, { share: false });
     recent.replaceChildren(
       ...(r.items.length
@@ -50,7 +53,7 @@ export function memoryPanel(app) {
 
   remember.addEventListener("click", () => app.run(remember, async () => {
     const k = key.input.value.trim();
-    await app.call("memory_remember", { key: k, content: content.input.value, tags: splitTags(tags.input.value), importance: Number(importance.input.value) });
+    await app.call("memory_remember", { key: k, content: content.input.value, tags: splitTags(tags.input.value), importance: Number(importance.input.value), namespace: namespace() });
     app.say(message, `Remembered ${k}.`, "ok");
     key.input.value = "";
     content.input.value = "";
@@ -59,13 +62,14 @@ export function memoryPanel(app) {
   }, message));
 
   const doRecall = () => app.run(recall, async () => {
-    const r = await app.call("memory_recall", { query: query.input.value, top_k: Number(topK.input.value) });
+    const r = await app.call("memory_recall", { query: query.input.value, top_k: Number(topK.input.value), namespace: namespace() });
     hits.replaceChildren(
       ...(r.hits.length
         ? r.hits.map((hit) => h(
           "li",
           { dataset: { key: hit.key } },
           h("div", { class: "hit-head" }, h("code", { text: hit.key }), h("span", { class: "score", title: "score", text: formatNumber(hit.score, 3) }), h("span", { class: "ranked-by", text: hit.ranked_by }), forgetButton(hit.key)),
+          hit.source ? h("small", { class: "hint hit-source", text: `from ${hit.source}` }) : null,
           h("p", { class: "hit-content", text: hit.content }),
           h("div", {}, ...(hit.tags ?? []).map((t) => h("span", { class: "tag", text: t }))),
         ))
@@ -80,6 +84,7 @@ export function memoryPanel(app) {
     {},
     h("header", { class: "panel-head" }, h("h2", { id: "heading-memory", text: "Memory" }), h("p", { class: "lead", text: "An agent memory kept in this browser. Recall mixes keyword and meaning (once a model is trained or a package opened) and says how each hit was ranked." })),
     message,
+    h("div", { class: "row align-end" }, namespaceField.field),
     h(
       "div",
       { class: "grid-2" },
@@ -90,6 +95,10 @@ export function memoryPanel(app) {
   );
 
   let listed = false;
+  namespaceField.input.addEventListener("change", () => {
+    hits.replaceChildren();
+    if (app.state.phase === "ready") list().catch((err) => app.say(message, String(err.message), "error"));
+  });
   return {
     id: "memory",
     title: "Memory",
