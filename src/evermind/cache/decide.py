@@ -653,9 +653,9 @@ def _veto(
             return "residue", f"two questions on one topic: {apart}"
     if guard is not None:
         refusal = guard(query, cand.query)
-        if refusal is not None and refusal.unless_confident is not None:
-            if confidence >= refusal.unless_confident:
-                return None  # a soft refusal that the embedder's confidence overrides
         if refusal is not None:
+            soft = refusal.unless_confident
+            if soft is not None and confidence >= soft:
+                return None  # a soft refusal that the embedder's confidence overrides
             return refusal.guard, f"guard '{refusal.guard}' refused: {refusal.reason}"
     return None
