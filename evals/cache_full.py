@@ -111,7 +111,12 @@ def measure(rows: list[dict[str, Any]], embed_batch: BatchEmbed, name: str) -> d
         for text, vector in zip(batch, embed_batch(batch), strict=True):
             vectors[text] = [float(x) for x in vector]
     embed_s = time.perf_counter() - started
-    cache = SemanticCache(vectors.__getitem__, fingerprint=f"eval-{name}", capacity=10_000)
+    cache = SemanticCache(
+        vectors.__getitem__,
+        fingerprint=f"eval-{name}",
+        capacity=10_000,
+        trust_scores=getattr(embed_batch, "similarity_trained", True),
+    )
     for row in rows:
         cache.store(row["query"], f"answer:{row['id']}")
     outcomes: dict[str, dict[str, str]] = {}
@@ -202,6 +207,8 @@ def _package(path: Path) -> BatchEmbed:
     def embed(texts: list[str]) -> Sequence[Sequence[float]]:
         return [list(map(float, v)) for v in model.embed(texts)]
 
+    # What the gateway's cache reads from a package (rule 8 of evermind.cache.decide).
+    embed.similarity_trained = model.similarity_trained  # type: ignore[attr-defined]
     return embed
 
 
@@ -227,10 +234,16 @@ def replay(
     vectors: dict[str, list[float]],
     name: str,
     prelude: Sequence[str] = (),
+    trust_scores: bool = True,
 ) -> dict[str, Any]:
     """The read-through replay (see the module docstring) through one fresh cache, after
     ``prelude`` (e.g. ``benchmarks.gateway.prelude``) is looked up and stored the same way."""
-    cache = SemanticCache(vectors.__getitem__, fingerprint=f"replay-{name}", capacity=100_000)
+    cache = SemanticCache(
+        vectors.__getitem__,
+        fingerprint=f"replay-{name}",
+        capacity=100_000,
+        trust_scores=trust_scores,
+    )
     for i, text in enumerate(prelude):
         if not cache.lookup(text).hit:
             cache.store(text, f"prelude:{i}")
@@ -331,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             vectors = {
                 t: [float(x) for x in v] for t, v in zip(texts, _batched(embed, texts), strict=True)
             }
-            rep = replay(rows, vectors, name, stored_first)
+            trust = getattr(embed, "similarity_trained", True)
+            rep = replay(rows, vectors, name, stored_first, trust)
             h, n = rep["hits"], len(rows)
             print(
                 f"| {name} | {rep['wrong']} | {rep['wrong_share_of_later']:.3f} | "

@@ -76,6 +76,15 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
    question and that question's stored near-miss (0.61 to one, 0.58 to the other, as
    MiniLM scored an Ubuntu support question) cannot be resolved by the embedder.
 
+8. **Confidence needs a similarity-trained embedder.** Rules 4, 4b and the soft guards
+   relax for a *confident* score. That reading assumes an embedder trained to place
+   paraphrases together (a tuned or distilled head, a sentence encoder, the lexical
+   embedders, whose score *is* word overlap). An untrained model's pooled hidden states
+   score surface likeness: in the read-through replay the untrained nano model scored
+   "npm install that doesn't save the dependency into package.json" 0.35 of the way to 1.0
+   against "npm install fails with ERESOLVE …". A caller whose embedder is not so trained
+   passes ``trust_scores=False``: no score is confident, every one of those rules holds.
+
 The constants of rules 4b and 7 (and the variants of rule 4) were chosen on the
 development set (``evals/cache_full.py`` prints every split; see its docstring).
 
@@ -542,6 +551,7 @@ def decide(
     guard: Guard | None,
     lexical: bool = True,
     idf: TermStats | None = None,
+    trust_scores: bool = True,
 ) -> Decision:
     """Hit or miss for ``query`` among ``candidates`` (the best few; see the module rules).
 
@@ -556,6 +566,9 @@ def decide(
         lexical: Require :func:`lexical_evidence` (on by default).
         idf: The cache's :class:`TermStats` over its stored queries, which weights the
             lexical evidence; None: unweighted (as a cache under :data:`MIN_IDF_ENTRIES`).
+        trust_scores: Whether a score well above the threshold counts as evidence (rule 8).
+            False for an embedder not trained to place paraphrases together (an untrained
+            model's pooled states): every rule that a confident score relaxes then holds.
     """
     ranked = sorted(candidates, key=lambda c: -c.score)
     tau = _threshold(threshold, calibration)
@@ -575,7 +588,7 @@ def decide(
             raised = calibration.words if calibration.threshold == tau else f"floor {FLOOR:g}"
             why += f"; the requested {threshold:g} was raised ({raised})"
         return Decision(False, None, tau, None, why)
-    veto = _veto(query, best, guard, lexical, idf, tau)
+    veto = _veto(query, best, guard, lexical, idf, tau, trust_scores)
     if veto is not None:
         name, words = veto
         return Decision(False, best, tau, name, words)
@@ -599,7 +612,7 @@ def decide(
         if best.score >= _SAME_VECTOR > rival.score:
             break  # the best is the incoming vector itself: nothing to guess between
         same = rival.answer == best.answer and rival.answer is not None
-        if not same and _veto(query, rival, guard, lexical, idf, tau) is None:
+        if not same and _veto(query, rival, guard, lexical, idf, tau, trust_scores) is None:
             return Decision(
                 False,
                 best,
@@ -625,11 +638,13 @@ def _veto(
     lexical: bool,
     idf: TermStats | None,
     tau: float,
+    trust_scores: bool = True,
 ) -> tuple[str, str] | None:
     if query is None or cand.query is None:
         return None  # nothing to compare: the caller decides whether that is acceptable
+    # How far the score lies from the threshold toward 1.0 (0 when scores are not evidence).
+    confidence = (cand.score - tau) / (1.0 - tau) if tau < 1.0 and trust_scores else 0.0
     if lexical:
-        confidence = (cand.score - tau) / (1.0 - tau) if tau < 1.0 else 0.0
         missing = lexical_evidence(query, cand.query, idf, confidence)
         if missing is not None:
             return "lexical", f"no lexical evidence: {missing}"
@@ -638,10 +653,9 @@ def _veto(
             return "residue", f"two questions on one topic: {apart}"
     if guard is not None:
         refusal = guard(query, cand.query)
-        if refusal is not None and refusal.unless_confident is not None:
-            confidence = (cand.score - tau) / (1.0 - tau) if tau < 1.0 else 0.0
-            if confidence >= refusal.unless_confident:
-                return None  # a soft refusal that the embedder's confidence overrides
         if refusal is not None:
+            soft = refusal.unless_confident
+            if soft is not None and confidence >= soft:
+                return None  # a soft refusal that the embedder's confidence overrides
             return refusal.guard, f"guard '{refusal.guard}' refused: {refusal.reason}"
     return None

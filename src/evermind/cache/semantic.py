@@ -201,6 +201,10 @@ class SemanticCache:
             :class:`~evermind.cache.index.VectorIndex`); None: the pure-Python
             :class:`~evermind.cache.index.ScanIndex`. Native code passes
             :class:`evermind.cache.matrix.MatrixIndex` (one matrix product per lookup).
+        trust_scores: Whether a score well above the threshold counts as evidence
+            (:func:`evermind.cache.decide.decide`, rule 8). None (the default): the
+            embedder's ``similarity_trained`` attribute (or its bound object's, e.g. a
+            :class:`~evermind.model.inference.Model`'s ``embed``), True when it has none.
 
     Raises:
         ConfigError: On an invalid threshold, capacity or ttl.
@@ -218,6 +222,7 @@ class SemanticCache:
         fingerprint: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         index: VectorIndex | None = None,
+        trust_scores: bool | None = None,
     ) -> None:
         if threshold is not None and (
             isinstance(threshold, bool)
@@ -256,6 +261,8 @@ class SemanticCache:
         self._stats = CacheStats()
         self._embed = embed
         self._fingerprint = fingerprint or _default_fingerprint(embed)
+        self._trust_explicit = trust_scores
+        self.trust_scores = _trusts(embed) if trust_scores is None else bool(trust_scores)
         # (fingerprint, entries measured) -> calibration; re-measured as the cache grows.
         self._calibration: tuple[str, int, Calibration] | None = None
         # Document frequencies of the stored queries' terms (the lexical evidence's IDF),
@@ -325,6 +332,8 @@ class SemanticCache:
         """Switches to a new embedder; L1 entries made by any other fingerprint are dropped."""
         self._embed = embed
         self._fingerprint = fingerprint or _default_fingerprint(embed)
+        if self._trust_explicit is None:
+            self.trust_scores = _trusts(embed)
         self._recent.clear()
         stale = [k for k, e in self._entries.items() if e.fingerprint != self._fingerprint]
         for key in stale:
@@ -496,6 +505,7 @@ class SemanticCache:
             calibration=self.calibration,
             guard=guard,
             idf=self._terms,
+            trust_scores=self.trust_scores,
         )
         if not found.hit and found.refused_by is not None:
             self._count_refusal(Refusal(found.refused_by, found.reason))
@@ -729,6 +739,16 @@ def _answer_of(entry: _Entry) -> object:
         return json.dumps(entry.response, sort_keys=True)
     except (TypeError, ValueError):
         return id(entry)
+
+
+def _trusts(embed: object) -> bool:
+    """``similarity_trained`` of ``embed`` or of the object it is a bound method of (True
+    when neither says: a sentence encoder or a lexical embedder)."""
+    for holder in (embed, getattr(embed, "__self__", None)):
+        said = getattr(holder, "similarity_trained", None)
+        if isinstance(said, bool):
+            return said
+    return True
 
 
 def _default_fingerprint(embed: object) -> str:

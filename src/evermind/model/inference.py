@@ -167,6 +167,19 @@ class Model:
 
     # -- embeddings --------------------------------------------------------------------------
     @property
+    def similarity_trained(self) -> bool:
+        """Whether :meth:`embed` was trained to place paraphrases together: the package has
+        an embedding head (``evermind distill-embedder``) or records embedding tuning or
+        distillation in its manifest. An untrained model's pooled states score surface
+        likeness, so a semantic cache does not read its high scores as confidence."""
+        training = self.package.manifest.get("training", {})
+        return (
+            self.package.embedder is not None
+            or "embedding_tuning" in training
+            or "embedding_distillation" in training
+        )
+
+    @property
     def embed_dim(self) -> int:
         """Width of :meth:`embed`'s vectors (the head's ``dim``, else ``d_model``)."""
         head = self.package.embedder

@@ -251,6 +251,7 @@ def make_embedder(
         vector: list[float] = vectors[0].tolist()
         return vector
 
+    embed.similarity_trained = model.similarity_trained  # type: ignore[attr-defined]
     return embed, f"evermind:{model.fingerprint}"
 
 
