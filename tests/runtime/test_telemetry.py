@@ -131,10 +131,14 @@ def test_a_miss_then_the_same_request_as_a_hit(gateway: ServerThread, recorded: 
 
     spans = recorded.named("chat gpt-4o-mini")
     assert len(spans) == 3, [dict(s.attributes or {}) for s in spans]  # miss: 2; hit: 1
-    upstream = next(s for s in spans if s.parent is not None)
+    served_by = {s.context.span_id: s for s in recorded.named("POST /v1/chat/completions")}
+    assert len(served_by) == 2  # one SERVER span per request, each a root (no traceparent)
+    assert all(s.kind == SpanKind.SERVER and s.parent is None for s in served_by.values())
+    outer_spans = [s for s in spans if s.parent is not None and s.parent.span_id in served_by]
+    assert len(outer_spans) == 2  # the caching bridge's span of each request
+    upstream = next(s for s in spans if s not in outer_spans)
     miss = next(s for s in spans if s.context.span_id == upstream.parent.span_id)  # type: ignore[union-attr]
     hit = next(s for s in spans if s not in (upstream, miss))
-    assert miss.parent is None and hit.parent is None
     assert hit.context.trace_id != miss.context.trace_id  # two calls, two traces
 
     usage = paid.usage
@@ -181,6 +185,48 @@ def test_a_miss_then_the_same_request_as_a_hit(gateway: ServerThread, recorded: 
     assert cost.value == pytest.approx(outer["evermind.cost_usd"])
 
 
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
+
+def test_a_request_continues_the_callers_trace(gateway: ServerThread, recorded: Recorded) -> None:
+    client = openai.OpenAI(
+        base_url=gateway.url + "/v1",
+        api_key=TOKEN_A,
+        max_retries=0,
+        default_headers={"traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"},
+    )
+    client.chat.completions.create(
+        model="openai/gpt-4o-mini",
+        temperature=0,
+        messages=[{"role": "user", "content": "Which trace does this request belong to?"}],
+    )
+    (server,) = recorded.named("POST /v1/chat/completions")
+    assert server.kind == SpanKind.SERVER
+    assert format(server.context.trace_id, "032x") == TRACE_ID
+    assert server.parent is not None and format(server.parent.span_id, "016x") == CALLER_SPAN
+    attributes = dict(server.attributes or {})
+    assert attributes["http.request.method"] == "POST"
+    assert attributes["http.route"] == "/v1/chat/completions"
+    assert attributes["url.path"] == "/v1/chat/completions"
+    assert attributes["http.response.status_code"] == 200
+    assert server.status.status_code == StatusCode.UNSET
+    chats = recorded.named("chat gpt-4o-mini")
+    assert len(chats) == 2 and {s.context.trace_id for s in chats} == {server.context.trace_id}
+    assert any(s.parent is not None and s.parent.span_id == server.context.span_id for s in chats)
+
+    # A client error is the client's: status code recorded, the span not marked as failed.
+    refused = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": "openai/gpt-4o-mini", "messages": "not a list"},
+        headers={**bearer(TOKEN_A), "traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"},
+    )
+    assert 400 <= refused.status_code < 500
+    last = recorded.named("POST /v1/chat/completions")[-1]
+    assert dict(last.attributes or {})["http.response.status_code"] == refused.status_code
+    assert last.status.status_code == StatusCode.UNSET
+
+
 def test_a_stream_through_the_anthropic_upstream(gateway: ServerThread, recorded: Recorded) -> None:
     question = "What is a Python context manager for?"
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=TOKEN_A, max_retries=0)
@@ -223,6 +269,10 @@ def test_an_upstream_failure_carries_its_error_type(
     (duration,) = recorded.points("gen_ai.client.operation.duration")
     assert duration.attributes["error.type"] == code and duration.count == 1
     assert recorded.points("gen_ai.client.token.usage") == []
+    (server,) = recorded.named("POST /v1/chat/completions")  # a 5xx: the server span failed
+    status = raised.value.response.status_code
+    assert dict(server.attributes or {})["http.response.status_code"] == status >= 500
+    assert server.status.status_code == StatusCode.ERROR
 
 
 def test_the_runtimes_own_model_generation_and_embeddings(

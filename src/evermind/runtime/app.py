@@ -36,6 +36,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import evermind
+from evermind import telemetry
 from evermind.errors import (
     AccessError,
     ConfigError,
@@ -167,6 +168,19 @@ class FrontDoor:
                     self._route(scope), scope["method"], status[0], time.perf_counter() - start
                 )
 
+        traced = telemetry.active()
+        if traced is None:
+            await self._serve(scope, receive, send_and_count)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        route = self._route(scope)
+        with traced.serve(scope["method"], route, scope["path"], headers) as span:
+            try:
+                await self._serve(scope, receive, send_and_count)
+            finally:
+                traced.finish_server(span, status[0])
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             self._check_peer(scope)
             if scope["path"].startswith("/v1/") and scope["method"] != "OPTIONS":
@@ -176,9 +190,9 @@ class FrontDoor:
             response = JSONResponse(
                 refused.body(), status_code=refused.status, headers=refused.headers
             )
-            await response(scope, receive, send_and_count)
+            await response(scope, receive, send)
             return
-        await self.app(scope, receive, send_and_count)
+        await self.app(scope, receive, send)
 
     def _check_peer(self, scope: Scope) -> None:
         """Refuses a ``Host`` this server is not reached by, and a foreign web ``Origin``."""

@@ -14,6 +14,11 @@ instrumented bridge's on a miss. Only the outermost operation records the metric
 finally knew (the cache outcome, the tokens paid), so a call is counted once however many
 layers measured it.
 
+The runtime also opens one SERVER span per HTTP request (:meth:`Telemetry.serve`,
+``{method} {route}`` with the HTTP semantic conventions' ``http.*`` attributes), continuing
+the caller's trace when the request carries a W3C ``traceparent``: the GenAI operations of
+that request are its children, so a client's trace runs through the gateway to the upstream.
+
 A span is never made current across an ``await`` the caller does not control:
 :meth:`Operation.current` attaches it around one step (a ``generate``, one ``anext`` of a
 stream) and detaches it after, so an async generator never leaks its span to its consumer.
@@ -53,6 +58,12 @@ CACHE_SCORE = "evermind.cache.score"
 CACHE_SAVED_USD = "evermind.cache.saved_usd"
 CACHE_SAVED_INPUT = "evermind.cache.saved.input_tokens"
 CACHE_SAVED_OUTPUT = "evermind.cache.saved.output_tokens"
+
+#: The HTTP semantic conventions' attributes of the runtime's SERVER spans.
+HTTP_METHOD = "http.request.method"
+HTTP_ROUTE = "http.route"
+HTTP_STATUS = "http.response.status_code"
+URL_PATH = "url.path"
 
 TOKEN_USAGE = "gen_ai.client.token.usage"
 OPERATION_DURATION = "gen_ai.client.operation.duration"
@@ -177,6 +188,47 @@ class Telemetry:
         )
         nested = self.context_api.get_value(self.inside) is True
         return _Live(self, span, {**base, **attributes}, nested)
+
+    @contextmanager
+    def serve(
+        self, method: str, route: str, path: str, headers: Mapping[str, str]
+    ) -> Iterator[Any]:
+        """A SERVER span for one HTTP request, current inside the block; yields the span.
+
+        Its parent is the trace context the request carries (``traceparent`` /
+        ``tracestate``, read by the global propagator: W3C trace context unless
+        ``OTEL_PROPAGATORS`` says otherwise), else none (a new trace). The caller sets
+        ``http.response.status_code`` with :func:`finish_server`; the span ends with the block.
+        """
+        from opentelemetry import propagate
+
+        parent = propagate.extract(dict(headers))
+        span = self.tracer.start_span(
+            f"{method} {route}",
+            context=parent,
+            kind=self.trace_api.SpanKind.SERVER,
+            attributes={HTTP_METHOD: method, HTTP_ROUTE: route, URL_PATH: path},
+        )
+        token = self.context_api.attach(self.trace_api.set_span_in_context(span, parent))
+        try:
+            yield span
+        except BaseException as err:
+            span.record_exception(err)
+            span.set_status(
+                self.trace_api.Status(self.trace_api.StatusCode.ERROR, type(err).__name__)
+            )
+            raise
+        finally:
+            self.context_api.detach(token)
+            span.end()
+
+    def finish_server(self, span: Any, status: int) -> None:
+        """Records the response status on a :meth:`serve` span (5xx marks it an error, as the
+        HTTP conventions ask of a server; a 4xx is the client's error, not the server's)."""
+        span.set_attribute(HTTP_STATUS, status)
+        if status >= 500:
+            span.set_attribute(ERROR_TYPE, str(status))
+            span.set_status(self.trace_api.Status(self.trace_api.StatusCode.ERROR))
 
     def shutdown(self) -> None:
         """Flushes and stops both providers (what they export is sent now)."""
