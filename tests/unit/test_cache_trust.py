@@ -12,6 +12,7 @@ from __future__ import annotations
 import evermind
 from evermind.cache import SemanticCache
 from evermind.cache.decide import UNCALIBRATED, Candidate, decide
+from evermind.package.head import EmbedderHead
 from evermind.runtime.gateway import make_embedder
 from evermind.train.distill import fit_centre, package_bytes
 from tests.factories import tiny_package
@@ -69,8 +70,13 @@ def test_the_cache_reads_trust_from_its_embedder_or_its_bound_object() -> None:
     assert model.similarity_trained is False  # an untrained package, no embedding head
     assert SemanticCache(model.embed).trust_scores is False
     texts = ["a first text", "another one", "and a third"]
-    headed = evermind.load(package_bytes(model, fit_centre(model, texts), "0.1.1", "test"))
-    assert headed.similarity_trained is True  # an embedding head: trained for similarity
+    centred = evermind.load(package_bytes(model, fit_centre(model, texts), "0.1.1", "test"))
+    assert centred.similarity_trained is False  # centring alone fits no target
+    d = model.config.d_model
+    eye = [[float(i == j) for j in range(d)] for i in range(d)]
+    fitted = EmbedderHead.from_lists([0.0] * d, eye, "distill", "a-teacher")
+    headed = evermind.load(package_bytes(model, fitted, "0.1.2", "test"))
+    assert headed.similarity_trained is True  # a head fitted to a teacher
     assert SemanticCache(headed.embed).trust_scores is True
 
 
@@ -85,3 +91,24 @@ def test_the_gateway_embedder_carries_the_package_verdict(tmp_path) -> None:
         assert SemanticCache(made[0]).trust_scores is False
         terms = make_embedder("terms", pool)
         assert terms is not None and SemanticCache(terms[0]).trust_scores is True
+
+
+class TabSession:
+    """What the tab's cache reads of a Studio session (no model: the CPU scan)."""
+
+    embedder_fingerprint = "tab-model"
+    model = None
+
+    def __init__(self, head: EmbedderHead | None) -> None:
+        self.head = head
+
+
+def test_the_tab_cache_trusts_only_a_teacher_fitted_head() -> None:
+    from evermind.studio.tab_memory import TabCache
+
+    fitted = EmbedderHead.from_lists([0.0, 0.0], [[1.0, 0.0], [0.0, 1.0]], "distill", "t")
+    centred = EmbedderHead.from_lists([0.5, 0.5])
+    assert TabCache(None, TabSession(fitted), semantic=True).trust_scores is True
+    assert TabCache(None, TabSession(centred), semantic=True).trust_scores is False
+    assert TabCache(None, TabSession(None), semantic=True).trust_scores is False
+    assert TabCache(None, TabSession(None), semantic=False).trust_scores is True  # trigrams

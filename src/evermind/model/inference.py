@@ -169,12 +169,14 @@ class Model:
     @property
     def similarity_trained(self) -> bool:
         """Whether :meth:`embed` was trained to place paraphrases together: the package has
-        an embedding head (``evermind distill-embedder``) or records embedding tuning or
-        distillation in its manifest. An untrained model's pooled states score surface
-        likeness, so a semantic cache does not read its high scores as confidence."""
+        an embedding head fitted to a target (``evermind distill-embedder``; a centring-only
+        head is not) or records embedding tuning or distillation in its manifest. An untrained
+        model's pooled states score surface likeness, so a semantic cache does not read its
+        high scores as confidence."""
         training = self.package.manifest.get("training", {})
+        head = self.package.embedder
         return (
-            self.package.embedder is not None
+            (head is not None and head.method != "centre")
             or "embedding_tuning" in training
             or "embedding_distillation" in training
         )

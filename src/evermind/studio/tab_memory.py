@@ -174,6 +174,10 @@ class TabCache:
         self.session = session
         self.semantic = semantic
         self.fingerprint = session.embedder_fingerprint if semantic else "trigram-256"
+        # decide's rule 8: the model's scores are evidence only through a head fitted to a
+        # teacher (the embedder phase's distillation); trigrams are word overlap.
+        head = session.head if semantic else None
+        self.trust_scores = not semantic or (head is not None and head.method != "centre")
         self.index = _index(session, semantic)
         self.entries: dict[str, _Cached] = {}
         self.clock = clock
@@ -340,6 +344,7 @@ class TabCache:
             calibration=calibration,
             guard=DEFAULT_CHAIN.check,
             idf=self.terms,
+            trust_scores=self.trust_scores,
         )
         base["threshold"] = decision.threshold
         cand = decision.candidate
