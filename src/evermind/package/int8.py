@@ -12,10 +12,13 @@ plus ``<name>_scale``, one float32 per row), the manifest's ``quantization`` fie
 reference is :func:`evermind.model.quantize.quantize_rows`; this copy exists because the tab,
 which has no numpy, exports packages too, and a unit test holds the two to the same bytes.
 
-Hugging Face ``transformers`` has no such scheme: an int8 package's ``config.json`` names
-``quant_method: "evermind_int8"``, which ``from_pretrained`` refuses loudly ("Unknown
-quantization type") instead of loading int8 values as if they were floats. Browser-safe:
-standard library only.
+Hugging Face ``transformers`` has no such scheme, and must not load the int8 values as if
+they were floats (``transformers`` 5 does exactly that when it meets an ``I8`` tensor under
+a float weight's name: it warns about an unknown ``quant_method`` and copies the integers).
+So an int8 package's ``config.json`` says ``torch_dtype: "int8"``, under which
+``MambaForCausalLM.from_pretrained`` refuses to build the model ("not a floating-point
+dtype"), and names the scheme in ``quantization_config`` (``quant_method:
+"evermind_int8"``) for any reader that looks. Browser-safe: standard library only.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from evermind.errors import PackageError
 #: The manifest field that records the quantisation (present exactly when dtype is int8).
 QUANT_FIELD = "quantization"
 SCHEME = "int8-per-row-symmetric"
-#: ``config.json``'s ``quantization_config.quant_method``: unknown to ``transformers``.
+#: ``config.json``'s ``quantization_config.quant_method`` (not a ``transformers`` method).
 QUANT_METHOD = "evermind_int8"
 SCALE_SUFFIX = "_scale"
 QMAX = 127

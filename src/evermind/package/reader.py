@@ -343,13 +343,12 @@ def _check_model(
 
 def _check_dtype(manifest: Mapping[str, Any], config: Mapping[str, Any]) -> None:
     """Require config.json's ``torch_dtype`` and ``quantization_config`` to say what the
-    manifest says (an int8 package: float32 plus the int8 scheme; a float one: no scheme)."""
+    manifest says (an int8 package: ``int8`` and the int8 scheme; a float one: no scheme)."""
     dtype = manifest["model"]["dtype"]
-    torch_dtype = "float32" if dtype == "int8" else dtype
-    if config.get("torch_dtype") != torch_dtype:
+    if config.get("torch_dtype") != dtype:
         raise PackageError(
             f"{CONFIG}: field 'torch_dtype' is {config.get('torch_dtype')!r} but {MANIFEST} "
-            f"model.dtype is {dtype!r}; expected {torch_dtype!r}"
+            f"model.dtype is {dtype!r}; expected them equal"
         )
     expected = quantization_config(manifest[QUANT_FIELD]) if QUANT_FIELD in manifest else None
     if config.get("quantization_config") != expected:

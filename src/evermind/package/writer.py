@@ -135,8 +135,9 @@ def write_package(
         training: Free-form JSON-typed training summary (steps, tokens, corpus, loss...).
         bench: Metric name -> number.
         dtype: Storage dtype of the weights: ``"float32"``, ``"float16"``, or ``"int8"``
-            (the block projections int8 per row, the rest float32; config.json then names
-            ``quantization_config``, which ``transformers`` refuses).
+            (the block projections int8 per row, the rest float32; config.json then says
+            ``torch_dtype: "int8"`` and names ``quantization_config``, and ``transformers``
+            refuses to load it).
         generation_config: ``generation_config.json``; default: the config's token ids.
         readme: Model card text; default: :func:`render_model_card` of the manifest.
         embedder: The embedding head, stored as ``embedder.safetensors`` (float32) and
@@ -158,7 +159,9 @@ def write_package(
             "Hint: int8 quantises the projections, float16 halves every tensor"
         )
     config = {k: v for k, v in config.items() if k != "quantization_config"}
-    config["torch_dtype"] = "float32" if dtype == "int8" else dtype
+    # int8: torch_dtype says so, and transformers refuses to build the model under it
+    # (docs/format.md, "int8 weights") instead of copying int8 values into float weights.
+    config["torch_dtype"] = dtype
     check_json_typed(config, "config")
     dims = config_dims(config)
     check_tensors(tensors, expected_tensor_shapes(config), where=WEIGHTS)
