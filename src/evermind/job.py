@@ -326,7 +326,8 @@ def convert_package(
         name=package.name,
         version=package.version,
         created_at=str(manifest["created_at"]),
-        producer=producer or f"evermind {evermind.__version__} (export from {manifest['producer']})"[:256],
+        producer=producer
+        or f"evermind {evermind.__version__} (export from {manifest['producer']})"[:256],
         config=package.config,
         tensors=package.tensors,
         tokenizer_json=package.tokenizer_json,

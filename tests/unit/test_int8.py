@@ -137,7 +137,9 @@ def test_int8_package_round_trip() -> None:
             expected = dequantize_rows(quantize_rows(values)).reshape(-1)
             assert got.to_float32().tobytes() == expected.tobytes(), name
         else:
-            assert got.dtype == "F32" and got.to_float32().tobytes() == original.to_float32().tobytes()
+            assert (
+                got.dtype == "F32" and got.to_float32().tobytes() == original.to_float32().tobytes()
+            )
     assert len(data) < len(write_package(**kwargs))
     assert write_package(**kwargs, dtype="int8") == data  # reproducible
 
@@ -224,7 +226,9 @@ def test_manifest_and_config_must_agree_on_the_quantisation() -> None:
     assert "present exactly when model.dtype is 'int8'" in _refused(edited(drop_field))
 
     def unknown_tensor(m: dict) -> None:  # type: ignore[type-arg]
-        m["quantization"]["tensors"] = sorted([*m["quantization"]["tensors"], "backbone.norm_f.weight"])
+        m["quantization"]["tensors"] = sorted(
+            [*m["quantization"]["tensors"], "backbone.norm_f.weight"]
+        )
 
     assert "cannot be int8" in _refused(edited(unknown_tensor))
 
@@ -345,7 +349,9 @@ def test_held_out_loss_of_int8_is_within_half_a_percent(
     assert abs(loss8 - loss32) <= 0.005 * loss32
 
 
-def test_batched_decoder_runs_the_int8_model(trained: tuple[evermind.Model, evermind.Model]) -> None:
+def test_batched_decoder_runs_the_int8_model(
+    trained: tuple[evermind.Model, evermind.Model],
+) -> None:
     _, q8 = trained
     decoder = CpuDecoder(q8, slots=3)
     prompts = [q8.tokenizer.encode(p) for p in ("The quick", "Memories are recalled", "A")]

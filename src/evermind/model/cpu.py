@@ -8,10 +8,11 @@ runtime serves when no GPU is around. It is
 built from the one numpy reference of each op in :mod:`evermind.ops` (the functions the kernel
 tests compare the WGSL kernels with), in the kernels' conventions: the scan takes the time step
 before softplus and ``A_log``, the decoding state is the kernels' (B, I, K) conv register and
-(B, I, N) SSM state. Only the matmuls are numpy's ``@`` directly. The ops compute in float64
+(B, I, N) SSM state. Only the matmuls are numpy's ``@`` directly (the forward's products with
+a weight through :func:`evermind.model.quantize.linear_rows`: ``x @ W.T`` for float weights,
+the per-row scale on the output for int8 ones). The ops compute in float64
 and return the model's dtype; their Python loops are over time inside the scan and over the K
-conv taps. Products with a weight go through :func:`evermind.model.quantize.linear_rows`
-(``x @ W.T`` for float weights; int8 ones apply their per-row scale to the output). Training's scan (forward and backward) is the exception: it runs the scan's fast
+conv taps. Training's scan (forward and backward) is the exception: it runs the scan's fast
 path, :mod:`evermind.ops.selective_scan_fast` (tested against the reference, forward and every
 gradient), in the model's dtype, as the GPU trains; ``reference_scan = True`` runs the
 reference instead.
@@ -35,6 +36,7 @@ import numpy.typing as npt
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.model.config import MambaConfig
+from evermind.model.quantize import QuantizedRows, embedding_rows, linear_rows
 from evermind.ops._dtype import Floats as FloatArray
 from evermind.ops._dtype import Ints as IntArray
 from evermind.ops.conv1d import conv1d_bwd, conv1d_fwd
@@ -42,7 +44,6 @@ from evermind.ops.cross_entropy import cross_entropy_bwd, mean_loss, valid_count
 from evermind.ops.elementwise import silu_bwd, silu_fwd
 from evermind.ops.embedding import embedding_bwd
 from evermind.ops.pool import lengths_of_mask, pool_fwd
-from evermind.model.quantize import QuantizedRows, embedding_rows, linear_rows
 from evermind.ops.recurrent_step import conv_step, ssm_step
 from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd
 from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd, selective_scan_y

@@ -24,10 +24,10 @@ from evermind.errors import ConfigError
 from evermind.metrics import lm_metrics
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.model.quantize import QuantizedRows
 from evermind.model.sampling import sample
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.ops.pool import pool_fwd
-from evermind.model.quantize import QuantizedRows
 from evermind.package import EmbedderHead, Package, Tensor, read_package
 from evermind.tokenizer import Tokenizer
 

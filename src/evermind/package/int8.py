@@ -172,7 +172,9 @@ def check_quant_field(value: Any) -> None:
     where = f"manifest.json: field {QUANT_FIELD!r}"
     if not isinstance(value, dict) or set(value) != QUANT_FIELDS:
         shown = sorted(value) if isinstance(value, dict) else type(value).__name__
-        raise PackageError(f"{where} must be an object with exactly {sorted(QUANT_FIELDS)}, found {shown}")
+        raise PackageError(
+            f"{where} must be an object with exactly {sorted(QUANT_FIELDS)}, found {shown}"
+        )
     if value["scheme"] != SCHEME or value["scale_suffix"] != SCALE_SUFFIX:
         raise PackageError(
             f"{where}: scheme {value['scheme']!r} with scale suffix {value['scale_suffix']!r} "
@@ -197,4 +199,3 @@ def check_quant_field(value: Any) -> None:
 def scale_name(name: str) -> str:
     """The safetensors name of a quantised tensor's per-row scales."""
     return name + SCALE_SUFFIX
-

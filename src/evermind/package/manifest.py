@@ -262,7 +262,7 @@ def validate_manifest(manifest: Mapping[str, Any]) -> None:
         raise _fail(
             QUANT_FIELD,
             "present exactly when model.dtype is 'int8'",
-            "absent" if QUANT_FIELD not in manifest else manifest[QUANT_FIELD],
+            manifest.get(QUANT_FIELD, "absent"),
         )
     if QUANT_FIELD in manifest:
         check_quant_field(manifest[QUANT_FIELD])

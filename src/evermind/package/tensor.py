@@ -15,13 +15,13 @@ from array import array
 from dataclasses import dataclass
 
 from evermind.errors import PackageError
-from evermind.package.int8 import dequantize_row_values
 from evermind.package.float16 import (
     array_to_float32_le_bytes,
     float16_bytes_to_float32,
     float32_le_bytes_to_array,
     float32_to_float16_bytes,
 )
+from evermind.package.int8 import dequantize_row_values
 
 #: Bytes per element of each safetensors dtype the format allows.
 DTYPE_SIZES: dict[str, int] = {"F32": 4, "F16": 2, "I8": 1}

@@ -165,7 +165,7 @@ def write_package(
     check_json_typed(config, "config")
     dims = config_dims(config)
     check_tensors(tensors, expected_tensor_shapes(config), where=WEIGHTS)
-    stored, stored_dtypes, quantised = _storage(tensors, dtype, int8_embedding)
+    storage, stored_dtypes, quantised = _storage(tensors, dtype, int8_embedding)
     quantization = describe(quantised) if dtype == "int8" else None
     if quantization is not None:
         config["quantization_config"] = quantization_config(quantization)
@@ -178,8 +178,8 @@ def write_package(
         )
     generation = dict(generation_config or default_generation_config(config))
     check_json_typed(generation, "generation_config")
-    weights = encode_safetensors(stored, dtype=stored_dtypes, metadata={"format": "pt"})
-    del stored
+    weights = encode_safetensors(storage, dtype=stored_dtypes, metadata={"format": "pt"})
+    del storage
     try:
         tokenizer_bytes = tokenizer_json.encode("utf-8")
     except UnicodeEncodeError as err:
