@@ -142,6 +142,10 @@ def test_int8_package_round_trip() -> None:
             )
     assert len(data) < len(write_package(**kwargs))
     assert write_package(**kwargs, dtype="int8") == data  # reproducible
+    # The model card does not offer transformers what it cannot load.
+    assert "## Not for transformers" in package.readme
+    assert "from_pretrained" not in package.readme and "library_name: evermind" in package.readme
+    assert f"int8 per output row ({len(quantised)} weight matrices" in package.readme
 
 
 def test_int8_safetensors_member_holds_i8_and_scales() -> None:
