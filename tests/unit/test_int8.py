@@ -14,7 +14,7 @@ import pytest
 
 import evermind
 from evermind.errors import ConfigError, PackageError, ShapeError
-from evermind.job import convert_package
+from evermind.job import JobConfig, convert_package
 from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.quantize import (
     QuantizedRows,
@@ -271,6 +271,8 @@ def test_unknown_dtype_is_refused_naming_the_choices() -> None:
         write_package(**tiny_package_kwargs(), dtype="int4")
     with pytest.raises(ConfigError, match="unknown package dtype 'bf16'"):
         convert_package(read_package(write_package(**tiny_package_kwargs())), "bf16")
+    with pytest.raises(ConfigError, match="unknown package dtype 'q4'"):
+        JobConfig(dtype="q4")  # what `evermind train --dtype` builds
 
 
 def test_convert_between_dtypes_keeps_the_model() -> None:
@@ -365,6 +367,19 @@ def test_batched_decoder_runs_the_int8_model(
         for token in ids:
             alone, state = q8.cpu.step(np.array([token]), state)
         np.testing.assert_allclose(logits[row], alone[0], atol=1e-3, rtol=1e-3)
+
+
+def test_int8_weights_read_as_floats_where_floats_are_wanted() -> None:
+    """The GPU decoder's upload and the runtime's finiteness check take numpy arrays of
+    ``model.cpu.params``: an int8 weight gives its dequantised W' there."""
+    from evermind.runtime.registry import servable
+
+    model = servable(read_package(write_package(**tiny_package_kwargs(), dtype="int8")))
+    weight = model.cpu.params[IN_PROJ]
+    assert isinstance(weight, QuantizedRows)
+    dense = np.ascontiguousarray(weight, np.float32)
+    assert dense.dtype == np.float32 and np.array_equal(dense, dequantize_rows(weight))
+    assert model.package.tensors == {}  # the served model keeps its weights once
 
 
 # -- interop and the command line ----------------------------------------------------------
