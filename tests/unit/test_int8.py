@@ -25,6 +25,7 @@ from evermind.model.quantize import (
 from evermind.package import Tensor, read_package, write_package
 from evermind.package.int8 import (
     dequantize_row_values,
+    held_bytes,
     quantizable,
     quantize_row_values,
     scale_name,
@@ -380,6 +381,10 @@ def test_int8_weights_read_as_floats_where_floats_are_wanted() -> None:
     dense = np.ascontiguousarray(weight, np.float32)
     assert dense.dtype == np.float32 and np.array_equal(dense, dequantize_rows(weight))
     assert model.package.tensors == {}  # the served model keeps its weights once
+    # The runtime's memory budget counts what the int8 model holds, not float32 weights.
+    manifest = read_package(write_package(**tiny_package_kwargs(), dtype="int8")).manifest
+    held = sum(getattr(v, "nbytes", 0) for v in model.cpu.params.values())
+    assert held_bytes(manifest["model"], manifest["quantization"]) == held
 
 
 # -- interop and the command line ----------------------------------------------------------

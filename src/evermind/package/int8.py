@@ -199,3 +199,33 @@ def check_quant_field(value: Any) -> None:
 def scale_name(name: str) -> str:
     """The safetensors name of a quantised tensor's per-row scales."""
     return name + SCALE_SUFFIX
+
+
+def held_bytes(model: Mapping[str, Any], field: Mapping[str, Any] | None) -> int:
+    """Bytes a loaded model holds for its weights, from the manifest alone: 4 per parameter,
+    and for each tensor the ``quantization`` field lists 1 per element plus a 4-byte scale
+    per row (an int8 model keeps no float copy of those).
+
+    Args:
+        model: The manifest's ``model`` summary (dims and ``n_params``).
+        field: The manifest's ``quantization`` field, or None for a float package.
+
+    Returns:
+        The estimate in bytes.
+    """
+    total = 4 * int(model.get("n_params", 0))
+    if not field:
+        return total
+    d, inner = int(model["d_model"]), int(model["d_inner"])
+    rank, state, vocab = int(model["dt_rank"]), int(model["d_state"]), int(model["vocab_size"])
+    shapes = {
+        ".mixer.in_proj.weight": (2 * inner, d),
+        ".mixer.x_proj.weight": (rank + 2 * state, inner),
+        ".mixer.dt_proj.weight": (inner, rank),
+        ".mixer.out_proj.weight": (d, inner),
+    }
+    for name in field.get("tensors", []):
+        suffix = next((s for s in PROJECTION_SUFFIXES if name.endswith(s)), None)
+        rows, cols = shapes[suffix] if suffix else (vocab, d)
+        total += 4 * rows - 3 * rows * cols  # 1 byte an element instead of 4, plus the scales
+    return total
