@@ -31,7 +31,8 @@ from evermind.model.config import PRESETS, MambaConfig
 from evermind.model.init import init_params
 from evermind.package import Tensor, write_package
 from evermind.package.head import EmbedderHead
-from evermind.package.manifest import utc_timestamp
+from evermind.package.manifest import DTYPES, utc_timestamp
+from evermind.package.reader import Package
 from evermind.tokenizer import Tokenizer
 from evermind.train.corpus import harvest_stdlib_docstrings
 from evermind.train.data import split_held_out
@@ -57,7 +58,8 @@ class JobConfig:
         vocab_size: Tokenizer vocabulary size to train.
         held_out: Fraction of the token stream kept for evaluation (the tail).
         seed: Seed of the weights (the batches use ``train.seed``).
-        dtype: Stored weight precision in the package (``float32`` or ``float16``).
+        dtype: Stored weight precision in the package (``float32``, ``float16`` or
+            ``int8``: the projections int8 per row, see docs/format.md).
         train: Optimisation settings.
     """
 
@@ -73,6 +75,20 @@ class JobConfig:
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        check_dtype(self.dtype)
+
+
+def check_dtype(dtype: str) -> None:
+    """Refuse a package weight precision the format does not have.
+
+    Raises:
+        ConfigError: ``dtype`` is not one of ``float32``, ``float16``, ``int8``.
+    """
+    if dtype not in DTYPES:
+        raise ConfigError(
+            f"unknown package dtype {dtype!r}; choose one of {', '.join(DTYPES)} "
+            "(hint: int8 stores the projections as int8 per row, float16 halves every tensor)"
+        )
 
 
 # -- progress events -------------------------------------------------------------------------
@@ -274,6 +290,53 @@ def export_package(
         bench=bench,
         dtype=job.dtype,
         embedder=embedder,
+    )
+
+
+def convert_package(
+    package: Package, dtype: str, *, int8_embedding: bool | None = None, producer: str = ""
+) -> bytes:
+    """The same model re-stored at another precision (``evermind export --dtype``).
+
+    Name, version, creation time, training summary, bench numbers, tokenizer, generation
+    config and embedding head are kept; the model card is rendered anew (it states the
+    dtype). Converting down loses what the lower precision cannot hold; converting an int8
+    package to float32 stores its dequantised values.
+
+    Args:
+        package: A verified package (:func:`evermind.package.read_package`).
+        dtype: ``float32``, ``float16`` or ``int8``.
+        int8_embedding: With ``int8``, also quantise the embedding / LM head; None: the
+            writer's default (:data:`evermind.package.int8.INT8_EMBEDDING`).
+        producer: What converted it; default: this evermind, after the old producer.
+
+    Returns:
+        The new package bytes.
+
+    Raises:
+        ConfigError: ``dtype`` is unknown.
+        PackageError: A weight does not fit the new dtype (float16 overflow, non-finite).
+    """
+    check_dtype(dtype)
+    extra: dict[str, Any] = {}
+    if int8_embedding is not None:
+        extra["int8_embedding"] = int8_embedding
+    manifest = package.manifest
+    return write_package(
+        name=package.name,
+        version=package.version,
+        created_at=str(manifest["created_at"]),
+        producer=producer
+        or f"evermind {evermind.__version__} (export from {manifest['producer']})"[:256],
+        config=package.config,
+        tensors=package.tensors,
+        tokenizer_json=package.tokenizer_json,
+        training=manifest["training"],
+        bench=manifest["bench"],
+        dtype=dtype,
+        generation_config=package.generation_config,
+        embedder=package.embedder,
+        **extra,
     )
 
 

@@ -1,4 +1,4 @@
-"""``evermind train | generate | embed | eval | tune-embedder`` (native-only).
+"""``evermind train | export | generate | embed | eval | tune-embedder`` (native-only).
 
 Parses the arguments, shows progress and prints the summary; the work is the job's
 (:mod:`evermind.job`): natively on wgpu-py or numpy, or (``--headless``) in the Studio page
@@ -58,6 +58,12 @@ def register(sub: Any) -> None:
     train.add_argument("--name", default="evermind-default", help="package name")
     train.add_argument("--version", default="0.1.0", help="package version")
     train.add_argument("--out", default="model.evermind", help="output package path")
+    train.add_argument(
+        "--dtype",
+        default="float32",
+        help="stored weight precision: float32 (default), float16, or int8 (projections "
+        "int8 per row; transformers cannot load it, see docs/format.md)",
+    )
     train.add_argument("--push", metavar="URL", help="push the package to a runtime after training")
     train.add_argument(
         "--token",
@@ -65,6 +71,25 @@ def register(sub: Any) -> None:
         help="bearer token for --push (default $EVERMIND_TOKEN)",
     )
     train.set_defaults(func=cmd_train)
+
+    export = sub.add_parser(
+        "export",
+        help="re-store a .evermind package at another precision (float32, float16, int8)",
+        description="Reads and verifies a package and writes the same model with its weights "
+        "stored as float32, float16, or int8 (the block projections and, unless "
+        "--float-embedding, the tied embedding as int8 with one float32 scale per row; "
+        "everything else float32). evermind.load runs int8 packages on their int8 weights; "
+        "transformers refuses them (config.json names quant_method evermind_int8).",
+    )
+    export.add_argument("--model", required=True, help="the .evermind package to convert")
+    export.add_argument("--dtype", required=True, help="float32, float16 or int8")
+    export.add_argument(
+        "--float-embedding",
+        action="store_true",
+        help="with --dtype int8: keep the embedding / LM head float32",
+    )
+    export.add_argument("--out", required=True, help="output package path")
+    export.set_defaults(func=cmd_export)
 
     generate = sub.add_parser("generate", help="continue a prompt with a trained model (streams)")
     generate.add_argument("--model", required=True, help="a .evermind package")
@@ -184,6 +209,7 @@ def _job_config(args: argparse.Namespace) -> JobConfig:
         preset=args.preset,
         vocab_size=args.vocab_size,
         seed=args.seed,
+        dtype=getattr(args, "dtype", "float32"),
         train=train_cfg,
     )
 
@@ -302,6 +328,29 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         served = push_package(Path(summary["out"]), args.push, args.token)
         summary["pushed"] = served.get("id")
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from evermind.job import convert_package
+    from evermind.package import read_package, write_file_atomic
+
+    package = read_package(args.model)
+    data = convert_package(
+        package, args.dtype, int8_embedding=False if args.float_embedding else None
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    digest = write_file_atomic(out, data)
+    summary = {
+        "model": package.ref,
+        "dtype": args.dtype,
+        "bytes": len(data),
+        "from_bytes": os.path.getsize(args.model),
+        "out": str(out),
+        "digest": digest,
+    }
     print(json.dumps(summary))
     return 0
 

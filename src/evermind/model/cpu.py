@@ -8,7 +8,9 @@ runtime serves when no GPU is around. It is
 built from the one numpy reference of each op in :mod:`evermind.ops` (the functions the kernel
 tests compare the WGSL kernels with), in the kernels' conventions: the scan takes the time step
 before softplus and ``A_log``, the decoding state is the kernels' (B, I, K) conv register and
-(B, I, N) SSM state. Only the matmuls are numpy's ``@`` directly. The ops compute in float64
+(B, I, N) SSM state. Only the matmuls are numpy's ``@`` directly (the forward's products with
+a weight through :func:`evermind.model.quantize.linear_rows`: ``x @ W.T`` for float weights,
+the per-row scale on the output for int8 ones). The ops compute in float64
 and return the model's dtype; their Python loops are over time inside the scan and over the K
 conv taps. Training's scan (forward and backward) is the exception: it runs the scan's fast
 path, :mod:`evermind.ops.selective_scan_fast` (tested against the reference, forward and every
@@ -34,12 +36,13 @@ import numpy.typing as npt
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.model.config import MambaConfig
+from evermind.model.quantize import QuantizedRows, embedding_rows, linear_rows
 from evermind.ops._dtype import Floats as FloatArray
 from evermind.ops._dtype import Ints as IntArray
 from evermind.ops.conv1d import conv1d_bwd, conv1d_fwd
 from evermind.ops.cross_entropy import cross_entropy_bwd, mean_loss, valid_count
 from evermind.ops.elementwise import silu_bwd, silu_fwd
-from evermind.ops.embedding import embedding_bwd, embedding_fwd
+from evermind.ops.embedding import embedding_bwd
 from evermind.ops.pool import lengths_of_mask, pool_fwd
 from evermind.ops.recurrent_step import conv_step, ssm_step
 from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd
@@ -103,12 +106,16 @@ class CpuMamba:
     """Mamba-1 language model in numpy.
 
     The model owns copies of its weights in ``self.params`` (PyTorch shapes, ``dtype``); an
-    optimizer may update those arrays in place.
+    optimizer may update those arrays in place. A 2-D weight may instead be int8
+    (:class:`~evermind.model.quantize.QuantizedRows`, from an int8 package): it stays int8 and
+    every product with it is :func:`~evermind.model.quantize.linear_rows`; such a model
+    generates, embeds and evaluates but does not train.
 
     Args:
         config: The hyperparameters.
         params: One array per name of ``config.param_shapes()``, either in that shape or flat
-            (e.g. the ``array('f')`` of :func:`evermind.model.init.init_params`).
+            (e.g. the ``array('f')`` of :func:`evermind.model.init.init_params`), or
+            :class:`~evermind.model.quantize.QuantizedRows` of that shape (float32 models).
         dtype: np.float32 (default, for serving) or np.float64 (for gradient checks).
 
     Attributes:
@@ -145,9 +152,20 @@ class CpuMamba:
                 f"{missing[:4]}{'...' if len(missing) > 4 else ''}, unknown {unknown[:4]}; "
                 "hint: the LM head is tied to backbone.embeddings.weight and not stored"
             )
-        self.params: dict[str, FloatArray] = {}
+        self.params: dict[str, Any] = {}
         for name, shape in shapes.items():
-            value = np.array(params[name], dtype=self.dtype)  # always a private copy
+            given = params[name]
+            if isinstance(given, QuantizedRows):
+                # int8 weights (an int8 package): kept int8, multiplied by linear_rows.
+                if given.shape != shape or self.dtype != np.dtype(np.float32):
+                    raise ShapeError(
+                        f"CpuMamba: int8 {name} has shape {given.shape}, expected {shape} in a "
+                        f"float32 model (this one is {self.dtype}); hint: load the package "
+                        "with evermind.load"
+                    )
+                self.params[name] = QuantizedRows(given.values.copy(), given.scale.copy())
+                continue
+            value = np.array(given, dtype=self.dtype)  # always a private copy
             if value.shape != shape:
                 if value.ndim != 1 or value.size != int(np.prod(shape)):
                     raise ShapeError(
@@ -160,7 +178,21 @@ class CpuMamba:
 
     # ---- parameters --------------------------------------------------------------------------
 
-    def _layer(self, index: int) -> dict[str, FloatArray]:
+    @property
+    def quantized(self) -> list[str]:
+        """Names of the weights held as int8 (:class:`QuantizedRows`); empty for float."""
+        return [name for name, value in self.params.items() if isinstance(value, QuantizedRows)]
+
+    def _require_float(self, what: str) -> None:
+        """Refuse training on int8 weights: their gradients have no int8 form."""
+        if self.quantized:
+            raise ConfigError(
+                f"CpuMamba.{what}: {len(self.quantized)} weights are int8 (e.g. "
+                f"{self.quantized[0]!r}); int8 models are for inference. Hint: train or tune "
+                "from the float32 package and export int8 afterwards"
+            )
+
+    def _layer(self, index: int) -> dict[str, Any]:
         """Views of one layer's weights under short names."""
         prefix = f"backbone.layers.{index}."
         p = self.params
@@ -199,18 +231,18 @@ class CpuMamba:
         cfg = self.config
         d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
         x_norm, rstd = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, L, D), (B, L)
-        xz = x_norm @ w["in_proj"].T  # (B, L, 2I)
+        xz = linear_rows(x_norm, w["in_proj"])  # (B, L, 2I)
         x_in, z = xz[..., :d_inner], xz[..., d_inner:]  # (B, L, I) each
         conv = conv1d_fwd(x_in, w["conv_w"], w["conv_b"])  # (B, L, I)
         x_conv = silu_fwd(conv)  # (B, L, I)
-        dbc = x_conv @ w["x_proj"].T  # (B, L, R + 2N)
+        dbc = linear_rows(x_conv, w["x_proj"])  # (B, L, R + 2N)
         dt_low = dbc[..., :rank]  # (B, L, R)
         B = dbc[..., rank : rank + d_state]  # (B, L, N)
         C = dbc[..., rank + d_state :]  # (B, L, N)
-        dt_pre = dt_low @ w["dt_w"].T + w["dt_b"]  # (B, L, I), before softplus
+        dt_pre = linear_rows(dt_low, w["dt_w"]) + w["dt_b"]  # (B, L, I), before softplus
         # (B, L, I), (B, L, I, N); delta = softplus(dt_pre) and A = -exp(A_log) < 0 inside.
         y, states = self._scan_fwd(x_conv, dt_pre, w["A_log"], B, C, w["D"])
-        out = (y * silu_fwd(z)) @ w["out_proj"].T  # (B, L, D)
+        out = linear_rows(y * silu_fwd(z), w["out_proj"])  # (B, L, D)
         cache = LayerCache(
             h_in=h, x_norm=x_norm, rstd=rstd, x_in=x_in, z=z, conv=conv, x_conv=x_conv,
             dt_low=dt_low, dt_pre=dt_pre, B=B, C=C, states=states, y=y,
@@ -241,14 +273,14 @@ class CpuMamba:
         cfg = self.config
         d_inner, rank, d_state, compute = cfg.d_inner, cfg.dt_rank, cfg.d_state, self.dtype
         x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, compute)  # (B, L, D)
-        xz = x_norm @ w["in_proj"].T  # (B, L, 2I)
+        xz = linear_rows(x_norm, w["in_proj"])  # (B, L, 2I)
         x_in, z = xz[..., :d_inner], xz[..., d_inner:]  # (B, L, I) each
         x_conv = silu_fwd(conv1d_fwd(x_in, w["conv_w"], w["conv_b"], compute), compute)
-        dbc = x_conv @ w["x_proj"].T  # (B, L, R + 2N)
+        dbc = linear_rows(x_conv, w["x_proj"])  # (B, L, R + 2N)
         B, C = dbc[..., rank : rank + d_state], dbc[..., rank + d_state :]  # (B, L, N) each
-        dt_pre = dbc[..., :rank] @ w["dt_w"].T + w["dt_b"]  # (B, L, I), before softplus
+        dt_pre = linear_rows(dbc[..., :rank], w["dt_w"]) + w["dt_b"]  # (B, L, I), before softplus
         y = selective_scan_y(x_conv, dt_pre, w["A_log"], B, C, w["D"], compute)  # (B, L, I)
-        out: FloatArray = (y * silu_fwd(z, compute)) @ w["out_proj"].T  # (B, L, D)
+        out: FloatArray = linear_rows(y * silu_fwd(z, compute), w["out_proj"])  # (B, L, D)
         return out
 
     def _forward(self, ids: IntArray, keep: bool) -> tuple[FloatArray, ForwardCache | None]:
@@ -257,7 +289,7 @@ class CpuMamba:
         cfg = self.config
         layers: list[LayerCache] = []
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
-        h = embedding_fwd(ids, embedding).reshape(*ids.shape, cfg.d_model)  # (B, L, D)
+        h = embedding_rows(ids, embedding).reshape(*ids.shape, cfg.d_model)  # (B, L, D)
         norm_f = self.params["backbone.norm_f.weight"]
         if not keep:
             for index in range(cfg.n_layer):
@@ -290,7 +322,7 @@ class CpuMamba:
         Returns:
             Logits, shape (B, L, V).
         """
-        return self.hidden(ids) @ self.params["backbone.embeddings.weight"].T  # (B, L, V)
+        return linear_rows(self.hidden(ids), self.params["backbone.embeddings.weight"])  # (B, L, V)
 
     def embed(self, ids: Any, mask: Any) -> FloatArray:
         """Sentence embeddings: mean final normed hidden state over valid positions, L2-normalised.
@@ -343,6 +375,7 @@ class CpuMamba:
         Raises:
             ShapeError: ids/targets shapes differ or hold out-of-range values.
         """
+        self._require_float("loss_and_grads")
         ids = self._check_ids(ids, 2, "loss_and_grads")
         targets = np.asarray(targets)
         if targets.shape != ids.shape or not np.issubdtype(targets.dtype, np.integer):
@@ -378,7 +411,7 @@ class CpuMamba:
             ids: Token ids, shape (B, L).
         """
         hidden, cache = self.hidden_train(ids)
-        return hidden @ self.params["backbone.embeddings.weight"].T, cache
+        return linear_rows(hidden, self.params["backbone.embeddings.weight"]), cache
 
     def hidden_train(self, ids: Any) -> tuple[FloatArray, ForwardCache]:
         """Final normed hidden states (B, L, D) plus every activation the backward needs.
@@ -402,6 +435,7 @@ class CpuMamba:
         Returns:
             One gradient per parameter, in ``config.param_shapes()`` order and shapes.
         """
+        self._require_float("backward")
         cfg = self.config
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
         if dlogits.shape != (*cache.ids.shape, cfg.vocab_size):
@@ -429,6 +463,7 @@ class CpuMamba:
         Returns:
             One gradient per parameter, in ``config.param_shapes()`` order and shapes.
         """
+        self._require_float("backward_hidden")
         cfg = self.config
         if dhidden.shape != (*cache.ids.shape, cfg.d_model):
             raise ShapeError(
@@ -534,7 +569,7 @@ class CpuMamba:
         taps = last[:, None] - cfg.d_conv + np.arange(cfg.d_conv)[None, :]  # (B, K)
         state = self.init_state(batch)
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
-        h = embedding_fwd(ids, embedding).reshape(batch, length, cfg.d_model)  # (B, L, D)
+        h = embedding_rows(ids, embedding).reshape(batch, length, cfg.d_model)  # (B, L, D)
         for index in range(cfg.n_layer):
             out, cache = self._block_fwd(self._layer(index), h)
             window = cache.x_in[rows[:, None], np.maximum(taps, 0)]  # (B, K, I)
@@ -544,7 +579,7 @@ class CpuMamba:
             h = h + out
         h_last = h[rows, last - 1]  # (B, D)
         hidden, _ = rmsnorm_fwd(h_last, self.params["backbone.norm_f.weight"], cfg.rms_eps)
-        return hidden @ embedding.T, state  # (B, V)
+        return linear_rows(hidden, embedding), state  # (B, V)
 
     def step(self, token_ids: Any, state: MambaState) -> tuple[FloatArray, MambaState]:
         """Advance every sequence by one token: O(1) work per token, whatever came before.
@@ -570,18 +605,18 @@ class CpuMamba:
         # The step's arithmetic runs in the model's dtype (float32 to serve, as the GPU step;
         # float64 for gradient checks), the parallel forward's in float64.
         compute = self.dtype
-        h = embedding_fwd(ids, embedding)  # (B, D)
+        h = embedding_rows(ids, embedding)  # (B, D)
         for index in range(cfg.n_layer):
             w = self._layer(index)
             conv_state, ssm = state.conv[index], state.ssm[index]  # (B, I, K), (B, I, N)
             x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, compute)  # (B, D)
-            xz = x_norm @ w["in_proj"].T  # (B, 2I)
+            xz = linear_rows(x_norm, w["in_proj"])  # (B, 2I)
             x_in, z = xz[:, :d_inner], xz[:, d_inner:]  # (B, I) each
             x_conv, conv_state[...] = conv_step(conv_state, x_in, w["conv_w"], w["conv_b"], compute)
-            dbc = x_conv @ w["x_proj"].T  # (B, R + 2N)
+            dbc = linear_rows(x_conv, w["x_proj"])  # (B, R + 2N)
             B, C = dbc[:, rank : rank + d_state], dbc[:, rank + d_state :]  # (B, N) each
-            dt_pre = dbc[:, :rank] @ w["dt_w"].T + w["dt_b"]  # (B, I), before softplus
+            dt_pre = linear_rows(dbc[:, :rank], w["dt_w"]) + w["dt_b"]  # (B, I), before softplus
             y, ssm[...] = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"], compute)
-            h = h + (y * silu_fwd(z, compute)) @ w["out_proj"].T  # (B, D)
+            h = h + linear_rows(y * silu_fwd(z, compute), w["out_proj"])  # (B, D)
         hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps, compute)
-        return hidden @ embedding.T, state  # (B, V)
+        return linear_rows(hidden, embedding), state  # (B, V)

@@ -2,7 +2,9 @@
 
 ``evermind.load(path_or_bytes)`` returns a :class:`Model`. Generation is recurrent — the
 prompt is fed once through the O(1)-per-token step, then each new token costs one step —
-and streams text without splitting UTF-8 sequences. The runtime serves with this class.
+and streams text without splitting UTF-8 sequences. The runtime serves with this class. An
+int8 package (docs/format.md) runs on its int8 weights: the projections (and the tied
+embedding / LM head when quantised) stay int8 in memory, their products scaled per row.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from evermind.errors import ConfigError
 from evermind.metrics import lm_metrics
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.model.quantize import QuantizedRows
 from evermind.model.sampling import sample
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.ops.pool import pool_fwd
@@ -62,8 +65,9 @@ class Model:
             pad=summary.get("pad"),
         )
         # CpuMamba copies what it is given: hand it the package's float32 arrays as they are
-        # (a to_float32() copy first would hold every weight twice more during a push).
-        self.cpu = CpuMamba(self.config, {k: _float32(t) for k, t in package.tensors.items()})
+        # (a to_float32() copy first would hold every weight twice more during a push), and
+        # an int8 package's int8 weights as int8 (never a float copy of them).
+        self.cpu = CpuMamba(self.config, {k: _weight(t) for k, t in package.tensors.items()})
         #: Identifies the weights: embeddings made by another model never mix with these.
         self.fingerprint = package.digest
 
@@ -248,8 +252,13 @@ class Model:
         return lm_metrics(nll, count, top1, top5, time.perf_counter() - start)
 
 
-def _float32(tensor: Tensor) -> Any:
+def _weight(tensor: Tensor) -> Any:
+    """A package tensor as CpuMamba takes it: float32 data, or int8 rows with their scales."""
     data = tensor.data
+    if tensor.dtype == "I8" and tensor.scale is not None and isinstance(data, bytes):
+        values = np.frombuffer(data, np.int8).reshape(tensor.shape)
+        scale = np.array(tensor.scale.to_float32(), np.float32)
+        return QuantizedRows(values, scale)
     return data if isinstance(data, array) and data.typecode == "f" else tensor.to_float32()
 
 

@@ -2,13 +2,15 @@
 
 A package is a ZIP archive: ``manifest.json`` first, then ``README.md``, ``config.json``,
 ``generation_config.json``, ``model.safetensors`` and ``tokenizer.json`` — a Hugging Face
-``MambaForCausalLM`` directory once unzipped — and optionally ``embedder.safetensors``, the
+``MambaForCausalLM`` directory once unzipped (an int8 package's ``config.json`` says that
+``transformers`` cannot load it) — and optionally ``embedder.safetensors``, the
 embedding head (``head``). docs/format.md is the specification.
 
 Browser-safe: everything here is pure standard-library Python. The numpy helper lives in
 :mod:`evermind.package.native` (native only) and is not imported here.
 
 Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion),
+``int8`` (per-row int8 weights: the rule, the manifest's ``quantization``),
 ``safetensors_io``, ``zip_writer``, ``archive`` (safe ZIP opening), ``limits``,
 ``schema`` (config and tensor contract), ``manifest``, ``model_card``, ``writer``,
 ``reader``.

@@ -16,6 +16,7 @@ from typing import Any
 
 from evermind.errors import PackageError
 from evermind.package.head import HEAD_FIELD, check_head_field
+from evermind.package.int8 import QUANT_FIELD, check_quant_field
 from evermind.package.schema import ARCHITECTURE, MANIFEST, SCHEMA
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -41,8 +42,9 @@ MANIFEST_FIELDS = frozenset(
         "files",
     }
 )
-#: Fields a manifest may carry or omit (absent: the package embeds without a head).
-OPTIONAL_FIELDS = frozenset({HEAD_FIELD})
+#: Fields a manifest may carry or omit (``embedder`` absent: the package embeds without a
+#: head; ``quantization`` present exactly when ``model.dtype`` is ``int8``).
+OPTIONAL_FIELDS = frozenset({HEAD_FIELD, QUANT_FIELD})
 MODEL_FIELDS = frozenset(
     {
         "d_model",
@@ -58,7 +60,7 @@ MODEL_FIELDS = frozenset(
     }
 )
 TOKENIZER_FIELDS = frozenset({"type", "vocab_size", "special_tokens"})
-DTYPES = ("float32", "float16")
+DTYPES = ("float32", "float16", "int8")
 
 
 def _fail(field: str, expected: str, found: Any) -> PackageError:
@@ -256,6 +258,14 @@ def validate_manifest(manifest: Mapping[str, Any]) -> None:
     if manifest["architecture"] != ARCHITECTURE:
         raise _fail("architecture", repr(ARCHITECTURE), manifest["architecture"])
     _check_model(manifest["model"])
+    if (manifest["model"]["dtype"] == "int8") != (QUANT_FIELD in manifest):
+        raise _fail(
+            QUANT_FIELD,
+            "present exactly when model.dtype is 'int8'",
+            manifest.get(QUANT_FIELD, "absent"),
+        )
+    if QUANT_FIELD in manifest:
+        check_quant_field(manifest[QUANT_FIELD])
     _check_tokenizer(manifest["tokenizer"])
     if not isinstance(manifest["training"], dict):
         raise _fail("training", "a JSON object", manifest["training"])
@@ -280,6 +290,7 @@ def build_manifest(
     bench: Mapping[str, float],
     files: Mapping[str, Mapping[str, Any]],
     embedder: Mapping[str, Any] | None = None,
+    quantization: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble and check a manifest.
 
@@ -295,6 +306,8 @@ def build_manifest(
         files: Member name -> ``{"sha256": hex, "size": bytes}`` for every other member.
         embedder: The embedding head's description (see
             :meth:`evermind.package.head.EmbedderHead.describe`); None: no head.
+        quantization: The int8 record (see :func:`evermind.package.int8.describe`); given
+            exactly when ``model["dtype"]`` is ``"int8"``.
 
     Returns:
         The manifest dict.
@@ -317,5 +330,7 @@ def build_manifest(
     }
     if embedder is not None:
         manifest[HEAD_FIELD] = dict(embedder)
+    if quantization is not None:
+        manifest[QUANT_FIELD] = dict(quantization)
     validate_manifest(manifest)
     return manifest

@@ -46,6 +46,44 @@ def _corpus_line(training: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
+_TRANSFORMERS = [
+    "## Use with transformers",
+    "",
+    "The archive is a plain ZIP; unpacked, it is a `transformers` model directory:",
+    "",
+    "```python",
+    "# unzip model.evermind -d model",
+    "from transformers import MambaForCausalLM, PreTrainedTokenizerFast",
+    "",
+    'model = MambaForCausalLM.from_pretrained("model")',
+    'tokenizer = PreTrainedTokenizerFast(tokenizer_file="model/tokenizer.json")',
+    'ids = tokenizer("The memory of", return_tensors="pt").input_ids',
+    "print(tokenizer.decode(model.generate(ids, max_new_tokens=32)[0]))",
+    "```",
+]
+_INT8_TRANSFORMERS = [
+    "## Not for transformers",
+    "",
+    "The weights are int8 with one float32 scale per row (Evermind's own scheme, named in",
+    "`config.json` as `quant_method: evermind_int8`); `transformers` has no loader for it",
+    "and refuses the directory (`torch_dtype` is int8). `evermind.load` runs it as it is.",
+    "For `transformers`, convert it first:",
+    "",
+    "```sh",
+    "evermind export --model model.evermind --dtype float32 --out model-f32.evermind",
+    "```",
+]
+
+
+def _storage_line(manifest: Mapping[str, Any]) -> str:
+    """How the weights are stored, for the card's parameter line."""
+    dtype = manifest["model"]["dtype"]
+    if dtype != "int8":
+        return str(dtype)
+    count = len(manifest.get("quantization", {}).get("tensors", []))
+    return f"int8 per output row ({count} weight matrices, float32 scales); the rest float32"
+
+
 def render_model_card(manifest: Mapping[str, Any]) -> str:
     """Write the model card for a package.
 
@@ -58,9 +96,10 @@ def render_model_card(manifest: Mapping[str, Any]) -> str:
     name, version = manifest["name"], manifest["version"]
     model, tokenizer = manifest["model"], manifest["tokenizer"]
     ref = f"evermind/{name}:{version}"
+    int8 = model["dtype"] == "int8"
     lines = [
         "---",
-        "library_name: transformers",
+        f"library_name: {'evermind' if int8 else 'transformers'}",
         "pipeline_tag: text-generation",
         "tags: [evermind, mamba, ssm]",
         "---",
@@ -73,7 +112,7 @@ def render_model_card(manifest: Mapping[str, Any]) -> str:
         f"- Architecture: {model['n_layer']} Mamba blocks, d_model {model['d_model']}, "
         f"d_inner {model['d_inner']}, d_state {model['d_state']}, d_conv {model['d_conv']}, "
         f"dt_rank {model['dt_rank']}; tied embeddings",
-        f"- Parameters: {model['n_params']:,} stored as {model['dtype']}",
+        f"- Parameters: {model['n_params']:,} stored as {_storage_line(manifest)}",
         f"- Tokenizer: {tokenizer['type']}, {tokenizer['vocab_size']} tokens; special tokens: "
         f"{_code_list(tokenizer['special_tokens'])}",
         "",
@@ -102,19 +141,7 @@ def render_model_card(manifest: Mapping[str, Any]) -> str:
         "print(reply.choices[0].text)",
         "```",
         "",
-        "## Use with transformers",
-        "",
-        "The archive is a plain ZIP; unpacked, it is a `transformers` model directory:",
-        "",
-        "```python",
-        "# unzip model.evermind -d model",
-        "from transformers import MambaForCausalLM, PreTrainedTokenizerFast",
-        "",
-        'model = MambaForCausalLM.from_pretrained("model")',
-        'tokenizer = PreTrainedTokenizerFast(tokenizer_file="model/tokenizer.json")',
-        'ids = tokenizer("The memory of", return_tensors="pt").input_ids',
-        "print(tokenizer.decode(model.generate(ids, max_new_tokens=32)[0]))",
-        "```",
+        *(_INT8_TRANSFORMERS if int8 else _TRANSFORMERS),
         "",
         "## Files",
         "",

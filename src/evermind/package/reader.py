@@ -4,8 +4,9 @@ This module owns :func:`read_package`. It refuses a package unless every check p
 the archive is safe under :class:`~evermind.package.limits.PackageLimits` (checked before
 anything is decompressed), the manifest is first and valid, the archive holds exactly the
 members the manifest lists with matching sizes and sha256, the tensors are exactly those
-``config.json`` implies with the right shapes and one dtype, and the tokenizer vocabulary,
-``vocab_size`` and embedding rows agree. Every refusal is a
+``config.json`` implies with the right shapes and one dtype (an int8 package: the weights
+its ``quantization`` field lists as ``I8`` with a fitting ``<name>_scale``, the rest
+float32), and the tokenizer vocabulary, ``vocab_size`` and embedding rows agree. Every refusal is a
 :class:`~evermind.errors.PackageError` whose message names the member or field.
 
 Memory stays near the size of what is kept: the file is never read whole (its digest is
@@ -30,6 +31,12 @@ from evermind.errors import PackageError
 from evermind.package._json import loads_object
 from evermind.package.archive import SafeArchive
 from evermind.package.head import HEAD_FIELD, HEAD_MEMBER, EmbedderHead, head_from_member
+from evermind.package.int8 import (
+    QUANT_FIELD,
+    first_out_of_range,
+    quantization_config,
+    scale_name,
+)
 from evermind.package.limits import PackageLimits
 from evermind.package.manifest import check_json_typed, validate_manifest
 from evermind.package.safetensors_io import decode_safetensors, read_safetensors
@@ -61,7 +68,9 @@ class Package:
         manifest: The parsed ``manifest.json``.
         config: The parsed ``config.json`` (``transformers`` MambaConfig names).
         tensors: Tensor name -> :class:`Tensor` holding float32 ``array('f')`` data
-            (float16 packages are upcast exactly).
+            (float16 packages are upcast exactly); in an int8 package the quantised
+            weights stay ``"I8"`` tensors carrying their per-row ``scale`` (their
+            ``to_float32()`` dequantises).
         tokenizer_json: The ``tokenizer.json`` text as stored.
         generation_config: The parsed ``generation_config.json``.
         readme: The ``README.md`` model card.
@@ -277,6 +286,38 @@ def _compare_summary(
             )
 
 
+def _attach_scales(
+    manifest: Mapping[str, Any], tensors: dict[str, Tensor], stored: dict[str, str]
+) -> None:
+    """Join each quantised weight of an int8 package with its ``<name>_scale`` (in place):
+    the scale must be stored F32 with one finite, non-negative value per row, and the
+    int8 values must lie in [-127, 127]."""
+    if QUANT_FIELD not in manifest:
+        return
+    for name in manifest[QUANT_FIELD]["tensors"]:
+        scale = scale_name(name)
+        if name not in tensors or scale not in tensors:
+            raise PackageError(
+                f"{WEIGHTS}: {MANIFEST} lists {name!r} as int8 but the member lacks "
+                f"{name if name not in tensors else scale!r}"
+            )
+        if stored[name] != "I8" or stored[scale] != "F32":
+            raise PackageError(
+                f"{WEIGHTS}: tensor {name!r} is {stored[name]} with scale {stored[scale]}; "
+                f"{MANIFEST} lists it as int8, expected I8 values and F32 scales"
+            )
+        raw = tensors[name]
+        assert isinstance(raw.data, bytes)
+        bad = first_out_of_range(raw.data)
+        if bad >= 0:
+            raise PackageError(
+                f"{WEIGHTS}: tensor {name!r} holds -128 at flat index {bad}; the symmetric "
+                "int8 scheme stores values in [-127, 127] only"
+            )
+        tensors[name] = Tensor(raw.shape, raw.data, "I8", scale=tensors.pop(scale))
+        del stored[scale]
+
+
 def _check_model(
     manifest: Mapping[str, Any],
     config: dict[str, Any],
@@ -287,11 +328,13 @@ def _check_model(
     dims = config_dims(config)
     dtype = manifest["model"]["dtype"]
     check_tensors(tensors, expected_tensor_shapes(config), where=WEIGHTS)
+    quantised = set(manifest[QUANT_FIELD]["tensors"]) if QUANT_FIELD in manifest else set()
+    floats = "F32" if dtype == "int8" else TORCH_TO_DTYPE[dtype]
     for name in sorted(stored):
-        if stored[name] != TORCH_TO_DTYPE[dtype]:
+        if name not in quantised and stored[name] != floats:
             raise PackageError(
                 f"{WEIGHTS}: tensor {name!r} is {stored[name]} but the package dtype is "
-                f"{dtype} ({TORCH_TO_DTYPE[dtype]}); expected one dtype for all tensors"
+                f"{dtype} ({floats}); expected one dtype for all unquantised tensors"
             )
     n_params = sum(tensor.numel for tensor in tensors.values())
     actual = model_summary(dims, n_params=n_params, dtype=dtype)
@@ -299,11 +342,19 @@ def _check_model(
 
 
 def _check_dtype(manifest: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+    """Require config.json's ``torch_dtype`` and ``quantization_config`` to say what the
+    manifest says (an int8 package: ``int8`` and the int8 scheme; a float one: no scheme)."""
     dtype = manifest["model"]["dtype"]
     if config.get("torch_dtype") != dtype:
         raise PackageError(
             f"{CONFIG}: field 'torch_dtype' is {config.get('torch_dtype')!r} but {MANIFEST} "
             f"model.dtype is {dtype!r}; expected them equal"
+        )
+    expected = quantization_config(manifest[QUANT_FIELD]) if QUANT_FIELD in manifest else None
+    if config.get("quantization_config") != expected:
+        raise PackageError(
+            f"{CONFIG}: field 'quantization_config' is {config.get('quantization_config')!r} "
+            f"but {MANIFEST} implies {expected!r}; expected them to agree"
         )
 
 
@@ -367,6 +418,7 @@ def _verify_archive(archive: SafeArchive, stream: BinaryIO, limits: PackageLimit
         )
         head = head_from_member(head_tensors, manifest[HEAD_FIELD], dims.d_model, dims.vocab_size)
     tensors, stored = _read_weights(archive, files, limits)
+    _attach_scales(manifest, tensors, stored)
     _check_model(manifest, config, tensors, stored)
     return Package(
         manifest=manifest,

@@ -5,7 +5,7 @@ This module owns the ``model.safetensors`` member: an 8-byte little-endian heade
 with sorted keys and no spaces except the trailing space padding that makes ``8 + N`` a
 multiple of 8 (as the reference library does), and lays tensors out in sorted-name order,
 back to back. The reader refuses anything the format does not allow: a header over the size
-cap or past the end of the member, a dtype other than F32/F16, offsets that leave gaps,
+cap or past the end of the member, a dtype other than F32/F16/I8, offsets that leave gaps,
 overlap, run past the buffer or disagree with the shape.
 """
 
@@ -28,13 +28,17 @@ _METADATA_KEY = "__metadata__"
 
 
 def encode_safetensors(
-    tensors: Mapping[str, Tensor], *, dtype: str, metadata: Mapping[str, str] | None = None
+    tensors: Mapping[str, Tensor],
+    *,
+    dtype: str | Mapping[str, str],
+    metadata: Mapping[str, str] | None = None,
 ) -> bytes:
     """Serialise tensors to safetensors bytes, reproducibly.
 
     Args:
-        tensors: Tensor name -> tensor. Every tensor is stored as `dtype`.
-        dtype: ``"F32"`` or ``"F16"`` (float32 is rounded to nearest even).
+        tensors: Tensor name -> tensor.
+        dtype: The storage dtype of every tensor (``"F32"`` or ``"F16"``; float32 is
+            rounded to nearest even), or name -> dtype (``"I8"`` for int8 tensors).
         metadata: Optional string -> string map stored under ``__metadata__``.
 
     Returns:
@@ -43,10 +47,12 @@ def encode_safetensors(
     Raises:
         PackageError: A name is empty, a dtype is unsupported, or a value does not fit.
     """
-    itemsize = DTYPE_SIZES.get(dtype)
-    if itemsize is None:
+    dtypes = dtype if not isinstance(dtype, str) else dict.fromkeys(tensors, dtype)
+    unknown = sorted(set(dtypes.values()) - set(DTYPE_SIZES))
+    if unknown or set(dtypes) != set(tensors):
         raise PackageError(
-            f"safetensors dtype {dtype!r} is not supported; expected one of {sorted(DTYPE_SIZES)}"
+            f"safetensors dtype {unknown[0] if unknown else dtype!r} is not supported (or not "
+            f"given for every tensor); expected one of {sorted(DTYPE_SIZES)} per tensor"
         )
     header: dict[str, Any] = {}
     if metadata:
@@ -56,10 +62,10 @@ def encode_safetensors(
     for name in sorted(tensors):
         if not name or name == _METADATA_KEY:
             raise PackageError(f"tensor name {name!r} is reserved or empty; expected a real name")
-        raw = tensors[name].encode(dtype, name=name)
+        raw = tensors[name].encode(dtypes[name], name=name)
         header[name] = {
             "data_offsets": [offset, offset + len(raw)],
-            "dtype": dtype,
+            "dtype": dtypes[name],
             "shape": list(tensors[name].shape),
         }
         chunks.append(raw)
@@ -227,9 +233,10 @@ def read_safetensors(
     """Parse and check a safetensors member read in pieces, upcasting each tensor as it is read.
 
     The header is checked whole (every offset against the member size) before any tensor
-    data is read; then each tensor is read, converted to float32 and its raw bytes dropped,
-    so memory peaks at the float32 tensors plus one tensor's raw bytes, never the member
-    twice.
+    data is read; then each float tensor is read, converted to float32 and its raw bytes
+    dropped, so memory peaks at the float32 tensors plus one tensor's raw bytes, never the
+    member twice. ``I8`` tensors stay raw int8 bytes (their floats need the per-row scales,
+    which the reader attaches; see :mod:`evermind.package.int8`).
 
     Args:
         source: The member (:meth:`evermind.package.archive.SafeArchive.stream`).
@@ -237,8 +244,8 @@ def read_safetensors(
         max_header_bytes: Refuse a header longer than this before reading it.
 
     Returns:
-        ``(tensors, stored dtypes)``: float32 ``array('f')`` tensors, and each tensor's
-        dtype as stored (``"F32"``/``"F16"``).
+        ``(tensors, stored dtypes)``: float32 ``array('f')`` tensors (``I8`` ones as raw
+        bytes), and each tensor's dtype as stored (``"F32"``/``"F16"``/``"I8"``).
 
     Raises:
         PackageError: Any structural problem; the message names the tensor or field.
@@ -255,7 +262,7 @@ def read_safetensors(
     stored: dict[str, str] = {}
     for name, dtype, shape, begin, end in layout:
         raw = Tensor(shape=shape, data=source.read(end - begin), dtype=dtype)
-        tensors[name] = Tensor(shape=shape, data=raw.to_float32(), dtype="F32")
+        tensors[name] = raw if dtype == "I8" else Tensor(shape, raw.to_float32(), "F32")
         stored[name] = dtype
         del raw
     return tensors, stored

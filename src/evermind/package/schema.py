@@ -78,7 +78,8 @@ def make_config(
         d_conv: Depthwise convolution width (``conv_kernel``).
         expand: d_inner = expand * d_model.
         layer_norm_epsilon: RMSNorm epsilon.
-        dtype: ``"float32"`` or ``"float16"`` (``torch_dtype``; the writer overrides it).
+        dtype: ``"float32"``, ``"float16"`` or ``"int8"`` (``torch_dtype``; the writer
+            overrides it).
 
     Returns:
         A JSON-typed dict that ``MambaForCausalLM.from_pretrained`` reads.
@@ -277,8 +278,9 @@ def model_summary(dims: MambaDims, *, n_params: int, dtype: str) -> dict[str, An
 
     Args:
         dims: Resolved dimensions (from :func:`config_dims`).
-        n_params: Number of stored parameters (tied weights counted once).
-        dtype: ``"float32"`` or ``"float16"``.
+        n_params: Number of stored parameters (tied weights counted once; int8 scales
+            not counted).
+        dtype: ``"float32"``, ``"float16"`` or ``"int8"``.
 
     Returns:
         The JSON-typed summary.

@@ -3,7 +3,8 @@
 This module owns the writer's side of the format: it checks the caller's model against
 the shared contract (tensor names and shapes from ``config.json``, tokenizer vocabulary
 = ``vocab_size`` = embedding rows) before writing anything, encodes the tensors
-(float32 or round-to-nearest-even float16), renders the JSON members canonically and the
+(float32, round-to-nearest-even float16, or int8 per-row projections beside float32
+everything else: :mod:`evermind.package.int8`), renders the JSON members canonically and the
 model card, and assembles the ZIP with :mod:`evermind.package.zip_writer`. Same inputs
 always give the same bytes.
 """
@@ -20,6 +21,14 @@ from typing import Any
 from evermind.errors import PackageError
 from evermind.package._json import dumps_canonical, loads_object
 from evermind.package.head import HEAD_MEMBER, EmbedderHead
+from evermind.package.int8 import (
+    INT8_EMBEDDING,
+    choose_tensors,
+    describe,
+    quantization_config,
+    quantize_row_values,
+    scale_name,
+)
 from evermind.package.manifest import DTYPES, build_manifest, check_json_typed
 from evermind.package.model_card import render_model_card
 from evermind.package.safetensors_io import encode_safetensors
@@ -58,6 +67,37 @@ def default_generation_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {key: config.get(key) for key in ("bos_token_id", "eos_token_id", "pad_token_id")}
 
 
+def _quantize(tensor: Tensor, name: str) -> Tensor:
+    """The int8 form of a 2-D tensor (kept as it is when it already is int8)."""
+    if tensor.dtype == "I8" and tensor.scale is not None:
+        return tensor
+    rows, cols = tensor.shape
+    data, scales = quantize_row_values(tensor.to_float32(), rows, cols, name=name)
+    return Tensor(tensor.shape, data, "I8", scale=Tensor((rows,), scales))
+
+
+def _storage(
+    tensors: Mapping[str, Tensor], dtype: str, int8_embedding: bool
+) -> tuple[dict[str, Tensor], dict[str, str], list[str]]:
+    """What ``model.safetensors`` holds: (name -> tensor, name -> safetensors dtype, the
+    names stored as int8). Float packages store every tensor as their dtype; int8 ones
+    store the chosen 2-D weights as ``I8`` plus ``<name>_scale`` and the rest as ``F32``."""
+    if dtype != "int8":
+        return dict(tensors), dict.fromkeys(tensors, TORCH_TO_DTYPE[dtype]), []
+    chosen = choose_tensors(list(tensors), embedding=int8_embedding)
+    stored: dict[str, Tensor] = {}
+    dtypes: dict[str, str] = {}
+    for name, tensor in tensors.items():
+        if name in chosen:
+            quantised = _quantize(tensor, name)
+            assert quantised.scale is not None
+            stored[name], dtypes[name] = quantised, "I8"
+            stored[scale_name(name)], dtypes[scale_name(name)] = quantised.scale, "F32"
+        else:
+            stored[name], dtypes[name] = tensor, "F32"
+    return stored, dtypes, chosen
+
+
 def _file_entry(data: bytes) -> dict[str, Any]:
     """Return the manifest ``files`` entry for a member's contents."""
     return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
@@ -78,6 +118,7 @@ def write_package(
     generation_config: Mapping[str, Any] | None = None,
     readme: str | None = None,
     embedder: EmbedderHead | None = None,
+    int8_embedding: bool = INT8_EMBEDDING,
 ) -> bytes:
     """Build a `.evermind` package in memory.
 
@@ -93,25 +134,41 @@ def write_package(
         tokenizer_json: Hugging Face ``tokenizer.json`` text, stored as given.
         training: Free-form JSON-typed training summary (steps, tokens, corpus, loss...).
         bench: Metric name -> number.
-        dtype: Storage dtype of the weights, ``"float32"`` or ``"float16"``.
+        dtype: Storage dtype of the weights: ``"float32"``, ``"float16"``, or ``"int8"``
+            (the block projections int8 per row, the rest float32; config.json then says
+            ``torch_dtype: "int8"`` and names ``quantization_config``, and ``transformers``
+            refuses to load it).
         generation_config: ``generation_config.json``; default: the config's token ids.
         readme: Model card text; default: :func:`render_model_card` of the manifest.
         embedder: The embedding head, stored as ``embedder.safetensors`` (float32) and
             described by the manifest's ``embedder`` field; None: no head.
+        int8_embedding: With ``dtype="int8"``, also store the embedding (the tied LM head)
+            as int8 (see :data:`evermind.package.int8.INT8_EMBEDDING` for the default).
 
     Returns:
         The archive bytes.
 
     Raises:
         PackageError: Any input breaks the format (names, shapes, vocab size, timestamps,
-            non-JSON values, float16 overflow); the message names the field or tensor.
+            non-JSON values, float16 overflow, a non-finite weight to quantise); the
+            message names the field or tensor.
     """
     if dtype not in DTYPES:
-        raise PackageError(f"dtype {dtype!r} is not supported; expected one of {list(DTYPES)}")
-    config = {**config, "torch_dtype": dtype}
+        raise PackageError(
+            f"dtype {dtype!r} is not supported; expected one of {list(DTYPES)}. "
+            "Hint: int8 quantises the projections, float16 halves every tensor"
+        )
+    config = {k: v for k, v in config.items() if k != "quantization_config"}
+    # int8: torch_dtype says so, and transformers refuses to build the model under it
+    # (docs/format.md, "int8 weights") instead of copying int8 values into float weights.
+    config["torch_dtype"] = dtype
     check_json_typed(config, "config")
     dims = config_dims(config)
     check_tensors(tensors, expected_tensor_shapes(config), where=WEIGHTS)
+    storage, stored_dtypes, quantised = _storage(tensors, dtype, int8_embedding)
+    quantization = describe(quantised) if dtype == "int8" else None
+    if quantization is not None:
+        config["quantization_config"] = quantization_config(quantization)
     tokenizer = loads_object(tokenizer_json, member=TOKENIZER)
     token_count = tokenizer_vocab_size(tokenizer)
     if token_count != dims.vocab_size:
@@ -121,7 +178,8 @@ def write_package(
         )
     generation = dict(generation_config or default_generation_config(config))
     check_json_typed(generation, "generation_config")
-    weights = encode_safetensors(tensors, dtype=TORCH_TO_DTYPE[dtype], metadata={"format": "pt"})
+    weights = encode_safetensors(storage, dtype=stored_dtypes, metadata={"format": "pt"})
+    del storage
     try:
         tokenizer_bytes = tokenizer_json.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -136,7 +194,11 @@ def write_package(
         "training": dict(training or {}),
         "bench": dict(bench or {}),
     }
-    card = readme if readme is not None else render_model_card(build_manifest(**summary, files={}))
+    card = (
+        readme
+        if readme is not None
+        else render_model_card(build_manifest(**summary, files={}, quantization=quantization))
+    )
     try:
         card_bytes = card.encode("utf-8")
     except UnicodeEncodeError as err:
@@ -164,6 +226,7 @@ def write_package(
         **summary,
         files={key: _file_entry(value) for key, value in members.items()},
         embedder=embedder.describe() if embedder is not None else None,
+        quantization=quantization,
     )
     entries = [ZipMember(MANIFEST, dumps_canonical(manifest, member=MANIFEST), compress=True)]
     for member in sorted(members):
@@ -197,6 +260,7 @@ def write_package_file(
     generation_config: Mapping[str, Any] | None = None,
     readme: str | None = None,
     embedder: EmbedderHead | None = None,
+    int8_embedding: bool = INT8_EMBEDDING,
 ) -> str:
     """Write a package to `path` atomically (temp file, fsync, rename).
 
@@ -214,10 +278,11 @@ def write_package_file(
         tokenizer_json: Hugging Face ``tokenizer.json`` text.
         training: Training summary.
         bench: Metric name -> number.
-        dtype: ``"float32"`` or ``"float16"``.
+        dtype: ``"float32"``, ``"float16"`` or ``"int8"``.
         generation_config: ``generation_config.json``.
         readme: Model card text.
         embedder: The embedding head (see :func:`write_package`).
+        int8_embedding: See :func:`write_package`.
 
     Returns:
         The package digest, ``"sha256:<hex>"`` of the file.
@@ -240,6 +305,7 @@ def write_package_file(
         generation_config=generation_config,
         readme=readme,
         embedder=embedder,
+        int8_embedding=int8_embedding,
     )
     return write_file_atomic(path, archive)
 

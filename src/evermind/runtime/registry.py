@@ -34,6 +34,7 @@ import numpy as np
 from evermind.errors import EvermindError, NotFound, PackageError, Unavailable
 from evermind.model.inference import Model
 from evermind.package import Package, read_package
+from evermind.package.int8 import QUANT_FIELD, held_bytes
 from evermind.runtime.installs import Install, InstallStore
 
 logger = logging.getLogger(__name__)
@@ -97,10 +98,11 @@ def parse_model_id(model_id: str) -> tuple[str, str | None]:
 
 
 def estimate_bytes(install: Install) -> int:
-    """Memory a loaded model of ``install`` holds: its float32 weights once (the CPU model's
-    arrays; :func:`build` drops the package's copy) plus a fixed overhead."""
-    n_params = int(install.manifest.get("model", {}).get("n_params", 0))
-    return 4 * n_params + _OVERHEAD_BYTES
+    """Memory a loaded model of ``install`` holds: its weights once (the CPU model's arrays,
+    float32, int8 for an int8 package's quantised ones; :func:`build` drops the package's
+    copy) plus a fixed overhead."""
+    manifest = install.manifest
+    return held_bytes(manifest.get("model", {}), manifest.get(QUANT_FIELD)) + _OVERHEAD_BYTES
 
 
 def build(package: Package) -> Model:
