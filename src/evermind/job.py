@@ -30,6 +30,7 @@ from evermind.errors import ConfigError
 from evermind.model.config import PRESETS, MambaConfig
 from evermind.model.init import init_params
 from evermind.package import Tensor, write_package
+from evermind.package.affect import AffectHead
 from evermind.package.head import EmbedderHead
 from evermind.package.manifest import utc_timestamp
 from evermind.tokenizer import Tokenizer
@@ -243,9 +244,10 @@ def export_package(
     bench: dict[str, float] | None = None,
     created_at: datetime | None = None,
     embedder: EmbedderHead | None = None,
+    affect: AffectHead | None = None,
 ) -> bytes:
     """Writes the ``.evermind`` package bytes of a trained model (with ``embedder``, its
-    embedding head)."""
+    embedding head, and ``affect``, its affect classifier head)."""
     shapes = config.param_shapes()
     tensors = {name: Tensor(shapes[name], params[name]) for name in shapes}
     training: dict[str, Any] = {"corpus": corpus, "device": device, "preset": job.preset}
@@ -274,6 +276,7 @@ def export_package(
         bench=bench,
         dtype=job.dtype,
         embedder=embedder,
+        affect=affect,
     )
 
 

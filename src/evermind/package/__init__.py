@@ -3,19 +3,21 @@
 A package is a ZIP archive: ``manifest.json`` first, then ``README.md``, ``config.json``,
 ``generation_config.json``, ``model.safetensors`` and ``tokenizer.json`` — a Hugging Face
 ``MambaForCausalLM`` directory once unzipped — and optionally ``embedder.safetensors``, the
-embedding head (``head``). docs/format.md is the specification.
+embedding head (``head``), and ``affect.safetensors``, the affect classifier head
+(``affect``). docs/format.md is the specification.
 
 Browser-safe: everything here is pure standard-library Python. The numpy helper lives in
 :mod:`evermind.package.native` (native only) and is not imported here.
 
 Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion),
 ``safetensors_io``, ``zip_writer``, ``archive`` (safe ZIP opening), ``limits``,
-``schema`` (config and tensor contract), ``manifest``, ``model_card``, ``writer``,
-``reader``.
+``schema`` (config and tensor contract), ``head``, ``affect``, ``manifest``, ``model_card``,
+``writer``, ``reader``.
 """
 
 from __future__ import annotations
 
+from evermind.package.affect import AffectHead, affect_scores
 from evermind.package.head import EmbedderHead, apply_head
 from evermind.package.limits import PackageLimits
 from evermind.package.manifest import utc_timestamp
@@ -33,11 +35,13 @@ from evermind.package.writer import write_file_atomic, write_package, write_pack
 
 __all__ = [
     "SCHEMA",
+    "AffectHead",
     "EmbedderHead",
     "MambaDims",
     "Package",
     "PackageLimits",
     "Tensor",
+    "affect_scores",
     "apply_head",
     "config_dims",
     "expected_tensor_shapes",

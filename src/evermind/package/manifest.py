@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from evermind.errors import PackageError
+from evermind.package.affect import AFFECT_FIELD, check_affect_field
 from evermind.package.head import HEAD_FIELD, check_head_field
 from evermind.package.schema import ARCHITECTURE, MANIFEST, SCHEMA
 
@@ -41,8 +42,9 @@ MANIFEST_FIELDS = frozenset(
         "files",
     }
 )
-#: Fields a manifest may carry or omit (absent: the package embeds without a head).
-OPTIONAL_FIELDS = frozenset({HEAD_FIELD})
+#: Fields a manifest may carry or omit (absent: the package embeds without a head, or has no
+#: affect head).
+OPTIONAL_FIELDS = frozenset({HEAD_FIELD, AFFECT_FIELD})
 MODEL_FIELDS = frozenset(
     {
         "d_model",
@@ -238,6 +240,8 @@ def validate_manifest(manifest: Mapping[str, Any]) -> None:
         )
     if HEAD_FIELD in manifest:
         check_head_field(manifest[HEAD_FIELD])
+    if AFFECT_FIELD in manifest:
+        check_affect_field(manifest[AFFECT_FIELD])
     if not isinstance(manifest["name"], str) or not NAME_PATTERN.fullmatch(manifest["name"]):
         raise _fail(
             "name", "1-64 chars of [a-z0-9._-] starting with a letter or digit", manifest["name"]
@@ -280,6 +284,7 @@ def build_manifest(
     bench: Mapping[str, float],
     files: Mapping[str, Mapping[str, Any]],
     embedder: Mapping[str, Any] | None = None,
+    affect: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble and check a manifest.
 
@@ -295,6 +300,8 @@ def build_manifest(
         files: Member name -> ``{"sha256": hex, "size": bytes}`` for every other member.
         embedder: The embedding head's description (see
             :meth:`evermind.package.head.EmbedderHead.describe`); None: no head.
+        affect: The affect head's description (see
+            :meth:`evermind.package.affect.AffectHead.describe`); None: no affect head.
 
     Returns:
         The manifest dict.
@@ -317,5 +324,7 @@ def build_manifest(
     }
     if embedder is not None:
         manifest[HEAD_FIELD] = dict(embedder)
+    if affect is not None:
+        manifest[AFFECT_FIELD] = dict(affect)
     validate_manifest(manifest)
     return manifest

@@ -19,6 +19,7 @@ from typing import Any
 
 from evermind.errors import PackageError
 from evermind.package._json import dumps_canonical, loads_object
+from evermind.package.affect import AFFECT_MEMBER, AffectHead
 from evermind.package.head import HEAD_MEMBER, EmbedderHead
 from evermind.package.manifest import DTYPES, build_manifest, check_json_typed
 from evermind.package.model_card import render_model_card
@@ -78,6 +79,7 @@ def write_package(
     generation_config: Mapping[str, Any] | None = None,
     readme: str | None = None,
     embedder: EmbedderHead | None = None,
+    affect: AffectHead | None = None,
 ) -> bytes:
     """Build a `.evermind` package in memory.
 
@@ -98,6 +100,8 @@ def write_package(
         readme: Model card text; default: :func:`render_model_card` of the manifest.
         embedder: The embedding head, stored as ``embedder.safetensors`` (float32) and
             described by the manifest's ``embedder`` field; None: no head.
+        affect: The affect head, stored as ``affect.safetensors`` (float32) and described by
+            the manifest's ``affect`` field; None: no affect head.
 
     Returns:
         The archive bytes.
@@ -160,14 +164,22 @@ def write_package(
                 f"vocab_size is {dims.vocab_size}"
             )
         members[HEAD_MEMBER] = encode_safetensors(embedder.tensors(), dtype="F32")
+    if affect is not None:
+        if affect.d_model != dims.d_model:
+            raise PackageError(
+                f"{AFFECT_MEMBER}: the affect head takes {affect.d_model} values but d_model "
+                f"is {dims.d_model}"
+            )
+        members[AFFECT_MEMBER] = encode_safetensors(affect.tensors(), dtype="F32")
     manifest = build_manifest(
         **summary,
         files={key: _file_entry(value) for key, value in members.items()},
         embedder=embedder.describe() if embedder is not None else None,
+        affect=affect.describe() if affect is not None else None,
     )
     entries = [ZipMember(MANIFEST, dumps_canonical(manifest, member=MANIFEST), compress=True)]
     for member in sorted(members):
-        stored = member in (WEIGHTS, HEAD_MEMBER)
+        stored = member in (WEIGHTS, HEAD_MEMBER, AFFECT_MEMBER)
         entries.append(
             ZipMember(
                 member,
@@ -197,6 +209,7 @@ def write_package_file(
     generation_config: Mapping[str, Any] | None = None,
     readme: str | None = None,
     embedder: EmbedderHead | None = None,
+    affect: AffectHead | None = None,
 ) -> str:
     """Write a package to `path` atomically (temp file, fsync, rename).
 
@@ -218,6 +231,7 @@ def write_package_file(
         generation_config: ``generation_config.json``.
         readme: Model card text.
         embedder: The embedding head (see :func:`write_package`).
+        affect: The affect head (see :func:`write_package`).
 
     Returns:
         The package digest, ``"sha256:<hex>"`` of the file.
@@ -240,6 +254,7 @@ def write_package_file(
         generation_config=generation_config,
         readme=readme,
         embedder=embedder,
+        affect=affect,
     )
     return write_file_atomic(path, archive)
 
