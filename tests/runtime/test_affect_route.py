@@ -40,9 +40,7 @@ def pushed(alpha: httpx.Client) -> Model:
     return evermind.load(_packages()[1])
 
 
-def test_affect_scores_equal_the_model_in_process(
-    alpha: httpx.Client, pushed: Model
-) -> None:
+def test_affect_scores_equal_the_model_in_process(alpha: httpx.Client, pushed: Model) -> None:
     texts = [POSITIVE[1], NEGATIVE[2], "a sentence it never saw"]
     answer = alpha.post("/v1/affect", json={"model": WITH_HEAD, "input": texts})
     assert answer.status_code == 200, answer.text
