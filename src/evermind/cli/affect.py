@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
         help="the allowed labels in order, comma-separated (default: the file's labels, "
         "sorted); an example with another label is an error",
     )
-    affect.add_argument("--l2", type=float, help="L2 penalty on standardised features (0.01)")
+    affect.add_argument("--l2", type=float, help="L2 penalty on standardised features (0.1)")
     affect.add_argument("--holdout", type=float, help="fraction held out per label (0.2)")
     affect.add_argument("--seed", type=int, help="seeds the held-out split (0)")
     affect.add_argument("--version", help="version of the new package (default <old>-affect)")

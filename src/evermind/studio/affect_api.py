@@ -36,7 +36,7 @@ MAX_AFFECT_EXAMPLES = 2000
 async def affect_train(
     lines: str,
     labels: list[str] | None = None,
-    l2: float = 1e-2,
+    l2: float = 0.1,
     holdout: float = 0.2,
     seed: int = 0,
 ) -> dict[str, Any]:
