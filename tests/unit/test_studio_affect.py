@@ -66,6 +66,12 @@ def test_the_tab_fits_exports_and_matches_the_numpy_fit(no_gpu: None) -> None:
     got = package.affect([POSITIVE[0], NEGATIVE[0]])
     for row, want in zip(got, scored["result"]["data"], strict=True):
         assert row == pytest.approx(want["scores"], abs=1e-4)
+    # The exported package opens with its head, which the next export carries again.
+    assert call("package_load", data_b64=exported["result"]["data_b64"])["ok"]
+    info = call("affect_info")["result"]
+    assert info["current"] and info["head"]["labels"] == ["down", "up"]
+    again = call("export_package", name="moody", version="0.2.1")["result"]["data_b64"]
+    assert load(base64.b64decode(again)).package.affect is not None
     # Another model in the tab: the head is not carried over to it.
     other = tiny_package("other", steps=2)
     assert call("package_load", data_b64=base64.b64encode(other).decode())["ok"]

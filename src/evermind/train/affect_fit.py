@@ -11,8 +11,9 @@ with Nesterov's accelerated gradient at the step ``1 / Lip`` (``Lip`` = half the
 eigenvalue of the standardised features' second moment, plus λ; the softmax curvature is at
 most ½) from zero, for at most ``max_iter`` steps or until the gradient norm is under
 ``tol``. The objective is strictly convex in ``W``, so once the gradient is under ``tol`` the
-result is the unique optimum up to it (``iterations`` says whether the cap came first); the standardisation is folded back into ``W`` and ``b`` afterwards, so the
-stored head takes ``p`` itself.
+result is the unique optimum up to it (``iterations`` says whether the cap came first). The
+standardisation is folded back into ``W`` and ``b`` afterwards, so the stored head takes
+``p`` itself.
 
 :func:`logistic_fit_py` is the pure-Python optimiser the tab runs (a few hundred texts);
 :func:`evermind.train.affect.logistic_fit_np` is the same algorithm in numpy, and a unit test
