@@ -265,6 +265,7 @@ class Session:
             train=train,
         )
         self.config = model_config(self.job, self.tokenizer, custom)
+        self.affect = None  # fitted on the weights this run replaces
         await self._build(init_params(self.config, train.seed))
         self._custom = dict(custom) if custom else None
         kv = await self.kv()
