@@ -28,6 +28,7 @@ from evermind.train.affect_fit import (
     logistic_fit_py,
     parse_labelled_lines,
 )
+from evermind.train.distill import package_bytes
 from tests.factories import tiny_package
 from tests.unit.test_package_support import tiny_package_kwargs
 from tests.unit.test_package_verify import members_of, rebuild
@@ -196,6 +197,10 @@ def test_model_affect_end_to_end_on_a_real_model() -> None:
     assert got[0]["positive"] > 0.5 > got[1]["positive"]
     with pytest.raises(ConfigError, match="no affect head"):
         model.affect(texts)
+    # Rewriting the weights (what distill-embedder does) keeps the head when it is passed on.
+    kept = evermind.load(package_bytes(new, None, "0.1.0-kept", "test", affect=new.package.affect))
+    for row, want in zip(kept.affect(texts), got, strict=True):
+        assert row == pytest.approx(want, abs=1e-6)
 
 
 def test_bad_examples_are_refused_with_the_reason() -> None:
