@@ -7,6 +7,8 @@
 - :mod:`evals.quality`: memory and cache tables, lexical vs Evermind vs hybrid.
 - :mod:`evals.retrieval`: ``EnterpriseRetriever`` on ``retrieval_set.jsonl`` (in the
   repository, over the ingest fixtures): answer and refusal rates, through the harness.
+- :mod:`evals.affect`: the affect head on ``affect_dev.jsonl`` (in the repository: 150
+  labelled sentences) against a bag-of-words logistic baseline.
 
 Run each as ``python -m evals.<name> --help`` from the checkout's root (or by its file path).
 The sets are not in the repository: every script finds them with :func:`find` /

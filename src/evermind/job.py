@@ -30,6 +30,7 @@ from evermind.errors import ConfigError
 from evermind.model.config import PRESETS, MambaConfig
 from evermind.model.init import init_params
 from evermind.package import Tensor, write_package
+from evermind.package.affect import AffectHead
 from evermind.package.head import EmbedderHead
 from evermind.package.manifest import DTYPES, utc_timestamp
 from evermind.package.reader import Package
@@ -259,9 +260,10 @@ def export_package(
     bench: dict[str, float] | None = None,
     created_at: datetime | None = None,
     embedder: EmbedderHead | None = None,
+    affect: AffectHead | None = None,
 ) -> bytes:
     """Writes the ``.evermind`` package bytes of a trained model (with ``embedder``, its
-    embedding head)."""
+    embedding head, and ``affect``, its affect classifier head)."""
     shapes = config.param_shapes()
     tensors = {name: Tensor(shapes[name], params[name]) for name in shapes}
     training: dict[str, Any] = {"corpus": corpus, "device": device, "preset": job.preset}
@@ -290,6 +292,7 @@ def export_package(
         bench=bench,
         dtype=job.dtype,
         embedder=embedder,
+        affect=affect,
     )
 
 
@@ -299,7 +302,7 @@ def convert_package(
     """The same model re-stored at another precision (``evermind export --dtype``).
 
     Name, version, creation time, training summary, bench numbers, tokenizer, generation
-    config and embedding head are kept; the model card is rendered anew (it states the
+    config, embedding head and affect head are kept; the model card is rendered anew (it states the
     dtype). Converting down loses what the lower precision cannot hold; converting an int8
     package to float32 stores its dequantised values.
 
@@ -336,6 +339,7 @@ def convert_package(
         dtype=dtype,
         generation_config=package.generation_config,
         embedder=package.embedder,
+        affect=package.affect,
         **extra,
     )
 

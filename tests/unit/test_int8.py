@@ -288,6 +288,18 @@ def test_convert_between_dtypes_keeps_the_model() -> None:
     assert back.ref == original.ref
 
 
+def test_convert_keeps_the_affect_head() -> None:
+    from evermind.package.affect import AffectHead
+
+    kwargs = tiny_package_kwargs()
+    d_model = kwargs["config"]["hidden_size"]
+    head = AffectHead.from_lists(["calm", "upset"], [[0.5] * d_model, [-0.5] * d_model], [0.1, 0.0])
+    original = read_package(write_package(**kwargs, affect=head))
+    as_int8 = read_package(convert_package(original, "int8"))
+    assert as_int8.affect is not None and as_int8.affect.labels == ("calm", "upset")
+    assert as_int8.affect.weight.data == head.weight.data
+
+
 # -- the model -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def trained() -> tuple[evermind.Model, evermind.Model]:

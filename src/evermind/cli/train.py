@@ -419,12 +419,17 @@ def cmd_distill_embedder(args: argparse.Namespace) -> int:
     version = args.version or f"{model.package.version}-distilled"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # The affect head reads the raw pooled state: it stays valid unless the SSM was tuned.
+    affect = model.package.affect if not config.tune_steps else None
+    if model.package.affect is not None and affect is None:
+        print("the affect head is dropped: --tune-steps changed the weights", file=sys.stderr)
     data = package_bytes(
         model,
         result.head,
         version,
         "numpy distill-embedder",
         {"embedding_distillation": result.summary()},
+        affect,
     )
     evermind.load(data)  # verify what is written
     write_file_atomic(out, data)
@@ -461,6 +466,8 @@ def cmd_tune_embedder(args: argparse.Namespace) -> int:
     version = args.version or f"{package.version}-tuned"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if package.affect is not None:
+        print("the affect head is dropped: tuning changed the weights", file=sys.stderr)
     data = package_bytes(model, head, version, "numpy tune-embedder", training)
     evermind.load(data)  # verify what is written
     write_file_atomic(out, data)

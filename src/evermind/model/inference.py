@@ -1,4 +1,5 @@
-"""A loaded ``.evermind`` model on the CPU: generate, embed, evaluate (native-only, numpy).
+"""A loaded ``.evermind`` model on the CPU: generate, embed, classify affect, evaluate
+(native-only, numpy).
 
 ``evermind.load(path_or_bytes)`` returns a :class:`Model`. Generation is recurrent — the
 prompt is fed once through the O(1)-per-token step, then each new token costs one step —
@@ -28,7 +29,7 @@ from evermind.model.quantize import QuantizedRows
 from evermind.model.sampling import sample
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.ops.pool import pool_fwd
-from evermind.package import EmbedderHead, Package, Tensor, read_package
+from evermind.package import AffectHead, EmbedderHead, Package, Tensor, read_package
 from evermind.tokenizer import Tokenizer
 
 #: Longest text (in tokens) an embedding looks at; longer texts are cut.
@@ -231,6 +232,37 @@ class Model:
             out[rows] = self.cpu.embed(ids, mask)
         return out
 
+    # -- affect ------------------------------------------------------------------------------
+    @property
+    def has_affect(self) -> bool:
+        """Whether the package has an affect head (``evermind train-affect``)."""
+        return self.package.affect is not None
+
+    def affect(self, texts: Sequence[str], batch_size: int = 16) -> list[dict[str, float]]:
+        """Label -> probability of each text from the package's affect head: a linear softmax
+        classifier over the raw pooled vector (:mod:`evermind.package.affect`).
+
+        Raises:
+            ConfigError: The package has no affect head, or ``texts`` is a single string.
+        """
+        return self.affect_raw(self.embed_raw(texts, batch_size))
+
+    def affect_raw(self, raw: np.ndarray) -> list[dict[str, float]]:
+        """:meth:`affect` of raw pooled rows (N, d_model) from :meth:`embed_raw`.
+
+        Raises:
+            ConfigError: The package has no affect head.
+        """
+        head = self.package.affect
+        if head is None:
+            raise ConfigError(
+                f"{self.name} has no affect head; hint: fit one with `evermind train-affect`"
+            )
+        probs = affect_rows(head, raw)
+        return [
+            {label: float(p) for label, p in zip(head.labels, row, strict=True)} for row in probs
+        ]
+
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, text: str) -> dict[str, float]:
         """The bench metrics of ``text``: cross-entropy (nats), perplexity, bits per token,
@@ -310,6 +342,18 @@ def apply_head_rows(
             raise ConfigError("this embedder head has a token term: pass the ids of every row")
         x = x + token_term(head, encoded)
     return unit_rows(x)
+
+
+def affect_rows(head: AffectHead, raw: np.ndarray) -> np.ndarray:
+    """numpy form of :func:`evermind.package.affect.affect_scores` for rows: probabilities
+    (N, L) of raw pooled rows (N, d_model), ``softmax(raw Wᵀ + b)``."""
+    weight = np.asarray(head.weight.to_float32(), np.float64).reshape(head.weight.shape)
+    bias = np.asarray(head.bias.to_float32(), np.float64)
+    logits = raw.astype(np.float64) @ weight.T + bias  # (N, L)
+    logits -= logits.max(1, keepdims=True)
+    probs = np.exp(logits)
+    out: np.ndarray = probs / probs.sum(1, keepdims=True)
+    return out
 
 
 def token_bags(weights: np.ndarray, encoded: Sequence[Sequence[int]], vocab: int) -> np.ndarray:

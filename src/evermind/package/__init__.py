@@ -4,7 +4,8 @@ A package is a ZIP archive: ``manifest.json`` first, then ``README.md``, ``confi
 ``generation_config.json``, ``model.safetensors`` and ``tokenizer.json`` — a Hugging Face
 ``MambaForCausalLM`` directory once unzipped (an int8 package's ``config.json`` says that
 ``transformers`` cannot load it) — and optionally ``embedder.safetensors``, the
-embedding head (``head``). docs/format.md is the specification.
+embedding head (``head``), and ``affect.safetensors``, the affect classifier head
+(``affect``). docs/format.md is the specification.
 
 Browser-safe: everything here is pure standard-library Python. The numpy helper lives in
 :mod:`evermind.package.native` (native only) and is not imported here.
@@ -12,12 +13,13 @@ Browser-safe: everything here is pure standard-library Python. The numpy helper 
 Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion),
 ``int8`` (per-row int8 weights: the rule, the manifest's ``quantization``),
 ``safetensors_io``, ``zip_writer``, ``archive`` (safe ZIP opening), ``limits``,
-``schema`` (config and tensor contract), ``manifest``, ``model_card``, ``writer``,
-``reader``.
+``schema`` (config and tensor contract), ``head``, ``affect``, ``manifest``, ``model_card``,
+``writer``, ``reader``.
 """
 
 from __future__ import annotations
 
+from evermind.package.affect import AffectHead, affect_scores
 from evermind.package.head import EmbedderHead, apply_head
 from evermind.package.limits import PackageLimits
 from evermind.package.manifest import utc_timestamp
@@ -35,11 +37,13 @@ from evermind.package.writer import write_file_atomic, write_package, write_pack
 
 __all__ = [
     "SCHEMA",
+    "AffectHead",
     "EmbedderHead",
     "MambaDims",
     "Package",
     "PackageLimits",
     "Tensor",
+    "affect_scores",
     "apply_head",
     "config_dims",
     "expected_tensor_shapes",

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from evermind.errors import PackageError
+from evermind.package.affect import AFFECT_FIELD, check_affect_field
 from evermind.package.head import HEAD_FIELD, check_head_field
 from evermind.package.int8 import QUANT_FIELD, check_quant_field
 from evermind.package.schema import ARCHITECTURE, MANIFEST, SCHEMA
@@ -43,8 +44,9 @@ MANIFEST_FIELDS = frozenset(
     }
 )
 #: Fields a manifest may carry or omit (``embedder`` absent: the package embeds without a
-#: head; ``quantization`` present exactly when ``model.dtype`` is ``int8``).
-OPTIONAL_FIELDS = frozenset({HEAD_FIELD, QUANT_FIELD})
+#: head; ``affect`` absent: no affect head; ``quantization`` present exactly when
+#: ``model.dtype`` is ``int8``).
+OPTIONAL_FIELDS = frozenset({HEAD_FIELD, QUANT_FIELD, AFFECT_FIELD})
 MODEL_FIELDS = frozenset(
     {
         "d_model",
@@ -240,6 +242,8 @@ def validate_manifest(manifest: Mapping[str, Any]) -> None:
         )
     if HEAD_FIELD in manifest:
         check_head_field(manifest[HEAD_FIELD])
+    if AFFECT_FIELD in manifest:
+        check_affect_field(manifest[AFFECT_FIELD])
     if not isinstance(manifest["name"], str) or not NAME_PATTERN.fullmatch(manifest["name"]):
         raise _fail(
             "name", "1-64 chars of [a-z0-9._-] starting with a letter or digit", manifest["name"]
@@ -291,6 +295,7 @@ def build_manifest(
     files: Mapping[str, Mapping[str, Any]],
     embedder: Mapping[str, Any] | None = None,
     quantization: Mapping[str, Any] | None = None,
+    affect: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble and check a manifest.
 
@@ -308,6 +313,8 @@ def build_manifest(
             :meth:`evermind.package.head.EmbedderHead.describe`); None: no head.
         quantization: The int8 record (see :func:`evermind.package.int8.describe`); given
             exactly when ``model["dtype"]`` is ``"int8"``.
+        affect: The affect head's description (see
+            :meth:`evermind.package.affect.AffectHead.describe`); None: no affect head.
 
     Returns:
         The manifest dict.
@@ -332,5 +339,7 @@ def build_manifest(
         manifest[HEAD_FIELD] = dict(embedder)
     if quantization is not None:
         manifest[QUANT_FIELD] = dict(quantization)
+    if affect is not None:
+        manifest[AFFECT_FIELD] = dict(affect)
     validate_manifest(manifest)
     return manifest

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 from evermind.errors import PackageError
 from evermind.package._json import loads_object
+from evermind.package.affect import AFFECT_FIELD, AFFECT_MEMBER, AffectHead, affect_from_member
 from evermind.package.archive import SafeArchive
 from evermind.package.head import HEAD_FIELD, HEAD_MEMBER, EmbedderHead, head_from_member
 from evermind.package.int8 import (
@@ -77,6 +78,7 @@ class Package:
         digest: ``"sha256:<hex>"`` of the whole package file.
         embedder: The embedding head (``embedder.safetensors``), None when the package has
             none (it then embeds with the raw pooled vector).
+        affect: The affect head (``affect.safetensors``), None when the package has none.
     """
 
     manifest: dict[str, Any]
@@ -87,6 +89,7 @@ class Package:
     readme: str
     digest: str
     embedder: EmbedderHead | None = None
+    affect: AffectHead | None = None
 
     @property
     def name(self) -> str:
@@ -156,7 +159,9 @@ def _file_digest(stream: BinaryIO) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _check_member_set(archive: SafeArchive, files: Mapping[str, Any], head: bool) -> None:
+def _check_member_set(
+    archive: SafeArchive, files: Mapping[str, Any], head: bool, affect: bool = False
+) -> None:
     """Require the archive to hold exactly the manifest's members, with listed sizes."""
     present = set(archive.names) - {MANIFEST}
     missing = sorted(set(files) - present)
@@ -178,7 +183,12 @@ def _check_member_set(archive: SafeArchive, files: Mapping[str, Any], head: bool
             f"member {HEAD_MEMBER!r}: {'required' if head else 'not allowed'} when "
             f"{MANIFEST} {'has' if head else 'has no'} an {HEAD_FIELD!r} field"
         )
-    foreign = sorted(set(files) - set(REQUIRED_MEMBERS) - {HEAD_MEMBER})
+    if affect != (AFFECT_MEMBER in files):
+        raise PackageError(
+            f"member {AFFECT_MEMBER!r}: {'required' if affect else 'not allowed'} when "
+            f"{MANIFEST} {'has' if affect else 'has no'} an {AFFECT_FIELD!r} field"
+        )
+    foreign = sorted(set(files) - set(REQUIRED_MEMBERS) - {HEAD_MEMBER, AFFECT_MEMBER})
     if foreign:
         raise PackageError(
             f"member {foreign[0]!r}: not part of format v2; expected only "
@@ -205,7 +215,7 @@ def _read_member(
     archive: SafeArchive, files: Mapping[str, Any], name: str, limits: PackageLimits
 ) -> bytes:
     """Read one listed member (not the weights) whole and verify its sha256."""
-    if name == HEAD_MEMBER:
+    if name in (HEAD_MEMBER, AFFECT_MEMBER):
         data = archive.read(name, limit=limits.max_total_bytes, limit_name="max_total_bytes")
     else:
         data = archive.read(name, limit=limits.max_json_bytes, limit_name="max_json_bytes")
@@ -394,7 +404,7 @@ def _verify_archive(archive: SafeArchive, stream: BinaryIO, limits: PackageLimit
     manifest = loads_object(raw_manifest, member=MANIFEST)
     validate_manifest(manifest)
     files = manifest["files"]
-    _check_member_set(archive, files, HEAD_FIELD in manifest)
+    _check_member_set(archive, files, HEAD_FIELD in manifest, AFFECT_FIELD in manifest)
     config = loads_object(_read_member(archive, files, CONFIG, limits), member=CONFIG)
     generation = loads_object(
         _read_member(archive, files, GENERATION_CONFIG, limits), member=GENERATION_CONFIG
@@ -417,6 +427,14 @@ def _verify_archive(archive: SafeArchive, stream: BinaryIO, limits: PackageLimit
             max_header_bytes=limits.max_safetensors_header_bytes,
         )
         head = head_from_member(head_tensors, manifest[HEAD_FIELD], dims.d_model, dims.vocab_size)
+    affect = None
+    if AFFECT_FIELD in manifest:
+        affect_tensors, _ = decode_safetensors(
+            _read_member(archive, files, AFFECT_MEMBER, limits),
+            member=AFFECT_MEMBER,
+            max_header_bytes=limits.max_safetensors_header_bytes,
+        )
+        affect = affect_from_member(affect_tensors, manifest[AFFECT_FIELD], dims.d_model)
     tensors, stored = _read_weights(archive, files, limits)
     _attach_scales(manifest, tensors, stored)
     _check_model(manifest, config, tensors, stored)
@@ -429,6 +447,7 @@ def _verify_archive(archive: SafeArchive, stream: BinaryIO, limits: PackageLimit
         readme=readme,
         digest=_file_digest(stream),
         embedder=head,
+        affect=affect,
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from evermind.errors import PackageError
 from evermind.package._json import dumps_canonical, loads_object
+from evermind.package.affect import AFFECT_MEMBER, AffectHead
 from evermind.package.head import HEAD_MEMBER, EmbedderHead
 from evermind.package.int8 import (
     INT8_EMBEDDING,
@@ -119,6 +120,7 @@ def write_package(
     readme: str | None = None,
     embedder: EmbedderHead | None = None,
     int8_embedding: bool = INT8_EMBEDDING,
+    affect: AffectHead | None = None,
 ) -> bytes:
     """Build a `.evermind` package in memory.
 
@@ -144,6 +146,8 @@ def write_package(
             described by the manifest's ``embedder`` field; None: no head.
         int8_embedding: With ``dtype="int8"``, also store the embedding (the tied LM head)
             as int8 (see :data:`evermind.package.int8.INT8_EMBEDDING` for the default).
+        affect: The affect head, stored as ``affect.safetensors`` (float32) and described by
+            the manifest's ``affect`` field; None: no affect head.
 
     Returns:
         The archive bytes.
@@ -222,15 +226,23 @@ def write_package(
                 f"vocab_size is {dims.vocab_size}"
             )
         members[HEAD_MEMBER] = encode_safetensors(embedder.tensors(), dtype="F32")
+    if affect is not None:
+        if affect.d_model != dims.d_model:
+            raise PackageError(
+                f"{AFFECT_MEMBER}: the affect head takes {affect.d_model} values but d_model "
+                f"is {dims.d_model}"
+            )
+        members[AFFECT_MEMBER] = encode_safetensors(affect.tensors(), dtype="F32")
     manifest = build_manifest(
         **summary,
         files={key: _file_entry(value) for key, value in members.items()},
         embedder=embedder.describe() if embedder is not None else None,
         quantization=quantization,
+        affect=affect.describe() if affect is not None else None,
     )
     entries = [ZipMember(MANIFEST, dumps_canonical(manifest, member=MANIFEST), compress=True)]
     for member in sorted(members):
-        stored = member in (WEIGHTS, HEAD_MEMBER)
+        stored = member in (WEIGHTS, HEAD_MEMBER, AFFECT_MEMBER)
         entries.append(
             ZipMember(
                 member,
@@ -261,6 +273,7 @@ def write_package_file(
     readme: str | None = None,
     embedder: EmbedderHead | None = None,
     int8_embedding: bool = INT8_EMBEDDING,
+    affect: AffectHead | None = None,
 ) -> str:
     """Write a package to `path` atomically (temp file, fsync, rename).
 
@@ -283,6 +296,7 @@ def write_package_file(
         readme: Model card text.
         embedder: The embedding head (see :func:`write_package`).
         int8_embedding: See :func:`write_package`.
+        affect: The affect head (see :func:`write_package`).
 
     Returns:
         The package digest, ``"sha256:<hex>"`` of the file.
@@ -306,6 +320,7 @@ def write_package_file(
         readme=readme,
         embedder=embedder,
         int8_embedding=int8_embedding,
+        affect=affect,
     )
     return write_file_atomic(path, archive)
 

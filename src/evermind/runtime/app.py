@@ -52,6 +52,7 @@ from evermind.errors import (
 )
 from evermind.runtime import (
     gateway_anthropic,
+    routes_affect,
     routes_cache,
     routes_memory,
     routes_models,
@@ -416,7 +417,14 @@ def create_app(config: RuntimeConfig) -> FastAPI:
     )
     _mount_offline_docs(app)
     app.state.runtime = runtime
-    routers = (routes_models, routes_openai, gateway_anthropic, routes_memory, routes_cache)
+    routers = (
+        routes_models,
+        routes_openai,
+        routes_affect,
+        gateway_anthropic,
+        routes_memory,
+        routes_cache,
+    )
     for module in routers:
         app.include_router(module.router)
     # add_middleware wraps the outside: FrontDoor first, then CORS around it.

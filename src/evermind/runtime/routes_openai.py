@@ -3,7 +3,9 @@
 
 Request and response shapes follow OpenAI's, including ``stream: true`` as server-sent
 events ending with ``data: [DONE]`` and ``usage`` token counts. Chat turns are rendered
-with the template in :mod:`evermind.runtime.generation`.
+with the template in :mod:`evermind.runtime.generation`. One extension: a chat request with
+``"evermind": {"affect": true}`` gets ``evermind.affect`` (the package's affect head on the
+reply and the last user message, :mod:`evermind.runtime.routes_affect`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import base64
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ from evermind.runtime.generation import (
     render_chat,
 )
 from evermind.runtime.installs import Install
+from evermind.runtime.routes_affect import affect_of, require_affect
 from evermind.runtime.schemas import (
     ChatRequest,
     CompletionRequest,
@@ -243,9 +246,24 @@ async def chat_completions(
     """Replies to ``messages`` rendered with the documented chat template; or, for a model
     of an upstream in the server's ``--upstreams`` file, through the caching gateway."""
     max_tokens = body.max_completion_tokens if body.max_tokens is None else body.max_tokens
+    want_affect = body.evermind is not None and body.evermind.affect
+    if want_affect and body.stream:
+        raise ApiError(
+            400,
+            "evermind.affect: supported without stream only; hint: drop stream, or call "
+            "POST /v1/affect on the streamed reply",
+            "invalid_affect",
+        )
     gateway = runtime.gateway
     routed = None if gateway is None else gateway.resolve(body.model, who)
     if gateway is not None and routed is not None:
+        if want_affect:
+            raise ApiError(
+                400,
+                f"evermind.affect: {body.model} is an upstream model; the affect head belongs "
+                "to an Evermind package; hint: call POST /v1/affect with one",
+                "invalid_affect",
+            )
         text = "".join(message_text(m, i) for i, m in enumerate(body.messages))
         _check_length(runtime.config, text, "messages")
         neutral = chat_request(
@@ -261,6 +279,8 @@ async def chat_completions(
     turns = [(m.role, message_text(m, i)) for i, m in enumerate(body.messages)]
     request = _generation(runtime.config, body, render_chat(turns), max_tokens, chat=True)
     install, model = await _serve(runtime, who, body.model)
+    if want_affect:
+        require_affect(install, model)
     await _check_prompt_tokens(runtime, model, request.prompt)
     base = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -300,7 +320,21 @@ async def chat_completions(
         "logprobs": None,
         "finish_reason": result.finish_reason,
     }
-    return JSONResponse({**base, "choices": [choice], "usage": _usage(result)})
+    reply: dict[str, Any] = {**base, "choices": [choice], "usage": _usage(result)}
+    if want_affect:
+        reply["evermind"] = {"affect": await _chat_affect(runtime, model, turns, result.text)}
+    return JSONResponse(reply)
+
+
+async def _chat_affect(
+    runtime: Runtime, model: Model, turns: Sequence[tuple[str, str]], reply: str
+) -> dict[str, Any]:
+    """``{"reply": {label, scores}, "last_user": {label, scores} | None}``."""
+    users = [text for role, text in turns if role == "user"]
+    texts = [reply, *users[-1:]]
+    items, _ = await affect_of(runtime, model, texts)
+    plain = [{"label": x["label"], "scores": x["scores"]} for x in items]
+    return {"reply": plain[0], "last_user": plain[1] if users else None}
 
 
 def _served_teachers(config: RuntimeConfig) -> dict[str, str]:

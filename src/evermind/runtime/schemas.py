@@ -79,10 +79,21 @@ class ChatMessage(_Body):
     tool_calls: list[dict[str, Any]] | None = Field(None, description="role assistant")
 
 
+class EvermindOptions(_Body):
+    """``evermind``: Evermind extensions of a chat request."""
+
+    affect: bool = Field(
+        False,
+        description="Add evermind.affect: the affect head's scores of the reply and the "
+        "last user message (models with an affect head; not with stream)",
+    )
+
+
 class ChatRequest(_Sampling):
     """``POST /v1/chat/completions``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
+    evermind: EvermindOptions | None = None
     max_completion_tokens: int | None = Field(None, ge=1, description="Alias of max_tokens")
     tools: list[dict[str, Any]] | None = Field(
         None, description="Gateway upstreams only (OpenAI function tools); local models ignore it"
@@ -118,6 +129,13 @@ class EmbeddingRequest(_Body):
     input: str | list[str] = Field(description="A text or a list of texts")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, description="Must equal the model's d_model")
+
+
+class AffectRequest(_Body):
+    """``POST /v1/affect``."""
+
+    model: str = Field(description="evermind/<name>:<version> of a package with an affect head")
+    input: str | list[str] = Field(description="A text or a list of texts")
 
 
 class CacheLookupRequest(_Body):

@@ -6,9 +6,9 @@ emitter the worker installs with :func:`set_emitter`, so this module never touch
 The same handlers run natively (wgpu-py) in the unit tests.
 
 This module holds the session's handlers (boot, corpus, tokenizer, training, generation,
-packages); :mod:`~evermind.studio.memory_api`, :mod:`~evermind.studio.ingest_api` and
-:mod:`~evermind.studio.bench_api` hold theirs. Each builds a
-:class:`~evermind.studio.rpc.Router`; :data:`HANDLERS` merges them once.
+packages); :mod:`~evermind.studio.memory_api`, :mod:`~evermind.studio.ingest_api`,
+:mod:`~evermind.studio.affect_api` and :mod:`~evermind.studio.bench_api` hold theirs. Each
+builds a :class:`~evermind.studio.rpc.Router`; :data:`HANDLERS` merges them once.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from evermind import gpu
 from evermind.errors import ConfigError, EvermindError, NoAdapterError
 from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
-from evermind.studio import bench_api, ingest_api, memory_api
+from evermind.studio import affect_api, bench_api, ingest_api, memory_api
 from evermind.studio.inputs import check_csv, check_text_bytes
 from evermind.studio.rpc import Handler, Router, emit, merge, session, set_emitter
 from evermind.studio.session import CHECKPOINT_S, EMBEDDER_TEXTS, FIRST_CHECKPOINT_S
@@ -440,8 +440,10 @@ async def export_package(
     return await session().export(name, version, dtype)
 
 
-#: Every RPC handler by name: this module's, the Memory tab's, Data → Memory's and the
-#: benchmarks'.
-HANDLERS: dict[str, Handler] = merge(router, memory_api.router, ingest_api.router, bench_api.router)
+#: Every RPC handler by name: this module's, the Memory tab's, Data → Memory's, the affect
+#: head's and the benchmarks'.
+HANDLERS: dict[str, Handler] = merge(
+    router, memory_api.router, ingest_api.router, affect_api.router, bench_api.router
+)
 
 __all__ = ["HANDLERS", "call", "emit", "session", "set_emitter"]

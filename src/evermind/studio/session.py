@@ -39,6 +39,7 @@ from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
 from evermind.model.py_decode import PyDecoder
 from evermind.package import read_package
+from evermind.package.affect import AffectHead
 from evermind.package.head import EmbedderHead, bag_mean, project
 from evermind.package.tensor import Tensor
 from evermind.studio.storage import KeyValueStore, open_storage
@@ -117,6 +118,11 @@ class Session:
         #: What the embedder phase did last, in the page's words (see :meth:`embedder_info`).
         self._embedder_info: dict[str, Any] = {}
         self._embedder_version = 0
+        #: The affect head (:mod:`evermind.studio.affect_api`) and the
+        #: :attr:`embedder_fingerprint` of the model it was fitted on: :meth:`export` writes
+        #: it only while that is still the model in the tab.
+        self.affect: tuple[AffectHead, str] | None = None
+        self._pooler: tuple[str, GpuEmbedder] | None = None  # (fingerprint, headless embedder)
         self.state = "idle"
         self._request: str | None = None
         self._kv: KeyValueStore | None = None
@@ -259,6 +265,7 @@ class Session:
             train=train,
         )
         self.config = model_config(self.job, self.tokenizer, custom)
+        self.affect = None  # fitted on the weights this run replaces
         await self._build(init_params(self.config, train.seed))
         self._custom = dict(custom) if custom else None
         kv = await self.kv()
@@ -620,12 +627,15 @@ class Session:
         self.trainer = None
         self._decoder = None
         head = package.embedder
+        self.affect = None
         self._set_head(
             head,
             {}
             if head is None
             else {"method": head.method, "teacher": head.teacher, "dim": head.dim, "texts": None},
         )
+        if package.affect is not None:
+            self.affect = (package.affect, self.embedder_fingerprint)
         self.job = JobConfig(
             name=package.name, version=package.version, vocab_size=self.config.vocab_size
         )
@@ -1050,6 +1060,26 @@ class Session:
         eos = self.tokenizer.eos_id or 0
         return await self._embedder.embed_ids([self.tokenizer.encode(t) or [eos] for t in texts])
 
+    async def pooled(self, texts: list[str]) -> list[list[float]]:
+        """The raw pooled vector ``p`` of each text (no head): what the affect head takes."""
+        assert self.tokenizer is not None and self.config is not None
+        eos = self.tokenizer.eos_id or 0
+        if self.on_cpu:
+            assert self._cpu_decoder is not None
+            ids = [(self.tokenizer.encode(t) or [eos])[:CPU_EMBED_TOKENS] for t in texts]
+            return self._cpu_decoder.embed_ids(ids, None)
+        model = self._require_model()
+        key = self.embedder_fingerprint
+        if self._pooler is None or self._pooler[0] != key:
+            self._pooler = (key, GpuEmbedder(model.device, self.config, model.slots, head=None))
+        return await self._pooler[1].embed_ids([self.tokenizer.encode(t) or [eos] for t in texts])
+
+    def current_affect(self) -> AffectHead | None:
+        """The affect head when it was fitted on the model in the tab now, else None."""
+        if self.affect is None or self.affect[1] != self.embedder_fingerprint:
+            return None
+        return self.affect[0]
+
     def _embed_on_cpu(self, texts: list[str]) -> list[list[float]]:
         """:meth:`embed` of an opened package without WebGPU (pure Python, the GPU path's
         128-token cut)."""
@@ -1169,6 +1199,7 @@ class Session:
             corpus,
             "cpu (browser)" if on_cpu else "webgpu (browser)",
             embedder=self.head,
+            affect=self.current_affect(),
         )
         return {
             "filename": f"{name}-{version}.evermind",

@@ -37,7 +37,7 @@ import evermind
 from evermind.errors import ConfigError
 from evermind.model.inference import Model, apply_head_rows, token_bags
 from evermind.ops.pool import lengths_of_mask, pool_bwd, pool_fwd
-from evermind.package import EmbedderHead, Tensor, utc_timestamp, write_package
+from evermind.package import AffectHead, EmbedderHead, Tensor, utc_timestamp, write_package
 from evermind.train.contrastive import Adam, _pad, blas_threads
 from evermind.train.teachers import Teacher
 
@@ -352,8 +352,10 @@ def package_bytes(
     version: str,
     producer: str,
     training: dict[str, Any] | None = None,
+    affect: AffectHead | None = None,
 ) -> bytes:
-    """A new package of ``model``'s current weights (``model.cpu.params``) with ``head``."""
+    """A new package of ``model``'s current weights (``model.cpu.params``) with ``head`` (and
+    ``affect``, an affect head fitted on these weights; None: none)."""
     package = model.package
     shapes = model.config.param_shapes()
     tensors = {
@@ -375,6 +377,7 @@ def package_bytes(
         bench=package.manifest.get("bench", {}),
         generation_config=package.generation_config,
         embedder=head,
+        affect=affect,
     )
 
 

@@ -1,7 +1,8 @@
 // Export panel: "Download .evermind" (a Blob from export_package's bytes, saved through an
 // <a download>) and "Push to runtime" (POST to <url>/v1/models with a bearer token), showing
-// the served id evermind/<name>:<version> or the server's own error.
-import { h, field, formatBytes } from "../dom.js";
+// the served id evermind/<name>:<version> or the server's own error; and the optional affect
+// head (affect_train on pasted label<TAB>text lines), which the package then carries.
+import { h, field, formatBytes, formatNumber } from "../dom.js";
 import { describeError } from "../errors.js";
 
 /** Saves `blob` as `filename` through a temporary <a download>. */
@@ -62,6 +63,31 @@ export function exportPanel(app) {
     }
   }));
 
+  // Affect head: a classifier over the model's pooled hidden state, fitted in this tab.
+  const affectMessage = h("p", { class: "message", id: "affect-message", role: "status", "aria-live": "polite", hidden: true });
+  const affectLines = field(
+    "Labelled texts",
+    h("textarea", { name: "affect-lines", id: "affect-lines", rows: 6, spellcheck: "false", placeholder: "positive\tThanks, that fixed it!\nnegative\tIt broke again.\nneutral\tThe meeting is at ten." }),
+    "One label<TAB>text per line, at least 5 per label; a fifth of each label is held out to score the head.",
+  );
+  const affectHint = h("small", { class: "hint gate-hint", hidden: true });
+  const affectTrain = app.gate(h("button", { type: "button", id: "affect-train", text: "Train affect head" }), () => needModel() ?? (affectLines.input.value.trim() ? null : "Paste labelled lines first."), affectHint);
+  affectLines.input.addEventListener("input", () => app.refresh());
+  const affectFacts = h("dl", { class: "facts", id: "affect-facts", hidden: true });
+  affectTrain.addEventListener("click", () => app.run(affectTrain, async () => {
+    app.say(affectMessage, "Embedding and fitting…");
+    const r = await app.call("affect_train", { lines: affectLines.input.value });
+    app.lastExport = null; // the next download or push carries the head
+    affectFacts.replaceChildren(
+      h("dt", { text: "Labels" }), h("dd", { text: r.labels.join(", ") }),
+      h("dt", { text: "Held-out accuracy" }), h("dd", { id: "affect-accuracy", text: formatNumber(r.accuracy, 3) }),
+      h("dt", { text: "Macro-F1" }), h("dd", { id: "affect-macro-f1", text: formatNumber(r.macro_f1, 3) }),
+      h("dt", { text: "Examples" }), h("dd", { text: `${r.train} to fit, ${r.held_out} held out` }),
+    );
+    affectFacts.hidden = false;
+    app.say(affectMessage, `Affect head fitted in ${formatNumber(r.embed_s + r.fit_s, 2)} s; the exported package carries it.`, "ok");
+  }, affectMessage));
+
   const element = h(
     "section",
     {},
@@ -72,6 +98,16 @@ export function exportPanel(app) {
       { class: "grid-2" },
       h("section", { class: "sub-card" }, h("h3", { text: "Package" }), h("div", { class: "grid-2 tight" }, name.field, version.field), h("div", { class: "row" }, download, hint), facts),
       h("section", { class: "sub-card" }, h("h3", { text: "Push to runtime" }), url.field, token.field, h("div", { class: "row" }, push, pushHint), pushMessage),
+    ),
+    h(
+      "section",
+      { class: "sub-card", id: "affect-card" },
+      h("h3", { text: "Affect head (optional)" }),
+      h("p", { class: "hint", text: "A classifier head over the model's hidden state (your labels, e.g. negative / neutral / positive), served on /v1/affect. It knows only the labels you give it." }),
+      affectLines.field,
+      h("div", { class: "row" }, affectTrain, affectHint),
+      affectFacts,
+      affectMessage,
     ),
   );
 
