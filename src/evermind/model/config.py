@@ -1,6 +1,7 @@
 """The model definition: hyperparameters, presets and the parameter layout.
 
-This module owns :class:`MambaConfig` (the Mamba-1 hyperparameters under their mamba names),
+This module owns :class:`MambaConfig` (the hyperparameters under their mamba names, for a
+Mamba-1 or a Mamba-2 block: ``block``),
 the size presets, the mapping to and from a Hugging Face ``transformers`` ``MambaConfig``
 dictionary, and the parameter layout (names, shapes and order) every other part of Evermind
 agrees on: the WGSL kernels, the numpy CPU model, the optimizer and the ``.evermind`` package.
@@ -23,7 +24,20 @@ is tied to the embedding and not stored)::
     backbone.layers.{i}.mixer.out_proj.weight  (d_model, d_inner)
     backbone.norm_f.weight                     (d_model,)
 
-The order above is the order of ``transformers``' own ``state_dict()``.
+The order above is the order of ``transformers``' own ``state_dict()``. With
+``block="mamba2"`` the layout is ``Mamba2ForCausalLM``'s (H = n_heads = d_inner / head_dim,
+G = n_groups; in_proj's rows are [gate z (d_inner), conv input x B C (conv_dim), dt (H)] and
+conv_dim = d_inner + 2 G d_state)::
+
+    backbone.layers.{i}.norm.weight            (d_model,)
+    backbone.layers.{i}.mixer.dt_bias          (H,)
+    backbone.layers.{i}.mixer.A_log            (H,)
+    backbone.layers.{i}.mixer.D                (H,)
+    backbone.layers.{i}.mixer.conv1d.weight    (conv_dim, 1, d_conv)
+    backbone.layers.{i}.mixer.conv1d.bias      (conv_dim,)
+    backbone.layers.{i}.mixer.in_proj.weight   (d_inner + conv_dim + H, d_model)
+    backbone.layers.{i}.mixer.norm.weight      (d_inner,)   the gated RMSNorm's gain
+    backbone.layers.{i}.mixer.out_proj.weight  (d_model, d_inner)
 """
 
 from __future__ import annotations
@@ -34,7 +48,11 @@ from typing import Any, ClassVar
 
 from evermind.errors import ConfigError
 
-__all__ = ["PRESETS", "MambaConfig"]
+__all__ = ["BLOCKS", "PRESETS", "MambaConfig"]
+
+#: The block types: Mamba-1 (selective scan, HF ``MambaForCausalLM``) and Mamba-2 (SSD, HF
+#: ``Mamba2ForCausalLM``).
+BLOCKS = ("mamba1", "mamba2")
 
 # Size presets; the vocabulary size comes from the tokenizer, so it is not part of a preset.
 PRESETS: dict[str, dict[str, int]] = {
@@ -54,6 +72,17 @@ _LAYER_SUFFIXES = (
     "mixer.x_proj.weight",
     "mixer.dt_proj.weight",
     "mixer.dt_proj.bias",
+    "mixer.out_proj.weight",
+)
+_MAMBA2_LAYER_SUFFIXES = (
+    "norm.weight",
+    "mixer.dt_bias",
+    "mixer.A_log",
+    "mixer.D",
+    "mixer.conv1d.weight",
+    "mixer.conv1d.bias",
+    "mixer.in_proj.weight",
+    "mixer.norm.weight",
     "mixer.out_proj.weight",
 )
 
@@ -90,7 +119,7 @@ def _check_float(name: str, value: object, *, positive: bool) -> float:
 
 @dataclass(frozen=True, init=False)
 class MambaConfig:
-    """Hyperparameters of a Mamba-1 language model (selective state space, tied LM head).
+    """Hyperparameters of a Mamba language model (Mamba-1 or Mamba-2 blocks, tied LM head).
 
     Attributes:
         d_model: Width of the residual stream (HF ``hidden_size``).
@@ -109,6 +138,11 @@ class MambaConfig:
         pad_token_id: Padding token id (from the tokenizer).
         bos_token_id: Beginning-of-sequence token id (from the tokenizer).
         eos_token_id: End-of-sequence token id (from the tokenizer).
+        block: "mamba1" (default; the selective scan) or "mamba2" (the SSD scan).
+        head_dim: Mamba-2 only: channels per head, P (HF ``head_dim``); divides d_inner.
+        n_groups: Mamba-2 only: groups of heads sharing B and C, G (HF ``n_groups``); divides
+            the number of heads.
+        chunk_size: Mamba-2 only: steps per chunk of the SSD scan (HF ``chunk_size``).
     """
 
     d_model: int
@@ -126,6 +160,10 @@ class MambaConfig:
     pad_token_id: int
     bos_token_id: int
     eos_token_id: int
+    block: str
+    head_dim: int
+    n_groups: int
+    chunk_size: int
 
     # Written by hand (not generated) so that dt_rank may be given as "auto" while the
     # attribute is always an int for every reader.
@@ -146,6 +184,10 @@ class MambaConfig:
         pad_token_id: int = 0,
         bos_token_id: int = 0,
         eos_token_id: int = 0,
+        block: str = "mamba1",
+        head_dim: int = 64,
+        n_groups: int = 1,
+        chunk_size: int = 256,
     ) -> None:
         """Validate and store the hyperparameters.
 
@@ -193,6 +235,8 @@ class MambaConfig:
                     "hint: take the special token ids from the tokenizer that set vocab_size"
                 )
             values[name] = checked
+        d_inner = d_model * _check_int("expand", expand)
+        values.update(_check_block(block, d_inner, head_dim, n_groups, chunk_size))
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -223,6 +267,16 @@ class MambaConfig:
         """Width of the mixer's inner stream: expand * d_model."""
         return self.expand * self.d_model
 
+    @property
+    def n_heads(self) -> int:
+        """Mamba-2's number of heads H = d_inner / head_dim (HF ``num_heads``)."""
+        return self.d_inner // self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Mamba-2's conv channels: x, B and C together, d_inner + 2 * n_groups * d_state."""
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
     # ---- Hugging Face transformers interop -------------------------------------------------
 
     _HF_FIXED: ClassVar[dict[str, object]] = {
@@ -240,8 +294,11 @@ class MambaConfig:
         """Return the ``transformers`` ``MambaConfig`` keyword dictionary for this model.
 
         ``transformers.MambaConfig(**cfg.to_hf_config())`` builds the same architecture, and the
-        dictionary is what the package writes as ``config.json``.
+        dictionary is what the package writes as ``config.json``. A Mamba-2 config gives
+        ``transformers.Mamba2Config``'s dictionary instead.
         """
+        if self.block == "mamba2":
+            return self._to_hf_mamba2()
         return {
             **self._HF_FIXED,
             "architectures": ["MambaForCausalLM"],  # a fresh list: callers may edit the dict
@@ -289,6 +346,8 @@ class MambaConfig:
                 f"from_hf_config: expected a dict, got {type(hf).__name__}; "
                 "hint: pass json.load(open('config.json'))"
             )
+        if hf.get("model_type") == "mamba2":
+            return cls._from_hf_mamba2(hf)
         missing = [k for k in ("hidden_size", "num_hidden_layers", "vocab_size") if k not in hf]
         if missing:
             raise ConfigError(
@@ -331,6 +390,8 @@ class MambaConfig:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Return every stored tensor's name and PyTorch weight shape, in the fixed layout order."""
+        if self.block == "mamba2":
+            return self._mamba2_shapes()
         d_model, d_inner, d_state = self.d_model, self.d_inner, self.d_state
         per_layer: dict[str, tuple[int, ...]] = {
             "norm.weight": (d_model,),
@@ -375,7 +436,146 @@ class MambaConfig:
                 f"no_decay: expected a parameter name of this model, got {name!r}; "
                 "hint: see MambaConfig.param_shapes()"
             )
-        return name.endswith(("norm.weight", "norm_f.weight", ".bias", ".A_log", ".D"))
+        return name.endswith(("norm.weight", "norm_f.weight", ".bias", ".A_log", ".D", ".dt_bias"))
+
+    # ---- Mamba-2 ------------------------------------------------------------------------------
+
+    def _mamba2_shapes(self) -> dict[str, tuple[int, ...]]:
+        """:meth:`param_shapes` of a Mamba-2 model (``Mamba2ForCausalLM.state_dict()`` order)."""
+        d_model, d_inner, heads, conv_dim = self.d_model, self.d_inner, self.n_heads, self.conv_dim
+        per_layer: dict[str, tuple[int, ...]] = {
+            "norm.weight": (d_model,),
+            "mixer.dt_bias": (heads,),
+            "mixer.A_log": (heads,),
+            "mixer.D": (heads,),
+            "mixer.conv1d.weight": (conv_dim, 1, self.d_conv),
+            "mixer.conv1d.bias": (conv_dim,),
+            "mixer.in_proj.weight": (d_inner + conv_dim + heads, d_model),
+            "mixer.norm.weight": (d_inner,),
+            "mixer.out_proj.weight": (d_model, d_inner),
+        }
+        shapes: dict[str, tuple[int, ...]] = {
+            "backbone.embeddings.weight": (self.vocab_size, d_model)
+        }
+        for layer in range(self.n_layer):
+            for suffix in _MAMBA2_LAYER_SUFFIXES:
+                shapes[f"backbone.layers.{layer}.{suffix}"] = per_layer[suffix]
+        shapes["backbone.norm_f.weight"] = (d_model,)
+        return shapes
+
+    _HF_MAMBA2_FIXED: ClassVar[dict[str, object]] = {
+        "model_type": "mamba2",
+        "use_bias": False,
+        "use_conv_bias": True,
+        "tie_word_embeddings": True,
+        "hidden_act": "silu",
+        "residual_in_fp32": True,
+    }
+
+    def _to_hf_mamba2(self) -> dict[str, Any]:
+        """:meth:`to_hf_config` of a Mamba-2 model: ``transformers.Mamba2Config``'s keywords.
+
+        ``time_step_limit`` is left out (HF's default, (0, inf): no clamp), which keeps the
+        JSON free of ``Infinity``; :meth:`from_hf_config` rejects any other limit.
+        """
+        return {
+            **self._HF_MAMBA2_FIXED,
+            "architectures": ["Mamba2ForCausalLM"],
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.d_model,
+            "num_hidden_layers": self.n_layer,
+            "state_size": self.d_state,
+            "conv_kernel": self.d_conv,
+            "expand": self.expand,
+            "num_heads": self.n_heads,
+            "head_dim": self.head_dim,
+            "n_groups": self.n_groups,
+            "chunk_size": self.chunk_size,
+            "time_step_rank": self.dt_rank,
+            "layer_norm_epsilon": self.rms_eps,
+            "time_step_min": self.dt_min,
+            "time_step_max": self.dt_max,
+            "time_step_floor": self.dt_init_floor,
+            "rescale_prenorm_residual": False,  # as Mamba-1's: init-time only in HF
+            "use_cache": True,
+            "pad_token_id": self.pad_token_id,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+        }
+
+    @classmethod
+    def _from_hf_mamba2(cls, hf: dict[str, Any]) -> MambaConfig:
+        """:meth:`from_hf_config` of a ``transformers.Mamba2Config`` dictionary."""
+        missing = [k for k in ("hidden_size", "num_hidden_layers", "vocab_size") if k not in hf]
+        if missing:
+            raise ConfigError(
+                f"from_hf_config: expected keys {missing} in the Mamba-2 config dict, got keys "
+                f"{sorted(hf)}; hint: is this a transformers Mamba2Config?"
+            )
+        for key, value in cls._HF_MAMBA2_FIXED.items():
+            if key != "residual_in_fp32" and key in hf and hf[key] != value:
+                raise ConfigError(
+                    f"from_hf_config: expected {key}={value!r}, got {hf[key]!r}; hint: Evermind "
+                    "runs the plain Mamba-2 block (no biases, SiLU) with a tied LM head only"
+                )
+        limit = hf.get("time_step_limit", [0.0, math.inf])
+        if list(limit) != [0.0, math.inf]:
+            raise ConfigError(
+                f"from_hf_config: expected time_step_limit [0.0, inf] (no clamp), got {limit!r}; "
+                "hint: Evermind's Mamba-2 model does not clamp the time step yet"
+            )
+        config = cls(
+            block="mamba2",
+            d_model=hf["hidden_size"],
+            n_layer=hf["num_hidden_layers"],
+            vocab_size=hf["vocab_size"],
+            d_state=hf.get("state_size", 128),
+            d_conv=hf.get("conv_kernel", 4),
+            expand=hf.get("expand", 2),
+            head_dim=hf.get("head_dim", 64),
+            n_groups=hf.get("n_groups", 8),
+            chunk_size=hf.get("chunk_size", 256),
+            dt_rank=hf.get("time_step_rank", "auto"),
+            rms_eps=hf.get("layer_norm_epsilon", 1e-5),
+            dt_min=hf.get("time_step_min", 0.001),
+            dt_max=hf.get("time_step_max", 0.1),
+            dt_init_floor=hf.get("time_step_floor", 1e-4),
+            pad_token_id=_token_id(hf, "pad_token_id"),
+            bos_token_id=_token_id(hf, "bos_token_id"),
+            eos_token_id=_token_id(hf, "eos_token_id"),
+        )
+        if "num_heads" in hf and hf["num_heads"] != config.n_heads:
+            raise ConfigError(
+                f"from_hf_config: expected num_heads == expand * hidden_size / head_dim = "
+                f"{config.n_heads}, got {hf['num_heads']}; hint: the config is inconsistent"
+            )
+        return config
+
+
+def _check_block(
+    block: object, d_inner: int, head_dim: object, n_groups: object, chunk: object
+) -> dict[str, object]:
+    """The validated block fields; a Mamba-2 block's heads and groups must divide evenly."""
+    if block not in BLOCKS:
+        raise ConfigError(
+            f"MambaConfig.block: expected one of {list(BLOCKS)}, got {block!r}; "
+            "hint: 'mamba1' is the selective scan, 'mamba2' the SSD block"
+        )
+    head = _check_int("head_dim", head_dim)
+    groups = _check_int("n_groups", n_groups)
+    fields = {"block": block, "head_dim": head, "n_groups": groups}
+    fields["chunk_size"] = _check_int("chunk_size", chunk)
+    if block == "mamba2" and d_inner % head:
+        raise ConfigError(
+            f"MambaConfig.head_dim: expected a divisor of d_inner = expand * d_model = "
+            f"{d_inner}, got {head}; hint: heads are d_inner / head_dim"
+        )
+    if block == "mamba2" and (d_inner // head) % groups:
+        raise ConfigError(
+            f"MambaConfig.n_groups: expected a divisor of the {d_inner // head} heads, got "
+            f"{groups}; hint: each group of heads shares one B and one C"
+        )
+    return fields
 
 
 def _token_id(hf: dict[str, Any], key: str) -> int:

@@ -22,6 +22,7 @@ from evermind.errors import ConfigError
 from evermind.metrics import lm_metrics
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.model.cpu_mamba2 import CpuMamba2
 from evermind.model.sampling import sample
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.ops.pool import pool_fwd
@@ -63,7 +64,9 @@ class Model:
         )
         # CpuMamba copies what it is given: hand it the package's float32 arrays as they are
         # (a to_float32() copy first would hold every weight twice more during a push).
-        self.cpu = CpuMamba(self.config, {k: _float32(t) for k, t in package.tensors.items()})
+        # A Mamba-2 package gets the Mamba-2 block (logits and embeddings; no decoding yet).
+        model = CpuMamba2 if self.config.block == "mamba2" else CpuMamba
+        self.cpu = model(self.config, {k: _float32(t) for k, t in package.tensors.items()})
         #: Identifies the weights: embeddings made by another model never mix with these.
         self.fingerprint = package.digest
 

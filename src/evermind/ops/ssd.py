@@ -154,7 +154,7 @@ def ssd_scan_sequential(
     batch, length, heads, head_dim, _, d_state = _check(x, dt_raw, A_log, B, C, D, dt_bias)
     dt = ssd_dt(dt_raw, dt_bias, dt_limit)  # (B, L, H)
     A, d64, x64, b64, c64 = -np.exp(f64(A_log)), f64(D), f64(x), f64(B), f64(C)
-    h = np.zeros((batch, heads, head_dim, d_state))
+    h: Floats = np.zeros((batch, heads, head_dim, d_state))
     if initial_state is not None:
         h = f64(initial_state).copy()
     y = np.empty((batch, length, heads, head_dim))
