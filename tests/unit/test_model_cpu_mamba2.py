@@ -10,6 +10,7 @@ import pytest
 from evermind.errors import ConfigError
 from evermind.model.config import MambaConfig
 from evermind.model.cpu_mamba2 import CpuMamba2
+from evermind.model.gpu_layout import slot_specs
 from evermind.model.init import init_params
 from evermind.ops.cross_entropy import mean_loss
 from tests.factories import TEXT, run_sync, tiny_config, tiny_tokenizer
@@ -124,3 +125,5 @@ def test_config_checks_heads_and_groups() -> None:
     assert nano.no_decay("backbone.layers.0.mixer.dt_bias")
     assert nano.no_decay("backbone.layers.0.mixer.norm.weight")
     assert not nano.no_decay("backbone.layers.0.mixer.in_proj.weight")
+    with pytest.raises(ConfigError, match="WebGPU kernels run Mamba-1 blocks only"):
+        slot_specs(nano)  # every GPU model's layout: refused, not a confusing crash later
