@@ -47,6 +47,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from evermind.errors import ConfigError
+from evermind.model.config_mamba2 import (
+    check_mamba2_heads,
+    mamba2_from_hf,
+    mamba2_param_shapes,
+    mamba2_to_hf,
+)
 
 __all__ = ["BLOCKS", "PRESETS", "MambaConfig"]
 
@@ -72,17 +78,6 @@ _LAYER_SUFFIXES = (
     "mixer.x_proj.weight",
     "mixer.dt_proj.weight",
     "mixer.dt_proj.bias",
-    "mixer.out_proj.weight",
-)
-_MAMBA2_LAYER_SUFFIXES = (
-    "norm.weight",
-    "mixer.dt_bias",
-    "mixer.A_log",
-    "mixer.D",
-    "mixer.conv1d.weight",
-    "mixer.conv1d.bias",
-    "mixer.in_proj.weight",
-    "mixer.norm.weight",
     "mixer.out_proj.weight",
 )
 
@@ -298,7 +293,7 @@ class MambaConfig:
         ``transformers.Mamba2Config``'s dictionary instead.
         """
         if self.block == "mamba2":
-            return self._to_hf_mamba2()
+            return mamba2_to_hf(self)
         return {
             **self._HF_FIXED,
             "architectures": ["MambaForCausalLM"],  # a fresh list: callers may edit the dict
@@ -347,7 +342,14 @@ class MambaConfig:
                 "hint: pass json.load(open('config.json'))"
             )
         if hf.get("model_type") == "mamba2":
-            return cls._from_hf_mamba2(hf)
+            config = cls(
+                **mamba2_from_hf(hf),
+                pad_token_id=_token_id(hf, "pad_token_id"),
+                bos_token_id=_token_id(hf, "bos_token_id"),
+                eos_token_id=_token_id(hf, "eos_token_id"),
+            )
+            check_mamba2_heads(hf, config.n_heads)
+            return config
         missing = [k for k in ("hidden_size", "num_hidden_layers", "vocab_size") if k not in hf]
         if missing:
             raise ConfigError(
@@ -391,7 +393,7 @@ class MambaConfig:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Return every stored tensor's name and PyTorch weight shape, in the fixed layout order."""
         if self.block == "mamba2":
-            return self._mamba2_shapes()
+            return mamba2_param_shapes(self)
         d_model, d_inner, d_state = self.d_model, self.d_inner, self.d_state
         per_layer: dict[str, tuple[int, ...]] = {
             "norm.weight": (d_model,),
@@ -437,119 +439,6 @@ class MambaConfig:
                 "hint: see MambaConfig.param_shapes()"
             )
         return name.endswith(("norm.weight", "norm_f.weight", ".bias", ".A_log", ".D", ".dt_bias"))
-
-    # ---- Mamba-2 ------------------------------------------------------------------------------
-
-    def _mamba2_shapes(self) -> dict[str, tuple[int, ...]]:
-        """:meth:`param_shapes` of a Mamba-2 model (``Mamba2ForCausalLM.state_dict()`` order)."""
-        d_model, d_inner, heads, conv_dim = self.d_model, self.d_inner, self.n_heads, self.conv_dim
-        per_layer: dict[str, tuple[int, ...]] = {
-            "norm.weight": (d_model,),
-            "mixer.dt_bias": (heads,),
-            "mixer.A_log": (heads,),
-            "mixer.D": (heads,),
-            "mixer.conv1d.weight": (conv_dim, 1, self.d_conv),
-            "mixer.conv1d.bias": (conv_dim,),
-            "mixer.in_proj.weight": (d_inner + conv_dim + heads, d_model),
-            "mixer.norm.weight": (d_inner,),
-            "mixer.out_proj.weight": (d_model, d_inner),
-        }
-        shapes: dict[str, tuple[int, ...]] = {
-            "backbone.embeddings.weight": (self.vocab_size, d_model)
-        }
-        for layer in range(self.n_layer):
-            for suffix in _MAMBA2_LAYER_SUFFIXES:
-                shapes[f"backbone.layers.{layer}.{suffix}"] = per_layer[suffix]
-        shapes["backbone.norm_f.weight"] = (d_model,)
-        return shapes
-
-    _HF_MAMBA2_FIXED: ClassVar[dict[str, object]] = {
-        "model_type": "mamba2",
-        "use_bias": False,
-        "use_conv_bias": True,
-        "tie_word_embeddings": True,
-        "hidden_act": "silu",
-        "residual_in_fp32": True,
-    }
-
-    def _to_hf_mamba2(self) -> dict[str, Any]:
-        """:meth:`to_hf_config` of a Mamba-2 model: ``transformers.Mamba2Config``'s keywords.
-
-        ``time_step_limit`` is left out (HF's default, (0, inf): no clamp), which keeps the
-        JSON free of ``Infinity``; :meth:`from_hf_config` rejects any other limit.
-        """
-        return {
-            **self._HF_MAMBA2_FIXED,
-            "architectures": ["Mamba2ForCausalLM"],
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.d_model,
-            "num_hidden_layers": self.n_layer,
-            "state_size": self.d_state,
-            "conv_kernel": self.d_conv,
-            "expand": self.expand,
-            "num_heads": self.n_heads,
-            "head_dim": self.head_dim,
-            "n_groups": self.n_groups,
-            "chunk_size": self.chunk_size,
-            "time_step_rank": self.dt_rank,
-            "layer_norm_epsilon": self.rms_eps,
-            "time_step_min": self.dt_min,
-            "time_step_max": self.dt_max,
-            "time_step_floor": self.dt_init_floor,
-            "rescale_prenorm_residual": False,  # as Mamba-1's: init-time only in HF
-            "use_cache": True,
-            "pad_token_id": self.pad_token_id,
-            "bos_token_id": self.bos_token_id,
-            "eos_token_id": self.eos_token_id,
-        }
-
-    @classmethod
-    def _from_hf_mamba2(cls, hf: dict[str, Any]) -> MambaConfig:
-        """:meth:`from_hf_config` of a ``transformers.Mamba2Config`` dictionary."""
-        missing = [k for k in ("hidden_size", "num_hidden_layers", "vocab_size") if k not in hf]
-        if missing:
-            raise ConfigError(
-                f"from_hf_config: expected keys {missing} in the Mamba-2 config dict, got keys "
-                f"{sorted(hf)}; hint: is this a transformers Mamba2Config?"
-            )
-        for key, value in cls._HF_MAMBA2_FIXED.items():
-            if key != "residual_in_fp32" and key in hf and hf[key] != value:
-                raise ConfigError(
-                    f"from_hf_config: expected {key}={value!r}, got {hf[key]!r}; hint: Evermind "
-                    "runs the plain Mamba-2 block (no biases, SiLU) with a tied LM head only"
-                )
-        limit = hf.get("time_step_limit", [0.0, math.inf])
-        if list(limit) != [0.0, math.inf]:
-            raise ConfigError(
-                f"from_hf_config: expected time_step_limit [0.0, inf] (no clamp), got {limit!r}; "
-                "hint: Evermind's Mamba-2 model does not clamp the time step yet"
-            )
-        config = cls(
-            block="mamba2",
-            d_model=hf["hidden_size"],
-            n_layer=hf["num_hidden_layers"],
-            vocab_size=hf["vocab_size"],
-            d_state=hf.get("state_size", 128),
-            d_conv=hf.get("conv_kernel", 4),
-            expand=hf.get("expand", 2),
-            head_dim=hf.get("head_dim", 64),
-            n_groups=hf.get("n_groups", 8),
-            chunk_size=hf.get("chunk_size", 256),
-            dt_rank=hf.get("time_step_rank", "auto"),
-            rms_eps=hf.get("layer_norm_epsilon", 1e-5),
-            dt_min=hf.get("time_step_min", 0.001),
-            dt_max=hf.get("time_step_max", 0.1),
-            dt_init_floor=hf.get("time_step_floor", 1e-4),
-            pad_token_id=_token_id(hf, "pad_token_id"),
-            bos_token_id=_token_id(hf, "bos_token_id"),
-            eos_token_id=_token_id(hf, "eos_token_id"),
-        )
-        if "num_heads" in hf and hf["num_heads"] != config.n_heads:
-            raise ConfigError(
-                f"from_hf_config: expected num_heads == expand * hidden_size / head_dim = "
-                f"{config.n_heads}, got {hf['num_heads']}; hint: the config is inconsistent"
-            )
-        return config
 
 
 def _check_block(
