@@ -1,20 +1,20 @@
 """CpuMamba2, the numpy Mamba-2 (SSD) model: the whole-model gradient matches finite
-differences, CPU training lowers the loss, the forward is causal, and decoding says it is not
-built yet."""
+differences, CPU training lowers the loss, the forward is causal, and recurrent decoding
+(step, ragged prefill) equals the parallel forward."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from evermind.errors import ConfigError
+from evermind.errors import ConfigError, ShapeError
 from evermind.model.config import MambaConfig
 from evermind.model.cpu_mamba2 import CpuMamba2
 from evermind.model.gpu_layout import slot_specs
 from evermind.model.init import init_params
 from evermind.ops.cross_entropy import mean_loss
-from tests.factories import TEXT, run_sync, tiny_config, tiny_tokenizer
-from tests.numerics import finite_difference
+from tests.factories import TEXT, run_sync, tiny_config, tiny_package, tiny_tokenizer
+from tests.numerics import assert_close, finite_difference
 
 # 4 heads of 3 channels in 2 groups; chunks of 2 over L = 5 (a partial last chunk).
 TINY = MambaConfig(
@@ -102,15 +102,69 @@ def test_forward_is_causal_and_float32_matches_float64() -> None:
     np.testing.assert_allclose(a, exact, atol=1e-5, rtol=1e-5)
 
 
-def test_wrong_config_and_decoding_say_what_is_missing() -> None:
+def test_step_by_step_decoding_equals_the_parallel_forward() -> None:
+    model = CpuMamba2(TINY, _noisy_params(TINY, 5), dtype=np.float64)
+    ids = np.random.default_rng(1).integers(0, TINY.vocab_size, (2, 7))
+    parallel = model.forward(ids)  # (B, L, V), chunks of 2 over 7 steps
+    state = model.init_state(2)
+    stepped = np.stack([model.step(ids[:, t], state)[0] for t in range(7)], axis=1)
+    assert_close(stepped, parallel, atol=1e-11, rtol=1e-10, name="step vs forward")
+
+
+def test_prefill_of_ragged_rows_then_steps_equals_each_rows_forward() -> None:
+    model = CpuMamba2(TINY, _noisy_params(TINY, 6), dtype=np.float64)
+    rng = np.random.default_rng(2)
+    ids = rng.integers(0, TINY.vocab_size, (2, 6))
+    lengths = np.array([6, 3])  # row 1 is padded after 3 tokens (shorter than the conv's K)
+    logits, state = model.prefill(ids, lengths)
+    following = rng.integers(0, TINY.vocab_size, (2, 2))
+    after = [model.step(following[:, t], state)[0] for t in range(2)]
+    for row, length in enumerate(lengths):
+        whole = np.concatenate([ids[row, :length], following[row]])[None]
+        expected = model.forward(whole)[0]  # (length + 2, V)
+        assert_close(logits[row], expected[length - 1], atol=1e-11, rtol=1e-10, name="prefill")
+        for t in range(2):
+            assert_close(after[t][row], expected[length + t], atol=1e-11, rtol=1e-10)
+
+
+def test_float32_step_and_generation_from_a_package() -> None:
+    import evermind
+
+    model = evermind.load(tiny_package("gen2", block="mamba2"))
+    assert isinstance(model.cpu, CpuMamba2)
+    ids = np.array([model.tokenizer.encode("The quick brown fox")])
+    state = model.cpu.init_state(1)
+    stepped = [model.cpu.step(ids[:, t], state)[0] for t in range(ids.shape[1])]
+    assert_close(stepped[-1], model.cpu.forward(ids)[:, -1], atol=1e-5, rtol=1e-5, name="f32")
+    first = model.complete("The quick", max_new_tokens=6, temperature=0.0)
+    assert first.completion_tokens >= 1
+    assert model.complete("The quick", max_new_tokens=6, temperature=0.0).text == first.text
+
+
+def test_the_runtimes_batched_cpu_decoder_serves_a_mamba2_package() -> None:
+    import evermind
+    from evermind.model.cpu_decode import CpuDecoder
+
+    model = evermind.load(tiny_package("gen2", block="mamba2"))
+    decoder = CpuDecoder(model, slots=4)
+    prompts = [list(range(1, 30)), [5, 6, 7], list(range(40, 60))]  # the scan and the steps
+    logits = decoder.prefill([2, 0, 3], prompts)
+    after = decoder.step([2, 0, 3], [9, 9, 9])
+    for row, prompt in enumerate(prompts):
+        expected = model.cpu.forward(np.array([[*prompt, 9]]))[0]
+        assert_close(logits[row], expected[-2], atol=1e-5, rtol=1e-5, name="prefill")
+        assert_close(after[row], expected[-1], atol=1e-5, rtol=1e-5, name="step")
+
+
+def test_wrong_config_and_bad_state_say_what_is_wrong() -> None:
     mamba1 = MambaConfig(d_model=6, n_layer=1, vocab_size=11, d_state=3)
     with pytest.raises(ConfigError, match="block='mamba2'"):
         CpuMamba2(mamba1, init_params(mamba1, 0))
     model = CpuMamba2(TINY, init_params(TINY, 0))
-    with pytest.raises(ConfigError, match="not built for Mamba-2"):
-        model.step(np.array([1]), None)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="not built for Mamba-2"):
-        model.prefill(np.array([[1, 2]]))
+    with pytest.raises(ShapeError, match="state holds 2 layers x batch 1"):
+        model.step(np.array([1, 2]), model.init_state(1))
+    with pytest.raises(ShapeError, match="one length in"):
+        model.prefill(np.array([[1, 2]]), np.array([3]))
 
 
 def test_config_checks_heads_and_groups() -> None:
@@ -127,3 +181,7 @@ def test_config_checks_heads_and_groups() -> None:
     assert not nano.no_decay("backbone.layers.0.mixer.in_proj.weight")
     with pytest.raises(ConfigError, match="WebGPU kernels run Mamba-1 blocks only"):
         slot_specs(nano)  # every GPU model's layout: refused, not a confusing crash later
+    from evermind.model.py_decode import PyDecoder
+
+    with pytest.raises(ConfigError, match="PyDecoder: decodes Mamba-1 blocks only"):
+        PyDecoder(nano, {})

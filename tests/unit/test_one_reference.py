@@ -65,7 +65,10 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
 #: Each has its reference in ``ops/`` and its test ``tests/unit/test_<op>.py``, and no shader
 #: yet; when the shader lands the op moves to ``OPS`` (the test below fails until it does).
 PENDING_KERNELS: dict[str, tuple[tuple[str, ...], bool]] = {
-    "ssd": (("ssd_fwd", "ssd_bwd", "ssd_step", "ssd_scan_sequential", "segment_sum"), True),
+    "ssd": (
+        ("ssd_fwd", "ssd_bwd", "ssd_step", "ssd_decode_step", "ssd_scan_sequential", "segment_sum"),
+        True,
+    ),
 }
 
 #: Fast CPU paths beside a reference: module -> its op. Each says native-only and has a test,

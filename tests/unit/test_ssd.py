@@ -9,7 +9,13 @@ import pytest
 
 from evermind.errors import ShapeError
 from evermind.ops.rmsnorm import rmsnorm_gated_bwd, rmsnorm_gated_fwd
-from evermind.ops.ssd import DT_LIMIT_NONE, ssd_bwd, ssd_fwd, ssd_scan_sequential
+from evermind.ops.ssd import (
+    DT_LIMIT_NONE,
+    ssd_bwd,
+    ssd_decode_step,
+    ssd_fwd,
+    ssd_scan_sequential,
+)
 from tests.numerics import assert_close, finite_difference
 
 
@@ -49,6 +55,22 @@ def test_chunked_forward_equals_the_sequential_loop(shape: tuple[int, ...]) -> N
     length = dims[1]
     ends = [min(length, (c + 1) * chunk) - 1 for c in range(chunk_states.shape[1])]
     assert_close(chunk_states, states[:, ends], atol=1e-12, rtol=1e-11, name="chunk states")
+
+
+@pytest.mark.parametrize("compute", [np.float64, np.float32], ids=["f64", "f32"])
+def test_decode_step_from_raw_parameters_walks_the_sequential_scan(compute: type) -> None:
+    args = _inputs(12, 2, 6, 4, 3, 2, 3)
+    limit = (0.1, 2.0)
+    y_seq, states = ssd_scan_sequential(**args, dt_limit=limit)
+    h = np.zeros(states.shape[:1] + states.shape[2:])
+    tol = 1e-12 if compute is np.float64 else 2e-5
+    for t in range(6):
+        y_t, h = ssd_decode_step(
+            h, args["x"][:, t], args["dt_raw"][:, t], args["A_log"], args["B"][:, t],
+            args["C"][:, t], args["D"], args["dt_bias"], limit, compute,
+        )  # fmt: skip
+        assert_close(y_t, y_seq[:, t], atol=tol, rtol=tol, name=f"y_{t}")
+    assert_close(h, states[:, -1], atol=tol, rtol=tol, name="final state")
 
 
 def test_dt_limit_clamps_in_both_forwards_and_is_not_a_no_op() -> None:

@@ -8,7 +8,9 @@ loads our export there and compares logits). It is :class:`~evermind.model.cpu.C
 the block replaced: the embedding, residual stream, final norm, tied LM head, loss and the
 backward's outer loop are inherited; the block is built from the one reference of each op
 (``ops.ssd`` for the scan, ``ops.rmsnorm``'s gated variant, ``ops.conv1d``, ``ops.elementwise``).
-Recurrent decoding (``prefill`` / ``step``) is not built for Mamba-2 yet and raises.
+Recurrent decoding (``prefill`` / ``step``) keeps per layer the conv register of x, B and C
+(B, conv_dim, K) and one (P, N) state per head (B, H, P, N); ``evermind.load`` generates with
+it.
 
 One block, as ``Mamba2Mixer.torch_forward`` (H heads of P channels, G groups, I = H P)::
 
@@ -31,14 +33,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from evermind.errors import ConfigError
+from evermind.errors import ConfigError, ShapeError
 from evermind.model.config import MambaConfig
-from evermind.model.cpu import CpuMamba, MambaState
+from evermind.model.cpu import CpuMamba, MambaState, conv_register
 from evermind.ops._dtype import Floats as FloatArray
 from evermind.ops.conv1d import conv1d_bwd, conv1d_fwd
 from evermind.ops.elementwise import silu_bwd, silu_fwd
+from evermind.ops.embedding import embedding_fwd
+from evermind.ops.recurrent_step import conv_step
 from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd, rmsnorm_gated_bwd, rmsnorm_gated_fwd
-from evermind.ops.ssd import ssd_bwd, ssd_fwd
+from evermind.ops.ssd import ssd_bwd, ssd_decode_step, ssd_fwd, ssd_scan_sequential
 
 __all__ = ["CpuMamba2", "Mamba2LayerCache"]
 
@@ -61,7 +65,7 @@ class Mamba2LayerCache:
 
 
 class CpuMamba2(CpuMamba):
-    """Mamba-2 (SSD) language model in numpy (forward, loss and every gradient).
+    """Mamba-2 (SSD) language model in numpy (forward, loss, every gradient, decoding).
 
     Args:
         config: The hyperparameters; ``config.block`` must be "mamba2".
@@ -171,34 +175,110 @@ class CpuMamba2(CpuMamba):
         )
         return dh_in
 
-    # ---- recurrent decoding: not built for Mamba-2 yet ----------------------------------------
-
-    def _no_decoding(self, what: str) -> ConfigError:
-        return ConfigError(
-            f"CpuMamba2.{what}: recurrent decoding is not built for Mamba-2 blocks yet; "
-            "hint: use forward() for logits (the SSD state per head is (P, N), see ops.ssd_step)"
-        )
+    # ---- recurrent decoding ------------------------------------------------------------------
 
     def init_state(self, batch: int) -> MambaState:
-        """Not built for Mamba-2 yet.
-
-        Raises:
-            ConfigError: Always.
-        """
-        raise self._no_decoding("init_state")
+        """Zero decoding state for ``batch`` sequences: per layer a conv register
+        (B, conv_dim, K) and an SSD state (B, H, P, N)."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ShapeError(f"CpuMamba2.init_state: expected a batch size >= 1, got {batch!r}")
+        cfg = self.config
+        conv = (batch, cfg.conv_dim, cfg.d_conv)
+        ssm = (batch, cfg.n_heads, cfg.head_dim, cfg.d_state)
+        return MambaState(
+            conv=[np.zeros(conv, self.dtype) for _ in range(cfg.n_layer)],
+            ssm=[np.zeros(ssm, self.dtype) for _ in range(cfg.n_layer)],
+        )
 
     def prefill(self, ids: Any, lengths: Any = None) -> tuple[FloatArray, MambaState]:
-        """Not built for Mamba-2 yet.
+        """Run prompts through the parallel forward and return each one's decoding state after
+        its last token (what :meth:`step` would reach token by token); rows may be padded on
+        the right.
 
-        Raises:
-            ConfigError: Always.
+        Args:
+            ids: Token ids, shape (B, L), each row's prompt first (padding after it).
+            lengths: Tokens of each row's prompt, shape (B,), each in [1, L]; None: all L.
+
+        Returns:
+            (logits (B, V) after each row's last prompt token, the state (B rows) after it).
         """
-        raise self._no_decoding("prefill")
+        ids = self._check_ids(ids, 2, "prefill")
+        cfg = self.config
+        batch, length = ids.shape
+        if batch < 1 or length < 1:
+            raise ShapeError(
+                f"CpuMamba2.prefill: expected a non-empty (B, L) batch, got {ids.shape}"
+            )
+        last = np.full(batch, length, np.int64) if lengths is None else np.asarray(lengths)
+        if last.shape != (batch,) or last.min() < 1 or last.max() > length:
+            raise ShapeError(
+                f"CpuMamba2.prefill: expected one length in [1, {length}] per row, got {last!r}"
+            )
+        rows = np.arange(batch)
+        state = self.init_state(batch)
+        embedding = self.params["backbone.embeddings.weight"]  # (V, D)
+        h = embedding_fwd(ids, embedding).reshape(batch, length, cfg.d_model)  # (B, L, D)
+        for index in range(cfg.n_layer):
+            w = self._layer(index)
+            out, c = self._block_fwd(w, h)
+            state.conv[index][...] = conv_register(c.xbc, last, cfg.d_conv)  # (B, conv_dim, K)
+            # The state at each row's own end: the loop's states (the chunked forward keeps
+            # only chunk ends).
+            _, states = ssd_scan_sequential(
+                c.x, c.dt_raw, w["A_log"], c.B, c.C, w["D"], w["dt_bias"]
+            )  # (B, L, H, P, N)
+            state.ssm[index][...] = states[rows, last - 1]
+            h = h + out
+        hidden, _ = rmsnorm_fwd(
+            h[rows, last - 1], self.params["backbone.norm_f.weight"], cfg.rms_eps
+        )
+        return hidden @ embedding.T, state  # (B, V)
 
     def step(self, token_ids: Any, state: MambaState) -> tuple[FloatArray, MambaState]:
-        """Not built for Mamba-2 yet.
+        """Advance every sequence by one token: O(1) work per token, whatever came before.
 
-        Raises:
-            ConfigError: Always.
+        Args:
+            token_ids: The next token of each sequence, shape (B,).
+            state: From :meth:`init_state`, :meth:`prefill` or a previous ``step``; updated IN
+                PLACE and returned.
+
+        Returns:
+            (logits of shape (B, V) for the token after ``token_ids``, the same state object).
         """
-        raise self._no_decoding("step")
+        ids = self._check_ids(token_ids, 1, "step")
+        cfg = self.config
+        if len(state.ssm) != cfg.n_layer or state.ssm[0].shape[0] != ids.shape[0]:
+            raise ShapeError(
+                f"CpuMamba2.step: state holds {len(state.ssm)} layers x batch "
+                f"{state.ssm[0].shape[0] if state.ssm else 0}, expected {cfg.n_layer} x "
+                f"{ids.shape[0]}; hint: init_state(batch) with the batch of token_ids"
+            )
+        batch, d_inner, group_n = ids.shape[0], cfg.d_inner, cfg.n_groups * cfg.d_state
+        embedding = self.params["backbone.embeddings.weight"]  # (V, D)
+        compute = self.dtype  # the model's dtype, as CpuMamba's step
+        h = embedding_fwd(ids, embedding)  # (B, D)
+        for index in range(cfg.n_layer):
+            w = self._layer(index)
+            conv_state, ssm = state.conv[index], state.ssm[index]
+            x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, compute)  # (B, D)
+            proj = x_norm @ w["in_proj"].T  # (B, I + conv_dim + H)
+            z, xbc = proj[:, :d_inner], proj[:, d_inner : d_inner + cfg.conv_dim]
+            act, conv_state[...] = conv_step(conv_state, xbc, w["conv_w"], w["conv_b"], compute)
+            groups = (batch, cfg.n_groups, cfg.d_state)
+            y, ssm[...] = ssd_decode_step(
+                ssm,
+                act[:, :d_inner].reshape(batch, cfg.n_heads, cfg.head_dim),  # x (B, H, P)
+                proj[:, d_inner + cfg.conv_dim :],  # dt_raw (B, H)
+                w["A_log"],
+                act[:, d_inner : d_inner + group_n].reshape(groups),  # B (B, G, N)
+                act[:, d_inner + group_n :].reshape(groups),  # C (B, G, N)
+                w["D"],
+                w["dt_bias"],
+                compute=compute,
+            )
+            gated = rmsnorm_gated_fwd(
+                y.reshape(batch, d_inner), z, w["gate_norm"], d_inner // cfg.n_groups, cfg.rms_eps
+            )
+            h = h + gated @ w["out_proj"].T  # (B, D)
+        hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps, compute)
+        return hidden @ embedding.T, state  # (B, V)

@@ -21,7 +21,8 @@ a given initial state)::
     y_t = h_t C_t + D * x_t
 
 :func:`ssd_step` is one step of it and :func:`ssd_scan_sequential` the obvious loop over time
-(the cross-check). :func:`ssd_fwd` is the chunked state-space-dual algorithm the GPU runs
+(the cross-check); :func:`ssd_decode_step` is the step from the raw parameters, which the
+recurrent decoder runs. :func:`ssd_fwd` is the chunked state-space-dual algorithm the GPU runs
 (Dao & Gu 2024, section 6; HF's ``mamba2_chunk_scan`` line for line): within a chunk of Q
 steps the output is a masked, decay-weighted "attention" ``(C B^T * exp(segsum(a))) x dt``;
 across chunks only the (P, N) states are carried, with ``a = dt * A`` and
@@ -39,15 +40,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from evermind.errors import ShapeError
-from evermind.ops._dtype import F64, Floats, f64, out_dtype
+from evermind.ops._dtype import F64, Floats, as_compute, f64, out_dtype
 from evermind.ops.elementwise import softplus_bwd, softplus_fwd
 
 __all__ = [
     "DT_LIMIT_NONE",
     "segment_sum",
     "ssd_bwd",
+    "ssd_decode_step",
     "ssd_dt",
     "ssd_fwd",
     "ssd_scan_sequential",
@@ -125,6 +128,44 @@ def ssd_step(
     new_h = decay[:, :, None, None] * h + (dt_t[:, :, None] * x_t)[..., None] * b_h[:, :, None, :]
     y_t = (new_h @ c_h[..., None])[..., 0] + D[:, None] * x_t  # (B, H, P): sum_n h[p, n] C[n]
     return y_t, new_h
+
+
+def ssd_decode_step(
+    h: Floats,
+    x_t: Floats,
+    dt_raw_t: Floats,
+    A_log: Floats,
+    B_t: Floats,
+    C_t: Floats,
+    D: Floats,
+    dt_bias: Floats,
+    dt_limit: tuple[float, float] = DT_LIMIT_NONE,
+    compute: npt.DTypeLike = np.float64,
+) -> tuple[Floats, Floats]:
+    """One decoding step from the raw parameters: :func:`ssd_step` after the bias, softplus
+    and clamp of dt and A = -exp(A_log), all in ``compute`` (the decoder passes its model's
+    float32, as the GPU step will compute).
+
+    Args:
+        h: State, (B, H, P, N).
+        x_t: Input (the conv step's x part), (B, H, P).
+        dt_raw_t: Time step before bias and softplus, (B, H).
+        A_log, D, dt_bias: Per head, (H,).
+        B_t, C_t: (B, G, N).
+        dt_limit: As in the module docstring.
+        compute: The arithmetic's dtype.
+
+    Returns:
+        ``(y_t (B, H, P), new h (B, H, P, N))`` in the inputs' floating dtype.
+    """
+    dtype = out_dtype(h, x_t, dt_raw_t, A_log, B_t, C_t, D, dt_bias)
+    low, high = dt_limit
+    pre = as_compute(dt_raw_t, compute) + as_compute(dt_bias, compute)
+    dt = np.clip(softplus_fwd(pre, compute), low, high).astype(compute)  # (B, H)
+    h_c, x_c, b_c, c_c = (as_compute(a, compute) for a in (h, x_t, B_t, C_t))
+    A = -np.exp(as_compute(A_log, compute))  # (H,)
+    y_t, new_h = ssd_step(h_c, x_c, dt, A, b_c, c_c, as_compute(D, compute))
+    return y_t.astype(dtype, copy=False), new_h.astype(dtype, copy=False)
 
 
 def ssd_scan_sequential(
