@@ -185,3 +185,23 @@ def test_config_checks_heads_and_groups() -> None:
 
     with pytest.raises(ConfigError, match="PyDecoder: decodes Mamba-1 blocks only"):
         PyDecoder(nano, {})
+
+
+def test_cli_trains_a_mamba2_package_on_the_cpu_and_refuses_the_gpu(tmp_path, capsys) -> None:
+    import json
+
+    import evermind
+    from evermind.cli import main
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT, encoding="utf-8")
+    out = tmp_path / "m2.evermind"
+    common = ["train", "--block", "mamba2", "--corpus", str(corpus), "--vocab-size", "300"]
+    assert main(common) == 2  # default --device gpu: refused before any work
+    assert "WebGPU kernels run Mamba-1 blocks only" in capsys.readouterr().err
+    size = ["--steps", "4", "--batch-size", "2", "--seq-len", "16", "--out", str(out)]
+    assert main([*common, "--device", "cpu", *size]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 4
+    model = evermind.load(out)
+    assert model.config.block == "mamba2" and isinstance(model.cpu, CpuMamba2)
