@@ -1,6 +1,7 @@
 """A Mamba-2 `.evermind` package unzips into a folder that transformers' Mamba2ForCausalLM
-loads, with the same logits as our CPU model (torch CPU, float32); and our Mamba-2 block is
-HF's on weights loaded straight into both."""
+loads, with the same logits as our CPU model (torch CPU, float32); our recurrent step gives
+the logits of HF's cached generation; and our Mamba-2 block is HF's on weights loaded straight
+into both."""
 
 from __future__ import annotations
 
@@ -77,3 +78,27 @@ def test_hf_config_round_trips_and_rejects_a_clamp() -> None:
     assert transformers.Mamba2Config(**hf).num_heads == config.n_heads == 4
     with pytest.raises(evermind.errors.ConfigError, match="time_step_limit"):
         MambaConfig.from_hf_config({**hf, "time_step_limit": [0.0, 0.5]})
+
+
+def test_our_recurrent_step_matches_transformers_cached_generation(tmp_path) -> None:
+    # HF's generate runs its recurrent path (cache, causal_conv1d_update,
+    # selective_state_update); every step's logits must be ours from CpuMamba2.step.
+    path = tmp_path / "gen2.evermind"
+    path.write_bytes(tiny_package(name="interop2", steps=6, block="mamba2"))
+    with zipfile.ZipFile(path) as archive:
+        archive.extractall(tmp_path / "unzipped")
+    hf = transformers.Mamba2ForCausalLM.from_pretrained(tmp_path / "unzipped").eval()
+    ours = evermind.load(path)
+    ids = np.array([ours.tokenizer.encode("The quick brown fox")])
+    with torch.no_grad():
+        out = hf.generate(
+            torch.from_numpy(ids), max_new_tokens=8, do_sample=False, output_logits=True,
+            return_dict_in_generate=True, eos_token_id=None, pad_token_id=0,
+        )  # fmt: skip
+    tokens = out.sequences[0].numpy()[ids.shape[1] :]
+    state = ours.cpu.init_state(1)
+    for token in ids[0]:
+        logits, state = ours.cpu.step(np.array([token]), state)
+    for k, theirs in enumerate(out.logits):
+        assert_close(logits[0], theirs.numpy()[0], atol=ATOL, rtol=RTOL, name=f"step {k}")
+        logits, state = ours.cpu.step(np.array([tokens[k]]), state)
