@@ -11,14 +11,64 @@ such a config and keeps its Mamba-1 code paths as they were.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from evermind.errors import ConfigError
 
-if TYPE_CHECKING:
-    from evermind.model.config import MambaConfig
+__all__ = [
+    "Mamba2Fields",
+    "check_mamba2_heads",
+    "mamba2_from_hf",
+    "mamba2_param_shapes",
+    "mamba2_to_hf",
+]
 
-__all__ = ["check_mamba2_heads", "mamba2_from_hf", "mamba2_param_shapes", "mamba2_to_hf"]
+
+class Mamba2Fields(Protocol):
+    """What these functions read of a ``MambaConfig`` (a protocol, so that this module does
+    not import ``config``, which imports it)."""
+
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_layer(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def d_state(self) -> int: ...
+    @property
+    def d_conv(self) -> int: ...
+    @property
+    def expand(self) -> int: ...
+    @property
+    def dt_rank(self) -> int: ...
+    @property
+    def rms_eps(self) -> float: ...
+    @property
+    def dt_min(self) -> float: ...
+    @property
+    def dt_max(self) -> float: ...
+    @property
+    def dt_init_floor(self) -> float: ...
+    @property
+    def pad_token_id(self) -> int: ...
+    @property
+    def bos_token_id(self) -> int: ...
+    @property
+    def eos_token_id(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def n_groups(self) -> int: ...
+    @property
+    def chunk_size(self) -> int: ...
+    @property
+    def d_inner(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def conv_dim(self) -> int: ...
+
 
 # Per-layer tensors in Mamba2ForCausalLM.state_dict() order, after "backbone.layers.{i}.".
 _LAYER_SUFFIXES = (
@@ -45,7 +95,7 @@ _HF_FIXED: dict[str, object] = {
 }
 
 
-def mamba2_param_shapes(config: MambaConfig) -> dict[str, tuple[int, ...]]:
+def mamba2_param_shapes(config: Mamba2Fields) -> dict[str, tuple[int, ...]]:
     """``param_shapes()`` of a Mamba-2 config, in ``Mamba2ForCausalLM.state_dict()`` order."""
     d_model, d_inner, heads = config.d_model, config.d_inner, config.n_heads
     conv_dim = config.conv_dim
@@ -70,7 +120,7 @@ def mamba2_param_shapes(config: MambaConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def mamba2_to_hf(config: MambaConfig) -> dict[str, Any]:
+def mamba2_to_hf(config: Mamba2Fields) -> dict[str, Any]:
     """``to_hf_config()`` of a Mamba-2 config: ``transformers.Mamba2Config``'s keywords.
 
     ``time_step_limit`` is left out (HF's default, (0, inf): no clamp), which keeps the JSON
