@@ -42,10 +42,14 @@ def tiny_tokenizer(vocab_size: int = 320) -> Tokenizer:
     return train_tokenizer(TEXT, vocab_size)
 
 
-def tiny_config(tokenizer: Tokenizer, d_model: int = 16, n_layer: int = 2) -> MambaConfig:
-    """A small model config for ``tokenizer``."""
+def tiny_config(
+    tokenizer: Tokenizer, d_model: int = 16, n_layer: int = 2, block: str = "mamba1"
+) -> MambaConfig:
+    """A small model config for ``tokenizer`` (Mamba-2: 4 heads of 8 in 2 groups, chunks of 5)."""
     eos = tokenizer.eos_id or 0
+    mamba2 = {"block": "mamba2", "head_dim": 8, "n_groups": 2, "chunk_size": 5}
     return MambaConfig(
+        **(mamba2 if block == "mamba2" else {}),  # type: ignore[arg-type]
         d_model=d_model,
         n_layer=n_layer,
         vocab_size=tokenizer.vocab_size,
@@ -64,10 +68,11 @@ def tiny_package(
     seed: int = 0,
     d_model: int = 16,
     n_layer: int = 2,
+    block: str = "mamba1",
 ) -> bytes:
     """A real `.evermind` package: tokenizer + a model trained ``steps`` CPU steps on TEXT."""
     tok = tiny_tokenizer()
-    config = tiny_config(tok, d_model=d_model, n_layer=n_layer)
+    config = tiny_config(tok, d_model=d_model, n_layer=n_layer, block=block)
     job = JobConfig(
         name=name,
         version=version,

@@ -27,7 +27,7 @@ from typing import Any
 
 import evermind
 from evermind.errors import ConfigError
-from evermind.model.config import PRESETS, MambaConfig
+from evermind.model.config import BLOCKS, PRESETS, MambaConfig
 from evermind.model.init import init_params
 from evermind.package import Tensor, write_package
 from evermind.package.affect import AffectHead
@@ -56,6 +56,8 @@ class JobConfig:
         name: Package name, served as ``evermind/<name>:<version>``.
         version: Package version.
         preset: Model size preset (``nano``, ``small``, ``base``).
+        block: Block type, ``mamba1`` (default) or ``mamba2`` (the SSD block; CPU only until
+            its WebGPU kernels land).
         vocab_size: Tokenizer vocabulary size to train.
         held_out: Fraction of the token stream kept for evaluation (the tail).
         seed: Seed of the weights (the batches use ``train.seed``).
@@ -67,6 +69,7 @@ class JobConfig:
     name: str = "evermind-default"
     version: str = "0.1.0"
     preset: str = "nano"
+    block: str = "mamba1"
     vocab_size: int = 2048
     held_out: float = 0.05
     seed: int = 0
@@ -76,6 +79,11 @@ class JobConfig:
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if self.block not in BLOCKS:
+            raise ConfigError(
+                f"unknown block {self.block!r}; choose one of {', '.join(BLOCKS)} "
+                "(hint: mamba2 trains on the CPU only for now)"
+            )
         check_dtype(self.dtype)
 
 
@@ -244,8 +252,8 @@ def model_config(
                 f"custom model config: unknown keys {sorted(unknown)}; "
                 f"allowed {sorted(CUSTOM_MODEL_KEYS)}"
             )
-        return MambaConfig(vocab_size=tokenizer.vocab_size, **custom, **ids)
-    return MambaConfig.preset(job.preset, tokenizer.vocab_size, **ids)
+        return MambaConfig(vocab_size=tokenizer.vocab_size, block=job.block, **custom, **ids)
+    return MambaConfig.preset(job.preset, tokenizer.vocab_size, block=job.block, **ids)
 
 
 # -- package ---------------------------------------------------------------------------------

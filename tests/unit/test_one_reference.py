@@ -61,6 +61,16 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
     "adamw": (("adamw_step",), False),
 }
 
+#: Ops whose numpy reference has landed before its kernel: op -> (functions, has backward).
+#: Each has its reference in ``ops/`` and its test ``tests/unit/test_<op>.py``, and no shader
+#: yet; when the shader lands the op moves to ``OPS`` (the test below fails until it does).
+PENDING_KERNELS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "ssd": (
+        ("ssd_fwd", "ssd_bwd", "ssd_step", "ssd_decode_step", "ssd_scan_sequential", "segment_sum"),
+        True,
+    ),
+}
+
 #: Fast CPU paths beside a reference: module -> its op. Each says native-only and has a test,
 #: ``tests/unit/test_<module>.py``, that imports it and the op's reference and compares them
 #: (state-spaces/mamba keeps ``selective_scan_ref`` beside the fast path the same way).
@@ -75,7 +85,7 @@ OP_NAME = re.compile(
     r"_ref$|selective_scan|scan_step|ssm_step|conv_step|rmsnorm|softplus|silu|sigmoid"
     r"|(^|_)adamw?(_|$)|mean_l2|cross_entropy|softmax|xent|conv1d|^_?pool_(fwd|bwd)$"
     r"|clip_grad|global_norm|clip_scale|^_?embedding_(fwd|bwd)$|cosine_scores|^_?topk$"
-    r"|^_?matmul(_fwd|_bwd)?$|^_?linear_(fwd|bwd)$",
+    r"|^_?matmul(_fwd|_bwd)?$|^_?linear_(fwd|bwd)$|^_?ssd_|segment_sum",
     re.IGNORECASE,
 )
 SAMPLER_NAME = re.compile(r"^_?sample(_logits|_token)?$")
@@ -210,11 +220,27 @@ def test_each_op_has_one_name_across_shader_launcher_reference_and_test(op: str)
 
 def test_every_ops_module_is_listed() -> None:
     modules = {p.stem for p in (SRC / "ops").glob("*.py") if not p.stem.startswith("_")}
-    assert modules == set(OPS) | set(FAST_PATHS), (
-        "each ops/ module is one op named like its shader, or a fast path listed in FAST_PATHS"
+    assert modules == set(OPS) | set(PENDING_KERNELS) | set(FAST_PATHS), (
+        "each ops/ module is one op named like its shader, a reference whose kernel is pending "
+        "(PENDING_KERNELS), or a fast path listed in FAST_PATHS"
     )
     assert not list((SRC / "kernels").glob("*_ref.py")), "references live in ops/, not kernels/"
     assert not (SRC / "model" / "cpu_ops.py").exists(), "CpuMamba's ops are evermind.ops"
+
+
+@pytest.mark.parametrize("op", sorted(PENDING_KERNELS))
+def test_each_pending_op_has_its_reference_and_test_and_no_shader_yet(op: str) -> None:
+    assert op not in OPS, f"{op}: listed both as an op and as pending"
+    shader = ROOT / "shaders" / f"{op}.wgsl"
+    assert not shader.is_file(), f"{op}: its shader has landed; move it from PENDING_KERNELS to OPS"
+    test = ROOT / "tests" / "unit" / f"test_{op}.py"
+    assert test.is_file(), f"ops/{op}.py: {test.relative_to(ROOT)} is missing"
+    module = importlib.import_module(f"evermind.ops.{op}")
+    assert "native-only" in (module.__doc__ or ""), f"ops/{op}.py: say native-only"
+    functions, has_backward = PENDING_KERNELS[op]
+    for name in functions:
+        assert callable(getattr(module, name, None)), f"ops/{op}.py lacks {name}()"
+    assert has_backward == any(name.endswith("_bwd") for name in functions)
 
 
 @pytest.mark.parametrize("fast", sorted(FAST_PATHS))

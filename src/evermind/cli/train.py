@@ -49,6 +49,12 @@ def register(sub: Any) -> None:
         help="cap on the corpus size in bytes (default 1,000,000)",
     )
     train.add_argument("--preset", default="nano", choices=["nano", "small", "base"])
+    train.add_argument(
+        "--block",
+        default="mamba1",
+        choices=["mamba1", "mamba2"],
+        help="block type: mamba1 (selective scan) or mamba2 (SSD; --device cpu only for now)",
+    )
     train.add_argument("--vocab-size", type=int, default=2048)
     train.add_argument("--steps", type=int, default=300)
     train.add_argument("--batch-size", type=int, default=4)
@@ -207,6 +213,7 @@ def _job_config(args: argparse.Namespace) -> JobConfig:
         name=args.name,
         version=args.version,
         preset=args.preset,
+        block=args.block,
         vocab_size=args.vocab_size,
         seed=args.seed,
         dtype=getattr(args, "dtype", "float32"),
@@ -322,6 +329,13 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.block != "mamba1" and (args.headless or args.device != "cpu"):
+        from evermind.errors import ConfigError
+
+        raise ConfigError(
+            f"--block {args.block}: the WebGPU kernels run Mamba-1 blocks only; "
+            "hint: add --device cpu (numpy) to train a Mamba-2 model"
+        )
     summary = train_headless(args) if args.headless else asyncio.run(train_native(args))
     if args.push:
         from evermind.runtime.push import push_package

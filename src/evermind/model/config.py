@@ -1,6 +1,7 @@
 """The model definition: hyperparameters, presets and the parameter layout.
 
-This module owns :class:`MambaConfig` (the Mamba-1 hyperparameters under their mamba names),
+This module owns :class:`MambaConfig` (the hyperparameters under their mamba names, for a
+Mamba-1 or a Mamba-2 block: ``block``),
 the size presets, the mapping to and from a Hugging Face ``transformers`` ``MambaConfig``
 dictionary, and the parameter layout (names, shapes and order) every other part of Evermind
 agrees on: the WGSL kernels, the numpy CPU model, the optimizer and the ``.evermind`` package.
@@ -23,7 +24,20 @@ is tied to the embedding and not stored)::
     backbone.layers.{i}.mixer.out_proj.weight  (d_model, d_inner)
     backbone.norm_f.weight                     (d_model,)
 
-The order above is the order of ``transformers``' own ``state_dict()``.
+The order above is the order of ``transformers``' own ``state_dict()``. With
+``block="mamba2"`` the layout is ``Mamba2ForCausalLM``'s (H = n_heads = d_inner / head_dim,
+G = n_groups; in_proj's rows are [gate z (d_inner), conv input x B C (conv_dim), dt (H)] and
+conv_dim = d_inner + 2 G d_state)::
+
+    backbone.layers.{i}.norm.weight            (d_model,)
+    backbone.layers.{i}.mixer.dt_bias          (H,)
+    backbone.layers.{i}.mixer.A_log            (H,)
+    backbone.layers.{i}.mixer.D                (H,)
+    backbone.layers.{i}.mixer.conv1d.weight    (conv_dim, 1, d_conv)
+    backbone.layers.{i}.mixer.conv1d.bias      (conv_dim,)
+    backbone.layers.{i}.mixer.in_proj.weight   (d_inner + conv_dim + H, d_model)
+    backbone.layers.{i}.mixer.norm.weight      (d_inner,)   the gated RMSNorm's gain
+    backbone.layers.{i}.mixer.out_proj.weight  (d_model, d_inner)
 """
 
 from __future__ import annotations
@@ -33,8 +47,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from evermind.errors import ConfigError
+from evermind.model.config_mamba2 import (
+    check_mamba2_heads,
+    mamba2_from_hf,
+    mamba2_param_shapes,
+    mamba2_to_hf,
+)
 
-__all__ = ["PRESETS", "MambaConfig"]
+__all__ = ["BLOCKS", "PRESETS", "MambaConfig"]
+
+#: The block types: Mamba-1 (selective scan, HF ``MambaForCausalLM``) and Mamba-2 (SSD, HF
+#: ``Mamba2ForCausalLM``).
+BLOCKS = ("mamba1", "mamba2")
 
 # Size presets; the vocabulary size comes from the tokenizer, so it is not part of a preset.
 PRESETS: dict[str, dict[str, int]] = {
@@ -90,7 +114,7 @@ def _check_float(name: str, value: object, *, positive: bool) -> float:
 
 @dataclass(frozen=True, init=False)
 class MambaConfig:
-    """Hyperparameters of a Mamba-1 language model (selective state space, tied LM head).
+    """Hyperparameters of a Mamba language model (Mamba-1 or Mamba-2 blocks, tied LM head).
 
     Attributes:
         d_model: Width of the residual stream (HF ``hidden_size``).
@@ -109,6 +133,11 @@ class MambaConfig:
         pad_token_id: Padding token id (from the tokenizer).
         bos_token_id: Beginning-of-sequence token id (from the tokenizer).
         eos_token_id: End-of-sequence token id (from the tokenizer).
+        block: "mamba1" (default; the selective scan) or "mamba2" (the SSD scan).
+        head_dim: Mamba-2 only: channels per head, P (HF ``head_dim``); divides d_inner.
+        n_groups: Mamba-2 only: groups of heads sharing B and C, G (HF ``n_groups``); divides
+            the number of heads.
+        chunk_size: Mamba-2 only: steps per chunk of the SSD scan (HF ``chunk_size``).
     """
 
     d_model: int
@@ -126,6 +155,10 @@ class MambaConfig:
     pad_token_id: int
     bos_token_id: int
     eos_token_id: int
+    block: str
+    head_dim: int
+    n_groups: int
+    chunk_size: int
 
     # Written by hand (not generated) so that dt_rank may be given as "auto" while the
     # attribute is always an int for every reader.
@@ -146,6 +179,10 @@ class MambaConfig:
         pad_token_id: int = 0,
         bos_token_id: int = 0,
         eos_token_id: int = 0,
+        block: str = "mamba1",
+        head_dim: int = 64,
+        n_groups: int = 1,
+        chunk_size: int = 256,
     ) -> None:
         """Validate and store the hyperparameters.
 
@@ -193,6 +230,8 @@ class MambaConfig:
                     "hint: take the special token ids from the tokenizer that set vocab_size"
                 )
             values[name] = checked
+        d_inner = d_model * _check_int("expand", expand)
+        values.update(_check_block(block, d_inner, head_dim, n_groups, chunk_size))
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -223,6 +262,16 @@ class MambaConfig:
         """Width of the mixer's inner stream: expand * d_model."""
         return self.expand * self.d_model
 
+    @property
+    def n_heads(self) -> int:
+        """Mamba-2's number of heads H = d_inner / head_dim (HF ``num_heads``)."""
+        return self.d_inner // self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Mamba-2's conv channels: x, B and C together, d_inner + 2 * n_groups * d_state."""
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
     # ---- Hugging Face transformers interop -------------------------------------------------
 
     _HF_FIXED: ClassVar[dict[str, object]] = {
@@ -240,8 +289,11 @@ class MambaConfig:
         """Return the ``transformers`` ``MambaConfig`` keyword dictionary for this model.
 
         ``transformers.MambaConfig(**cfg.to_hf_config())`` builds the same architecture, and the
-        dictionary is what the package writes as ``config.json``.
+        dictionary is what the package writes as ``config.json``. A Mamba-2 config gives
+        ``transformers.Mamba2Config``'s dictionary instead.
         """
+        if self.block == "mamba2":
+            return mamba2_to_hf(self)
         return {
             **self._HF_FIXED,
             "architectures": ["MambaForCausalLM"],  # a fresh list: callers may edit the dict
@@ -289,6 +341,15 @@ class MambaConfig:
                 f"from_hf_config: expected a dict, got {type(hf).__name__}; "
                 "hint: pass json.load(open('config.json'))"
             )
+        if hf.get("model_type") == "mamba2":
+            config = cls(
+                **mamba2_from_hf(hf),
+                pad_token_id=_token_id(hf, "pad_token_id"),
+                bos_token_id=_token_id(hf, "bos_token_id"),
+                eos_token_id=_token_id(hf, "eos_token_id"),
+            )
+            check_mamba2_heads(hf, config.n_heads)
+            return config
         missing = [k for k in ("hidden_size", "num_hidden_layers", "vocab_size") if k not in hf]
         if missing:
             raise ConfigError(
@@ -331,6 +392,8 @@ class MambaConfig:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Return every stored tensor's name and PyTorch weight shape, in the fixed layout order."""
+        if self.block == "mamba2":
+            return mamba2_param_shapes(self)
         d_model, d_inner, d_state = self.d_model, self.d_inner, self.d_state
         per_layer: dict[str, tuple[int, ...]] = {
             "norm.weight": (d_model,),
@@ -375,7 +438,33 @@ class MambaConfig:
                 f"no_decay: expected a parameter name of this model, got {name!r}; "
                 "hint: see MambaConfig.param_shapes()"
             )
-        return name.endswith(("norm.weight", "norm_f.weight", ".bias", ".A_log", ".D"))
+        return name.endswith(("norm.weight", "norm_f.weight", ".bias", ".A_log", ".D", ".dt_bias"))
+
+
+def _check_block(
+    block: object, d_inner: int, head_dim: object, n_groups: object, chunk: object
+) -> dict[str, object]:
+    """The validated block fields; a Mamba-2 block's heads and groups must divide evenly."""
+    if block not in BLOCKS:
+        raise ConfigError(
+            f"MambaConfig.block: expected one of {list(BLOCKS)}, got {block!r}; "
+            "hint: 'mamba1' is the selective scan, 'mamba2' the SSD block"
+        )
+    head = _check_int("head_dim", head_dim)
+    groups = _check_int("n_groups", n_groups)
+    fields = {"block": block, "head_dim": head, "n_groups": groups}
+    fields["chunk_size"] = _check_int("chunk_size", chunk)
+    if block == "mamba2" and d_inner % head:
+        raise ConfigError(
+            f"MambaConfig.head_dim: expected a divisor of d_inner = expand * d_model = "
+            f"{d_inner}, got {head}; hint: heads are d_inner / head_dim"
+        )
+    if block == "mamba2" and (d_inner // head) % groups:
+        raise ConfigError(
+            f"MambaConfig.n_groups: expected a divisor of the {d_inner // head} heads, got "
+            f"{groups}; hint: each group of heads shares one B and one C"
+        )
+    return fields
 
 
 def _token_id(hf: dict[str, Any], key: str) -> int:

@@ -49,9 +49,28 @@ from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd
 from evermind.ops.selective_scan import selective_scan_bwd, selective_scan_fwd, selective_scan_y
 from evermind.ops.selective_scan_fast import selective_scan_fast_bwd, selective_scan_fast_fwd
 
-__all__ = ["CpuMamba", "ForwardCache", "LayerCache", "MambaState"]
+__all__ = ["CpuMamba", "ForwardCache", "LayerCache", "MambaState", "conv_register"]
 
 logger = logging.getLogger(__name__)
+
+
+def conv_register(inputs: FloatArray, last: IntArray, d_conv: int) -> FloatArray:
+    """The decoding conv register after each row's last token: its last K inputs, oldest
+    first, zero before t = 0.
+
+    Args:
+        inputs: The conv's inputs, (B, L, C).
+        last: Each row's length, (B,), in [1, L].
+        d_conv: K.
+
+    Returns:
+        (B, C, K), the layout of :class:`MambaState`'s ``conv``.
+    """
+    taps = last[:, None] - d_conv + np.arange(d_conv)[None, :]  # (B, K): register positions
+    window = inputs[np.arange(inputs.shape[0])[:, None], np.maximum(taps, 0)]  # (B, K, C)
+    window[taps < 0] = 0
+    register: FloatArray = window.transpose(0, 2, 1)
+    return register
 
 
 @dataclass
@@ -565,16 +584,12 @@ class CpuMamba:
                 f"CpuMamba.prefill: expected one length in [1, {length}] per row, got {last!r}"
             )
         rows = np.arange(batch)
-        # Register positions: the last K inputs up to each row's end, zero before t = 0.
-        taps = last[:, None] - cfg.d_conv + np.arange(cfg.d_conv)[None, :]  # (B, K)
         state = self.init_state(batch)
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
         h = embedding_rows(ids, embedding).reshape(batch, length, cfg.d_model)  # (B, L, D)
         for index in range(cfg.n_layer):
             out, cache = self._block_fwd(self._layer(index), h)
-            window = cache.x_in[rows[:, None], np.maximum(taps, 0)]  # (B, K, I)
-            window[taps < 0] = 0
-            state.conv[index][...] = window.transpose(0, 2, 1)  # (B, I, K)
+            state.conv[index][...] = conv_register(cache.x_in, last, cfg.d_conv)  # (B, I, K)
             state.ssm[index][...] = cache.states[rows, last - 1]  # (B, I, N)
             h = h + out
         h_last = h[rows, last - 1]  # (B, D)

@@ -4,7 +4,8 @@ Most tensors map to one buffer. Two are split by rows, because the kernels want 
 outputs contiguous: ``in_proj.weight`` (2·d_inner, d_model) becomes ``in_x`` and ``in_z``
 (the x and gate halves), and ``x_proj.weight`` (dt_rank + 2·d_state, d_inner) becomes
 ``xp_dt``, ``xp_B`` and ``xp_C``. Row blocks of a row-major matrix are contiguous, so a
-slot is just (HF name, float offset, float count).
+slot is just (HF name, float offset, float count). Mamba-1 only: a Mamba-2 config is refused
+here, the one layout every GPU model builds on, until the SSD kernels land.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from evermind.errors import ConfigError
 from evermind.model.config import MambaConfig
 
 
@@ -27,7 +29,17 @@ class SlotSpec:
 
 
 def slot_specs(config: MambaConfig) -> list[SlotSpec]:
-    """Every GPU tensor of the model, in a fixed order."""
+    """Every GPU tensor of the model, in a fixed order.
+
+    Raises:
+        ConfigError: The config is a Mamba-2 one (no WebGPU kernels for it yet).
+    """
+    if config.block != "mamba1":
+        raise ConfigError(
+            f"slot_specs: the WebGPU kernels run Mamba-1 blocks only, got block="
+            f"{config.block!r}; hint: train and run a Mamba-2 model on the CPU (CpuBackend, "
+            "CpuMamba2) until its SSD kernels land"
+        )
     shapes = config.param_shapes()
     di, dm, r, n = config.d_inner, config.d_model, config.dt_rank, config.d_state
     specs: list[SlotSpec] = []

@@ -25,6 +25,7 @@ from evermind.errors import ConfigError
 from evermind.metrics import lm_metrics
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.model.cpu_mamba2 import CpuMamba2
 from evermind.model.quantize import QuantizedRows
 from evermind.model.sampling import sample
 from evermind.ops.cross_entropy import cross_entropy_fwd
@@ -67,8 +68,17 @@ class Model:
         )
         # CpuMamba copies what it is given: hand it the package's float32 arrays as they are
         # (a to_float32() copy first would hold every weight twice more during a push), and
-        # an int8 package's int8 weights as int8 (never a float copy of them).
-        self.cpu = CpuMamba(self.config, {k: _weight(t) for k, t in package.tensors.items()})
+        # an int8 package's int8 weights as int8 (never a float copy of them). A Mamba-2
+        # package gets the Mamba-2 block, on float32 weights (int8 ones dequantised: its
+        # block has no int8 product yet).
+        if self.config.block == "mamba2":
+            weights = {
+                k: t.to_float32() if t.dtype == "I8" else _weight(t)
+                for k, t in package.tensors.items()
+            }
+            self.cpu: CpuMamba = CpuMamba2(self.config, weights)
+        else:
+            self.cpu = CpuMamba(self.config, {k: _weight(t) for k, t in package.tensors.items()})
         #: Identifies the weights: embeddings made by another model never mix with these.
         self.fingerprint = package.digest
 

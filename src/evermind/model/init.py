@@ -20,6 +20,10 @@ The init follows Mamba-1:
 - dt_proj.bias = softplus^-1(dt), dt = exp(U(log dt_min, log dt_max)) clamped to >= dt_init_floor;
 - A_log[d, n] = log(n + 1) (S4D-real); D = 1; RMSNorm weights = 1.
 
+A Mamba-2 model (``config.block == "mamba2"``) follows ``Mamba2Mixer.init_mamba2_weights``
+with the same linear and conv rules: per head A_log[h] = log(h + 1), D[h] = 1 and
+dt_bias[h] = softplus^-1(dt) drawn as above; the gated norm's weight = 1.
+
 Random numbers are drawn from one stream in :meth:`MambaConfig.param_shapes` order, each tensor
 in row-major (PyTorch) order.
 """
@@ -103,11 +107,11 @@ def _normal(rng: random.Random, count: int, std: float) -> list[float]:
     return values
 
 
-def _dt_bias(rng: random.Random, config: MambaConfig) -> list[float]:
+def _dt_bias(rng: random.Random, config: MambaConfig, count: int) -> list[float]:
     """softplus^-1 of log-uniform time steps, so softplus(bias) starts in [dt_min, dt_max]."""
     log_min, log_max = _log(config.dt_min), _log(config.dt_max)
     values: list[float] = []
-    for _ in range(config.d_inner):
+    for _ in range(count):
         dt = _exp(rng.random() * (log_max - log_min) + log_min)
         dt = max(dt, config.dt_init_floor)
         # softplus^-1(dt) = log(exp(dt) - 1) = dt + log(1 - exp(-dt)), stable for small dt.
@@ -144,12 +148,15 @@ def init_params(config: MambaConfig, seed: int) -> dict[str, array[float]]:
         "conv1d.bias": 1.0 / math.sqrt(config.d_conv),
         "dt_proj.weight": config.dt_scale / math.sqrt(config.dt_rank),
     }
-    a_log_row = [_log(n + 1.0) for n in range(d_state)]
-    constant: dict[str, Callable[[], list[float]]] = {
-        "norm.weight": lambda: [1.0] * config.d_model,
-        "norm_f.weight": lambda: [1.0] * config.d_model,
-        "mixer.A_log": lambda: a_log_row * d_inner,
-        "mixer.D": lambda: [1.0] * d_inner,
+    if config.block == "mamba2":  # one A per head: log(1), log(2), ..., log(H)
+        a_log = [_log(h + 1.0) for h in range(config.n_heads)]
+    else:  # one row per channel: log(1), ..., log(N)
+        a_log = [_log(n + 1.0) for n in range(d_state)] * d_inner
+    constant: dict[str, Callable[[int], list[float]]] = {
+        "norm.weight": lambda count: [1.0] * count,
+        "norm_f.weight": lambda count: [1.0] * count,
+        "mixer.A_log": lambda count: a_log,
+        "mixer.D": lambda count: [1.0] * count,
     }
 
     params: dict[str, array[float]] = {}
@@ -160,9 +167,9 @@ def init_params(config: MambaConfig, seed: int) -> dict[str, array[float]]:
         if name == "backbone.embeddings.weight":
             values = _normal(rng, count, EMBEDDING_STD)
         elif short in constant:
-            values = constant[short]()
-        elif short == "dt_proj.bias":
-            values = _dt_bias(rng, config)
+            values = constant[short](count)
+        elif short in ("dt_proj.bias", "mixer.dt_bias"):
+            values = _dt_bias(rng, config, count)
         elif short in linear_bound:
             values = _uniform(rng, count, linear_bound[short])
         else:  # pragma: no cover - a new tensor in param_shapes must get an init rule here

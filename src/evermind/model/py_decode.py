@@ -91,9 +91,17 @@ class PyDecoder:
     Args:
         config: Model hyperparameters.
         params: Every parameter by its HF name, flat (row-major) float sequences.
+
+    Raises:
+        ConfigError: The config is a Mamba-2 one (this decoder runs Mamba-1 blocks only).
     """
 
     def __init__(self, config: MambaConfig, params: Mapping[str, Sequence[float]]) -> None:
+        if config.block != "mamba1":
+            raise ConfigError(
+                f"PyDecoder: decodes Mamba-1 blocks only, got block={config.block!r}; "
+                "hint: decode a Mamba-2 model natively with CpuMamba2.step"
+            )
         self.config = config
         self.embedding = _rows(params["backbone.embeddings.weight"], config.d_model)  # (V, D)
         self.norm_f = array("f", params["backbone.norm_f.weight"])

@@ -12,6 +12,11 @@ objectives are built from the same functions. Unless a docstring says otherwise 
 computes in float64 and returns the floating dtype of its inputs (float32 in, float32 out;
 float64 in, float64 out, for finite-difference checks).
 
+One op has its reference ahead of its kernel: ``ssd``, Mamba-2's state-space-dual scan (chunked
+forward, the loop over time it is checked against, and the backward); its shader is still to
+come (``tests/unit/test_one_reference.py`` lists it in ``PENDING_KERNELS``). ``rmsnorm`` also
+holds Mamba-2's gated, grouped variant (``rmsnorm_gated_fwd`` / ``_bwd``).
+
 One op has a fast CPU path beside its reference: ``selective_scan_fast`` (same arguments, the
 arithmetic in a ``compute`` dtype), which CPU training runs and
 ``tests/unit/test_selective_scan_fast.py`` checks against ``selective_scan``.

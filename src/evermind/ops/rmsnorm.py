@@ -9,6 +9,10 @@ float32 step) and returned in the input's floating dtype.
     with xhat = x * rstd and g = dy * weight:
     dx   = rstd * (g - xhat * mean_j(g * xhat))       (d rstd / dx = -rstd^3 x / D)
     dw   = sum over rows of dy * xhat
+
+The gated variant (Mamba-2's ``MambaRMSNormGated``, ``norm_before_gate=False``) normalises the
+gated input u = x * silu(z) over groups of ``group_size`` channels of the last axis, then
+scales by one weight over the whole axis: ``y = weight * rmsnorm_groups(x * silu(z))``.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from evermind.errors import ShapeError
 from evermind.ops._dtype import Floats, as_compute, f64, out_dtype
+from evermind.ops.elementwise import silu_bwd, silu_fwd
 
-__all__ = ["rmsnorm_bwd", "rmsnorm_fwd"]
+__all__ = ["rmsnorm_bwd", "rmsnorm_fwd", "rmsnorm_gated_bwd", "rmsnorm_gated_fwd"]
 
 
 def _rstd64(x: Floats, eps: float, compute: npt.DTypeLike = np.float64) -> Floats:
@@ -68,3 +74,66 @@ def rmsnorm_bwd(x: Floats, weight: Floats, grad_y: Floats, eps: float) -> tuple[
     grad_x = rstd * (g - xhat * np.sum(g * xhat, axis=-1, keepdims=True) / dim)
     grad_w = np.sum((f64(grad_y) * xhat).reshape(-1, dim), axis=0)  # (D,)
     return grad_x.astype(dtype), grad_w.astype(dtype)
+
+
+def _groups(a: Floats, group_size: int) -> Floats:
+    """(..., I) as (..., I / group_size, group_size), or ShapeError."""
+    if group_size < 1 or a.shape[-1] % group_size:
+        raise ShapeError(
+            f"rmsnorm_gated: the last axis of {a.shape} does not split into groups of "
+            f"{group_size}; hint: group_size = d_inner / n_groups"
+        )
+    return a.reshape(*a.shape[:-1], a.shape[-1] // group_size, group_size)
+
+
+def rmsnorm_gated_fwd(
+    x: Floats, gate: Floats, weight: Floats, group_size: int, eps: float
+) -> Floats:
+    """Gated, grouped RMSNorm: ``weight * rmsnorm_groups(x * silu(gate))`` (HF's
+    ``MambaRMSNormGated`` with ``norm_before_gate=False``).
+
+    Args:
+        x: Input, shape (..., I).
+        gate: The gate z, shape (..., I).
+        weight: Gain, shape (I,).
+        group_size: Channels normalised together; divides I.
+        eps: Added to each group's mean square.
+
+    Returns:
+        y, shape (..., I).
+
+    Raises:
+        ShapeError: ``group_size`` does not divide I.
+    """
+    dtype = out_dtype(x, gate, weight)
+    gated = _groups(f64(x) * f64(silu_fwd(gate)), group_size)  # (..., G, S)
+    normed, _ = rmsnorm_fwd(gated, np.ones(group_size), eps)
+    return (normed.reshape(x.shape) * f64(weight)).astype(dtype)
+
+
+def rmsnorm_gated_bwd(
+    x: Floats, gate: Floats, weight: Floats, group_size: int, grad_y: Floats, eps: float
+) -> tuple[Floats, Floats, Floats]:
+    """Gradients of :func:`rmsnorm_gated_fwd`.
+
+    Args:
+        x, gate, weight, group_size, eps: As in the forward.
+        grad_y: Upstream gradient, shape (..., I).
+
+    Returns:
+        ``(grad_x, grad_gate, grad_weight)`` shaped like ``(x, gate, weight)``.
+
+    Raises:
+        ShapeError: ``group_size`` does not divide I.
+    """
+    dtype = out_dtype(x, gate, weight, grad_y)
+    silu_gate = f64(silu_fwd(gate))
+    gated = _groups(f64(x) * silu_gate, group_size)  # (..., G, S)
+    ones = np.ones(group_size)
+    normed, _ = rmsnorm_fwd(gated, ones, eps)
+    grad_w = np.sum((f64(grad_y) * normed.reshape(x.shape)).reshape(-1, x.shape[-1]), axis=0)
+    scaled = _groups(f64(grad_y) * f64(weight), group_size)
+    grad_gated = f64(rmsnorm_bwd(gated, ones, scaled, eps)[0]).reshape(x.shape)  # (..., I)
+    grad_x = grad_gated * silu_gate
+    grad_gate = silu_bwd(gate, grad_gated * f64(x))
+    return grad_x.astype(dtype), grad_gate.astype(dtype), grad_w.astype(dtype)

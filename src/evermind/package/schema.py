@@ -2,9 +2,10 @@
 
 This module owns the shared contract between the model and the package: the Hugging Face
 ``MambaForCausalLM`` ``config.json`` (built by :func:`make_config`, checked by
-:func:`config_dims`), the exact set of tensor names and shapes that config implies
-(:func:`expected_tensor_shapes`), and how the tokenizer's vocabulary is counted from a
-``tokenizer.json`` (:func:`tokenizer_vocab_size`).
+:func:`config_dims`; a ``Mamba2ForCausalLM`` one, ``model_type`` "mamba2", is accepted too),
+the exact set of tensor names and shapes that config implies (:func:`expected_tensor_shapes`),
+and how the tokenizer's vocabulary is counted from a ``tokenizer.json``
+(:func:`tokenizer_vocab_size`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class MambaDims:
     use_bias: bool
     use_conv_bias: bool
     tie_word_embeddings: bool
+    block: str = "mamba1"  # "mamba2": a Mamba2ForCausalLM config (the fields below are set)
+    n_heads: int = 0
+    head_dim: int = 0
+    n_groups: int = 0
 
 
 def make_config(
@@ -149,9 +154,12 @@ def config_dims(config: Mapping[str, Any]) -> MambaDims:
         PackageError: The config is not a Mamba causal LM config, a field is missing or out
             of range, or derived fields (``intermediate_size``, token ids) disagree.
     """
+    if config.get("model_type") == "mamba2":
+        return _mamba2_dims(config)
     if config.get("model_type") != "mamba":
         raise PackageError(
-            f"{CONFIG}: field 'model_type' must be 'mamba', found {config.get('model_type')!r}"
+            f"{CONFIG}: field 'model_type' must be 'mamba' or 'mamba2', found "
+            f"{config.get('model_type')!r}"
         )
     if config.get("architectures") != ["MambaForCausalLM"]:
         raise PackageError(
@@ -169,6 +177,44 @@ def config_dims(config: Mapping[str, Any]) -> MambaDims:
     dt_rank = config.get("time_step_rank", "auto")
     if dt_rank == "auto":
         dt_rank = math.ceil(d_model / 16)
+    return _check_token_ids(
+        config,
+        MambaDims(
+            d_model=d_model,
+            n_layer=_int_field(config, "num_hidden_layers", MAX_LAYERS),
+            vocab_size=_int_field(config, "vocab_size"),
+            d_state=_int_field(config, "state_size", 1024),
+            d_conv=_int_field(config, "conv_kernel", 64),
+            expand=expand,
+            d_inner=d_inner,
+            dt_rank=_int_field({"time_step_rank": dt_rank}, "time_step_rank"),
+            use_bias=_bool_field(config, "use_bias", False),
+            use_conv_bias=_bool_field(config, "use_conv_bias", True),
+            tie_word_embeddings=_bool_field(config, "tie_word_embeddings", True),
+        ),
+    )
+
+
+def _mamba2_dims(config: Mapping[str, Any]) -> MambaDims:
+    """:func:`config_dims` of a ``Mamba2ForCausalLM`` config."""
+    if config.get("architectures") != ["Mamba2ForCausalLM"]:
+        raise PackageError(
+            f"{CONFIG}: field 'architectures' must be ['Mamba2ForCausalLM'] for model_type "
+            f"'mamba2', found {config.get('architectures')!r}"
+        )
+    d_model = _int_field(config, "hidden_size")
+    expand = _int_field(config, "expand", 64)
+    n_heads, head_dim = _int_field(config, "num_heads"), _int_field(config, "head_dim")
+    n_groups = _int_field(config, "n_groups")
+    if n_heads * head_dim != expand * d_model or n_heads % n_groups:
+        raise PackageError(
+            f"{CONFIG}: fields 'num_heads' * 'head_dim' must equal expand * hidden_size = "
+            f"{expand * d_model} and 'n_groups' divide 'num_heads'; found {n_heads} * "
+            f"{head_dim}, n_groups {n_groups}"
+        )
+    dt_rank = config.get("time_step_rank", "auto")
+    if dt_rank == "auto":
+        dt_rank = math.ceil(d_model / 16)
     dims = MambaDims(
         d_model=d_model,
         n_layer=_int_field(config, "num_hidden_layers", MAX_LAYERS),
@@ -176,12 +222,21 @@ def config_dims(config: Mapping[str, Any]) -> MambaDims:
         d_state=_int_field(config, "state_size", 1024),
         d_conv=_int_field(config, "conv_kernel", 64),
         expand=expand,
-        d_inner=d_inner,
+        d_inner=expand * d_model,
         dt_rank=_int_field({"time_step_rank": dt_rank}, "time_step_rank"),
         use_bias=_bool_field(config, "use_bias", False),
         use_conv_bias=_bool_field(config, "use_conv_bias", True),
-        tie_word_embeddings=_bool_field(config, "tie_word_embeddings", True),
+        tie_word_embeddings=_bool_field(config, "tie_word_embeddings", False),
+        block="mamba2",
+        n_heads=n_heads,
+        head_dim=head_dim,
+        n_groups=n_groups,
     )
+    return _check_token_ids(config, dims)
+
+
+def _check_token_ids(config: Mapping[str, Any], dims: MambaDims) -> MambaDims:
+    """``dims``, once the config's special token ids are null or within the vocabulary."""
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
         token_id = config.get(key)
         if token_id is not None and (
@@ -214,6 +269,8 @@ def expected_tensor_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ..
         PackageError: The config is invalid (see :func:`config_dims`).
     """
     dims = config_dims(config)
+    if dims.block == "mamba2":
+        return _mamba2_shapes(dims)
     d_model, d_inner = dims.d_model, dims.d_inner
     shapes: dict[str, tuple[int, ...]] = {
         "backbone.embeddings.weight": (dims.vocab_size, d_model),
@@ -234,6 +291,34 @@ def expected_tensor_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ..
             shapes[f"{prefix}.mixer.conv1d.bias"] = (d_inner,)
         if dims.use_bias:
             shapes[f"{prefix}.mixer.in_proj.bias"] = (2 * d_inner,)
+            shapes[f"{prefix}.mixer.out_proj.bias"] = (d_model,)
+    if not dims.tie_word_embeddings:
+        shapes["lm_head.weight"] = (dims.vocab_size, d_model)
+    return shapes
+
+
+def _mamba2_shapes(dims: MambaDims) -> dict[str, tuple[int, ...]]:
+    """:func:`expected_tensor_shapes` of a ``Mamba2ForCausalLM`` config."""
+    d_model, d_inner, heads = dims.d_model, dims.d_inner, dims.n_heads
+    conv_dim = d_inner + 2 * dims.n_groups * dims.d_state  # x, B and C pass the conv
+    shapes: dict[str, tuple[int, ...]] = {
+        "backbone.embeddings.weight": (dims.vocab_size, d_model),
+        "backbone.norm_f.weight": (d_model,),
+    }
+    for layer in range(dims.n_layer):
+        prefix = f"backbone.layers.{layer}"
+        shapes[f"{prefix}.norm.weight"] = (d_model,)
+        shapes[f"{prefix}.mixer.in_proj.weight"] = (d_inner + conv_dim + heads, d_model)
+        shapes[f"{prefix}.mixer.conv1d.weight"] = (conv_dim, 1, dims.d_conv)
+        shapes[f"{prefix}.mixer.dt_bias"] = (heads,)
+        shapes[f"{prefix}.mixer.A_log"] = (heads,)
+        shapes[f"{prefix}.mixer.D"] = (heads,)
+        shapes[f"{prefix}.mixer.norm.weight"] = (d_inner,)
+        shapes[f"{prefix}.mixer.out_proj.weight"] = (d_model, d_inner)
+        if dims.use_conv_bias:
+            shapes[f"{prefix}.mixer.conv1d.bias"] = (conv_dim,)
+        if dims.use_bias:
+            shapes[f"{prefix}.mixer.in_proj.bias"] = (d_inner + conv_dim + heads,)
             shapes[f"{prefix}.mixer.out_proj.bias"] = (d_model,)
     if not dims.tie_word_embeddings:
         shapes["lm_head.weight"] = (dims.vocab_size, d_model)

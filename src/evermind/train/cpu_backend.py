@@ -16,6 +16,7 @@ import numpy as np
 
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.model.cpu_mamba2 import CpuMamba2
 from evermind.ops.adamw import adamw_step
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.ops.grad_norm import clip_scale, global_norm
@@ -23,7 +24,7 @@ from evermind.train.loop import Batch, TrainConfig
 
 
 class CpuBackend:
-    """Trains :class:`CpuMamba` with AdamW on the CPU.
+    """Trains :class:`CpuMamba` (or :class:`CpuMamba2` for a Mamba-2 config) with AdamW on the CPU.
 
     Args:
         config: Model hyperparameters.
@@ -36,7 +37,7 @@ class CpuBackend:
     ) -> None:
         self.config = config
         self.train = train
-        self.model = CpuMamba(config, params)
+        self.model = (CpuMamba2 if config.block == "mamba2" else CpuMamba)(config, params)
         self.m = {k: np.zeros_like(v) for k, v in self.model.params.items()}
         self.v = {k: np.zeros_like(v) for k, v in self.model.params.items()}
 
