@@ -142,22 +142,35 @@ async function boot() {
 /**
  * Makes this build's Python memory snapshot in a second, throwaway Pyodide (one made with
  * `_makeSnapshot` cannot reach JS objects, so it cannot be the session's): Python started,
- * the wheel installed, evermind.studio.api imported, nothing else. Runs once, when the page
+ * the wheel installed, evermind.studio.api imported (or less: see below), nothing else. Runs once, when the page
  * asks (`__snapshot__`, after its boot and restore).
  */
 async function makeSnapshot({ loadPyodide, indexURL, wheel, key }) {
-  try {
-    const maker = await loadPyodide({ indexURL, _makeSnapshot: true });
-    // Unpacked by hand: loadPackage leaves JS objects in Python, which a snapshot refuses.
-    const bytes = new Uint8Array(await (await fetch(wheel)).arrayBuffer());
-    maker.FS.writeFile("/tmp/evermind.whl", bytes);
-    maker.runPython("import site, zipfile; zipfile.ZipFile('/tmp/evermind.whl').extractall(site.getsitepackages()[0])");
-    maker.runPython("import evermind.studio.api");
-    await writeSnapshot(key, maker.makeMemorySnapshot());
-  } catch (err) {
-    console.warn(`evermind: no Python snapshot made: ${err && err.message}`);
+  const bytes = new Uint8Array(await (await fetch(wheel)).arrayBuffer());
+  // Pyodide restores a snapshot into a fresh module's initial heap and cannot grow it first
+  // ("offset is out of bounds" on load), so a snapshot whose heap grew past that size is
+  // useless. The most that fits is imported: the whole Studio API, else its session, else
+  // only the installed wheel; the boot imports the rest.
+  for (const module of SNAPSHOT_IMPORTS) {
+    try {
+      const maker = await loadPyodide({ indexURL, _makeSnapshot: true });
+      const initialHeap = maker._module.HEAP8.length;
+      // Unpacked by hand: loadPackage leaves JS objects in Python, which a snapshot refuses.
+      maker.FS.writeFile("/tmp/evermind.whl", bytes);
+      maker.runPython("import site, zipfile; zipfile.ZipFile('/tmp/evermind.whl').extractall(site.getsitepackages()[0])");
+      if (module) maker.runPython(`import ${module}`);
+      if (maker._module.HEAP8.length > initialHeap) continue; // would not restore: import less
+      await writeSnapshot(key, maker.makeMemorySnapshot());
+      return;
+    } catch (err) {
+      console.warn(`evermind: no Python snapshot made: ${err && err.message}`);
+      return;
+    }
   }
 }
+
+/** What a snapshot imports, most first (see makeSnapshot); "" is the wheel alone. */
+const SNAPSHOT_IMPORTS = ["evermind.studio.api", "evermind.studio.session", ""];
 
 const ready = boot();
 let snapshotMade = null;

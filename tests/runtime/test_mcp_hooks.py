@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +243,7 @@ def test_side_index_follows_writes_forgets_and_expiry(home: HostEnv) -> None:
         await store.close()
 
     asyncio.run(change())
+    time.sleep(0.01)  # past the 1 ms TTL: on a fast disk the writes above take less
     with HookIndex(memory_file, NAMESPACE) as index:
         assert [h.key for h in index.recall("editor", 5)] == ["pref-editor-2"]
         assert [m.key for m in index.digest(2)] == ["pref-editor-2", "deploy-host"]
