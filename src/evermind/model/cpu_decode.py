@@ -113,6 +113,19 @@ class CpuDecoder:
         self._ready[index] = True
         return logits
 
+    def reset(self, slots: Sequence[int]) -> None:
+        """Zeroes each slot's state (as a prefill starts) and marks it ready to step: the next
+        :meth:`step` feeds the sequence's first token, exactly as :meth:`prefill` would by steps.
+
+        Raises:
+            ShapeError: A slot id is out of range or repeats.
+        """
+        index = self._slot_index(slots, "reset", ready=False)
+        for layer in range(self.cpu.config.n_layer):
+            self._state.conv[layer][index] = 0
+            self._state.ssm[layer][index] = 0
+        self._ready[index] = True
+
     def _prefill_by_steps(
         self,
         index: np.ndarray,

@@ -9,8 +9,10 @@ by default; the runtime may pass another factory, e.g. the GPU one) and repeats:
    most ``slots`` active at once), and prefill their prompts together (the parallel scan,
    at most :data:`PREFILL_TOKENS` prompt tokens per round so a long prompt cannot stall the
    batch for long); a short prompt joining a busy batch (:data:`FEED_TOKENS`,
-   :data:`FEED_MIN_ACTIVE`) is prefilled with its first token and fed the rest through the
-   batch's steps, one token a step, its rows not sampled until its last prompt token;
+   :data:`FEED_MIN_ACTIVE`) is fed through the batch's steps, one token a step, its rows not
+   sampled until its last prompt token (from its first token, on a zero state, when the
+   decoder is a :class:`~evermind.model.decode.ZeroStartDecoder` such as the numpy one;
+   else prefilled with its first token);
 3. advance every active sequence by one token with ONE batched ``Decoder.step``, then sample
    each row with its own request's settings and its own ``random.Random(seed)`` (the one
    sampler's batched form, :func:`evermind.model.sampling_rows.sample_rows`: the same draws
@@ -47,7 +49,7 @@ import numpy as np
 
 from evermind.errors import ConfigError
 from evermind.model.cpu_decode import CpuDecoder
-from evermind.model.decode import Decoder
+from evermind.model.decode import Decoder, ZeroStartDecoder
 from evermind.model.inference import Model, apply_head_rows
 from evermind.model.sampling_rows import sample_rows
 from evermind.runtime.auth import RateLimited
@@ -264,16 +266,33 @@ class _ModelLoop:
                     self.waiting.pop(tenant, None)
 
     def _prefill(self, newcomers: list[_Sequence]) -> None:
-        assert self.decoder is not None
+        decoder = self.decoder
+        assert decoder is not None
         running = len(self.active) - len(newcomers)
-        fed = [s for s in newcomers if running >= FEED_MIN_ACTIVE and 1 < len(s.ids) <= FEED_TOKENS]
-        prompts = [s.ids[:1] if s in fed else s.ids for s in newcomers]
-        logits = self.decoder.prefill([s.slot for s in newcomers], prompts)
-        done = [i for i, s in enumerate(newcomers) if s not in fed]
-        for seq in fed:  # the rest of the prompt goes through the batch's next steps
-            seq.prompting, seq.next_token, seq.feed = True, seq.ids[1], seq.ids[2:]
+        # A decoder that can zero a slot feeds a short prompt from its first token on (a
+        # one-token prompt too): no separate prefill call, whose step of one row costs ~4-5
+        # rows of a 32-row step (numpy, nano model: 0.31 ms against 2.2 ms for 32 rows).
+        zero_start = isinstance(decoder, ZeroStartDecoder)
+        shortest = 1 if zero_start else 2
+        fed = [
+            s
+            for s in newcomers
+            if running >= FEED_MIN_ACTIVE and shortest <= len(s.ids) <= FEED_TOKENS
+        ]
+        if fed and isinstance(decoder, ZeroStartDecoder):
+            decoder.reset([s.slot for s in fed])
+        skip = 0 if zero_start else 1  # tokens of a fed prompt that the prefill takes
+        for seq in fed:  # the (rest of the) prompt goes through the batch's next steps
+            seq.prompting, seq.next_token, seq.feed = True, seq.ids[skip], seq.ids[skip + 1 :]
+        whole = [s for s in newcomers if s not in fed]
+        prefilled = whole if zero_start else newcomers
+        if not prefilled:
+            return
+        logits = decoder.prefill(
+            [s.slot for s in prefilled], [s.ids[:1] if s in fed else s.ids for s in prefilled]
+        )
+        done = [i for i, s in enumerate(prefilled) if s not in fed]
         if done:
-            whole = [newcomers[i] for i in done]
             for seq, token in zip(whole, _next_tokens(logits[done], whole), strict=True):
                 self._advance(seq, token)
 
