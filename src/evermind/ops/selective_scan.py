@@ -56,10 +56,16 @@ def scan_step(
     Returns:
         ``(y_t (B, D), new h (B, D, N))``.
     """
-    new_h = delta_t[:, :, None] * A  # (B, D, N); one array, updated in place from here
+    # The broadcasts are spelled for speed, not their values: numpy runs ``delta_t[:, :, None] *
+    # A`` as B*D inner loops of N elements (~3x slower at the decoder's B 32, D 256, N 16), so
+    # delta is repeated along N first and A broadcast over the batch; the drive's outer product
+    # goes through einsum. Every element is the same single product either way.
+    delta = np.asarray(delta_t, np.result_type(delta_t, A))
+    new_h = np.repeat(delta, A.shape[-1], axis=-1).reshape(*delta.shape, A.shape[-1])  # (B, D, N)
+    new_h *= A  # delta A
     np.exp(new_h, out=new_h)  # the decay exp(delta A)
     new_h *= h
-    new_h += (delta_t * x_t)[:, :, None] * B_t[:, None, :]  # + the drive delta x B
+    new_h += np.einsum("bd,bn->bdn", delta_t * x_t, B_t)  # + the drive delta x B
     y_t = (new_h @ C_t[:, :, None])[:, :, 0] + D * x_t  # (B, D): sum_n h[n] C_t[n]
     return y_t, new_h
 
