@@ -144,23 +144,30 @@ def _draw(
     weights /= total[:, None]
     cumulative = np.cumsum(weights, axis=1)  # (H, V): the running probability, sequential
     tokens, unsure = [], []
+    # The per-row scalars as Python floats (the same doubles; numpy scalar arithmetic costs
+    # ~10x more per operation); the running sums stay numpy rows for the bisections.
+    points, nuclei, widths = uniform.tolist(), nucleus.tolist(), keep.tolist()
     for h in range(rows):
-        run = cumulative[h, : keep[h]]
-        cut = run.size
+        run = cumulative[h, : widths[h]]
+        cut = widths[h]
         doubt = False
-        if nucleus[h] <= 1:  # top-p: the first running sum >= p ends the kept set
-            reached = int(np.searchsorted(run, nucleus[h], side="left"))
-            if reached < run.size:
+        p = nuclei[h]
+        if p <= 1:  # top-p: the first running sum >= p ends the kept set
+            reached = int(run.searchsorted(p, side="left"))
+            if reached < cut:
                 cut = reached + 1
             # A rounding could move the cut if a running sum at or before it is near p.
-            doubt = abs(run[min(reached, cut - 1)] - nucleus[h]) <= tol or (
-                reached > 0 and abs(run[reached - 1] - nucleus[h]) <= tol
+            doubt = abs(float(run[min(reached, cut - 1)]) - p) <= tol or (
+                reached > 0 and abs(float(run[reached - 1]) - p) <= tol
             )
-        point = uniform[h] * run[cut - 1]  # choices(): random() * total
-        at = min(int(np.searchsorted(run[:cut], point, side="right")), cut - 1)  # bisect
-        doubt = doubt or run[at] - point <= tol or (at > 0 and point - run[at - 1] <= tol)
+        point = points[h] * float(run[cut - 1])  # choices(): random() * total
+        at = min(int(run[:cut].searchsorted(point, side="right")), cut - 1)  # bisect
+        doubt = doubt or float(run[at]) - point <= tol
+        doubt = doubt or (at > 0 and point - float(run[at - 1]) <= tol)
         # The draw's rank among the tokens of its score: where that score's run begins.
-        tie = at - int(np.searchsorted(ascending[h], ascending[h, at], side="left"))
-        tokens.append(_token_at(x[h], -ascending[h, at], tie))
+        scores = ascending[h]
+        value = scores[at]
+        tie = at - int(scores.searchsorted(value, side="left"))
+        tokens.append(_token_at(x[h], -value, tie))
         unsure.append(doubt)
     return tokens, unsure
