@@ -92,8 +92,8 @@ def _cells(side: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
 def format_table(result: dict[str, Any]) -> str:
     """One Markdown row per round and side, then the medians of the ratios."""
     lines = [
-        "| round | side | compl. tok/s 1 / 8 / 32 | p50 ms 1 | p99 ms 1 / 8 | emb. req/s 1 / 8 / 32 "
-        "| errors | tok/s 32÷1 | p99 8÷1 | emb. 32÷1 | load |",
+        "| round | side | compl. tok/s 1 / 8 / 32 | p50 ms 1 | p99 ms 1 / 8 "
+        "| emb. req/s 1 / 8 / 32 | errors | tok/s 32÷1 | p99 8÷1 | emb. 32÷1 | load |",
         "| ---: | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     medians: dict[str, dict[str, list[float]]] = {side: {} for side in SIDES}
@@ -113,9 +113,9 @@ def format_table(result: dict[str, Any]) -> str:
             for name, value in found.items():
                 medians[side].setdefault(name, []).append(value)
             errors = sum(row["errors"] for row in entry[side]["rows"])
+            p50 = cells[("completions", counts[0])]["p50_ms"]
             lines.append(
-                f"| {entry['round']} | {side} | {tok} | {cells[('completions', counts[0])]['p50_ms']}"
-                f" | {p99} | {emb} | {errors} "
+                f"| {entry['round']} | {side} | {tok} | {p50} | {p99} | {emb} | {errors} "
                 f"| {found.get('completion_tok_s_32_over_1', '')} "
                 f"| {found.get('completion_p99_8_over_1', '')} "
                 f"| {found.get('embedding_req_s_32_over_1', '')} "
@@ -124,7 +124,7 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append("")
     for side in SIDES:
         summary = ", ".join(
-            f"{name} {statistics.median(values)}" for name, values in medians[side].items()
+            f"{name} {statistics.median(values):.2f}" for name, values in medians[side].items()
         )
         lines.append(f"{side} (median of {len(result['rounds'])} rounds): {summary}")
     return "\n".join(lines)
