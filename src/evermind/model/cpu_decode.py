@@ -10,7 +10,9 @@ per sequence) and scatters them back; :meth:`~CpuDecoder.prefill` runs the promp
 parallel forward (:meth:`CpuMamba.prefill`, the scan), padded on the right in groups of
 similar length, and stores each prompt's state after its own last token; prompts of at
 most :data:`STEP_PREFILL_TOKENS` tokens are stepped through instead (batched together), which
-costs a few float32 steps instead of the scan's fixed cost.
+costs a few float32 steps instead of the scan's fixed cost. :meth:`~CpuDecoder.reset` zeroes
+slots without a step (a :class:`~evermind.model.decode.ZeroStartDecoder`): the scheduler then
+feeds a short prompt's every token through the batch's own steps.
 
 Exactness: every op is row-wise except the float32 matrix products, where OpenBLAS picks
 kernels by the number of rows, so a row's logits may differ from the same row decoded alone
