@@ -21,6 +21,7 @@ import pytest
 
 import evermind
 from evermind.model.cpu_decode import CpuDecoder
+from evermind.model.decode import ZeroStartDecoder
 from evermind.model.inference import Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.generation import GenerationRequest
@@ -307,13 +308,28 @@ class Recording:
         self.inner.release(slot)
 
 
+class ZeroStartRecording(Recording):
+    """A :class:`Recording` that can also start slots from a zero state (``reset``)."""
+
+    def __init__(self, model: Model, slots: int, gate: Any = None, every: bool = False) -> None:
+        super().__init__(model, slots, gate, every)
+        self.reset_slots: list[int] = []
+
+    def reset(self, slots: Any) -> None:
+        self.reset_slots += list(slots)
+        self.inner.reset(slots)
+
+
 def _scheduler(
-    gate: threading.Event | None = None, every: bool = False, **options: Any
+    gate: threading.Event | None = None,
+    every: bool = False,
+    recording: type[Recording] = Recording,
+    **options: Any,
 ) -> tuple[Scheduler, list[Recording]]:
     made: list[Recording] = []
 
     def factory(model: Model, slots: int) -> Recording:
-        made.append(Recording(model, slots, gate, every))
+        made.append(recording(model, slots, gate, every))
         return made[-1]
 
     return Scheduler(ThreadPoolExecutor(2), decoder_factory=factory, **options), made
@@ -400,6 +416,35 @@ def test_short_prompts_joining_a_busy_batch_are_fed_through_its_steps(model: Mod
     prefilled = made[0].prefilled  # alone: whole prompts; joining the busy batch: 1 token
     assert sum(p in firsts for p in prefilled) == len(short)
     assert all(model._prompt_ids(r["prompt"]) in prefilled for r in short)
+
+
+def test_short_prompts_start_from_a_zero_state_with_a_zero_start_decoder(model: Model) -> None:
+    """With a decoder that has ``reset`` (the numpy one), a short prompt joining a busy batch,
+    one-token prompts included, is not prefilled at all: its slot is zeroed and every prompt
+    token goes through the batch's steps; replies equal those of requests alone."""
+    scheduler, made = _scheduler(batch_slots=16, recording=ZeroStartRecording)
+    assert isinstance(CpuDecoder(model, 1), ZeroStartDecoder)
+    hog = {"prompt": "The standard library", "max_tokens": 600, "temperature": 0.0}
+    short = [r for r in REQUESTS if len(model._prompt_ids(r["prompt"])) <= FEED_TOKENS]
+    assert any(len(model._prompt_ids(r["prompt"])) == 1 for r in short), "needs a 1-token one"
+
+    async def run() -> tuple[list[str], list[str]]:
+        alone = [(await scheduler.complete(model, _request(b))).text for b in short]
+        hogs = [asyncio.ensure_future(scheduler.complete(model, _request(hog)))
+                for _ in range(FEED_MIN_ACTIVE)]  # fmt: skip
+        await _running_together(scheduler, "default", FEED_MIN_ACTIVE)
+        before = len(made[0].prefilled)
+        fed = await asyncio.gather(*(scheduler.complete(model, _request(b)) for b in short))
+        hog_ids = model._prompt_ids(hog["prompt"])  # the last hog may be prefilled just now
+        assert all(p == hog_ids for p in made[0].prefilled[before:]), "a short one prefilled"
+        await asyncio.gather(*hogs)
+        return alone, [r.text for r in fed]
+
+    alone, fed = asyncio.run(run())
+    assert fed == alone
+    recording = made[0]
+    assert isinstance(recording, ZeroStartRecording)
+    assert len(recording.reset_slots) == len(short)
 
 
 def test_admission_takes_tenants_in_turn(model: Model) -> None:

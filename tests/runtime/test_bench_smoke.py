@@ -57,3 +57,23 @@ def test_the_vector_store_scale_bench_runs_on_the_embedded_engines() -> None:
         assert 0 < row["query_p50_ms"] <= row["query_p99_ms"]
     assert doc["rows"][1]["open_s"] > 0  # the SQLite store was reopened and loaded
     assert "| sqlite | 1500 |" in format_table(doc)
+
+
+def test_the_interleaved_serve_ab_runs_both_sides_every_round() -> None:
+    """``benchmarks.serve_ab`` with this checkout on both sides (structure only)."""
+    from benchmarks.serve_ab import ROOT, SIDES, format_table, run_ab
+
+    result = run_ab(
+        ROOT, tiny_package("benchy", "1.0.0"), rounds=2, seconds=0.3, concurrency=(1, 2)
+    )
+    assert [entry["first"] for entry in result["rounds"]] == ["before", "after"]
+    for entry in result["rounds"]:
+        for side in SIDES:
+            rows = entry[side]["rows"]
+            assert [(r["kind"], r["clients"]) for r in rows] == [
+                ("embeddings", 1), ("embeddings", 2), ("completions", 1), ("completions", 2)
+            ]  # fmt: skip
+            assert all(r["requests"] > 0 and r["errors"] == 0 for r in rows)
+            assert "completion_tok_s_2_over_1" in entry[side]["ratios"]
+    table = format_table(result)
+    assert "| 2 | after |" in table and "median of 2 rounds" in table

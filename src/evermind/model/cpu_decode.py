@@ -10,7 +10,9 @@ per sequence) and scatters them back; :meth:`~CpuDecoder.prefill` runs the promp
 parallel forward (:meth:`CpuMamba.prefill`, the scan), padded on the right in groups of
 similar length, and stores each prompt's state after its own last token; prompts of at
 most :data:`STEP_PREFILL_TOKENS` tokens are stepped through instead (batched together), which
-costs a few float32 steps instead of the scan's fixed cost.
+costs a few float32 steps instead of the scan's fixed cost. :meth:`~CpuDecoder.reset` zeroes
+slots without a step (a :class:`~evermind.model.decode.ZeroStartDecoder`): the scheduler then
+feeds a short prompt's every token through the batch's own steps.
 
 Exactness: every op is row-wise except the float32 matrix products, where OpenBLAS picks
 kernels by the number of rows, so a row's logits may differ from the same row decoded alone
@@ -112,6 +114,19 @@ class CpuDecoder:
                 self._state.ssm[layer][target] = state.ssm[layer]
         self._ready[index] = True
         return logits
+
+    def reset(self, slots: Sequence[int]) -> None:
+        """Zeroes each slot's state (as a prefill starts) and marks it ready to step: the next
+        :meth:`step` feeds the sequence's first token, exactly as :meth:`prefill` would by steps.
+
+        Raises:
+            ShapeError: A slot id is out of range or repeats.
+        """
+        index = self._slot_index(slots, "reset", ready=False)
+        for layer in range(self.cpu.config.n_layer):
+            self._state.conv[layer][index] = 0
+            self._state.ssm[layer][index] = 0
+        self._ready[index] = True
 
     def _prefill_by_steps(
         self,

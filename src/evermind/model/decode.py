@@ -50,3 +50,18 @@ class Decoder(Protocol):
     def release(self, slot: int) -> None:
         """Marks ``slot`` free (its state is dropped; the next ``prefill`` resets it)."""
         ...
+
+
+@runtime_checkable
+class ZeroStartDecoder(Decoder, Protocol):
+    """A :class:`Decoder` whose slots can start from the state before any token.
+
+    The scheduler feeds a short prompt that joins a busy batch through the batch's own steps
+    from its first token on (a row of a big step instead of a separate prefill step). Optional:
+    the numpy decoder has it; the scheduler checks for it once per decoder.
+    """
+
+    def reset(self, slots: Sequence[int]) -> None:
+        """Sets each slot to the state before any token (what :meth:`Decoder.prefill` starts
+        from); the next :meth:`Decoder.step` of a slot feeds its first token."""
+        ...

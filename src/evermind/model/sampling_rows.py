@@ -1,8 +1,8 @@
 """The one sampler over a batch of logits rows at once, in numpy (native-only: imports numpy).
 
 :func:`sample_rows` is :func:`evermind.model.sampling.sample` for B rows, each with its own
-temperature, top-k, top-p and ``random.Random``: one sort of the scores, one softmax and two
-running sums of (B, V) arrays instead of B Python loops over the vocabulary (the drawn rank's
+temperature, top-k, top-p and ``random.Random``: one sort of the scores, one softmax and one
+running sum of (B, V) arrays instead of B Python loops over the vocabulary (the drawn rank's
 token id is looked up afterwards: the sums need only the sorted values, equal whatever the
 order of ties). The tab keeps the
 standard-library sampler; this is the native runtime's batched form of the same draw.
@@ -10,9 +10,12 @@ standard-library sampler; this is the native runtime's batched form of the same 
 Same draws, not just the same distribution: per sampled row it takes the same single
 ``rng.random()``, orders the tokens the same way (best first, lower id first on ties), keeps
 the same top-k and top-p sets and walks the same cumulative distribution (running sums are
-sequential in both, so they add the same numbers in the same order). The one difference is
-``np.exp`` against ``math.exp``: they may round a weight differently in the last place, which
-moves the cumulative sums by at most a few ulps per term. A row whose top-p cut or draw lies
+sequential in both, so they add the same numbers in the same order). Two things differ in
+rounding only: ``np.exp`` against ``math.exp``, which may round a weight differently in the
+last place, and the weights' total, numpy's pairwise sum against the reference's running sum
+(both within ``V * 2.2e-16`` relative of the exact total, which is at least 1: the best weight
+is exp(0)), so each probability moves by a few ulps and the cumulative sums by at most a few
+ulps per term. A row whose top-p cut or draw lies
 within :func:`margin` of a cumulative boundary (so that such a difference could change it;
 about one row in 10^8 at V = 2048) is redrawn exactly, with the same uniform, by
 :func:`~evermind.model.sampling.sample_uniform`. Every other row's token is provably the
@@ -37,10 +40,10 @@ __all__ = ["margin", "sample_rows"]
 def margin(vocab_size: int) -> float:
     """How near a cumulative boundary a draw may fall before it is redrawn exactly.
 
-    The weights of ``np.exp`` and ``math.exp`` differ by at most one ulp (2.2e-16 relative)
-    and every weight, probability and running sum is at most 1, so two running sums over
-    ``vocab_size`` terms differ by at most about ``4 * vocab_size * 2.2e-16``; the margin is
-    over a thousand times that.
+    The weights of ``np.exp`` and ``math.exp`` differ by at most one ulp (2.2e-16 relative),
+    the two totals by at most ``vocab_size * 2.2e-16`` relative, and every weight, probability
+    and running sum is at most 1, so two running sums over ``vocab_size`` terms differ by at
+    most about ``4 * vocab_size * 2.2e-16``; the margin is over a thousand times that.
     """
     return 1e-12 * max(1, vocab_size)
 
@@ -133,27 +136,38 @@ def _draw(
         weights = np.exp(ranked, out=ranked)  # (H, V), max 1: no overflow
     for cut_row in np.nonzero(keep < ascending.shape[1])[0]:
         weights[cut_row, keep[cut_row] :] = 0.0  # beyond top-k: adds nothing to the running sums
-    total = np.cumsum(weights, axis=1)[np.arange(rows), keep - 1]  # sequential sums of the kept
+    # The kept weights' total (those beyond top-k are 0 and add nothing) as numpy's pairwise
+    # sum: a running sum costs ~3 ns a term (each add waits for the last), as long again as
+    # the rest of the draw; it differs from the reference's running sum only in rounding,
+    # which the margin covers (see the module docstring).
+    total = weights.sum(axis=1)
     weights /= total[:, None]
     cumulative = np.cumsum(weights, axis=1)  # (H, V): the running probability, sequential
     tokens, unsure = [], []
+    # The per-row scalars as Python floats (the same doubles; numpy scalar arithmetic costs
+    # ~10x more per operation); the running sums stay numpy rows for the bisections.
+    points, nuclei, widths = uniform.tolist(), nucleus.tolist(), keep.tolist()
     for h in range(rows):
-        run = cumulative[h, : keep[h]]
-        cut = run.size
+        run = cumulative[h, : widths[h]]
+        cut = widths[h]
         doubt = False
-        if nucleus[h] <= 1:  # top-p: the first running sum >= p ends the kept set
-            reached = int(np.searchsorted(run, nucleus[h], side="left"))
-            if reached < run.size:
+        p = nuclei[h]
+        if p <= 1:  # top-p: the first running sum >= p ends the kept set
+            reached = int(run.searchsorted(p, side="left"))
+            if reached < cut:
                 cut = reached + 1
             # A rounding could move the cut if a running sum at or before it is near p.
-            doubt = abs(run[min(reached, cut - 1)] - nucleus[h]) <= tol or (
-                reached > 0 and abs(run[reached - 1] - nucleus[h]) <= tol
+            doubt = abs(float(run[min(reached, cut - 1)]) - p) <= tol or (
+                reached > 0 and abs(float(run[reached - 1]) - p) <= tol
             )
-        point = uniform[h] * run[cut - 1]  # choices(): random() * total
-        at = min(int(np.searchsorted(run[:cut], point, side="right")), cut - 1)  # bisect
-        doubt = doubt or run[at] - point <= tol or (at > 0 and point - run[at - 1] <= tol)
+        point = points[h] * float(run[cut - 1])  # choices(): random() * total
+        at = min(int(run[:cut].searchsorted(point, side="right")), cut - 1)  # bisect
+        doubt = doubt or float(run[at]) - point <= tol
+        doubt = doubt or (at > 0 and point - float(run[at - 1]) <= tol)
         # The draw's rank among the tokens of its score: where that score's run begins.
-        tie = at - int(np.searchsorted(ascending[h], ascending[h, at], side="left"))
-        tokens.append(_token_at(x[h], -ascending[h, at], tie))
+        scores = ascending[h]
+        value = scores[at]
+        tie = at - int(scores.searchsorted(value, side="left"))
+        tokens.append(_token_at(x[h], -value, tie))
         unsure.append(doubt)
     return tokens, unsure

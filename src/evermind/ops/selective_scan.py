@@ -37,6 +37,10 @@ from evermind.ops.elementwise import softplus_bwd, softplus_fwd
 __all__ = ["scan_step", "selective_scan_bwd", "selective_scan_fwd", "selective_scan_y"]
 
 
+#: Batch rows from which :func:`scan_step` spells its broadcasts as repeat and einsum.
+ROWS_FOR_REPEAT = 4
+
+
 def scan_step(
     h: Floats, x_t: Floats, delta_t: Floats, A: Floats, B_t: Floats, C_t: Floats, D: Floats
 ) -> tuple[Floats, Floats]:
@@ -56,10 +60,24 @@ def scan_step(
     Returns:
         ``(y_t (B, D), new h (B, D, N))``.
     """
-    new_h = delta_t[:, :, None] * A  # (B, D, N); one array, updated in place from here
+    # The broadcasts are spelled for speed, not their values: numpy runs ``delta_t[:, :, None] *
+    # A`` as B*D inner loops of N elements (~3x slower at the decoder's B 32, D 256, N 16), so
+    # delta is repeated along N first and A broadcast over the batch; the drive's outer product
+    # goes through einsum. Every element is the same single product either way.
+    # Below ROWS_FOR_REPEAT rows the plain broadcasts are faster (einsum's fixed cost).
+    wide = np.ndim(delta_t) == 2 and np.shape(delta_t)[0] >= ROWS_FOR_REPEAT
+    if wide:
+        delta = np.asarray(delta_t, np.result_type(delta_t, A))
+        new_h = np.repeat(delta, A.shape[-1], axis=-1).reshape(*delta.shape, A.shape[-1])
+        new_h *= A  # delta A, (B, D, N), updated in place from here
+    else:
+        new_h = delta_t[:, :, None] * A
     np.exp(new_h, out=new_h)  # the decay exp(delta A)
     new_h *= h
-    new_h += (delta_t * x_t)[:, :, None] * B_t[:, None, :]  # + the drive delta x B
+    if wide:
+        new_h += np.einsum("bd,bn->bdn", delta_t * x_t, B_t)  # + the drive delta x B
+    else:
+        new_h += (delta_t * x_t)[:, :, None] * B_t[:, None, :]
     y_t = (new_h @ C_t[:, :, None])[:, :, 0] + D * x_t  # (B, D): sum_n h[n] C_t[n]
     return y_t, new_h
 
