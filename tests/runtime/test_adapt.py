@@ -18,7 +18,7 @@ from evermind.cli import main as cli_main
 from evermind.errors import InputError
 from evermind.package import read_package
 from evermind.train.adapt import DEFAULT_MAX_FORGETTING, AdaptConfig, adapt, split_text
-from evermind.train.lora import LoraAdapter, merge_package
+from evermind.train.lora_file import merge_package, read_adapter
 from tests.factories import TEXT, tiny_package
 
 TOWNS = [
@@ -101,7 +101,7 @@ def test_cli_writes_only_when_accepted_and_keeps_the_previous_model(
     assert "adapt [" in captured.err  # the progress bar
     assert (tmp_path / "m.evermind.prev").read_bytes() == base
     assert read_package(model.read_bytes()).version == "0.1.1"
-    loaded = LoraAdapter.from_bytes(adapter.read_bytes())
+    loaded = read_adapter(adapter.read_bytes())
     assert loaded.base_digest == read_package(base).digest
     assert line["adapter_bytes"] == adapter.stat().st_size < len(base)
     # The exported adapter fits only its base: on the adapted model it is refused.

@@ -23,14 +23,8 @@ from evermind.package import read_package
 from evermind.package.safetensors_io import decode_safetensors
 from evermind.train.adapt import AdaptConfig
 from evermind.train.loop import Trainer
-from evermind.train.lora import (
-    ADAPTER_FORMAT,
-    LoraAdapter,
-    LoraBackend,
-    LoraConfig,
-    init_adapter,
-    merge_package,
-)
+from evermind.train.lora import LoraAdapter, LoraBackend, LoraConfig, init_adapter
+from evermind.train.lora_file import ADAPTER_FORMAT, adapter_bytes, merge_package, read_adapter
 from evermind.types import TrainConfig
 from tests.factories import TEXT, run_sync, tiny_package
 from tests.numerics import assert_close
@@ -141,13 +135,13 @@ def test_merged_package_loads_in_transformers_with_the_same_logits(tmp_path) -> 
 def test_adapter_file_round_trips_and_is_refused_on_another_base() -> None:
     base_bytes = tiny_package(name="lora-base", steps=5)
     _, adapter = _trained_on(base_bytes)
-    data = adapter.to_bytes()
+    data = adapter_bytes(adapter)
     tensors, meta = decode_safetensors(data, member="a", max_header_bytes=1 << 20)
     assert meta["format"] == ADAPTER_FORMAT and meta["rank"] == "4"
     assert json.loads(meta["targets"]) == ["in_proj", "x_proj", "out_proj"]
     assert meta["base_digest"] == read_package(base_bytes).digest
     assert "base_model.model.backbone.layers.0.mixer.in_proj.lora_A.weight" in tensors
-    back = LoraAdapter.from_bytes(data)
+    back = read_adapter(data)
     assert (back.rank, back.alpha, back.targets) == (4, 16.0, ("in_proj", "x_proj", "out_proj"))
     for name in adapter.A:
         np.testing.assert_array_equal(back.A[name], adapter.A[name])
@@ -162,20 +156,20 @@ def test_adapter_file_round_trips_and_is_refused_on_another_base() -> None:
     # A safetensors file that is not an adapter (the base's own weights).
     weights = zipfile.ZipFile(io.BytesIO(base_bytes)).read("model.safetensors")
     with pytest.raises(PackageError, match=r"expected 'evermind\.lora/1'"):
-        LoraAdapter.from_bytes(weights)
+        read_adapter(weights)
 
 
 def test_damaged_adapter_files_are_refused() -> None:
     _, adapter = _trained_on(tiny_package(name="lora-base", steps=5))
     missing = LoraAdapter(**{**adapter.__dict__, "A": dict(list(adapter.A.items())[1:])})
     with pytest.raises(PackageError, match="expected lora_A and lora_B"):
-        LoraAdapter.from_bytes(missing.to_bytes())
+        read_adapter(adapter_bytes(missing))
     name = next(iter(adapter.B))
     poisoned = LoraAdapter(
         **{**adapter.__dict__, "B": {**adapter.B, name: adapter.B[name] * np.nan}}
     )
     with pytest.raises(PackageError, match="NaN or infinity"):
-        LoraAdapter.from_bytes(poisoned.to_bytes())
+        read_adapter(adapter_bytes(poisoned))
 
 
 @pytest.mark.parametrize("rank", [0, -1, 2.5, True, "8"])

@@ -72,7 +72,8 @@ def cmd_adapt(args: Any) -> int:
     from evermind.job import read_corpus
     from evermind.package import write_file_atomic
     from evermind.train.adapt import DEFAULT_MAX_FORGETTING, AdaptConfig, adapt, split_text
-    from evermind.train.lora import ADAPTER_SUFFIX, DEFAULT_TARGETS
+    from evermind.train.lora import DEFAULT_TARGETS
+    from evermind.train.lora_file import ADAPTER_SUFFIX, adapter_bytes
     from evermind.train.sources import extract_text
     from evermind.types import Progress
 
@@ -141,7 +142,7 @@ def cmd_adapt(args: Any) -> int:
         write_file_atomic(out, result.package)
         summary["out"] = str(out)
         if args.adapter_out:
-            write_file_atomic(args.adapter_out, result.adapter.to_bytes())
+            write_file_atomic(args.adapter_out, adapter_bytes(result.adapter))
             summary["adapter_out"] = args.adapter_out
         print(f"adapt: wrote {out}", file=sys.stderr)
     print(json.dumps(summary))

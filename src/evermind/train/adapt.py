@@ -52,8 +52,8 @@ from evermind.train.lora import (
     LoraBackend,
     LoraConfig,
     init_adapter,
-    merge_package,
 )
+from evermind.train.lora_file import adapter_bytes, merge_package
 from evermind.types import Progress, TrainConfig
 
 __all__ = [
@@ -185,7 +185,7 @@ class AdaptResult:
             if k not in ("adapter", "package")
         }
         out["adapter_params"] = None if self.adapter is None else self.adapter.n_params
-        out["adapter_bytes"] = None if self.adapter is None else len(self.adapter.to_bytes())
+        out["adapter_bytes"] = None if self.adapter is None else len(adapter_bytes(self.adapter))
         out["package_bytes"] = None if self.package is None else len(self.package)
         return out
 

@@ -21,40 +21,30 @@ in float64). :class:`LoraBackend` runs the :class:`~evermind.train.loop.Trainer`
 AdamW (:func:`evermind.ops.adamw.adamw_step`) on ``A`` and ``B`` only; the base weights are a
 frozen copy that nothing writes.
 
-The file, ``<name>.lora.safetensors``, holds only ``A`` and ``B`` under PEFT's tensor names
-(``base_model.model.backbone.layers.{i}.mixer.in_proj.lora_A.weight``, …) and in its metadata
-the rank, alpha, targets and the digest of the base package; :func:`merge_package` refuses it
-on any other base. Merging writes ``W + s·B·A`` into an ordinary package: the same tensor
-names and shapes, so our reader and ``transformers`` load it as they load the base.
+The adapter file (``<name>.lora.safetensors``, refused on any base but its own) and merging
+into an ordinary package are :mod:`evermind.train.lora_file`'s.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from evermind.errors import ConfigError, PackageError
+from evermind.errors import ConfigError
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
 from evermind.ops.adamw import adamw_step
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.ops.grad_norm import clip_scale, global_norm
-from evermind.package import Package, Tensor, utc_timestamp, write_package
-from evermind.package.limits import PackageLimits
-from evermind.package.safetensors_io import decode_safetensors, encode_safetensors
 from evermind.types import Batch, TrainConfig
 
 __all__ = [
-    "ADAPTER_FORMAT",
-    "ADAPTER_SUFFIX",
     "DEFAULT_TARGETS",
     "TARGETS",
     "LoraAdapter",
@@ -62,7 +52,6 @@ __all__ = [
     "LoraConfig",
     "init_adapter",
     "lora_grads",
-    "merge_package",
     "merged_params",
 ]
 
@@ -70,11 +59,6 @@ __all__ = [
 TARGETS = ("in_proj", "x_proj", "dt_proj", "out_proj")
 #: The default targets: the block's three big projections.
 DEFAULT_TARGETS = ("in_proj", "x_proj", "out_proj")
-#: The ``format`` written in an adapter file's metadata.
-ADAPTER_FORMAT = "evermind.lora/1"
-#: How an exported adapter file is named: ``<name>.lora.safetensors``.
-ADAPTER_SUFFIX = ".lora.safetensors"
-_PEFT_PREFIX = "base_model.model."
 
 
 @dataclass(frozen=True)
@@ -162,108 +146,6 @@ class LoraAdapter:
         """``s · B · A`` of one targeted weight (out, in), float64."""
         return self.scale * (self.B[name].astype(np.float64) @ self.A[name].astype(np.float64))
 
-    def to_bytes(self) -> bytes:
-        """The adapter file: ``A`` and ``B`` under PEFT's names, float32, and the metadata."""
-        tensors: dict[str, Tensor] = {}
-        for name in self.A:
-            stem = _PEFT_PREFIX + name.removesuffix(".weight")
-            for part, value in (("lora_A", self.A[name]), ("lora_B", self.B[name])):
-                flat = array("f", np.ascontiguousarray(value, np.float32).tobytes())
-                tensors[f"{stem}.{part}.weight"] = Tensor(tuple(value.shape), flat)
-        metadata = {
-            "format": ADAPTER_FORMAT,
-            "rank": str(self.rank),
-            "alpha": repr(float(self.alpha)),
-            "targets": json.dumps(list(self.targets)),
-            "base_digest": self.base_digest,
-            "base_ref": self.base_ref,
-            "n_layer": str(len(self.A) // len(self.targets)),
-        }
-        return encode_safetensors(tensors, dtype="F32", metadata=metadata)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, where: str = "adapter") -> LoraAdapter:
-        """Reads and checks an adapter file written by :meth:`to_bytes`.
-
-        Args:
-            data: The file's bytes.
-            where: What to call it in messages (its path).
-
-        Raises:
-            PackageError: It is not an Evermind adapter file, its metadata is missing or
-                wrong, or a tensor is missing, extra, misshapen or not finite.
-        """
-        tensors, meta = decode_safetensors(
-            data, member=where, max_header_bytes=PackageLimits().max_safetensors_header_bytes
-        )
-        if meta.get("format") != ADAPTER_FORMAT:
-            raise PackageError(
-                f"{where}: metadata format is {meta.get('format')!r}, expected "
-                f"{ADAPTER_FORMAT!r}; hint: export the adapter with `evermind adapt "
-                "--adapter-out`"
-            )
-        try:
-            config = LoraConfig(
-                rank=int(meta["rank"]),
-                alpha=float(meta["alpha"]),
-                targets=tuple(json.loads(meta["targets"])),
-            )
-            n_layer = int(meta["n_layer"])
-            digest = meta["base_digest"]
-        except (KeyError, ValueError, TypeError, ConfigError) as err:
-            raise PackageError(
-                f"{where}: adapter metadata is incomplete or invalid ({err}); expected rank, "
-                "alpha, targets, n_layer and base_digest"
-            ) from err
-        pairs: dict[str, dict[str, np.ndarray]] = {"lora_A": {}, "lora_B": {}}
-        for key, tensor in tensors.items():
-            stem, _, part = key.removesuffix(".weight").rpartition(".")
-            if not key.startswith(_PEFT_PREFIX) or part not in pairs:
-                raise PackageError(f"{where}: unexpected tensor {key!r} in an adapter file")
-            value = np.frombuffer(tensor.to_float32(), np.float32).reshape(tensor.shape)
-            if not np.isfinite(value).all():
-                raise PackageError(f"{where}: tensor {key!r} holds NaN or infinity")
-            pairs[part][stem.removeprefix(_PEFT_PREFIX) + ".weight"] = value.copy()
-        A, B = pairs["lora_A"], pairs["lora_B"]
-        expected = {
-            f"backbone.layers.{i}.mixer.{t}.weight" for i in range(n_layer) for t in config.targets
-        }
-        if set(A) != expected or set(B) != expected:
-            raise PackageError(
-                f"{where}: expected lora_A and lora_B for {len(expected)} weights "
-                f"({n_layer} layers x {list(config.targets)}), got {len(A)} and {len(B)}"
-            )
-        for name in expected:
-            if A[name].shape[0] != config.rank or B[name].shape[1] != config.rank:
-                raise PackageError(
-                    f"{where}: {name} has lora_A {A[name].shape} and lora_B {B[name].shape}; "
-                    f"expected (r, in) and (out, r) with r = {config.rank}"
-                )
-        return cls(
-            config.rank, config.alpha, config.targets, digest, A, B, meta.get("base_ref", "")
-        )
-
-    def check_base(self, package: Package) -> None:
-        """Refuses a base other than the one this adapter was trained on.
-
-        Raises:
-            PackageError: The package's digest differs from :attr:`base_digest`, or its
-                weights do not have the shapes the adapter expects.
-        """
-        if package.digest != self.base_digest:
-            raise PackageError(
-                f"adapter: trained on {self.base_ref or 'another package'} "
-                f"({self.base_digest[:19]}…), refused on {package.ref} ({package.digest[:19]}…); "
-                "hint: an adapter only fits the exact package it was trained on"
-            )
-        for name in self.A:
-            shape = package.tensors[name].shape if name in package.tensors else None
-            want = (self.B[name].shape[0], self.A[name].shape[1])
-            if shape != want:
-                raise PackageError(
-                    f"adapter: {name} is {shape} in {package.ref}, the adapter needs {want}"
-                )
-
 
 def init_adapter(
     config: MambaConfig, lora: LoraConfig, base_digest: str, base_ref: str = ""
@@ -316,65 +198,6 @@ def merged_params(params: Mapping[str, np.ndarray], adapter: LoraAdapter) -> dic
         base = out[name].astype(np.float64).reshape(adapter.B[name].shape[0], -1)
         out[name] = (base + adapter.delta(name)).astype(np.float32).reshape(out[name].shape)
     return out
-
-
-def merge_package(
-    base: Package,
-    adapter: LoraAdapter,
-    *,
-    version: str | None = None,
-    training: Mapping[str, Any] | None = None,
-    created_at: datetime | None = None,
-) -> bytes:
-    """An ordinary package: ``base`` with the adapter merged into its weights.
-
-    Everything else is the base's — name, config, tokenizer, generation config, the
-    embedding head and the storage dtype; the manifest's ``training`` gains an ``adapter``
-    entry (rank, alpha, targets, the base digest) plus whatever ``training`` adds.
-
-    Args:
-        base: The package the adapter was trained on.
-        adapter: The adapter.
-        version: The merged package's version (default: the base's).
-        training: More fields for the manifest's ``adapter`` entry (JSON-typed).
-        created_at: The timestamp written (default: now).
-
-    Raises:
-        PackageError: The adapter belongs to another base (:meth:`LoraAdapter.check_base`).
-    """
-    adapter.check_base(base)
-    params = {
-        name: np.frombuffer(t.to_float32(), np.float32).reshape(t.shape)
-        for name, t in base.tensors.items()
-    }
-    merged = merged_params(params, adapter)
-    tensors = {
-        name: Tensor(tuple(value.shape), array("f", value.tobytes()))
-        for name, value in merged.items()
-    }
-    summary = dict(base.manifest.get("training", {}))
-    summary["adapter"] = {
-        "method": "lora",
-        "rank": adapter.rank,
-        "alpha": adapter.alpha,
-        "targets": list(adapter.targets),
-        "base": base.ref,
-        "base_digest": base.digest,
-        **(training or {}),
-    }
-    return write_package(
-        name=base.name,
-        version=version or base.version,
-        created_at=utc_timestamp(created_at or datetime.now(UTC)),
-        producer=f"{base.manifest.get('producer', 'evermind')} + lora",
-        config=base.config,
-        tensors=tensors,
-        tokenizer_json=base.tokenizer_json,
-        training=summary,
-        dtype=str(base.manifest["model"]["dtype"]),
-        generation_config=base.generation_config,
-        embedder=base.embedder,
-    )
 
 
 class LoraBackend:
