@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evermind.cli import main as cli_main
-from evermind.errors import InputError
+from evermind.errors import InputError, PackageError
 from evermind.package import read_package
 from evermind.train.adapt import DEFAULT_MAX_FORGETTING, AdaptConfig, adapt, split_text
 from evermind.train.lora_file import merge_package, read_adapter
@@ -104,9 +104,19 @@ def test_cli_writes_only_when_accepted_and_keeps_the_previous_model(
     loaded = read_adapter(adapter.read_bytes())
     assert loaded.base_digest == read_package(base).digest
     assert line["adapter_bytes"] == adapter.stat().st_size < len(base)
-    # The exported adapter fits only its base: on the adapted model it is refused.
-    with pytest.raises(Exception, match="refused on"):
-        merge_package(read_package(model.read_bytes()), loaded)
+    # The exported adapter merged onto its base again gives the adapted model's weights ...
+    again = tmp_path / "again.evermind"
+    code = cli_main(["merge-adapter", str(tmp_path / "m.evermind.prev"), str(adapter),
+                     "--out", str(again)])  # fmt: skip
+    assert code == 0 and json.loads(capsys.readouterr().out)["out"] == str(again)
+    adapted, remerged = read_package(model.read_bytes()), read_package(again.read_bytes())
+    assert all(adapted.tensors[k].data == remerged.tensors[k].data for k in adapted.tensors)
+    # ... and fits only that base: on the adapted model it is refused.
+    code = cli_main(["merge-adapter", str(model), str(adapter), "--out", str(tmp_path / "x")])
+    assert code == 2 and "refused on" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(PackageError, match="refused on"):
+        merge_package(adapted, loaded)
 
 
 def test_cli_refuses_bad_arguments(base: bytes, tmp_path: Path, capsys) -> None:

@@ -7,6 +7,9 @@ file is never overwritten unless the adaptation was accepted: the merged package
 ``--out`` (a new file), or with ``--in-place`` over the model after its bytes are kept as
 ``<model>.prev``. A rollback writes nothing and says why. The result is one JSON line on
 stdout; the exit status is 0 either way (``"accepted"`` tells them apart), 2 on an error.
+
+``evermind merge-adapter MODEL A.lora.safetensors --out NEW.evermind`` applies an exported
+adapter to the base it was trained on (refused on any other) and writes the merged package.
 """
 
 from __future__ import annotations
@@ -64,6 +67,14 @@ def register(sub: Any) -> None:
     adapt.add_argument("--version", help="the adapted package's version (default: patch + 1)")
     adapt.add_argument("--seed", type=int, default=0)
     adapt.set_defaults(func=cmd_adapt)
+    merge = sub.add_parser(
+        "merge-adapter", help="merge an exported LoRA adapter into the package it was trained on"
+    )
+    merge.add_argument("model", help="the base .evermind package")
+    merge.add_argument("adapter", help="the .lora.safetensors file")
+    merge.add_argument("--out", required=True, help="where the merged package is written")
+    merge.add_argument("--version", help="the merged package's version (default: the base's)")
+    merge.set_defaults(func=cmd_merge_adapter)
 
 
 def cmd_adapt(args: Any) -> int:
@@ -146,4 +157,21 @@ def cmd_adapt(args: Any) -> int:
             summary["adapter_out"] = args.adapter_out
         print(f"adapt: wrote {out}", file=sys.stderr)
     print(json.dumps(summary))
+    return 0
+
+
+def cmd_merge_adapter(args: Any) -> int:
+    from evermind.errors import ConfigError, InputError
+    from evermind.package import read_package, write_file_atomic
+    from evermind.train.lora_file import merge_package, read_adapter
+
+    for name in (args.model, args.adapter):
+        if not Path(name).is_file():
+            raise InputError(f"merge-adapter: {name!r}: no such file")
+    if Path(args.out).resolve() == Path(args.model).resolve():
+        raise ConfigError("merge-adapter: --out is the base itself; write a new file")
+    adapter = read_adapter(Path(args.adapter).read_bytes(), where=args.adapter)
+    merged = merge_package(read_package(args.model), adapter, version=args.version)
+    digest = write_file_atomic(args.out, merged)
+    print(json.dumps({"out": args.out, "digest": digest, "bytes": len(merged)}))
     return 0
