@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
     adapt.add_argument("--lr", type=float, default=3e-3)
     adapt.add_argument("--held-out", type=float, default=0.2, help="share of the texts held out")
     adapt.add_argument(
-        "--rehearsal", type=float, default=1.0, help="original tokens mixed in per new token"
+        "--rehearsal", type=float, default=2.0, help="original tokens mixed in per new token"
     )
     adapt.add_argument("--min-improvement", type=float, default=1e-3, help="nats/token")
     adapt.add_argument(

@@ -107,7 +107,7 @@ class AdaptConfig:
     seq_len: int = 64
     lr: float = 3e-3
     held_out: float = 0.2
-    rehearsal: float = 1.0
+    rehearsal: float = 2.0
     min_improvement: float = 1e-3
     max_forgetting: float | None = DEFAULT_MAX_FORGETTING
     seed: int = 0
