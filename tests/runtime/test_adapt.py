@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evermind.cli import main as cli_main
-from evermind.errors import InputError, PackageError
+from evermind.errors import ConfigError, InputError, PackageError
 from evermind.package import read_package
 from evermind.train.adapt import DEFAULT_MAX_FORGETTING, AdaptConfig, adapt, split_text
 from evermind.train.lora_file import merge_package, read_adapter
@@ -73,6 +73,8 @@ def test_worse_adaptations_roll_back(base: bytes) -> None:
         assert result.adapter is None and result.package is None and result.version is None
     with pytest.raises(InputError, match="need at least 2"):
         adapt(base, [NEW[0], "  "], QUICK, corpus=TEXT)
+    with pytest.raises(ConfigError, match="LoRA adapts Mamba-1"):
+        adapt(tiny_package(name="adapt-ssd", steps=1, block="mamba2"), NEW, QUICK, corpus=TEXT)
 
 
 def test_cli_writes_only_when_accepted_and_keeps_the_previous_model(

@@ -234,6 +234,7 @@ def adapt(
 
     Raises:
         InputError: Fewer than two non-empty texts.
+        ConfigError: The package is a Mamba-2 or an int8 one (not adapted).
         PackageError: ``package`` is not a valid package.
     """
     started = time.perf_counter()
@@ -245,6 +246,12 @@ def adapt(
             "hold out); hint: split a long document with split_text"
         )
     base = read_package(package)
+    block, dtype = base.config.get("model_type", "mamba"), base.manifest["model"]["dtype"]
+    if block != "mamba" or dtype not in ("float32", "float16"):
+        raise ConfigError(
+            f"adapt: {base.ref} is a {block} package stored as {dtype}; LoRA adapts Mamba-1 "
+            "packages stored as float32 or float16; hint: adapt the float model, then quantize"
+        )
     served = Model(base)
     tokenizer, mconfig = served.tokenizer, served.config
     eos = tokenizer.eos_id if tokenizer.eos_id is not None else mconfig.eos_token_id
