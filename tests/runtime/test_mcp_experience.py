@@ -25,12 +25,12 @@ import anyio
 import pytest
 from mcp import Client
 
-from evermind.agent.distillation import FineTuneConfig
 from evermind.errors import ConfigError
 from evermind.mcp.config import ServerConfig, experience_enabled
 from evermind.mcp.experience_tools import READ_TOOLS, TRAIN_TOOL, WRITE_TOOLS, ExperienceSettings
 from evermind.mcp.inprocess import memory_client
 from evermind.memory import MemoryStore
+from evermind.train.adapt import AdaptConfig
 from tests import procs
 from tests.factories import TEXT, tiny_package
 from tests.runtime.test_mcp_server import free_port, http_client, stdio_client, wait_healthy
@@ -39,7 +39,7 @@ ALL_EXPERIENCE = {*READ_TOOLS, *WRITE_TOOLS, TRAIN_TOOL}
 API_KEY = "sk-" + "Q7x" * 8  # the shape of a provider key: must never reach the file
 PASSWORD = "correct horse battery staple"
 #: Tiny training: a few optimizer steps on a 16-wide model take well under a second.
-TRAIN = FineTuneConfig(steps=12, batch_size=4, seq_len=48, lr=5e-3, held_out=0.3, rehearsal=1.0)
+TRAIN = AdaptConfig(steps=12, batch_size=4, seq_len=48, lr=1e-2, held_out=0.3, rehearsal=1.0)
 
 DEPLOY_STEPS: list[dict[str, Any]] = [
     {"action": "git.push", "args": {"branch": "main", "remote": "origin"}, "result": "pushed"},

@@ -31,9 +31,7 @@ natively, with the project's trainer (:class:`~evermind.train.loop.Trainer` on t
 from __future__ import annotations
 
 import hashlib
-import math
 import os
-import random
 import re
 import sqlite3
 import threading
@@ -44,16 +42,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from evermind.bridges.base import ChatRequest, Completion
 from evermind.errors import ConfigError, StorageError, TrainingDiverged
 from evermind.job import JobConfig, default_corpus, export_package
 from evermind.model.chat import render_chat
 from evermind.model.inference import Model
-from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.package import read_package
 from evermind.paths import data_dir
+from evermind.train.acceptance import (
+    bump_version,
+    judge,
+    rehearsal_slices,
+    sequence_loss,
+    split_held_out,
+)
 from evermind.types import Progress, TrainConfig, TrainResult
 
 #: How a pair becomes training text (then the end-of-text token is appended): the prompt is
@@ -405,11 +407,9 @@ def fine_tune(
     tokenizer, mconfig = previous.tokenizer, previous.config
     eos = tokenizer.eos_id if tokenizer.eos_id is not None else mconfig.eos_token_id
 
-    order = list(range(len(pairs)))
-    random.Random(cfg.seed).shuffle(order)
-    n_held = min(len(pairs) - 1, max(1, round(len(pairs) * cfg.held_out)))
-    held = [pairs[i] for i in order[:n_held]]
-    train = [pairs[i] for i in order[n_held:]]
+    held_at, train_at = split_held_out(len(pairs), cfg.held_out, cfg.seed)
+    held = [pairs[i] for i in held_at]
+    train = [pairs[i] for i in train_at]
     held_ids = [[*tokenizer.encode(p.text()), eos] for p in held]
     pair_ids = array("i")
     for p in train:
@@ -418,16 +418,8 @@ def fine_tune(
 
     text = corpus if corpus is not None else default_corpus(200_000)[0]
     corpus_ids = array("i", tokenizer.encode(text)) if text else array("i")
-    # The corpus tail (a fifth, at most 2048 tokens) is never rehearsed: it measures forgetting.
-    n_probe = min(2048, len(corpus_ids) // 5) if len(corpus_ids) >= 64 else 0
-    probe = corpus_ids[len(corpus_ids) - n_probe :]
-    rehearse = corpus_ids[: len(corpus_ids) - len(probe)]
-    want = int(len(pair_ids) * cfg.rehearsal)
-    if want and len(rehearse):
-        start = random.Random(cfg.seed + 1).randrange(0, max(1, len(rehearse) - want))
-        rehearse = rehearse[start : start + want]
-    else:
-        rehearse = array("i")
+    # The corpus tail is never rehearsed: it measures forgetting.
+    rehearse, probe = rehearsal_slices(corpus_ids, int(len(pair_ids) * cfg.rehearsal), cfg.seed + 1)
     stream = array("i", pair_ids)
     stream.extend(rehearse)
 
@@ -468,7 +460,7 @@ def fine_tune(
         base.steps = trainer.step
         return base
     manifest = previous.package.manifest
-    new_version = version or _bump(previous.package.version)
+    new_version = version or bump_version(previous.package.version)
     job = JobConfig(
         name=previous.package.name,
         version=new_version,
@@ -495,50 +487,24 @@ def fine_tune(
     base.rehearsal_after = _loss(candidate, [list(probe)]) if len(probe) else None
     base.steps = result.steps
     base.train = {k: v for k, v in result.to_dict().items() if k not in ("losses", "eval_losses")}
-    if not math.isfinite(after) or after > before - cfg.min_improvement:
-        base.reason = (
-            f"held-out loss {after:.4f} does not beat {before:.4f} by {cfg.min_improvement}; "
-            "the previous package stays"
-        )
-        return base
-    forgot = (
-        None
-        if base.rehearsal_after is None or rehearsal_before is None
-        else base.rehearsal_after - rehearsal_before
+    accepted, base.reason = judge(
+        before,
+        after,
+        rehearsal_before,
+        base.rehearsal_after,
+        cfg.min_improvement,
+        cfg.max_forgetting,
     )
-    if cfg.max_forgetting is not None and forgot is not None and forgot > cfg.max_forgetting:
-        base.reason = (
-            f"corpus loss rose {forgot:.4f} > {cfg.max_forgetting} nats/token (forgetting); "
-            "the previous package stays"
-        )
+    if not accepted:
         return base
     _write_atomic(Path(out), written)
     base.promoted, base.version, base.out = True, new_version, str(out)
-    base.reason = f"held-out loss fell {before:.4f} -> {after:.4f} nats/token; promoted"
     return base
 
 
 def _loss(model: Model, sequences: Iterable[Sequence[int]]) -> float:
     """Mean next-token loss (nats/token) over token sequences (one forward each)."""
-    total, count = 0.0, 0
-    for ids in sequences:
-        ids = list(ids)
-        for lo in range(0, len(ids) - 1, 256):
-            window = np.array(ids[lo : lo + 257], np.int64)
-            if window.size < 2:
-                continue
-            logits = model.cpu.forward(window[None, :-1])[0].astype(np.float64)
-            total += float(np.sum(cross_entropy_fwd(logits, window[1:])))
-            count += window.size - 1
-    return total / max(1, count)
-
-
-def _bump(version: str) -> str:
-    parts = version.split(".")
-    if parts and parts[-1].isdigit():
-        parts[-1] = str(int(parts[-1]) + 1)
-        return ".".join(parts)
-    return f"{version}.1"
+    return sequence_loss(model.cpu, sequences)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

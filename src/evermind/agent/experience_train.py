@@ -1,15 +1,17 @@
 """Training the private model on experience: the steps it has not learned yet (native-only:
-numpy through the distillation trainer).
+numpy through the LoRA adapter recipe).
 
 Owns :func:`train_on_experience`, the body of the MCP tool ``experience_train``. It renders each
 unlearned episode and run step of one namespace (``ExperienceStore.unlearned``) as a text pair —
 the task and step number in the runtime's chat template, then the action, its arguments and
-what came back — and hands them to :func:`evermind.agent.distillation.fine_tune`, the one
-fine-tuner (held-out slice, rehearsal, rollback). Nothing here trains by itself.
+what came back — and hands them to :func:`evermind.train.adapt.adapt`, the adaptation recipe
+(a LoRA adapter on the block projections, a held-out slice, rehearsal on the original corpus,
+rollback). Nothing here trains by itself.
 
-- **Accepted** (the held-out loss fell by ``min_improvement``): the candidate is written
-  beside the model, the previous bytes are kept as ``<model>.prev`` (atomically), the
-  candidate replaces the model by a rename, and the steps are marked learned.
+- **Accepted** (the held-out loss fell by ``min_improvement`` and the original corpus's loss
+  rose by at most ``max_forgetting``): the merged package is written beside the model, the
+  previous bytes are kept as ``<model>.prev`` (atomically), the candidate replaces the model
+  by a rename, and the steps are marked learned.
 - **Rolled back** (no gain, forgetting, divergence): nothing is written, no step is marked,
   and the result says why, with the held-out loss before and after.
 
@@ -26,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evermind.agent.distillation import FineTuneConfig, FineTuneResult, Pair, fine_tune
+from evermind.agent.distillation import Pair
 from evermind.errors import Conflict, InputError
 from evermind.memory.experience import ExperienceStore, LearnableStep
 from evermind.model.chat import render_chat
+from evermind.train.adapt import AdaptConfig, AdaptResult, adapt
 
 #: The suffix of the previous model kept when a training is accepted.
 PREV_SUFFIX = ".prev"
@@ -43,12 +46,12 @@ class ExperienceTrainResult:
 
     Attributes:
         accepted: The adapted model replaced the served one.
-        reason: Why, in words (the fine-tuner's reason).
+        reason: Why, in words (the adaptation's reason).
         steps_used: Unlearned steps rendered as pairs (trained on and held out).
         steps_marked: Steps marked learned (0 when rolled back).
         model: The model file.
         previous: ``<model>.prev`` when accepted, else None.
-        fine_tune: The fine-tuner's result (held-out loss before/after, …).
+        adaptation: The adaptation's result (held-out and original losses before/after, …).
     """
 
     accepted: bool
@@ -57,7 +60,7 @@ class ExperienceTrainResult:
     steps_marked: int
     model: str
     previous: str | None
-    fine_tune: FineTuneResult
+    adaptation: AdaptResult
 
 
 def render_pair(step: LearnableStep) -> Pair:
@@ -87,7 +90,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def train_on_experience(
     store: ExperienceStore,
     model_file: str | os.PathLike[str],
-    config: FineTuneConfig | None = None,
+    config: AdaptConfig | None = None,
     *,
     corpus: str | None = None,
 ) -> ExperienceTrainResult:
@@ -96,7 +99,7 @@ def train_on_experience(
     Args:
         store: The namespace's experience.
         model_file: The private ``.evermind`` package (replaced only when accepted).
-        config: The fine-tune settings (default :class:`FineTuneConfig`).
+        config: The adaptation settings (default :class:`~evermind.train.adapt.AdaptConfig`).
         corpus: Rehearsal text (None: the embedded default corpus).
 
     Raises:
@@ -114,10 +117,11 @@ def train_on_experience(
     before = path.read_bytes()
     digest = hashlib.sha256(before).hexdigest()
     candidate = path.with_name(f".{path.name}.candidate-{os.getpid()}")
-    result = fine_tune(before, [render_pair(s) for s in steps], candidate, config, corpus=corpus)
-    if not result.promoted:
+    result = adapt(before, [render_pair(s).text() for s in steps], config, corpus=corpus)
+    if not result.accepted or result.package is None:
         return ExperienceTrainResult(False, result.reason, len(steps), 0, str(path), None, result)
     try:
+        _write_atomic(candidate, result.package)
         if hashlib.sha256(path.read_bytes()).hexdigest() != digest:
             raise Conflict(
                 f"experience_train: {path} changed while training; the adapted model was "
@@ -136,7 +140,8 @@ def train_on_experience(
 
 def describe(result: ExperienceTrainResult) -> dict[str, Any]:
     """The result as plain data (what the MCP tool answers)."""
-    tuned = result.fine_tune
+    tuned = result.adaptation
+    adapter = tuned.adapter
     return {
         "accepted": result.accepted,
         "outcome": "accepted" if result.accepted else "rolled back",
@@ -145,10 +150,19 @@ def describe(result: ExperienceTrainResult) -> dict[str, Any]:
         "held_out_loss_after": None
         if tuned.held_out_after is None
         else round(tuned.held_out_after, 4),
-        "steps_used": result.steps_used,
         "steps_marked_learned": result.steps_marked,
-        "train_pairs": tuned.train_pairs,
-        "held_out_pairs": tuned.held_out_pairs,
+        "original_loss_before": None
+        if tuned.original_before is None
+        else round(tuned.original_before, 4),
+        "original_loss_after": None
+        if tuned.original_after is None
+        else round(tuned.original_after, 4),
+        "method": "lora",
+        "adapter_rank": None if adapter is None else adapter.rank,
+        "adapter_params": None if adapter is None else adapter.n_params,
+        "steps_used": result.steps_used,
+        "train_pairs": tuned.train_texts,
+        "held_out_pairs": tuned.held_out_texts,
         "optimizer_steps": tuned.steps,
         "model": result.model,
         "previous_model": result.previous,

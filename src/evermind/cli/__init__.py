@@ -4,7 +4,7 @@ Native-only. Nothing in the library imports this package. One module per group o
 subcommands, each with ``register(subparsers)``: :mod:`~evermind.cli.studio` (studio,
 doctor), :mod:`~evermind.cli.bench` (bench), :mod:`~evermind.cli.train` (train, generate,
 embed, tune-embedder, eval), :mod:`~evermind.cli.affect` (train-affect),
-:mod:`~evermind.cli.distill` (distill),
+:mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt),
 :mod:`~evermind.cli.ingest` (ingest), :mod:`~evermind.cli.serve` (serve, push) and
 :mod:`~evermind.cli.mcp` (mcp, install-mcp); :mod:`~evermind.cli.progress` draws the
 progress bars. They import their heavy dependencies inside the command functions, so that
@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import evermind
-from evermind.cli import affect, bench, distill, ingest, mcp, serve, studio, train
+from evermind.cli import adapt, affect, bench, distill, ingest, mcp, serve, studio, train
 from evermind.errors import EvermindError
 
 #: The subcommand modules, in the order ``evermind --help`` lists them.
-COMMAND_MODULES = [studio, bench, train, affect, distill, ingest, serve, mcp]
+COMMAND_MODULES = [studio, bench, train, affect, distill, adapt, ingest, serve, mcp]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,7 @@
 """The MCP experience tools: episodes, skills, schedules, audited runs and ``experience_train``.
 
 Owns :class:`ExperienceSettings` (what the server gives the experience tools: the private
-model, whether this tenant owns it, the run cap, the fine-tune settings), :class:`ExperienceTools`
+model, whether this tenant owns it, the run cap, the adaptation settings), :class:`ExperienceTools`
 (the tool bodies over one :class:`~evermind.memory.experience.ExperienceStore`) and
 :func:`register_experience_tools`. The tools are registered only when the server is opted in
 (``ServerConfig.experience``: ``--experience`` or ``EVERMIND_EXPERIENCE=1``); their tenant is
@@ -24,7 +24,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from evermind.agent.distillation import FineTuneConfig
 from evermind.agent.experience_train import describe, train_on_experience
 from evermind.errors import EvermindError
 from evermind.mcp.experience_render import (
@@ -40,6 +39,7 @@ from evermind.memory.experience import (
     ExperienceStore,
     cron_minutes,
 )
+from evermind.train.adapt import AdaptConfig
 
 Id = Annotated[str, Field(min_length=1, max_length=64, description="An id from a list tool.")]
 Limit = Annotated[int, Field(ge=1, le=500, description="How many at most, newest first.")]
@@ -130,14 +130,15 @@ class ExperienceSettings:
             server's ``--model``); None: training answers that it needs one.
         owns_model: This server's tenant owns the private model; when False (another tenant
             over HTTP) ``experience_train`` is not registered.
-        train: The fine-tune settings (steps, held-out share, ``min_improvement``, …).
+        train: The adaptation settings (LoRA rank, steps, held-out share, ``min_improvement``,
+            ``max_forgetting``, …).
         corpus: Rehearsal text (None: the embedded default corpus).
         clock: Epoch seconds (injectable for tests).
     """
 
     model_file: Path | None = None
     owns_model: bool = True
-    train: FineTuneConfig = field(default_factory=lambda: FineTuneConfig(steps=40))
+    train: AdaptConfig = field(default_factory=lambda: AdaptConfig(steps=40))
     corpus: str | None = None
     clock: Callable[[], float] = time.time
 
