@@ -571,18 +571,9 @@ class CpuMamba:
         Returns:
             (logits (B, V) after each row's last prompt token, the state (B rows) after it).
         """
-        ids = self._check_ids(ids, 2, "prefill")
+        ids, last = self._prefill_rows(ids, lengths)
         cfg = self.config
         batch, length = ids.shape
-        if batch < 1 or length < 1:
-            raise ShapeError(
-                f"CpuMamba.prefill: expected a non-empty (B, L) batch, got {ids.shape}"
-            )
-        last = np.full(batch, length, np.int64) if lengths is None else np.asarray(lengths)
-        if last.shape != (batch,) or last.min() < 1 or last.max() > length:
-            raise ShapeError(
-                f"CpuMamba.prefill: expected one length in [1, {length}] per row, got {last!r}"
-            )
         rows = np.arange(batch)
         state = self.init_state(batch)
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
@@ -595,6 +586,22 @@ class CpuMamba:
         h_last = h[rows, last - 1]  # (B, D)
         hidden, _ = rmsnorm_fwd(h_last, self.params["backbone.norm_f.weight"], cfg.rms_eps)
         return linear_rows(hidden, embedding), state  # (B, V)
+
+    def _prefill_rows(self, ids: Any, lengths: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``prefill``'s checked (B, L) ids and each row's prompt length (None: all L).
+
+        Raises:
+            ShapeError: An empty batch, or a length outside [1, L] or not one per row.
+        """
+        name = f"{type(self).__name__}.prefill"
+        ids = self._check_ids(ids, 2, "prefill")
+        batch, length = ids.shape
+        if batch < 1 or length < 1:
+            raise ShapeError(f"{name}: expected a non-empty (B, L) batch, got {ids.shape}")
+        last = np.full(batch, length, np.int64) if lengths is None else np.asarray(lengths)
+        if last.shape != (batch,) or last.min() < 1 or last.max() > length:
+            raise ShapeError(f"{name}: expected one length in [1, {length}] per row, got {last!r}")
+        return ids, last
 
     def step(self, token_ids: Any, state: MambaState) -> tuple[FloatArray, MambaState]:
         """Advance every sequence by one token: O(1) work per token, whatever came before.

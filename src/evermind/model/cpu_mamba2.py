@@ -202,18 +202,9 @@ class CpuMamba2(CpuMamba):
         Returns:
             (logits (B, V) after each row's last prompt token, the state (B rows) after it).
         """
-        ids = self._check_ids(ids, 2, "prefill")
+        ids, last = self._prefill_rows(ids, lengths)
         cfg = self.config
         batch, length = ids.shape
-        if batch < 1 or length < 1:
-            raise ShapeError(
-                f"CpuMamba2.prefill: expected a non-empty (B, L) batch, got {ids.shape}"
-            )
-        last = np.full(batch, length, np.int64) if lengths is None else np.asarray(lengths)
-        if last.shape != (batch,) or last.min() < 1 or last.max() > length:
-            raise ShapeError(
-                f"CpuMamba2.prefill: expected one length in [1, {length}] per row, got {last!r}"
-            )
         rows = np.arange(batch)
         state = self.init_state(batch)
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
