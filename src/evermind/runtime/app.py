@@ -159,6 +159,12 @@ class FrontDoor:
             return
         start = time.perf_counter()
         status = [500]
+        matched: list[str] = []  # the route template, matched once (metrics and the span)
+
+        def route() -> str:
+            if not matched:
+                matched.append(self._route(scope))
+            return matched[0]
 
         async def send_and_count(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -166,7 +172,7 @@ class FrontDoor:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body"):
                 self.runtime.metrics.observe_request(
-                    self._route(scope), scope["method"], status[0], time.perf_counter() - start
+                    route(), scope["method"], status[0], time.perf_counter() - start
                 )
 
         traced = telemetry.active()
@@ -174,8 +180,7 @@ class FrontDoor:
             await self._serve(scope, receive, send_and_count)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        route = self._route(scope)
-        with traced.serve(scope["method"], route, scope["path"], headers) as span:
+        with traced.serve(scope["method"], route(), scope["path"], headers) as span:
             try:
                 await self._serve(scope, receive, send_and_count)
             finally:
