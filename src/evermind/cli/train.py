@@ -80,21 +80,34 @@ def register(sub: Any) -> None:
 
     export = sub.add_parser(
         "export",
-        help="re-store a .evermind package at another precision (float32, float16, int8)",
+        help="re-store a .evermind package at another precision (float32, float16, int8), "
+        "or write it as a GGUF file for llama.cpp",
         description="Reads and verifies a package and writes the same model with its weights "
         "stored as float32, float16, or int8 (the block projections and, unless "
         "--float-embedding, the tied embedding as int8 with one float32 scale per row; "
         "everything else float32). evermind.load runs int8 packages on their int8 weights; "
-        "transformers refuses them (config.json names quant_method evermind_int8).",
+        "transformers refuses them (config.json names quant_method evermind_int8). "
+        "--format gguf writes one GGUF file instead (architecture mamba or mamba2, float32 "
+        "or float16 tensors, the BPE tokenizer as GPT-2 style) that llama.cpp loads.",
     )
     export.add_argument("--model", required=True, help="the .evermind package to convert")
-    export.add_argument("--dtype", required=True, help="float32, float16 or int8")
+    export.add_argument(
+        "--format",
+        choices=["evermind", "gguf"],
+        default="evermind",
+        help="evermind (a .evermind package, the default) or gguf (a llama.cpp model file)",
+    )
+    export.add_argument(
+        "--dtype",
+        help="float32, float16 or int8 (required for --format evermind; "
+        "--format gguf: float32 (default) or float16)",
+    )
     export.add_argument(
         "--float-embedding",
         action="store_true",
         help="with --dtype int8: keep the embedding / LM head float32",
     )
-    export.add_argument("--out", required=True, help="output package path")
+    export.add_argument("--out", required=True, help="output path (.evermind or .gguf)")
     export.set_defaults(func=cmd_export)
 
     generate = sub.add_parser("generate", help="continue a prompt with a trained model (streams)")
@@ -347,15 +360,41 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from evermind.errors import ConfigError
     from evermind.job import convert_package
     from evermind.package import read_package, write_file_atomic
 
+    if args.format == "gguf" and args.float_embedding:
+        raise ConfigError(
+            "export: --float-embedding applies to --dtype int8 packages, not to --format gguf; "
+            "hint: drop it"
+        )
+    if args.format == "evermind" and args.dtype is None:
+        raise ConfigError(
+            "export: --dtype is required for --format evermind; hint: pass --dtype float32, "
+            "float16 or int8"
+        )
     package = read_package(args.model)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.format == "gguf":
+        from evermind.package.gguf_export import export_gguf
+
+        gguf_summary = export_gguf(package, out, args.dtype or "float32")
+        print(
+            json.dumps(
+                {
+                    "model": package.ref,
+                    "format": "gguf",
+                    **gguf_summary,
+                    "from_bytes": os.path.getsize(args.model),
+                }
+            )
+        )
+        return 0
     data = convert_package(
         package, args.dtype, int8_embedding=False if args.float_embedding else None
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     digest = write_file_atomic(out, data)
     summary = {
         "model": package.ref,
