@@ -56,8 +56,8 @@ class JobConfig:
         name: Package name, served as ``evermind/<name>:<version>``.
         version: Package version.
         preset: Model size preset (``nano``, ``small``, ``base``).
-        block: Block type, ``mamba1`` (default) or ``mamba2`` (the SSD block; the CPU and
-            the native GPU backends train it, the Studio page not yet).
+        block: Block type, ``mamba1`` (default) or ``mamba2`` (the SSD block; the CPU, the
+            native GPU and the Studio page train it).
         vocab_size: Tokenizer vocabulary size to train.
         held_out: Fraction of the token stream kept for evaluation (the tail).
         seed: Seed of the weights (the batches use ``train.seed``).

@@ -158,6 +158,29 @@ def test_headless_cli_writes_a_valid_package(tmp_path: Path) -> None:
     assert model.package.manifest["producer"].endswith("(webgpu (browser))")
 
 
+def test_headless_cli_trains_a_mamba2_package(tmp_path: Path) -> None:
+    """The Studio worker trains a Mamba-2 (SSD) model through the same job path (issue 21)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "m2.evermind"
+    args = ["train", "--headless", "--block", "mamba2", "--corpus", str(corpus)]
+    args += ["--vocab-size", "300", "--steps", "3", "--batch-size", "2", "--seq-len", "16"]
+    result = procs.run(
+        [sys.executable, "-m", "evermind.cli", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    model = evermind.load(out)
+    assert model.config.block == "mamba2"
+    assert model.package.manifest["training"]["steps"] == 3
+    assert model.package.manifest["producer"].endswith("(webgpu (browser))")
+    final = model.package.manifest["training"]["final_loss"]
+    assert np.isfinite(final) and final < model.package.manifest["training"]["initial_loss"]
+
+
 def test_a_native_package_opens_in_the_tab_and_agrees(browser, server) -> None:
     """The other direction: a package written natively is verified and run in the tab."""
     from tests.factories import tiny_package
