@@ -142,6 +142,8 @@ def test_bad_sizes_are_refused(device) -> None:
         scan.forward(*bufs, (1, 4, 3, 2, 2, 4), 4)
     with pytest.raises(ShapeError, match="d_state"):
         scan.forward(*bufs, (1, 4, 2, 2, 1, 129), 4)
+    with pytest.raises(ShapeError, match="head_dim must be <= 128"):
+        scan.forward(*bufs, (1, 4, 2, 129, 1, 4), 4)
     with pytest.raises(ShapeError, match="chunk_size"):
         scan.forward(*bufs, (1, 4, 2, 2, 1, 4), 0)
     with pytest.raises(ShapeError, match="holds 1 f32"):

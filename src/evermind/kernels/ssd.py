@@ -34,6 +34,8 @@ SHADER = "ssd"
 WORKGROUP_SIZE = 64
 #: The largest state size N the shader's register arrays hold (WGSL ``MAX_STATE``).
 MAX_STATE = 128
+#: The largest head_dim P (WGSL ``MAX_HEAD_DIM``: the output pass keeps a head in registers).
+MAX_HEAD_DIM = 128
 #: HF's default ``time_step_limit``: no clamp (as ``ops.ssd.DT_LIMIT_NONE``).
 DT_LIMIT_NONE: tuple[float, float] = (0.0, math.inf)
 
@@ -121,6 +123,11 @@ class SSD:
             raise ShapeError(
                 f"{op}: d_state must be in 1..{MAX_STATE}, got {d_state}; raise MAX_STATE in "
                 "ssd.wgsl and ssd.py for larger states"
+            )
+        if head_dim > MAX_HEAD_DIM:
+            raise ShapeError(
+                f"{op}: head_dim must be <= {MAX_HEAD_DIM}, got {head_dim}; raise MAX_HEAD_DIM "
+                "in ssd.wgsl and ssd.py for wider heads"
             )
         low, high = dt_limit
         if not 0.0 <= low <= high:
@@ -255,7 +262,7 @@ class SSD:
                     _CHUNK_STATES: chunk_states,
                     _Y: y,
                 },
-                lanes,
+                steps,
             ),
         ]
 
