@@ -152,3 +152,26 @@ def test_cli_trains_a_mamba2_package_on_the_gpu(tmp_path, capsys) -> None:
     assert summary["steps"] == 3 and np.isfinite(summary["final_loss"])
     model = evermind.load(out)
     assert model.config.block == "mamba2" and isinstance(model.cpu, CpuMamba2)
+
+
+def test_gpu_embeddings_match_cpu_and_the_decoders_refuse(device) -> None:
+    """GpuEmbedder replays GpuMamba's forward, so it embeds with a Mamba-2 model; the
+    recurrent GPU decoders are Mamba-1 only and say so."""
+    from evermind.errors import ConfigError
+    from evermind.model.gpu_decode import GpuBatchDecoder
+    from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
+
+    params = init_params(CONFIG, seed=7)
+    model = GpuMamba(device, CONFIG, 1, L)
+    model.load_params(params)
+    embedder = GpuEmbedder(device, CONFIG, model.slots, batch_size=3, max_tokens=L)
+    texts = [[1, 2, 3], [5], [7, 8, 9, 10, 11, 12, 13, 14, 15], [20, 21]]
+    got = np.array(asyncio.run(embedder.embed_ids(texts)), np.float32)
+    cpu = CpuMamba2(CONFIG, params)
+    for row, ids in enumerate(texts):
+        ref = cpu.embed(np.array([ids]), np.ones((1, len(ids)), bool))[0]
+        assert_close(got[row], ref, atol=1e-5, rtol=1e-4, name=f"embedding {row}")
+    with pytest.raises(ConfigError, match="GpuDecoder: decodes Mamba-1 blocks only"):
+        GpuDecoder(device, CONFIG, model.slots)
+    with pytest.raises(ConfigError, match="GpuBatchDecoder: decodes Mamba-1 blocks only"):
+        GpuBatchDecoder(device, CONFIG, model.slots, 2)

@@ -42,6 +42,7 @@ from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
+from evermind.model.gpu_infer import refuse_mamba2
 
 T = TypeVar("T")
 
@@ -73,7 +74,7 @@ class GpuBatchDecoder:
         slots: How many sequences can be decoded at once.
 
     Raises:
-        ConfigError: ``slots`` < 1.
+        ConfigError: ``slots`` < 1, or the config is a Mamba-2 one (Mamba-1 blocks only).
     """
 
     def __init__(
@@ -81,6 +82,7 @@ class GpuBatchDecoder:
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ConfigError(f"GpuBatchDecoder: slots must be an integer >= 1, got {slots!r}")
+        refuse_mamba2("GpuBatchDecoder", config)
         self.device, self.config, self.weights = device, config, weights
         self.slots, self.vocab_size = slots, config.vocab_size
         cfg, s = config, slots

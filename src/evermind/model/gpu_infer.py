@@ -7,6 +7,9 @@ parallel forward (no LM head) on a padded batch and mean-pools the final normed 
 state over each text's valid prefix, L2-normalised, with ``shaders/pool.wgsl`` (then the
 package's embedding head, if any, see :mod:`evermind.package.head`). Both share
 the weight buffers of a :class:`~evermind.model.gpu.GpuMamba` (e.g. the one training).
+The embedder runs either block type (it replays ``GpuMamba``'s forward); the recurrent
+decoders (this one and :mod:`evermind.model.gpu_decode`) are Mamba-1 only and refuse a
+Mamba-2 config with a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,20 @@ from evermind.model.sampling import sample
 from evermind.package.head import EmbedderHead, apply_head
 
 
+def refuse_mamba2(what: str, config: MambaConfig) -> None:
+    """Raises ConfigError unless ``config`` is a Mamba-1 one (the recurrent GPU decoders).
+
+    Raises:
+        ConfigError: ``config.block`` is not "mamba1".
+    """
+    if config.block != "mamba1":
+        raise ConfigError(
+            f"{what}: decodes Mamba-1 blocks only on the GPU, got block={config.block!r}; "
+            "hint: decode a Mamba-2 model on the CPU (evermind.load(...), CpuMamba2.step); "
+            "GpuMamba trains it and GpuEmbedder embeds with it"
+        )
+
+
 class GpuDecoder:
     """Recurrent single-token decoding on the GPU (batch 1).
 
@@ -37,9 +54,13 @@ class GpuDecoder:
         device: The device holding ``weights``.
         config: Model hyperparameters.
         weights: The model's weight slots (``GpuMamba.slots``).
+
+    Raises:
+        ConfigError: The config is a Mamba-2 one (this decoder runs Mamba-1 blocks only).
     """
 
     def __init__(self, device: Device, config: MambaConfig, weights: dict[str, Slot]) -> None:
+        refuse_mamba2("GpuDecoder", config)
         self.device, self.config, self.weights = device, config, weights
         dev, cfg = device, config
         dm, di, r, n, k = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.d_conv
