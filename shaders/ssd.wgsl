@@ -61,6 +61,9 @@
 //   bwd_db           per (b, t, g, n): sum over the group's heads and p of g_t dt x   count B*L*G*N
 //   bwd_head_grads   per h: dA_log = A sum da_part, ddt_bias = sum ddt_raw          count H
 //   bwd_skip         per h: dD = sum dy x; dx += D dy                               count H
+// Recurrent decoding (ops/ssd.py's ssd_decode_step), one token, params.length = 1:
+//   fwd_dt, then decode_step per (b, h, p): h = exp(dt A) h + dt x B^T, y = h C + D x, with
+//   `states` holding the (B, H, P, N) decoding state, updated in place          count B*H*P
 // Every reduction is one invocation looping in a fixed order: no atomics, no workgroup memory,
 // identical bits run to run (the pattern of selective_scan.wgsl, measured fastest on lavapipe).
 //
@@ -514,4 +517,28 @@ fn bwd_skip(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id)
         }
     }
     dd[h] = total;
+}
+
+// One decoding step per lane (b, h, p) (params.length = 1): the state (B, H, P, N) in `states`
+// is updated in place and y = h C + D x written; dt comes from fwd_dt.
+@compute @workgroup_size(WG)
+fn decode_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lane = flat_index(wid, lid, nwg);  // (b, h, p)
+    if (lane >= params.batch * params.heads * params.head_dim) { return; }
+    let th = lane / params.head_dim;  // (b, h) = token_head(b, 0, h)
+    let h = th % params.heads;
+    let row = group_row(th / params.heads, 0u, h);
+    let dtt = dt[th];
+    let decay = exp(dtt * neg_a(h));
+    let xt = x[lane];
+    let drive = dtt * xt;
+    var acc = 0.0;
+    for (var n = 0u; n < N_STATE; n++) {
+        let at = lane * N_STATE + n;
+        let hn = decay * states[at] + drive * b_in[row + n];
+        states[at] = hn;
+        acc += hn * c_in[row + n];
+    }
+    y[lane] = acc + d_skip[h] * xt;
 }

@@ -158,27 +158,43 @@ def test_headless_cli_writes_a_valid_package(tmp_path: Path) -> None:
     assert model.package.manifest["producer"].endswith("(webgpu (browser))")
 
 
-def test_headless_cli_trains_a_mamba2_package(tmp_path: Path) -> None:
-    """The Studio worker trains a Mamba-2 (SSD) model through the same job path (issue 21)."""
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(TEXT)
-    out = tmp_path / "m2.evermind"
-    args = ["train", "--headless", "--block", "mamba2", "--corpus", str(corpus)]
-    args += ["--vocab-size", "300", "--steps", "3", "--batch-size", "2", "--seq-len", "16"]
-    result = procs.run(
-        [sys.executable, "-m", "evermind.cli", *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    model = evermind.load(out)
+def test_mamba2_trains_generates_and_exports_in_the_tab(browser, server, tmp_path) -> None:
+    """The Studio worker trains a Mamba-2 (SSD) model through the same job path, generates with
+    GpuDecoder's Mamba-2 step and embeds; the export agrees with the native CPU model."""
+    rec = open_studio(browser, server)
+    try:
+        call(rec, "session_clear")
+        call(rec, "corpus_add", name="notes.txt", text=TEXT)
+        call(rec, "tokenizer_train", vocab_size=300)
+        summary = call(
+            rec,
+            "train_start",
+            block="mamba2",
+            preset="nano",
+            steps=3,
+            batch_size=2,
+            seq_len=16,
+            lr=0.01,
+            checkpoint_every=0,
+        )
+        assert summary["state"] == "finished" and summary["final_loss"] < summary["initial_loss"]
+        prompt = "The quick brown"
+        generated = call(rec, "generate", prompt=prompt, max_new_tokens=8, temperature=0)
+        assert generated["device"] == "gpu"
+        vectors = call(rec, "embed", texts=["a memory"])["vectors"]
+        exported = call(rec, "export_package", name="m2", version="0.0.1")
+        rec.assert_offline()
+    finally:
+        rec.close()
+    path = tmp_path / "m2.evermind"
+    path.write_bytes(base64.b64decode(exported["data_b64"]))
+    model = evermind.load(path)
     assert model.config.block == "mamba2"
-    assert model.package.manifest["training"]["steps"] == 3
     assert model.package.manifest["producer"].endswith("(webgpu (browser))")
-    final = model.package.manifest["training"]["final_loss"]
-    assert np.isfinite(final) and final < model.package.manifest["training"]["initial_loss"]
+    native_text = model.complete(prompt, max_new_tokens=8, temperature=0).text
+    print(f"browser: {generated['text']!r}\nnative:  {native_text!r}")
+    assert native_text == generated["text"]
+    assert np.allclose(model.embed(["a memory"])[0], vectors[0], atol=1e-4)
 
 
 def test_a_native_package_opens_in_the_tab_and_agrees(browser, server) -> None:

@@ -154,14 +154,15 @@ def test_cli_trains_a_mamba2_package_on_the_gpu(tmp_path, capsys) -> None:
     assert model.config.block == "mamba2" and isinstance(model.cpu, CpuMamba2)
 
 
-def test_gpu_embeddings_match_cpu_and_the_decoders_refuse(device) -> None:
-    """GpuEmbedder replays GpuMamba's forward, so it embeds with a Mamba-2 model; the
-    recurrent GPU decoders are Mamba-1 only and say so."""
+def test_gpu_embeddings_and_decoding_match_cpu(device) -> None:
+    """GpuEmbedder replays GpuMamba's forward and GpuDecoder the Mamba-2 recurrent step: both
+    agree with CpuMamba2 (embed; step's logits token by token); the batched serving decoder is
+    Mamba-1 only and says so."""
     from evermind.errors import ConfigError
     from evermind.model.gpu_decode import GpuBatchDecoder
     from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 
-    params = init_params(CONFIG, seed=7)
+    params = _perturbed(init_params(CONFIG, seed=7), seed=8)
     model = GpuMamba(device, CONFIG, 1, L)
     model.load_params(params)
     embedder = GpuEmbedder(device, CONFIG, model.slots, batch_size=3, max_tokens=L)
@@ -171,7 +172,15 @@ def test_gpu_embeddings_match_cpu_and_the_decoders_refuse(device) -> None:
     for row, ids in enumerate(texts):
         ref = cpu.embed(np.array([ids]), np.ones((1, len(ids)), bool))[0]
         assert_close(got[row], ref, atol=1e-5, rtol=1e-4, name=f"embedding {row}")
-    with pytest.raises(ConfigError, match="GpuDecoder: decodes Mamba-1 blocks only"):
-        GpuDecoder(device, CONFIG, model.slots)
+
+    decoder = GpuDecoder(device, CONFIG, model.slots)
+    tokens = [3, 17, 0, 36, 5, 5, 21]
+    for run in range(2):  # reset() must zero every conv register and SSD state
+        decoder.reset()
+        state = cpu.init_state(1)
+        for t, token in enumerate(tokens):
+            got_logits = np.frombuffer(asyncio.run(decoder.step(token)), np.float32)
+            want, state = cpu.step(np.array([token]), state)
+            assert_close(got_logits, want[0], atol=1e-4, rtol=1e-4, name=f"logits {run}.{t}")
     with pytest.raises(ConfigError, match="GpuBatchDecoder: decodes Mamba-1 blocks only"):
         GpuBatchDecoder(device, CONFIG, model.slots, 2)

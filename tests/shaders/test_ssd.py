@@ -134,6 +134,39 @@ def test_extreme_inputs(device) -> None:
         assert_close(g, w, atol=ATOL, rtol=RTOL, name=f"{name} extremes")
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (3, 4, 5, 2, 7), (2, 6, 11, 3, 16)])
+def test_decode_steps_match_the_reference_step(device, shape) -> None:
+    """Three decoding steps from a non-zero state, the state updated in place each time."""
+    batch, heads, head_dim, groups, n = shape
+    rng = np.random.default_rng(sum(shape))
+    f32 = np.float32
+    state = rng.standard_normal((batch, heads, head_dim, n)).astype(f32)
+    per_head = {
+        "A_log": np.log(rng.uniform(1.0, 16.0, heads)).astype(f32),
+        "D": rng.standard_normal(heads).astype(f32),
+        "dt_bias": rng.uniform(-2.0, 0.5, heads).astype(f32),
+    }
+    gpu_state = device.upload(state, label="state")
+    scan = SSD(device)
+    want_state = state
+    for step in range(3):
+        x = rng.standard_normal((batch, heads, head_dim)).astype(f32)
+        dt_raw = rng.uniform(-4.0, 1.0, (batch, heads)).astype(f32)
+        B_t, C_t = (rng.standard_normal((batch, groups, n)).astype(f32) for _ in range(2))
+        want_y, want_state = ref.ssd_decode_step(
+            want_state, x, dt_raw, per_head["A_log"], B_t, C_t, per_head["D"],
+            per_head["dt_bias"], compute=np.float32,
+        )  # fmt: skip
+        bufs = [device.upload(a) for a in (x, dt_raw, per_head["A_log"], B_t, C_t)]
+        bufs += [device.upload(per_head[k]) for k in ("D", "dt_bias")]
+        y = device.buffer(x.nbytes, label="y")
+        device.submit(scan.decode_step(gpu_state, *bufs, y, shape))
+        got_y = read_f32(device, y, x.size).reshape(x.shape)
+        got_state = read_f32(device, gpu_state, state.size).reshape(state.shape)
+        assert_close(got_y, want_y, atol=ATOL, rtol=RTOL, name=f"y step {step} {shape}")
+        assert_close(got_state, want_state, atol=ATOL, rtol=RTOL, name=f"state {step} {shape}")
+
+
 def test_bad_sizes_are_refused(device) -> None:
     scan = SSD(device)
     small = device.buffer(4, label="small")

@@ -16,7 +16,8 @@ layer), the backward recomputes h_t chunk by chunk from those checkpoints, into 
 buffer the launcher shares between every backward it records (the dispatches run in order).
 The backward is then eight passes (recompute; dC; the reverse recurrence per (b, h, p) lane;
 per-lane dx; ddt_raw; dB; dA_log and ddt_bias; dD and the skip's dx), split so that no pass
-binds more than the 8 storage buffers a WebGPU stage gets by default.
+binds more than the 8 storage buffers a WebGPU stage gets by default. :meth:`SSD.decode_step`
+is the recurrent step the GPU decoder runs (``ops.ssd.ssd_decode_step``).
 
 Browser-safe (standard library and ``evermind`` only). The numpy reference is ``evermind.ops.ssd``.
 """
@@ -407,4 +408,82 @@ class SSD:
                 heads,
             ),
             record("bwd_skip", {_D: D, _DY: dy, _X: x, _DX: dx, _DD: dD}, heads),
+        ]
+
+    # -- recurrent decoding --------------------------------------------------------------------
+    def decode_step(
+        self,
+        state: Buffer,
+        x: Buffer,
+        dt_raw: Buffer,
+        A_log: Buffer,
+        B: Buffer,
+        C: Buffer,
+        D: Buffer,
+        dt_bias: Buffer,
+        y: Buffer,
+        sizes: tuple[int, int, int, int, int],
+        dt_limit: tuple[float, float] = DT_LIMIT_NONE,
+    ) -> list[Dispatch]:
+        """Records one decoding step (``ops.ssd.ssd_decode_step``), the state updated in place.
+
+        Args:
+            state: The decoding state, (B, H, P, N) float32; read and overwritten.
+            x: Input (the conv step's x part), (B, H, P).
+            dt_raw: Time step before bias and softplus, (B, H).
+            A_log, D, dt_bias: Per head, (H,).
+            B, C: (B, G, N).
+            y: Output, (B, H, P).
+            sizes: ``(batch, heads, head_dim, groups, d_state)``: B, H, P, G, N.
+            dt_limit: As in :meth:`forward`.
+
+        Returns:
+            The dispatches ``[fwd_dt, decode_step]`` (dt goes through a launcher-owned scratch).
+
+        Raises:
+            ShapeError: A size is out of range or a buffer is too small.
+        """
+        op = "ssd.decode_step"
+        batch, heads, head_dim, groups, n = sizes
+        full = (batch, 1, heads, head_dim, groups, n)
+        self._check_sizes(op, full, 1, dt_limit)
+        lanes, steps = batch * heads * head_dim, batch * heads
+        for name, buf, count in (
+            ("state", state, lanes * n),
+            ("x", x, lanes),
+            ("dt_raw", dt_raw, steps),
+            ("A_log", A_log, heads),
+            ("B", B, batch * groups * n),
+            ("C", C, batch * groups * n),
+            ("D", D, heads),
+            ("dt_bias", dt_bias, heads),
+            ("y", y, lanes),
+        ):
+            need_f32(op, name, buf, count)
+        dev, wg = self.device, self.workgroup_size
+        params = self._params("ssd_decode.params", full, 1, dt_limit)
+        overrides = {"WG": wg, "N_STATE": n}
+        dt = self._scratch_buffer("decode_dt", steps)
+
+        def record(entry: str, bindings: dict[int, Buffer], count: int) -> Dispatch:
+            kernel = dev.kernel(SHADER, entry, overrides)
+            groups_ = grid_1d(count, wg)
+            return dev.dispatch(kernel, {**bindings, _PARAMS: params}, groups_, label=entry)
+
+        return [
+            record("fwd_dt", {_DT_RAW: dt_raw, _DT_BIAS: dt_bias, _DT: dt}, steps),
+            record(
+                "decode_step",
+                {
+                    _X: x,
+                    _DT: dt,
+                    _A_LOG: A_log,
+                    _B: B,
+                    _C: C,
+                    _D: D,
+                    _Y: y,
+                    _STATES: state,
+                },
+                lanes,
+            ),
         ]

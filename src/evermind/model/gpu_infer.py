@@ -7,9 +7,9 @@ parallel forward (no LM head) on a padded batch and mean-pools the final normed 
 state over each text's valid prefix, L2-normalised, with ``shaders/pool.wgsl`` (then the
 package's embedding head, if any, see :mod:`evermind.package.head`). Both share
 the weight buffers of a :class:`~evermind.model.gpu.GpuMamba` (e.g. the one training).
-The embedder runs either block type (it replays ``GpuMamba``'s forward); the recurrent
-decoders (this one and :mod:`evermind.model.gpu_decode`) are Mamba-1 only and refuse a
-Mamba-2 config with a ``ConfigError``.
+The embedder runs either block type (it replays ``GpuMamba``'s forward), and so does
+:class:`GpuDecoder`; the batched decoder of :mod:`evermind.model.gpu_decode` (serving) is
+Mamba-1 only and refuses a Mamba-2 config with a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
+from evermind.model.gpu_mamba2 import Mamba2DecodeLayers
 from evermind.model.sampling import sample
 from evermind.package.head import EmbedderHead, apply_head
 
@@ -55,17 +56,19 @@ class GpuDecoder:
         config: Model hyperparameters.
         weights: The model's weight slots (``GpuMamba.slots``).
 
-    Raises:
-        ConfigError: The config is a Mamba-2 one (this decoder runs Mamba-1 blocks only).
+    A Mamba-2 config replays :class:`~evermind.model.gpu_mamba2.Mamba2DecodeLayers`' step
+    (conv registers of x, B and C, and one (P, N) state per head) instead.
     """
 
     def __init__(self, device: Device, config: MambaConfig, weights: dict[str, Slot]) -> None:
-        refuse_mamba2("GpuDecoder", config)
         self.device, self.config, self.weights = device, config, weights
         dev, cfg = device, config
         dm, di, r, n, k = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.d_conv
         ew, mm, rn, step = Elementwise(dev), Matmul(dev), RMSNorm(dev), RecurrentStep(dev)
         emb = Embedding(dev)
+        if cfg.block == "mamba2":
+            self._init_mamba2(emb, (mm, ew, rn, step))
+            return
 
         def buf(name: str, count: int) -> Buffer:
             return dev.buffer(4 * count, label=f"decode.{name}")
@@ -117,6 +120,28 @@ class GpuDecoder:
             [ew.fill(s, di * k) for s in self.conv_states]
             + [ew.fill(s, di * n) for s in self.ssm_states]
         )
+
+    def _init_mamba2(
+        self, emb: Embedding, launchers: tuple[Matmul, Elementwise, RMSNorm, RecurrentStep]
+    ) -> None:
+        """The step and reset plans of a Mamba-2 model (``Mamba2DecodeLayers``' blocks)."""
+        dev, cfg = self.device, self.config
+        dm = cfg.d_model
+        self.ids = emb.ids_buffer(1, label="decode.id")
+        self.logits = dev.buffer(4 * cfg.vocab_size, label="decode.logits")
+        h = dev.buffer(4 * dm, label="decode.h")
+        layers = Mamba2DecodeLayers(dev, cfg, lambda key: self.weights[key].param, launchers)
+        self.mamba2_layers = layers  # its conv registers and SSD states
+        mm, _, rn, _ = launchers
+        embeddings = self.weights["embeddings"].param
+        d = [emb.forward(self.ids, embeddings, h, 1, cfg.vocab_size, dm)]
+        d += layers.step_dispatches(h)
+        d.append(
+            rn.forward(h, self.weights["norm_f"].param, layers.xn, layers.rstd, 1, dm, cfg.rms_eps)
+        )
+        d.append(mm.linear(layers.xn, embeddings, self.logits, 1, dm, cfg.vocab_size))
+        self.step_plan = dev.plan("decode step").add(d)
+        self.reset_plan = dev.plan("decode reset").add(layers.reset_dispatches())
 
     def reset(self) -> None:
         """Starts a new sequence (zero conv and SSM states)."""

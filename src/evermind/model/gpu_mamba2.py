@@ -17,7 +17,8 @@ channels, G groups, GN = G·N::
     h_l+1      = h_l + gated · outᵀ
 
 The backward runs the same ops in reverse; every weight gradient is accumulated into its
-buffer (the step zeroes them first), as in the Mamba-1 block.
+buffer (the step zeroes them first), as in the Mamba-1 block. :class:`Mamba2DecodeLayers` is
+the block's recurrent step (conv registers and SSD state), which ``GpuDecoder`` replays per token.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from evermind.gpu import Buffer, Device, Dispatch
 from evermind.kernels.conv1d import Conv1d
 from evermind.kernels.elementwise import Elementwise
 from evermind.kernels.matmul import Matmul
+from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.kernels.ssd import SSD, chunk_states_count
 from evermind.model.config import MambaConfig
@@ -249,3 +251,115 @@ class Mamba2Block:
         # The norm; accumulating into dh adds the residual path: dh_l = dh_l+1 + ∂norm.
         d += self.rn.backward(h_in, p("norm"), a.rstd, dxn, dh, g("norm"), m, dm, accumulate=True)
         return d
+
+
+class Mamba2DecodeLayers:
+    """The recurrent step of every Mamba-2 block, for :class:`~evermind.model.gpu_infer.GpuDecoder`
+    (one sequence). Per layer it keeps the conv registers of the x, B and C blocks (width·K
+    each, oldest first) and the SSD state (H, P, N), as ``CpuMamba2.step`` does.
+
+    Args:
+        device: The GPU device.
+        config: A ``block="mamba2"`` config.
+        weights: A weight buffer by slot key (``"0.in_x"``, ...).
+        launchers: ``(Matmul, Elementwise, RMSNorm, RecurrentStep)``.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        config: MambaConfig,
+        weights: Lookup,
+        launchers: tuple[Matmul, Elementwise, RMSNorm, RecurrentStep],
+    ) -> None:
+        self.device, self.config, self.weights = device, config, weights
+        self.mm, self.ew, self.rn, self.step = launchers
+        self.ssd = SSD(device)
+        cfg = config
+        gn = cfg.n_groups * cfg.d_state
+        self.width = {"x": cfg.d_inner, "B": gn, "C": gn}
+        self.state_size = cfg.n_heads * cfg.head_dim * cfg.d_state
+
+        def buf(name: str, count: int) -> Buffer:
+            return device.buffer(4 * count, label=f"decode2.{name}")
+
+        k = cfg.d_conv
+        self.conv_states = [
+            {part: buf(f"conv{i}.{part}", self.width[part] * k) for part in _PARTS}
+            for i in range(cfg.n_layer)
+        ]
+        self.ssm_states = [buf(f"ssm{i}", self.state_size) for i in range(cfg.n_layer)]
+        di = cfg.d_inner
+        self.xn, self.rstd = buf("xn", cfg.d_model), buf("rstd", 1)
+        self.z, self.dt_raw = buf("z", di), buf("dt_raw", cfg.n_heads)
+        self.conv_in = {part: buf(f"in_{part}", self.width[part]) for part in _PARTS}
+        self.conv_out = {part: buf(part, self.width[part]) for part in _PARTS}
+        self.y, self.gated = buf("y", di), buf("gated", di)
+        self.rstd_gate, self.out = buf("rstd_gate", cfg.n_groups), buf("out", cfg.d_model)
+
+    def step_dispatches(self, h: Buffer) -> list[Dispatch]:
+        """Every layer's step on the residual stream ``h`` (d_model,), updated in place."""
+        cfg, mm, ew = self.config, self.mm, self.ew
+        dm, di, heads = cfg.d_model, cfg.d_inner, cfg.n_heads
+        d: list[Dispatch] = []
+        for i in range(cfg.n_layer):
+
+            def p(key: str, i: int = i) -> Buffer:
+                return self.weights(f"{i}.{key}")
+
+            d.append(self.rn.forward(h, p("norm"), self.xn, self.rstd, 1, dm, cfg.rms_eps))
+            d.append(mm.linear(self.xn, p("in_z"), self.z, 1, dm, di))
+            d.append(mm.linear(self.xn, p("in_dt"), self.dt_raw, 1, dm, heads))
+            for part in _PARTS:
+                width = self.width[part]
+                d.append(mm.linear(self.xn, p(f"in_{part}"), self.conv_in[part], 1, dm, width))
+                d.append(
+                    self.step.conv_step(
+                        self.conv_states[i][part],
+                        self.conv_in[part],
+                        p(f"conv_w{part}"),
+                        p(f"conv_b{part}"),
+                        self.conv_out[part],
+                        1,
+                        width,
+                        cfg.d_conv,
+                    )
+                )
+            d += self.ssd.decode_step(
+                self.ssm_states[i],
+                self.conv_out["x"],
+                self.dt_raw,
+                p("A_log"),
+                self.conv_out["B"],
+                self.conv_out["C"],
+                p("D"),
+                p("dt_bias"),
+                self.y,
+                (1, heads, cfg.head_dim, cfg.n_groups, cfg.d_state),
+            )
+            d.append(
+                self.rn.gated_forward(
+                    self.y,
+                    self.z,
+                    p("gate_norm"),
+                    self.gated,
+                    self.rstd_gate,
+                    1,
+                    di,
+                    di // cfg.n_groups,
+                    cfg.rms_eps,
+                )
+            )
+            d.append(mm.linear(self.gated, p("out"), self.out, 1, di, dm))
+            d.append(ew.accumulate(self.out, h, dm))  # residual, in place
+        return d
+
+    def reset_dispatches(self) -> list[Dispatch]:
+        """Zero every conv register and SSD state (a new sequence)."""
+        k = self.config.d_conv
+        d = [
+            self.ew.fill(state, self.width[part] * k)
+            for layer in self.conv_states
+            for part, state in layer.items()
+        ]
+        return d + [self.ew.fill(state, self.state_size) for state in self.ssm_states]
