@@ -184,3 +184,44 @@ def test_gpu_embeddings_and_decoding_match_cpu(device) -> None:
             assert_close(got_logits, want[0], atol=1e-4, rtol=1e-4, name=f"logits {run}.{t}")
     with pytest.raises(ConfigError, match="GpuBatchDecoder: decodes Mamba-1 blocks only"):
         GpuBatchDecoder(device, CONFIG, model.slots, 2)
+
+
+def test_one_embedding_step_loss_and_every_gradient_match_numpy(device) -> None:
+    """The embedding objective enters the same Mamba-2 backward at the final norm."""
+    from evermind.ops.embed_loss import embed_loss_bwd, embed_loss_fwd
+    from evermind.ops.pool import pool_bwd, pool_fwd
+
+    embed_dim, lengths = 7, [L, 4, 1]
+    b = len(lengths)
+    params = _perturbed(init_params(CONFIG, seed=9), seed=10)
+    rng = np.random.default_rng(0)
+    centre = (rng.standard_normal(CONFIG.d_model) * 0.1).astype(np.float32)
+    head = (rng.standard_normal((embed_dim, CONFIG.d_model)) * 0.3).astype(np.float32)
+    ids = rng.integers(0, CONFIG.vocab_size, size=(b, L)).astype(np.int32)
+    for row, n in enumerate(lengths):
+        ids[row, n:] = 0  # padding id
+    targets = rng.standard_normal((b, embed_dim)).astype(np.float32)
+
+    gpu = GpuMamba(
+        device, CONFIG, b, L, TrainConfig(batch_size=b, seq_len=L, grad_clip=0.0), embed_dim=7
+    )
+    gpu.load_params(params)
+    gpu.load_embedder(array("f", centre), array("f", head.ravel()))
+    batch = (array("i", ids.ravel().tolist()), array("I", lengths), array("f", targets.ravel()))
+    gpu.embed_zero_plan.run()
+    loss = asyncio.run(gpu.embed_forward_backward(batch))
+    grads = asyncio.run(gpu.read_grads())
+
+    cpu = CpuMamba2(CONFIG, params)
+    hidden, cache = cpu.hidden_train(ids)
+    n_valid = np.array(lengths, np.int64)
+    pooled = pool_fwd(hidden.astype(np.float64), n_valid)
+    ref_loss = embed_loss_fwd(pooled, centre, head, targets.astype(np.float64))
+    dpooled, _ = embed_loss_bwd(pooled, centre, head, targets.astype(np.float64))
+    ref_grads = cpu.backward_hidden(cache, pool_bwd(hidden.astype(np.float64), n_valid, dpooled))
+    print(f"embedding loss gpu {loss:.6f} numpy {ref_loss:.6f}")
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    for name, ref in ref_grads.items():
+        got = np.frombuffer(grads[name], np.float32).reshape(ref.shape)
+        scale = float(np.abs(ref).max()) or 1.0
+        assert_close(got, ref, atol=2e-4 * scale, rtol=2e-3, name=f"embedding grad {name}")

@@ -287,12 +287,16 @@ class GpuMamba:
             return self._scratch
         cfg, m, dev = self.config, self.m, self.device
         dm, di, r, n = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state
+        shared = (("dh", m * dm), ("dhf", m * dm), ("dxn", m * dm))
+        if self.mamba2 is not None:  # the Mamba-2 block keeps its own scratch
+            self._scratch = {
+                name: dev.buffer(4 * size, label=f"bwd.{name}") for name, size in shared
+            }
+            return self._scratch
         self._scratch = t = {
             name: dev.buffer(4 * size, label=f"bwd.{name}")
             for name, size in (
-                ("dh", m * dm),
-                ("dhf", m * dm),
-                ("dxn", m * dm),
+                *shared,
                 ("dg", m * di),
                 ("dy", m * di),
                 ("dzs", m * di),
