@@ -156,10 +156,7 @@ def test_cli_trains_a_mamba2_package_on_the_gpu(tmp_path, capsys) -> None:
 
 def test_gpu_embeddings_and_decoding_match_cpu(device) -> None:
     """GpuEmbedder replays GpuMamba's forward and GpuDecoder the Mamba-2 recurrent step: both
-    agree with CpuMamba2 (embed; step's logits token by token); the batched serving decoder is
-    Mamba-1 only and says so."""
-    from evermind.errors import ConfigError
-    from evermind.model.gpu_decode import GpuBatchDecoder
+    agree with CpuMamba2 (embed; step's logits token by token)."""
     from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 
     params = _perturbed(init_params(CONFIG, seed=7), seed=8)
@@ -182,8 +179,37 @@ def test_gpu_embeddings_and_decoding_match_cpu(device) -> None:
             got_logits = np.frombuffer(asyncio.run(decoder.step(token)), np.float32)
             want, state = cpu.step(np.array([token]), state)
             assert_close(got_logits, want[0], atol=1e-4, rtol=1e-4, name=f"logits {run}.{t}")
-    with pytest.raises(ConfigError, match="GpuBatchDecoder: decodes Mamba-1 blocks only"):
-        GpuBatchDecoder(device, CONFIG, model.slots, 2)
+
+
+def test_batched_gpu_decoding_matches_cpu_row_for_row(device) -> None:
+    """GpuBatchDecoder (the runtime's GPU serving) with mixed prompt lengths on scattered
+    slots, then steps, then a reused slot: every row equals CpuMamba2's step alone."""
+    from evermind.model.gpu_decode import GpuBatchDecoder
+
+    params = _perturbed(init_params(CONFIG, seed=12), seed=13)
+    decoder = GpuBatchDecoder.from_params(device, CONFIG, params, slots=5)
+    cpu = CpuMamba2(CONFIG, params)
+
+    def alone(tokens: list[int]) -> np.ndarray:
+        state, rows = cpu.init_state(1), []
+        for token in tokens:
+            logits, state = cpu.step(np.array([token]), state)
+            rows.append(logits[0])
+        return np.stack(rows)
+
+    slots, prompts = [3, 0, 4], [[5, 9], [1, 2, 3, 4, 5, 6, 7], [36]]
+    follow = [[8, 0, 2], [11, 11, 30], [7, 6, 5]]
+    want = [alone(p + f) for p, f in zip(prompts, follow, strict=True)]
+    got = decoder.prefill(slots, prompts)
+    for row, prompt in enumerate(prompts):
+        assert_close(got[row], want[row][len(prompt) - 1], atol=1e-4, rtol=1e-4, name="prefill")
+    for t in range(3):
+        got = decoder.step(slots, [f[t] for f in follow])
+        for row, prompt in enumerate(prompts):
+            assert_close(got[row], want[row][len(prompt) + t], atol=1e-4, rtol=1e-4, name="step")
+    decoder.release(0)
+    again = decoder.prefill([0], [[4, 8, 15]])  # a fresh sequence in a used slot
+    assert_close(again[0], alone([4, 8, 15])[-1], atol=1e-4, rtol=1e-4, name="reused slot")
 
 
 def test_one_embedding_step_loss_and_every_gradient_match_numpy(device) -> None:

@@ -7,9 +7,8 @@ parallel forward (no LM head) on a padded batch and mean-pools the final normed 
 state over each text's valid prefix, L2-normalised, with ``shaders/pool.wgsl`` (then the
 package's embedding head, if any, see :mod:`evermind.package.head`). Both share
 the weight buffers of a :class:`~evermind.model.gpu.GpuMamba` (e.g. the one training).
-The embedder runs either block type (it replays ``GpuMamba``'s forward), and so does
-:class:`GpuDecoder`; the batched decoder of :mod:`evermind.model.gpu_decode` (serving) is
-Mamba-1 only and refuses a Mamba-2 config with a ``ConfigError``.
+Both run either block type: the embedder replays ``GpuMamba``'s forward, the decoder a
+Mamba-2 config's recurrent step from :mod:`evermind.model.gpu_mamba2`.
 """
 
 from __future__ import annotations
@@ -32,20 +31,6 @@ from evermind.model.gpu import GpuMamba, Slot
 from evermind.model.gpu_mamba2 import Mamba2DecodeLayers
 from evermind.model.sampling import sample
 from evermind.package.head import EmbedderHead, apply_head
-
-
-def refuse_mamba2(what: str, config: MambaConfig) -> None:
-    """Raises ConfigError unless ``config`` is a Mamba-1 one (the recurrent GPU decoders).
-
-    Raises:
-        ConfigError: ``config.block`` is not "mamba1".
-    """
-    if config.block != "mamba1":
-        raise ConfigError(
-            f"{what}: decodes Mamba-1 blocks only on the GPU, got block={config.block!r}; "
-            "hint: decode a Mamba-2 model on the CPU (evermind.load(...), CpuMamba2.step); "
-            "GpuMamba trains it and GpuEmbedder embeds with it"
-        )
 
 
 class GpuDecoder:
@@ -131,17 +116,24 @@ class GpuDecoder:
         self.logits = dev.buffer(4 * cfg.vocab_size, label="decode.logits")
         h = dev.buffer(4 * dm, label="decode.h")
         layers = Mamba2DecodeLayers(dev, cfg, lambda key: self.weights[key].param, launchers)
-        self.mamba2_layers = layers  # its conv registers and SSD states
-        mm, _, rn, _ = launchers
+        sizes = layers.state_sizes()
+        #: Per layer the conv registers of x, B and C and the SSD state (see Mamba2DecodeLayers).
+        self.mamba2_states = [
+            {name: dev.buffer(4 * size, label=f"decode.{name}{i}") for name, size in sizes.items()}
+            for i in range(cfg.n_layer)
+        ]
+        mm, ew, rn, _ = launchers
         embeddings = self.weights["embeddings"].param
         d = [emb.forward(self.ids, embeddings, h, 1, cfg.vocab_size, dm)]
-        d += layers.step_dispatches(h)
-        d.append(
-            rn.forward(h, self.weights["norm_f"].param, layers.xn, layers.rstd, 1, dm, cfg.rms_eps)
-        )
+        for i, state in enumerate(self.mamba2_states):
+            d += layers.layer_dispatches(i, h, 1, state)
+        norm_f = self.weights["norm_f"].param
+        d.append(rn.forward(h, norm_f, layers.xn, layers.rstd, 1, dm, cfg.rms_eps))
         d.append(mm.linear(layers.xn, embeddings, self.logits, 1, dm, cfg.vocab_size))
         self.step_plan = dev.plan("decode step").add(d)
-        self.reset_plan = dev.plan("decode reset").add(layers.reset_dispatches())
+        self.reset_plan = dev.plan("decode reset").add(
+            ew.fill(buf, sizes[name]) for state in self.mamba2_states for name, buf in state.items()
+        )
 
     def reset(self) -> None:
         """Starts a new sequence (zero conv and SSM states)."""

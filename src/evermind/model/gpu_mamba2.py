@@ -254,15 +254,18 @@ class Mamba2Block:
 
 
 class Mamba2DecodeLayers:
-    """The recurrent step of every Mamba-2 block, for :class:`~evermind.model.gpu_infer.GpuDecoder`
-    (one sequence). Per layer it keeps the conv registers of the x, B and C blocks (width·K
-    each, oldest first) and the SSD state (H, P, N), as ``CpuMamba2.step`` does.
+    """The recurrent step of the Mamba-2 blocks, for the GPU decoders (``GpuDecoder``, one
+    sequence; ``GpuBatchDecoder``, up to ``rows`` gathered slots). A layer's decoding state is
+    the conv registers of the x, B and C blocks ((rows, width, K) each, oldest first) and the
+    SSD state (rows, H, P, N), as ``CpuMamba2.step`` keeps them; the caller owns those buffers
+    (:meth:`state_sizes` gives their floats per row).
 
     Args:
         device: The GPU device.
         config: A ``block="mamba2"`` config.
         weights: A weight buffer by slot key (``"0.in_x"``, ...).
         launchers: ``(Matmul, Elementwise, RMSNorm, RecurrentStep)``.
+        rows: The most rows one step runs (the activations are sized for it).
     """
 
     def __init__(
@@ -271,6 +274,7 @@ class Mamba2DecodeLayers:
         config: MambaConfig,
         weights: Lookup,
         launchers: tuple[Matmul, Elementwise, RMSNorm, RecurrentStep],
+        rows: int = 1,
     ) -> None:
         self.device, self.config, self.weights = device, config, weights
         self.mm, self.ew, self.rn, self.step = launchers
@@ -278,17 +282,10 @@ class Mamba2DecodeLayers:
         cfg = config
         gn = cfg.n_groups * cfg.d_state
         self.width = {"x": cfg.d_inner, "B": gn, "C": gn}
-        self.state_size = cfg.n_heads * cfg.head_dim * cfg.d_state
 
         def buf(name: str, count: int) -> Buffer:
-            return device.buffer(4 * count, label=f"decode2.{name}")
+            return device.buffer(4 * rows * count, label=f"decode2.{name}")
 
-        k = cfg.d_conv
-        self.conv_states = [
-            {part: buf(f"conv{i}.{part}", self.width[part] * k) for part in _PARTS}
-            for i in range(cfg.n_layer)
-        ]
-        self.ssm_states = [buf(f"ssm{i}", self.state_size) for i in range(cfg.n_layer)]
         di = cfg.d_inner
         self.xn, self.rstd = buf("xn", cfg.d_model), buf("rstd", 1)
         self.z, self.dt_raw = buf("z", di), buf("dt_raw", cfg.n_heads)
@@ -297,69 +294,62 @@ class Mamba2DecodeLayers:
         self.y, self.gated = buf("y", di), buf("gated", di)
         self.rstd_gate, self.out = buf("rstd_gate", cfg.n_groups), buf("out", cfg.d_model)
 
-    def step_dispatches(self, h: Buffer) -> list[Dispatch]:
-        """Every layer's step on the residual stream ``h`` (d_model,), updated in place."""
+    def state_sizes(self) -> dict[str, int]:
+        """Floats per row of one layer's state buffers: ``conv_x``, ``conv_B``, ``conv_C`` and
+        ``ssm`` (the keys :meth:`layer_dispatches` reads)."""
+        cfg = self.config
+        sizes = {f"conv_{part}": self.width[part] * cfg.d_conv for part in _PARTS}
+        sizes["ssm"] = cfg.n_heads * cfg.head_dim * cfg.d_state
+        return sizes
+
+    def layer_dispatches(
+        self, i: int, h: Buffer, b: int, state: dict[str, Buffer]
+    ) -> list[Dispatch]:
+        """Layer i's step on ``b`` rows of the residual stream ``h`` (b, d_model), updated in
+        place, with the layer's ``state`` buffers (b rows each, see :meth:`state_sizes`)."""
         cfg, mm, ew = self.config, self.mm, self.ew
         dm, di, heads = cfg.d_model, cfg.d_inner, cfg.n_heads
-        d: list[Dispatch] = []
-        for i in range(cfg.n_layer):
 
-            def p(key: str, i: int = i) -> Buffer:
-                return self.weights(f"{i}.{key}")
+        def p(key: str) -> Buffer:
+            return self.weights(f"{i}.{key}")
 
-            d.append(self.rn.forward(h, p("norm"), self.xn, self.rstd, 1, dm, cfg.rms_eps))
-            d.append(mm.linear(self.xn, p("in_z"), self.z, 1, dm, di))
-            d.append(mm.linear(self.xn, p("in_dt"), self.dt_raw, 1, dm, heads))
-            for part in _PARTS:
-                width = self.width[part]
-                d.append(mm.linear(self.xn, p(f"in_{part}"), self.conv_in[part], 1, dm, width))
-                d.append(
-                    self.step.conv_step(
-                        self.conv_states[i][part],
-                        self.conv_in[part],
-                        p(f"conv_w{part}"),
-                        p(f"conv_b{part}"),
-                        self.conv_out[part],
-                        1,
-                        width,
-                        cfg.d_conv,
-                    )
-                )
-            d += self.ssd.decode_step(
-                self.ssm_states[i],
-                self.conv_out["x"],
-                self.dt_raw,
-                p("A_log"),
-                self.conv_out["B"],
-                self.conv_out["C"],
-                p("D"),
-                p("dt_bias"),
-                self.y,
-                (1, heads, cfg.head_dim, cfg.n_groups, cfg.d_state),
-            )
+        d = [self.rn.forward(h, p("norm"), self.xn, self.rstd, b, dm, cfg.rms_eps)]
+        d.append(mm.linear(self.xn, p("in_z"), self.z, b, dm, di))
+        d.append(mm.linear(self.xn, p("in_dt"), self.dt_raw, b, dm, heads))
+        for part in _PARTS:
+            width = self.width[part]
+            d.append(mm.linear(self.xn, p(f"in_{part}"), self.conv_in[part], b, dm, width))
             d.append(
-                self.rn.gated_forward(
-                    self.y,
-                    self.z,
-                    p("gate_norm"),
-                    self.gated,
-                    self.rstd_gate,
-                    1,
-                    di,
-                    di // cfg.n_groups,
-                    cfg.rms_eps,
+                self.step.conv_step(
+                    state[f"conv_{part}"],
+                    self.conv_in[part],
+                    p(f"conv_w{part}"),
+                    p(f"conv_b{part}"),
+                    self.conv_out[part],
+                    b,
+                    width,
+                    cfg.d_conv,
                 )
             )
-            d.append(mm.linear(self.gated, p("out"), self.out, 1, di, dm))
-            d.append(ew.accumulate(self.out, h, dm))  # residual, in place
+        d += self.ssd.decode_step(
+            state["ssm"],
+            self.conv_out["x"],
+            self.dt_raw,
+            p("A_log"),
+            self.conv_out["B"],
+            self.conv_out["C"],
+            p("D"),
+            p("dt_bias"),
+            self.y,
+            (b, heads, cfg.head_dim, cfg.n_groups, cfg.d_state),
+        )
+        group = di // cfg.n_groups
+        d.append(
+            self.rn.gated_forward(
+                self.y, self.z, p("gate_norm"), self.gated, self.rstd_gate, b, di, group,
+                cfg.rms_eps,
+            )
+        )  # fmt: skip
+        d.append(mm.linear(self.gated, p("out"), self.out, b, di, dm))
+        d.append(ew.accumulate(self.out, h, b * dm))  # residual, in place
         return d
-
-    def reset_dispatches(self) -> list[Dispatch]:
-        """Zero every conv register and SSD state (a new sequence)."""
-        k = self.config.d_conv
-        d = [
-            self.ew.fill(state, self.width[part] * k)
-            for layer in self.conv_states
-            for part, state in layer.items()
-        ]
-        return d + [self.ew.fill(state, self.state_size) for state in self.ssm_states]
