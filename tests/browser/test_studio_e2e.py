@@ -178,6 +178,7 @@ def test_mamba2_trains_generates_and_exports_in_the_tab(browser, server, tmp_pat
             checkpoint_every=0,
         )
         assert summary["state"] == "finished" and summary["final_loss"] < summary["initial_loss"]
+        assert call(rec, "session_restore")["settings"]["block"] == "mamba2"  # the Train form's
         prompt = "The quick brown"
         generated = call(rec, "generate", prompt=prompt, max_new_tokens=8, temperature=0)
         assert generated["device"] == "gpu"

@@ -574,6 +574,7 @@ class Session:
         return {
             "preset": self.job.preset if not self._custom else "custom",
             "config": self._custom,
+            "block": self.config.block,
             "steps": t.steps,
             "lr": t.lr,
             "batch_size": t.batch_size,
