@@ -16,13 +16,16 @@ from tests.numerics import assert_close
 ATOL, RTOL = 2e-3, 6e-4
 
 # (B, L, H, P, G, N, Q): L never a multiple of the chunk Q (one L shorter than Q, one a single
-# step), one head, n_groups > 1, batch 3, a lane count (B*H*P) past one 64-wide workgroup.
+# step), one head, n_groups > 1, batch 3, a lane count (B*H*P) past one 64-wide workgroup, and
+# the nano model's head size over long chunks.
 SHAPES = [
     (1, 1, 1, 1, 1, 1, 4),
     (3, 13, 1, 5, 1, 4, 4),
     (2, 21, 4, 3, 2, 7, 8),
     (1, 6, 2, 2, 2, 3, 16),
     (2, 37, 6, 11, 3, 16, 5),
+    (1, 130, 2, 64, 1, 16, 256),  # the nano head (P 64, N 16) in one long, partial chunk
+    (1, 200, 2, 64, 2, 16, 64),  # ... and across chunks of 64
 ]
 NAMES = ("x", "dt_raw", "A_log", "B", "C", "D", "dt_bias")
 GRAD_NAMES = ("dx", "ddt_raw", "dA_log", "dB", "dC", "dD", "ddt_bias")
