@@ -56,8 +56,8 @@ class JobConfig:
         name: Package name, served as ``evermind/<name>:<version>``.
         version: Package version.
         preset: Model size preset (``nano``, ``small``, ``base``).
-        block: Block type, ``mamba1`` (default) or ``mamba2`` (the SSD block; CPU only until
-            its WebGPU kernels land).
+        block: Block type, ``mamba1`` (default) or ``mamba2`` (the SSD block; the CPU, the
+            native GPU and the Studio page train it).
         vocab_size: Tokenizer vocabulary size to train.
         held_out: Fraction of the token stream kept for evaluation (the tail).
         seed: Seed of the weights (the batches use ``train.seed``).
@@ -82,7 +82,7 @@ class JobConfig:
         if self.block not in BLOCKS:
             raise ConfigError(
                 f"unknown block {self.block!r}; choose one of {', '.join(BLOCKS)} "
-                "(hint: mamba2 trains on the CPU only for now)"
+                "(hint: mamba1 is the selective scan, mamba2 the SSD block)"
             )
         check_dtype(self.dtype)
 

@@ -158,6 +158,46 @@ def test_headless_cli_writes_a_valid_package(tmp_path: Path) -> None:
     assert model.package.manifest["producer"].endswith("(webgpu (browser))")
 
 
+def test_mamba2_trains_generates_and_exports_in_the_tab(browser, server, tmp_path) -> None:
+    """The Studio worker trains a Mamba-2 (SSD) model through the same job path, generates with
+    GpuDecoder's Mamba-2 step and embeds; the export agrees with the native CPU model."""
+    rec = open_studio(browser, server)
+    try:
+        call(rec, "session_clear")
+        call(rec, "corpus_add", name="notes.txt", text=TEXT)
+        call(rec, "tokenizer_train", vocab_size=300)
+        summary = call(
+            rec,
+            "train_start",
+            block="mamba2",
+            preset="nano",
+            steps=3,
+            batch_size=2,
+            seq_len=16,
+            lr=0.01,
+            checkpoint_every=0,
+        )
+        assert summary["state"] == "finished" and summary["final_loss"] < summary["initial_loss"]
+        assert call(rec, "session_restore")["settings"]["block"] == "mamba2"  # the Train form's
+        prompt = "The quick brown"
+        generated = call(rec, "generate", prompt=prompt, max_new_tokens=8, temperature=0)
+        assert generated["device"] == "gpu"
+        vectors = call(rec, "embed", texts=["a memory"])["vectors"]
+        exported = call(rec, "export_package", name="m2", version="0.0.1")
+        rec.assert_offline()
+    finally:
+        rec.close()
+    path = tmp_path / "m2.evermind"
+    path.write_bytes(base64.b64decode(exported["data_b64"]))
+    model = evermind.load(path)
+    assert model.config.block == "mamba2"
+    assert model.package.manifest["producer"].endswith("(webgpu (browser))")
+    native_text = model.complete(prompt, max_new_tokens=8, temperature=0).text
+    print(f"browser: {generated['text']!r}\nnative:  {native_text!r}")
+    assert native_text == generated["text"]
+    assert np.allclose(model.embed(["a memory"])[0], vectors[0], atol=1e-4)
+
+
 def test_a_native_package_opens_in_the_tab_and_agrees(browser, server) -> None:
     """The other direction: a package written natively is verified and run in the tab."""
     from tests.factories import tiny_package

@@ -253,3 +253,53 @@ def browser_cases() -> list:
             )
         )
     return cases
+
+
+# The gated variant: (M, D, group_size), group sizes 1, a prime, D itself and D / 3 (three
+# groups); one M spans several dw chunks of 32 rows.
+GATED_SHAPES = [(1, 1, 1), (5, 7, 7), (37, 12, 4), (70, 33, 11), (3, 64, 64)]
+
+
+def _run_gated(device, m: int, d: int, size: int, seed: int):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((m, d)) * 2).astype(np.float32)
+    z = (rng.standard_normal((m, d)) * 2).astype(np.float32)
+    w = (1 + 0.3 * rng.standard_normal(d)).astype(np.float32)
+    gy = rng.standard_normal((m, d)).astype(np.float32)
+    rn = RMSNorm(device)
+    bufs = {k: device.upload(v, label=k) for k, v in (("x", x), ("z", z), ("w", w), ("gy", gy))}
+    y = device.buffer(4 * m * d, label="y")
+    rstd = device.buffer(4 * m * (d // size), label="rstd")
+    # Outputs start as garbage: dx and dz are overwritten.
+    dx, dz = (device.upload(np.full((m, d), 7.0, np.float32), label=k) for k in ("dx", "dz"))
+    dw = device.upload(np.full(d, 7.0, np.float32), label="dw")
+    fwd = rn.gated_forward(bufs["x"], bufs["z"], bufs["w"], y, rstd, m, d, size, EPS)
+    bwd = rn.gated_backward(
+        bufs["x"], bufs["z"], bufs["w"], rstd, bufs["gy"], dx, dz, dw, m, d, size
+    )
+    device.submit([fwd, *bwd])
+    got = [read_f32(device, b, m * d).reshape(m, d) for b in (y, dx, dz)]
+    got.append(read_f32(device, dw, d))
+    return (x, z, w, gy), got
+
+
+@pytest.mark.parametrize("shape", GATED_SHAPES, ids=[f"M{m}D{d}S{s}" for m, d, s in GATED_SHAPES])
+def test_gated_matches_reference(device, shape) -> None:
+    m, d, size = shape
+    (x, z, w, gy), (y, dx, dz, dw) = _run_gated(device, m, d, size, seed=m + d + size)
+    want_y = ref.rmsnorm_gated_fwd(x, z, w, size, EPS)
+    want_dx, want_dz, want_dw = ref.rmsnorm_gated_bwd(x, z, w, size, gy, EPS)
+    assert_close(y, want_y, atol=FWD_ATOL, rtol=FWD_RTOL, name=f"gated y {shape}")
+    # dz carries x * silu'(z) on top of dx's cancellation: the same absolute error in |g|.
+    assert_close(dx, want_dx, atol=DX_ATOL, rtol=DX_RTOL, name=f"gated dx {shape}")
+    assert_close(dz, want_dz, atol=DX_ATOL, rtol=DX_RTOL, name=f"gated dz {shape}")
+    assert_close(dw, want_dw, atol=DW_ATOL, rtol=DW_RTOL, name=f"gated dw {shape}")
+
+
+def test_gated_refuses_a_group_size_that_does_not_divide(device) -> None:
+    rn = RMSNorm(device)
+    buf = device.buffer(4 * 64, label="buf")
+    with pytest.raises(ShapeError, match="groups of 5"):
+        rn.gated_forward(buf, buf, buf, buf, buf, 2, 12, 5)
+    with pytest.raises(ShapeError, match="groups of 0"):
+        rn.gated_backward(buf, buf, buf, buf, buf, buf, buf, buf, 2, 12, 0)

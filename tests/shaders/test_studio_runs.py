@@ -71,6 +71,7 @@ def test_a_reload_restores_corpus_tokenizer_settings_and_history(events) -> None
     assert back["settings"] == {
         "preset": "custom",
         "config": TINY,
+        "block": "mamba1",
         "steps": 4,
         "lr": 1e-2,
         "batch_size": 2,

@@ -58,6 +58,9 @@ def test_kernel_report_has_both_tables_for_the_native_transport(kernels_doc) -> 
         "adamw (nano model)",
         "selective scan fwd (training, stores h)",
         "selective scan bwd (5 passes)",
+        "ssd fwd (chunked, 4 passes)",
+        "ssd bwd (8 passes)",
+        "ssd decode_step",
         "recurrent ssm_step",
     ):
         assert expected in names

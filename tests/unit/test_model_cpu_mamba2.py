@@ -179,15 +179,19 @@ def test_config_checks_heads_and_groups() -> None:
     assert nano.no_decay("backbone.layers.0.mixer.dt_bias")
     assert nano.no_decay("backbone.layers.0.mixer.norm.weight")
     assert not nano.no_decay("backbone.layers.0.mixer.in_proj.weight")
-    with pytest.raises(ConfigError, match="WebGPU kernels run Mamba-1 blocks only"):
-        slot_specs(nano)  # every GPU model's layout: refused, not a confusing crash later
+    # The GPU layout splits in_proj and the conv into row blocks that tile each tensor.
+    covered: dict[str, int] = {}
+    for spec in slot_specs(nano):
+        assert spec.offset == covered.get(spec.hf_name, 0), spec.key
+        covered[spec.hf_name] = spec.offset + spec.count
+    assert covered == {name: int(np.prod(shape)) for name, shape in nano.param_shapes().items()}
     from evermind.model.py_decode import PyDecoder
 
     with pytest.raises(ConfigError, match="PyDecoder: decodes Mamba-1 blocks only"):
         PyDecoder(nano, {})
 
 
-def test_cli_trains_a_mamba2_package_on_the_cpu_and_refuses_the_gpu(tmp_path, capsys) -> None:
+def test_cli_trains_a_mamba2_package_on_the_cpu(tmp_path, capsys) -> None:
     import json
 
     import evermind
@@ -197,8 +201,6 @@ def test_cli_trains_a_mamba2_package_on_the_cpu_and_refuses_the_gpu(tmp_path, ca
     corpus.write_text(TEXT, encoding="utf-8")
     out = tmp_path / "m2.evermind"
     common = ["train", "--block", "mamba2", "--corpus", str(corpus), "--vocab-size", "300"]
-    assert main(common) == 2  # default --device gpu: refused before any work
-    assert "WebGPU kernels run Mamba-1 blocks only" in capsys.readouterr().err
     size = ["--steps", "4", "--batch-size", "2", "--seq-len", "16", "--out", str(out)]
     assert main([*common, "--device", "cpu", *size]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

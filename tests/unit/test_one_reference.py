@@ -59,17 +59,16 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
     "topk": (("cosine_scores", "topk"), False),
     "grad_norm": (("global_norm", "clip_scale", "clip_grad_norm_torch"), False),
     "adamw": (("adamw_step",), False),
-}
-
-#: Ops whose numpy reference has landed before its kernel: op -> (functions, has backward).
-#: Each has its reference in ``ops/`` and its test ``tests/unit/test_<op>.py``, and no shader
-#: yet; when the shader lands the op moves to ``OPS`` (the test below fails until it does).
-PENDING_KERNELS: dict[str, tuple[tuple[str, ...], bool]] = {
     "ssd": (
         ("ssd_fwd", "ssd_bwd", "ssd_step", "ssd_decode_step", "ssd_scan_sequential", "segment_sum"),
         True,
     ),
 }
+
+#: Ops whose numpy reference has landed before its kernel: op -> (functions, has backward).
+#: Each has its reference in ``ops/`` and its test ``tests/unit/test_<op>.py``, and no shader
+#: yet; when the shader lands the op moves to ``OPS`` (the test below fails until it does).
+PENDING_KERNELS: dict[str, tuple[tuple[str, ...], bool]] = {}
 
 #: Fast CPU paths beside a reference: module -> its op. Each says native-only and has a test,
 #: ``tests/unit/test_<module>.py``, that imports it and the op's reference and compares them

@@ -53,7 +53,7 @@ def register(sub: Any) -> None:
         "--block",
         default="mamba1",
         choices=["mamba1", "mamba2"],
-        help="block type: mamba1 (selective scan) or mamba2 (SSD; --device cpu only for now)",
+        help="block type: mamba1 (selective scan) or mamba2 (SSD)",
     )
     train.add_argument("--vocab-size", type=int, default=2048)
     train.add_argument("--steps", type=int, default=300)
@@ -319,6 +319,7 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
         corpus_name=Path(args.corpus).name or "corpus",
         corpus_bytes=args.corpus_bytes,
         on_event=JobPrinter(),
+        block=args.block,
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -342,13 +343,6 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    if args.block != "mamba1" and (args.headless or args.device != "cpu"):
-        from evermind.errors import ConfigError
-
-        raise ConfigError(
-            f"--block {args.block}: the WebGPU kernels run Mamba-1 blocks only; "
-            "hint: add --device cpu (numpy) to train a Mamba-2 model"
-        )
     summary = train_headless(args) if args.headless else asyncio.run(train_native(args))
     if args.push:
         from evermind.runtime.push import push_package

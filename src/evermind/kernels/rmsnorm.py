@@ -10,6 +10,11 @@ row and reduces it through workgroup memory (GPUs); ``"row_serial"`` runs an inv
 row that loops over ``D`` (no barriers: on SwiftShader it is several times faster);
 ``"auto"`` (the default) picks row-serial on CPU adapters (:attr:`Device.is_cpu_adapter`).
 
+The gated, grouped variant (Mamba-2's ``MambaRMSNormGated``): :meth:`RMSNorm.gated_forward`
+normalises ``u = x * silu(z)`` over groups of ``group_size`` columns and scales by one weight
+over the whole row; :meth:`RMSNorm.gated_backward` returns ``dx``, ``dz`` and ``dw``. Both run
+an invocation per (row, group) on every adapter (a group is d_inner / n_groups columns).
+
 Browser-safe (standard library and ``evermind`` only).
 The numpy reference is ``evermind.ops.rmsnorm``.
 """
@@ -30,7 +35,7 @@ ROWS_PER_CHUNK = 32
 _MAX_CHUNKS = 65535
 
 # Binding slots of rmsnorm.wgsl.
-_X, _W, _Y, _RSTD, _DY, _DX, _DW, _PARTIAL, _PARAMS = range(9)
+_X, _W, _Y, _RSTD, _DY, _DX, _DW, _PARTIAL, _PARAMS, _GATE, _DGATE = range(11)
 
 
 class RMSNorm:
@@ -59,7 +64,14 @@ class RMSNorm:
         self.rows_per_chunk = rows_per_chunk
 
     def _params(
-        self, name: str, m: int, d: int, eps: float, accumulate: bool, chunks: int
+        self,
+        name: str,
+        m: int,
+        d: int,
+        eps: float,
+        accumulate: bool,
+        chunks: int,
+        group_size: int = 0,
     ) -> Buffer:
         return self.device.uniform(
             pack_params(
@@ -69,6 +81,7 @@ class RMSNorm:
                 ("u32", int(accumulate)),
                 ("u32", self.rows_per_chunk),
                 ("u32", chunks),
+                ("u32", group_size),
             ),
             label=f"rmsnorm.{name}.params",
         )
@@ -190,3 +203,146 @@ class RMSNorm:
             label="rmsnorm_bwd_dw_finish",
         )
         return [dx, dw_partial, dw_finish]
+
+    # -- the gated, grouped variant ----------------------------------------------------------
+    def _check_gated(self, op: str, m: int, d: int, group_size: int, eps: float) -> int:
+        """The number of groups G = D / group_size, or ShapeError / ConfigError."""
+        self._check(m, d, eps)
+        if group_size < 1 or d % group_size:
+            raise ShapeError(
+                f"{op}: the row of {d} columns does not split into groups of {group_size}; "
+                "hint: group_size = d_inner / n_groups"
+            )
+        return d // group_size
+
+    def gated_forward(
+        self,
+        x: Buffer,
+        gate: Buffer,
+        weight: Buffer,
+        y: Buffer,
+        rstd: Buffer,
+        m: int,
+        d: int,
+        group_size: int,
+        eps: float = 1e-5,
+    ) -> Dispatch:
+        """``y = weight * rmsnorm_groups(x * silu(gate))`` (``ops.rmsnorm.rmsnorm_gated_fwd``).
+
+        Args:
+            x: Input, (M, D) f32.
+            gate: The gate z, (M, D) f32.
+            weight: Gain over the whole row, (D,) f32.
+            y: Output, (M, D) f32.
+            rstd: Output, (M, D / group_size) f32: one reciprocal RMS per row and group.
+            m: Rows M.
+            d: Columns D.
+            group_size: Columns normalised together; divides D.
+            eps: Added to each group's mean square.
+
+        Raises:
+            ShapeError: ``group_size`` does not divide D, or a buffer is too small.
+            ConfigError: ``eps`` is not positive.
+        """
+        op = "rmsnorm.gated_forward"
+        groups = self._check_gated(op, m, d, group_size, eps)
+        for name, buf, count in (
+            ("x", x, m * d),
+            ("gate", gate, m * d),
+            ("weight", weight, d),
+            ("y", y, m * d),
+            ("rstd", rstd, m * groups),
+        ):
+            need_f32(op, name, buf, count)
+        params = self._params("gated_fwd", m, d, eps, False, 0, group_size)
+        kernel = self.device.kernel(SHADER, "gated_fwd_rows", self._kernel_overrides())
+        return self.device.dispatch(
+            kernel,
+            {_X: x, _GATE: gate, _W: weight, _Y: y, _RSTD: rstd, _PARAMS: params},
+            grid_1d(m * groups, self.workgroup_size),
+            label="gated_fwd_rows",
+        )
+
+    def gated_backward(
+        self,
+        x: Buffer,
+        gate: Buffer,
+        weight: Buffer,
+        rstd: Buffer,
+        grad_y: Buffer,
+        grad_x: Buffer,
+        grad_gate: Buffer,
+        grad_weight: Buffer,
+        m: int,
+        d: int,
+        group_size: int,
+        accumulate_weight: bool = False,
+    ) -> list[Dispatch]:
+        """Gradients of :meth:`gated_forward` (``ops.rmsnorm.rmsnorm_gated_bwd``).
+
+        ``grad_x`` and ``grad_gate`` are overwritten; ``grad_weight`` too unless
+        ``accumulate_weight``. Allocates the ``dw`` scratch once, here.
+
+        Args:
+            x, gate, weight: The forward's inputs.
+            rstd: The forward's ``rstd`` output, (M, D / group_size) f32.
+            grad_y: Upstream gradient, (M, D) f32.
+            grad_x, grad_gate: Outputs, (M, D) f32.
+            grad_weight: Output, (D,) f32.
+            m, d, group_size: As in the forward.
+            accumulate_weight: Add into ``grad_weight`` (micro-batch accumulation).
+
+        Returns:
+            Three dispatches to run in order: dx and dz, dw partial sums, dw final sum.
+
+        Raises:
+            ShapeError: ``group_size`` does not divide D, or a buffer is too small.
+        """
+        op = "rmsnorm.gated_backward"
+        groups = self._check_gated(op, m, d, group_size, 1.0)
+        for name, buf, count in (
+            ("x", x, m * d),
+            ("gate", gate, m * d),
+            ("weight", weight, d),
+            ("rstd", rstd, m * groups),
+            ("grad_y", grad_y, m * d),
+            ("grad_x", grad_x, m * d),
+            ("grad_gate", grad_gate, m * d),
+            ("grad_weight", grad_weight, d),
+        ):
+            need_f32(op, name, buf, count)
+        chunks = max(1, -(-m // self.rows_per_chunk))
+        if chunks > _MAX_CHUNKS:
+            raise ShapeError(
+                f"{op}: M={m} rows make {chunks} chunks of {self.rows_per_chunk}, over "
+                f"{_MAX_CHUNKS}; hint: raise rows_per_chunk"
+            )
+        partial = self.device.buffer(4 * chunks * d, label="rmsnorm.gated_dw_partial")
+        params = self._params("gated_bwd", m, d, 1.0, accumulate_weight, chunks, group_size)
+        dev, wg = self.device, self.workgroup_size
+
+        def record(entry: str, bindings: dict[int, Buffer], grid: tuple[int, int, int]) -> Dispatch:
+            kernel = dev.kernel(SHADER, entry, self._kernel_overrides())
+            return dev.dispatch(kernel, {**bindings, _PARAMS: params}, grid, label=entry)
+
+        return [
+            record(
+                "gated_bwd_dx_rows",
+                {
+                    _X: x,
+                    _GATE: gate,
+                    _W: weight,
+                    _RSTD: rstd,
+                    _DY: grad_y,
+                    _DX: grad_x,
+                    _DGATE: grad_gate,
+                },
+                grid_1d(m * groups, wg),
+            ),
+            record(
+                "gated_bwd_dw_partial",
+                {_X: x, _GATE: gate, _RSTD: rstd, _DY: grad_y, _PARTIAL: partial},
+                (-(-d // wg), chunks, 1),
+            ),
+            record("rmsnorm_bwd_dw_finish", {_DW: grad_weight, _PARTIAL: partial}, grid_1d(d, wg)),
+        ]

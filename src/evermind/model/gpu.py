@@ -18,6 +18,10 @@ compare one step's loss and every gradient, then 20 steps of losses). Layer l, M
     h_l+1  = h_l + (y ⊙ silu(z)) · outᵀ
     logits = rmsnorm_f(h_L) · Eᵀ                    (tied LM head)
 
+A Mamba-2 config (``block="mamba2"``) records the SSD block of
+:mod:`evermind.model.gpu_mamba2` in place of this one (its reference is
+``evermind.model.cpu_mamba2``); the embedding, final norm, head, loss and optimiser are shared.
+
 Gradients accumulate: every weight gradient is added into its buffer, which the step zeroes
 first, so gradient accumulation over micro-batches is the same graph run again.
 
@@ -59,6 +63,7 @@ from evermind.kernels.rmsnorm import RMSNorm
 from evermind.kernels.selective_scan import SelectiveScan, states_count
 from evermind.model.config import MambaConfig
 from evermind.model.gpu_layout import SlotSpec, embed_head_spec, slot_specs
+from evermind.model.gpu_mamba2 import Mamba2Acts, Mamba2Block
 from evermind.types import Batch, TrainConfig
 
 #: One embedding micro-batch: (B·L token ids, B valid lengths, B·E target floats).
@@ -142,12 +147,27 @@ class GpuMamba:
         self.scan, self.ce = SelectiveScan(dev), CrossEntropy(dev)
 
         dm, v = cfg.d_model, cfg.vocab_size
-        n_states = states_count(batch_size, seq_len, cfg.d_inner, cfg.d_state) if training else 0
+        mamba1 = cfg.block == "mamba1"
+        n_states = (
+            states_count(batch_size, seq_len, cfg.d_inner, cfg.d_state)
+            if training and mamba1
+            else 0
+        )
         self.ids = self.emb.ids_buffer(m)
         self.csr = self.emb.csr_buffer(m)
         self.targets = dev.buffer(4 * m, label="targets")
         self.h = [dev.buffer(4 * m * dm, label=f"h{i}") for i in range(cfg.n_layer + 1)]
-        self.acts = [_Acts(dev, i, m, cfg, n_states) for i in range(cfg.n_layer)]
+        self.acts: list[_Acts | Mamba2Acts] = [
+            _Acts(dev, i, m, cfg, n_states)
+            if mamba1
+            else Mamba2Acts(dev, i, cfg, batch_size, seq_len)
+            for i in range(cfg.n_layer)
+        ]
+        self.mamba2 = (
+            None
+            if mamba1
+            else Mamba2Block(dev, cfg, batch_size, seq_len, (self.mm, self.ew, self.rn, self.conv))
+        )
         self.out_tmp = dev.buffer(4 * m * dm, label="mixer_out")
         self.hf, self.rstd_f = (
             dev.buffer(4 * m * dm, label="h_final"),
@@ -195,6 +215,9 @@ class GpuMamba:
             self.emb.forward(self.ids, self._p("embeddings"), self.h[0], m, cfg.vocab_size, dm)
         ]
         for i, a in enumerate(self.acts):
+            if isinstance(a, Mamba2Acts):
+                d += self._block_fwd_mamba2(i, a)
+                continue
 
             def p(key: str, i: int = i) -> Buffer:
                 return self._p(f"{i}.{key}")
@@ -239,18 +262,41 @@ class GpuMamba:
             d.append(mm.linear(self.hf, self._p("embeddings"), self.logits, m, dm, cfg.vocab_size))
         return d
 
+    def _block_fwd_mamba2(self, i: int, a: Mamba2Acts) -> list[Dispatch]:
+        """Layer i's Mamba-2 block: h[i + 1] = h[i] + mixer(rmsnorm(h[i]))."""
+        assert self.mamba2 is not None
+        return self.mamba2.forward(
+            self.h[i], self.h[i + 1], self.out_tmp, a, lambda key: self._p(f"{i}.{key}")
+        )
+
+    def _block_bwd_mamba2(self, i: int, a: Mamba2Acts, dh: Buffer, dxn: Buffer) -> list[Dispatch]:
+        """Layer i's Mamba-2 backward: dh from dL/dh[i + 1] to dL/dh[i]; grads accumulate."""
+        assert self.mamba2 is not None
+        return self.mamba2.backward(
+            self.h[i],
+            dh,
+            dxn,
+            a,
+            lambda key: self._p(f"{i}.{key}"),
+            lambda key: self._g(f"{i}.{key}"),
+        )
+
     def _backward_scratch(self) -> dict[str, Buffer]:
         """The backward's scratch buffers, allocated once and shared by both training steps."""
         if self._scratch is not None:
             return self._scratch
         cfg, m, dev = self.config, self.m, self.device
         dm, di, r, n = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state
+        shared = (("dh", m * dm), ("dhf", m * dm), ("dxn", m * dm))
+        if self.mamba2 is not None:  # the Mamba-2 block keeps its own scratch
+            self._scratch = {
+                name: dev.buffer(4 * size, label=f"bwd.{name}") for name, size in shared
+            }
+            return self._scratch
         self._scratch = t = {
             name: dev.buffer(4 * size, label=f"bwd.{name}")
             for name, size in (
-                ("dh", m * dm),
-                ("dhf", m * dm),
-                ("dxn", m * dm),
+                *shared,
                 ("dg", m * di),
                 ("dy", m * di),
                 ("dzs", m * di),
@@ -306,6 +352,9 @@ class GpuMamba:
         )
         for i in reversed(range(cfg.n_layer)):
             a = self.acts[i]
+            if isinstance(a, Mamba2Acts):
+                d += self._block_bwd_mamba2(i, a, t["dh"], t["dxn"])
+                continue
             assert a.states is not None
 
             def p(key: str, i: int = i) -> Buffer:

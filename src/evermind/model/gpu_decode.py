@@ -42,6 +42,7 @@ from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
+from evermind.model.gpu_mamba2 import Mamba2DecodeLayers
 
 T = TypeVar("T")
 
@@ -71,6 +72,10 @@ class GpuBatchDecoder:
         config: Model hyperparameters.
         weights: The model's weight slots (``GpuMamba.slots``).
         slots: How many sequences can be decoded at once.
+
+    A Mamba-2 config keeps per layer and slot the conv registers of x, B and C and the SSD
+    state instead, and steps them with :class:`~evermind.model.gpu_mamba2.Mamba2DecodeLayers`
+    between the same gather and scatter.
 
     Raises:
         ConfigError: ``slots`` < 1.
@@ -107,6 +112,9 @@ class GpuBatchDecoder:
             "B": buf("B", s * n),
             "C": buf("C", s * n),
         }
+        self._mamba2: Mamba2DecodeLayers | None = None
+        if cfg.block == "mamba2":
+            self._init_mamba2()
         self._plans: dict[tuple[int, bool], Plan] = {}
         self._live: set[int] = set()
         self._model: GpuMamba | None = None  # the owner of the weights, from from_params
@@ -124,6 +132,41 @@ class GpuBatchDecoder:
         decoder._model = model  # keeps the weight buffers alive
         return decoder
 
+    def _init_mamba2(self) -> None:
+        """The Mamba-2 block's per-slot states and their gathered rows."""
+        dev, cfg, s = self.device, self.config, self.slots
+        launchers = (Matmul(dev), Elementwise(dev), RMSNorm(dev), RecurrentStep(dev))
+        weights = self.weights
+        self._mamba2 = layers = Mamba2DecodeLayers(
+            dev, cfg, lambda key: weights[key].param, launchers, rows=s
+        )
+        self._mamba2_sizes = sizes = layers.state_sizes()
+
+        def buf(name: str, count: int) -> Buffer:
+            return dev.buffer(4 * count, label=f"batch_decode.{name}")
+
+        self._mamba2_slots = [
+            {name: buf(f"{name}{i}", s * size) for name, size in sizes.items()}
+            for i in range(cfg.n_layer)
+        ]
+        self._mamba2_rows = {name: buf(f"{name}_rows", s * size) for name, size in sizes.items()}
+
+    def _record_mamba2_layer(self, i: int, b: int, h: Buffer) -> list[Dispatch]:
+        """Layer i of a Mamba-2 model: gather the b slots' states, step, scatter them back."""
+        assert self._mamba2 is not None
+        rs, s = RecurrentStep(self.device), self.slots
+        slots, rows = self._mamba2_slots[i], self._mamba2_rows
+        d = [
+            rs.gather_rows(slots[name], self.slot_of, rows[name], b, size, s)
+            for name, size in self._mamba2_sizes.items()
+        ]
+        d += self._mamba2.layer_dispatches(i, h, b, rows)
+        d += [
+            rs.scatter_rows(rows[name], self.slot_of, slots[name], b, size, s)
+            for name, size in self._mamba2_sizes.items()
+        ]
+        return d
+
     # -- recording -------------------------------------------------------------------------
     def _record(self, b: int, logits: bool) -> Plan:
         dev, cfg, a, s = self.device, self.config, self._acts, self.slots
@@ -136,6 +179,9 @@ class GpuBatchDecoder:
         h, xn, rstd, out = a["h"], a["xn"], a["rstd"], a["out"]
         d: list[Dispatch] = [self.emb.forward(self.ids, p("embeddings"), h, b, cfg.vocab_size, dm)]
         for i in range(cfg.n_layer):
+            if self._mamba2 is not None:
+                d += self._record_mamba2_layer(i, b, h)
+                continue
             conv, ssm = self.conv_states[i], self.ssm_states[i]
             d.append(rs.gather_rows(conv, self.slot_of, a["conv"], b, self._conv_row, s))
             d.append(rs.gather_rows(ssm, self.slot_of, a["ssm"], b, self._ssm_row, s))
@@ -256,6 +302,10 @@ class GpuBatchDecoder:
             for conv, ssm in zip(self.conv_states, self.ssm_states, strict=True):
                 self.device.write(conv, zeros_conv, 4 * self._conv_row * slot)
                 self.device.write(ssm, zeros_ssm, 4 * self._ssm_row * slot)
+            if self._mamba2 is not None:
+                for layer in self._mamba2_slots:
+                    for name, size in self._mamba2_sizes.items():
+                        self.device.write(layer[name], bytes(4 * size), 4 * size * slot)
             self._live.add(slot)
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # stable: longest first
         out = np.empty((len(ids), self.vocab_size), np.float32)

@@ -7,6 +7,8 @@ parallel forward (no LM head) on a padded batch and mean-pools the final normed 
 state over each text's valid prefix, L2-normalised, with ``shaders/pool.wgsl`` (then the
 package's embedding head, if any, see :mod:`evermind.package.head`). Both share
 the weight buffers of a :class:`~evermind.model.gpu.GpuMamba` (e.g. the one training).
+Both run either block type: the embedder replays ``GpuMamba``'s forward, the decoder a
+Mamba-2 config's recurrent step from :mod:`evermind.model.gpu_mamba2`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
+from evermind.model.gpu_mamba2 import Mamba2DecodeLayers
 from evermind.model.sampling import sample
 from evermind.package.head import EmbedderHead, apply_head
 
@@ -37,6 +40,9 @@ class GpuDecoder:
         device: The device holding ``weights``.
         config: Model hyperparameters.
         weights: The model's weight slots (``GpuMamba.slots``).
+
+    A Mamba-2 config replays :class:`~evermind.model.gpu_mamba2.Mamba2DecodeLayers`' step
+    (conv registers of x, B and C, and one (P, N) state per head) instead.
     """
 
     def __init__(self, device: Device, config: MambaConfig, weights: dict[str, Slot]) -> None:
@@ -45,6 +51,9 @@ class GpuDecoder:
         dm, di, r, n, k = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.d_conv
         ew, mm, rn, step = Elementwise(dev), Matmul(dev), RMSNorm(dev), RecurrentStep(dev)
         emb = Embedding(dev)
+        if cfg.block == "mamba2":
+            self._init_mamba2(emb, (mm, ew, rn, step))
+            return
 
         def buf(name: str, count: int) -> Buffer:
             return dev.buffer(4 * count, label=f"decode.{name}")
@@ -95,6 +104,35 @@ class GpuDecoder:
         self.reset_plan = dev.plan("decode reset").add(
             [ew.fill(s, di * k) for s in self.conv_states]
             + [ew.fill(s, di * n) for s in self.ssm_states]
+        )
+
+    def _init_mamba2(
+        self, emb: Embedding, launchers: tuple[Matmul, Elementwise, RMSNorm, RecurrentStep]
+    ) -> None:
+        """The step and reset plans of a Mamba-2 model (``Mamba2DecodeLayers``' blocks)."""
+        dev, cfg = self.device, self.config
+        dm = cfg.d_model
+        self.ids = emb.ids_buffer(1, label="decode.id")
+        self.logits = dev.buffer(4 * cfg.vocab_size, label="decode.logits")
+        h = dev.buffer(4 * dm, label="decode.h")
+        layers = Mamba2DecodeLayers(dev, cfg, lambda key: self.weights[key].param, launchers)
+        sizes = layers.state_sizes()
+        #: Per layer the conv registers of x, B and C and the SSD state (see Mamba2DecodeLayers).
+        self.mamba2_states = [
+            {name: dev.buffer(4 * size, label=f"decode.{name}{i}") for name, size in sizes.items()}
+            for i in range(cfg.n_layer)
+        ]
+        mm, ew, rn, _ = launchers
+        embeddings = self.weights["embeddings"].param
+        d = [emb.forward(self.ids, embeddings, h, 1, cfg.vocab_size, dm)]
+        for i, state in enumerate(self.mamba2_states):
+            d += layers.layer_dispatches(i, h, 1, state)
+        norm_f = self.weights["norm_f"].param
+        d.append(rn.forward(h, norm_f, layers.xn, layers.rstd, 1, dm, cfg.rms_eps))
+        d.append(mm.linear(layers.xn, embeddings, self.logits, 1, dm, cfg.vocab_size))
+        self.step_plan = dev.plan("decode step").add(d)
+        self.reset_plan = dev.plan("decode reset").add(
+            ew.fill(buf, sizes[name]) for state in self.mamba2_states for name, buf in state.items()
         )
 
     def reset(self) -> None:

@@ -4,8 +4,14 @@ Most tensors map to one buffer. Two are split by rows, because the kernels want 
 outputs contiguous: ``in_proj.weight`` (2·d_inner, d_model) becomes ``in_x`` and ``in_z``
 (the x and gate halves), and ``x_proj.weight`` (dt_rank + 2·d_state, d_inner) becomes
 ``xp_dt``, ``xp_B`` and ``xp_C``. Row blocks of a row-major matrix are contiguous, so a
-slot is just (HF name, float offset, float count). Mamba-1 only: a Mamba-2 config is refused
-here, the one layout every GPU model builds on, until the SSD kernels land.
+slot is just (HF name, float offset, float count).
+
+A Mamba-2 block (``block="mamba2"``) splits the same way, so that every kernel reads and
+writes dense buffers: ``in_proj.weight`` (I + conv_dim + H, d_model) becomes ``in_z``,
+``in_x``, ``in_B``, ``in_C`` and ``in_dt`` (z | x B C | dt, conv_dim = I + 2·G·N), and the
+depthwise ``conv1d.weight`` (conv_dim, 1, K) and ``conv1d.bias`` (conv_dim,) become one
+weight and one bias slot for each of the x, B and C channel blocks (the conv is per channel,
+so three convolutions over the blocks are the one over xBC).
 """
 
 from __future__ import annotations
@@ -32,14 +38,12 @@ def slot_specs(config: MambaConfig) -> list[SlotSpec]:
     """Every GPU tensor of the model, in a fixed order.
 
     Raises:
-        ConfigError: The config is a Mamba-2 one (no WebGPU kernels for it yet).
+        ConfigError: The config's block type has no GPU layout.
     """
-    if config.block != "mamba1":
-        raise ConfigError(
-            f"slot_specs: the WebGPU kernels run Mamba-1 blocks only, got block="
-            f"{config.block!r}; hint: train and run a Mamba-2 model on the CPU (CpuBackend, "
-            "CpuMamba2) until its SSD kernels land"
-        )
+    if config.block not in ("mamba1", "mamba2"):
+        raise ConfigError(f"slot_specs: expected block 'mamba1' or 'mamba2', got {config.block!r}")
+    if config.block == "mamba2":
+        return _mamba2_slot_specs(config)
     shapes = config.param_shapes()
     di, dm, r, n = config.d_inner, config.d_model, config.dt_rank, config.d_state
     specs: list[SlotSpec] = []
@@ -65,6 +69,46 @@ def slot_specs(config: MambaConfig) -> list[SlotSpec]:
         whole(f"{i}.dt_b", mix + "dt_proj.bias")
         whole(f"{i}.A_log", mix + "A_log")
         whole(f"{i}.D", mix + "D")
+        whole(f"{i}.out", mix + "out_proj.weight")
+    whole("norm_f", "backbone.norm_f.weight")
+    return specs
+
+
+def _mamba2_slot_specs(config: MambaConfig) -> list[SlotSpec]:
+    """:func:`slot_specs` of a Mamba-2 config (see the module docstring)."""
+    shapes = config.param_shapes()
+    di, dm, heads, k = config.d_inner, config.d_model, config.n_heads, config.d_conv
+    gn = config.n_groups * config.d_state
+    specs: list[SlotSpec] = []
+
+    def whole(key: str, hf: str) -> None:
+        specs.append(SlotSpec(key, hf, 0, math.prod(shapes[hf]), not config.no_decay(hf)))
+
+    def rows(hf: str, parts: tuple[tuple[str, int], ...], width: int) -> None:
+        """Consecutive row blocks of ``hf``: (key, rows) each, ``width`` floats a row."""
+        decay, offset = not config.no_decay(hf), 0
+        for key, count in parts:
+            specs.append(SlotSpec(key, hf, offset, count * width, decay))
+            offset += count * width
+
+    whole("embeddings", "backbone.embeddings.weight")
+    for i in range(config.n_layer):
+        pre = f"backbone.layers.{i}."
+        mix = pre + "mixer."
+        whole(f"{i}.norm", pre + "norm.weight")
+        parts = (("x", di), ("B", gn), ("C", gn))  # the conv's channel blocks x | B | C
+        in_rows = (
+            (f"{i}.in_z", di),
+            *((f"{i}.in_{p}", n) for p, n in parts),
+            (f"{i}.in_dt", heads),
+        )
+        rows(mix + "in_proj.weight", in_rows, dm)
+        rows(mix + "conv1d.weight", tuple((f"{i}.conv_w{p}", n) for p, n in parts), k)
+        rows(mix + "conv1d.bias", tuple((f"{i}.conv_b{p}", n) for p, n in parts), 1)
+        whole(f"{i}.dt_bias", mix + "dt_bias")
+        whole(f"{i}.A_log", mix + "A_log")
+        whole(f"{i}.D", mix + "D")
+        whole(f"{i}.gate_norm", mix + "norm.weight")
         whole(f"{i}.out", mix + "out_proj.weight")
     whole("norm_f", "backbone.norm_f.weight")
     return specs

@@ -208,8 +208,11 @@ async def train_start(
     seed: int = 0,
     first_checkpoint_s: float = FIRST_CHECKPOINT_S,
     checkpoint_s: float = CHECKPOINT_S,
+    block: str = "mamba1",
 ) -> dict[str, Any]:
     """Trains a new model from scratch (``train-progress`` events); resolves when it ends.
+
+    ``block`` is the block type, ``mamba1`` (the selective scan) or ``mamba2`` (the SSD block).
 
     Checkpoints every ``checkpoint_every`` steps, and by time: after the first
     ``first_checkpoint_s`` seconds, then every ``checkpoint_s`` (whichever comes first). The
@@ -227,7 +230,7 @@ async def train_start(
     )
     s = session()
     s.checkpoint_seconds = (float(first_checkpoint_s), float(checkpoint_s))
-    return await s.start(preset, config, train)
+    return await s.start(preset, config, train, block=str(block))
 
 
 @handler

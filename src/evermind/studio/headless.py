@@ -89,6 +89,7 @@ def train_in_browser(
     corpus_name: str = "corpus",
     corpus_bytes: int = DEFAULT_CORPUS_BYTES,
     on_event: OnEvent | None = None,
+    block: str = "mamba1",
 ) -> BrowserRun:
     """Runs the whole job in the Studio page of ``bundle`` in headless Chromium.
 
@@ -107,6 +108,7 @@ def train_in_browser(
         corpus_name: The source name the corpus is added under.
         corpus_bytes: Cap of the default corpus in bytes.
         on_event: Receives the job's events (notes, tokenizer and training progress).
+        block: The block type, ``mamba1`` or ``mamba2``.
 
     Raises:
         ConfigError: The Studio did not start in the browser.
@@ -160,6 +162,7 @@ def train_in_browser(
                 batch_size=batch_size,
                 seq_len=seq_len,
                 seed=seed,
+                block=block,
             )
             seconds = time.perf_counter() - start
             exported = call_studio(page, "export_package", name=name, version=version)

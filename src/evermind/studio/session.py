@@ -251,15 +251,20 @@ class Session:
 
     # -- training ----------------------------------------------------------------------------
     async def start(
-        self, preset: str, custom: dict[str, Any] | None, train: TrainConfig
+        self,
+        preset: str,
+        custom: dict[str, Any] | None,
+        train: TrainConfig,
+        block: str = "mamba1",
     ) -> dict[str, Any]:
-        """Builds a fresh model and trains it from step 0."""
+        """Builds a fresh model of ``block`` type and trains it from step 0."""
         if self.state in ("training", "embedding"):
             raise ConfigError("training is already running; pause or stop it first")
         if self.tokenizer is None or self.train_ids is None or self.held_ids is None:
             raise ConfigError("train a tokenizer in the Tokenizer panel first")
         self.job = JobConfig(
             preset=preset,
+            block=block,
             vocab_size=self.tokenizer.vocab_size,
             seed=train.seed,
             train=train,
@@ -524,13 +529,14 @@ class Session:
         self.held_out_fraction = float(meta["held_out_fraction"])
         self.tokenize()
         train = TrainConfig(**meta["train"])
+        self.config = MambaConfig.from_hf_config(meta["model"])
         self.job = JobConfig(
             preset=meta["preset"],
+            block=self.config.block,
             vocab_size=self.tokenizer.vocab_size,
             seed=train.seed,
             train=train,
         )
-        self.config = MambaConfig.from_hf_config(meta["model"])
         await self._build(init_params(self.config, train.seed))
         assert self.trainer is not None
         await self.trainer.restore(blob)
@@ -568,6 +574,7 @@ class Session:
         return {
             "preset": self.job.preset if not self._custom else "custom",
             "config": self._custom,
+            "block": self.config.block,
             "steps": t.steps,
             "lr": t.lr,
             "batch_size": t.batch_size,
@@ -1179,6 +1186,7 @@ class Session:
             name=name,
             version=version,
             preset=self.job.preset,
+            block=self.job.block,
             vocab_size=self.job.vocab_size,
             seed=self.job.seed,
             dtype=dtype,

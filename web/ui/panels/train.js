@@ -1,6 +1,7 @@
-// Train panel: preset or custom size, steps/LR/batch/sequence, Start/Pause/Resume/Stop, a
-// live loss chart (train and held-out), and the numbers a person watches: step, tokens/s,
-// ETA, parameter count, GPU adapter. Offers "Resume from step N" when a checkpoint is saved.
+// Train panel: preset or custom size, block type, steps/LR/batch/sequence,
+// Start/Pause/Resume/Stop, a live loss chart (train and held-out), and the numbers a person
+// watches: step, tokens/s, ETA, parameter count, GPU adapter. Offers "Resume from step N"
+// when a checkpoint is saved.
 // The embedder phase (run when training finishes, or by the "Embedder" button) shows which
 // embedder it fitted — distilled from the runtime's teacher, or centred without one — and why.
 import { h, field, formatCount, formatDuration, formatNumber } from "../dom.js";
@@ -17,6 +18,12 @@ const PRESETS = {
   small: "small — 256 wide, 6 layers",
   base: "base — 512 wide, 8 layers",
   custom: "custom…",
+};
+
+/** Block types (evermind.model.config.BLOCKS). */
+const BLOCKS = {
+  mamba1: "Mamba-1 — selective scan",
+  mamba2: "Mamba-2 — SSD, heads of 64",
 };
 
 /** Loss (nats/token) in words: perplexity and bits, against a uniform guess over the
@@ -51,6 +58,8 @@ export function trainPanel(app) {
   // Settings.
   const preset = field("Model size", h("select", { name: "preset", id: "train-preset" }, ...Object.entries(PRESETS).map(([v, t]) => h("option", { value: v, text: t }))));
   preset.input.value = PRESETS[app.options.preset] ? app.options.preset : "nano";
+  // The block type: Mamba-1 (the selective scan) or Mamba-2 (the SSD block, heads of 64).
+  const block = field("Block", h("select", { name: "block", id: "train-block" }, ...Object.entries(BLOCKS).map(([v, t]) => h("option", { value: v, text: t }))));
   const custom = {
     d_model: field("d_model", numberInput("d_model", 128, { min: 8, step: 8 })),
     n_layer: field("n_layer", numberInput("n_layer", 4, { min: 1, max: 48 })),
@@ -96,6 +105,7 @@ export function trainPanel(app) {
     if (!settings || settings === shownSettings) return;
     shownSettings = settings;
     preset.input.value = settings.config ? "custom" : (PRESETS[settings.preset] ? settings.preset : preset.input.value);
+    if (BLOCKS[settings.block]) block.input.value = settings.block;
     customBox.hidden = preset.input.value !== "custom";
     for (const [k, f] of Object.entries(custom)) if (settings.config?.[k] != null) f.input.value = settings.config[k];
     const set = { steps, lr, batch_size: batch, seq_len: seq };
@@ -117,6 +127,7 @@ export function trainPanel(app) {
     o.warmup_steps = Math.min(30, Math.max(0, Math.floor(o.steps / 10)));
     if (preset.input.value === "custom") o.config = Object.fromEntries(Object.entries(custom).map(([k, f]) => [k, Number(f.input.value)]));
     else o.preset = preset.input.value;
+    o.block = block.input.value;
     return o;
   }
 
@@ -235,6 +246,7 @@ export function trainPanel(app) {
         { class: "sub-card settings", "aria-label": "Settings" },
         h("h3", { text: "Settings" }),
         preset.field,
+        block.field,
         customBox,
         h("div", { class: "grid-2 tight" }, steps.field, lr.field, batch.field, seq.field),
         etaBefore,

@@ -1,4 +1,5 @@
-"""Benchmark of the scan family: selective scan forward/backward and the recurrent step.
+"""Benchmark of the scan family: selective scan forward/backward, the Mamba-2 SSD scan
+(chunked forward, backward, decoding step) and the recurrent step.
 
 Browser-safe (standard library and ``evermind`` only): the CLI runs it natively and the Studio
 in the tab. Not a test: it measures, it does not check numbers (the tests do). Each row is the
@@ -22,10 +23,14 @@ from typing import Any
 from evermind.gpu import Buffer, Device
 from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.selective_scan import SelectiveScan, states_count
+from evermind.kernels.ssd import SSD, chunk_states_count
 from evermind.studio.bench.timing import median_ms
 
 #: (B, L, D, N): the issue's benchmark shape and the nano model's training shape.
 SCAN_SHAPES = ((4, 256, 256, 16), (4, 128, 256, 16))
+#: (B, L, H, P, G, N, chunk) of the SSD scan: the Mamba-2 nano model's training shape (its
+#: default 256-step chunk, so one chunk) and the same with 32-step chunks.
+SSD_SHAPES = ((4, 128, 4, 64, 1, 16, 256), (4, 128, 4, 64, 1, 16, 32))
 #: (B, D, N, d_conv) of the generation step.
 STEP_SHAPE = (1, 256, 16, 4)
 
@@ -90,6 +95,52 @@ async def _bench_scan(
         )
     device.destroy(x, delta, dy, a_log, b_in, c_in, d_skip, y, states)
     device.destroy(dx, ddelta, da_log, db, dc, dd)
+    return out
+
+
+async def _bench_ssd(
+    device: Device, shape: tuple[int, int, int, int, int, int, int], repeats: int
+) -> list[dict[str, Any]]:
+    batch, length, heads, head_dim, groups, n, chunk = shape
+    rng = random.Random(2)
+    lanes, steps, rows = batch * length * heads * head_dim, batch * length * heads, batch * length
+    up = device.upload
+    x, dy = (up(_uniform(rng, lanes, -1, 1)) for _ in range(2))
+    dt_raw = up(_uniform(rng, steps, -4, 1))
+    a_log = up(array("f", (math.log(rng.uniform(1.0, 16.0)) for _ in range(heads))))
+    b_in, c_in = (up(_uniform(rng, rows * groups * n, -1, 1)) for _ in range(2))
+    d_skip, dt_bias = (up(_uniform(rng, heads, -1, 0.5)) for _ in range(2))
+    y, dt = device.buffer(4 * lanes), device.buffer(4 * steps)
+    sizes = (batch, length, heads, head_dim, groups, n)
+    chunk_states = device.buffer(4 * chunk_states_count(*sizes[:4], n, chunk))
+    grads = [
+        device.buffer(4 * count)
+        for count in (lanes, steps, heads, rows * groups * n, rows * groups * n, heads, heads)
+    ]
+    scan = SSD(device)
+    inputs = (x, dt_raw, a_log, b_in, c_in, d_skip, dt_bias)
+    fwd = scan.forward(*inputs, y, dt, chunk_states, sizes, chunk)
+    dx, ddt, da_log, db, dc, dd, ddt_bias = grads
+    bwd = scan.backward(
+        dy, *inputs, dt, chunk_states, dx, ddt, da_log, db, dc, dd, ddt_bias, sizes, chunk
+    )
+    state = device.buffer(4 * batch * heads * head_dim * n)
+    decode = scan.decode_step(
+        state, x, dt_raw, a_log, b_in, c_in, d_skip, dt_bias, y, (batch, heads, head_dim, groups, n)
+    )
+    label = f"B{batch} L{length} H{heads} P{head_dim} G{groups} N{n} Q{chunk}"
+    decode_label = f"B{batch} H{heads} P{head_dim} N{n}"
+    out = []
+    for kernel, dispatches, shape_label in (
+        ("ssd fwd (chunked, 4 passes)", fwd, label),
+        ("ssd bwd (8 passes)", bwd, label),
+        ("ssd fwd+bwd", fwd + bwd, label),
+        ("ssd decode_step", decode, decode_label),
+    ):
+        ms = await median_ms(device, dispatches, repeats)
+        out.append({"kernel": kernel, "shape": shape_label, "ms": ms})
+    device.destroy(x, dy, dt_raw, a_log, b_in, c_in, d_skip, dt_bias, y, dt, chunk_states, state)
+    device.destroy(*grads)
     return out
 
 
@@ -159,6 +210,8 @@ async def bench(device: Device, quick: bool = False) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for shape in shapes:
         rows.extend(await _bench_scan(device, shape, repeats))
+    for ssd_shape in SSD_SHAPES[:1] if quick else SSD_SHAPES:
+        rows.extend(await _bench_ssd(device, ssd_shape, repeats))
     rows.extend(await _bench_step(device, repeats * 3))
     for row in rows:
         row["ms"] = round(row["ms"], 3)
