@@ -421,7 +421,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--transports: unknown {unknown}; choose from {', '.join(TRANSPORTS)}")
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    # This module's progress lines only (the browser run logs every call's arguments: the
+    # whole token stream).
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
+    log.setLevel(logging.INFO)
     bundle = None
     if "browser" in transports:
         from evermind.studio.bundle import ensure_bundle
