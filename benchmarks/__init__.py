@@ -13,7 +13,9 @@ training step's breakdown, the GPU model's speeds, the timing helpers) stays in 
   (natively, and in the Studio tab);
 - :mod:`benchmarks.model_cpu`: the numpy CPU model's step and generation (``--train``: the
   scan alone and the training step, fast scan against the reference);
-- :mod:`benchmarks.tokenizer`: BPE training and encoding against HF ``tokenizers``.
+- :mod:`benchmarks.tokenizer`: BPE training and encoding against HF ``tokenizers``;
+- :mod:`benchmarks.blocks`: ``evermind bench blocks``, block types at equal parameter count
+  (held-out loss and training tokens/s on the CPU, wgpu-py and the browser).
 
 Each script runs as ``python -m benchmarks.<name> --help`` from the checkout's root.
 :func:`main` is the one entry point of ``evermind bench``: the CLI (``evermind.cli.bench``)

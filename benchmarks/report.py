@@ -327,11 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
         "embedding latency, beside numpy and PyTorch). Runs native wgpu-py and headless "
         "Chromium in one run and prints them side by side. `serve`: the runtime on loopback. "
         "`gateway`: the caching gateway replayed against a loopback upstream. `vectorstore`: "
-        "the embedded store and Postgres + pgvector at scale (`bench vectorstore --help`).",
+        "the embedded store and Postgres + pgvector at scale (`bench vectorstore --help`). "
+        "`blocks`: block types at equal parameter count, held-out loss and tokens/s per "
+        "transport (`bench blocks --help`).",
     )
     parser.add_argument(
         "what",
-        choices=["kernels", "train", "serve", "gateway", "vectorstore"],
+        choices=["kernels", "train", "serve", "gateway", "vectorstore", "blocks"],
         help="kernels and train: native and browser in one run; serve: the runtime on "
         "loopback; gateway: the caching gateway's replay (hit rate, savings, overhead)",
     )
@@ -364,6 +366,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         from benchmarks import vectorstore_scale
 
         return vectorstore_scale.main(words[1:])
+    if words[:1] == ["blocks"]:
+        # Its own options (--steps, --transports, ...): every word after it goes on.
+        from benchmarks import blocks
+
+        return blocks.main(words[1:])
     args = build_parser().parse_args(argv)
     if args.what == "serve":
         # The runtime's load test: requests/s and latency on loopback, vs PyTorch.

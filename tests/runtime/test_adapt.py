@@ -4,7 +4,7 @@ Adapting on a new domain lowers its held-out loss while the original corpus's lo
 at most the stated bound (:data:`DEFAULT_MAX_FORGETTING`, with rehearsal); a worse adaptation
 (a diverging learning rate, a demanded gain it cannot reach, forgetting past the bound)
 rolls back — no adapter, no package — and through the CLI leaves every file's bytes as they
-were.
+were. The same holds for a Mamba-2 package (adapters on its ``in_proj`` and ``out_proj``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from evermind.cli import main as cli_main
 from evermind.errors import ConfigError, InputError, PackageError
+from evermind.job import convert_package
 from evermind.package import read_package
 from evermind.train.adapt import DEFAULT_MAX_FORGETTING, AdaptConfig, adapt, split_text
 from evermind.train.lora_file import merge_package, read_adapter
@@ -73,8 +74,50 @@ def test_worse_adaptations_roll_back(base: bytes) -> None:
         assert result.adapter is None and result.package is None and result.version is None
     with pytest.raises(InputError, match="need at least 2"):
         adapt(base, [NEW[0], "  "], QUICK, corpus=TEXT)
-    with pytest.raises(ConfigError, match="LoRA adapts Mamba-1"):
-        adapt(tiny_package(name="adapt-ssd", steps=1, block="mamba2"), NEW, QUICK, corpus=TEXT)
+    int8 = convert_package(read_package(base), "int8")
+    with pytest.raises(ConfigError, match="stored as int8"):
+        adapt(int8, NEW, QUICK, corpus=TEXT)
+
+
+@pytest.fixture(scope="module")
+def base_mamba2() -> bytes:
+    return tiny_package(name="adapt-ssd", steps=30, block="mamba2")
+
+
+def test_adapting_a_mamba2_model_lowers_the_new_domain_loss_within_the_bound(
+    base_mamba2: bytes,
+) -> None:
+    result = adapt(base_mamba2, NEW, QUICK, corpus=TEXT)
+    print(json.dumps({k: v for k, v in result.to_dict().items() if k != "train"}, indent=1))
+    assert result.accepted, result.reason
+    assert result.held_out_after is not None and result.original_after is not None
+    assert result.original_before is not None
+    assert result.held_out_after < result.held_out_before - QUICK.min_improvement
+    assert result.original_after - result.original_before <= DEFAULT_MAX_FORGETTING
+    assert result.adapter is not None and result.package is not None
+    assert result.adapter.targets == ("in_proj", "out_proj")
+    merged = read_package(result.package)
+    assert merged.config["model_type"] == "mamba2" and merged.version == "0.1.1"
+    again = read_package(merge_package(read_package(base_mamba2), result.adapter, version="0.1.1"))
+    assert all(merged.tensors[k].data == again.tensors[k].data for k in merged.tensors)
+
+
+def test_worse_mamba2_adaptations_roll_back_and_mamba1_targets_are_refused(
+    base_mamba2: bytes,
+) -> None:
+    strict = AdaptConfig(steps=5, seq_len=32, min_improvement=100.0)
+    result = adapt(base_mamba2, NEW, strict, corpus=TEXT)
+    assert not result.accepted and "does not beat" in result.reason, result.reason
+    assert result.adapter is None and result.package is None
+    forgetful = adapt(
+        base_mamba2,
+        NEW,
+        AdaptConfig(steps=20, seq_len=32, lr=3e-2, rehearsal=0.0, max_forgetting=0.0),
+        corpus=TEXT,
+    )
+    assert not forgetful.accepted and "forgetting" in forgetful.reason, forgetful.reason
+    with pytest.raises(ConfigError, match=r"mamba2 block has no \['x_proj'\] projection"):
+        adapt(base_mamba2, NEW, AdaptConfig(targets=("in_proj", "x_proj")), corpus=TEXT)
 
 
 def test_cli_writes_only_when_accepted_and_keeps_the_previous_model(
@@ -119,6 +162,36 @@ def test_cli_writes_only_when_accepted_and_keeps_the_previous_model(
     assert not (tmp_path / "x").exists()
     with pytest.raises(PackageError, match="refused on"):
         merge_package(adapted, loaded)
+
+
+def test_cli_adapts_a_mamba2_package(
+    base_mamba2: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "ssd.evermind"
+    model.write_bytes(base_mamba2)
+    domain = tmp_path / "rivers.md"
+    domain.write_text("\n\n".join(NEW), encoding="utf-8")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT, encoding="utf-8")
+    common = [str(model), str(domain), "--corpus", str(corpus), "--seq-len", "32"]
+    out, adapter = tmp_path / "new.evermind", tmp_path / "new.lora.safetensors"
+    code = cli_main(["adapt", *common, "--out", str(out), "--steps", "30", "--lr", "1e-2",
+                     "--adapter-out", str(adapter)])  # fmt: skip
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and line["accepted"], line["reason"]
+    assert read_package(out.read_bytes()).config["model_type"] == "mamba2"
+    assert read_adapter(adapter.read_bytes()).targets == ("in_proj", "out_proj")
+    assert model.read_bytes() == base_mamba2
+    again = tmp_path / "again.evermind"
+    assert cli_main(["merge-adapter", str(model), str(adapter), "--out", str(again)]) == 0
+    capsys.readouterr()
+    merged, remerged = read_package(out.read_bytes()), read_package(again.read_bytes())
+    assert all(merged.tensors[k].data == remerged.tensors[k].data for k in merged.tensors)
+    # dt_proj is a Mamba-1 projection: refused up front, nothing written.
+    refused = tmp_path / "dt.evermind"
+    assert cli_main(["adapt", *common, "--out", str(refused), "--dt-proj"]) == 2
+    assert "a mamba2 block has no ['x_proj', 'dt_proj'] projection" in capsys.readouterr().err
+    assert not refused.exists()
 
 
 def test_cli_refuses_bad_arguments(base: bytes, tmp_path: Path, capsys) -> None:

@@ -154,4 +154,4 @@ def test_train_report_rows_and_ratios_to_pytorch() -> None:
 def test_the_studio_worker_registers_the_bench_calls() -> None:
     from evermind.studio import api
 
-    assert {"bench_kernels", "bench_train"} <= set(api.HANDLERS)
+    assert {"bench_kernels", "bench_train", "bench_blocks"} <= set(api.HANDLERS)

@@ -23,7 +23,15 @@ from evermind.package import read_package
 from evermind.package.safetensors_io import decode_safetensors
 from evermind.train.adapt import AdaptConfig
 from evermind.train.loop import Trainer
-from evermind.train.lora import LoraAdapter, LoraBackend, LoraConfig, init_adapter
+from evermind.train.lora import (
+    DEFAULT_TARGETS,
+    MAMBA2_TARGETS,
+    LoraAdapter,
+    LoraBackend,
+    LoraConfig,
+    block_targets,
+    init_adapter,
+)
 from evermind.train.lora_file import ADAPTER_FORMAT, adapter_bytes, merge_package, read_adapter
 from evermind.types import TrainConfig
 from tests.factories import TEXT, run_sync, tiny_package
@@ -33,6 +41,11 @@ from tests.unit.test_model_cpu import numeric_grad, random_params, rel_error
 GRAD_RTOL = 1e-6
 # Odd sizes: d_inner 14, dt_rank 1, x_proj (1 + 2*3, 14).
 TINY = MambaConfig(d_model=7, n_layer=2, vocab_size=13, d_state=3)
+# Mamba-2, odd sizes: 3 heads of 3 in 1 group, chunks of 3 (in_proj (9 + 15 + 3, 9)).
+TINY2 = MambaConfig(
+    block="mamba2", d_model=9, n_layer=2, vocab_size=13, d_state=3, expand=1, head_dim=3,
+    n_groups=1, chunk_size=3,
+)  # fmt: skip
 TRAIN = TrainConfig(steps=4, batch_size=2, seq_len=16, lr=1e-2, warmup_steps=1, eval_every=0)
 
 
@@ -44,14 +57,23 @@ def _random_b(adapter: LoraAdapter, seed: int) -> LoraAdapter:
 
 
 @pytest.mark.parametrize(
-    ("targets", "rank"), [(("in_proj", "x_proj", "out_proj"), 3), (("dt_proj",), 1)]
+    ("config", "targets", "rank"),
+    [
+        (TINY, ("in_proj", "x_proj", "out_proj"), 3),
+        (TINY, ("dt_proj",), 1),
+        (TINY2, ("in_proj", "out_proj"), 2),
+    ],
+    ids=["mamba1", "mamba1-dt_proj", "mamba2"],
 )
-def test_adapter_gradients_match_finite_differences(targets: tuple[str, ...], rank: int) -> None:
-    adapter = _random_b(init_adapter(TINY, LoraConfig(rank, 5.0, targets, seed=2), "sha256:x"), 4)
-    backend = LoraBackend(TINY, random_params(TINY, 7), adapter, TRAIN, dtype=np.float64)
+def test_adapter_gradients_match_finite_differences(
+    config: MambaConfig, targets: tuple[str, ...], rank: int
+) -> None:
+    lora = LoraConfig(rank, 5.0, targets, seed=2)
+    adapter = _random_b(init_adapter(config, lora, "sha256:x"), 4)
+    backend = LoraBackend(config, random_params(config, 7), adapter, TRAIN, dtype=np.float64)
     rng = np.random.default_rng(3)
-    ids = rng.integers(0, TINY.vocab_size, (2, 5))
-    targets_ids = rng.integers(0, TINY.vocab_size, (2, 5))
+    ids = rng.integers(0, config.vocab_size, (2, 5))
+    targets_ids = rng.integers(0, config.vocab_size, (2, 5))
     _, dA, dB = backend.loss_and_grads(ids, targets_ids)
     errors = {}
     for part, tensors, grads in (("A", backend.A, dA), ("B", backend.B, dB)):
@@ -94,13 +116,15 @@ def test_training_moves_only_the_adapter() -> None:
 def _trained_on(package: bytes, seed: int = 0) -> tuple[LoraBackend, LoraAdapter]:
     pkg = read_package(package)
     model = Model(pkg)
-    adapter = _random_b(init_adapter(model.config, LoraConfig(rank=4), pkg.digest, pkg.ref), seed)
+    lora = LoraConfig(rank=4, targets=block_targets(model.config))
+    adapter = _random_b(init_adapter(model.config, lora, pkg.digest, pkg.ref), seed)
     backend = LoraBackend(model.config, model.cpu.params, adapter, TRAIN)
     return backend, backend.adapter()
 
 
-def test_merged_package_equals_the_adapter_forward_and_keeps_the_tensor_names() -> None:
-    base_bytes = tiny_package(name="lora-base", steps=5)
+@pytest.mark.parametrize("block", ["mamba1", "mamba2"])
+def test_merged_package_equals_the_adapter_forward_and_keeps_the_tensor_names(block: str) -> None:
+    base_bytes = tiny_package(name="lora-base", steps=5, block=block)
     backend, adapter = _trained_on(base_bytes)
     merged = read_package(merge_package(read_package(base_bytes), adapter, version="0.1.1"))
     base = read_package(base_bytes)
@@ -115,16 +139,21 @@ def test_merged_package_equals_the_adapter_forward_and_keeps_the_tensor_names() 
     assert np.abs(mine - Model(base).cpu.forward(ids)).max() > 1e-3  # the adapter did something
 
 
-def test_merged_package_loads_in_transformers_with_the_same_logits(tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("block", "architecture"), [("mamba1", "MambaForCausalLM"), ("mamba2", "Mamba2ForCausalLM")]
+)
+def test_merged_package_loads_in_transformers_with_the_same_logits(
+    tmp_path, block: str, architecture: str
+) -> None:
     torch = pytest.importorskip("torch", reason="torch is the interop reference (test extra)")
     transformers = pytest.importorskip("transformers", reason="the interop reference")
-    base_bytes = tiny_package(name="lora-base", steps=5)
+    base_bytes = tiny_package(name="lora-base", steps=5, block=block)
     _, adapter = _trained_on(base_bytes, seed=1)
     path = tmp_path / "merged.evermind"
     path.write_bytes(merge_package(read_package(base_bytes), adapter))
     with zipfile.ZipFile(path) as archive:
         archive.extractall(tmp_path / "unzipped")
-    hf = transformers.MambaForCausalLM.from_pretrained(tmp_path / "unzipped").eval()
+    hf = getattr(transformers, architecture).from_pretrained(tmp_path / "unzipped").eval()
     ours = Model(read_package(path.read_bytes()))
     ids = np.array([ours.tokenizer.encode(TEXT[:100])])
     with torch.no_grad():
@@ -190,3 +219,18 @@ def test_rank_above_a_projection_and_bad_targets_are_refused() -> None:
         LoraConfig(targets=("in_proj", "in_proj"))
     with pytest.raises(ConfigError, match="alpha"):
         LoraConfig(alpha=0.0)
+
+
+def test_mamba2_adapter_file_round_trips_and_mamba1_only_targets_are_refused() -> None:
+    base_bytes = tiny_package(name="lora-base", steps=5, block="mamba2")
+    _, adapter = _trained_on(base_bytes)
+    assert adapter.targets == ("in_proj", "out_proj")
+    back = read_adapter(adapter_bytes(adapter))
+    assert back.targets == adapter.targets and set(back.A) == set(adapter.A)
+    one = read_package(merge_package(read_package(base_bytes), back))
+    two = read_package(merge_package(read_package(base_bytes), adapter))
+    assert all(one.tensors[k].data == two.tensors[k].data for k in one.tensors)
+    for targets in (("x_proj",), ("in_proj", "dt_proj")):
+        with pytest.raises(ConfigError, match="mamba2 block has no"):
+            init_adapter(TINY2, LoraConfig(rank=1, targets=targets), "sha256:x")
+    assert block_targets(TINY2) == MAMBA2_TARGETS and block_targets(TINY) == DEFAULT_TARGETS

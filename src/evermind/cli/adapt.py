@@ -41,7 +41,9 @@ def register(sub: Any) -> None:
     adapt.add_argument("--adapter-out", help="also write the adapter alone (.lora.safetensors)")
     adapt.add_argument("--rank", type=int, default=8)
     adapt.add_argument("--alpha", type=float, default=16.0)
-    adapt.add_argument("--dt-proj", action="store_true", help="adapt dt_proj too")
+    adapt.add_argument(
+        "--dt-proj", action="store_true", help="adapt dt_proj too (Mamba-1 models only)"
+    )
     adapt.add_argument("--steps", type=int, default=60)
     adapt.add_argument("--batch-size", type=int, default=4)
     adapt.add_argument("--seq-len", type=int, default=64)
@@ -111,7 +113,7 @@ def cmd_adapt(args: Any) -> int:
     config = AdaptConfig(
         rank=args.rank,
         alpha=args.alpha,
-        targets=(*DEFAULT_TARGETS, "dt_proj") if args.dt_proj else DEFAULT_TARGETS,
+        targets=(*DEFAULT_TARGETS, "dt_proj") if args.dt_proj else None,
         steps=args.steps,
         batch_size=args.batch_size,
         seq_len=args.seq_len,
@@ -126,7 +128,7 @@ def cmd_adapt(args: Any) -> int:
     before = model.read_bytes()
     print(
         f"adapt: {len(texts)} text(s) from {len(args.texts)} file(s); rank {config.rank} on "
-        f"{', '.join(config.targets)}; original: {described}",
+        f"{', '.join(config.targets or ['the block projections'])}; original: {described}",
         file=sys.stderr,
     )
     bar = ProgressBar("adapt", max(1, args.steps))

@@ -1,4 +1,5 @@
-"""The Studio worker's benchmark calls: the kernel suite and the model's speeds in the tab.
+"""The Studio worker's benchmark calls: the kernel suite, the model's speeds and the block
+comparison's training runs in the tab.
 
 Browser-safe. ``evermind bench kernels|train`` boots the bundle in headless Chromium and
 calls these through ``window.evermind.call``, so the same :mod:`evermind.studio.bench` code
@@ -39,3 +40,22 @@ async def bench_train(quick: bool = False) -> dict[str, Any]:
     """
     emit("bench-progress", message="Timing the model…")
     return await suite.run_model_suite(bool(quick), await gpu.open_device())
+
+
+@handler
+async def bench_blocks(
+    config: dict[str, Any],
+    train_ids: list[int],
+    held_ids: list[int],
+    train: dict[str, Any],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Trains one model config on the tab's WebGPU and scores it (``benchmarks/blocks.py``).
+
+    Returns:
+        What :func:`evermind.studio.bench.suite.gpu_block_bench` returns.
+    """
+    emit("bench-progress", message=f"Training a {config.get('block', 'mamba1')} model…")
+    return await suite.gpu_block_bench(
+        await gpu.open_device(), dict(config), list(train_ids), list(held_ids), dict(train), seed
+    )

@@ -8,7 +8,8 @@ This module owns :func:`adapt`, the recipe ``evermind adapt`` and the MCP tool
    and the original corpus's tail (:func:`~evermind.train.acceptance.rehearsal_slices`), and
    measures both losses on the served package;
 2. trains a fresh adapter (:mod:`evermind.train.lora`: ``A``, ``B`` on ``in_proj``, ``x_proj``,
-   ``out_proj`` of every block) with the :class:`~evermind.train.loop.Trainer` on a stream of
+   ``out_proj`` of every Mamba-1 block, ``in_proj``, ``out_proj`` of every Mamba-2 one) with
+   the :class:`~evermind.train.loop.Trainer` on a stream of
    the training texts and about ``rehearsal`` times as many tokens of the original corpus;
 3. merges it into a candidate package and measures the same two losses on that package, read
    back as it would be served;
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from evermind.errors import ConfigError, InputError, PackageError, TrainingDiverged
+from evermind.model.config import MambaConfig
 from evermind.model.inference import Model
 from evermind.package import read_package
 from evermind.train.acceptance import (
@@ -51,6 +53,7 @@ from evermind.train.lora import (
     LoraAdapter,
     LoraBackend,
     LoraConfig,
+    block_targets,
     init_adapter,
 )
 from evermind.train.lora_file import adapter_bytes, merge_package
@@ -83,7 +86,8 @@ class AdaptConfig:
     Attributes:
         rank: The adapter's rank r.
         alpha: The adapter's scale numerator (the update is ``alpha / rank · B·A``).
-        targets: The projections adapted in every block.
+        targets: The projections adapted in every block (None: the block's default,
+            :func:`~evermind.train.lora.block_targets`).
         steps: Optimizer steps (0: measure only; never accepted then).
         batch_size: Windows per step.
         seq_len: Tokens per window.
@@ -101,7 +105,7 @@ class AdaptConfig:
 
     rank: int = 8
     alpha: float = 16.0
-    targets: tuple[str, ...] = DEFAULT_TARGETS
+    targets: tuple[str, ...] | None = None
     steps: int = 60
     batch_size: int = 4
     seq_len: int = 64
@@ -133,9 +137,16 @@ class AdaptConfig:
                 f"AdaptConfig.max_forgetting must be >= 0 or None, got {self.max_forgetting}"
             )
 
-    def lora(self) -> LoraConfig:
-        """The adapter's shape."""
-        return LoraConfig(rank=self.rank, alpha=self.alpha, targets=self.targets, seed=self.seed)
+    def lora(self, model: MambaConfig | None = None) -> LoraConfig:
+        """The adapter's shape for a model of ``model`` (None: a Mamba-1 one).
+
+        Raises:
+            ConfigError: A target is not a projection of that model's block.
+        """
+        targets = self.targets if model is None else block_targets(model, self.targets)
+        return LoraConfig(
+            rank=self.rank, alpha=self.alpha, targets=targets or DEFAULT_TARGETS, seed=self.seed
+        )
 
 
 @dataclass
@@ -234,7 +245,8 @@ def adapt(
 
     Raises:
         InputError: Fewer than two non-empty texts.
-        ConfigError: The package is a Mamba-2 or an int8 one (not adapted).
+        ConfigError: The package is an int8 one (not adapted), or a target is not a
+            projection of its block (``x_proj`` / ``dt_proj`` on a Mamba-2 model).
         PackageError: ``package`` is not a valid package.
     """
     started = time.perf_counter()
@@ -247,12 +259,14 @@ def adapt(
         )
     base = read_package(package)
     block, dtype = base.config.get("model_type", "mamba"), base.manifest["model"]["dtype"]
-    if block != "mamba" or dtype not in ("float32", "float16"):
+    if block not in ("mamba", "mamba2") or dtype not in ("float32", "float16"):
         raise ConfigError(
             f"adapt: {base.ref} is a {block} package stored as {dtype}; LoRA adapts Mamba-1 "
-            "packages stored as float32 or float16; hint: adapt the float model, then quantize"
+            "and Mamba-2 packages stored as float32 or float16; hint: adapt the float model, "
+            "then quantize"
         )
     served = Model(base)
+    lora = cfg.lora(served.config)  # refuses a target the block lacks before any work
     tokenizer, mconfig = served.tokenizer, served.config
     eos = tokenizer.eos_id if tokenizer.eos_id is not None else mconfig.eos_token_id
     held_at, train_at = split_held_out(len(kept), cfg.held_out, cfg.seed)
@@ -281,7 +295,7 @@ def adapt(
         return result
     stream = array("i", new_ids)
     stream.extend(rehearse)
-    trained = _train(base.digest, base.ref, served, stream, cfg, on_progress, result)
+    trained = _train(base.digest, base.ref, served, stream, cfg, lora, on_progress, result)
     if trained is None:
         result.seconds = time.perf_counter() - started
         return result
@@ -321,6 +335,7 @@ def _train(
     served: Model,
     stream: array[int],
     cfg: AdaptConfig,
+    lora: LoraConfig,
     on_progress: Callable[[Progress], None] | None,
     result: AdaptResult,
 ) -> LoraAdapter | None:
@@ -339,7 +354,7 @@ def _train(
         seed=cfg.seed,
     )
     params = {name: np.asarray(value) for name, value in served.cpu.params.items()}
-    fresh = init_adapter(served.config, cfg.lora(), digest, ref)
+    fresh = init_adapter(served.config, lora, digest, ref)
     backend = LoraBackend(served.config, params, fresh, train_cfg)
     trainer = Trainer(backend, stream, array("i"), train_cfg, on_progress=on_progress)
     try:

@@ -7,10 +7,13 @@ projection ``W`` (out, in) of every block gets two small matrices, ``A`` (r, in)
     W' = W + s · B · A        s = alpha / r          (Hu et al. 2021, eq. 3)
 
 ``A`` starts small and random (PEFT's ``kaiming_uniform(a=√5)``: uniform in ±1/√in), ``B``
-starts at zero, so an untrained adapter is the base model exactly. Targets: ``in_proj``,
-``x_proj``, ``out_proj`` (default) and ``dt_proj`` (optional) of every layer.
+starts at zero, so an untrained adapter is the base model exactly. Targets of every layer,
+by block (:func:`block_targets`): Mamba-1's ``in_proj``, ``x_proj``, ``out_proj`` (default)
+and ``dt_proj`` (optional); Mamba-2's ``in_proj`` (D -> z | xBC | dt) and ``out_proj``
+(I -> D), its only two matrices (the rest are per-head vectors and the depthwise conv).
 
-Gradients come from :meth:`CpuMamba.loss_and_grads`, the model's one full backward: it gives
+Gradients come from the model's one full backward (:meth:`CpuMamba.loss_and_grads`, or
+:class:`~evermind.model.cpu_mamba2.CpuMamba2`'s for a Mamba-2 config): it gives
 ``dW`` for the effective weight ``W'``, and since ``W'`` is linear in ``B`` and in ``A``::
 
     dB = s · dW · Aᵀ          (out, r)
@@ -39,6 +42,7 @@ import numpy.typing as npt
 from evermind.errors import ConfigError
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
+from evermind.model.cpu_mamba2 import CpuMamba2
 from evermind.ops.adamw import adamw_step
 from evermind.ops.cross_entropy import cross_entropy_fwd
 from evermind.ops.grad_norm import clip_scale, global_norm
@@ -46,10 +50,12 @@ from evermind.types import Batch, TrainConfig
 
 __all__ = [
     "DEFAULT_TARGETS",
+    "MAMBA2_TARGETS",
     "TARGETS",
     "LoraAdapter",
     "LoraBackend",
     "LoraConfig",
+    "block_targets",
     "init_adapter",
     "lora_grads",
     "merged_params",
@@ -57,8 +63,45 @@ __all__ = [
 
 #: Every projection an adapter may target, by its short name in ``mixer.<name>.weight``.
 TARGETS = ("in_proj", "x_proj", "dt_proj", "out_proj")
-#: The default targets: the block's three big projections.
+#: The default targets of a Mamba-1 block: its three big projections.
 DEFAULT_TARGETS = ("in_proj", "x_proj", "out_proj")
+#: The targets of a Mamba-2 block (the default there): its only two projections.
+MAMBA2_TARGETS = ("in_proj", "out_proj")
+_BLOCK_TARGETS = {"mamba1": TARGETS, "mamba2": MAMBA2_TARGETS}
+_BLOCK_DEFAULTS = {"mamba1": DEFAULT_TARGETS, "mamba2": MAMBA2_TARGETS}
+
+
+def block_targets(config: MambaConfig, targets: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The projections an adapter covers in every block of ``config``.
+
+    Args:
+        config: The model's hyperparameters (``config.block`` picks the block).
+        targets: The requested short names; None: the block's default
+            (:data:`DEFAULT_TARGETS` for Mamba-1, :data:`MAMBA2_TARGETS` for Mamba-2).
+
+    Returns:
+        ``targets``, or the block's default.
+
+    Raises:
+        ConfigError: The block has no projection of a requested name (``x_proj`` or
+            ``dt_proj`` on a Mamba-2 model), or the block is unknown.
+    """
+    if config.block not in _BLOCK_TARGETS:
+        raise ConfigError(
+            f"LoRA: no adapter targets for block {config.block!r}; expected one of "
+            f"{sorted(_BLOCK_TARGETS)}"
+        )
+    if targets is None:
+        return _BLOCK_DEFAULTS[config.block]
+    allowed = _BLOCK_TARGETS[config.block]
+    missing = [t for t in targets if t not in allowed]
+    if missing:
+        raise ConfigError(
+            f"LoRA: a {config.block} block has no {missing} projection; expected targets from "
+            f"{list(allowed)}; hint: the {config.block} default is "
+            f"{list(_BLOCK_DEFAULTS[config.block])}"
+        )
+    return targets
 
 
 @dataclass(frozen=True)
@@ -153,8 +196,10 @@ def init_adapter(
     """A fresh adapter for a model of ``config``: ``A`` uniform in ±1/√in, ``B`` zero.
 
     Raises:
-        ConfigError: The rank exceeds the smaller side of a targeted projection.
+        ConfigError: A target is not a projection of this block (:func:`block_targets`), or
+            the rank exceeds the smaller side of a targeted projection.
     """
+    block_targets(config, lora.targets)
     shapes = config.param_shapes()
     rng = np.random.default_rng(lora.seed)
     A: dict[str, np.ndarray] = {}
@@ -201,7 +246,8 @@ def merged_params(params: Mapping[str, np.ndarray], adapter: LoraAdapter) -> dic
 
 
 class LoraBackend:
-    """Trains an adapter on :class:`CpuMamba` with AdamW on ``A`` and ``B`` only.
+    """Trains an adapter on :class:`CpuMamba` (:class:`CpuMamba2` for a Mamba-2 config) with
+    AdamW on ``A`` and ``B`` only.
 
     The model's targeted weights are kept equal to ``W + s·B·A`` (recomputed after every
     step); every other weight, and the frozen copy of each target's ``W``, is never written.
@@ -212,6 +258,9 @@ class LoraBackend:
         adapter: The starting adapter (copied; read the trained one with :meth:`adapter`).
         train: Optimisation settings (betas, eps, weight decay, clipping).
         dtype: np.float32 (training) or np.float64 (gradient checks).
+
+    Raises:
+        ConfigError: The adapter targets a projection this block does not have.
     """
 
     def __init__(
@@ -225,7 +274,9 @@ class LoraBackend:
         self.config = config
         self.train = train
         self._meta = adapter
-        self.model = CpuMamba(config, params, dtype)
+        block_targets(config, adapter.targets)
+        model = CpuMamba2 if config.block == "mamba2" else CpuMamba
+        self.model: CpuMamba = model(config, params, dtype)
         dt = self.model.dtype
         self.base = {name: self.model.params[name].copy() for name in adapter.A}
         self.A = {name: adapter.A[name].astype(dt) for name in adapter.A}

@@ -10,6 +10,9 @@ checks numbers: the tests do.
   by kernel family (the shader they run) and by phase, each group timed as one submit.
 - :func:`gpu_model_bench`: training, forward, generation tokens/s and the latency to embed
   one 64-token text with :class:`~evermind.model.gpu.GpuMamba` and its decoder/embedder.
+- :func:`train_and_measure` / :func:`gpu_block_bench`: one config trained on a given token
+  stream and scored on a given held-out slice (``benchmarks/blocks.py`` compares block types
+  with them; any :class:`~evermind.train.loop.Backend`, so the numpy CPU model too).
 
 Every time is the median wall time of ``submit + sync`` (or of the whole call) after one
 warm-up, so it includes one readback round trip; :func:`step_breakdown` reports that
@@ -37,7 +40,7 @@ from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
 from evermind.model.sampling import sample
 from evermind.studio.bench.timing import adapter_name, median_call_ms, median_ms
-from evermind.train.loop import Batch, TrainConfig
+from evermind.train.loop import Backend, Batch, Progress, TrainConfig, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +257,77 @@ async def gpu_model_bench(device: Device, quick: bool = False) -> list[dict[str,
 
 def _metric(metric: str, value: float, unit: str, detail: str) -> dict[str, Any]:
     return {"metric": metric, "value": round(value, 3), "unit": unit, "detail": detail}
+
+
+# -- one config, trained and scored (the block comparison) ----------------------------------
+async def train_and_measure(
+    backend: Backend, train_ids: array[int], held_ids: array[int], train: TrainConfig
+) -> dict[str, Any]:
+    """Trains ``backend`` for ``train.steps`` steps, then scores the held-out slice.
+
+    The batches are :class:`~evermind.train.loop.Trainer`'s (seeded by ``train.seed``), so two
+    backends given the same stream and settings see the same tokens in the same order; the
+    held-out loss is :meth:`Trainer.evaluate` (the first ``train.eval_batches`` windows of
+    ``held_ids``). ``tokens_per_s`` leaves out the first step (pipeline compilation and
+    first-use costs) when there is more than one.
+
+    Returns:
+        ``{"steps", "tokens", "held_out_loss", "final_loss", "tokens_per_s", "seconds"}``.
+    """
+    events: list[Progress] = []  # [first step, last step]
+
+    def on_progress(event: Progress) -> None:
+        events[min(len(events), 1) :] = [event]
+
+    trainer = Trainer(backend, train_ids, held_ids, train, on_progress=on_progress)
+    result = await trainer.run()
+    held = await trainer.evaluate()
+    seconds = events[-1].elapsed_s if events else 0.0
+    rate = trainer.tokens_per_second
+    if len(events) == 2 and seconds > events[0].elapsed_s:
+        rate = (events[1].tokens - events[0].tokens) / (seconds - events[0].elapsed_s)
+    return {
+        "steps": result.steps,
+        "tokens": result.tokens,
+        "held_out_loss": None if held is None else round(held, 4),
+        "final_loss": round(result.final_loss, 4),
+        "tokens_per_s": round(rate, 1),
+        "seconds": round(seconds, 2),
+    }
+
+
+async def gpu_block_bench(
+    device: Device,
+    config: dict[str, Any],
+    train_ids: list[int],
+    held_ids: list[int],
+    train: dict[str, Any],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """One model config trained on :class:`GpuMamba` and scored (:func:`train_and_measure`).
+
+    Args:
+        device: The GPU device.
+        config: :class:`MambaConfig` keyword arguments (plain data, so the tab can take it).
+        train_ids: The training token stream.
+        held_ids: The held-out token stream.
+        train: :class:`TrainConfig` keyword arguments.
+        seed: Seeds the initial weights (:func:`init_params`).
+
+    Returns:
+        ``{"supported": True, "transport", "adapter", **train_and_measure}``, or
+        ``{"supported": False, "transport", "adapter", "error"}`` when the GPU model refuses
+        the config (a block without WebGPU kernels raises :class:`ConfigError`).
+    """
+    cfg, settings = MambaConfig(**config), TrainConfig(**train)
+    where = {"transport": device.transport, "adapter": adapter_name(device)}
+    try:
+        model = GpuMamba(device, cfg, settings.batch_size, settings.seq_len, settings)
+    except ConfigError as err:
+        return {"supported": False, **where, "error": str(err)}
+    model.load_params(init_params(cfg, seed))
+    measured = await train_and_measure(model, array("i", train_ids), array("i", held_ids), settings)
+    return {"supported": True, **where, **measured}
 
 
 # -- the suites the CLI and the Studio call --------------------------------------------------
