@@ -32,13 +32,20 @@ def slot_specs(config: MambaConfig) -> list[SlotSpec]:
     """Every GPU tensor of the model, in a fixed order.
 
     Raises:
-        ConfigError: The config is a Mamba-2 one (no WebGPU kernels for it yet).
+        ConfigError: The config is a Mamba-2 one or has the cortex (no WebGPU kernels for
+            them yet).
     """
     if config.block != "mamba1":
         raise ConfigError(
             f"slot_specs: the WebGPU kernels run Mamba-1 blocks only, got block="
             f"{config.block!r}; hint: train and run a Mamba-2 model on the CPU (CpuBackend, "
             "CpuMamba2) until its SSD kernels land"
+        )
+    if config.moe_experts:
+        raise ConfigError(
+            f"slot_specs: the WebGPU kernels have no cortex yet, got moe_experts="
+            f"{config.moe_experts}; hint: train and run a model with the cortex on the CPU "
+            "(CpuBackend, CpuMamba)"
         )
     shapes = config.param_shapes()
     di, dm, r, n = config.d_inner, config.d_model, config.dt_rank, config.d_state
