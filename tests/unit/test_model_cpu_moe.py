@@ -12,11 +12,13 @@ from array import array
 import numpy as np
 import pytest
 
+from evermind.cli.progress import routing_text
 from evermind.errors import ConfigError
 from evermind.model import MambaConfig, init_params
 from evermind.model.cpu import CpuMamba
 from evermind.train.cpu_backend import CpuBackend
-from evermind.types import TrainConfig
+from evermind.train.loop import Trainer
+from evermind.types import Progress, TrainConfig
 from tests.unit.test_model_cpu import numeric_grad, random_params, rel_error
 
 GRAD_RTOL = 1e-6
@@ -125,6 +127,26 @@ def test_cpu_backend_trains_the_cortex_and_reports_routing() -> None:
     for layer in routing["layers"].values():
         assert len(layer["fractions"]) == 4 and sum(layer["fractions"]) == pytest.approx(2.0)
     json.dumps(routing)  # JSON-able for the progress stream
+
+
+def test_trainer_progress_carries_the_routing_and_the_cli_prints_it() -> None:
+    config = MambaConfig(d_model=8, n_layer=2, vocab_size=13, moe_experts=3, moe_top_k=1)
+    train = TrainConfig(steps=2, batch_size=2, seq_len=8, warmup_steps=0, eval_every=0)
+    tokens = array("i", np.random.default_rng(0).integers(0, 13, 200).tolist())
+    seen: list[Progress] = []
+    backend = CpuBackend(config, init_params(config, 0), train)
+    asyncio.run(Trainer(backend, tokens, tokens[:40], train, on_progress=seen.append).run())
+    assert [p.step for p in seen] == [1, 2]
+    routing = seen[-1].routing
+    assert routing is not None and set(routing["layers"]) == {"0", "1"}
+    text = routing_text(routing)
+    print(text)
+    assert text.startswith(f" aux {routing['aux_loss']:.3f} L0 ") and text.count("%") == 2
+    plain = CpuBackend(MambaConfig(d_model=8, n_layer=2, vocab_size=13), init_params(
+        MambaConfig(d_model=8, n_layer=2, vocab_size=13), 0), train)  # fmt: skip
+    seen.clear()
+    asyncio.run(Trainer(plain, tokens, tokens[:40], train, on_progress=seen.append).run())
+    assert seen[-1].routing is None and routing_text(None) == ""
 
 
 def test_without_the_cortex_the_model_is_the_plain_mamba_one() -> None:
