@@ -181,3 +181,38 @@ def test_cortex_config_roundtrips_and_says_no_transformers_class() -> None:
 def test_bad_cortex_configs_are_refused_naming_the_field(overrides: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         MambaConfig(d_model=8, n_layer=2, vocab_size=11, moe_experts=4, **overrides)
+
+
+def test_cli_trains_a_cortex_package_on_the_cpu_and_refuses_gpu_and_bad_values(
+    tmp_path, capsys
+) -> None:
+    import evermind
+    from evermind.cli import main
+    from tests.factories import TEXT
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT, encoding="utf-8")
+    out = tmp_path / "cortex.evermind"
+    common = ["train", "--moe-experts", "3", "--corpus", str(corpus), "--vocab-size", "300"]
+    assert main(common) == 2  # default --device gpu: refused before any work
+    assert "the cortex has no WebGPU kernels yet" in capsys.readouterr().err
+    assert main([*common, "--device", "cpu", "--moe-top-k", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "moe_top_k" in err and "got 4" in err
+    size = ["--steps", "3", "--batch-size", "2", "--seq-len", "16", "--out", str(out)]
+    assert main([*common, "--device", "cpu", "--moe-top-k", "1", *size]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["steps"] == 3
+    assert " aux " in captured.err and " L1 " in captured.err  # the routing on the progress line
+    model = evermind.load(out)
+    assert model.config.moe_experts == 3 and model.config.moe_top_k == 1
+
+
+def test_the_gpu_layout_and_the_pure_python_decoder_refuse_the_cortex() -> None:
+    from evermind.model.gpu_layout import slot_specs
+    from evermind.model.py_decode import PyDecoder
+
+    with pytest.raises(ConfigError, match="no cortex yet"):
+        slot_specs(TINY)
+    with pytest.raises(ConfigError, match="moe_experts=3"):
+        PyDecoder(TINY, {})
