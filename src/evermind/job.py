@@ -28,6 +28,7 @@ from typing import Any
 import evermind
 from evermind.errors import ConfigError
 from evermind.model.config import BLOCKS, PRESETS, MambaConfig
+from evermind.model.config_moe import check_moe
 from evermind.model.init import init_params
 from evermind.package import Tensor, write_package
 from evermind.package.affect import AffectHead
@@ -64,6 +65,13 @@ class JobConfig:
         dtype: Stored weight precision in the package (``float32``, ``float16`` or
             ``int8``: the projections int8 per row, see docs/format.md).
         train: Optimisation settings.
+        moe_experts: The cortex's routed experts (0, the default: no cortex); see
+            :class:`~evermind.model.config.MambaConfig` for it and the fields below.
+        moe_top_k: Routed experts per token.
+        moe_intermediate: Width of each routed expert (0: d_model).
+        moe_shared_intermediate: Width of the shared expert (0: 2 * d_model).
+        moe_every: Layer i carries the cortex when (i + 1) % moe_every == 0.
+        router_aux_loss_coef: Weight of the load-balancing loss.
     """
 
     name: str = "evermind-default"
@@ -75,6 +83,21 @@ class JobConfig:
     seed: int = 0
     dtype: str = "float32"
     train: TrainConfig = field(default_factory=TrainConfig)
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_intermediate: int = 0
+    moe_shared_intermediate: int = 0
+    moe_every: int = 1
+    router_aux_loss_coef: float = 0.01
+
+    def cortex(self) -> dict[str, Any]:
+        """The cortex fields, as :class:`MambaConfig` keywords."""
+        return {
+            "moe_experts": self.moe_experts, "moe_top_k": self.moe_top_k,
+            "moe_intermediate": self.moe_intermediate,
+            "moe_shared_intermediate": self.moe_shared_intermediate,
+            "moe_every": self.moe_every, "router_aux_loss_coef": self.router_aux_loss_coef,
+        }  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -85,6 +108,20 @@ class JobConfig:
                 "(hint: mamba1 is the selective scan, mamba2 the SSD block)"
             )
         check_dtype(self.dtype)
+        # The cortex's fields, checked now (types, ranges, k <= experts, the block) rather than
+        # after the tokenizer has trained; moe_every against n_layer is the model's check.
+        shape = PRESETS[self.preset]
+        check_moe(d_model=shape["d_model"], n_layer=1 << 30, block=self.block, **_as_check(self))
+
+
+def _as_check(job: JobConfig) -> dict[str, Any]:
+    """:func:`check_moe`'s keywords of a job's cortex fields."""
+    c = job.cortex()
+    return {
+        "experts": c["moe_experts"], "top_k": c["moe_top_k"], "intermediate": c["moe_intermediate"],
+        "shared_intermediate": c["moe_shared_intermediate"], "every": c["moe_every"],
+        "aux_coef": c["router_aux_loss_coef"],
+    }  # fmt: skip
 
 
 def check_dtype(dtype: str) -> None:
@@ -252,8 +289,12 @@ def model_config(
                 f"custom model config: unknown keys {sorted(unknown)}; "
                 f"allowed {sorted(CUSTOM_MODEL_KEYS)}"
             )
-        return MambaConfig(vocab_size=tokenizer.vocab_size, block=job.block, **custom, **ids)
-    return MambaConfig.preset(job.preset, tokenizer.vocab_size, block=job.block, **ids)
+        return MambaConfig(
+            vocab_size=tokenizer.vocab_size, block=job.block, **custom, **ids, **job.cortex()
+        )
+    return MambaConfig.preset(
+        job.preset, tokenizer.vocab_size, block=job.block, **ids, **job.cortex()
+    )
 
 
 # -- package ---------------------------------------------------------------------------------

@@ -65,6 +65,10 @@ class Progress:
     tokens_per_second: float
     elapsed_s: float
     eval_loss: float | None = None
+    #: The cortex's routing at this step (:meth:`CpuMamba.loss_and_grads`' ``last_routing``:
+    #: per layer the fraction of tokens routed to each expert and the load-balancing loss);
+    #: None without the cortex or on a backend that does not report it.
+    routing: dict[str, Any] | None = None
 
 
 @dataclass

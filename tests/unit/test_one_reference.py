@@ -63,6 +63,10 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
         ("ssd_fwd", "ssd_bwd", "ssd_step", "ssd_decode_step", "ssd_scan_sequential", "segment_sum"),
         True,
     ),
+    "moe": (
+        ("moe_route", "moe_fwd", "moe_bwd", "load_balance_loss", "load_balance_bwd"),
+        True,
+    ),
 }
 
 #: Ops whose numpy reference has landed before its kernel: op -> (functions, has backward).
@@ -84,7 +88,8 @@ OP_NAME = re.compile(
     r"_ref$|selective_scan|scan_step|ssm_step|conv_step|rmsnorm|softplus|silu|sigmoid"
     r"|(^|_)adamw?(_|$)|mean_l2|cross_entropy|softmax|xent|conv1d|^_?pool_(fwd|bwd)$"
     r"|clip_grad|global_norm|clip_scale|^_?embedding_(fwd|bwd)$|cosine_scores|^_?topk$"
-    r"|^_?matmul(_fwd|_bwd)?$|^_?linear_(fwd|bwd)$|^_?ssd_|segment_sum",
+    r"|^_?matmul(_fwd|_bwd)?$|^_?linear_(fwd|bwd)$|^_?ssd_|segment_sum"
+    r"|^_?moe_(route|fwd|bwd)$|load_balance",
     re.IGNORECASE,
 )
 SAMPLER_NAME = re.compile(r"^_?sample(_logits|_token)?$")

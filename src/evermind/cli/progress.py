@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 from evermind.job import JobEvent, ModelReady, Note, TokenizerProgress
 from evermind.types import Progress
+
+
+def routing_text(routing: dict[str, Any] | None) -> str:
+    """`` aux 2.013 L0 31/22/25/22%`` for the cortex's routing (empty without it): the
+    load-balancing loss, then per layer each expert's share of the routed (token, slot)
+    assignments."""
+    if not routing:
+        return ""
+    layers = []
+    for index, layer in routing["layers"].items():
+        total = sum(layer["fractions"]) or 1.0
+        shares = "/".join(f"{100 * f / total:.0f}" for f in layer["fractions"])
+        layers.append(f"L{index} {shares}%")
+    return f" aux {routing['aux_loss']:.3f} " + " ".join(layers)
 
 
 class ProgressBar:
@@ -65,7 +80,8 @@ class JobPrinter:
             ev = f" eval {event.eval_loss:.3f}" if event.eval_loss is not None else ""
             bar.update(
                 event.step,
-                f"loss {event.loss:.3f}{ev} {event.tokens_per_second:,.0f} tok/s",
+                f"loss {event.loss:.3f}{ev}{routing_text(event.routing)} "
+                f"{event.tokens_per_second:,.0f} tok/s",
                 force=event.eval_loss is not None,
             )
         elif isinstance(event, ModelReady):

@@ -56,6 +56,26 @@ def register(sub: Any) -> None:
         help="block type: mamba1 (selective scan) or mamba2 (SSD)",
     )
     train.add_argument("--vocab-size", type=int, default=2048)
+    train.add_argument(
+        "--moe-experts",
+        type=int,
+        default=0,
+        help="the cortex: routed experts of a shared-expert MoE FFN after each mixer (0: none; "
+        "--device cpu only for now)",
+    )
+    train.add_argument("--moe-top-k", type=int, default=2, help="routed experts per token")
+    train.add_argument(
+        "--moe-intermediate", type=int, default=0, help="routed expert width (0: d_model)"
+    )
+    train.add_argument(
+        "--moe-shared-intermediate", type=int, default=0, help="shared expert width (0: 2 d_model)"
+    )
+    train.add_argument(
+        "--moe-every", type=int, default=1, help="the cortex in every n-th layer (1: all)"
+    )
+    train.add_argument(
+        "--router-aux-loss-coef", type=float, default=0.01, help="load-balancing loss weight"
+    )
     train.add_argument("--steps", type=int, default=300)
     train.add_argument("--batch-size", type=int, default=4)
     train.add_argument("--seq-len", type=int, default=128)
@@ -231,6 +251,12 @@ def _job_config(args: argparse.Namespace) -> JobConfig:
         seed=args.seed,
         dtype=getattr(args, "dtype", "float32"),
         train=train_cfg,
+        moe_experts=args.moe_experts,
+        moe_top_k=args.moe_top_k,
+        moe_intermediate=args.moe_intermediate,
+        moe_shared_intermediate=args.moe_shared_intermediate,
+        moe_every=args.moe_every,
+        router_aux_loss_coef=args.router_aux_loss_coef,
     )
 
 
@@ -343,6 +369,13 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.moe_experts and (args.headless or args.device != "cpu"):
+        from evermind.errors import ConfigError
+
+        raise ConfigError(
+            f"--moe-experts {args.moe_experts}: the cortex has no WebGPU kernels yet; "
+            "hint: add --device cpu (numpy) to train a model with the cortex"
+        )
     summary = train_headless(args) if args.headless else asyncio.run(train_native(args))
     if args.push:
         from evermind.runtime.push import push_package

@@ -38,6 +38,10 @@ conv_dim = d_inner + 2 G d_state)::
     backbone.layers.{i}.mixer.in_proj.weight   (d_inner + conv_dim + H, d_model)
     backbone.layers.{i}.mixer.norm.weight      (d_inner,)   the gated RMSNorm's gain
     backbone.layers.{i}.mixer.out_proj.weight  (d_model, d_inner)
+
+With ``moe_experts > 0`` (the cortex, :mod:`evermind.model.config_moe`) the layers that carry
+it add ``moe_norm.weight`` and the ``moe.*`` tensors after their mixer's; the ``config.json``
+is then Evermind's own ``evermind_mamba_moe`` type, which no ``transformers`` class loads.
 """
 
 from __future__ import annotations
@@ -52,6 +56,14 @@ from evermind.model.config_mamba2 import (
     mamba2_from_hf,
     mamba2_param_shapes,
     mamba2_to_hf,
+)
+from evermind.model.config_moe import (
+    MOE_MODEL_TYPE,
+    check_moe,
+    moe_from_hf,
+    moe_layer_shapes,
+    moe_layers,
+    moe_to_hf,
 )
 
 __all__ = ["BLOCKS", "PRESETS", "MambaConfig"]
@@ -138,6 +150,16 @@ class MambaConfig:
         n_groups: Mamba-2 only: groups of heads sharing B and C, G (HF ``n_groups``); divides
             the number of heads.
         chunk_size: Mamba-2 only: steps per chunk of the SSD scan (HF ``chunk_size``).
+        moe_experts: The cortex's routed experts, E (HF ``num_experts``); 0 (default): no
+            cortex, and the model is exactly the plain Mamba one.
+        moe_top_k: Routed experts per token, k (HF ``num_experts_per_tok``).
+        moe_intermediate: Width of each routed expert's SwiGLU, F (HF
+            ``moe_intermediate_size``); 0 given means d_model.
+        moe_shared_intermediate: Width of the shared expert's SwiGLU, S (HF
+            ``shared_expert_intermediate_size``); 0 given means 2 * d_model.
+        moe_every: Layer i carries the cortex when (i + 1) % moe_every == 0 (HF
+            ``decoder_sparse_step``); 1: every layer.
+        router_aux_loss_coef: Weight of the load-balancing loss added to the LM loss.
     """
 
     d_model: int
@@ -159,6 +181,12 @@ class MambaConfig:
     head_dim: int
     n_groups: int
     chunk_size: int
+    moe_experts: int
+    moe_top_k: int
+    moe_intermediate: int
+    moe_shared_intermediate: int
+    moe_every: int
+    router_aux_loss_coef: float
 
     # Written by hand (not generated) so that dt_rank may be given as "auto" while the
     # attribute is always an int for every reader.
@@ -183,6 +211,12 @@ class MambaConfig:
         head_dim: int = 64,
         n_groups: int = 1,
         chunk_size: int = 256,
+        moe_experts: int = 0,
+        moe_top_k: int = 2,
+        moe_intermediate: int = 0,
+        moe_shared_intermediate: int = 0,
+        moe_every: int = 1,
+        router_aux_loss_coef: float = 0.01,
     ) -> None:
         """Validate and store the hyperparameters.
 
@@ -232,6 +266,15 @@ class MambaConfig:
             values[name] = checked
         d_inner = d_model * _check_int("expand", expand)
         values.update(_check_block(block, d_inner, head_dim, n_groups, chunk_size))
+        values.update(
+            check_moe(
+                d_model=d_model, n_layer=_check_int("n_layer", n_layer), block=block,
+                experts=moe_experts,
+                top_k=moe_top_k, intermediate=moe_intermediate,
+                shared_intermediate=moe_shared_intermediate, every=moe_every,
+                aux_coef=router_aux_loss_coef,
+            )
+        )  # fmt: skip
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
@@ -272,6 +315,11 @@ class MambaConfig:
         """Mamba-2's conv channels: x, B and C together, d_inner + 2 * n_groups * d_state."""
         return self.d_inner + 2 * self.n_groups * self.d_state
 
+    @property
+    def moe_layers(self) -> list[int]:
+        """The layers that carry the cortex, in order (empty when ``moe_experts == 0``)."""
+        return moe_layers(self.n_layer, self.moe_experts, self.moe_every)
+
     # ---- Hugging Face transformers interop -------------------------------------------------
 
     _HF_FIXED: ClassVar[dict[str, object]] = {
@@ -294,6 +342,17 @@ class MambaConfig:
         """
         if self.block == "mamba2":
             return mamba2_to_hf(self)
+        if self.moe_experts:
+            return moe_to_hf(self._mamba1_hf(), self._moe_fields())
+        return self._mamba1_hf()
+
+    def _moe_fields(self) -> dict[str, Any]:
+        """The cortex fields under their constructor names."""
+        names = ("moe_experts", "moe_top_k", "moe_intermediate", "moe_shared_intermediate")
+        return {name: getattr(self, name) for name in (*names, "moe_every", "router_aux_loss_coef")}
+
+    def _mamba1_hf(self) -> dict[str, Any]:
+        """``to_hf_config()`` of the Mamba-1 part (the whole of it without the cortex)."""
         return {
             **self._HF_FIXED,
             "architectures": ["MambaForCausalLM"],  # a fresh list: callers may edit the dict
@@ -341,6 +400,10 @@ class MambaConfig:
                 f"from_hf_config: expected a dict, got {type(hf).__name__}; "
                 "hint: pass json.load(open('config.json'))"
             )
+        cortex: dict[str, Any] = {}
+        if hf.get("model_type") == MOE_MODEL_TYPE:
+            cortex = moe_from_hf(hf)
+            hf = {**hf, "model_type": "mamba", "architectures": ["MambaForCausalLM"]}
         if hf.get("model_type") == "mamba2":
             config = cls(
                 **mamba2_from_hf(hf),
@@ -380,6 +443,7 @@ class MambaConfig:
             pad_token_id=_token_id(hf, "pad_token_id"),
             bos_token_id=_token_id(hf, "bos_token_id"),
             eos_token_id=_token_id(hf, "eos_token_id"),
+            **cortex,
         )
         if "intermediate_size" in hf and hf["intermediate_size"] != config.d_inner:
             raise ConfigError(
@@ -410,9 +474,16 @@ class MambaConfig:
         shapes: dict[str, tuple[int, ...]] = {
             "backbone.embeddings.weight": (self.vocab_size, d_model)
         }
+        cortex = set(self.moe_layers)
+        moe_shapes = moe_layer_shapes(
+            d_model, self.moe_experts, self.moe_intermediate, self.moe_shared_intermediate
+        )
         for layer in range(self.n_layer):
             for suffix in _LAYER_SUFFIXES:
                 shapes[f"backbone.layers.{layer}.{suffix}"] = per_layer[suffix]
+            if layer in cortex:
+                for suffix, shape in moe_shapes.items():
+                    shapes[f"backbone.layers.{layer}.{suffix}"] = shape
         shapes["backbone.norm_f.weight"] = (d_model,)
         return shapes
 

@@ -19,6 +19,7 @@ reference instead.
 
     h = E[ids]                                   # (B, L, D)
     for each layer: h = h + mixer(rmsnorm(h))    # (B, L, D)
+        (cortex layers: h = h + moe(rmsnorm(h)))  # (B, L, D), :mod:`evermind.model.cpu_cortex`
     logits = rmsnorm_f(h) @ E^T                  # (B, L, V), LM head tied to the embedding
 
 Shape letters: B batch, L length, D d_model, I d_inner, N d_state, R dt_rank, K d_conv, V vocab.
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ import numpy.typing as npt
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.model.config import MambaConfig
+from evermind.model.cpu_cortex import CortexCache, cortex_aux, cortex_bwd, cortex_fwd, routing_stats
 from evermind.model.quantize import QuantizedRows, embedding_rows, linear_rows
 from evermind.ops._dtype import Floats as FloatArray
 from evermind.ops._dtype import Ints as IntArray
@@ -101,6 +103,7 @@ class ForwardCache:
     h_final: FloatArray  # (B, L, D) residual stream before norm_f
     rstd_final: FloatArray  # (B, L)
     hidden: FloatArray  # (B, L, D) rmsnorm_f output
+    cortex: dict[int, CortexCache] = field(default_factory=dict)  # per cortex layer
 
 
 @dataclass
@@ -157,6 +160,10 @@ class CpuMamba:
         self.config = config
         self.dtype = np.dtype(dtype)
         self.reference_scan = False
+        #: The layers that carry the cortex (empty for a plain Mamba model).
+        self.cortex = frozenset(config.moe_layers)
+        #: Routing statistics of the last :meth:`loss_and_grads` (None without the cortex).
+        self.last_routing: dict[str, Any] | None = None
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise ConfigError(
                 f"CpuMamba: expected dtype float32 or float64, got {self.dtype}; "
@@ -313,13 +320,21 @@ class CpuMamba:
         if not keep:
             for index in range(cfg.n_layer):
                 h = h + self._block_infer(self._layer(index), h)  # (B, L, D)
+                if index in self.cortex:
+                    h = h + cortex_fwd(self.params, cfg, index, h)[0]  # (B, L, D)
             return rmsnorm_fwd(h, norm_f, cfg.rms_eps, self.dtype)[0], None
+        cortex: dict[int, CortexCache] = {}
         for index in range(cfg.n_layer):
             out, layer_cache = self._block_fwd(self._layer(index), h)
             layers.append(layer_cache)
             h = h + out  # (B, L, D) residual; a new array, so the cached h_in stays intact
+            if index in self.cortex:
+                out, cortex[index] = cortex_fwd(self.params, cfg, index, h)
+                h = h + out  # (B, L, D)
         hidden, rstd_final = rmsnorm_fwd(h, norm_f, cfg.rms_eps)
-        return hidden, ForwardCache(ids, layers, h_final=h, rstd_final=rstd_final, hidden=hidden)
+        return hidden, ForwardCache(
+            ids, layers, h_final=h, rstd_final=rstd_final, hidden=hidden, cortex=cortex
+        )
 
     def hidden(self, ids: Any) -> FloatArray:
         """Final normed hidden states.
@@ -382,6 +397,10 @@ class CpuMamba:
     ) -> tuple[float, dict[str, FloatArray]]:
         """Mean cross-entropy of ``targets`` given ``ids`` and its gradient for every parameter.
 
+        With the cortex the loss is the LM loss plus ``router_aux_loss_coef`` times the
+        load-balancing loss (HF's, pooled over the cortex layers), and :attr:`last_routing`
+        holds the step's routing statistics.
+
         Args:
             ids: Input token ids, shape (B, L).
             targets: Target ids, shape (B, L); ``ignore_index`` entries do not count.
@@ -421,7 +440,12 @@ class CpuMamba:
         flat_logits = logits.reshape(-1, vocab)  # (M, V)
         loss = mean_loss(flat_logits, flat_targets, ignore_index)
         dlogits = cross_entropy_bwd(flat_logits, flat_targets, 1.0 / count, ignore_index)
-        return loss, self.backward(cache, dlogits.reshape(logits.shape))
+        coef = self.config.router_aux_loss_coef
+        if cache.cortex:
+            self.last_routing = routing_stats(cache.cortex, self.config.moe_experts)
+            self.last_routing["lm_loss"] = loss
+            loss += coef * self.last_routing["aux_loss"]
+        return loss, self.backward(cache, dlogits.reshape(logits.shape), aux_coef=coef)
 
     def forward_train(self, ids: Any) -> tuple[FloatArray, ForwardCache]:
         """Logits (B, L, V) plus every activation the backward needs (for step-by-step checks).
@@ -444,12 +468,15 @@ class CpuMamba:
             raise RuntimeError("forward cache missing")
         return hidden, cache
 
-    def backward(self, cache: ForwardCache, dlogits: FloatArray) -> dict[str, FloatArray]:
+    def backward(
+        self, cache: ForwardCache, dlogits: FloatArray, aux_coef: float = 0.0
+    ) -> dict[str, FloatArray]:
         """Gradient of every parameter given the gradient of the logits.
 
         Args:
             cache: From :meth:`forward_train` on the current weights.
             dlogits: d(loss)/d(logits), shape (B, L, V).
+            aux_coef: Weight of the cortex's load-balancing loss in the loss (0: not in it).
 
         Returns:
             One gradient per parameter, in ``config.param_shapes()`` order and shapes.
@@ -465,11 +492,13 @@ class CpuMamba:
         # Tied LM head: the embedding's first gradient contribution.
         flat_dlogits = dlogits.reshape(-1, cfg.vocab_size)  # (M, V)
         head_grad = flat_dlogits.T @ cache.hidden.reshape(-1, cfg.d_model)  # (V, D)
-        grads = self.backward_hidden(cache, dlogits @ embedding)  # dhidden: (B, L, D)
+        grads = self.backward_hidden(cache, dlogits @ embedding, aux_coef)  # dhidden: (B, L, D)
         grads["backbone.embeddings.weight"] += head_grad
         return grads
 
-    def backward_hidden(self, cache: ForwardCache, dhidden: FloatArray) -> dict[str, FloatArray]:
+    def backward_hidden(
+        self, cache: ForwardCache, dhidden: FloatArray, aux_coef: float = 0.0
+    ) -> dict[str, FloatArray]:
         """Gradient of every parameter given the gradient of the final normed hidden states.
 
         The entry for losses that read the hidden states rather than the logits (the
@@ -478,6 +507,7 @@ class CpuMamba:
         Args:
             cache: From :meth:`forward_train` (or :meth:`hidden_train`) on the current weights.
             dhidden: d(loss)/d(hidden), shape (B, L, D).
+            aux_coef: Weight of the cortex's load-balancing loss in the loss (0: not in it).
 
         Returns:
             One gradient per parameter, in ``config.param_shapes()`` order and shapes.
@@ -493,7 +523,13 @@ class CpuMamba:
         dh, grads["backbone.norm_f.weight"] = rmsnorm_bwd(
             cache.h_final, self.params["backbone.norm_f.weight"], dhidden, cfg.rms_eps
         )
+        aux_grads = cortex_aux(cache.cortex)[1] if aux_coef else {}
         for index in reversed(range(cfg.n_layer)):
+            if index in cache.cortex:  # the cortex runs after the mixer: its backward first
+                dprobs = aux_grads[index] * aux_coef if index in aux_grads else None
+                dh = dh + cortex_bwd(
+                    self.params, cfg, index, dh, cache.cortex[index], dprobs, grads
+                )
             # The residual passes dh through unchanged and adds the mixer's path.
             dh = dh + self._block_bwd(index, dh, cache.layers[index], grads)
         # The embedding's second contribution: the gather h = E[ids] (repeated ids accumulate).
@@ -583,6 +619,8 @@ class CpuMamba:
             state.conv[index][...] = conv_register(cache.x_in, last, cfg.d_conv)  # (B, I, K)
             state.ssm[index][...] = cache.states[rows, last - 1]  # (B, I, N)
             h = h + out
+            if index in self.cortex:  # per token: the parallel pass is the recurrent one
+                h = h + cortex_fwd(self.params, cfg, index, h)[0]
         h_last = h[rows, last - 1]  # (B, D)
         hidden, _ = rmsnorm_fwd(h_last, self.params["backbone.norm_f.weight"], cfg.rms_eps)
         return linear_rows(hidden, embedding), state  # (B, V)
@@ -640,5 +678,7 @@ class CpuMamba:
             dt_pre = linear_rows(dbc[:, :rank], w["dt_w"]) + w["dt_b"]  # (B, I), before softplus
             y, ssm[...] = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"], compute)
             h = h + linear_rows(y * silu_fwd(z, compute), w["out_proj"])  # (B, D)
+            if index in self.cortex:
+                h = h + cortex_fwd(self.params, cfg, index, h)[0]  # (B, D)
         hidden, _ = rmsnorm_fwd(h, self.params["backbone.norm_f.weight"], cfg.rms_eps, compute)
         return linear_rows(hidden, embedding), state  # (B, V)

@@ -38,10 +38,17 @@ def slot_specs(config: MambaConfig) -> list[SlotSpec]:
     """Every GPU tensor of the model, in a fixed order.
 
     Raises:
-        ConfigError: The config's block type has no GPU layout.
+        ConfigError: The config's block type has no GPU layout, or it has the cortex (no
+            WebGPU kernels for it yet).
     """
     if config.block not in ("mamba1", "mamba2"):
         raise ConfigError(f"slot_specs: expected block 'mamba1' or 'mamba2', got {config.block!r}")
+    if config.moe_experts:
+        raise ConfigError(
+            f"slot_specs: the WebGPU kernels have no cortex yet, got moe_experts="
+            f"{config.moe_experts}; hint: train and run a model with the cortex on the CPU "
+            "(CpuBackend, CpuMamba)"
+        )
     if config.block == "mamba2":
         return _mamba2_slot_specs(config)
     shapes = config.param_shapes()

@@ -24,6 +24,11 @@ A Mamba-2 model (``config.block == "mamba2"``) follows ``Mamba2Mixer.init_mamba2
 with the same linear and conv rules: per head A_log[h] = log(h + 1), D[h] = 1 and
 dt_bias[h] = softplus^-1(dt) drawn as above; the gated norm's weight = 1.
 
+The cortex (``moe_experts > 0``) follows Qwen2-MoE: the router ``moe.gate.weight`` ~ N(0, 0.02)
+(HF ``initializer_range``); every expert projection and the shared expert's gate ~
+U(±1/sqrt(fan_in)) like ``nn.Linear``, the ``down_proj`` ones further divided by sqrt(n_layer)
+as out_proj; ``moe_norm.weight`` = 1.
+
 Random numbers are drawn from one stream in :meth:`MambaConfig.param_shapes` order, each tensor
 in row-major (PyTorch) order.
 """
@@ -119,6 +124,25 @@ def _dt_bias(rng: random.Random, config: MambaConfig, count: int) -> list[float]
     return values
 
 
+#: The cortex router's N(0, std) (HF ``initializer_range``).
+ROUTER_STD = 0.02
+
+
+def _cortex_values(
+    rng: random.Random, config: MambaConfig, name: str, shape: tuple[int, ...]
+) -> list[float]:
+    """The initial values of one cortex tensor (rules in the module docstring)."""
+    count = math.prod(shape)
+    if name.endswith("moe_norm.weight"):
+        return [1.0] * count
+    if name.endswith("moe.gate.weight"):
+        return _normal(rng, count, ROUTER_STD)
+    bound = 1.0 / math.sqrt(shape[-1])  # (out, in): fan_in is the last axis
+    if name.endswith("down_proj.weight"):
+        bound /= math.sqrt(config.n_layer)
+    return _uniform(rng, count, bound)
+
+
 def init_params(config: MambaConfig, seed: int) -> dict[str, array[float]]:
     """Create the initial weights of a model, identical to the bit on every host.
 
@@ -170,6 +194,8 @@ def init_params(config: MambaConfig, seed: int) -> dict[str, array[float]]:
             values = constant[short](count)
         elif short in ("dt_proj.bias", "mixer.dt_bias"):
             values = _dt_bias(rng, config, count)
+        elif ".moe" in name:
+            values = _cortex_values(rng, config, name, shape)
         elif short in linear_bound:
             values = _uniform(rng, count, linear_bound[short])
         else:  # pragma: no cover - a new tensor in param_shapes must get an init rule here

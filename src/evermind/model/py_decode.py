@@ -93,7 +93,8 @@ class PyDecoder:
         params: Every parameter by its HF name, flat (row-major) float sequences.
 
     Raises:
-        ConfigError: The config is a Mamba-2 one (this decoder runs Mamba-1 blocks only).
+        ConfigError: The config is a Mamba-2 one or has the cortex (this decoder runs plain
+            Mamba-1 blocks only).
     """
 
     def __init__(self, config: MambaConfig, params: Mapping[str, Sequence[float]]) -> None:
@@ -101,6 +102,12 @@ class PyDecoder:
             raise ConfigError(
                 f"PyDecoder: decodes Mamba-1 blocks only, got block={config.block!r}; "
                 "hint: decode a Mamba-2 model natively with CpuMamba2.step"
+            )
+        if config.moe_experts:
+            raise ConfigError(
+                f"PyDecoder: decodes plain Mamba-1 blocks only, got the cortex "
+                f"(moe_experts={config.moe_experts}); hint: decode it natively with "
+                "CpuMamba.step (or CpuDecoder)"
             )
         self.config = config
         self.embedding = _rows(params["backbone.embeddings.weight"], config.d_model)  # (V, D)

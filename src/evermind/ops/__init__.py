@@ -14,7 +14,9 @@ float64 in, float64 out, for finite-difference checks).
 
 One op has its reference ahead of its kernel: ``ssd``, Mamba-2's state-space-dual scan (chunked
 forward, the loop over time it is checked against, and the backward); its shader is still to
-come (``tests/unit/test_one_reference.py`` lists it in ``PENDING_KERNELS``). ``rmsnorm`` also
+come (``tests/unit/test_one_reference.py`` lists it in ``PENDING_KERNELS``), and so has ``moe``, the
+cortex (a shared-expert mixture-of-experts FFN after the mixer: router, top-k, SwiGLU experts,
+the load-balancing loss). ``rmsnorm`` also
 holds Mamba-2's gated, grouped variant (``rmsnorm_gated_fwd`` / ``_bwd``).
 
 One op has a fast CPU path beside its reference: ``selective_scan_fast`` (same arguments, the

@@ -10,12 +10,19 @@ and how the tokenizer's vocabulary is counted from a ``tokenizer.json``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from evermind.errors import PackageError
+from evermind.model.config_moe import (
+    MOE_ARCHITECTURE,
+    MOE_MODEL_TYPE,
+    moe_layer_shapes,
+    moe_layers,
+)
 from evermind.package.tensor import Tensor
 
 SCHEMA = "evermind.package/2"
@@ -54,6 +61,11 @@ class MambaDims:
     n_heads: int = 0
     head_dim: int = 0
     n_groups: int = 0
+    # The cortex (model_type evermind_mamba_moe): experts, their widths, the layer step.
+    moe_experts: int = 0
+    moe_intermediate: int = 0
+    moe_shared_intermediate: int = 0
+    moe_every: int = 1
 
 
 def make_config(
@@ -156,9 +168,11 @@ def config_dims(config: Mapping[str, Any]) -> MambaDims:
     """
     if config.get("model_type") == "mamba2":
         return _mamba2_dims(config)
+    if config.get("model_type") == MOE_MODEL_TYPE:
+        return _cortex_dims(config)
     if config.get("model_type") != "mamba":
         raise PackageError(
-            f"{CONFIG}: field 'model_type' must be 'mamba' or 'mamba2', found "
+            f"{CONFIG}: field 'model_type' must be 'mamba', 'mamba2' or {MOE_MODEL_TYPE!r}, found "
             f"{config.get('model_type')!r}"
         )
     if config.get("architectures") != ["MambaForCausalLM"]:
@@ -235,6 +249,32 @@ def _mamba2_dims(config: Mapping[str, Any]) -> MambaDims:
     return _check_token_ids(config, dims)
 
 
+def _cortex_dims(config: Mapping[str, Any]) -> MambaDims:
+    """:func:`config_dims` of an ``evermind_mamba_moe`` config: Mamba-1 plus the cortex."""
+    if config.get("architectures") != [MOE_ARCHITECTURE]:
+        raise PackageError(
+            f"{CONFIG}: field 'architectures' must be [{MOE_ARCHITECTURE!r}] for model_type "
+            f"{MOE_MODEL_TYPE!r}, found {config.get('architectures')!r}"
+        )
+    if config.get("transformers_class", "absent") is not None:
+        raise PackageError(
+            f"{CONFIG}: field 'transformers_class' must be null for model_type "
+            f"{MOE_MODEL_TYPE!r} (no transformers class loads it), found "
+            f"{config.get('transformers_class', 'nothing')!r}"
+        )
+    mamba = config_dims({**config, "model_type": "mamba", "architectures": ["MambaForCausalLM"]})
+    experts = _int_field(config, "num_experts", 4096)
+    _int_field(config, "num_experts_per_tok", experts)  # its range only: no tensor depends on k
+    every = _int_field(config, "decoder_sparse_step", mamba.n_layer)
+    return dataclasses.replace(
+        mamba,
+        moe_experts=experts,
+        moe_every=every,
+        moe_intermediate=_int_field(config, "moe_intermediate_size"),
+        moe_shared_intermediate=_int_field(config, "shared_expert_intermediate_size"),
+    )
+
+
 def _check_token_ids(config: Mapping[str, Any], dims: MambaDims) -> MambaDims:
     """``dims``, once the config's special token ids are null or within the vocabulary."""
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
@@ -292,6 +332,12 @@ def expected_tensor_shapes(config: Mapping[str, Any]) -> dict[str, tuple[int, ..
         if dims.use_bias:
             shapes[f"{prefix}.mixer.in_proj.bias"] = (2 * d_inner,)
             shapes[f"{prefix}.mixer.out_proj.bias"] = (d_model,)
+    cortex = moe_layer_shapes(
+        d_model, dims.moe_experts, dims.moe_intermediate, dims.moe_shared_intermediate
+    )
+    for layer in moe_layers(dims.n_layer, dims.moe_experts, dims.moe_every):
+        for suffix, shape in cortex.items():
+            shapes[f"backbone.layers.{layer}.{suffix}"] = shape
     if not dims.tie_word_embeddings:
         shapes["lm_head.weight"] = (dims.vocab_size, d_model)
     return shapes

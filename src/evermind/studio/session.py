@@ -425,6 +425,7 @@ class Session:
             tokens_per_second=round(p.tokens_per_second, 1),
             elapsed_s=round(p.elapsed_s, 2),
             eta_s=round(remaining, 1),
+            routing=p.routing,
         )
 
     async def _train_loop(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ loss is :func:`evermind.ops.cross_entropy.cross_entropy_fwd`.
 from __future__ import annotations
 
 from array import array
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,12 @@ class CpuBackend:
         self.model = (CpuMamba2 if config.block == "mamba2" else CpuMamba)(config, params)
         self.m = {k: np.zeros_like(v) for k, v in self.model.params.items()}
         self.v = {k: np.zeros_like(v) for k, v in self.model.params.items()}
+
+    @property
+    def routing(self) -> dict[str, Any] | None:
+        """The cortex's routing statistics of the last step's last micro-batch (None without
+        the cortex): what :class:`~evermind.train.loop.Trainer` puts in each ``Progress``."""
+        return self.model.last_routing
 
     def _shape(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         length = self.train.seq_len

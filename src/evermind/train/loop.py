@@ -133,6 +133,7 @@ class Trainer:
                         self.tokens_per_second,
                         self._train_seconds,
                         eval_loss,
+                        getattr(self.backend, "routing", None),
                     )
                 )
             # Yield to the event loop once a step, so pause/stop requests and UI calls get in

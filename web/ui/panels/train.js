@@ -28,6 +28,16 @@ const BLOCKS = {
 
 /** Loss (nats/token) in words: perplexity and bits, against a uniform guess over the
  * vocabulary and against the run's first step. */
+// "Cortex routing: load-balancing loss 2.013 · layer 0: 31% 22% 25% 22% · ...": each
+// expert's share of the routed (token, slot) assignments, per layer.
+export function routingText(routing) {
+  const layers = Object.entries(routing.layers ?? {}).map(([index, layer]) => {
+    const total = layer.fractions.reduce((a, b) => a + b, 0) || 1;
+    return `layer ${index}: ${layer.fractions.map((f) => `${Math.round((100 * f) / total)}%`).join(" ")}`;
+  });
+  return [`Cortex routing: load-balancing loss ${formatNumber(routing.aux_loss, 3)}`, ...layers].join(" · ");
+}
+
 export function lossMeaning(loss, vocab, initial) {
   if (!Number.isFinite(loss)) return "";
   const ppl = Math.exp(loss);
@@ -227,6 +237,8 @@ export function trainPanel(app) {
   );
   const adapter = h("p", { class: "hint adapter-line" });
   const meaning = h("p", { class: "hint", id: "train-meaning" });
+  // The cortex (a mixture-of-experts FFN after each mixer): its routing, when the run has one.
+  const routing = h("p", { class: "hint", id: "train-routing", hidden: true });
 
   app.addEventListener("train-reset", (e) => {
     if (!e.detail.resume) chart.reset(e.detail.steps ?? 0);
@@ -253,7 +265,7 @@ export function trainPanel(app) {
         h("div", { class: "row controls" }, startButton, pauseButton, resumeNow, stopButton),
         hint,
       ),
-      h("section", { class: "sub-card", "aria-label": "Progress" }, h("h3", { text: "Progress" }), chart.element, metrics, meaning, adapter),
+      h("section", { class: "sub-card", "aria-label": "Progress" }, h("h3", { text: "Progress" }), chart.element, metrics, meaning, routing, adapter),
     ),
     runsBox,
     h(
@@ -303,6 +315,8 @@ export function trainPanel(app) {
     const vocab = sum?.vocab_size ?? app.state.tokenizer?.vocab_size;
     const initial = chart.train.length ? chart.train[0][1] : sum?.initial_loss;
     meaning.textContent = Number.isFinite(heldLoss) ? `Held-out: ${lossMeaning(heldLoss, vocab, initial)}` : Number.isFinite(p?.loss ?? sum?.final_loss) ? lossMeaning(p?.loss ?? sum?.final_loss, vocab, initial) : "";
+    routing.hidden = !p?.routing;
+    routing.textContent = p?.routing ? routingText(p.routing) : "";
     m.tps.textContent = p?.tokens_per_second || sum?.tokens_per_second ? formatCount(p?.tokens_per_second ?? sum.tokens_per_second) : "–";
     m.eta.textContent = s.training === "running" && p ? formatDuration(p.eta_s) : "–";
     m.params.textContent = formatCount(sum?.n_params ?? s.nParams ?? NaN);
