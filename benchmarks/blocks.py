@@ -100,10 +100,20 @@ ENTRIES: tuple[BlockEntry, ...] = (
         },
         note="d_state 64, one group, chunks of 64",
     ),
-    # MoE HOOK: after merging branch `moe`, add the shared-expert entry here, e.g.
-    # BlockEntry("mamba1+moe", {"block": "mamba1", "moe_experts": ..., ...},
-    #            {"d_model": ..., "n_layer": ...}); the picker, the three transports and the
-    # table take it as they take the others.
+    BlockEntry(
+        "mamba1+moe",
+        # The cortex (model/config_moe.py): after every Mamba-1 mixer a Qwen2-MoE block of 4
+        # routed SwiGLU experts, 2 per token, plus the gated shared expert. The width stays the
+        # anchor's (d_model 128); one Mamba layer gives way to the cortex, and the experts'
+        # widths are searched, so that the total (not the active) parameter count matches.
+        {"block": "mamba1", "d_model": 128, "moe_experts": 4, "moe_top_k": 2, "moe_every": 1},
+        {
+            "n_layer": (3, 2),
+            "moe_intermediate": (32, 16, 48, 64),
+            "moe_shared_intermediate": (32, 16, 48, 64, 96, 128),
+        },
+        note="4 routed experts, top-2, a shared expert, after every mixer",
+    ),
 )
 
 
