@@ -34,6 +34,15 @@ from typing import Any
 
 from evermind.errors import ConfigError
 
+# The tensor layout lives with the package schema, which checks packages against it (package
+# sits below model in the layer order); re-exported here beside the config's other fields.
+from evermind.package.cortex import (
+    MOE_ARCHITECTURE,
+    MOE_MODEL_TYPE,
+    moe_layer_shapes,
+    moe_layers,
+)
+
 __all__ = [
     "MOE_ARCHITECTURE",
     "MOE_MODEL_TYPE",
@@ -43,10 +52,6 @@ __all__ = [
     "moe_layers",
     "moe_to_hf",
 ]
-
-#: ``config.json``'s model_type and architecture of a model with the cortex (ours, not HF's).
-MOE_MODEL_TYPE = "evermind_mamba_moe"
-MOE_ARCHITECTURE = "EvermindMambaMoeForCausalLM"
 
 #: The note a cortex ``config.json`` carries beside ``transformers_class: null``.
 MOE_NOTE = (
@@ -125,32 +130,6 @@ def check_moe(
         "moe_every": every_n,
         "router_aux_loss_coef": coef,
     }
-
-
-def moe_layers(n_layer: int, experts: int, every: int) -> list[int]:
-    """The layers that carry the cortex (none when ``experts == 0``)."""
-    if experts == 0:
-        return []
-    return [i for i in range(n_layer) if (i + 1) % every == 0]
-
-
-def moe_layer_shapes(
-    d_model: int, experts: int, intermediate: int, shared: int
-) -> dict[str, tuple[int, ...]]:
-    """One cortex layer's tensors (suffixes after ``backbone.layers.{i}.``), in layout order."""
-    shapes: dict[str, tuple[int, ...]] = {
-        "moe_norm.weight": (d_model,),
-        "moe.gate.weight": (experts, d_model),
-    }
-    for e in range(experts):
-        shapes[f"moe.experts.{e}.gate_proj.weight"] = (intermediate, d_model)
-        shapes[f"moe.experts.{e}.up_proj.weight"] = (intermediate, d_model)
-        shapes[f"moe.experts.{e}.down_proj.weight"] = (d_model, intermediate)
-    shapes["moe.shared_expert.gate_proj.weight"] = (shared, d_model)
-    shapes["moe.shared_expert.up_proj.weight"] = (shared, d_model)
-    shapes["moe.shared_expert.down_proj.weight"] = (d_model, shared)
-    shapes["moe.shared_expert_gate.weight"] = (1, d_model)
-    return shapes
 
 
 def moe_to_hf(mamba: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:

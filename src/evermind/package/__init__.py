@@ -13,7 +13,7 @@ Browser-safe: everything here is pure standard-library Python. The numpy helper 
 Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion),
 ``int8`` (per-row int8 weights: the rule, the manifest's ``quantization``),
 ``safetensors_io``, ``zip_writer``, ``archive`` (safe ZIP opening), ``limits``,
-``schema`` (config and tensor contract), ``head``, ``affect``, ``manifest``, ``model_card``,
+``schema`` (config and tensor contract), ``cortex`` (the MoE cortex's tensor layout), ``head``, ``affect``, ``manifest``, ``model_card``,
 ``writer``, ``reader``.
 """
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evermind.errors import PackageError
-from evermind.model.config_moe import (
+from evermind.package.cortex import (
     MOE_ARCHITECTURE,
     MOE_MODEL_TYPE,
     moe_layer_shapes,
