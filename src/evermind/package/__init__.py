@@ -13,8 +13,9 @@ Browser-safe: everything here is pure standard-library Python. The numpy helper 
 Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion),
 ``int8`` (per-row int8 weights: the rule, the manifest's ``quantization``),
 ``safetensors_io``, ``zip_writer``, ``archive`` (safe ZIP opening), ``limits``,
-``schema`` (config and tensor contract), ``cortex`` (the MoE cortex's tensor layout), ``head``, ``affect``, ``manifest``, ``model_card``,
-``writer``, ``reader``.
+``schema`` (config and tensor contract), ``cortex`` (the MoE cortex's tensor layout),
+``head``, ``affect``, ``manifest``, ``model_card``, ``writer``, ``reader``; native-only:
+``native`` (numpy arrays) and ``gguf_export`` (llama.cpp files).
 """
 
 from __future__ import annotations
