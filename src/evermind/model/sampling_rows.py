@@ -86,7 +86,8 @@ def sample_rows(
     temps = np.array([float(temperature[b]) for b in hot])
     keep = np.array([_kept(top_k[b], vocab) for b in hot])  # (H,) top-k
     nucleus = np.array([_nucleus(top_p[b]) for b in hot])  # (H,) top-p, 2 for none
-    picked, unsure = _draw(rows[hot], temps, keep, nucleus, uniform, exact_margin or margin(vocab))
+    sampled = rows if len(hot) == batch else rows[hot]  # every row sampled: no copy
+    picked, unsure = _draw(sampled, temps, keep, nucleus, uniform, exact_margin or margin(vocab))
     for h, b in enumerate(hot):
         if unsure[h]:
             tokens[b] = sample_uniform(
