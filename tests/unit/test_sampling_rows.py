@@ -88,6 +88,19 @@ def test_same_tokens_as_the_pure_python_sampler_on_many_seeds() -> None:
     print(f"{drawn} rows drawn, all equal")
 
 
+def test_a_few_rows_walk_each_row_whole_and_draw_the_same() -> None:
+    """Below PREFIX_MIN_ROWS sampled rows the draw walks each row's whole running sum
+    (_draw_by_rows) instead of blocks: the same tokens, its exact redraw path too."""
+    from evermind.model.sampling_rows import PREFIX_MIN_ROWS
+
+    drawn = 0
+    for rows in range(1, PREFIX_MIN_ROWS + 1):  # the last one takes the blocks
+        drawn += sum(check(batch_logits(seed, rows, 2048), seed) for seed in range(40))
+        drawn += sum(check(batch_logits(seed, rows, 97), seed) for seed in range(40, 80))
+        check(batch_logits(rows, rows, 301), rows, exact_margin=10.0)
+    print(f"{drawn} rows drawn, all equal")
+
+
 def test_rows_all_with_top_k_take_the_partial_sort() -> None:
     """Every row cut to a top-k well below V: only the best max(k) scores are sorted."""
     for seed in range(40):

@@ -100,6 +100,9 @@ def sample_rows(
 
 #: Terms per block of :class:`_Prefix`'s running sums.
 PREFIX_BLOCK = 64
+#: Sampled rows from which :func:`_draw` walks the running sums by blocks (:class:`_Prefix`);
+#: fewer rows take :func:`_draw_by_rows`, each row's whole running sum.
+PREFIX_MIN_ROWS = 4
 
 
 def _kept(top_k: int | None, vocab: int) -> int:
@@ -147,6 +150,8 @@ def _draw(
         weights = np.exp(ranked, out=ranked)  # (H, V), max 1: no overflow
     for cut_row in np.nonzero(keep < ascending.shape[1])[0]:
         weights[cut_row, keep[cut_row] :] = 0.0  # beyond top-k: adds nothing to the running sums
+    if rows < PREFIX_MIN_ROWS:
+        return _draw_by_rows(x, ascending, weights, keep, nucleus, uniform, tol)
     # The running sums by blocks (see _Prefix): a cumsum of the whole (H, V) is one long
     # dependent chain of adds (~3 ns a term, as long again as the rest of the draw); block
     # totals and the one or two blocks each row's search lands in are enough.
@@ -180,6 +185,50 @@ def _draw(
         tie = int(at[h]) - int(ascending[h].searchsorted(value[h], side="left"))
         tokens[h] = _token_at(x[h], -value[h], tie)  # a tied score, not its first: rare
     return tokens.tolist(), unsure.tolist()
+
+
+def _draw_by_rows(
+    x: npt.NDArray[Any],
+    ascending: npt.NDArray[Any],
+    weights: npt.NDArray[np.float64],
+    keep: npt.NDArray[np.int64],
+    nucleus: npt.NDArray[np.float64],
+    uniform: npt.NDArray[np.float64],
+    tol: float,
+) -> tuple[list[int], list[bool]]:
+    """:func:`_draw`'s walk for a few rows, one row at a time over its whole running sum (a
+    few numpy calls a row, where :class:`_Prefix`'s fixed cost of some twenty calls would
+    outweigh a 2,048-term cumsum)."""
+    total = weights.sum(axis=1)  # numpy's pairwise sum: within the margin (module docstring)
+    cumulative = np.cumsum(weights / total[:, None], axis=1)  # (H, V) the running probability
+    tokens, unsure = [], []
+    # The per-row scalars as Python floats (the same doubles; numpy scalar arithmetic costs
+    # ~10x more per operation); the running sums stay numpy rows for the bisections.
+    points, nuclei, widths = uniform.tolist(), nucleus.tolist(), keep.tolist()
+    for h in range(x.shape[0]):
+        run = cumulative[h, : widths[h]]
+        cut = widths[h]
+        doubt = False
+        p = nuclei[h]
+        if p <= 1:  # top-p: the first running sum >= p ends the kept set
+            reached = int(run.searchsorted(p, side="left"))
+            if reached < cut:
+                cut = reached + 1
+            # A rounding could move the cut if a running sum at or before it is near p.
+            doubt = abs(float(run[min(reached, cut - 1)]) - p) <= tol or (
+                reached > 0 and abs(float(run[reached - 1]) - p) <= tol
+            )
+        point = points[h] * float(run[cut - 1])  # choices(): random() * total
+        at = min(int(run[:cut].searchsorted(point, side="right")), cut - 1)  # bisect
+        doubt = doubt or float(run[at]) - point <= tol
+        doubt = doubt or (at > 0 and point - float(run[at - 1]) <= tol)
+        # The draw's rank among the tokens of its score: where that score's run begins.
+        scores = ascending[h]
+        value = scores[at]
+        tie = at - int(scores.searchsorted(value, side="left"))
+        tokens.append(_token_at(x[h], -value, tie))
+        unsure.append(doubt)
+    return tokens, unsure
 
 
 class _Prefix:
