@@ -140,13 +140,14 @@ def _draw(
     else:
         ascending = np.negative(x)
         ascending.sort(axis=1)  # (H, V): minus the scores, best first (sorted in place)
-    ranked = ascending.astype(np.float64)
-    np.negative(ranked, out=ranked)
-    # The best score of each row, copied out: subtracting a view of the array being written
-    # makes numpy buffer the whole operation (~4x slower).
-    ranked -= ranked[:, :1].copy()
+    ranked = ascending.astype(np.float64)  # minus the scores, float64
+    # score - best as (-best) - (-score): the same rounded difference (negation is exact), one
+    # pass; the best copied out first, since subtracting from a view of the array being
+    # written makes numpy buffer the whole operation (~4x slower).
+    np.subtract(ranked[:, :1].copy(), ranked, out=ranked)
     with np.errstate(over="ignore", under="ignore"):  # a subnormal temperature: -inf, exp 0
-        ranked /= temps[:, None]  # as Python's float division does
+        if not bool((temps == 1.0).all()):  # x / 1.0 is x: the division changes nothing
+            ranked /= temps[:, None]  # as Python's float division does
         weights = np.exp(ranked, out=ranked)  # (H, V), max 1: no overflow
     for cut_row in np.nonzero(keep < ascending.shape[1])[0]:
         weights[cut_row, keep[cut_row] :] = 0.0  # beyond top-k: adds nothing to the running sums
