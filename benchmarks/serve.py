@@ -218,6 +218,7 @@ async def _cell(
         "p50_ms": round(float(np.percentile(ms, 50)), 1),
         "p99_ms": round(float(np.percentile(ms, 99)), 1),
         "completion_tokens_per_s": round(tokens / elapsed, 1) if kind != "embeddings" else None,
+        "completion_tokens": tokens if kind != "embeddings" else None,
     }
 
 

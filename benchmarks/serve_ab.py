@@ -8,7 +8,10 @@ Only one server is loaded at a time and both see the machine's load at nearly th
 moments: on shared cores that gives fair ratios where whole runs minutes apart do not.
 Reported per round and side: the cells, issue 17's ratios (completion tokens/s at the most
 clients over one client, p99 at 8 clients over one, embeddings req/s at the most clients over
-one) and the load average. It measures; it asserts nothing about time.
+one) and the load average; and for every completion cell the server's CPU time per generated
+token by thread (:func:`thread_cpu`: the scheduler thread, the event loop, the rest), which
+the machine's load barely moves where tokens/s swing with it. It measures; it asserts
+nothing about time.
 """
 
 from __future__ import annotations
@@ -30,6 +33,43 @@ from benchmarks.serve import PROMPT, Server, _cell, nano_package, ratios
 
 ROOT = Path(__file__).resolve().parent.parent
 SIDES = ("before", "after")
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of process ``pid`` so far, by thread id,
+    from /proc ({} where it is missing)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[int, float] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return {}
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return found
+
+
+def _per_token(
+    pid: int, before: dict[int, float], after: dict[int, float], tokens: int
+) -> dict[str, float]:
+    """Microseconds of CPU per generated token between two :func:`thread_cpu` readings, by
+    role: ``event_loop`` (the main thread), ``scheduler`` (the busiest other thread during
+    a completion cell: Python 3.11 gives threads no OS name to tell it by) and ``other``
+    (worker pool, BLAS)."""
+    if not before or not after or not tokens:
+        return {}
+    used = {tid: seconds - before.get(tid, 0.0) for tid, seconds in after.items()}
+    loop = used.pop(pid, 0.0)
+    scheduler = max(used, key=used.__getitem__, default=None)
+    busiest = used.pop(scheduler, 0.0) if scheduler is not None else 0.0
+    roles = {"event_loop": loop, "scheduler": busiest, "other": sum(used.values())}
+    roles["total"] = sum(roles.values())
+    return {role: round(seconds * 1e6 / tokens, 1) for role, seconds in roles.items()}
 
 
 def _serve(root: Path, folder: Path) -> Server:
@@ -73,7 +113,14 @@ def run_ab(
                             cell = _cell(
                                 servers[side].url, kind, models[side], clients, seconds, max_tokens
                             )
-                            rows[side].append(asyncio.run(cell))
+                            pid = servers[side].process.pid
+                            used = thread_cpu(pid)
+                            row = asyncio.run(cell)
+                            if kind == "completions":
+                                row["cpu_us_per_token"] = _per_token(
+                                    pid, used, thread_cpu(pid), row["completion_tokens"]
+                                )
+                            rows[side].append(row)
                 entry: dict[str, Any] = {"round": index + 1, "first": order[0]}
                 entry["load"] = [round(load, 2), round(os.getloadavg()[0], 2)]
                 for side in SIDES:
@@ -121,6 +168,22 @@ def format_table(result: dict[str, Any]) -> str:
                 f"| {found.get('embedding_req_s_32_over_1', '')} "
                 f"| {entry['load'][0]}–{entry['load'][1]} |"
             )
+    lines += [
+        "",
+        "| round | side | clients | server CPU µs/token: total | scheduler thread | event loop "
+        "| other |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for entry in result["rounds"]:
+        for side in SIDES:
+            for (kind, clients), row in sorted(_cells(entry[side]).items()):
+                used = row.get("cpu_us_per_token") or {}
+                if kind != "completions" or not used:
+                    continue
+                lines.append(
+                    f"| {entry['round']} | {side} | {clients} | {used['total']} "
+                    f"| {used['scheduler']} | {used['event_loop']} | {used['other']} |"
+                )
     lines.append("")
     for side in SIDES:
         summary = ", ".join(

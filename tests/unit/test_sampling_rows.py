@@ -11,6 +11,7 @@ margin) must agree too. :func:`sample` itself must keep the seeds' old meaning: 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 
@@ -84,6 +85,19 @@ def check(logits: np.ndarray, seed: int, exact_margin: float | None = None) -> i
 def test_same_tokens_as_the_pure_python_sampler_on_many_seeds() -> None:
     drawn = sum(check(batch_logits(seed, 23, 2048), seed) for seed in range(60))
     drawn += sum(check(batch_logits(seed, 7, 97), seed) for seed in range(60, 200))
+    print(f"{drawn} rows drawn, all equal")
+
+
+def test_a_few_rows_walk_each_row_whole_and_draw_the_same() -> None:
+    """Below PREFIX_MIN_ROWS sampled rows the draw walks each row's whole running sum
+    (_draw_by_rows) instead of blocks: the same tokens, its exact redraw path too."""
+    from evermind.model.sampling_rows import PREFIX_MIN_ROWS
+
+    drawn = 0
+    for rows in range(1, PREFIX_MIN_ROWS + 1):  # the last one takes the blocks
+        drawn += sum(check(batch_logits(seed, rows, 2048), seed) for seed in range(40))
+        drawn += sum(check(batch_logits(seed, rows, 97), seed) for seed in range(40, 80))
+        check(batch_logits(rows, rows, 301), rows, exact_margin=10.0)
     print(f"{drawn} rows drawn, all equal")
 
 
@@ -164,6 +178,34 @@ def test_the_pairwise_total_is_within_the_margins_bound_of_the_running_sum() -> 
         worst = max(worst, float(np.max(np.abs(pairwise - running) / running)))
     print(f"pairwise vs running total: worst {worst:.2e} relative")
     assert worst <= 2048 * 2.3e-16
+
+
+def test_block_running_sums_are_within_the_margins_bound_of_the_sequential_ones() -> None:
+    """sample_rows walks the running probabilities by blocks (_Prefix: block totals, then one
+    block term by term); at every index, and in every bisection, they agree with the
+    reference's sequential running sum to far less than the margin, on widths that are not a
+    multiple of the block."""
+    from evermind.model.sampling_rows import _Prefix
+
+    rng = np.random.default_rng(2)
+    worst = 0.0
+    for width in (1, 63, 64, 301, 2048):
+        scores = -np.sort(np.abs(rng.normal(0, 2.0, (7, width))), axis=1)
+        weights = np.exp(scores - scores[:, :1])
+        running = np.array([list(itertools.accumulate(row)) for row in weights.tolist()])
+        running /= running[:, -1:]
+        prefix = _Prefix(weights)
+        rows = np.repeat(np.arange(7), width)
+        index = np.tile(np.arange(width), 7)
+        got = prefix.at(rows, index).reshape(7, width)
+        worst = max(worst, float(np.max(np.abs(got - running))))
+        for side in ("left", "right"):
+            targets = rng.random(7) * 0.999
+            found = prefix.search(np.arange(7), targets, side)
+            want = [int(np.searchsorted(got[r], targets[r], side)) for r in range(7)]
+            assert found.tolist() == want
+    print(f"block vs sequential running sums: worst {worst:.2e}")
+    assert worst <= 4 * 2048 * 2.3e-16 < margin(2048)
 
 
 def test_rejects_mismatched_settings() -> None:

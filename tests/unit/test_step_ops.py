@@ -38,3 +38,29 @@ def test_conv_step_is_the_parallel_conv_branch_to_the_bit() -> None:
         x_conv, state = conv_step(state, x[:, t], weight, bias)
         steps.append(x_conv)
     assert np.array_equal(np.stack(steps, axis=1), causal_conv1d_silu(x, weight, bias))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 7])  # both sides of scan_step's ROWS_FOR_REPEAT
+@pytest.mark.parametrize("compute", [np.float32, np.float64])
+def test_ssm_step_into_its_own_state_equals_a_new_state(rows: int, compute: type) -> None:
+    """``ssm_step(..., out=h)`` (the decoder's in-place update) gives the same y and state, to
+    the bit, as a new state array, in the state's dtype or another compute dtype."""
+    from evermind.ops.recurrent_step import ssm_step
+
+    rng = np.random.default_rng(rows)
+    dim, n = 13, 5
+    h = rng.normal(0, 1, (rows, dim, n)).astype(np.float32)
+    x, dt = rng.normal(0, 1, (2, rows, dim)).astype(np.float32)
+    a_log, b, c = (
+        rng.normal(0, 0.5, (dim, n)),
+        rng.normal(0, 1, (rows, n)),
+        rng.normal(0, 1, (rows, n)),
+    )
+    args = (x, dt, a_log.astype(np.float32), b.astype(np.float32), c.astype(np.float32))
+    skip = rng.normal(0, 1, dim).astype(np.float32)
+    want_y, want_h = ssm_step(h, *args, skip, compute)
+    state = h.copy()
+    got_y, got_h = ssm_step(state, *args, skip, compute, out=state)
+    assert got_h is state
+    np.testing.assert_array_equal(got_y, want_y)
+    np.testing.assert_array_equal(got_h, want_h)

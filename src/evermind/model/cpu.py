@@ -676,7 +676,8 @@ class CpuMamba:
             dbc = linear_rows(x_conv, w["x_proj"])  # (B, R + 2N)
             B, C = dbc[:, rank : rank + d_state], dbc[:, rank + d_state :]  # (B, N) each
             dt_pre = linear_rows(dbc[:, :rank], w["dt_w"]) + w["dt_b"]  # (B, I), before softplus
-            y, ssm[...] = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"], compute)
+            # The state is updated in place (no new (B, I, N) array to copy back).
+            y, _ = ssm_step(ssm, x_conv, dt_pre, w["A_log"], B, C, w["D"], compute, out=ssm)
             h = h + linear_rows(y * silu_fwd(z, compute), w["out_proj"])  # (B, D)
             if index in self.cortex:
                 h = h + cortex_fwd(self.params, cfg, index, h)[0]  # (B, D)

@@ -75,9 +75,12 @@ def conv1d_last(
     """
     w = _taps(weight, compute)  # (D, K)
     x = as_compute(window, compute)  # (B, D, K)
-    y = as_compute(bias, compute) + w[:, 0] * x[:, :, 0]  # (B, D)
+    # Every tap's product in one contiguous pass (the same single products; per tap, a
+    # product of two stride-K columns costs ~1.5x more), then added in the forward's order.
+    products = x * w  # (B, D, K)
+    y = as_compute(bias, compute) + products[:, :, 0]  # (B, D)
     for k in range(1, w.shape[1]):
-        y += w[:, k] * x[:, :, k]
+        y += products[:, :, k]
     return y.astype(out_dtype(window, weight, bias), copy=False)
 
 

@@ -84,6 +84,7 @@ def ssm_step(
     C_t: Floats,
     D: Floats,
     compute: npt.DTypeLike = np.float64,
+    out: Floats | None = None,
 ) -> tuple[Floats, Floats]:
     """One selective-scan step.
 
@@ -95,13 +96,17 @@ def ssm_step(
         B_t, C_t: (B, N).
         D: Skip gain, (D,).
         compute: The arithmetic's dtype (float64 by default).
+        out: Where to write the new state (``h`` itself: in place), (B, D, N); None: a new
+            array.
 
     Returns:
-        ``(y (B, D), new_h (B, D, N))``.
+        ``(y (B, D), new_h (B, D, N))``; ``new_h`` is ``out`` when given.
     """
     dtype = out_dtype(h, x_c, delta_raw, A_log, B_t, C_t, D)
     delta = softplus_fwd(as_compute(delta_raw, compute), compute)  # (B, D)
     A = -np.exp(as_compute(A_log, compute))  # (D, N)
+    # The state is written straight into ``out`` when the arithmetic is in its dtype.
+    direct = out is not None and out.dtype == np.dtype(compute) == dtype
     y, new_h = scan_step(
         as_compute(h, compute),
         as_compute(x_c, compute),
@@ -110,7 +115,11 @@ def ssm_step(
         as_compute(B_t, compute),
         as_compute(C_t, compute),
         as_compute(D, compute),
+        out if direct else None,
     )
+    if out is not None and not direct:
+        out[...] = new_h
+        new_h = out
     return y.astype(dtype, copy=False), new_h.astype(dtype, copy=False)
 
 

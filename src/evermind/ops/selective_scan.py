@@ -42,7 +42,14 @@ ROWS_FOR_REPEAT = 4
 
 
 def scan_step(
-    h: Floats, x_t: Floats, delta_t: Floats, A: Floats, B_t: Floats, C_t: Floats, D: Floats
+    h: Floats,
+    x_t: Floats,
+    delta_t: Floats,
+    A: Floats,
+    B_t: Floats,
+    C_t: Floats,
+    D: Floats,
+    out: Floats | None = None,
 ) -> tuple[Floats, Floats]:
     """One step of the recurrence, with delta after softplus and A = -exp(A_log).
 
@@ -56,9 +63,12 @@ def scan_step(
         A: Negative state matrix, (D, N).
         B_t, C_t: Projections of this step, (B, N).
         D: Skip gain, (D,).
+        out: Where to write the new state, (B, D, N) in the inputs' dtype; ``h`` itself
+            updates the state in place (the decoder's step: no new state array to copy
+            back). None: a new array.
 
     Returns:
-        ``(y_t (B, D), new h (B, D, N))``.
+        ``(y_t (B, D), new h (B, D, N))``; the new h is ``out`` when given.
     """
     # The broadcasts are spelled for speed, not their values: numpy runs ``delta_t[:, :, None] *
     # A`` as B*D inner loops of N elements (~3x slower at the decoder's B 32, D 256, N 16), so
@@ -68,12 +78,16 @@ def scan_step(
     wide = np.ndim(delta_t) == 2 and np.shape(delta_t)[0] >= ROWS_FOR_REPEAT
     if wide:
         delta = np.asarray(delta_t, np.result_type(delta_t, A))
-        new_h = np.repeat(delta, A.shape[-1], axis=-1).reshape(*delta.shape, A.shape[-1])
-        new_h *= A  # delta A, (B, D, N), updated in place from here
+        decay = np.repeat(delta, A.shape[-1], axis=-1).reshape(*delta.shape, A.shape[-1])
+        decay *= A  # delta A, (B, D, N), updated in place from here
     else:
-        new_h = delta_t[:, :, None] * A
-    np.exp(new_h, out=new_h)  # the decay exp(delta A)
-    new_h *= h
+        decay = delta_t[:, :, None] * A
+    np.exp(decay, out=decay)  # the decay exp(delta A)
+    if out is None:
+        new_h = decay
+        new_h *= h
+    else:  # h * decay is decay * h to the bit (one rounded product either way)
+        new_h = np.multiply(h, decay, out=out)
     if wide:
         new_h += np.einsum("bd,bn->bdn", delta_t * x_t, B_t)  # + the drive delta x B
     else:

@@ -327,7 +327,8 @@ class _ModelLoop:
                 sampled.append(row)
         if sampled:
             seqs = [ready[row] for row in sampled]
-            for seq, token in zip(seqs, _next_tokens(logits[sampled], seqs), strict=True):
+            rows = logits if len(sampled) == len(ready) else logits[sampled]  # no copy: all
+            for seq, token in zip(seqs, _next_tokens(rows, seqs), strict=True):
                 self._advance(seq, token)
         return True
 
