@@ -72,6 +72,7 @@ def test_a_reload_restores_corpus_tokenizer_settings_and_history(events) -> None
         "preset": "custom",
         "config": TINY,
         "block": "mamba1",
+        "cortex": None,
         "steps": 4,
         "lr": 1e-2,
         "batch_size": 2,

@@ -90,6 +90,7 @@ def train_in_browser(
     corpus_bytes: int = DEFAULT_CORPUS_BYTES,
     on_event: OnEvent | None = None,
     block: str = "mamba1",
+    cortex: dict[str, Any] | None = None,
 ) -> BrowserRun:
     """Runs the whole job in the Studio page of ``bundle`` in headless Chromium.
 
@@ -109,6 +110,7 @@ def train_in_browser(
         corpus_bytes: Cap of the default corpus in bytes.
         on_event: Receives the job's events (notes, tokenizer and training progress).
         block: The block type, ``mamba1`` or ``mamba2``.
+        cortex: The cortex's ``MambaConfig`` keywords (``moe_experts``, ...); None: none.
 
     Raises:
         ConfigError: The Studio did not start in the browser.
@@ -163,6 +165,7 @@ def train_in_browser(
                 seq_len=seq_len,
                 seed=seed,
                 block=block,
+                cortex=cortex,
             )
             seconds = time.perf_counter() - start
             exported = call_studio(page, "export_package", name=name, version=version)
