@@ -5,8 +5,9 @@
 // M token rows of width D, E routed experts of width F, k experts per row:
 //   route            probs[r] = softmax(x[m] . router^T); idx[r] = its top k, by descending
 //                    probability, equal probabilities to the lower expert (as ops.moe)
-//   expert_hidden    a[p, f] = x[m] . gate_proj[e, f];  b[p, f] = x[m] . up_proj[e, f]
-//   expert_out       out[p, d] = sum_f down_proj[e, d, f] * silu(a[p, f]) * b[p, f]
+//   expert_hidden    a[p, f] = x[m] . gate_proj[e, f];  b[p, f] = x[m] . up_proj[e, f];
+//                    h[p, f] = silu(a[p, f]) * b[p, f]
+//   expert_out       out[p, d] = sum_f down_proj[e, d, f] * h[p, f]
 //   combine          y[m] = sum_j probs[r, idx[r, j]] * out[m*k + j] + sigmoid(pre[m]) * shared[m]
 //   aux_stats        stats[l, e] = (count of e in layer l's idx, sum of layer l's probs[:, e])
 //   aux_loss         aux = E * sum_e f_e * P_e over every layer's rows (HF's pooled value);
@@ -18,7 +19,7 @@
 //                    db = dh * silu(a)      (g = the pair's gate)
 //   expert_dx        dx[m, d] = sum_j sum_f da[p, f] gate_proj[e, f, d] + db[p, f] up_proj[e, f, d]
 //   expert_dgate_up  dgate[e, f, d] (+)= sum over e's pairs of da[p, f] x[m, d]; dup with db
-//   expert_ddown     ddown[e, d, f] (+)= sum over e's pairs of g dy[m, d] silu(a[p, f]) b[p, f]
+//   expert_ddown     ddown[e, d, f] (+)= sum over e's pairs of g dy[m, d] h[p, f]
 //   shared_gate_bwd  dys[m] = sigmoid(pre[m]) dy[m];  dpre[m] = dy[m] . shared[m] * s (1 - s)
 // with m the row, r = base + m its row in the stacked buffers, j < k a slot, p = m*k + j a
 // (row, slot) pair and e = idx[r, j] its expert. The shared expert's matmuls are Matmul and
@@ -50,6 +51,7 @@
 //  22 pair_db    storage read_write  M*k*F f32
 //  23 params     uniform             Params
 //  24 dpre       storage read_write  M f32 (d loss / d the shared gate's logit)
+//  25 pair_h     storage read_write  M*k*F f32 (silu(a) * b: computed once, read D times)
 // Dispatch: grid_1d(n, WG) over the entry's n invocations — flat index
 // (wid.y * nwg.x + wid.x) * WG + lid.x — with n = M (route, router_bwd, shared_gate_bwd),
 // M*k*F (expert_hidden[_bwd]), M*k*D (expert_out), M*D (combine, expert_dx), layers*E
@@ -99,6 +101,7 @@ struct Params {
 @group(0) @binding(22) var<storage, read_write> pair_db: array<f32>;
 @group(0) @binding(23) var<uniform> params: Params;
 @group(0) @binding(24) var<storage, read_write> dpre: array<f32>;
+@group(0) @binding(25) var<storage, read_write> pair_h: array<f32>;
 
 override WG: u32 = 64;
 
@@ -190,6 +193,7 @@ fn expert_hidden(@builtin(workgroup_id) wid: vec3<u32>,
     }
     pair_a[i] = acc_a;
     pair_b[i] = acc_b;
+    pair_h[i] = silu(acc_a) * acc_b;
 }
 
 @compute @workgroup_size(WG)
@@ -202,8 +206,7 @@ fn expert_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let w = (pair_expert(p) * params.dim + d) * params.inner;
     var acc = 0.0;
     for (var f = 0u; f < params.inner; f++) {
-        let h = p * params.inner + f;
-        acc = fma(silu(pair_a[h]) * pair_b[h], down_proj[w + f], acc);
+        acc = fma(pair_h[p * params.inner + f], down_proj[w + f], acc);
     }
     pair_out[i] = acc;
 }
@@ -391,9 +394,8 @@ fn expert_ddown(@builtin(workgroup_id) wid: vec3<u32>,
     var acc = 0.0;
     for (var c = 0u; c < counts[e]; c++) {
         let p = lists[e * params.rows + c];
-        let h = p * params.inner + f;
         let g = pair_gate(p) * dy[(p / params.top_k) * params.dim + d];
-        acc = fma(g, silu(pair_a[h]) * pair_b[h], acc);
+        acc = fma(g, pair_h[p * params.inner + f], acc);
     }
     if (params.accumulate != 0u) {
         acc += dw1[i];

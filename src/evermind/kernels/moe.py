@@ -52,7 +52,8 @@ WORKGROUP_SIZE = 64
     _PAIR_DB,
     _PARAMS,
     _DPRE,
-) = range(25)
+    _PAIR_H,
+) = range(26)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class MoeActivations:
 
     pair_a: Buffer  # (M*k, F) gate projections
     pair_b: Buffer  # (M*k, F) up projections
+    pair_h: Buffer  # (M*k, F) silu(a) * b
     pair_out: Buffer  # (M*k, D) ungated expert outputs
     shared_a: Buffer  # (M, S)
     shared_b: Buffer  # (M, S)
@@ -158,6 +160,7 @@ class MoeActivations:
         return cls(
             pair_a=buf(pairs * s.inner, "pair_a"),
             pair_b=buf(pairs * s.inner, "pair_b"),
+            pair_h=buf(pairs * s.inner, "pair_h"),
             pair_out=buf(pairs * s.dim, "pair_out"),
             shared_a=buf(m * s.shared, "shared_a"),
             shared_b=buf(m * s.shared, "shared_b"),
@@ -317,6 +320,7 @@ class Moe:
                     _IDX: routing.idx,
                     _PAIR_A: act.pair_a,
                     _PAIR_B: act.pair_b,
+                    _PAIR_H: act.pair_h,
                 },
                 s,
                 base,
@@ -327,8 +331,7 @@ class Moe:
                 {
                     _DOWN_PROJ: w.down_proj,
                     _IDX: routing.idx,
-                    _PAIR_A: act.pair_a,
-                    _PAIR_B: act.pair_b,
+                    _PAIR_H: act.pair_h,
                     _PAIR_OUT: act.pair_out,
                 },
                 s,
@@ -497,8 +500,7 @@ class Moe:
                     _IDX: routing.idx,
                     _LISTS: sc.lists,
                     _COUNTS: sc.counts,
-                    _PAIR_A: act.pair_a,
-                    _PAIR_B: act.pair_b,
+                    _PAIR_H: act.pair_h,
                     _DW1: grads.down_proj,
                 },
                 s,
