@@ -192,3 +192,19 @@ def test_cli_trains_a_cortex_package_on_the_gpu(tmp_path, capsys) -> None:
     assert " aux " in captured.err and " L1 " in captured.err  # the routing on the progress line
     model = evermind.load(out)
     assert model.config.moe_experts == 3 and model.config.moe_top_k == 1
+
+
+def test_embeddings_match_cpu_embed(device) -> None:
+    """GpuEmbedder replays the forward, the cortex included: the pooled vectors equal the CPU's."""
+    from evermind.model.gpu_infer import GpuEmbedder
+
+    params = _perturbed(init_params(CONFIG, seed=14), seed=15)
+    model = GpuMamba(device, CONFIG, 1, 4)
+    model.load_params(params)
+    embedder = GpuEmbedder(device, CONFIG, model.slots, batch_size=2, max_tokens=7)
+    texts = [[1, 2, 3], [5], [7, 8, 9, 10, 11, 12, 13]]
+    got = np.array(asyncio.run(embedder.embed_ids(texts)), np.float32)
+    cpu = CpuMamba(CONFIG, params)
+    for row, ids in enumerate(texts):
+        ref = cpu.embed(np.array([ids]), np.ones((1, len(ids)), bool))[0]
+        assert_close(got[row], ref, atol=1e-5, rtol=1e-4, name=f"embedding {row}")
