@@ -55,7 +55,8 @@
 // Dispatch: grid_1d(n, WG) over the entry's n invocations — flat index
 // (wid.y * nwg.x + wid.x) * WG + lid.x — with n = M (route, router_bwd, shared_gate_bwd),
 // M*k*F (expert_hidden[_bwd]), M*k*D (expert_out), M*D (combine, expert_dx), layers*E
-// (aux_stats), 1 (aux_loss), E (build_lists), E*F*D (expert_dgate_up, expert_ddown).
+// (aux_stats), 1 (aux_loss), E (build_lists), E*ceil(F/4)*ceil(D/4) (expert_dgate_up,
+// expert_ddown: a 4 x 4 tile of the weight each).
 // No float atomics: every output element has one invocation, which loops over what it sums
 // (an expert's weight gradient loops over that expert's pair list), so the sums are ordered
 // and the results deterministic.
@@ -356,30 +357,60 @@ fn expert_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id
     y[i] = acc;
 }
 
+// The weight gradients: one invocation per TILE x TILE block of a weight (rows x columns),
+// looping over the pairs routed to its expert: each pair's loads serve TILE * TILE FMAs.
+const TILE: u32 = 4u;
+
 @compute @workgroup_size(WG)
 fn expert_dgate_up(@builtin(workgroup_id) wid: vec3<u32>,
                    @builtin(local_invocation_id) lid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(wid, lid, nwg);
-    if (i >= params.experts * params.inner * params.dim) { return; }
-    let e = i / (params.inner * params.dim);
-    let f = (i / params.dim) % params.inner;
-    let d = i % params.dim;
-    var acc_g = 0.0;
-    var acc_u = 0.0;
+    let tiles_f = (params.inner + TILE - 1u) / TILE;
+    let tiles_d = (params.dim + TILE - 1u) / TILE;
+    if (i >= params.experts * tiles_f * tiles_d) { return; }
+    let e = i / (tiles_f * tiles_d);
+    let f0 = ((i / tiles_d) % tiles_f) * TILE;
+    let d0 = (i % tiles_d) * TILE;
+    var acc_g: array<f32, 16>;  // [f - f0][d - d0], zero-initialised
+    var acc_u: array<f32, 16>;
+    var xv: array<f32, 4>;
     // Only the pairs routed to e: an expert no row chose sums nothing and gets zero.
     for (var c = 0u; c < counts[e]; c++) {
         let p = lists[e * params.rows + c];
-        let xv = x[(p / params.top_k) * params.dim + d];
-        acc_g = fma(pair_da[p * params.inner + f], xv, acc_g);
-        acc_u = fma(pair_db[p * params.inner + f], xv, acc_u);
+        let x_row = (p / params.top_k) * params.dim;
+        for (var dd = 0u; dd < TILE; dd++) {
+            if (d0 + dd < params.dim) {
+                xv[dd] = x[x_row + d0 + dd];
+            }
+        }
+        for (var ff = 0u; ff < TILE; ff++) {
+            if (f0 + ff < params.inner) {
+                let h = p * params.inner + f0 + ff;
+                let a = pair_da[h];
+                let b = pair_db[h];
+                for (var dd = 0u; dd < TILE; dd++) {
+                    acc_g[ff * TILE + dd] = fma(a, xv[dd], acc_g[ff * TILE + dd]);
+                    acc_u[ff * TILE + dd] = fma(b, xv[dd], acc_u[ff * TILE + dd]);
+                }
+            }
+        }
     }
-    if (params.accumulate != 0u) {
-        acc_g += dw1[i];
-        acc_u += dw2[i];
+    for (var ff = 0u; ff < TILE; ff++) {
+        for (var dd = 0u; dd < TILE; dd++) {
+            if (f0 + ff < params.inner && d0 + dd < params.dim) {
+                let w = (e * params.inner + f0 + ff) * params.dim + d0 + dd;
+                var g = acc_g[ff * TILE + dd];
+                var u = acc_u[ff * TILE + dd];
+                if (params.accumulate != 0u) {
+                    g += dw1[w];
+                    u += dw2[w];
+                }
+                dw1[w] = g;
+                dw2[w] = u;
+            }
+        }
     }
-    dw1[i] = acc_g;
-    dw2[i] = acc_u;
 }
 
 @compute @workgroup_size(WG)
@@ -387,20 +418,44 @@ fn expert_ddown(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_id) lid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = flat_index(wid, lid, nwg);
-    if (i >= params.experts * params.dim * params.inner) { return; }
-    let e = i / (params.dim * params.inner);
-    let d = (i / params.inner) % params.dim;
-    let f = i % params.inner;
-    var acc = 0.0;
+    let tiles_d = (params.dim + TILE - 1u) / TILE;
+    let tiles_f = (params.inner + TILE - 1u) / TILE;
+    if (i >= params.experts * tiles_d * tiles_f) { return; }
+    let e = i / (tiles_d * tiles_f);
+    let d0 = ((i / tiles_f) % tiles_d) * TILE;
+    let f0 = (i % tiles_f) * TILE;
+    var acc: array<f32, 16>;  // [d - d0][f - f0], zero-initialised
+    var hv: array<f32, 4>;
     for (var c = 0u; c < counts[e]; c++) {
         let p = lists[e * params.rows + c];
-        let g = pair_gate(p) * dy[(p / params.top_k) * params.dim + d];
-        acc = fma(g, pair_h[p * params.inner + f], acc);
+        let gate = pair_gate(p);
+        let dy_row = (p / params.top_k) * params.dim;
+        for (var ff = 0u; ff < TILE; ff++) {
+            if (f0 + ff < params.inner) {
+                hv[ff] = pair_h[p * params.inner + f0 + ff];
+            }
+        }
+        for (var dd = 0u; dd < TILE; dd++) {
+            if (d0 + dd < params.dim) {
+                let g = gate * dy[dy_row + d0 + dd];
+                for (var ff = 0u; ff < TILE; ff++) {
+                    acc[dd * TILE + ff] = fma(g, hv[ff], acc[dd * TILE + ff]);
+                }
+            }
+        }
     }
-    if (params.accumulate != 0u) {
-        acc += dw1[i];
+    for (var dd = 0u; dd < TILE; dd++) {
+        for (var ff = 0u; ff < TILE; ff++) {
+            if (d0 + dd < params.dim && f0 + ff < params.inner) {
+                let w = (e * params.dim + d0 + dd) * params.inner + f0 + ff;
+                var v = acc[dd * TILE + ff];
+                if (params.accumulate != 0u) {
+                    v += dw1[w];
+                }
+                dw1[w] = v;
+            }
+        }
     }
-    dw1[i] = acc;
 }
 
 @compute @workgroup_size(WG)

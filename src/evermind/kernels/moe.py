@@ -24,6 +24,8 @@ from evermind.kernels.matmul import Matmul
 SHADER = "moe"
 #: Invocations per workgroup (the WGSL ``override WG``).
 WORKGROUP_SIZE = 64
+#: Rows and columns of a weight-gradient tile per invocation (the WGSL const TILE).
+WEIGHT_TILE = 4
 
 # Binding slots of moe.wgsl.
 (
@@ -423,6 +425,7 @@ class Moe:
         base = layer * m
         mm, ew = self.matmul, self.elementwise
         sc = scratch
+        tiles = -(-f // WEIGHT_TILE) * -(-d // WEIGHT_TILE)  # the weight-gradient entries' tiles
         routed = [
             self._record(
                 "build_lists",
@@ -477,7 +480,7 @@ class Moe:
             ),
             self._record(
                 "expert_dgate_up",
-                e * f * d,
+                e * tiles,
                 {
                     _X: x,
                     _LISTS: sc.lists,
@@ -493,7 +496,7 @@ class Moe:
             ),
             self._record(
                 "expert_ddown",
-                e * d * f,
+                e * tiles,
                 {
                     _DY: dy,
                     _PROBS: routing.probs,
