@@ -54,10 +54,11 @@
 //  25 pair_h     storage read_write  M*k*F f32 (silu(a) * b: computed once, read D times)
 // Dispatch: grid_1d(n, WG) over the entry's n invocations — flat index
 // (wid.y * nwg.x + wid.x) * WG + lid.x — with n = M (route, router_bwd, shared_gate_bwd),
-// M*k*F (expert_hidden[_bwd]), M*k*D (expert_out), M*D (combine, expert_dx), layers*E
-// (aux_stats), 1 (aux_loss), E (build_lists), E*ceil(F/4)*ceil(D/4) (expert_dgate_up,
-// expert_ddown: a 4 x 4 tile of the weight each).
-// No float atomics: every output element has one invocation, which loops over what it sums
+// M*k*ceil(F/4) (expert_hidden[_bwd]), M*k*ceil(D/4) (expert_out), M*D (combine),
+// M*ceil(D/4) (expert_dx), layers*E (aux_stats), 1 (aux_loss), E (build_lists),
+// E*ceil(F/4)*ceil(D/4) (expert_dgate_up, expert_ddown: a 4 x 4 tile of the weight each).
+// No float atomics: every output element has one invocation (an expert kernel's invocation
+// owns a tile of TILE outputs), which loops over what it sums
 // (an expert's weight gradient loops over that expert's pair list), so the sums are ordered
 // and the results deterministic.
 // Numerical hazards: the softmax subtracts the row max before exp; sigmoid only exponentiates
@@ -105,6 +106,9 @@ struct Params {
 @group(0) @binding(25) var<storage, read_write> pair_h: array<f32>;
 
 override WG: u32 = 64;
+// Outputs per invocation along one axis (TILE x TILE for the weight gradients): a load then
+// serves TILE FMAs. The arrays that hold the tile are sized 4 and 16: keep TILE = 4.
+const TILE: u32 = 4u;
 
 fn flat_index(wid: vec3<u32>, lid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid.x;
@@ -179,37 +183,59 @@ fn route(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) li
 fn expert_hidden(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(local_invocation_id) lid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
+    // TILE consecutive f of one pair per invocation: each x load serves 2 * TILE FMAs.
     let i = flat_index(wid, lid, nwg);
-    if (i >= params.rows * params.top_k * params.inner) { return; }
-    let p = i / params.inner;
-    let f = i % params.inner;
+    let tiles_f = (params.inner + TILE - 1u) / TILE;
+    if (i >= params.rows * params.top_k * tiles_f) { return; }
+    let p = i / tiles_f;
+    let f0 = (i % tiles_f) * TILE;
     let m = p / params.top_k;
-    let w = (pair_expert(p) * params.inner + f) * params.dim;
-    var acc_a = 0.0;
-    var acc_b = 0.0;
+    let w = (pair_expert(p) * params.inner + f0) * params.dim;
+    var acc_a: array<f32, 4>;
+    var acc_b: array<f32, 4>;
     for (var d = 0u; d < params.dim; d++) {
         let xv = x[m * params.dim + d];
-        acc_a = fma(xv, gate_proj[w + d], acc_a);
-        acc_b = fma(xv, up_proj[w + d], acc_b);
+        for (var ff = 0u; ff < TILE; ff++) {
+            if (f0 + ff < params.inner) {
+                acc_a[ff] = fma(xv, gate_proj[w + ff * params.dim + d], acc_a[ff]);
+                acc_b[ff] = fma(xv, up_proj[w + ff * params.dim + d], acc_b[ff]);
+            }
+        }
     }
-    pair_a[i] = acc_a;
-    pair_b[i] = acc_b;
-    pair_h[i] = silu(acc_a) * acc_b;
+    for (var ff = 0u; ff < TILE; ff++) {
+        if (f0 + ff < params.inner) {
+            let h = p * params.inner + f0 + ff;
+            pair_a[h] = acc_a[ff];
+            pair_b[h] = acc_b[ff];
+            pair_h[h] = silu(acc_a[ff]) * acc_b[ff];
+        }
+    }
 }
 
 @compute @workgroup_size(WG)
 fn expert_out(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
+    // TILE consecutive d of one pair per invocation: each h load serves TILE FMAs.
     let i = flat_index(wid, lid, nwg);
-    if (i >= params.rows * params.top_k * params.dim) { return; }
-    let p = i / params.dim;
-    let d = i % params.dim;
-    let w = (pair_expert(p) * params.dim + d) * params.inner;
-    var acc = 0.0;
+    let tiles_d = (params.dim + TILE - 1u) / TILE;
+    if (i >= params.rows * params.top_k * tiles_d) { return; }
+    let p = i / tiles_d;
+    let d0 = (i % tiles_d) * TILE;
+    let w = (pair_expert(p) * params.dim + d0) * params.inner;
+    var acc: array<f32, 4>;
     for (var f = 0u; f < params.inner; f++) {
-        acc = fma(pair_h[p * params.inner + f], down_proj[w + f], acc);
+        let hv = pair_h[p * params.inner + f];
+        for (var dd = 0u; dd < TILE; dd++) {
+            if (d0 + dd < params.dim) {
+                acc[dd] = fma(hv, down_proj[w + dd * params.inner + f], acc[dd]);
+            }
+        }
     }
-    pair_out[i] = acc;
+    for (var dd = 0u; dd < TILE; dd++) {
+        if (d0 + dd < params.dim) {
+            pair_out[p * params.dim + d0 + dd] = acc[dd];
+        }
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -320,46 +346,67 @@ fn router_bwd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 fn expert_hidden_bwd(@builtin(workgroup_id) wid: vec3<u32>,
                      @builtin(local_invocation_id) lid: vec3<u32>,
                      @builtin(num_workgroups) nwg: vec3<u32>) {
+    // TILE consecutive f of one pair per invocation: each dy load serves TILE FMAs.
     let i = flat_index(wid, lid, nwg);
-    if (i >= params.rows * params.top_k * params.inner) { return; }
-    let p = i / params.inner;
-    let f = i % params.inner;
+    let tiles_f = (params.inner + TILE - 1u) / TILE;
+    if (i >= params.rows * params.top_k * tiles_f) { return; }
+    let p = i / tiles_f;
+    let f0 = (i % tiles_f) * TILE;
     let m = p / params.top_k;
-    let w = pair_expert(p) * params.dim * params.inner + f;
-    var acc = 0.0;
+    let w = pair_expert(p) * params.dim * params.inner + f0;
+    var acc: array<f32, 4>;
     for (var d = 0u; d < params.dim; d++) {
-        acc = fma(dy[m * params.dim + d], down_proj[w + d * params.inner], acc);
+        let dyv = dy[m * params.dim + d];
+        for (var ff = 0u; ff < TILE; ff++) {
+            if (f0 + ff < params.inner) {
+                acc[ff] = fma(dyv, down_proj[w + d * params.inner + ff], acc[ff]);
+            }
+        }
     }
-    let dh = pair_gate(p) * acc;
-    let a = pair_a[i];
-    let s = sigmoid(a);
-    pair_da[i] = dh * pair_b[i] * s * (1.0 + a * (1.0 - s));
-    pair_db[i] = dh * a * s;
+    let gate = pair_gate(p);
+    for (var ff = 0u; ff < TILE; ff++) {
+        if (f0 + ff < params.inner) {
+            let h = p * params.inner + f0 + ff;
+            let dh = gate * acc[ff];
+            let a = pair_a[h];
+            let s = sigmoid(a);
+            pair_da[h] = dh * pair_b[h] * s * (1.0 + a * (1.0 - s));
+            pair_db[h] = dh * a * s;
+        }
+    }
 }
 
 @compute @workgroup_size(WG)
 fn expert_dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
+    // TILE consecutive d of one row per invocation: each (da, db) load serves 2 * TILE FMAs.
     let i = flat_index(wid, lid, nwg);
-    if (i >= params.rows * params.dim) { return; }
-    let m = i / params.dim;
-    let d = i % params.dim;
-    var acc = 0.0;
+    let tiles_d = (params.dim + TILE - 1u) / TILE;
+    if (i >= params.rows * tiles_d) { return; }
+    let m = i / tiles_d;
+    let d0 = (i % tiles_d) * TILE;
+    var acc: array<f32, 4>;
     for (var j = 0u; j < params.top_k; j++) {
         let p = m * params.top_k + j;
-        let w = pair_expert(p) * params.inner * params.dim + d;
+        let w = pair_expert(p) * params.inner * params.dim + d0;
         for (var f = 0u; f < params.inner; f++) {
             let h = p * params.inner + f;
-            acc = fma(pair_da[h], gate_proj[w + f * params.dim], acc);
-            acc = fma(pair_db[h], up_proj[w + f * params.dim], acc);
+            let da = pair_da[h];
+            let db = pair_db[h];
+            for (var dd = 0u; dd < TILE; dd++) {
+                if (d0 + dd < params.dim) {
+                    acc[dd] = fma(da, gate_proj[w + f * params.dim + dd], acc[dd]);
+                    acc[dd] = fma(db, up_proj[w + f * params.dim + dd], acc[dd]);
+                }
+            }
         }
     }
-    y[i] = acc;
+    for (var dd = 0u; dd < TILE; dd++) {
+        if (d0 + dd < params.dim) {
+            y[m * params.dim + d0 + dd] = acc[dd];
+        }
+    }
 }
-
-// The weight gradients: one invocation per TILE x TILE block of a weight (rows x columns),
-// looping over the pairs routed to its expert: each pair's loads serve TILE * TILE FMAs.
-const TILE: u32 = 4u;
 
 @compute @workgroup_size(WG)
 fn expert_dgate_up(@builtin(workgroup_id) wid: vec3<u32>,

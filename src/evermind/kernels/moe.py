@@ -24,8 +24,9 @@ from evermind.kernels.matmul import Matmul
 SHADER = "moe"
 #: Invocations per workgroup (the WGSL ``override WG``).
 WORKGROUP_SIZE = 64
-#: Rows and columns of a weight-gradient tile per invocation (the WGSL const TILE).
-WEIGHT_TILE = 4
+#: Outputs per invocation along one axis (the WGSL const TILE; TILE x TILE for the weight
+#: gradients).
+TILE = 4
 
 # Binding slots of moe.wgsl.
 (
@@ -56,6 +57,11 @@ WEIGHT_TILE = 4
     _DPRE,
     _PAIR_H,
 ) = range(26)
+
+
+def _tiles(n: int) -> int:
+    """Invocations covering ``n`` outputs, TILE each."""
+    return -(-n // TILE)
 
 
 @dataclass(frozen=True)
@@ -314,7 +320,7 @@ class Moe:
             ),
             self._record(
                 "expert_hidden",
-                m * k * f,
+                m * k * _tiles(f),
                 {
                     _X: x,
                     _GATE_PROJ: w.gate_proj,
@@ -329,7 +335,7 @@ class Moe:
             ),
             self._record(
                 "expert_out",
-                m * k * d,
+                m * k * _tiles(d),
                 {
                     _DOWN_PROJ: w.down_proj,
                     _IDX: routing.idx,
@@ -425,7 +431,7 @@ class Moe:
         base = layer * m
         mm, ew = self.matmul, self.elementwise
         sc = scratch
-        tiles = -(-f // WEIGHT_TILE) * -(-d // WEIGHT_TILE)  # the weight-gradient entries' tiles
+        tiles = _tiles(f) * _tiles(d)  # the weight-gradient entries' TILE x TILE blocks
         routed = [
             self._record(
                 "build_lists",
@@ -450,7 +456,7 @@ class Moe:
             ),
             self._record(
                 "expert_hidden_bwd",
-                m * k * f,
+                m * k * _tiles(f),
                 {
                     _DY: dy,
                     _DOWN_PROJ: w.down_proj,
@@ -466,7 +472,7 @@ class Moe:
             ),
             self._record(
                 "expert_dx",
-                m * d,
+                m * _tiles(d),
                 {
                     _GATE_PROJ: w.gate_proj,
                     _UP_PROJ: w.up_proj,
