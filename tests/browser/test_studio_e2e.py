@@ -248,3 +248,21 @@ def test_a_cortex_model_trains_in_the_tab_and_reports_its_routing(browser, serve
         rec.assert_offline()
     finally:
         rec.close()
+
+
+def test_headless_cli_trains_the_cortex_in_the_tab(tmp_path: Path) -> None:
+    """``evermind train --headless --moe-experts 2``: the flags reach the tab's train_start and
+    the package it exports carries the cortex."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "cortex.evermind"
+    args = [sys.executable, "-m", "evermind.cli", "train", "--headless", "--corpus", str(corpus)]
+    args += ["--vocab-size", "300", "--steps", "2", "--batch-size", "2", "--seq-len", "16"]
+    args += ["--moe-experts", "2", "--moe-top-k", "1", "--moe-intermediate", "16"]
+    result = procs.run(
+        [*args, "--out", str(out)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    model = evermind.load(out)
+    assert model.config.moe_experts == 2 and model.config.moe_intermediate == 16
+    assert model.package.manifest["producer"].endswith("(webgpu (browser))")

@@ -67,6 +67,7 @@ def page_event(event: dict[str, Any]) -> Note | TokenizerProgress | Progress | N
             tokens_per_second=float(event["tokens_per_second"]),
             elapsed_s=float(event.get("elapsed_s") or 0.0),
             eval_loss=event.get("eval_loss"),
+            routing=event.get("routing"),  # the cortex's, when the model has one
         )
     if kind == "error":
         return Note("browser", str(event.get("message")), interrupts=True)
