@@ -213,3 +213,56 @@ def test_a_native_package_opens_in_the_tab_and_agrees(browser, server) -> None:
         rec.assert_offline()
     finally:
         rec.close()
+
+
+def test_a_cortex_model_trains_in_the_tab_and_reports_its_routing(browser, server) -> None:
+    """The tab's WebGPU trains the cortex (moe.wgsl in the browser): each train-progress event
+    carries the routing, and the training panel shows it."""
+    rec = open_studio(browser, server)
+    try:
+        call(rec, "session_clear")
+        call(rec, "corpus_add", name="notes.txt", text=TEXT)
+        call(rec, "tokenizer_train", vocab_size=300)
+        rec.page.evaluate(
+            "() => { window.__events = []; window.evermind.on(e => window.__events.push(e)); }"
+        )
+        cortex = {"moe_experts": 3, "moe_top_k": 2, "moe_intermediate": 8}
+        summary = call(
+            rec,
+            "train_start",
+            config=TINY,
+            cortex=cortex,
+            steps=2,
+            batch_size=2,
+            seq_len=16,
+            lr=0.01,
+            checkpoint_every=0,
+        )
+        assert summary["state"] == "finished"
+        events = rec.page.evaluate("window.__events.filter(e => e.event === 'train-progress')")
+        routing = events[-1]["routing"]
+        assert set(routing["layers"]) == {"0", "1"} and routing["aux_loss"] > 0
+        for layer in routing["layers"].values():
+            assert len(layer["fractions"]) == 3 and abs(sum(layer["fractions"]) - 2) < 1e-5
+        assert call(rec, "session_restore")["settings"]["cortex"]["moe_experts"] == 3
+        rec.assert_offline()
+    finally:
+        rec.close()
+
+
+def test_headless_cli_trains_the_cortex_in_the_tab(tmp_path: Path) -> None:
+    """``evermind train --headless --moe-experts 2``: the flags reach the tab's train_start and
+    the package it exports carries the cortex."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "cortex.evermind"
+    args = [sys.executable, "-m", "evermind.cli", "train", "--headless", "--corpus", str(corpus)]
+    args += ["--vocab-size", "300", "--steps", "2", "--batch-size", "2", "--seq-len", "16"]
+    args += ["--moe-experts", "2", "--moe-top-k", "1", "--moe-intermediate", "16"]
+    result = procs.run(
+        [*args, "--out", str(out)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    model = evermind.load(out)
+    assert model.config.moe_experts == 2 and model.config.moe_intermediate == 16
+    assert model.package.manifest["producer"].endswith("(webgpu (browser))")

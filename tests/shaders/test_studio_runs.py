@@ -72,6 +72,7 @@ def test_a_reload_restores_corpus_tokenizer_settings_and_history(events) -> None
         "preset": "custom",
         "config": TINY,
         "block": "mamba1",
+        "cortex": None,
         "steps": 4,
         "lr": 1e-2,
         "batch_size": 2,
@@ -91,3 +92,36 @@ def test_similarity_comes_with_the_embedders_calibration(events) -> None:
     assert "calibration" in sim and "pairs" in sim
     if sim["threshold"] is not None:
         assert sim["unrelated"] is not None and sim["threshold"] >= sim["unrelated"]
+
+
+def test_a_cortex_run_reports_its_routing_restores_and_exports(events) -> None:
+    """train_start(cortex=...) trains GpuMamba with the cortex: each train-progress event
+    carries the routing, the restored settings keep the cortex, generation runs it per token
+    on the GPU and the exported package has it."""
+    import base64
+
+    import evermind
+
+    cortex = {"moe_experts": 3, "moe_top_k": 2, "moe_intermediate": 8}
+    call("corpus_add", name="t.txt", text=TEXT)
+    call("tokenizer_train", vocab_size=300)
+    with pytest.raises(Exception, match="unknown cortex keys"):
+        call("train_start", steps=1, cortex={"experts": 3}, **RUN)
+    call("train_start", steps=3, checkpoint_every=3, cortex=cortex, **RUN)
+    progress = [e for e in events if e["event"] == "train-progress"]
+    routing = progress[-1]["routing"]
+    assert set(routing["layers"]) == {"0", "1"} and routing["aux_loss"] > 0
+    for layer in routing["layers"].values():
+        assert len(layer["fractions"]) == 3 and abs(sum(layer["fractions"]) - 2) < 1e-5
+    kv = asyncio.run(api.session().kv())
+    fresh = Session(lambda *a, **k: None)
+    fresh._kv = kv
+    back = asyncio.run(fresh.restore())
+    assert back["settings"]["cortex"]["moe_experts"] == 3
+    generated = call("generate", prompt="The quick", max_new_tokens=6, temperature=0)
+    assert generated["device"] == "gpu"
+    exported = call("export_package", name="cortex", version="0.0.1")
+    model = evermind.load(base64.b64decode(exported["data_b64"]))
+    assert model.config.moe_experts == 3 and model.config.moe_intermediate == 8
+    native = model.complete("The quick", max_new_tokens=6, temperature=0).text
+    assert native == generated["text"]

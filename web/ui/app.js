@@ -485,7 +485,7 @@ export class StudioApp extends EventTarget {
     if (!kwargs.config) kwargs.preset ??= this.options.preset;
     kwargs.checkpoint_every ??= this.options.checkpointEvery?.();
     if (kwargs.checkpoint_every === undefined) delete kwargs.checkpoint_every;
-    const settings = resume ? this.state.settings : { preset: kwargs.config ? "custom" : kwargs.preset, config: kwargs.config ?? null, block: kwargs.block ?? "mamba1", steps: kwargs.steps, lr: kwargs.lr, batch_size: kwargs.batch_size, seq_len: kwargs.seq_len };
+    const settings = resume ? this.state.settings : { preset: kwargs.config ? "custom" : kwargs.preset, config: kwargs.config ?? null, block: kwargs.block ?? "mamba1", cortex: kwargs.cortex ?? null, steps: kwargs.steps, lr: kwargs.lr, batch_size: kwargs.batch_size, seq_len: kwargs.seq_len };
     this.setState({ training: "running", opened: null, nParams: undefined, progress: resume ? this.state.progress : null, summary: resume ? this.state.summary : null, trainOptions: kwargs, settings });
     this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume, steps: kwargs.steps } }));
     try {

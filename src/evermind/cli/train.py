@@ -317,6 +317,20 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _cortex_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The cortex's MambaConfig keywords of the ``--moe-*`` flags (None without experts)."""
+    if not args.moe_experts:
+        return None
+    return {
+        "moe_experts": args.moe_experts,
+        "moe_top_k": args.moe_top_k,
+        "moe_intermediate": args.moe_intermediate,
+        "moe_shared_intermediate": args.moe_shared_intermediate,
+        "moe_every": args.moe_every,
+        "router_aux_loss_coef": args.router_aux_loss_coef,
+    }
+
+
 def train_headless(args: argparse.Namespace) -> dict[str, Any]:
     """Runs the whole job in the Studio page in headless Chromium; returns the summary."""
     from evermind.cli.progress import JobPrinter
@@ -346,6 +360,7 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
         corpus_bytes=args.corpus_bytes,
         on_event=JobPrinter(),
         block=args.block,
+        cortex=_cortex_args(args),
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -369,13 +384,6 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    if args.moe_experts and (args.headless or args.device != "cpu"):
-        from evermind.errors import ConfigError
-
-        raise ConfigError(
-            f"--moe-experts {args.moe_experts}: the cortex has no WebGPU kernels yet; "
-            "hint: add --device cpu (numpy) to train a model with the cortex"
-        )
     summary = train_headless(args) if args.headless else asyncio.run(train_native(args))
     if args.push:
         from evermind.runtime.push import push_package

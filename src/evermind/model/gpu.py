@@ -21,6 +21,10 @@ compare one step's loss and every gradient, then 20 steps of losses). Layer l, M
 A Mamba-2 config (``block="mamba2"``) records the SSD block of
 :mod:`evermind.model.gpu_mamba2` in place of this one (its reference is
 ``evermind.model.cpu_mamba2``); the embedding, final norm, head, loss and optimiser are shared.
+A config with the cortex (``moe_experts``) adds, in each of its ``moe_layers`` after the
+mixer's residual, ``h = h + moe(rmsnorm(h))`` (:mod:`evermind.model.gpu_cortex`, reference
+``evermind.model.cpu_cortex``); the training loss is then LM + ``router_aux_loss_coef`` × the
+pooled load-balancing loss, and :attr:`GpuMamba.routing` holds the routing statistics.
 
 Gradients accumulate: every weight gradient is added into its buffer, which the step zeroes
 first, so gradient accumulation over micro-batches is the same graph run again.
@@ -62,6 +66,7 @@ from evermind.kernels.pool import Pool
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.kernels.selective_scan import SelectiveScan, states_count
 from evermind.model.config import MambaConfig
+from evermind.model.gpu_cortex import CortexBlock
 from evermind.model.gpu_layout import SlotSpec, embed_head_spec, slot_specs
 from evermind.model.gpu_mamba2 import Mamba2Acts, Mamba2Block
 from evermind.types import Batch, TrainConfig
@@ -168,6 +173,14 @@ class GpuMamba:
             if mamba1
             else Mamba2Block(dev, cfg, batch_size, seq_len, (self.mm, self.ew, self.rn, self.conv))
         )
+        #: The cortex layers (None without ``moe_experts``), :mod:`evermind.model.gpu_cortex`.
+        self.cortex = (
+            CortexBlock(dev, cfg, m, (self.mm, self.ew, self.rn), training)
+            if cfg.moe_experts
+            else None
+        )
+        #: The cortex's routing statistics of the last micro-batch (None without the cortex).
+        self.routing: dict[str, Any] | None = None
         self.out_tmp = dev.buffer(4 * m * dm, label="mixer_out")
         self.hf, self.rstd_f = (
             dev.buffer(4 * m * dm, label="h_final"),
@@ -207,7 +220,11 @@ class GpuMamba:
         assert grad is not None  # training models always have gradients
         return grad
 
-    def _forward(self, store_states: bool, logits: bool = True) -> list[Dispatch]:
+    def _forward(
+        self, store_states: bool, logits: bool = True, aux_coef: float | None = None
+    ) -> list[Dispatch]:
+        """The forward to the logits (or h_final); with the cortex and ``aux_coef`` not None,
+        then its load-balancing loss, whose probability gradient ``aux_coef`` weights."""
         cfg, m, mm, ew = self.config, self.m, self.mm, self.ew
         dm, di, r, n = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state
         b, length = self.batch_size, self.seq_len
@@ -254,7 +271,14 @@ class GpuMamba:
             d.append(ew.silu_fwd(a.z, a.zs, m * di))
             d.append(ew.mul(a.y, a.zs, a.g, m * di))
             d.append(mm.linear(a.g, p("out"), self.out_tmp, m, di, dm))
-            d.append(ew.add(self.h[i], self.out_tmp, self.h[i + 1], m * dm))
+            if self.cortex is not None and i in self.cortex:
+                mid = self.cortex.mid(i)
+                d.append(ew.add(self.h[i], self.out_tmp, mid, m * dm))
+                d += self.cortex.forward(i, mid, self.h[i + 1], p)
+            else:
+                d.append(ew.add(self.h[i], self.out_tmp, self.h[i + 1], m * dm))
+        if self.cortex is not None and aux_coef is not None:
+            d += self.cortex.aux(aux_coef)
         d.append(
             self.rn.forward(self.h[-1], self._p("norm_f"), self.hf, self.rstd_f, m, dm, cfg.rms_eps)
         )
@@ -363,6 +387,9 @@ class GpuMamba:
             def g(key: str, i: int = i) -> Buffer:
                 return self._g(f"{i}.{key}")
 
+            if self.cortex is not None and i in self.cortex:
+                # The cortex ran after the mixer: its backward first, dh -> d loss / d h_mid.
+                d += self.cortex.backward(i, t["dh"], p, g)
             # out_proj and the gate: out = (y ⊙ silu(z)) · outᵀ, its gradient is dh.
             d.append(mm.linear_bwd_input(t["dh"], p("out"), t["dg"], m, di, dm))
             d.append(mm.linear_bwd_weight(t["dh"], a.g, g("out"), m, di, dm, accumulate=True))
@@ -449,7 +476,11 @@ class GpuMamba:
         self.ce_dispatches = self.ce.loss_and_grad(
             self.logits, self.targets, self.row_loss, self.dlogits, self.loss, m, v, self.grad_scale
         )
-        self.step_plan = dev.plan("train step").add(self._forward(store_states=True))
+        #: The load-balancing loss's weight per micro-batch (the CE's mean over micro-batches).
+        self.aux_scale = self.config.router_aux_loss_coef / train.grad_accum
+        self.step_plan = dev.plan("train step").add(
+            self._forward(store_states=True, aux_coef=self.aux_scale)
+        )
         self.step_plan.add(self.ce_dispatches).add(self._backward())
         self.zero_plan = dev.plan("zero grads").add(
             self.ew.fill(s.grad, s.spec.count) for s in self.slots.values() if s.grad is not None
@@ -541,8 +572,9 @@ class GpuMamba:
             self._forward(store_states=False, logits=False)
         )
         self.embed_eval_plan.add(embed_head())
+        # The embedding objective leaves the load-balancing loss out (aux_coef 0).
         self.embed_plan = dev.plan("embedding step").add(
-            self._forward(store_states=True, logits=False)
+            self._forward(store_states=True, logits=False, aux_coef=0.0)
         )
         self.embed_plan.add(embed_head())
         self.embed_plan.add(
@@ -595,16 +627,21 @@ class GpuMamba:
         for name in shapes:
             if name not in params:
                 raise ShapeError(f"GpuMamba.load_params: missing {name}")
-        for slot in self.slots.values():
-            spec = slot.spec
-            data = memoryview(params[spec.hf_name]).cast("B")
-            expected = 4 * _numel(shapes[spec.hf_name])
-            if len(data) != expected:
+        for name, shape in shapes.items():
+            got = len(memoryview(params[name]).cast("B")) // 4
+            if got != _numel(shape):
                 raise ShapeError(
-                    f"GpuMamba.load_params: {spec.hf_name} has {len(data) // 4} floats, expected "
-                    f"{expected // 4}; was the config built with the same vocab_size and preset?"
+                    f"GpuMamba.load_params: {name} has {got} floats, expected "
+                    f"{_numel(shape)}; was the config built with the same vocab_size and preset?"
                 )
-            self.device.write(slot.param, data[4 * spec.offset : 4 * (spec.offset + spec.count)])
+        for slot in self.slots.values():
+            self._write_slot(slot.param, slot.spec, params, "")
+
+    def _write_slot(self, buf: Buffer, spec: SlotSpec, tensors: Any, prefix: str) -> None:
+        """Writes ``spec``'s floats of ``tensors[prefix + HF name]`` (each piece) into buf."""
+        for hf, src, dst, count in spec.pieces():
+            data = memoryview(tensors[prefix + hf]).cast("B")
+            self.device.write(buf, data[4 * src : 4 * (src + count)], 4 * dst)
 
     async def read_params(self) -> dict[str, array[float]]:
         """Downloads weights as flat ``array('f')`` by Hugging Face name."""
@@ -615,8 +652,9 @@ class GpuMamba:
         out = {name: array("f", bytes(4 * _numel(shape))) for name, shape in shapes.items()}
         for slot in self.slots.values():
             raw = await self.device.read(pick(slot), 4 * slot.spec.count)
-            view = memoryview(out[slot.spec.hf_name]).cast("B")
-            view[4 * slot.spec.offset : 4 * (slot.spec.offset + slot.spec.count)] = raw
+            for hf, src, dst, count in slot.spec.pieces():
+                view = memoryview(out[hf]).cast("B")
+                view[4 * src : 4 * (src + count)] = raw[4 * dst : 4 * (dst + count)]
         return out
 
     async def read_grads(self) -> dict[str, array[float]]:
@@ -639,7 +677,13 @@ class GpuMamba:
         self._write_batch(batch)
         self.step_plan.run()
         (loss,) = struct.unpack("<f", await self.device.read(self.loss))
-        return float(loss)
+        if self.cortex is None:
+            return float(loss)
+        # As CpuMamba: the loss is LM + coef · aux, the routing that of this micro-batch.
+        routing = await self.cortex.read_routing()
+        routing["lm_loss"] = float(loss) * self.train_config.grad_accum  # type: ignore[union-attr]
+        self.routing = routing
+        return float(loss) + self.aux_scale * float(routing["aux_loss"])
 
     async def train_step(self, micro_batches: list[Batch], lr: float, step: int) -> float:
         self.zero_plan.run()
@@ -767,8 +811,7 @@ class GpuMamba:
             spec = slot.spec
             for prefix, buf in (("adam.m.", slot.exp_avg), ("adam.v.", slot.exp_avg_sq)):
                 if buf is not None:
-                    data = memoryview(tensors[prefix + spec.hf_name]).cast("B")
-                    self.device.write(buf, data[4 * spec.offset : 4 * (spec.offset + spec.count)])
+                    self._write_slot(buf, spec, tensors, prefix)
 
 
 def _eye(rows: int, cols: int) -> array[float]:

@@ -42,6 +42,7 @@ from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
+from evermind.model.gpu_cortex import CortexBlock
 from evermind.model.gpu_mamba2 import Mamba2DecodeLayers
 
 T = TypeVar("T")
@@ -116,6 +117,7 @@ class GpuBatchDecoder:
         if cfg.block == "mamba2":
             self._init_mamba2()
         self._plans: dict[tuple[int, bool], Plan] = {}
+        self._cortex_blocks: dict[int, CortexBlock] = {}
         self._live: set[int] = set()
         self._model: GpuMamba | None = None  # the owner of the weights, from from_params
 
@@ -220,10 +222,26 @@ class GpuBatchDecoder:
             d.append(ew.mul(a["y"], a["silu_z"], a["gated"], b * di))
             d.append(mm.linear(a["gated"], p(f"{i}.out"), out, b, di, dm))
             d.append(ew.accumulate(out, h, b * dm))  # residual, in place
+            if self.config.moe_experts and i in self.config.moe_layers:
+                # The cortex is per token: no state to gather or scatter.
+
+                def layer_p(key: str, i: int = i) -> Buffer:
+                    return p(f"{i}.{key}")
+
+                d += self._cortex(b).residual(i, h, layer_p)
         if logits:  # prefill steps that end no prompt skip the norm and the LM head
             d.append(rn.forward(h, p("norm_f"), xn, rstd, b, dm, cfg.rms_eps))
             d.append(mm.linear(xn, p("embeddings"), self.logits, b, dm, cfg.vocab_size))
         return dev.plan(f"batch decode step x{b}{'' if logits else ' (no logits)'}").add(d)
+
+    def _cortex(self, b: int) -> CortexBlock:
+        """The cortex layers at ``b`` rows (one block per row count, as the plans)."""
+        block = self._cortex_blocks.get(b)
+        if block is None:
+            dev = self.device
+            kernels = (Matmul(dev), Elementwise(dev), RMSNorm(dev))
+            block = self._cortex_blocks[b] = CortexBlock(dev, self.config, b, kernels, False)
+        return block
 
     def _plan(self, b: int, logits: bool) -> Plan:
         plan = self._plans.get((b, logits))

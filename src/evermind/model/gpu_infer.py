@@ -28,6 +28,7 @@ from evermind.kernels.recurrent_step import RecurrentStep
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
+from evermind.model.gpu_cortex import CortexBlock
 from evermind.model.gpu_mamba2 import Mamba2DecodeLayers
 from evermind.model.sampling import sample
 from evermind.package.head import EmbedderHead, apply_head
@@ -75,6 +76,8 @@ class GpuDecoder:
         def p(key: str) -> Buffer:
             return weights[key].param
 
+        #: The cortex layers at one row (None without the cortex).
+        cortex = CortexBlock(dev, cfg, 1, (mm, ew, rn), False) if cfg.moe_experts else None
         d: list[Dispatch] = [emb.forward(self.ids, p("embeddings"), h, 1, cfg.vocab_size, dm)]
         for i in range(cfg.n_layer):
             d.append(rn.forward(h, p(f"{i}.norm"), xn, rstd, 1, dm, cfg.rms_eps))
@@ -98,6 +101,12 @@ class GpuDecoder:
             d.append(ew.mul(y, zs, g, di))
             d.append(mm.linear(g, p(f"{i}.out"), out, 1, di, dm))
             d.append(ew.accumulate(out, h, dm))  # residual, in place
+            if cortex is not None and i in cortex:  # per token: the same FFN as training's
+
+                def layer_p(key: str, i: int = i) -> Buffer:
+                    return p(f"{i}.{key}")
+
+                d += cortex.residual(i, h, layer_p)
         d.append(rn.forward(h, p("norm_f"), xn, rstd, 1, dm, cfg.rms_eps))
         d.append(mm.linear(xn, p("embeddings"), self.logits, 1, dm, cfg.vocab_size))
         self.step_plan = dev.plan("decode step").add(d)

@@ -12,6 +12,12 @@ writes dense buffers: ``in_proj.weight`` (I + conv_dim + H, d_model) becomes ``i
 depthwise ``conv1d.weight`` (conv_dim, 1, K) and ``conv1d.bias`` (conv_dim,) become one
 weight and one bias slot for each of the x, B and C channel blocks (the conv is per channel,
 so three convolutions over the blocks are the one over xBC).
+
+A cortex layer (``MambaConfig.moe_layers``) adds slots after its mixer's: ``moe_norm``, the
+router and the shared expert's tensors one each, and the routed experts' ``gate_proj``,
+``up_proj`` and ``down_proj`` each *stacked* over the E experts into one (E, ...) slot (the
+MoE kernel gathers an expert's rows by index from one buffer): a stacked slot lists its E
+Hugging Face tensors in ``SlotSpec.stacked``, each whole, one after the other.
 """
 
 from __future__ import annotations
@@ -32,26 +38,30 @@ class SlotSpec:
     offset: int
     count: int
     decay: bool
+    #: HF tensors stacked whole in this slot, in order (``hf_name`` is the first); empty: the
+    #: slot is ``hf_name``'s floats ``[offset, offset + count)``.
+    stacked: tuple[str, ...] = ()
+
+    def pieces(self) -> list[tuple[str, int, int, int]]:
+        """``(hf_name, float offset in it, float offset in the slot, floats)`` per piece."""
+        if not self.stacked:
+            return [(self.hf_name, self.offset, 0, self.count)]
+        each = self.count // len(self.stacked)
+        return [(name, 0, n * each, each) for n, name in enumerate(self.stacked)]
 
 
 def slot_specs(config: MambaConfig) -> list[SlotSpec]:
     """Every GPU tensor of the model, in a fixed order.
 
     Raises:
-        ConfigError: The config's block type has no GPU layout, or it has the cortex (no
-            WebGPU kernels for it yet).
+        ConfigError: The config's block type has no GPU layout.
     """
     if config.block not in ("mamba1", "mamba2"):
         raise ConfigError(f"slot_specs: expected block 'mamba1' or 'mamba2', got {config.block!r}")
-    if config.moe_experts:
-        raise ConfigError(
-            f"slot_specs: the WebGPU kernels have no cortex yet, got moe_experts="
-            f"{config.moe_experts}; hint: train and run a model with the cortex on the CPU "
-            "(CpuBackend, CpuMamba)"
-        )
     if config.block == "mamba2":
         return _mamba2_slot_specs(config)
     shapes = config.param_shapes()
+    cortex = set(config.moe_layers)
     di, dm, r, n = config.d_inner, config.d_model, config.dt_rank, config.d_state
     specs: list[SlotSpec] = []
 
@@ -77,7 +87,43 @@ def slot_specs(config: MambaConfig) -> list[SlotSpec]:
         whole(f"{i}.A_log", mix + "A_log")
         whole(f"{i}.D", mix + "D")
         whole(f"{i}.out", mix + "out_proj.weight")
+        if i in cortex:
+            specs += _cortex_slot_specs(config, i)
     whole("norm_f", "backbone.norm_f.weight")
+    return specs
+
+
+#: The cortex's unstacked slots: key suffix after ``{i}.`` -> HF suffix after ``layers.{i}.``.
+CORTEX_SLOTS = {
+    "moe_norm": "moe_norm.weight",
+    "moe.router": "moe.gate.weight",
+    "moe.shared_gate": "moe.shared_expert.gate_proj.weight",
+    "moe.shared_up": "moe.shared_expert.up_proj.weight",
+    "moe.shared_down": "moe.shared_expert.down_proj.weight",
+    "moe.shared_expert_gate": "moe.shared_expert_gate.weight",
+}
+#: The routed experts' stacked slots: key suffix -> the HF suffix after ``experts.{e}.``.
+CORTEX_STACKED = {
+    "moe.gate_proj": "gate_proj.weight",
+    "moe.up_proj": "up_proj.weight",
+    "moe.down_proj": "down_proj.weight",
+}
+
+
+def _cortex_slot_specs(config: MambaConfig, i: int) -> list[SlotSpec]:
+    """Layer i's cortex slots (see the module docstring)."""
+    shapes = config.param_shapes()
+    pre = f"backbone.layers.{i}."
+    specs = []
+    for key, suffix in CORTEX_SLOTS.items():
+        hf = pre + suffix
+        specs.append(SlotSpec(f"{i}.{key}", hf, 0, math.prod(shapes[hf]), not config.no_decay(hf)))
+    for key, suffix in CORTEX_STACKED.items():
+        names = tuple(f"{pre}moe.experts.{e}.{suffix}" for e in range(config.moe_experts))
+        count = math.prod(shapes[names[0]]) * len(names)
+        specs.append(
+            SlotSpec(f"{i}.{key}", names[0], 0, count, not config.no_decay(names[0]), names)
+        )
     return specs
 
 

@@ -209,10 +209,15 @@ async def train_start(
     first_checkpoint_s: float = FIRST_CHECKPOINT_S,
     checkpoint_s: float = CHECKPOINT_S,
     block: str = "mamba1",
+    cortex: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Trains a new model from scratch (``train-progress`` events); resolves when it ends.
 
     ``block`` is the block type, ``mamba1`` (the selective scan) or ``mamba2`` (the SSD block).
+    ``cortex`` adds the shared-expert MoE FFN after each mixer (Mamba-1 only): ``MambaConfig``'s
+    ``moe_experts``, ``moe_top_k``, ``moe_intermediate``, ``moe_shared_intermediate``,
+    ``moe_every``, ``router_aux_loss_coef`` (omitted keys take their defaults); each
+    ``train-progress`` event then carries the step's ``routing``.
 
     Checkpoints every ``checkpoint_every`` steps, and by time: after the first
     ``first_checkpoint_s`` seconds, then every ``checkpoint_s`` (whichever comes first). The
@@ -230,7 +235,7 @@ async def train_start(
     )
     s = session()
     s.checkpoint_seconds = (float(first_checkpoint_s), float(checkpoint_s))
-    return await s.start(preset, config, train, block=str(block))
+    return await s.start(preset, config, train, block=str(block), cortex=cortex)
 
 
 @handler

@@ -67,6 +67,7 @@ def page_event(event: dict[str, Any]) -> Note | TokenizerProgress | Progress | N
             tokens_per_second=float(event["tokens_per_second"]),
             elapsed_s=float(event.get("elapsed_s") or 0.0),
             eval_loss=event.get("eval_loss"),
+            routing=event.get("routing"),  # the cortex's, when the model has one
         )
     if kind == "error":
         return Note("browser", str(event.get("message")), interrupts=True)
@@ -90,6 +91,7 @@ def train_in_browser(
     corpus_bytes: int = DEFAULT_CORPUS_BYTES,
     on_event: OnEvent | None = None,
     block: str = "mamba1",
+    cortex: dict[str, Any] | None = None,
 ) -> BrowserRun:
     """Runs the whole job in the Studio page of ``bundle`` in headless Chromium.
 
@@ -109,6 +111,7 @@ def train_in_browser(
         corpus_bytes: Cap of the default corpus in bytes.
         on_event: Receives the job's events (notes, tokenizer and training progress).
         block: The block type, ``mamba1`` or ``mamba2``.
+        cortex: The cortex's ``MambaConfig`` keywords (``moe_experts``, ...); None: none.
 
     Raises:
         ConfigError: The Studio did not start in the browser.
@@ -163,6 +166,7 @@ def train_in_browser(
                 seq_len=seq_len,
                 seed=seed,
                 block=block,
+                cortex=cortex,
             )
             seconds = time.perf_counter() - start
             exported = call_studio(page, "export_package", name=name, version=version)

@@ -71,6 +71,34 @@ KEEP_RUNS = 3
 #: The keys of one run in the session store (the current run's keys are unprefixed; an
 #: earlier run's are ``archive/<id>/<key>``, listed in the ``runs`` key).
 RUN_KEYS = ("meta", "checkpoint", "tokenizer", "corpus", "embedder")
+#: The cortex's MambaConfig (and JobConfig) fields that ``train_start``'s ``cortex`` may set.
+CORTEX_KEYS = (
+    "moe_experts",
+    "moe_top_k",
+    "moe_intermediate",
+    "moe_shared_intermediate",
+    "moe_every",
+    "router_aux_loss_coef",
+)
+
+
+def _cortex_fields(cortex: dict[str, Any] | None) -> dict[str, Any]:
+    """``cortex``'s JobConfig keywords ({} for None).
+
+    Raises:
+        ConfigError: A key is not one of :data:`CORTEX_KEYS`.
+    """
+    if not cortex:
+        return {}
+    unknown = sorted(set(cortex) - set(CORTEX_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"train_start: unknown cortex keys {unknown}; expected some of {list(CORTEX_KEYS)}; "
+            "hint: moe_experts=4 adds the cortex with its defaults"
+        )
+    return dict(cortex)
+
+
 #: Corpus sentences the similarity calibration embeds (their unrelated pairs' cosines).
 CALIBRATION_TEXTS = 48
 
@@ -256,8 +284,15 @@ class Session:
         custom: dict[str, Any] | None,
         train: TrainConfig,
         block: str = "mamba1",
+        cortex: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Builds a fresh model of ``block`` type and trains it from step 0."""
+        """Builds a fresh model of ``block`` type (with the cortex's ``moe_*`` keywords, if
+        given) and trains it from step 0.
+
+        Raises:
+            ConfigError: Training is running, no tokenizer is trained, or ``cortex`` has a
+                key that is not a cortex field (or a bad value).
+        """
         if self.state in ("training", "embedding"):
             raise ConfigError("training is already running; pause or stop it first")
         if self.tokenizer is None or self.train_ids is None or self.held_ids is None:
@@ -268,6 +303,7 @@ class Session:
             vocab_size=self.tokenizer.vocab_size,
             seed=train.seed,
             train=train,
+            **_cortex_fields(cortex),
         )
         self.config = model_config(self.job, self.tokenizer, custom)
         self.affect = None  # fitted on the weights this run replaces
@@ -537,6 +573,7 @@ class Session:
             vocab_size=self.tokenizer.vocab_size,
             seed=train.seed,
             train=train,
+            **_cortex_fields({key: getattr(self.config, key) for key in CORTEX_KEYS}),
         )
         await self._build(init_params(self.config, train.seed))
         assert self.trainer is not None
@@ -576,6 +613,11 @@ class Session:
             "preset": self.job.preset if not self._custom else "custom",
             "config": self._custom,
             "block": self.config.block,
+            "cortex": (
+                {key: getattr(self.config, key) for key in CORTEX_KEYS}
+                if self.config.moe_experts
+                else None
+            ),
             "steps": t.steps,
             "lr": t.lr,
             "batch_size": t.batch_size,
@@ -1192,6 +1234,7 @@ class Session:
             seed=self.job.seed,
             dtype=dtype,
             train=self.job.train,
+            **self.job.cortex(),
         )
         if model is None:
             assert self.cpu_params is not None

@@ -70,6 +70,8 @@ export function trainPanel(app) {
   preset.input.value = PRESETS[app.options.preset] ? app.options.preset : "nano";
   // The block type: Mamba-1 (the selective scan) or Mamba-2 (the SSD block, heads of 64).
   const block = field("Block", h("select", { name: "block", id: "train-block" }, ...Object.entries(BLOCKS).map(([v, t]) => h("option", { value: v, text: t }))));
+  // The cortex: routed experts of a shared-expert MoE FFN after each Mamba-1 mixer (0: none).
+  const cortex = field("Cortex experts (0: none)", numberInput("moe_experts", 0, { min: 0, max: 64, id: "train-moe-experts" }));
   const custom = {
     d_model: field("d_model", numberInput("d_model", 128, { min: 8, step: 8 })),
     n_layer: field("n_layer", numberInput("n_layer", 4, { min: 1, max: 48 })),
@@ -116,6 +118,7 @@ export function trainPanel(app) {
     shownSettings = settings;
     preset.input.value = settings.config ? "custom" : (PRESETS[settings.preset] ? settings.preset : preset.input.value);
     if (BLOCKS[settings.block]) block.input.value = settings.block;
+    cortex.input.value = settings.cortex?.moe_experts ?? 0;
     customBox.hidden = preset.input.value !== "custom";
     for (const [k, f] of Object.entries(custom)) if (settings.config?.[k] != null) f.input.value = settings.config[k];
     const set = { steps, lr, batch_size: batch, seq_len: seq };
@@ -138,6 +141,8 @@ export function trainPanel(app) {
     if (preset.input.value === "custom") o.config = Object.fromEntries(Object.entries(custom).map(([k, f]) => [k, Number(f.input.value)]));
     else o.preset = preset.input.value;
     o.block = block.input.value;
+    const experts = Number(cortex.input.value);
+    if (experts > 0) o.cortex = { moe_experts: experts };
     return o;
   }
 
@@ -259,6 +264,7 @@ export function trainPanel(app) {
         h("h3", { text: "Settings" }),
         preset.field,
         block.field,
+        cortex.field,
         customBox,
         h("div", { class: "grid-2 tight" }, steps.field, lr.field, batch.field, seq.field),
         etaBefore,
