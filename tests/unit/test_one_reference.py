@@ -63,17 +63,16 @@ OPS: dict[str, tuple[tuple[str, ...], bool]] = {
         ("ssd_fwd", "ssd_bwd", "ssd_step", "ssd_decode_step", "ssd_scan_sequential", "segment_sum"),
         True,
     ),
-}
-
-#: Ops whose numpy reference has landed before its kernel: op -> (functions, has backward).
-#: Each has its reference in ``ops/`` and its test ``tests/unit/test_<op>.py``, and no shader
-#: yet; when the shader lands the op moves to ``OPS`` (the test below fails until it does).
-PENDING_KERNELS: dict[str, tuple[tuple[str, ...], bool]] = {
     "moe": (
         ("moe_route", "moe_fwd", "moe_bwd", "load_balance_loss", "load_balance_bwd"),
         True,
     ),
 }
+
+#: Ops whose numpy reference has landed before its kernel: op -> (functions, has backward).
+#: Each has its reference in ``ops/`` and its test ``tests/unit/test_<op>.py``, and no shader
+#: yet; when the shader lands the op moves to ``OPS`` (the test below fails until it does).
+PENDING_KERNELS: dict[str, tuple[tuple[str, ...], bool]] = {}
 
 #: Fast CPU paths beside a reference: module -> its op. Each says native-only and has a test,
 #: ``tests/unit/test_<module>.py``, that imports it and the op's reference and compares them
