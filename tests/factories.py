@@ -6,6 +6,8 @@ Everything is made here, from a short text, with the project's own code: no fixt
 from __future__ import annotations
 
 import asyncio
+import random
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -137,3 +139,16 @@ def random_merges(count: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
     return [f"{rng.choice(letters)} {rng.choice(letters)}" for _ in range(count)]
+
+
+def next_token_batch(vocab_size: int, rows: int, length: int, seed: int) -> tuple[array, array]:
+    """``rows`` random windows of ``length + 1`` tokens as (inputs, next-token targets), flat
+    ``array("i")`` rows-first: the batch the GPU model's step-equality tests feed."""
+    rng = random.Random(seed)
+    tokens = [rng.randrange(vocab_size) for _ in range(rows * (length + 1))]
+    inputs, targets = array("i"), array("i")
+    for row in range(rows):
+        window = tokens[row * (length + 1) : (row + 1) * (length + 1)]
+        inputs.extend(window[:-1])
+        targets.extend(window[1:])
+    return inputs, targets

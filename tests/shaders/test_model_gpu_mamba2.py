@@ -4,7 +4,6 @@ then a training run whose losses track ``CpuBackend``'s, and evaluation."""
 from __future__ import annotations
 
 import asyncio
-import random
 from array import array
 
 import numpy as np
@@ -17,6 +16,7 @@ from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
 from evermind.train.schedule import Schedule
 from evermind.types import TrainConfig
+from tests.factories import next_token_batch
 from tests.numerics import assert_close
 
 # Awkward on purpose: 4 heads of 10 channels in 2 groups, and L = 9 is not a multiple of the
@@ -36,14 +36,7 @@ B, L = 2, 9
 
 
 def _batch(seed: int) -> tuple[array, array]:
-    rng = random.Random(seed)
-    tokens = [rng.randrange(CONFIG.vocab_size) for _ in range(B * (L + 1))]
-    inputs, targets = array("i"), array("i")
-    for row in range(B):
-        window = tokens[row * (L + 1) : (row + 1) * (L + 1)]
-        inputs.extend(window[:-1])
-        targets.extend(window[1:])
-    return inputs, targets
+    return next_token_batch(CONFIG.vocab_size, B, L, seed)
 
 
 def _perturbed(params: dict[str, array], seed: int) -> dict[str, array]:

@@ -5,7 +5,6 @@ aux), every gradient and the routing statistics, then a training run whose losse
 from __future__ import annotations
 
 import asyncio
-import random
 from array import array
 
 import numpy as np
@@ -18,6 +17,7 @@ from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
 from evermind.train.schedule import Schedule
 from evermind.types import TrainConfig
+from tests.factories import next_token_batch
 from tests.numerics import assert_close
 
 # The cortex in both layers (moe_every 1): 5 experts (k = 2) of width 6, a shared expert of
@@ -38,14 +38,7 @@ B, L = 2, 7
 
 
 def _batch(seed: int) -> tuple[array, array]:
-    rng = random.Random(seed)
-    tokens = [rng.randrange(CONFIG.vocab_size) for _ in range(B * (L + 1))]
-    inputs, targets = array("i"), array("i")
-    for row in range(B):
-        window = tokens[row * (L + 1) : (row + 1) * (L + 1)]
-        inputs.extend(window[:-1])
-        targets.extend(window[1:])
-    return inputs, targets
+    return next_token_batch(CONFIG.vocab_size, B, L, seed)
 
 
 def _perturbed(params: dict[str, array], seed: int) -> dict[str, array]:
