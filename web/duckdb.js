@@ -29,8 +29,17 @@ async function open(onProgress) {
   const duckdb = await import(new URL("duckdb.mjs", base).href);
   const worker = startWorker(new URL("duckdb-browser-eh.worker.js", base), "classic");
   const db = new duckdb.AsyncDuckDB(new duckdb.VoidLogger(), worker);
-  const progress = (p) => onProgress?.({ loaded: p.bytesLoaded, total: wasmBytes || p.bytesTotal });
+  let last = null;
+  const progress = (p) => {
+    last = { loaded: p.bytesLoaded, total: wasmBytes || p.bytesTotal };
+    onProgress?.(last);
+  };
   await db.instantiate(new URL("duckdb-eh.wasm", base).href, null, progress);
+  // DuckDB reports a chunk only when 20 ms have passed since the one before, and never the
+  // last one: on a fast (or a busy) machine it may report nothing at all. The download is
+  // complete here, so say so once.
+  const total = wasmBytes || last?.total || 0;
+  if (total && (!last || last.loaded < total)) onProgress?.({ loaded: total, total });
   const conn = await db.connect();
   await conn.query("SET autoload_known_extensions = false");
   await conn.query("SET autoinstall_known_extensions = false");

@@ -150,6 +150,8 @@ def test_duckdb_reports_decoded_byte_progress_and_comes_compressed(visits, servi
     wasm_bytes = info["duckdb_wasm_bytes"]
     assert progress["seen"] and {p["total"] for p in progress["seen"]} == {wasm_bytes}
     assert progress["seen"][-1]["loaded"] == wasm_bytes
+    loaded = [p["loaded"] for p in progress["seen"]]
+    assert loaded == sorted(loaded) and loaded[-2:] != [wasm_bytes, wasm_bytes], loaded
     sent = serving.bytes_sent()["/" + info["duckdb_dir"] + "duckdb-eh.wasm"]
     print(f"duckdb wasm: {wasm_bytes / 1e6:.1f} MB decoded, {sent / 1e6:.1f} MB sent")
     assert sent < 0.5 * wasm_bytes
