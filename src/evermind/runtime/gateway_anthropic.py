@@ -21,7 +21,6 @@ error body (the SDKs raise by status: 429, 502, 504 as on the OpenAI route).
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -33,6 +32,7 @@ from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolC
 from evermind.errors import EvermindError, InputError, NotFound
 from evermind.runtime.gateway import Gateway, Resolved
 from evermind.runtime.gateway_openai import SSE_HEADERS, cache_headers, evermind_field
+from evermind.runtime.ids import response_id
 from evermind.runtime.schemas import MessagesRequest
 from evermind.runtime.state import Reader, RuntimeDep
 
@@ -187,7 +187,7 @@ async def messages(
 async def _serve(
     gateway: Gateway, resolved: Resolved, body: MessagesRequest, request: ChatRequest
 ) -> JSONResponse | StreamingResponse:
-    message_id = f"msg_{uuid.uuid4().hex[:24]}"
+    message_id = response_id("msg_", 24)
     opened = await gateway.open_call(resolved, request, body.stream)
     status, reason, detail = opened.status, opened.reason, opened.detail
     if opened.completion is None:

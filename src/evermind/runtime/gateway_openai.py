@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -32,6 +31,7 @@ from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolC
 from evermind.errors import EvermindError, InputError
 from evermind.runtime import schemas
 from evermind.runtime.gateway import Gateway, Resolved
+from evermind.runtime.ids import response_id
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 OPT_IN = {"on", "true", "1", "yes"}
@@ -226,7 +226,7 @@ async def serve_chat(
         UpstreamError: The upstream failed before the first byte (keys scrubbed).
     """
     base = {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "id": response_id("chatcmpl-"),
         "object": "chat.completion.chunk" if body.stream else "chat.completion",
         "created": int(time.time()),
         "model": body.model,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -31,6 +30,7 @@ from evermind.runtime.generation import (
     GenerationResult,
     render_chat,
 )
+from evermind.runtime.ids import response_id
 from evermind.runtime.installs import Install
 from evermind.runtime.routes_affect import affect_of, require_affect
 from evermind.runtime.schemas import (
@@ -203,7 +203,7 @@ async def completions(
     install, model = await _serve(runtime, who, body.model)
     await _check_prompt_tokens(runtime, model, request.prompt)
     base = {
-        "id": f"cmpl-{uuid.uuid4().hex}",
+        "id": response_id("cmpl-"),
         "object": "text_completion",
         "created": int(time.time()),
         "model": install.ref,
@@ -283,7 +283,7 @@ async def chat_completions(
         require_affect(install, model)
     await _check_prompt_tokens(runtime, model, request.prompt)
     base = {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "id": response_id("chatcmpl-"),
         "object": "chat.completion.chunk" if body.stream else "chat.completion",
         "created": int(time.time()),
         "model": install.ref,

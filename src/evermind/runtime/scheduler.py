@@ -54,6 +54,7 @@ from evermind.model.inference import Model, apply_head_rows
 from evermind.model.sampling_rows import sample_rows
 from evermind.runtime.auth import RateLimited
 from evermind.runtime.generation import GenerationRequest, GenerationResult
+from evermind.runtime.ids import fresh_seed
 
 __all__ = ["DecoderFactory", "EmbeddingBatcher", "Scheduler", "cpu_decoder"]
 
@@ -533,9 +534,10 @@ class Scheduler:
             self._done(tenant, was_active=False)
             raise
         result.prompt_tokens = len(ids)
-        # One Random per request; an unseeded one reads os.urandom once.
+        # One Random per request; an unseeded one gets its seed from evermind.runtime.ids (an
+        # unseeded Random() would read os.urandom, letting go of the GIL on the event loop).
         seq = _Sequence(request, result, tenant, ids, _Sink(loop, streaming))
-        seq.rng = random.Random(request.seed)
+        seq.rng = random.Random(fresh_seed() if request.seed is None else request.seed)
         seq.text = model.tokenizer.stream_decoder()
         seq.leading = request.strip_leading
         seq.stops = [s for s in request.stop if s]
