@@ -18,6 +18,7 @@ from evermind.train.cpu_backend import CpuBackend
 from evermind.train.schedule import Schedule
 from evermind.types import TrainConfig
 from tests.numerics import assert_close
+from tests.shaders.step_checks import assert_every_gradient, one_step
 
 # Awkward on purpose: nothing is a multiple of a workgroup size.
 CONFIG = MambaConfig(d_model=20, n_layer=2, vocab_size=37, d_state=5, d_conv=4)
@@ -37,26 +38,7 @@ def _batch(seed: int) -> tuple[array, array]:
 
 def test_one_step_loss_and_every_gradient_match_cpu(device) -> None:
     params = init_params(CONFIG, seed=5)
-    train = TrainConfig(steps=1, batch_size=B, seq_len=L, grad_clip=0.0)
-    gpu = GpuMamba(device, CONFIG, B, L, train)
-    gpu.load_params(params)
-    inputs, targets = _batch(1)
-    gpu.zero_plan.run()
-    loss = asyncio.run(gpu.forward_backward((inputs, targets)))
-    grads = asyncio.run(gpu.read_grads())
-
-    cpu = CpuMamba(CONFIG, params)
-    ids = np.frombuffer(inputs, np.int32).reshape(B, L)
-    tg = np.frombuffer(targets, np.int32).reshape(B, L)
-    ref_loss, ref_grads = cpu.loss_and_grads(ids, tg)
-    print(f"loss gpu {loss:.6f} cpu {ref_loss:.6f}")
-    assert loss == pytest.approx(ref_loss, rel=1e-5)
-    for name, ref in ref_grads.items():
-        got = np.frombuffer(grads[name], np.float32).reshape(ref.shape)
-        scale = float(np.abs(ref).max()) or 1.0
-        # fp32 with different summation orders (GPU tree reductions vs numpy): errors are
-        # relative to the tensor's largest gradient.
-        assert_close(got, ref, atol=2e-4 * scale, rtol=2e-3, name=f"grad {name}")
+    assert_every_gradient(one_step(device, CONFIG, params, _batch(1), B, L, CpuMamba))
 
 
 def test_twenty_training_steps_track_the_cpu_backend(device) -> None:

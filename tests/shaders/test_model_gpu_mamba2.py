@@ -18,6 +18,7 @@ from evermind.train.schedule import Schedule
 from evermind.types import TrainConfig
 from tests.factories import next_token_batch
 from tests.numerics import assert_close
+from tests.shaders.step_checks import assert_every_gradient, one_step, perturbed
 
 # Awkward on purpose: 4 heads of 10 channels in 2 groups, and L = 9 is not a multiple of the
 # chunk (4), so the scan passes states across three chunks, the last one short.
@@ -39,43 +40,12 @@ def _batch(seed: int) -> tuple[array, array]:
     return next_token_batch(CONFIG.vocab_size, B, L, seed)
 
 
-def _perturbed(params: dict[str, array], seed: int) -> dict[str, array]:
-    """Every weight moved off its initial value: at init the scan's gradients (A_log, dt_bias)
-    are ~1e-10, too small to tell a wrong kernel from a right one."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, values in params.items():
-        v = np.frombuffer(values, np.float32)
-        out[name] = array("f", (v + 0.3 * rng.standard_normal(v.shape)).astype(np.float32))
-    return out
-
-
 @pytest.mark.parametrize("perturb", [False, True], ids=["init", "perturbed"])
 def test_one_step_loss_and_every_gradient_match_cpu(device, perturb: bool) -> None:
     params = init_params(CONFIG, seed=5)
-    if perturb:
-        params = _perturbed(params, seed=6)
-    train = TrainConfig(steps=1, batch_size=B, seq_len=L, grad_clip=0.0)
-    gpu = GpuMamba(device, CONFIG, B, L, train)
-    gpu.load_params(params)
-    inputs, targets = _batch(1)
-    gpu.zero_plan.run()
-    loss = asyncio.run(gpu.forward_backward((inputs, targets)))
-    grads = asyncio.run(gpu.read_grads())
-
-    cpu = CpuMamba2(CONFIG, params)
-    ids = np.frombuffer(inputs, np.int32).reshape(B, L)
-    tg = np.frombuffer(targets, np.int32).reshape(B, L)
-    ref_loss, ref_grads = cpu.loss_and_grads(ids, tg)
-    print(f"loss gpu {loss:.6f} cpu {ref_loss:.6f}")
-    assert loss == pytest.approx(ref_loss, rel=1e-5)
-    assert set(ref_grads) == set(grads), "the GPU model must return every gradient"
-    for name, ref in ref_grads.items():
-        got = np.frombuffer(grads[name], np.float32).reshape(ref.shape)
-        scale = float(np.abs(ref).max()) or 1.0
-        # fp32 with different summation orders than numpy: errors relative to the tensor's
-        # largest gradient, as the Mamba-1 test.
-        assert_close(got, ref, atol=2e-4 * scale, rtol=2e-3, name=f"grad {name}")
+    if perturb:  # at init the scan's gradients (A_log, dt_bias) are ~1e-10
+        params = perturbed(params, seed=6)
+    assert_every_gradient(one_step(device, CONFIG, params, _batch(1), B, L, CpuMamba2))
 
 
 def test_training_steps_track_the_cpu_backend(device) -> None:
@@ -152,7 +122,7 @@ def test_gpu_embeddings_and_decoding_match_cpu(device) -> None:
     agree with CpuMamba2 (embed; step's logits token by token)."""
     from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 
-    params = _perturbed(init_params(CONFIG, seed=7), seed=8)
+    params = perturbed(init_params(CONFIG, seed=7), seed=8)
     model = GpuMamba(device, CONFIG, 1, L)
     model.load_params(params)
     embedder = GpuEmbedder(device, CONFIG, model.slots, batch_size=3, max_tokens=L)
@@ -179,7 +149,7 @@ def test_batched_gpu_decoding_matches_cpu_row_for_row(device) -> None:
     slots, then steps, then a reused slot: every row equals CpuMamba2's step alone."""
     from evermind.model.gpu_decode import GpuBatchDecoder
 
-    params = _perturbed(init_params(CONFIG, seed=12), seed=13)
+    params = perturbed(init_params(CONFIG, seed=12), seed=13)
     decoder = GpuBatchDecoder.from_params(device, CONFIG, params, slots=5)
     cpu = CpuMamba2(CONFIG, params)
 
@@ -212,7 +182,7 @@ def test_one_embedding_step_loss_and_every_gradient_match_numpy(device) -> None:
 
     embed_dim, lengths = 7, [L, 4, 1]
     b = len(lengths)
-    params = _perturbed(init_params(CONFIG, seed=9), seed=10)
+    params = perturbed(init_params(CONFIG, seed=9), seed=10)
     rng = np.random.default_rng(0)
     centre = (rng.standard_normal(CONFIG.d_model) * 0.1).astype(np.float32)
     head = (rng.standard_normal((embed_dim, CONFIG.d_model)) * 0.3).astype(np.float32)

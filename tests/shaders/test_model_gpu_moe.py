@@ -19,6 +19,7 @@ from evermind.train.schedule import Schedule
 from evermind.types import TrainConfig
 from tests.factories import next_token_batch
 from tests.numerics import assert_close
+from tests.shaders.step_checks import assert_every_gradient, one_step, perturbed
 
 # The cortex in both layers (moe_every 1): 5 experts (k = 2) of width 6, a shared expert of
 # width 10, an aux coefficient large enough for its gradient to show in the router's.
@@ -41,17 +42,6 @@ def _batch(seed: int) -> tuple[array, array]:
     return next_token_batch(CONFIG.vocab_size, B, L, seed)
 
 
-def _perturbed(params: dict[str, array], seed: int) -> dict[str, array]:
-    """Every weight moved off its initial value: spreads the router's probabilities (ranks
-    far from ties) and makes the scan's gradients large enough to compare."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, values in params.items():
-        v = np.frombuffer(values, np.float32)
-        out[name] = array("f", (v + 0.3 * rng.standard_normal(v.shape)).astype(np.float32))
-    return out
-
-
 def _assert_routing(got: dict, want: dict) -> None:
     assert set(got) == set(want) and set(got["layers"]) == set(want["layers"])
     assert got["aux_loss"] == pytest.approx(want["aux_loss"], rel=1e-5)
@@ -64,37 +54,19 @@ def _assert_routing(got: dict, want: dict) -> None:
 @pytest.mark.parametrize("perturb", [False, True], ids=["init", "perturbed"])
 def test_one_step_loss_gradients_and_routing_match_cpu(device, perturb: bool) -> None:
     params = init_params(CONFIG, seed=5)
-    if perturb:
-        params = _perturbed(params, seed=6)
-    train = TrainConfig(steps=1, batch_size=B, seq_len=L, grad_clip=0.0)
-    gpu = GpuMamba(device, CONFIG, B, L, train)
-    gpu.load_params(params)
-    inputs, targets = _batch(1)
-    gpu.zero_plan.run()
-    loss = asyncio.run(gpu.forward_backward((inputs, targets)))
-    grads = asyncio.run(gpu.read_grads())
-
-    cpu = CpuMamba(CONFIG, params)
-    ids = np.frombuffer(inputs, np.int32).reshape(B, L)
-    tg = np.frombuffer(targets, np.int32).reshape(B, L)
-    ref_loss, ref_grads = cpu.loss_and_grads(ids, tg)
-    print(f"loss gpu {loss:.6f} cpu {ref_loss:.6f}; routing {gpu.routing}")
-    assert loss == pytest.approx(ref_loss, rel=1e-5)
-    assert gpu.routing is not None and cpu.last_routing is not None
-    _assert_routing(gpu.routing, cpu.last_routing)
-    assert set(ref_grads) == set(grads), "the GPU model must return every gradient"
-    for name, ref in ref_grads.items():
-        got = np.frombuffer(grads[name], np.float32).reshape(ref.shape)
-        scale = float(np.abs(ref).max()) or 1.0
-        # fp32 in other summation orders than numpy: errors relative to the tensor's largest
-        # gradient, as the Mamba-1 and Mamba-2 tests.
-        assert_close(got, ref, atol=2e-4 * scale, rtol=2e-3, name=f"grad {name}")
+    if perturb:  # spreads the router's probabilities: ranks far from ties
+        params = perturbed(params, seed=6)
+    pair = one_step(device, CONFIG, params, _batch(1), B, L, CpuMamba)
+    print(f"routing {pair.gpu.routing}")
+    assert pair.gpu.routing is not None and pair.cpu.last_routing is not None
+    _assert_routing(pair.gpu.routing, pair.cpu.last_routing)
+    assert_every_gradient(pair)
 
 
 def test_training_steps_track_the_cpu_backend(device) -> None:
     """10 steps, two micro-batches each (the aux loss and its gradient scale with them)."""
     steps = 10
-    params = _perturbed(init_params(CONFIG, seed=2), seed=3)
+    params = perturbed(init_params(CONFIG, seed=2), seed=3)
     train = TrainConfig(
         steps=steps,
         batch_size=B,
@@ -128,7 +100,7 @@ def test_training_steps_track_the_cpu_backend(device) -> None:
 
 
 def test_eval_matches_cpu_forward(device) -> None:
-    params = _perturbed(init_params(CONFIG, seed=4), seed=8)
+    params = perturbed(init_params(CONFIG, seed=4), seed=8)
     gpu = GpuMamba(device, CONFIG, B, L)
     gpu.load_params(params)
     batch = _batch(9)
@@ -147,7 +119,7 @@ def test_recurrent_decoding_matches_the_cpu_forward(device) -> None:
     from evermind.model.gpu_decode import GpuBatchDecoder
     from evermind.model.gpu_infer import GpuDecoder
 
-    params = _perturbed(init_params(CONFIG, seed=12), seed=13)
+    params = perturbed(init_params(CONFIG, seed=12), seed=13)
     model = GpuMamba(device, CONFIG, 1, 4)
     model.load_params(params)
     cpu = CpuMamba(CONFIG, params)
@@ -191,7 +163,7 @@ def test_embeddings_match_cpu_embed(device) -> None:
     """GpuEmbedder replays the forward, the cortex included: the pooled vectors equal the CPU's."""
     from evermind.model.gpu_infer import GpuEmbedder
 
-    params = _perturbed(init_params(CONFIG, seed=14), seed=15)
+    params = perturbed(init_params(CONFIG, seed=14), seed=15)
     model = GpuMamba(device, CONFIG, 1, 4)
     model.load_params(params)
     embedder = GpuEmbedder(device, CONFIG, model.slots, batch_size=2, max_tokens=7)
