@@ -31,3 +31,18 @@ def test_no_system_call_per_id(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "urandom", refuse)
     ids.response_id("chatcmpl-")
     ids.fresh_seed()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, then out without pytest's teardown
+        os.write(write, ids.response_id("cmpl-").encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert status == 0 and child.startswith("cmpl-")
+    assert child != ids.response_id("cmpl-")

@@ -10,11 +10,15 @@ in practice (128 random bits) but not secret: nothing may rely on them being ung
 
 from __future__ import annotations
 
+import os
 import random
 
 __all__ = ["fresh_seed", "response_id"]
 
 _SOURCE = random.Random()  # seeded from os.urandom, once
+# A forked child reseeds (as the random module's own generator does), so a server forked into
+# workers does not hand out its parent's next ids.
+os.register_at_fork(after_in_child=_SOURCE.seed)
 
 
 def response_id(prefix: str, hex_chars: int = 32) -> str:
