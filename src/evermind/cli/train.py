@@ -60,8 +60,7 @@ def register(sub: Any) -> None:
         "--moe-experts",
         type=int,
         default=0,
-        help="the cortex: routed experts of a shared-expert MoE FFN after each mixer (0: none; "
-        "--device cpu only for now)",
+        help="the cortex: routed experts of a shared-expert MoE FFN after each mixer (0: none)",
     )
     train.add_argument("--moe-top-k", type=int, default=2, help="routed experts per token")
     train.add_argument(
