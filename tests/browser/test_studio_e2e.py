@@ -251,8 +251,9 @@ def test_a_cortex_model_trains_in_the_tab_and_reports_its_routing(browser, serve
 
 
 def test_headless_cli_trains_the_cortex_in_the_tab(tmp_path: Path) -> None:
-    """``evermind train --headless --moe-experts 2``: the flags reach the tab's train_start and
-    the package it exports carries the cortex."""
+    """``evermind train --headless --moe-experts 2``: the flags reach the tab's train_start, the
+    tab's progress reaches the terminal (the tokenizer's and the last step's lines, with the
+    routing) and the package it exports carries the cortex."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
     out = tmp_path / "cortex.evermind"
@@ -263,6 +264,10 @@ def test_headless_cli_trains_the_cortex_in_the_tab(tmp_path: Path) -> None:
         [*args, "--out", str(out)], capture_output=True, text=True, timeout=600, check=False
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert any(line.startswith("tokenizer [" + "#" * 24 + "]") for line in lines), result.stderr
+    last = [line for line in lines if line.startswith("train [")][-1]
+    assert " 2/2 loss " in last and " aux " in last and " L0 " in last, result.stderr
     model = evermind.load(out)
     assert model.config.moe_experts == 2 and model.config.moe_intermediate == 16
     assert model.package.manifest["producer"].endswith("(webgpu (browser))")

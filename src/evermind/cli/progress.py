@@ -72,6 +72,7 @@ class JobPrinter:
         if isinstance(event, TokenizerProgress):
             bar = self.bars.setdefault("tokenizer", ProgressBar("tokenizer", event.total))
             if event.finished:
+                bar.total = max(1, event.total)  # the tab's total can shrink on the way
                 bar.update(bar.total, force=True)
             else:
                 bar.update(event.done)

@@ -56,7 +56,10 @@ def page_event(event: dict[str, Any]) -> Note | TokenizerProgress | Progress | N
     """The job event of one Studio page event (None for those a terminal does not show)."""
     kind = event.get("event")
     if kind == "tokenizer-progress":
-        return TokenizerProgress(int(event["done"]), int(event["total"]))
+        done, total = int(event["done"]), int(event["total"])
+        # The tab reports done == total once, at the end; total can shrink on the way (BPE
+        # stops early when the corpus runs out of pairs to merge).
+        return TokenizerProgress(done, total, finished=done >= total)
     if kind == "train-progress":
         return Progress(
             step=int(event["step"]),
@@ -148,7 +151,9 @@ def train_in_browser(
                 )
             adapter = device["adapter"]
             emit(Note("browser WebGPU adapter", f"{adapter['vendor']} {adapter['architecture']}"))
-            page.evaluate("window.evermind.on(e => window.__evermindHeadlessEvent(e))")
+            # A function body, not the bare call: evaluate() invokes an expression's value when
+            # it is a function, and on() returns its unsubscribe function, which would run.
+            page.evaluate("() => { window.evermind.on(e => window.__evermindHeadlessEvent(e)); }")
             if corpus_text is None:
                 info = call_studio(page, "corpus_default", max_bytes=corpus_bytes)
                 emit(Note("corpus", info["sources"][0]["description"]))
