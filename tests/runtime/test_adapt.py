@@ -215,3 +215,53 @@ def test_cli_refuses_bad_arguments(base: bytes, tmp_path: Path, capsys) -> None:
 def test_split_text_joins_paragraphs() -> None:
     text = "a" * 300 + "\n\n" + "b" * 400 + "\n\n\n" + "c" * 700 + "\n\n" + "d"
     assert [len(t) for t in split_text(text)] == [702, 700, 1]
+
+
+def test_cli_push_serves_the_adapted_version_only_when_accepted(
+    base: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str], server, alpha
+) -> None:
+    """``evermind adapt --push URL`` against a real runtime on loopback: a rollback pushes
+    nothing and ``evermind/<name>`` stays the served base; an accepted adaptation is pushed
+    and from then on answers as ``evermind/<name>``, with the adapted package's own tokens."""
+    from evermind import load
+    from evermind.runtime.push import push_package
+    from tests.runtime.helpers import TOKEN_A, model_ids
+
+    model = tmp_path / "m.evermind"
+    model.write_bytes(base)
+    assert push_package(model, server.url, TOKEN_A)["id"] == "evermind/adapt-base:0.1.0"
+    domain = tmp_path / "rivers.md"
+    domain.write_text("\n\n".join(NEW), encoding="utf-8")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT, encoding="utf-8")
+    common = [str(model), str(domain), "--corpus", str(corpus), "--seq-len", "32"]
+    common += ["--push", server.url, "--token", TOKEN_A]
+    out = tmp_path / "new.evermind"
+
+    def served() -> dict:
+        body = {"model": "evermind/adapt-base", "prompt": "The river of", "max_tokens": 8,
+                "temperature": 0}  # fmt: skip
+        response = alpha.post("/v1/completions", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    code = cli_main(["adapt", *common, "--out", str(out), "--steps", "5",
+                     "--min-improvement", "100"])  # fmt: skip
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and not line["accepted"] and line["pushed"] is None and not out.exists()
+    assert "evermind/adapt-base:0.1.1" not in model_ids(alpha)
+    assert served()["model"] == "evermind/adapt-base:0.1.0"
+
+    code = cli_main(["adapt", *common, "--out", str(out), "--steps", "30", "--lr", "1e-2"])
+    captured = capsys.readouterr()
+    line = json.loads(captured.out.strip().splitlines()[-1])
+    assert code == 0 and line["accepted"], line["reason"]
+    assert line["pushed"] == "evermind/adapt-base:0.1.1" and "serves" in captured.err
+    answer = served()
+    assert answer["model"] == "evermind/adapt-base:0.1.1"
+    local = load(out.read_bytes()).complete("The river of", max_new_tokens=8, temperature=0)
+    assert answer["choices"][0]["text"] == local.text
+    # A URL that is not one is refused before any training.
+    assert cli_main(["adapt", *common[:-4], "--out", str(tmp_path / "x.evermind"),
+                     "--push", "localhost:1"]) == 2  # fmt: skip
+    assert "expected the http(s) URL" in capsys.readouterr().err

@@ -10,11 +10,16 @@ stdout; the exit status is 0 either way (``"accepted"`` tells them apart), 2 on 
 
 ``evermind merge-adapter MODEL A.lora.safetensors --out NEW.evermind`` applies an exported
 adapter to the base it was trained on (refused on any other) and writes the merged package.
+
+With ``--push URL`` an accepted package is also pushed to that runtime, which from then on
+serves ``evermind/<name>`` from it (the newest version of a name is the one served); a
+rollback pushes nothing, so the runtime keeps serving the previous version.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,6 +73,17 @@ def register(sub: Any) -> None:
     adapt.add_argument("--corpus-bytes", type=int, default=200_000)
     adapt.add_argument("--version", help="the adapted package's version (default: patch + 1)")
     adapt.add_argument("--seed", type=int, default=0)
+    adapt.add_argument(
+        "--push",
+        metavar="URL",
+        help="push the adapted package to this runtime when accepted (it then serves "
+        "evermind/<name> from it; on rollback nothing is pushed and the served version stays)",
+    )
+    adapt.add_argument(
+        "--token",
+        default=os.environ.get("EVERMIND_TOKEN"),
+        help="bearer token for --push (default $EVERMIND_TOKEN)",
+    )
     adapt.set_defaults(func=cmd_adapt)
     merge = sub.add_parser(
         "merge-adapter", help="merge an exported LoRA adapter into the package it was trained on"
@@ -84,6 +100,7 @@ def cmd_adapt(args: Any) -> int:
     from evermind.errors import ConfigError, InputError
     from evermind.job import read_corpus
     from evermind.package import write_file_atomic
+    from evermind.runtime.push import PushError, push_package
     from evermind.train.adapt import DEFAULT_MAX_FORGETTING, AdaptConfig, adapt, split_text
     from evermind.train.lora import DEFAULT_TARGETS
     from evermind.train.lora_file import ADAPTER_SUFFIX, adapter_bytes
@@ -99,6 +116,8 @@ def cmd_adapt(args: Any) -> int:
             f"adapt: --out {args.out!r} is the model itself; hint: pass --in-place to replace "
             f"it (the old bytes are kept as {model.name}{PREV_SUFFIX})"
         )
+    if args.push and not args.push.startswith(("http://", "https://")):
+        raise ConfigError(f"adapt: --push {args.push!r}: expected the http(s) URL of a runtime")
     if args.adapter_out and not args.adapter_out.endswith(ADAPTER_SUFFIX):
         raise ConfigError(
             f"adapt: --adapter-out {args.adapter_out!r} should end with {ADAPTER_SUFFIX}"
@@ -141,7 +160,7 @@ def cmd_adapt(args: Any) -> int:
     )
     print(f"adapt: {result.reason}", file=sys.stderr)
     summary = result.to_dict()
-    summary.update(out=None, previous=None, adapter_out=None)
+    summary.update(out=None, previous=None, adapter_out=None, pushed=None)
     if result.accepted and result.package is not None and result.adapter is not None:
         if args.in_place:
             if model.read_bytes() != before:
@@ -158,6 +177,12 @@ def cmd_adapt(args: Any) -> int:
             write_file_atomic(args.adapter_out, adapter_bytes(result.adapter))
             summary["adapter_out"] = args.adapter_out
         print(f"adapt: wrote {out}", file=sys.stderr)
+        if args.push:
+            try:
+                summary["pushed"] = push_package(out, args.push, args.token).get("id")
+            except PushError as err:
+                raise PushError(f"adapt: wrote {out}, but the push failed: {err}") from err
+            print(f"adapt: {args.push} serves {summary['pushed']}", file=sys.stderr)
     print(json.dumps(summary))
     return 0
 
