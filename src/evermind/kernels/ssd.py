@@ -25,6 +25,7 @@ Browser-safe (standard library and ``evermind`` only). The numpy reference is ``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from evermind.errors import ConfigError, ShapeError
 from evermind.gpu import Buffer, Device, Dispatch, grid_1d, pack_params
@@ -164,6 +165,23 @@ class SSD:
         )
         return self.device.uniform(fields, label=label)
 
+    def _recorder(
+        self, params: Buffer, d_state: int
+    ) -> Callable[[str, dict[int, Buffer], int], Dispatch]:
+        """``record(entry, bindings, count)``: one dispatch of ``entry`` over ``count`` lanes
+        with ``params`` bound, the shader specialised to this launcher's workgroup and
+        ``d_state``."""
+        dev, wg = self.device, self.workgroup_size
+        overrides = {"WG": wg, "N_STATE": d_state}
+
+        def record(entry: str, bindings: dict[int, Buffer], count: int) -> Dispatch:
+            kernel = dev.kernel(SHADER, entry, overrides)
+            return dev.dispatch(
+                kernel, {**bindings, _PARAMS: params}, grid_1d(count, wg), label=entry
+            )
+
+        return record
+
     def _scratch_buffer(self, name: str, count: int) -> Buffer:
         """A scratch buffer of at least ``count`` floats, shared by every recorded backward."""
         key = (name, count)
@@ -229,15 +247,10 @@ class SSD:
             ("chunk_states", chunk_states, chunk_count),
         ):
             need_f32(op, name, buf, count)
-        dev, wg = self.device, self.workgroup_size
         params = self._params("ssd_fwd.params", sizes, chunk_size, dt_limit)
-        overrides = {"WG": wg, "N_STATE": n}
         chunk_lanes = batch * n_chunks(length, chunk_size) * heads * head_dim
 
-        def record(entry: str, bindings: dict[int, Buffer], count: int) -> Dispatch:
-            kernel = dev.kernel(SHADER, entry, overrides)
-            groups_ = grid_1d(count, wg)
-            return dev.dispatch(kernel, {**bindings, _PARAMS: params}, groups_, label=entry)
+        record = self._recorder(params, n)
 
         return [
             record("fwd_dt", {_DT_RAW: dt_raw, _DT_BIAS: dt_bias, _DT: dt}, steps),
@@ -336,19 +349,14 @@ class SSD:
             ("ddt_bias", ddt_bias, heads),
         ):
             need_f32(op, name, buf, count)
-        dev, wg = self.device, self.workgroup_size
         params = self._params("ssd_bwd.params", sizes, chunk_size, dt_limit)
-        overrides = {"WG": wg, "N_STATE": n}
         states = self._scratch_buffer("states", lanes * n)
         lane_da = self._scratch_buffer("lane_da", lanes)
         da_part = self._scratch_buffer("da_part", batch * heads * head_dim)
         chunk_lanes = batch * n_chunks(length, chunk_size) * heads * head_dim
         head_lanes = batch * heads * head_dim
 
-        def record(entry: str, bindings: dict[int, Buffer], count: int) -> Dispatch:
-            kernel = dev.kernel(SHADER, entry, overrides)
-            groups_ = grid_1d(count, wg)
-            return dev.dispatch(kernel, {**bindings, _PARAMS: params}, groups_, label=entry)
+        record = self._recorder(params, n)
 
         return [
             record(
@@ -460,15 +468,10 @@ class SSD:
             ("y", y, lanes),
         ):
             need_f32(op, name, buf, count)
-        dev, wg = self.device, self.workgroup_size
         params = self._params("ssd_decode.params", full, 1, dt_limit)
-        overrides = {"WG": wg, "N_STATE": n}
         dt = self._scratch_buffer("decode_dt", steps)
 
-        def record(entry: str, bindings: dict[int, Buffer], count: int) -> Dispatch:
-            kernel = dev.kernel(SHADER, entry, overrides)
-            groups_ = grid_1d(count, wg)
-            return dev.dispatch(kernel, {**bindings, _PARAMS: params}, groups_, label=entry)
+        record = self._recorder(params, n)
 
         return [
             record("fwd_dt", {_DT_RAW: dt_raw, _DT_BIAS: dt_bias, _DT: dt}, steps),
