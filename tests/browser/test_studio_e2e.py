@@ -266,6 +266,7 @@ def test_headless_cli_trains_the_cortex_in_the_tab(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stderr.splitlines()
     assert any(line.startswith("tokenizer [" + "#" * 24 + "]") for line in lines), result.stderr
+    assert any(line.startswith("model: nano, ") and " parameters, vocab " in line for line in lines)
     last = [line for line in lines if line.startswith("train [")][-1]
     assert " 2/2 loss " in last and " aux " in last and " L0 " in last, result.stderr
     model = evermind.load(out)

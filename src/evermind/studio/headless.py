@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evermind.errors import ConfigError, EvermindError, NoAdapterError
-from evermind.job import DEFAULT_CORPUS_BYTES, Note, OnEvent, TokenizerProgress
+from evermind.job import DEFAULT_CORPUS_BYTES, ModelReady, Note, OnEvent, TokenizerProgress
 from evermind.types import Progress
 
 BOOT_TIMEOUT_MS = 180_000
@@ -125,11 +125,26 @@ def train_in_browser(
     from evermind.studio.browser import launch_options
     from evermind.studio.webserver import BundleServer
 
-    def emit(event: Note | TokenizerProgress | Progress | None) -> None:
+    def emit(event: Note | TokenizerProgress | ModelReady | Progress | None) -> None:
         if event is not None and on_event is not None:
             on_event(event)
 
+    tokens: dict[str, Any] = {}  # the tokenizer's numbers, for the model line
+    announced = False
+
     def on_page_event(event: dict[str, Any]) -> None:
+        nonlocal announced
+        if not announced and event.get("event") == "train-progress" and tokens:
+            announced = True  # the model line a native run prints before its first step
+            emit(
+                ModelReady(
+                    preset=preset,
+                    n_params=int(event.get("n_params") or 0),
+                    vocab_size=int(tokens["vocab_size"]),
+                    train_tokens=int(tokens["train_tokens"]),
+                    held_out_tokens=int(tokens["held_out_tokens"]),
+                )
+            )
         emit(page_event(event))
 
     with BundleServer(bundle) as server, sync_playwright() as p:
@@ -159,7 +174,7 @@ def train_in_browser(
                 emit(Note("corpus", info["sources"][0]["description"]))
             else:
                 call_studio(page, "corpus_add", name=corpus_name, text=corpus_text)
-            call_studio(page, "tokenizer_train", vocab_size=vocab_size)
+            tokens.update(call_studio(page, "tokenizer_train", vocab_size=vocab_size))
             start = time.perf_counter()
             summary = call_studio(
                 page,
