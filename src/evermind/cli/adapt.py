@@ -74,6 +74,12 @@ def register(sub: Any) -> None:
     adapt.add_argument("--version", help="the adapted package's version (default: patch + 1)")
     adapt.add_argument("--seed", type=int, default=0)
     adapt.add_argument(
+        "--device",
+        choices=["cpu", "gpu"],
+        default="cpu",
+        help="train the adapter with numpy (cpu, default) or on the GPU through wgpu-py (gpu)",
+    )
+    adapt.add_argument(
         "--push",
         metavar="URL",
         help="push the adapted package to this runtime when accepted (it then serves "
@@ -155,8 +161,23 @@ def cmd_adapt(args: Any) -> int:
     def on_progress(event: Progress) -> None:
         bar.update(event.step, f"loss {event.loss:.3f} {event.tokens_per_second:,.0f} tok/s")
 
+    device = None
+    if args.device == "gpu":
+        from evermind.gpu.native import open_native_device
+
+        device = open_native_device()
+        info = device.adapter_info
+        print(
+            f"adapt: device {info['device'] or info['vendor']} ({info['backend']})", file=sys.stderr
+        )
     result = adapt(
-        before, texts, config, corpus=corpus, version=args.version, on_progress=on_progress
+        before,
+        texts,
+        config,
+        corpus=corpus,
+        version=args.version,
+        on_progress=on_progress,
+        device=device,
     )
     print(f"adapt: {result.reason}", file=sys.stderr)
     summary = result.to_dict()

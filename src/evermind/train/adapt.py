@@ -31,7 +31,7 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,10 @@ from evermind.train.lora import (
 )
 from evermind.train.lora_file import adapter_bytes, merge_package
 from evermind.types import Progress, TrainConfig
+
+if TYPE_CHECKING:
+    from evermind.gpu import Device
+    from evermind.train.lora_gpu import GpuLoraBackend
 
 __all__ = [
     "DEFAULT_CORPUS_BYTES",
@@ -227,6 +231,7 @@ def adapt(
     corpus: str | None = None,
     version: str | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    device: Device | None = None,
 ) -> AdaptResult:
     """Trains a LoRA adapter on ``texts``; returns it merged only if it is better.
 
@@ -239,6 +244,9 @@ def adapt(
             :data:`DEFAULT_CORPUS_BYTES` of the standard-library docstrings; "": none).
         version: The merged package's version (default: the served one's patch + 1).
         on_progress: Receives each training step.
+        device: Train on this GPU (:class:`~evermind.train.lora_gpu.GpuLoraBackend`; the
+            same steps as the numpy backend to float32 rounding); None: numpy. The losses that
+            judge the result are measured on the CPU either way.
 
     Returns:
         The result; ``adapter`` and ``package`` only when accepted.
@@ -295,7 +303,7 @@ def adapt(
         return result
     stream = array("i", new_ids)
     stream.extend(rehearse)
-    trained = _train(base.digest, base.ref, served, stream, cfg, lora, on_progress, result)
+    trained = _train(base.digest, base.ref, served, stream, cfg, lora, on_progress, result, device)
     if trained is None:
         result.seconds = time.perf_counter() - started
         return result
@@ -338,6 +346,7 @@ def _train(
     lora: LoraConfig,
     on_progress: Callable[[Progress], None] | None,
     result: AdaptResult,
+    device: Device | None = None,
 ) -> LoraAdapter | None:
     """Trains a fresh adapter on ``stream``; None (and the reason in ``result``) if it
     diverged."""
@@ -355,10 +364,21 @@ def _train(
     )
     params = {name: np.asarray(value) for name, value in served.cpu.params.items()}
     fresh = init_adapter(served.config, lora, digest, ref)
-    backend = LoraBackend(served.config, params, fresh, train_cfg)
+    backend: LoraBackend | GpuLoraBackend
+    if device is None:
+        backend = LoraBackend(served.config, params, fresh, train_cfg)
+    else:
+        from evermind.train.lora_gpu import GpuLoraBackend
+
+        backend = GpuLoraBackend(device, served.config, params, fresh, train_cfg)
     trainer = Trainer(backend, stream, array("i"), train_cfg, on_progress=on_progress)
+
+    async def run() -> tuple[Any, LoraAdapter]:
+        summary = await trainer.run()
+        return summary, await backend.read_adapter()
+
     try:
-        summary = asyncio.run(trainer.run())
+        summary, trained = asyncio.run(run())
     except TrainingDiverged as err:
         result.reason = f"training diverged ({err}); the previous package stays"
         result.steps = trainer.step
@@ -367,4 +387,4 @@ def _train(
     result.train = {
         k: v for k, v in summary.to_dict().items() if k not in ("losses", "eval_losses")
     }
-    return backend.adapter()
+    return trained

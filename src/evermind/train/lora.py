@@ -375,6 +375,10 @@ class LoraBackend:
                 )
         self._apply()
 
+    async def read_adapter(self) -> LoraAdapter:
+        """:meth:`adapter`, as :class:`~evermind.train.lora_gpu.GpuLoraBackend` reads it."""
+        return self.adapter()
+
     def adapter(self) -> LoraAdapter:
         """The adapter as trained so far (float32 copies)."""
         meta = self._meta
