@@ -17,6 +17,7 @@ from evermind.job import JobConfig, export_package, split, tokenize, train_token
 from evermind.model.config import MambaConfig
 from evermind.model.init import init_params
 from evermind.tokenizer import Tokenizer
+from evermind.train.adapt import AdaptConfig
 from evermind.train.cpu_backend import CpuBackend
 from evermind.train.loop import TrainConfig, Trainer
 
@@ -60,6 +61,18 @@ def tiny_config(
         bos_token_id=eos,
         pad_token_id=eos,
     )
+
+
+_TOWNS = [
+    "Arden", "Brisk", "Calder", "Dunmore", "Elsby", "Fenwick", "Garth", "Holm", "Ivel",
+    "Jarrow", "Kells", "Lorne", "Morrow", "Nairn", "Orton", "Penge",
+]  # fmt: skip
+#: A new domain for adaptation tests: one pattern :func:`tiny_package`'s model never read.
+RIVERS = [
+    f"The river of {t} is the {t}water; it flows east past the mill to the sea." for t in _TOWNS
+]
+#: An adaptation recipe short enough for a test, long enough to be accepted on RIVERS.
+ADAPT_QUICK = AdaptConfig(steps=30, seq_len=32, lr=1e-2)
 
 
 @lru_cache(maxsize=8)

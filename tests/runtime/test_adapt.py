@@ -20,15 +20,10 @@ from evermind.job import convert_package
 from evermind.package import read_package
 from evermind.train.adapt import DEFAULT_MAX_FORGETTING, AdaptConfig, adapt, split_text
 from evermind.train.lora_file import merge_package, read_adapter
-from tests.factories import TEXT, tiny_package
+from tests.factories import ADAPT_QUICK, RIVERS, TEXT, tiny_package
 
-TOWNS = [
-    "Arden", "Brisk", "Calder", "Dunmore", "Elsby", "Fenwick", "Garth", "Holm", "Ivel",
-    "Jarrow", "Kells", "Lorne", "Morrow", "Nairn", "Orton", "Penge",
-]  # fmt: skip
-#: The new domain: one pattern the tiny model has never read.
-NEW = [f"The river of {t} is the {t}water; it flows east past the mill to the sea." for t in TOWNS]
-QUICK = AdaptConfig(steps=30, seq_len=32, lr=1e-2)
+#: The new domain (one pattern the tiny model has never read) and a quick recipe.
+NEW, QUICK = RIVERS, ADAPT_QUICK
 
 
 @pytest.fixture(scope="module")

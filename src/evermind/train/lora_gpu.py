@@ -140,6 +140,7 @@ class GpuLoraBackend:
                         buf(f"lora_vB.{spec.key}", rows * rank),
                     )
                 )  # fmt: skip
+            pieces.sort(key=lambda p: p.row)
             if sum(p.rows for p in pieces) != B.shape[0]:
                 raise ConfigError(f"GpuLoraBackend: {name}'s GPU slots do not cover its rows")
             self.targets.append(
@@ -186,26 +187,29 @@ class GpuLoraBackend:
             self.clip_scale = dev.buffer(4, label="lora.clip_scale")
             self.grad_norm = dev.buffer(4, label="lora.grad_norm")
             clip = GradNorm(dev).record(
-                [(g, 0, count) for _, _, g, _, _, count in tensors], self.grad_norm,
-                self.clip_scale,
-                train.grad_clip,
+                [(g, 0, count) for _, g, _, _, count in tensors], self.grad_norm,
+                self.clip_scale, train.grad_clip,
             )  # fmt: skip
         else:
             self.clip_scale, clip = self.opt.unit_clip(), []
         self.opt_plan = dev.plan("lora optimizer").add(clip)
-        for _, param, grad, m, v, count in tensors:
+        for param, grad, m, v, count in tensors:
             self.opt_plan.add(self.opt.update(param, grad, m, v, count, self.clip_scale))
         self.merge_plan.run()
 
-    def _tensors(self) -> list[tuple[str, Buffer, Buffer, Buffer, Buffer, int]]:
-        """(state key, param, grad, m, v, floats) of ``A`` and every ``B_j``."""
+    def _tensors(self) -> list[tuple[Buffer, Buffer, Buffer, Buffer, int]]:
+        """(param, grad, m, v, floats) of ``A`` and every ``B_j``: what AdamW updates."""
         out = []
         for t in self.targets:
-            out.append((f"lora_A.{t.name}", t.A, t.dA, t.m, t.v, t.rank * t.fan_in))
-            for p in t.pieces:
-                key = f"lora_B.{t.name}@{p.row}"
-                out.append((key, p.B, p.dB, p.m, p.v, p.rows * t.rank))
+            out.append((t.A, t.dA, t.m, t.v, t.rank * t.fan_in))
+            out += [(p.B, p.dB, p.m, p.v, p.rows * t.rank) for p in t.pieces]
         return out
+
+    async def _whole_B(self, t: _Target, part: str) -> bytes:
+        """``B`` (``part`` "B"), or its AdamW moment ("m" / "v"), of ``t``: its row blocks in
+        order, as the (out, r) float32 bytes the CPU backend holds."""
+        blocks = [await self.device.read(getattr(p, part), 4 * p.rows * t.rank) for p in t.pieces]
+        return b"".join(blocks)
 
     # -- the Trainer protocol -------------------------------------------------------------------
     async def train_step(self, micro_batches: list[Batch], lr: float, step: int) -> float:
@@ -228,32 +232,37 @@ class GpuLoraBackend:
         return await self.model.eval_batch(batch)
 
     async def state(self) -> dict[str, array[float]]:
-        """``A``, each ``B`` row block and their AdamW moments (``adam.m.`` / ``adam.v.``)."""
+        """``A``, ``B`` and their AdamW moments under :class:`LoraBackend`'s keys
+        (``lora_A.<name>``, ``adam.m.lora_B.<name>``, ...): either backend resumes the other's."""
         out: dict[str, array[float]] = {}
-        for key, param, _, m, v, count in self._tensors():
-            for prefix, source in (("", param), ("adam.m.", m), ("adam.v.", v)):
-                out[prefix + key] = array("f", await self.device.read(source, 4 * count))
+        for t in self.targets:
+            for prefix, source in (("", t.A), ("adam.m.", t.m), ("adam.v.", t.v)):
+                raw = await self.device.read(source, 4 * t.rank * t.fan_in)
+                out[f"{prefix}lora_A.{t.name}"] = array("f", raw)
+            for prefix, part in (("", "B"), ("adam.m.", "m"), ("adam.v.", "v")):
+                out[f"{prefix}lora_B.{t.name}"] = array("f", await self._whole_B(t, part))
         return out
 
     async def load_state(self, tensors: dict[str, array[float]]) -> None:
-        for key, param, _, m, v, _ in self._tensors():
-            for prefix, target in (("", param), ("adam.m.", m), ("adam.v.", v)):
-                self.device.write(target, memoryview(tensors[prefix + key]).cast("B"))
+        for t in self.targets:
+            for prefix, target in (("", t.A), ("adam.m.", t.m), ("adam.v.", t.v)):
+                self.device.write(target, memoryview(tensors[f"{prefix}lora_A.{t.name}"]).cast("B"))
+            for prefix, part in (("", "B"), ("adam.m.", "m"), ("adam.v.", "v")):
+                whole = memoryview(tensors[f"{prefix}lora_B.{t.name}"]).cast("B")
+                for p in t.pieces:
+                    start = 4 * p.row * t.rank
+                    self.device.write(getattr(p, part), whole[start : start + 4 * p.rows * t.rank])
         self.merge_plan.run()
 
     async def read_adapter(self) -> LoraAdapter:
         """The adapter as trained so far (float32, ``B`` reassembled from its row blocks)."""
         meta = self._meta
-        A: dict[str, np.ndarray] = {}
-        B: dict[str, np.ndarray] = {}
+        A, B = {}, {}
         for t in self.targets:
             raw = await self.device.read(t.A, 4 * t.rank * t.fan_in)
             A[t.name] = np.frombuffer(raw, np.float32).reshape(t.rank, t.fan_in).copy()
-            blocks = []
-            for p in sorted(t.pieces, key=lambda p: p.row):
-                raw = await self.device.read(p.B, 4 * p.rows * t.rank)
-                blocks.append(np.frombuffer(raw, np.float32).reshape(p.rows, t.rank))
-            B[t.name] = np.concatenate(blocks)
+            whole = await self._whole_B(t, "B")
+            B[t.name] = np.frombuffer(whole, np.float32).reshape(-1, t.rank).copy()
         return LoraAdapter(
             meta.rank, meta.alpha, meta.targets, meta.base_digest, A, B, meta.base_ref
         )
