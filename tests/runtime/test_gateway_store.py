@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from evermind.cache.l2_sqlite import SemanticCacheStore
 from evermind.errors import StorageError
-from evermind.runtime.cache_store import SemanticCacheStore
 from evermind.runtime.gateway import StoreBackend
 
 

@@ -18,9 +18,9 @@ Modules, one idea each:
 - ``generation``: the chat template and generation on the worker thread pool.
 - ``schemas``: the request bodies (pydantic) that become the OpenAPI docs.
 - ``routes_models``, ``routes_openai``, ``routes_memory``, ``routes_cache``: the endpoints.
-- ``cache_store``: the SQLite-backed L2 semantic cache (and ``judge``, its decision).
-- ``shared_store``: the ``--store`` engine memory and the L2 live in instead, on a lane.
-- ``cache_port``: the L2 on that engine (same decision, storage on the vector-store port).
+- The L2 semantic cache's stores are the cache's (:mod:`evermind.cache.l2_sqlite` in the
+  runtime database, :mod:`evermind.cache.l2_vectorstore` on the ``--store`` engine, which is
+  :class:`evermind.vectorstore.shared.SharedStore`, on a lane).
 - ``memory_service``: the memory store per tenant and namespace (SQLite or ``--store``).
 - ``metrics``: counters and latency histograms, Prometheus text.
 - ``app``: :func:`create_app`, middleware and error handlers.

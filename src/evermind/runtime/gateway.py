@@ -40,7 +40,7 @@ from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.matrix import MatrixIndex
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
-from evermind.runtime.cache_store import CacheStore
+from evermind.cache.l2_sqlite import CacheStore
 from evermind.runtime.gateway_auto import AutoBridge, LocalBridge, budget_of
 from evermind.runtime.gateway_config import AUTO_MODEL, GatewayConfig, UpstreamConfig
 from evermind.runtime.metrics import Metrics
@@ -116,7 +116,7 @@ class Resolved(NamedTuple):
 
 
 class StoreBackend:
-    """The runtime's L2 store (:class:`~evermind.runtime.cache_store.CacheStore`: SQLite, or
+    """The runtime's L2 store (:class:`~evermind.cache.l2_sqlite.CacheStore`: SQLite, or
     the ``--store`` engine) as an in-process L2 of a ``SemanticCache``.
 
     Only the async half of the protocol: the gateway never calls the cache synchronously.

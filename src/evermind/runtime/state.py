@@ -17,8 +17,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
-from evermind.runtime.cache_port import VectorCacheStore
-from evermind.runtime.cache_store import CacheStore, SemanticCacheStore
+from evermind.cache.l2_vectorstore import VectorCacheStore
+from evermind.cache.l2_sqlite import CacheStore, SemanticCacheStore
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.devices import decoder_for
 from evermind.runtime.gateway import Gateway, LocalServing
@@ -28,7 +28,7 @@ from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
 from evermind.runtime.scheduler import Scheduler
-from evermind.runtime.shared_store import SharedStore
+from evermind.vectorstore.shared import SharedStore
 from evermind.runtime.telemetry import close_export, open_export
 from evermind.telemetry import Telemetry
 from evermind.tokens import Principal
