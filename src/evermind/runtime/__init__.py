@@ -21,6 +21,7 @@ Modules, one idea each:
 - The L2 semantic cache's stores are the cache's (:mod:`evermind.cache.l2_sqlite` in the
   runtime database, :mod:`evermind.cache.l2_vectorstore` on the ``--store`` engine, which is
   :class:`evermind.vectorstore.shared.SharedStore`, on a lane).
+- ``gateway/``: the caching gateway to frontier models (its own subpackage).
 - ``memory_service``: the memory store per tenant and namespace (SQLite or ``--store``).
 - ``metrics``: counters and latency histograms, Prometheus text.
 - ``app``: :func:`create_app`, middleware and error handlers.

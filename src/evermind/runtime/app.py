@@ -51,13 +51,13 @@ from evermind.errors import (
     UpstreamError,
 )
 from evermind.runtime import (
-    gateway_anthropic,
     routes_affect,
     routes_cache,
     routes_memory,
     routes_models,
     routes_openai,
 )
+from evermind.runtime.gateway import anthropic as gateway_anthropic
 from evermind.runtime.auth import PermissionDenied, RateLimited, RateLimiter, Unauthenticated
 from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.devices import resolve_device

@@ -1,7 +1,7 @@
 """The caching gateway: frontier models behind the runtime's cache, per tenant (native-only).
 
 A model id ``<upstream>/<name>`` (``anthropic/claude-…``, ``openai/gpt-…``, or any upstream
-named in the ``--upstreams`` file, see :mod:`evermind.runtime.gateway_config`) is served
+named in the ``--upstreams`` file, see :mod:`evermind.runtime.gateway.config`) is served
 by :meth:`Gateway.resolve`: the tenant's bridge to that upstream, built once, is
 
     CachingBridge(InstrumentedBridge(<SDK bridge with the tenant's key>, prices), cache)
@@ -38,11 +38,11 @@ from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
+from evermind.cache.l2_sqlite import CacheStore
 from evermind.cache.matrix import MatrixIndex
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
-from evermind.cache.l2_sqlite import CacheStore
-from evermind.runtime.gateway_auto import AutoBridge, LocalBridge, budget_of
-from evermind.runtime.gateway_config import AUTO_MODEL, GatewayConfig, UpstreamConfig
+from evermind.runtime.gateway.auto import AutoBridge, LocalBridge, budget_of
+from evermind.runtime.gateway.config import AUTO_MODEL, GatewayConfig, UpstreamConfig
 from evermind.runtime.metrics import Metrics
 from evermind.tokens import Principal
 

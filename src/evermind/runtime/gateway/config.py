@@ -31,7 +31,7 @@
     [upstreams.anthropic.tenant_keys]   # per-tenant keys (else api_key)
     alpha = "env:ALPHA_ANTHROPIC_KEY"
 
-    [auto]                      # model "evermind/auto": the router (see runtime/gateway_auto.py)
+    [auto]                      # model "evermind/auto": the router (see runtime/gateway/auto.py)
     local = "evermind/notes:1.0.0"
     frontier = "anthropic/claude-sonnet-4-5"
 
