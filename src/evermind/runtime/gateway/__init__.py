@@ -10,5 +10,6 @@
 - ``anthropic``: ``/v1/messages`` in Anthropic's Messages shape, JSON and SSE;
 - ``auto``: ``evermind/auto``, the router between a local model and a frontier one.
 
-Nothing is imported eagerly here.
+The upstreams' wire protocols are the registry of :mod:`evermind.bridges.protocols`, which
+the tab's fetch bridge reads too. Nothing is imported eagerly here.
 """
