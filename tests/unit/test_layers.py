@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"model"},
     {"kernels"},
     {"ops", "gpu", "tokenizer", "package"},
+    {"auth"},
     {"paths", "metrics", "text", "types", "tokens", "telemetry"},
     {"errors"},
 ]

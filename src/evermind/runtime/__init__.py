@@ -11,8 +11,8 @@ Modules, one idea each:
 - ``errors``: :class:`ApiError`, the OpenAI-style JSON error; routes raise it for bad
   requests, and ``app`` maps every library error to it in one table (nothing below the routes
   imports it).
-- ``auth``: constant-time token lookup, per-tenant rate limit (the tokens file format is
-  :mod:`evermind.tokens`).
+- Tokens, the per-tenant rate limit and the failed-authentication limiter are
+  :mod:`evermind.auth`'s (shared with the MCP server); ``app`` turns their errors into 401/429.
 - ``installs``: packages on disk — atomic install, scan, delete.
 - ``registry``: refs to installs, the lazily loaded models in an LRU by memory budget.
 - ``generation``: the chat template and generation on the worker thread pool.

@@ -16,9 +16,9 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
+from evermind.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
 from evermind.cache.l2_sqlite import CacheStore, SemanticCacheStore
 from evermind.cache.l2_vectorstore import VectorCacheStore
-from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.devices import decoder_for
 from evermind.runtime.gateway.config import GatewayConfig
