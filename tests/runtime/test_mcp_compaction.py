@@ -27,9 +27,9 @@ import evermind
 from evermind.errors import ConfigError, StorageError
 from evermind.job import JobConfig, export_package, split, tokenize, train_tokenizer
 from evermind.mcp import hook
-from evermind.mcp.compact_tools import CompactTools, resolve_content, resolve_hits, resolve_record
+from evermind.mcp.compact_tools import CompactTools
 from evermind.memory import MemoryStore
-from evermind.memory.archive import LOST_NOTE, Archive
+from evermind.memory.archive import LOST_NOTE, Archive, StubResolver
 from evermind.memory.compaction import compact, parse_dump, restore
 from evermind.memory.stubs import is_stub, make_stub
 from evermind.model.init import init_params
@@ -108,7 +108,7 @@ def test_compacts_absorbed_facts_and_leaves_probe_failures_untouched(
                 assert "compacted" not in record.meta
             stubbed = await store.get("fact-0")
             assert stubbed is not None and is_stub(stubbed.content)
-            shown = resolve_record(store, stubbed).content
+            shown = StubResolver.of(store).shown(stubbed).content
             assert shown.startswith(FACTS[0]) and stubbed.content in shown
             assert Archive(tmp_path / "m.db").count("t") == 2
             assert report.backup == tmp_path / "m.db.bak.1" and report.backup.is_file()
@@ -145,7 +145,7 @@ def test_crash_between_archive_and_stub_loses_nothing(
             assert Archive(memory_file).count("t") == 1
             stubbed = await store.get("fact-2")
             assert stubbed is not None
-            assert resolve_record(store, stubbed).content.startswith(FACTS[2])
+            assert StubResolver.of(store).shown(stubbed).content.startswith(FACTS[2])
         finally:
             await store.close()
 
@@ -232,16 +232,15 @@ def test_compact_recall_restore_loses_no_text(
                 key for key, text in originals.items() if text in facts
             }, report
             dump = []
+            resolver = StubResolver.of(store)
             for key, text in originals.items():
                 record = await store.get(key)
                 assert record is not None
-                shown = resolve_record(store, record).content
+                shown = resolver.shown(record).content
                 assert shown.startswith(text), (key, shown)
-                dump.append(
-                    {"key": key, "content": resolve_content(store, key, record.content).text}
-                )
+                dump.append({"key": key, "content": resolver.resolve(key, record.content).text})
             for fact in facts:
-                hits = resolve_hits(store, await store.recall(fact, top_k=10))
+                hits = [resolver.shown(hit) for hit in await store.recall(fact, top_k=10)]
                 assert any(hit.content.startswith(fact) for hit in hits), fact
             report = await restore(store, dump)
             assert not report.created

@@ -14,14 +14,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evermind.mcp.hook import instruction_key
-from evermind.mcp.hook_index import HookIndex
 from evermind.mcp.hook_install import (
     install_hooks,
     settings_path,
@@ -227,26 +225,6 @@ def test_missing_store(home: HostEnv, tmp_path: Path) -> None:
     assert stored(memory_file) == {
         instruction_key("I prefer tabs over spaces."): "I prefer tabs over spaces."
     }
-
-
-def test_side_index_follows_writes_forgets_and_expiry(home: HostEnv) -> None:
-    memory_file = home.home / "memory.db"
-    remember(memory_file, FACTS)
-    with HookIndex(memory_file, NAMESPACE) as index:
-        assert [h.key for h in index.recall("Neovim editor", 5)] == ["pref-editor"]
-
-    async def change() -> None:
-        store = MemoryStore(memory_file, namespace=NAMESPACE)
-        await store.forget("pref-editor")
-        await store.remember("pref-editor-2", "Niamh moved to Helix as her editor.", (), 0.8)
-        await store.remember("short", "Helix tip: the editor keeps a jumplist.", (), 0.5, ttl=0.001)
-        await store.close()
-
-    asyncio.run(change())
-    time.sleep(0.01)  # past the 1 ms TTL: on a fast disk the writes above take less
-    with HookIndex(memory_file, NAMESPACE) as index:
-        assert [h.key for h in index.recall("editor", 5)] == ["pref-editor-2"]
-        assert [m.key for m in index.digest(2)] == ["pref-editor-2", "deploy-host"]
 
 
 def test_budget_limits_the_context(home: HostEnv, tmp_path: Path) -> None:

@@ -1,26 +1,21 @@
-"""The MCP tools ``memory_compact`` and ``memory_restore``, and stub resolution on read.
+"""The MCP tools ``memory_compact`` and ``memory_restore``.
 
 Owns :class:`CompactTools` (the two tool bodies over one store and the model the server was
-given with ``--model``) and :func:`resolve_record` / :func:`resolve_hits`, which
-``memory_get`` and ``memory_recall`` apply so a stub reads as its archived original, the
-stub line kept beside it, or is marked "content lost — verify before trusting".
-Native-only (imports the ``mcp`` SDK).
+given with ``--model``) and the text of their answers. How a stub reads (its archived
+original, or "content lost — verify before trusting") is memory's
+(:class:`evermind.memory.archive.StubResolver`). Native-only (imports the ``mcp`` SDK).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
 from typing import Annotated, Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from evermind.errors import EvermindError
-from evermind.memory import Hit, MemoryRecord, MemoryStore
-from evermind.memory.archive import Archive, Resolved
+from evermind.memory import MemoryStore
 from evermind.memory.compaction import CompactReport, RestoreReport, compact, restore
-from evermind.memory.stubs import is_stub
 
 Keys = Annotated[
     list[str] | None,
@@ -47,39 +42,6 @@ DESCRIPTIONS = {
         "user asks to restore memories from an export or backup."
     ),
 }
-
-
-def _archive(store: MemoryStore) -> tuple[Archive, str] | None:
-    path = getattr(store.backend, "path", None)
-    if not isinstance(path, str) or path == ":memory:":
-        return None
-    return Archive(path), store.backend.namespace
-
-
-def resolve_content(store: MemoryStore, key: str, content: str) -> Resolved:
-    """``content`` of ``key`` as read (a stub resolved through the archive)."""
-    found = _archive(store)
-    if not is_stub(content):
-        return Resolved(content)
-    if found is None:
-        return Resolved(content, stub=content, lost=True)
-    archive, namespace = found
-    return archive.resolve(namespace, key, content)
-
-
-def resolve_record(store: MemoryStore, record: MemoryRecord) -> MemoryRecord:
-    """``record`` with a stub's content shown as its original plus the stub (or the loss)."""
-    resolved = resolve_content(store, record.key, record.content)
-    return record if resolved.stub is None else replace(record, content=resolved.display())
-
-
-def resolve_hits(store: MemoryStore, hits: Sequence[Hit]) -> list[Hit]:
-    """``hits`` with every stub resolved like :func:`resolve_record`."""
-    out: list[Hit] = []
-    for hit in hits:
-        resolved = resolve_content(store, hit.key, hit.content)
-        out.append(hit if resolved.stub is None else replace(hit, content=resolved.display()))
-    return out
 
 
 def render_compacted(report: CompactReport) -> str:
@@ -137,10 +99,4 @@ class CompactTools:
         return render_restored(report)
 
 
-__all__ = [
-    "DESCRIPTIONS",
-    "CompactTools",
-    "resolve_content",
-    "resolve_hits",
-    "resolve_record",
-]
+__all__ = ["DESCRIPTIONS", "CompactTools", "render_compacted", "render_restored"]

@@ -23,15 +23,11 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from evermind.errors import EvermindError
-from evermind.mcp.compact_tools import (
-    DESCRIPTIONS,
-    CompactTools,
-    resolve_hits,
-    resolve_record,
-)
+from evermind.mcp.compact_tools import DESCRIPTIONS, CompactTools
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.render import render_recall, render_record, render_remembered, render_tagged
 from evermind.memory import MemoryStore
+from evermind.memory.archive import StubResolver
 from evermind.memory.records import MAX_QUERY_CHARS
 
 READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag")
@@ -131,8 +127,9 @@ class MemoryTools:
             searched = await self.store.count()
         except EvermindError as err:
             raise ToolError(f"memory_recall failed: {err}") from err
+        resolver = StubResolver.of(self.store)
         return render_recall(
-            resolve_hits(self.store, hits),
+            [resolver.shown(hit) for hit in hits],
             query,
             max_chars=self.config.max_chars,
             requested=requested,
@@ -151,7 +148,7 @@ class MemoryTools:
                 f"memory_get: no memory has the key {key!r} (or it expired); hint: keys are "
                 "exact, call memory_recall to find the right one"
             )
-        return render_record(resolve_record(self.store, record))
+        return render_record(StubResolver.of(self.store).shown(record))
 
     async def recall_by_tag(self, tag: Tag, limit: Count | None = None) -> str:
         """The newest memories tagged ``tag``, capped like recall."""

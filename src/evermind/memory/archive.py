@@ -7,6 +7,10 @@ of the memory file, no ``forget`` and no capacity eviction can lose an archived 
 keyed by ``(namespace, key, sha256 of the text)`` and also stores the stub written for it; a
 stub resolves to the newest row of its namespace and key whose stub is byte-identical.
 
+:class:`StubResolver` is the one place a stub is read: what a compacted memory shows (its
+original, the stub line kept beside it, or a "content lost" mark) for every reader — the MCP
+tools over a ``MemoryStore`` and the hooks over :mod:`evermind.memory.hook_index`.
+
 Each put commits with ``synchronous=FULL`` before it returns, so a compactor that writes the
 stub only after :meth:`Archive.put` returned can crash anywhere and lose nothing.
 
@@ -20,11 +24,16 @@ import hashlib
 import os
 import sqlite3
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from evermind.errors import StorageError
 from evermind.memory.stubs import parse_stub
+
+if TYPE_CHECKING:
+    from evermind.memory.store import MemoryStore
 
 ARCHIVE_SUFFIX = ".archive.sqlite"
 #: How many rotated backups of a store file are kept.
@@ -150,6 +159,72 @@ class Archive:
         return Resolved(original, stub=content)
 
 
+class Readable(Protocol):
+    """A memory as some reader holds it: a dataclass (``MemoryRecord``, ``Hit``, ``HookMemory``)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def content(self) -> str: ...
+
+
+ReadableT = TypeVar("ReadableT", bound=Readable)
+
+
+class StubResolver:
+    """What the memories of one namespace of one memory file read as, stubs resolved.
+
+    Args:
+        memory_file: The SQLite memory file whose archive holds the originals; None for a
+            store that has no file (every stub then reads as lost).
+        namespace: The store namespace (``tenant/namespace``).
+    """
+
+    def __init__(self, memory_file: str | os.PathLike[str] | None, namespace: str) -> None:
+        self.archive = None if memory_file is None else Archive(memory_file)
+        self.namespace = namespace
+
+    @classmethod
+    def of(cls, store: MemoryStore) -> StubResolver:
+        """The resolver of ``store``'s namespace (its SQLite file's archive, if it has one)."""
+        path = getattr(store.backend, "path", None)
+        memory_file = path if isinstance(path, str) and path != ":memory:" else None
+        return cls(memory_file, store.backend.namespace)
+
+    def resolve(self, key: str, content: str) -> Resolved:
+        """``content`` of ``key`` as read: a stub becomes its archived original (or is lost)."""
+        if parse_stub(content) is None:
+            return Resolved(content)
+        if self.archive is None:
+            return Resolved(content, stub=content, lost=True)
+        return self.archive.resolve(self.namespace, key, content)
+
+    def shown(self, memory: ReadableT) -> ReadableT:
+        """``memory`` with a stub's content shown as its original plus the stub (or the loss)."""
+        resolved = self.resolve(memory.key, memory.content)
+        if resolved.stub is None:
+            return memory
+        return replace(memory, content=resolved.display())
+
+    def readable(self, memories: Iterable[ReadableT]) -> list[ReadableT]:
+        """``memories`` with stubs resolved to their originals; a lost stub is left out.
+
+        For context pushed into a session unasked (the hooks): a one-line claim nobody can
+        verify is dropped, while ``memory_get`` still shows it, marked.
+        """
+        out: list[ReadableT] = []
+        for memory in memories:
+            resolved = self.resolve(memory.key, memory.content)
+            if resolved.stub is None:
+                out.append(memory)
+            elif not resolved.lost:
+                out.append(replace(memory, content=resolved.display()))
+        return out
+
+
 def rotate_backups(path: str | os.PathLike[str], keep: int = BACKUPS) -> Path | None:
     """Copies the SQLite file ``path`` to ``<path>.bak.1``, shifting older copies up to ``keep``.
 
@@ -187,7 +262,9 @@ __all__ = [
     "ARCHIVE_SUFFIX",
     "LOST_NOTE",
     "Archive",
+    "Readable",
     "Resolved",
+    "StubResolver",
     "archive_path",
     "rotate_backups",
     "text_hash",

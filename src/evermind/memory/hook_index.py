@@ -12,8 +12,10 @@ memories whose ``updated_at`` changed are re-tokenized. Ranking is FTS5's ``bm25
 recency exactly as ``RecallOptions`` describes; content is always read from the memory file
 itself, so a stale side index can never show a deleted or expired memory.
 
-The memory file is opened read-only; it is never created or migrated here. Native-only,
-standard library and ``evermind`` only (no numpy, no MCP SDK) so a hook starts fast.
+The memory file is opened read-only; it is never created or migrated here. This is memory's
+public read path for callers that must not open a ``MemoryStore`` (the Claude Code hooks in
+``evermind.mcp.hook``): nothing outside ``memory/`` reads its tables. Native-only, standard
+library and ``evermind`` only (no numpy, no MCP SDK) so a hook starts fast.
 """
 
 from __future__ import annotations
@@ -28,10 +30,9 @@ from pathlib import Path
 
 from evermind.errors import StorageError
 from evermind.memory.records import RecallOptions
+from evermind.memory.sqlite_backend import SCHEMA_VERSION
 from evermind.text import terms
 
-#: The memory file schema this reader understands (``evermind.memory.sqlite_backend``).
-MEMORY_SCHEMA_VERSION = 1
 #: Version of the side index's own layout; a different one is rebuilt.
 INDEX_LAYOUT = 2
 
@@ -88,11 +89,11 @@ def open_memory_file(memory_file: Path) -> sqlite3.Connection:
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
     except sqlite3.Error as err:
         raise StorageError(f"memory file {memory_file}: not a memory database ({err})") from err
-    if row is None or row[0] != MEMORY_SCHEMA_VERSION:
+    if row is None or row[0] != SCHEMA_VERSION:
         conn.close()
         raise StorageError(
             f"memory file {memory_file}: schema version {row and row[0]}, this hook reads "
-            f"version {MEMORY_SCHEMA_VERSION}"
+            f"version {SCHEMA_VERSION}"
         )
     return conn
 
@@ -148,6 +149,15 @@ class HookIndex:
             (self.namespace, self.now, limit),
         ).fetchall()
         return [_memory(row) for row in rows]
+
+    def has(self, key: str) -> bool:
+        """Whether a live (unexpired, unarchived) memory has the key ``key``."""
+        row = self.main.execute(
+            "SELECT 1 FROM memories WHERE namespace = ? AND key = ? AND archived = 0 "
+            "AND (expires_at IS NULL OR expires_at > ?)",
+            (self.namespace, key, self.now),
+        ).fetchone()
+        return row is not None
 
     def recall(self, query: str, top_k: int) -> list[HookMemory]:
         """The live memories sharing terms with ``query``, best first (empty when none do)."""
