@@ -28,6 +28,7 @@ from evermind.mcp.config import ServerConfig
 from evermind.mcp.render import render_recall, render_record, render_remembered, render_tagged
 from evermind.memory import MemoryStore
 from evermind.memory.archive import StubResolver
+from evermind.memory.compaction import forget
 from evermind.memory.records import MAX_QUERY_CHARS
 
 READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag")
@@ -191,7 +192,7 @@ class MemoryTools:
     async def forget(self, key: Key) -> str:
         """Deletes ``key``; says whether it existed."""
         try:
-            existed = await self.store.forget(key)
+            existed = await forget(self.store, key)
         except EvermindError as err:
             raise ToolError(f"memory_forget failed: {err}") from err
         return f"forgot {key!r}" if existed else f"no memory had the key {key!r}; nothing deleted"

@@ -24,9 +24,10 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from evermind.errors import StorageError
 from evermind.memory.records import RecallOptions
@@ -56,6 +57,7 @@ class HookMemory:
         importance: 0…1.
         updated_at: Latest write, seconds since the epoch.
         score: Relevance × importance × recency (1.0 for the digest's entries).
+        meta: Its extra fields (a stub's link to its archived original among them).
     """
 
     key: str
@@ -64,6 +66,7 @@ class HookMemory:
     importance: float
     updated_at: float
     score: float = 1.0
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _encode(term: str) -> str:
@@ -143,7 +146,7 @@ class HookIndex:
     def digest(self, limit: int) -> list[HookMemory]:
         """The ``limit`` most important live memories (newest first among equals)."""
         rows = self.main.execute(
-            "SELECT key, content, tags, importance, updated_at FROM memories "
+            "SELECT key, content, tags, importance, updated_at, meta FROM memories "
             "WHERE namespace = ? AND archived = 0 AND (expires_at IS NULL OR expires_at > ?) "
             "ORDER BY importance DESC, updated_at DESC, key LIMIT ?",
             (self.namespace, self.now, limit),
@@ -186,7 +189,7 @@ class HookIndex:
         wanted = list(keys)
         marks = ",".join("?" * len(wanted))
         rows = self.main.execute(
-            "SELECT key, content, tags, importance, updated_at FROM memories "
+            "SELECT key, content, tags, importance, updated_at, meta FROM memories "
             f"WHERE namespace = ? AND key IN ({marks}) AND archived = 0 "
             "AND (expires_at IS NULL OR expires_at > ?)",
             (self.namespace, *wanted, self.now),
@@ -291,14 +294,16 @@ class HookIndex:
 
 
 def _memory(row: Sequence[object]) -> HookMemory:
-    key, content, tags, importance, updated_at = row
+    key, content, tags, importance, updated_at, meta = row
     parsed = json.loads(str(tags)) if tags else []
+    extra = json.loads(str(meta)) if meta else {}
     return HookMemory(
         str(key),
         str(content),
         tuple(str(tag) for tag in parsed),
         float(importance),  # type: ignore[arg-type]
         float(updated_at),  # type: ignore[arg-type]
+        meta=extra if isinstance(extra, dict) else {},
     )
 
 
@@ -310,9 +315,7 @@ def _weighted(memory: HookMemory, relevance: float, opts: RecallOptions, now: fl
     if opts.recency:
         age = max(0.0, now - memory.updated_at)
         score *= 1 - opts.recency_weight + opts.recency_weight * 0.5 ** (age / opts.half_life_s)
-    return HookMemory(
-        memory.key, memory.content, memory.tags, memory.importance, memory.updated_at, score
-    )
+    return replace(memory, score=score)
 
 
 __all__ = ["HookIndex", "HookMemory", "open_memory_file", "side_path"]
