@@ -268,6 +268,8 @@ def test_compact_recall_restore_loses_no_text(
         ([{"content": "x"}], "entry 0 has no string 'key'"),
         ([{"id": "k", "text": 5}], "entry 0 .'k'. has no string 'content'"),
         ([{"key": "ok", "content": "x"}, {"key": "", "content": "y"}], "entry 1"),
+        ([{"key": "k", "content": "a\x00"}], "entry 0 .'k'.: memory content: holds a NUL"),
+        ([{"key": "k", "content": " "}], "entry 0 .'k'.: memory content: empty"),
     ],
 )
 def test_bad_dumps_are_named(dump: object, message: str) -> None:
@@ -469,5 +471,34 @@ def test_a_stub_line_written_over_a_compacted_memory_is_not_linked(
             assert StubResolver.of(store).resolve(record.key, record.content, record.meta).lost
         finally:
             await store.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("", "empty"),
+        (" \n\t ", "empty"),
+        ("a\x00b", "NUL character at character 1"),
+        ("x" * 30_000, "has 30000 characters, expected at most 20000"),
+    ],
+    ids=["empty", "blank", "nul", "30000-chars"],
+)
+def test_restore_refuses_what_remember_refuses(tmp_path: Path, content: str, reason: str) -> None:
+    """One validation for both write tools: the same reason, and nothing written by either."""
+    memory_file = tmp_path / "memory.db"
+
+    async def scenario() -> None:
+        async with stdio_client(memory_file) as client:
+            remembered = await client.call_tool("memory_remember", {"key": "k", "content": content})
+            assert remembered.is_error and reason in text_of(remembered), text_of(remembered)
+            dump = [{"key": "ok", "content": "a fine text"}, {"key": "k", "content": content}]
+            restored = await client.call_tool("memory_restore", {"dump": dump})
+            assert restored.is_error, text_of(restored)
+            assert "entry 1 ('k')" in text_of(restored) and reason in text_of(restored)
+            for key in ("k", "ok"):  # the dump is refused whole
+                missing = await client.call_tool("memory_get", {"key": key})
+                assert missing.is_error and "no memory has the key" in text_of(missing)
 
     asyncio.run(scenario())

@@ -38,8 +38,9 @@ DESCRIPTIONS = {
     ),
     "memory_restore": (
         "Write texts back into memory from a dump: a list of {key, content} (or {id, text}), "
-        "matched by key; an existing memory keeps its tags and importance. Call this when the "
-        "user asks to restore memories from an export or backup."
+        "matched by key; an existing memory keeps its tags and importance. Each text is checked "
+        "as memory_remember checks it, and a dump with one bad entry is refused whole. Call "
+        "this when the user asks to restore memories from an export or backup."
     ),
 }
 
@@ -71,11 +72,16 @@ class CompactTools:
     Args:
         store: The memory store the tools rewrite.
         model: The local Evermind model that probes recall (None: compaction is refused).
+        max_content_chars: Longest text ``memory_restore`` accepts (``memory_remember``'s cap;
+            None: no cap).
     """
 
-    def __init__(self, store: MemoryStore, model: Any = None) -> None:
+    def __init__(
+        self, store: MemoryStore, model: Any = None, max_content_chars: int | None = None
+    ) -> None:
         self.store = store
         self.model = model
+        self.max_content_chars = max_content_chars
 
     async def compact(self, keys: Keys = None) -> str:
         """Compacts the absorbed memories of ``keys`` (default all); reports each decision."""
@@ -93,7 +99,7 @@ class CompactTools:
     async def restore(self, dump: Dump) -> str:
         """Restores the dump's texts, matched by key."""
         try:
-            report = await restore(self.store, dump)
+            report = await restore(self.store, dump, self.max_content_chars)
         except EvermindError as err:
             raise ToolError(f"memory_restore failed: {err}") from err
         return render_restored(report)

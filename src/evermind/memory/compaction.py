@@ -30,7 +30,7 @@ from typing import Any
 
 from evermind.errors import ConfigError
 from evermind.memory.archive import COMPACTED_META, Archive, rotate_backups, text_hash
-from evermind.memory.records import MemoryRecord, validate_content, validate_key
+from evermind.memory.records import MemoryRecord, validate_key, validate_memory_text
 from evermind.memory.store import MemoryStore
 from evermind.memory.stubs import is_stub, make_stub
 
@@ -188,8 +188,11 @@ async def _stub_one(
     report.compacted.append((record.key, stub))
 
 
-def parse_dump(dump: object) -> list[tuple[str, str]]:
+def parse_dump(dump: object, max_chars: int | None = None) -> list[tuple[str, str]]:
     """The (key, text) pairs of a dump: a list (or JSON) of ``{key, content}`` or ``{id, text}``.
+
+    Each text passes :func:`~evermind.memory.records.validate_memory_text` (the check
+    ``memory_remember`` applies), capped at ``max_chars`` characters (None: no cap).
 
     Raises:
         ConfigError: Naming the first entry that is malformed, and how.
@@ -214,19 +217,25 @@ def parse_dump(dump: object) -> list[tuple[str, str]]:
                 f"restore: entry {index} ({key!r}) has no string 'content' (or 'text')"
             )
         try:
-            pairs.append((validate_key(key), validate_content(text)))
+            pairs.append((validate_key(key), validate_memory_text(text, max_chars)))
         except ConfigError as err:
             raise ConfigError(f"restore: entry {index} ({key!r}): {err}") from err
     return pairs
 
 
-async def restore(store: MemoryStore, dump: object) -> RestoreReport:
+async def restore(store: MemoryStore, dump: object, max_chars: int | None = None) -> RestoreReport:
     """Writes each dump text to the memory of its key (kept tags and importance; new if absent).
 
+    Args:
+        store: The store written to.
+        dump: A list (or its JSON) of ``{key, content}`` or ``{id, text}``.
+        max_chars: Longest text accepted (the server's cap); None: no cap.
+
     Raises:
-        ConfigError: The dump is malformed (nothing is written).
+        ConfigError: The dump is malformed, or a text is one ``memory_remember`` would refuse
+            (nothing is written).
     """
-    pairs = parse_dump(dump)
+    pairs = parse_dump(dump, max_chars)
     report = RestoreReport()
     path = getattr(store.backend, "path", None)
     if pairs and isinstance(path, str) and path != ":memory:":
