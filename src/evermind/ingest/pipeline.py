@@ -27,11 +27,12 @@ from typing import Literal
 from evermind.errors import EvermindError
 from evermind.ingest.chunker import Chunker
 from evermind.ingest.documents import Document, ParseOptions, check_source_id
-from evermind.ingest.files import MAX_FILE_BYTES, FileSource, select_files
+from evermind.ingest.files import MAX_FILE_BYTES, read_source, select_files, under
 from evermind.ingest.manifest import Manifest, read_manifests
 from evermind.ingest.registry import PARSERS, ParserRegistry, decode
 from evermind.ingest.syncer import INGEST_TAG, IngestProgress, IngestReport, OnProgress, Syncer
 from evermind.memory.store import MemoryStore
+from evermind.safefiles import RefusedFile
 
 
 def _fingerprint(data: bytes, parser: str, settings: str) -> str:
@@ -54,9 +55,14 @@ async def sync(
     prune: bool = True,
     errors: Literal["raise", "skip"] = "raise",
     max_bytes: int = MAX_FILE_BYTES,
+    follow_symlinks: bool = False,
     on_progress: OnProgress | None = None,
 ) -> IngestReport:
     """Brings the store in line with files and folders: adds, updates and deletes chunks.
+
+    Reading never leaves the paths given (see :mod:`evermind.ingest.files`): symbolic links
+    are reported, not followed (with ``follow_symlinks``, followed only when their target
+    stays inside), and only regular files are opened.
 
     Args:
         store: The memory store (its embedder embeds the new chunks).
@@ -70,16 +76,20 @@ async def sync(
         importance: Importance of every chunk.
         prune: Forget sources ingested from a synced folder whose file is gone.
         errors: ``"raise"`` stops at the first bad file (the sources before it are
-            stored); ``"skip"`` reports it in ``skipped`` and goes on.
+            stored); ``"skip"`` reports it in ``skipped`` and goes on. A file found in a
+            folder that is refused (a link, not a regular file, too big) is skipped either
+            way; named explicitly, it is a bad file.
         max_bytes: Larger files are skipped.
+        follow_symlinks: Follow symbolic links whose target resolves inside the folder (or,
+            for a file named explicitly, inside its folder).
         on_progress: Called after each source.
 
     Returns:
         The report.
 
     Raises:
-        InputError: A missing path, a file no parser reads, bad contents (with ``errors=
-            "raise"``); the message names the file and line.
+        InputError: A missing path, a refused file named explicitly, bad contents (with
+            ``errors="raise"``); the message names the file and line.
     """
     started = time.perf_counter()
     registry = registry or PARSERS
@@ -87,7 +97,9 @@ async def sync(
     if parser is not None:
         registry.get(parser)  # fail before reading anything
     root = Path(os.getcwd() if base is None else base)
-    selection = select_files(paths, root, registry, parser, max_bytes)
+    selection = select_files(
+        paths, root, registry, parser, max_bytes, follow_symlinks=follow_symlinks, errors=errors
+    )
     syncer = Syncer(store, chunker or Chunker(), tags, importance)
     syncer.report.skipped.extend(selection.skipped)
     await syncer.load()
@@ -95,7 +107,14 @@ async def sync(
     total = len(selection.files)
     for done, file in enumerate(selection.files, start=1):
         try:
-            await _sync_file(syncer, file, registry, options, settings)
+            data = read_source(file, max_bytes)
+            await _sync_bytes(
+                syncer, file.source, data, file.parser, registry, options, settings, "file"
+            )
+        except RefusedFile as err:  # replaced or grown since the walk: skipped like it
+            if errors == "raise" and file.named:
+                raise
+            syncer.report.skipped.append((file.source, err.reason))
         except EvermindError as err:
             if errors == "raise":
                 raise
@@ -107,25 +126,10 @@ async def sync(
         seen = {file.source for file in selection.files}
         for source, manifest in sorted(syncer.manifests.items()):
             gone = manifest.origin == "file" and source not in seen
-            if gone and any(_under(source, folder) for folder in selection.folders):
+            if gone and any(under(source, folder) for folder in selection.folders):
                 await syncer.forget(source)
                 syncer.report.forgotten.append(source)
     return syncer.finish(started)
-
-
-def _under(source: str, folder: str) -> bool:
-    return folder == "." or source.startswith(folder.rstrip("/") + "/")
-
-
-async def _sync_file(
-    syncer: Syncer,
-    file: FileSource,
-    registry: ParserRegistry,
-    options: ParseOptions,
-    settings: str,
-) -> None:
-    data = file.path.read_bytes()
-    await _sync_bytes(syncer, file.source, data, file.parser, registry, options, settings, "file")
 
 
 async def _sync_bytes(
