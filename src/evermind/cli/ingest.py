@@ -78,7 +78,7 @@ def register(sub: Any) -> None:
         "--max-bytes",
         type=int,
         default=20 * 1024 * 1024,
-        help="skip larger files",
+        help="skip larger files (a file that grows past it keeps its stored chunks)",
     )
     cmd.add_argument(
         "--follow-symlinks",

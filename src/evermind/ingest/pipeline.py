@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from evermind.errors import EvermindError
+from evermind.errors import ConfigError, EvermindError, InputError
 from evermind.ingest.chunker import Chunker
 from evermind.ingest.documents import Document, ParseOptions, check_source_id
 from evermind.ingest.files import MAX_FILE_BYTES, read_source, select_files, under
@@ -79,7 +79,7 @@ async def sync(
             stored); ``"skip"`` reports it in ``skipped`` and goes on. A file found in a
             folder that is refused (a link, not a regular file, too big) is skipped either
             way; named explicitly, it is a bad file.
-        max_bytes: Larger files are skipped.
+        max_bytes: Larger files are skipped (one that grows past it keeps its stored chunks).
         follow_symlinks: Follow symbolic links whose target resolves inside the folder (or,
             for a file named explicitly, inside its folder).
         on_progress: Called after each source.
@@ -90,12 +90,17 @@ async def sync(
     Raises:
         InputError: A missing path, a refused file named explicitly, bad contents (with
             ``errors="raise"``); the message names the file and line.
+        ConfigError: An unknown ``parser``, or ``max_bytes`` not a positive integer.
     """
     started = time.perf_counter()
     registry = registry or PARSERS
     options = options or ParseOptions()
     if parser is not None:
         registry.get(parser)  # fail before reading anything
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ConfigError(
+            f"ingest: max_bytes (--max-bytes) must be a positive number of bytes, got {max_bytes!r}"
+        )
     root = Path(os.getcwd() if base is None else base)
     selection = select_files(
         paths, root, registry, parser, max_bytes, follow_symlinks=follow_symlinks, errors=errors
@@ -123,9 +128,10 @@ async def sync(
         if on_progress is not None:
             on_progress(IngestProgress(done, total, file.source, syncer.report.chunks))
     if prune and selection.folders:
-        seen = {file.source for file in selection.files}
+        # Only a file that is gone loses its chunks: one skipped (too big, refused, bad)
+        # still exists, and keeps what was stored of it.
         for source, manifest in sorted(syncer.manifests.items()):
-            gone = manifest.origin == "file" and source not in seen
+            gone = manifest.origin == "file" and not selection.keeps(source)
             if gone and any(under(source, folder) for folder in selection.folders):
                 await syncer.forget(source)
                 syncer.report.forgotten.append(source)
@@ -145,8 +151,34 @@ async def _sync_bytes(
     fingerprint = _fingerprint(data, parser, settings)
     if syncer.unchanged(source, fingerprint):
         return
-    document = registry.get(parser)(decode(data, source), source, options)
-    await syncer.apply(document, origin, fingerprint)
+    document = _parse(registry, parser, decode(data, source), source, options)
+    try:
+        await syncer.apply(document, origin, fingerprint)
+    except RecursionError:
+        raise InputError(f"{source}: {_TOO_DEEP}") from None
+
+
+#: Why a file whose structure exhausts the parser's recursion was refused.
+_TOO_DEEP = (
+    "nested too deeply to read (Python's recursion limit); hint: flatten it, or leave it out"
+)
+
+
+def _parse(
+    registry: ParserRegistry, parser: str, text: str, source: str, options: ParseOptions
+) -> Document:
+    """``text`` parsed; any failure of the parser is this source's error, never the run's."""
+    read = registry.get(parser)
+    try:
+        return read(text, source, options)
+    except EvermindError:
+        raise
+    except RecursionError:
+        raise InputError(f"{source}: {_TOO_DEEP}") from None
+    except Exception as err:  # a parser's own bug or limit fails its file alone
+        raise InputError(
+            f"{source}: the {parser} parser failed ({type(err).__name__}: {err})"
+        ) from err
 
 
 async def sync_bytes(
