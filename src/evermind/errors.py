@@ -9,7 +9,8 @@ carry domain data); the generic branches are defined here::
     ├── ConfigError              bad configuration or user-supplied options (also ValueError)
     │   └── InvalidConfig        a host's MCP config cannot be edited safely [mcp.installer]
     ├── InputError               bad input data: a request field, a file's contents, a missing
-    │                            input file; not a setting (also ValueError)
+    │   │                        input file; not a setting (also ValueError)
+    │   └── RefusedFile          a path that is not a regular file inside its folder [safefiles]
     ├── ShapeError               an array/tensor of the wrong shape or dtype (also ValueError)
     ├── NotFound                 a named thing does not exist
     │   └── ModelNotFound        no such model for this tenant [runtime.registry]

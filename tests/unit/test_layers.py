@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     {"kernels"},
     {"ops", "gpu", "tokenizer", "package"},
     {"auth"},
-    {"paths", "metrics", "text", "types", "tokens", "telemetry"},
+    {"paths", "metrics", "text", "types", "tokens", "telemetry", "safefiles"},
     {"errors"},
 ]
 LEVEL = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}
