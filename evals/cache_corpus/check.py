@@ -121,7 +121,9 @@ def check_triple(record: dict[str, Any], where: str, prefix: str) -> list[str]:
     missing = [name for name in TRIPLE_FIELDS if name not in record]
     if missing:
         return [f"{where}: missing field(s) {', '.join(missing)}"]
-    problems = [f"{where}: unexpected field {name!r}" for name in record if name not in TRIPLE_FIELDS]
+    problems = [
+        f"{where}: unexpected field {name!r}" for name in record if name not in TRIPLE_FIELDS
+    ]
     match = _WRITTEN_ID.match(record["id"]) if isinstance(record["id"], str) else None
     if match is None or match.group(1) != prefix:
         problems.append(f"{where}: id {record['id']!r} should look like '{prefix}-0001'")
@@ -247,7 +249,9 @@ def quality_warnings(report: Report) -> None:
         long = sum(len(r.texts["query"].split()) >= LONG_WORDS for r in records) / n
         if long < LONG_SHARE:
             report.warnings.append(f"{name}: {long:.0%} of queries have {LONG_WORDS}+ words")
-        low = sum(_word_overlap(r.texts["query"], r.texts["paraphrase"]) <= LOW_OVERLAP for r in records)
+        low = sum(
+            _word_overlap(r.texts["query"], r.texts["paraphrase"]) <= LOW_OVERLAP for r in records
+        )
         if low / n < LOW_OVERLAP_SHARE:
             report.warnings.append(f"{name}: {low / n:.0%} of paraphrases have low word overlap")
     queries = TrigramIndex((r.id, r.texts["query"]) for r in report.triples)

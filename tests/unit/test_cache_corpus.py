@@ -25,6 +25,7 @@ from evals.cache_corpus import (
     triples,
 )
 from evals.cache_corpus.check import (
+    Report,
     check_overlap,
     check_pair,
     check_triple,
@@ -33,7 +34,6 @@ from evals.cache_corpus.check import (
     main,
     run_check,
     validate_files,
-    Report,
 )
 from evals.cache_corpus.overlap import TrigramIndex, jaccard, trigrams
 
@@ -60,7 +60,8 @@ def _write(path: Path, records: list[dict[str, Any]]) -> Path:
 def test_the_corpus_files_pass_every_check() -> None:
     report = run_check()
     assert report.errors == [], "\n".join(report.errors[:20])
-    assert len(report.triples) >= 700
+    count = len(report.triples)  # a count, not the records: the report split is never shown
+    assert count >= 700, count
 
 
 def test_the_corpus_does_not_overlap_the_development_sets() -> None:
@@ -76,7 +77,9 @@ def test_the_corpus_does_not_overlap_the_development_sets() -> None:
 def test_the_split_is_a_pure_function_of_group_and_id() -> None:
     # Pinned: a change of hash, key layout or share moves these and fails here.
     assert split_of("wa-0001", "shell") == split_of("wa-0001", "shell")
-    pinned = {(i, g): split_of(i, g) for i in ("wa-0001", "wa-0002", "wb-0417") for g in ("git", "law")}
+    pinned = {
+        (i, g): split_of(i, g) for i in ("wa-0001", "wa-0002", "wb-0417") for g in ("git", "law")
+    }
     assert pinned == {
         ("wa-0001", "git"): "report",
         ("wa-0001", "law"): "tune",
@@ -106,7 +109,7 @@ def test_pairs_expand_each_triple_into_a_positive_and_a_negative() -> None:
     from_triples = [p for p in every if p.source == "written"]
     assert len(from_triples) == 2 * len(triples("all"))
     by_id = {p.id: p for p in from_triples}
-    first = triples("all")[0]
+    first = triples("tune")[0]  # a tune triple: a failure may print it
     positive, negative = by_id[f"{first.id}/p"], by_id[f"{first.id}/n"]
     assert (positive.a, positive.b, positive.label) == (first.query, first.paraphrase, 1)
     assert (negative.a, negative.b, negative.label) == (first.query, first.near_miss, 0)
@@ -117,7 +120,13 @@ def test_pairs_expand_each_triple_into_a_positive_and_a_negative() -> None:
 def test_loading_merges_every_written_file_and_public_pairs(tmp_path: Path) -> None:
     _write(tmp_path / "written_a.jsonl", [_triple(1), _triple(2)])
     _write(tmp_path / "written_b.jsonl", [_triple(3, id="wb-0003")])
-    public = {"id": "demo-1", "a": "A cat sat.", "b": "A cat was sitting.", "label": 1, "source": "demo"}
+    public = {
+        "id": "demo-1",
+        "a": "A cat sat.",
+        "b": "A cat was sitting.",
+        "label": 1,
+        "source": "demo",
+    }
     _write(tmp_path / "public_demo.jsonl", [public])
     assert [t.id for t in triples("all", tmp_path)] == ["wa-0001", "wa-0002", "wb-0003"]
     merged = pairs("all", tmp_path)
@@ -159,7 +168,9 @@ def test_check_triple_names_each_problem(changes: dict[str, Any], expected: str)
 def test_check_triple_wants_three_different_texts() -> None:
     same = _triple(1)
     same["near_miss"] = same["query"].upper()
-    assert check_triple(same, "f:1", "wa") == ["f:1: query, paraphrase and near_miss must all differ"]
+    assert check_triple(same, "f:1", "wa") == [
+        "f:1: query, paraphrase and near_miss must all differ"
+    ]
     missing = {k: v for k, v in _triple(1).items() if k != "near_miss"}
     assert check_triple(missing, "f:1", "wa") == ["f:1: missing field(s) near_miss"]
 
@@ -185,17 +196,29 @@ def test_overlap_finds_exact_and_near_duplicates_and_spares_new_text(tmp_path: P
     dev = tmp_path / "dev"
     dev.mkdir()
     stored = "How do I rotate the access keys of a storage bucket every ninety days?"
-    _write(dev / "cache_pairs_dev.jsonl", [{"id": "cd1", "query": stored, "paraphrase": "x y z w", "near_miss": "q r s t"}])
-    _write(dev / "memory_recall_dev.jsonl", [{"type": "fact", "key": "k1", "content": "Ana owns billing."}])
+    _write(
+        dev / "cache_pairs_dev.jsonl",
+        [{"id": "cd1", "query": stored, "paraphrase": "x y z w", "near_miss": "q r s t"}],
+    )
+    _write(
+        dev / "memory_recall_dev.jsonl",
+        [{"type": "fact", "key": "k1", "content": "Ana owns the billing service."}],
+    )
     near = "How do I rotate the access keys of a storage bucket every thirty days?"
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    _write(corpus / "written_a.jsonl", [_triple(1, query=near), _triple(2, paraphrase="ana OWNS billing")])
+    _write(
+        corpus / "written_a.jsonl",
+        [_triple(1, query=near), _triple(2, paraphrase="ana OWNS the billing SERVICE")],
+    )
     report = run_check(corpus, dev)
     overlaps = [e for e in report.errors if "overlaps" in e]
     assert len(overlaps) == 2, overlaps
     assert "wa-0001 query overlaps cache_pairs_dev.jsonl#cd1" in overlaps[0]
-    assert "wa-0002 paraphrase overlaps memory_recall_dev.jsonl#k1 (trigram Jaccard 1.00)" in overlaps[1]
+    assert (
+        "wa-0002 paraphrase overlaps memory_recall_dev.jsonl#k1 (trigram Jaccard 1.00)"
+        in overlaps[1]
+    )
     # No text of the corpus is ever printed: messages carry ids only.
     assert all(near not in e and "billing" not in e for e in report.errors)
 
@@ -215,5 +238,4 @@ def test_main_prints_counts_and_no_report_texts(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert status == 0
     assert "miss_type" in out and "triples" in out
-    for triple in triples("report")[:50]:
-        assert triple.query not in out
+    assert not any(t.query in out or t.near_miss in out for t in triples("report"))
