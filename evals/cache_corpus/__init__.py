@@ -57,6 +57,10 @@ SPLITS = ("tune", "report", "all")
 TUNE_SHARE = 0.6
 #: The fields of a triple, in file order.
 TRIPLE_FIELDS = ("id", "query", "paraphrase", "near_miss", "domain", "miss_type", "source")
+#: Optional fields of a triple: ``style`` marks the hard triples of ``written_c.jsonl``
+#: (``edit_paraphrase``: the paraphrase is a small edit; ``reworded_near_miss``: the
+#: near-miss is a wide rewording), which break the "small edit = different" shortcut.
+OPTIONAL_TRIPLE_FIELDS = ("style",)
 #: The fields of a public pair.
 PAIR_FIELDS = ("id", "a", "b", "label", "source")
 
@@ -106,17 +110,22 @@ def domain_group(record: dict[str, Any]) -> str:
 
 
 def split_of(record_id: str, group: str) -> str:
-    """``"tune"`` or ``"report"`` for a record, from sha256 of its group and id.
+    """``"tune"`` or ``"report"`` for a record, from sha256 of its domain group.
+
+    Whole domains go one way, so the report split asks about *other topics* than the tune
+    split, as a held-out set does (a per-record split would let a model learn a domain's
+    phrasing on tune and meet it again on report).
 
     Args:
-        record_id: The record's id (``wa-0001``).
+        record_id: The record's id (``wa-0001``); not used, kept for the callers' shape.
         group: Its domain group (:func:`domain_group`).
 
     Returns:
         ``"tune"`` when the hash, read as a fraction in [0, 1), is under :data:`TUNE_SHARE`,
         else ``"report"``. It depends on nothing else, so it never changes for a record.
     """
-    digest = hashlib.sha256(f"{group}\x1f{record_id}".encode()).digest()
+    del record_id  # the whole group goes one way: the report split holds other topics
+    digest = hashlib.sha256(group.encode()).digest()
     fraction = int.from_bytes(digest[:8], "big") / 2**64
     return "tune" if fraction < TUNE_SHARE else "report"
 

@@ -41,6 +41,7 @@ from evals import eval_dir  # noqa: E402
 from evals.cache_corpus import (  # noqa: E402
     HERE,
     MISS_TYPES,
+    OPTIONAL_TRIPLE_FIELDS,
     PAIR_FIELDS,
     TRIPLE_FIELDS,
     CorpusError,
@@ -122,7 +123,9 @@ def check_triple(record: dict[str, Any], where: str, prefix: str) -> list[str]:
     if missing:
         return [f"{where}: missing field(s) {', '.join(missing)}"]
     problems = [
-        f"{where}: unexpected field {name!r}" for name in record if name not in TRIPLE_FIELDS
+        f"{where}: unexpected field {name!r}"
+        for name in record
+        if name not in TRIPLE_FIELDS and name not in OPTIONAL_TRIPLE_FIELDS
     ]
     match = _WRITTEN_ID.match(record["id"]) if isinstance(record["id"], str) else None
     if match is None or match.group(1) != prefix:
