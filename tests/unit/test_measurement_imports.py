@@ -2,7 +2,8 @@
 
 The direction: a benchmark may use the evaluations' machinery (the development sets'
 finder :func:`evals.require`, the cache replay's request set :mod:`evals.cache_replay`);
-an evaluation never imports a benchmark. Every import counts — module level,
+an evaluation never imports a benchmark. ``src/evermind`` (the installed package) imports
+neither folder: they are not in the wheel. Every import counts — module level,
 function-local, relative, and ``importlib.import_module("...")`` with a literal name.
 """
 
@@ -15,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Folder → the top-level packages of the checkout its files must not import.
 FORBIDDEN = {
     "evals": {"benchmarks"},
+    "src/evermind": {"benchmarks", "evals"},
 }
 
 
@@ -71,9 +73,9 @@ def test_the_folders_exist() -> None:
         assert any((ROOT / folder).rglob("*.py")), f"{folder}: no Python files under {ROOT}"
 
 
-def test_evals_never_import_benchmarks() -> None:
+def test_evals_never_import_benchmarks_and_the_package_neither() -> None:
     problems = [line for folder, names in FORBIDDEN.items() for line in _violations(folder, names)]
     assert not problems, (
-        "imports against the direction (benchmarks may import evals, never the reverse): "
-        + "; ".join(problems)
+        "imports against the direction (benchmarks may import evals, never the reverse; "
+        "src/evermind imports neither): " + "; ".join(problems)
     )
