@@ -234,7 +234,9 @@ class GpuEmbedder:
         pool = Pool(device).mean_l2(
             self.model.hf, self.lengths, self.out, batch_size, max_tokens, config.d_model
         )
-        self.plan = device.plan("embed").add(self.model._forward(store_states=False, logits=False))
+        self.plan = device.plan("embed").add(
+            self.model.forward_dispatches(store_states=False, logits=False)
+        )
         self.plan.add(pool)
 
     async def embed_ids(self, texts_ids: Sequence[Sequence[int]]) -> list[list[float]]:
