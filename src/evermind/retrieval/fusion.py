@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from evermind.memory.ranking import jaccard, mmr_order, reciprocal_rank_fusion, zscores
+from evermind.search.fusion import reciprocal_rank_fusion, zscores
+from evermind.search.mmr import mmr_order
+from evermind.search.terms import jaccard
 from evermind.text import terms
 
 __all__ = ["coverage", "fuse_convex", "fuse_rrf", "mmr", "term_set"]

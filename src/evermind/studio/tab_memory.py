@@ -6,7 +6,7 @@
   kv_backend.KVMemoryBackend` (object store ``"memory"``; namespace ``"studio"`` unless a
   call names another, :func:`check_namespace`), ranking with the
   session's model when one is ready (GPU embeddings, GPU cosine scan through
-  :class:`~evermind.memory.gpu_vectors.GpuVectorIndex`; without WebGPU an opened package's
+  :class:`~evermind.search.gpu_index.GpuVectorIndex`; without WebGPU an opened package's
   pure-Python embeddings and the CPU scan) and lexically otherwise;
 - a :class:`TabCache`: cached answers in object store ``"cache"`` (one JSON row per query),
   scored by cosine (the model's vector beside a character-trigram one, or trigrams alone
@@ -49,9 +49,10 @@ from evermind.cache.decide import (
     stale,
 )
 from evermind.errors import ConfigError, InputError
-from evermind.memory import MemoryStore, VectorIndex
-from evermind.memory.gpu_vectors import GpuVectorIndex
+from evermind.memory import MemoryStore
 from evermind.memory.kv_backend import KVMemoryBackend
+from evermind.search.gpu_index import GpuVectorIndex
+from evermind.search.vectors import VectorIndex
 
 if TYPE_CHECKING:
     from evermind.studio.session import Session
