@@ -29,6 +29,27 @@ from evermind.search.calibration import (
 from evermind.search.cosine import pairwise_cosines
 
 
+def test_calibration_reads_only_word_disjoint_pairs_unless_too_few() -> None:
+    templated = [f"Order {n}: what is the delivery status?" for n in range(10)]
+    unrelated = [
+        "capital of peru",
+        "boil an egg",
+        "python list reverse",
+        "tax deadline 2024",
+        "mars distance",
+        "git undo commit",
+        "bake sourdough bread",
+        "rust borrow checker",
+        "knit a scarf",
+    ]
+    pairs = calibration_pairs(templated + unrelated)
+    # No pair of two templated questions (they share words) is read as unrelated.
+    assert not any(i < 10 and j < 10 for i, j in pairs)
+    assert len(pairs) >= MIN_CALIBRATION * (MIN_CALIBRATION - 1) // 2
+    # A cache of one template has too few disjoint pairs: every pair, as before.
+    assert len(calibration_pairs(templated)) == 45
+
+
 def test_quantile_is_nearest_rank() -> None:
     ordered = [float(v) for v in range(101)]
     assert quantile(ordered, 0.99) == 99.0

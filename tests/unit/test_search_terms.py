@@ -17,8 +17,18 @@ from evermind.search.terms import (
     term_set,
 )
 from evermind.text import terms
+from tests.factories import PYTHON_FILE_QUERIES
 
 WORD = re.compile(r"\w+")
+
+
+def test_term_stats_remove_is_the_inverse_of_add() -> None:
+    stats = TermStats.of(PYTHON_FILE_QUERIES)
+    for query in PYTHON_FILE_QUERIES[::2]:
+        stats.remove(query)
+    assert stats == TermStats.of(PYTHON_FILE_QUERIES[1::2])
+    stats.clear()
+    assert stats == TermStats() and stats.idf("python") == 0.0
 
 
 def test_term_stats_count_each_term_once_per_text() -> None:

@@ -38,12 +38,12 @@ from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
-from evermind.cache.matrix import MatrixIndex
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
 from evermind.runtime.cache_store import CacheStore
 from evermind.runtime.gateway_auto import AutoBridge, LocalBridge, budget_of
 from evermind.runtime.gateway_config import AUTO_MODEL, GatewayConfig, UpstreamConfig
 from evermind.runtime.metrics import Metrics
+from evermind.search.matrix import MatrixIndex
 from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
