@@ -7,7 +7,7 @@ import math
 import pytest
 
 from evermind.search.calibration import pearson
-from evermind.search.fusion import convex, unit_scale, zscores
+from evermind.search.fusion import convex, fuse_convex, fuse_rrf, unit_scale, zscores
 from evermind.search.mmr import mmr
 
 
@@ -24,6 +24,27 @@ def test_zscores_and_pearson() -> None:
     assert pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == 0.0
     with pytest.raises(ValueError, match="lengths differ"):
         pearson([1.0], [1.0, 2.0])
+
+
+def test_convex_fusion_weights_move_the_order() -> None:
+    dense = [("a", 0.9), ("b", 0.5), ("c", 0.1)]
+    lexical = [("c", 9.0), ("b", 4.0), ("d", 1.0)]
+    only_lexical = fuse_convex(dense, lexical, 0.0)
+    only_dense = fuse_convex(dense, lexical, 1.0)
+    assert max(only_lexical, key=only_lexical.__getitem__) == "c"
+    assert max(only_dense, key=only_dense.__getitem__) == "a"
+    # d came from the lexical arm only: its dense score is the lowest dense one (0.1).
+    assert only_dense["d"] == pytest.approx(only_dense["c"])
+    # a came from the dense arm only: its lexical score is 0, the bottom.
+    assert only_lexical["a"] == min(only_lexical.values())
+    assert max(fuse_convex(dense, lexical, 0.5).values()) == 1.0
+
+
+def test_rrf_is_reciprocal_ranks_scaled_to_one() -> None:
+    fused = fuse_rrf([("a", 0.9), ("b", 0.5)], [("b", 3.0), ("c", 1.0)], 60)
+    raw = {"a": 1 / 61, "b": 1 / 62 + 1 / 61, "c": 1 / 62}
+    top = max(raw.values())
+    assert fused == pytest.approx({key: value / top for key, value in raw.items()})
 
 
 def test_unit_scale_keeps_the_weakest_ranked_and_ties_at_one() -> None:

@@ -12,6 +12,7 @@ from evermind.search.terms import (
     MIN_IDF_ENTRIES,
     TermStats,
     bm25_idf,
+    coverage,
     idf,
     idf_table,
     term_set,
@@ -67,6 +68,14 @@ def test_idf_table_is_the_compaction_probes_formula() -> None:
         frequency.update({w.casefold() for w in WORD.findall(text)})
     assert table == {w: math.log((3 + 1) / (df + 0.5)) for w, df in frequency.items()}
     assert table["owl"] > table["hawk"] > table["the"]
+
+
+def test_coverage_weights_rare_terms() -> None:
+    asked = frozenset({"port", "okta"})
+    weights = {"port": 1.0, "okta": 3.0}
+    assert coverage(asked, frozenset({"port", "server"}), weights.__getitem__) == 0.25
+    assert coverage(asked, frozenset({"port", "okta"}), weights.__getitem__) == 1.0
+    assert coverage(frozenset(), frozenset({"port"}), weights.__getitem__) == 0.0
 
 
 def test_term_set_is_the_content_terms() -> None:
