@@ -45,7 +45,9 @@ def top_rows(scores: Any, k: int, tie: Callable[[int], str]) -> list[int]:
     """The positions of the ``k`` highest ``scores``, best first, ties by ``tie(position)``.
 
     With more than ``4·k`` scores only the best ``k`` are partitioned out and sorted (the
-    rest can never be returned); otherwise every position is sorted.
+    rest can never be returned); otherwise every position is sorted. With the partition,
+    which of several positions tied at the ``k``-th score are kept is the partition's
+    choice, not ``tie``'s (the in-process engine's behaviour before this module, kept).
     """
     best: Any = range(len(scores))
     if len(scores) > 4 * k:
