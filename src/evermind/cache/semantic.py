@@ -9,12 +9,13 @@ runtime's L2 use too: a threshold calibrated on how this embedder scores the cac
 list), shared content words, the guards (by default the English guards of
 :mod:`evermind.cache.english`), and a miss when two different answers are near-tied. The
 embedder's fingerprint is part of every key, so a new model never serves vectors made by
-an old one. The scoring of the stored entries is the cache's :class:`~evermind.cache.index.
-VectorIndex`: the pure-Python scan by default, :class:`evermind.cache.matrix.MatrixIndex`
-(numpy, native-only) where the caller passes it; both give the decision the same candidates.
+an old one. The scoring of the stored entries is the cache's
+:class:`~evermind.search.scoped.ScopedIndex`: the pure-Python scan by default,
+:class:`evermind.search.matrix.MatrixIndex` (numpy, native-only) where the caller passes it;
+both give the decision the same candidates.
 
-Browser-safe: standard library only. The sync methods work with a sync embedder and a
-sync L2 transport; the ``a``-prefixed methods accept sync or async ones.
+Browser-safe: standard library and ``evermind`` only. The sync methods work with a sync
+embedder and a sync L2 transport; the ``a``-prefixed methods accept sync or async ones.
 """
 
 from __future__ import annotations
@@ -30,23 +31,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from evermind.cache.decide import (
-    UNCALIBRATED,
-    Calibration,
-    Candidate,
-    Decision,
-    TermStats,
-    calibrate,
-    calibration_pairs,
-    decide,
-    sample_indices,
-    stale,
-)
+from evermind.cache.decide import Candidate, Decision, decide
 from evermind.cache.english import ENGLISH_CHAIN, default_guard
 from evermind.cache.guard import GuardChain, Refusal
-from evermind.cache.index import ScanIndex, Scope, VectorIndex, dot
 from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
 from evermind.errors import ConfigError, ShapeError, StorageError
+from evermind.search.calibration import Calibration, measure_calibration, stale
+from evermind.search.cosine import dot
+from evermind.search.scoped import ScanIndex, Scope, ScopedIndex
+from evermind.search.terms import TermStats
 
 __all__ = ["CacheAnswer", "CacheLookup", "CacheStats", "SemanticCache"]
 
@@ -185,8 +178,9 @@ class SemanticCache:
         embed: ``embed(text) -> vector`` (sync or async). Vectors are L2-normalised here.
         threshold: An explicit cosine threshold in [-1, 1], or None (the default) for the
             calibrated one. Either way the served score must also beat what unrelated texts
-            reach with this embedder (:func:`evermind.cache.decide.calibrate` over the stored
-            queries) and the floor :data:`evermind.cache.decide.FLOOR`: an explicit value is
+            reach with this embedder (:func:`evermind.search.calibration.calibrate` over the
+            stored queries) and the floor :data:`evermind.search.calibration.FLOOR`: an
+            explicit value is
             raised to those, never lowered, and a miss's reason says when it was raised.
         guard: A :class:`GuardChain` (refusals are named per guard), any callable
             ``(query, cached_query) -> bool``, or None for cosine only. Defaults to the
@@ -198,9 +192,9 @@ class SemanticCache:
             ``fingerprint`` attribute, else its qualified name; pass one explicitly.
         clock: Monotonic seconds, injectable for tests.
         index: Where the entries' vectors are scored (an empty
-            :class:`~evermind.cache.index.VectorIndex`); None: the pure-Python
-            :class:`~evermind.cache.index.ScanIndex`. Native code passes
-            :class:`evermind.cache.matrix.MatrixIndex` (one matrix product per lookup).
+            :class:`~evermind.search.scoped.ScopedIndex`); None: the pure-Python
+            :class:`~evermind.search.scoped.ScanIndex`. Native code passes
+            :class:`evermind.search.matrix.MatrixIndex` (one matrix product per lookup).
         trust_scores: Whether a score well above the threshold counts as evidence
             (:func:`evermind.cache.decide.decide`, rule 8). None (the default): the
             embedder's ``similarity_trained`` attribute (or its bound object's, e.g. a
@@ -221,7 +215,7 @@ class SemanticCache:
         ttl: float | None = None,
         fingerprint: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-        index: VectorIndex | None = None,
+        index: ScopedIndex | None = None,
         trust_scores: bool | None = None,
     ) -> None:
         if threshold is not None and (
@@ -247,7 +241,7 @@ class SemanticCache:
         # (namespace, fingerprint, query) -> entry key: storing an answer replaces the old
         # one for the same query without scanning every entry.
         self._by_query: dict[tuple[str, str, str], int] = {}
-        self._index: VectorIndex = ScanIndex() if index is None else index
+        self._index: ScopedIndex = ScanIndex() if index is None else index
         # (expires_at, key) of entries with a TTL: a lookup drops the expired ones without
         # visiting every entry (keys are never reused, so a dropped key's item is skipped).
         self._expiry: list[tuple[float, int]] = []
@@ -275,9 +269,9 @@ class SemanticCache:
     def calibration(self) -> Calibration:
         """How the current embedder scores the cache's stored (mostly unrelated) queries.
 
-        Measured on up to :data:`~evermind.cache.decide.CALIBRATION_SAMPLE` distinct stored
-        queries of the current fingerprint, and again whenever their number has changed by a
-        quarter.
+        Measured (:func:`~evermind.search.calibration.measure_calibration`) on up to
+        :data:`~evermind.search.calibration.CALIBRATION_SAMPLE` distinct stored queries of the
+        current fingerprint, and again whenever their number has changed by a quarter.
         """
         cached = self._calibration
         if (
@@ -293,12 +287,9 @@ class SemanticCache:
             if entry.fingerprint == self._fingerprint:
                 distinct.setdefault(entry.query, entry)
         mine = list(distinct.values())
-        chosen = [mine[i] for i in sample_indices(len(mine))]
-        pairs = calibration_pairs([e.query for e in chosen])
-        found = (
-            calibrate(self._index.cosines([e.vector for e in chosen], pairs))
-            if len(chosen) >= 2
-            else UNCALIBRATED
+        found = measure_calibration(
+            [e.query for e in mine],
+            lambda chosen, pairs: self._index.cosines([mine[i].vector for i in chosen], pairs),
         )
         self._calibration = (self._fingerprint, len(mine) if found.pairs else 0, found)
         return found

@@ -22,7 +22,6 @@ from dataclasses import asdict
 from typing import Any
 
 from evermind import gpu
-from evermind.cache.decide import UNCALIBRATED, Calibration, calibrate, calibration_pairs
 from evermind.errors import ConfigError, DeviceLostError, NoAdapterError
 from evermind.job import (
     JobConfig,
@@ -42,6 +41,8 @@ from evermind.package import read_package
 from evermind.package.affect import AffectHead
 from evermind.package.head import EmbedderHead, bag_mean, project
 from evermind.package.tensor import Tensor
+from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
+from evermind.search.cosine import dot
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
 from evermind.train.data import eval_windows
@@ -996,7 +997,7 @@ class Session:
                 e = [a + alpha * b for a, b in zip(u, v, strict=True)]
                 norm = _norm(e)
                 t = targets[r]
-                total += sum(x * y for x, y in zip(e, t, strict=True)) / (norm * _norm(t) or 1.0)
+                total += dot(e, t) / (norm * _norm(t) or 1.0)
             return total / len(rows)
 
         scores = {k: agreement(k * scale) for k in TOKEN_ALPHAS}
@@ -1142,11 +1143,11 @@ class Session:
 
     async def similarity(self, a: str, b: str) -> dict[str, Any]:
         """The cosine of two texts' embeddings, with the calibration that gives it meaning:
-        how this embedder scores unrelated corpus sentences (:func:`calibrate` over
-        :func:`calibration_pairs`, the cache's own rules) and the threshold a cache hit
-        would need."""
+        how this embedder scores unrelated corpus sentences
+        (:func:`~evermind.search.calibration.measure_calibration`, the cache's own rules) and
+        the threshold a cache hit would need."""
         va, vb = await self.embed([a, b])
-        cosine = sum(x * y for x, y in zip(va, vb, strict=True))
+        cosine = dot(va, vb)
         calibration = await self._similarity_calibration()
         return {
             "cosine": cosine,
@@ -1165,11 +1166,13 @@ class Session:
         calibration = UNCALIBRATED
         if len(texts) >= 2:
             vectors = await self.embed(texts)
-            cosines = [
-                sum(x * y for x, y in zip(vectors[i], vectors[j], strict=True))
-                for i, j in calibration_pairs(texts)
-            ]
-            calibration = calibrate(cosines)
+            calibration = measure_calibration(
+                texts,
+                lambda chosen, pairs: [
+                    dot(vectors[chosen[i]], vectors[chosen[j]]) for i, j in pairs
+                ],
+                limit=len(texts),
+            )
         self._similarity = (key, calibration)
         return calibration
 

@@ -41,11 +41,11 @@ from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
-from evermind.cache.matrix import MatrixIndex
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
 from evermind.runtime.gateway.auto import AutoBridge, LocalBridge, budget_of
 from evermind.runtime.gateway.config import AUTO_MODEL, GatewayConfig, UpstreamConfig
 from evermind.runtime.metrics import Metrics
+from evermind.search.matrix import MatrixIndex
 from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
