@@ -54,7 +54,11 @@ def test_affect_scores_equal_the_model_in_process(alpha: httpx.Client, pushed: M
     assert body["data"][0]["label"] == "positive" and body["data"][1]["label"] == "negative"
     assert body["usage"]["prompt_tokens"] > 0
     single = alpha.post("/v1/affect", json={"model": WITH_HEAD, "input": texts[0]}).json()
-    assert single["data"][0]["scores"] == body["data"][0]["scores"]
+    # One text alone equals it in a batch up to float rounding: the batched matrix product
+    # may sum in another order (seen here: 0.008726518381130966 vs ...096).
+    alone, batched = single["data"][0]["scores"], body["data"][0]["scores"]
+    assert list(alone) == list(batched)
+    np.testing.assert_allclose(list(alone.values()), list(batched.values()), rtol=1e-12)
 
 
 def test_a_read_token_may_ask(server: ServerThread, pushed: Model) -> None:
