@@ -9,6 +9,9 @@
   repository, over the ingest fixtures): answer and refusal rates, through the harness.
 - :mod:`evals.affect`: the affect head on ``affect_dev.jsonl`` (in the repository: 150
   labelled sentences) against a bag-of-words logistic baseline.
+- :mod:`evals.cache_corpus`: the cache's development corpus (in the repository: written
+  triples, public pairs when licensed, a fixed sha256 tune/report split) and its check,
+  ``python -m evals.cache_corpus.check``; the report split is never read case by case.
 
 Run each as ``python -m evals.<name> --help`` from the checkout's root (or by its file path).
 The sets are not in the repository: every script finds them with :func:`find` /

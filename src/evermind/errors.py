@@ -9,7 +9,8 @@ carry domain data); the generic branches are defined here::
     ├── ConfigError              bad configuration or user-supplied options (also ValueError)
     │   └── InvalidConfig        a host's MCP config cannot be edited safely [mcp.installer]
     ├── InputError               bad input data: a request field, a file's contents, a missing
-    │                            input file; not a setting (also ValueError)
+    │   │                        input file; not a setting (also ValueError)
+    │   └── RefusedFile          a path that is not a regular file inside its folder [safefiles]
     ├── ShapeError               an array/tensor of the wrong shape or dtype (also ValueError)
     ├── NotFound                 a named thing does not exist
     │   └── ModelNotFound        no such model for this tenant [runtime.registry]
@@ -19,9 +20,9 @@ carry domain data); the generic branches are defined here::
     │   ├── PackageChanged       an installed package's bytes changed on disk [runtime.registry]
     │   └── UpstreamError        a frontier model's server failed, refused or cut a stream
     ├── AccessError              the caller may not do this now
-    │   ├── Unauthenticated      no, or an unknown, bearer token [runtime.auth]
-    │   ├── PermissionDenied     a read-only token asked to write [runtime.auth]
-    │   └── RateLimited          the tenant's request budget is spent [runtime.auth]
+    │   ├── Unauthenticated      no, or an unknown, bearer token [auth]
+    │   ├── PermissionDenied     a read-only token asked to write [auth]
+    │   └── RateLimited          the tenant's request budget is spent [auth]
     ├── TrainingDiverged         a training run's loss became non-finite
     ├── GPUError                 anything that went wrong talking to WebGPU
     │   ├── NoAdapterError       no WebGPU adapter on this host (with a hint how to get one)

@@ -8,8 +8,9 @@ The tokens file maps each token to a tenant and an access level, one per line::
     c3e8f0...42                          globex   write
 
 Blank lines and ``#`` comments are ignored; ``access`` defaults to ``write``. The runtime
-(``runtime/auth.py``) and the MCP server (``mcp/http.py``) both read this format, so it lives
-here, below both. Standard library and ``evermind.errors`` only.
+(``runtime/app.py``) and the MCP server (``mcp/http.py``) both read this format, through
+:class:`evermind.auth.TokenTable`, so it lives here, below both. Standard library and
+``evermind.errors`` only.
 """
 
 from __future__ import annotations

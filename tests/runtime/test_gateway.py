@@ -383,8 +383,8 @@ def test_resolve_picks_each_tenants_key_and_refuses_a_tenant_without_one() -> No
     from concurrent.futures import ThreadPoolExecutor
 
     from evermind.errors import AccessError
-    from evermind.runtime.gateway import Gateway
-    from evermind.runtime.gateway_config import GatewayConfig
+    from evermind.runtime.gateway.config import GatewayConfig
+    from evermind.runtime.gateway.core import Gateway
     from evermind.runtime.metrics import Metrics
     from evermind.tokens import Principal
 
@@ -420,7 +420,7 @@ def test_resolve_picks_each_tenants_key_and_refuses_a_tenant_without_one() -> No
 
 def test_the_upstreams_file_is_checked_at_start(tmp_path: Path) -> None:
     from evermind.errors import ConfigError
-    from evermind.runtime.gateway_config import GatewayConfig
+    from evermind.runtime.gateway.config import GatewayConfig
 
     bad = tmp_path / "u.toml"
     bad.write_text('[upstreams.x]\nprotocol = "openai"\napi_key = "env:NOPE_NOT_SET"\n')

@@ -185,7 +185,7 @@ def test_decisions_are_counted_and_paid_answers_collected_for_distilling_tenants
 )
 def test_a_bad_auto_table_is_refused_at_start(auto: dict[str, Any], message: str) -> None:
     from evermind.errors import ConfigError
-    from evermind.runtime.gateway_config import GatewayConfig
+    from evermind.runtime.gateway.config import GatewayConfig
 
     raw = {"upstreams": {"openai": {"protocol": "openai", "api_key": "k"}}, "auto": auto}
     with pytest.raises(ConfigError, match=message):

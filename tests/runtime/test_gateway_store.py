@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from evermind.cache.l2_sqlite import SemanticCacheStore
 from evermind.errors import StorageError
-from evermind.runtime.cache_store import SemanticCacheStore
-from evermind.runtime.gateway import StoreBackend
+from evermind.runtime.gateway.core import StoreBackend
 
 
 def _vector(i: int) -> list[float]:

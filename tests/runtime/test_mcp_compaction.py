@@ -27,10 +27,10 @@ import evermind
 from evermind.errors import ConfigError, StorageError
 from evermind.job import JobConfig, export_package, split, tokenize, train_tokenizer
 from evermind.mcp import hook
-from evermind.mcp.compact_tools import CompactTools, resolve_content, resolve_hits, resolve_record
+from evermind.mcp.compact_tools import CompactTools
 from evermind.memory import MemoryStore
-from evermind.memory.archive import LOST_NOTE, Archive
-from evermind.memory.compaction import compact, parse_dump, restore
+from evermind.memory.archive import LOST_NOTE, Archive, StubResolver, text_hash
+from evermind.memory.compaction import compact, forget, parse_dump, restore
 from evermind.memory.stubs import is_stub, make_stub
 from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
@@ -108,7 +108,7 @@ def test_compacts_absorbed_facts_and_leaves_probe_failures_untouched(
                 assert "compacted" not in record.meta
             stubbed = await store.get("fact-0")
             assert stubbed is not None and is_stub(stubbed.content)
-            shown = resolve_record(store, stubbed).content
+            shown = StubResolver.of(store).shown(stubbed).content
             assert shown.startswith(FACTS[0]) and stubbed.content in shown
             assert Archive(tmp_path / "m.db").count("t") == 2
             assert report.backup == tmp_path / "m.db.bak.1" and report.backup.is_file()
@@ -138,14 +138,14 @@ def test_crash_between_archive_and_stub_loses_nothing(
                     await compact(store, model)
             record = await store.get("fact-2")
             assert record is not None and record.content == FACTS[2]  # untouched
-            stub = make_stub(VERSION, FACTS[2])
-            assert Archive(memory_file).original("t", "fact-2", stub) == FACTS[2]  # archived
+            archived = Archive(memory_file).original("t", "fact-2", text_hash(FACTS[2]))
+            assert archived == FACTS[2]
             report = await compact(store, model)  # the retry completes, archive merged
             assert [key for key, _ in report.compacted] == ["fact-2"]
             assert Archive(memory_file).count("t") == 1
             stubbed = await store.get("fact-2")
             assert stubbed is not None
-            assert resolve_record(store, stubbed).content.startswith(FACTS[2])
+            assert StubResolver.of(store).shown(stubbed).content.startswith(FACTS[2])
         finally:
             await store.close()
 
@@ -188,18 +188,21 @@ def test_killed_between_archive_and_stub_loses_nothing(tmp_path: Path, model_fil
         row = conn.execute("SELECT content FROM memories WHERE key = 'fact-1'").fetchone()
     conn.close()
     assert row == (FACTS[1],)
-    assert Archive(memory_file).original("t", "fact-1", make_stub(VERSION, FACTS[1])) == FACTS[1]
+    assert Archive(memory_file).original("t", "fact-1", text_hash(FACTS[1])) == FACTS[1]
 
 
-def test_forget_and_rewrites_never_touch_the_archive(tmp_path: Path, model: Any) -> None:
+def test_rewrites_keep_the_archive_and_forget_deletes_it(tmp_path: Path, model: Any) -> None:
     async def scenario() -> None:
         store = await _fill(tmp_path / "m.db", {"fact-3": FACTS[3]})
+        archive = Archive(tmp_path / "m.db")
         try:
             await compact(store, model)
-            await store.forget("fact-3")
-            await store.remember("fact-3", "something else entirely")
-            stub = make_stub(VERSION, FACTS[3])
-            assert Archive(tmp_path / "m.db").original("t", "fact-3", stub) == FACTS[3]
+            await store.remember("fact-3", "something else entirely")  # a rewrite
+            assert archive.original("t", "fact-3", text_hash(FACTS[3])) == FACTS[3]
+            assert await forget(store, "fact-3")
+            assert archive.original("t", "fact-3", text_hash(FACTS[3])) is None
+            assert archive.count("t") == 0
+            assert not await forget(store, "fact-3")  # nothing left: says so, no error
         finally:
             await store.close()
 
@@ -232,16 +235,17 @@ def test_compact_recall_restore_loses_no_text(
                 key for key, text in originals.items() if text in facts
             }, report
             dump = []
+            resolver = StubResolver.of(store)
             for key, text in originals.items():
                 record = await store.get(key)
                 assert record is not None
-                shown = resolve_record(store, record).content
+                shown = resolver.shown(record).content
                 assert shown.startswith(text), (key, shown)
                 dump.append(
-                    {"key": key, "content": resolve_content(store, key, record.content).text}
+                    {"key": key, "content": resolver.resolve(key, record.content, record.meta).text}
                 )
             for fact in facts:
-                hits = resolve_hits(store, await store.recall(fact, top_k=10))
+                hits = [resolver.shown(hit) for hit in await store.recall(fact, top_k=10)]
                 assert any(hit.content.startswith(fact) for hit in hits), fact
             report = await restore(store, dump)
             assert not report.created
@@ -264,6 +268,8 @@ def test_compact_recall_restore_loses_no_text(
         ([{"content": "x"}], "entry 0 has no string 'key'"),
         ([{"id": "k", "text": 5}], "entry 0 .'k'. has no string 'content'"),
         ([{"key": "ok", "content": "x"}, {"key": "", "content": "y"}], "entry 1"),
+        ([{"key": "k", "content": "a\x00"}], "entry 0 .'k'.: memory content: holds a NUL"),
+        ([{"key": "k", "content": " "}], "entry 0 .'k'.: memory content: empty"),
     ],
 )
 def test_bad_dumps_are_named(dump: object, message: str) -> None:
@@ -367,5 +373,132 @@ def test_compact_and_restore_over_mcp(tmp_path: Path, model_file: Path) -> None:
         async with stdio_client(memory_file) as client:
             refused = await client.call_tool("memory_compact", {})
             assert refused.is_error and "compaction needs a model" in text_of(refused)
+
+    asyncio.run(scenario())
+
+
+def _archive_rows(memory_file: Path, key: str) -> int:
+    archive = Archive(memory_file)
+    if not archive.path.is_file():
+        return 0
+    with sqlite3.connect(archive.path) as conn:
+        (count,) = conn.execute("SELECT COUNT(*) FROM archive WHERE key = ?", (key,)).fetchone()
+    conn.close()
+    return int(count)
+
+
+def test_a_stub_resolves_by_content_hash_never_to_another_text_with_its_first_line(
+    tmp_path: Path, model_file: Path
+) -> None:
+    """Compact A, restore B (A's first line), compact, restore A, compact: A reads back."""
+    memory_file = tmp_path / "memory.db"
+    a_text = FACTS[1]
+    b_text = f"{FACTS[1]}\n{FACTS[2]}"  # the same first line, so the same stub
+
+    async def scenario() -> None:
+        async with stdio_client(memory_file, "--model", str(model_file)) as client:
+
+            async def compact_owner() -> None:
+                answer = text_of(await client.call_tool("memory_compact", {"keys": ["owner"]}))
+                assert "compacted 1, skipped 0" in answer, answer
+
+            async def restore_owner(text: str) -> None:
+                dump = [{"key": "owner", "content": text}]
+                answer = text_of(await client.call_tool("memory_restore", {"dump": dump}))
+                assert "restored 1" in answer, answer
+
+            await client.call_tool("memory_remember", {"key": "owner", "content": a_text})
+            await compact_owner()
+            await restore_owner(b_text)
+            await compact_owner()
+            await restore_owner(a_text)
+            await compact_owner()
+            got = text_of(await client.call_tool("memory_get", {"key": "owner"}))
+            assert a_text in got and FACTS[2] not in got, got
+            assert f"[compacted as: {make_stub(VERSION, a_text)}]" in got
+            recalled = text_of(await client.call_tool("memory_recall", {"query": "billing"}))
+            assert a_text in recalled and FACTS[2] not in recalled, recalled
+
+    asyncio.run(scenario())
+    with sqlite3.connect(memory_file) as conn:
+        meta = json.loads(conn.execute("SELECT meta FROM memories WHERE key='owner'").fetchone()[0])
+    conn.close()
+    assert meta["compacted"]["sha256"] == text_hash(a_text)  # what is shown is what is linked
+
+
+def test_forget_deletes_the_archived_original_and_a_typed_stub_brings_nothing_back(
+    tmp_path: Path, model_file: Path
+) -> None:
+    """Compact, memory_forget, then remember the stub line: the forgotten text stays gone."""
+    memory_file = tmp_path / "memory.db"
+    text = f"{FACTS[3]}\n{FACTS[4]}"
+    stub = make_stub(VERSION, text)
+
+    async def scenario() -> None:
+        async with stdio_client(memory_file, "--model", str(model_file)) as client:
+            await client.call_tool("memory_remember", {"key": "wifi", "content": text})
+            answer = text_of(await client.call_tool("memory_compact", {"keys": ["wifi"]}))
+            assert f"compacted 'wifi' -> {stub}" in answer, answer
+            assert _archive_rows(memory_file, "wifi") == 1
+            assert "forgot 'wifi'" in text_of(
+                await client.call_tool("memory_forget", {"key": "wifi"})
+            )
+            assert _archive_rows(memory_file, "wifi") == 0  # forgotten means forgotten
+            typed = await client.call_tool("memory_remember", {"key": "wifi", "content": stub})
+            assert not typed.is_error, text_of(typed)
+            got = text_of(await client.call_tool("memory_get", {"key": "wifi"}))
+            assert FACTS[4] not in got and LOST_NOTE in got, got
+            recalled = text_of(await client.call_tool("memory_recall", {"query": "wifi password"}))
+            assert FACTS[4] not in recalled, recalled
+
+    asyncio.run(scenario())
+
+
+def test_a_stub_line_written_over_a_compacted_memory_is_not_linked(
+    tmp_path: Path, model: Any
+) -> None:
+    """Remembering a stub line under a key whose archive holds a text never resolves to it."""
+
+    async def scenario() -> None:
+        text = f"{FACTS[3]}\n{FACTS[4]}"
+        store = await _fill(tmp_path / "m.db", {"wifi": text})
+        try:
+            await compact(store, model)
+            await store.remember("wifi", "Rotated: the wifi password now lives in the vault.")
+            await store.remember("wifi", make_stub(VERSION, text))  # no link to the archive
+            record = await store.get("wifi")
+            assert record is not None
+            assert StubResolver.of(store).resolve(record.key, record.content, record.meta).lost
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("", "empty"),
+        (" \n\t ", "empty"),
+        ("a\x00b", "NUL character at character 1"),
+        ("x" * 30_000, "has 30000 characters, expected at most 20000"),
+    ],
+    ids=["empty", "blank", "nul", "30000-chars"],
+)
+def test_restore_refuses_what_remember_refuses(tmp_path: Path, content: str, reason: str) -> None:
+    """One validation for both write tools: the same reason, and nothing written by either."""
+    memory_file = tmp_path / "memory.db"
+
+    async def scenario() -> None:
+        async with stdio_client(memory_file) as client:
+            remembered = await client.call_tool("memory_remember", {"key": "k", "content": content})
+            assert remembered.is_error and reason in text_of(remembered), text_of(remembered)
+            dump = [{"key": "ok", "content": "a fine text"}, {"key": "k", "content": content}]
+            restored = await client.call_tool("memory_restore", {"dump": dump})
+            assert restored.is_error, text_of(restored)
+            assert "entry 1 ('k')" in text_of(restored) and reason in text_of(restored)
+            for key in ("k", "ok"):  # the dump is refused whole
+                missing = await client.call_tool("memory_get", {"key": key})
+                assert missing.is_error and "no memory has the key" in text_of(missing)
 
     asyncio.run(scenario())

@@ -30,14 +30,9 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from evermind.auth import TokenTable
 from evermind.errors import ConfigError
-from evermind.mcp.http import (
-    RateLimiter,
-    Tenant,
-    TokenAuthenticator,
-    build_http_app,
-    load_tokens_file,
-)
+from evermind.mcp.http import build_http_app
 from evermind.mcp.render import ELLIPSIS, cut
 from evermind.memory.sync import SyncMemoryStore
 from tests import procs
@@ -367,47 +362,9 @@ def test_http_rate_limit_is_per_tenant(http_server: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------- units
 
 
-def test_tokens_file_is_the_runtime_format(tmp_path: Path) -> None:
-    good = tmp_path / "tokens.txt"
-    good.write_text("# comment\n" + "x" * 16 + " acme\n" + "y" * 16 + " acme read\n")
-    pairs = load_tokens_file(good)
-    assert pairs == [("x" * 16, Tenant("acme")), ("y" * 16, Tenant("acme", readonly=True))]
-    for label, content in {
-        "short": "abc acme",
-        "shared": "z" * 16 + " a\n" + "z" * 16 + " b",
-        "empty": "# nothing",
-        "access": "q" * 16 + " a admin",
-    }.items():
-        bad = tmp_path / f"{label}.txt"
-        bad.write_text(content)
-        with pytest.raises(ConfigError):
-            load_tokens_file(bad)
-    with pytest.raises(ConfigError, match="cannot be read"):
-        load_tokens_file(tmp_path / "missing.txt")
-
-
-def test_authenticator_and_rate_limiter() -> None:
-    alice, bob = Tenant("alice"), Tenant("bob", readonly=True)
-    auth = TokenAuthenticator([("a" * 20, alice), ("b" * 20, bob)])
-    assert auth.authenticate("Bearer " + "a" * 20) is alice
-    assert auth.authenticate("bearer " + "b" * 20) is bob
-    for header in (None, "", "Bearer", "Basic " + "a" * 20, "Bearer " + "a" * 19, "a" * 20):
-        assert auth.authenticate(header) is None, header
-    now = [0.0]
-    limiter = RateLimiter(2, clock=lambda: now[0])
-    assert limiter.acquire("alice") == 0.0 and limiter.acquire("alice") == 0.0
-    wait = limiter.acquire("alice")
-    assert wait == pytest.approx(30.0)  # 2 a minute: one more after 30 s
-    assert limiter.acquire("bob") == 0.0
-    now[0] = 30.0
-    assert limiter.acquire("alice") == 0.0
-    with pytest.raises(ConfigError):
-        RateLimiter(0)
-
-
 def test_open_http_refused_off_loopback(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="tokens-file"):
-        build_http_app(lambda name: None, lambda store, ro: None, None, host="0.0.0.0")  # type: ignore[arg-type,return-value]
+        build_http_app(lambda name: None, lambda store, ro: None, TokenTable(None), host="0.0.0.0")  # type: ignore[arg-type,return-value]
 
 
 def test_cut_caps_length_with_ellipsis() -> None:

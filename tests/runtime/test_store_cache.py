@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evermind.cache.l2_vectorstore import VectorCacheStore
 from evermind.errors import InputError
-from evermind.runtime.cache_port import VectorCacheStore
-from evermind.runtime.gateway import StoreBackend
-from evermind.runtime.shared_store import MAX_CACHE_DIMS, SharedStore
+from evermind.runtime.gateway.core import StoreBackend
+from evermind.vectorstore.shared import MAX_CACHE_DIMS, SharedStore
 from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 from tests.unit.test_memory_helpers import run
 

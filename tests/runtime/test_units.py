@@ -1,4 +1,4 @@
-"""The runtime's parts without a server: tokens, rate limit, versions, template, installs."""
+"""The runtime's parts without a server: the tokens file, versions, template, installs."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ import pytest
 from evermind.errors import ConfigError
 from evermind.mcp.config import resolve_memory_file
 from evermind.package import read_package
-from evermind.runtime.auth import RateLimited, RateLimiter, TokenTable, Unauthenticated
 from evermind.runtime.config import RuntimeConfig, default_data_dir, is_loopback
 from evermind.runtime.generation import render_chat
 from evermind.runtime.installs import InstallConflict, InstallStore, version_key
 from evermind.runtime.registry import ModelNotFound, parse_model_id
-from evermind.tokens import Principal, parse_tokens
+from evermind.tokens import parse_tokens
 from tests.factories import tiny_package
 
 
@@ -38,38 +37,6 @@ def test_tokens_file_parses_and_rejects_mistakes() -> None:
     ):
         with pytest.raises(ConfigError, match=fragment):
             parse_tokens(text)
-
-
-def test_authenticate() -> None:
-    table = TokenTable([("abcdefgh-1", Principal("acme", "read"))])
-    assert table.authenticate("Bearer abcdefgh-1") == Principal("acme", "read")
-    assert table.authenticate("bearer  abcdefgh-1 ") == Principal("acme", "read")
-    for header, code in (
-        (None, "missing_token"),
-        ("Basic abc", "invalid_authorization"),
-        ("Bearer abcdefgh-2", "invalid_token"),
-        ("Bearer abcdefgh-", "invalid_token"),
-    ):
-        with pytest.raises(Unauthenticated) as refused:
-            table.authenticate(header)
-        assert refused.value.code == code
-    assert TokenTable(None).authenticate(None) == Principal("default", "write")
-
-
-def test_rate_limiter_refills_over_time() -> None:
-    now = [0.0]
-    limiter = RateLimiter(rate=2.0, burst=2, clock=lambda: now[0])
-    limiter.check("a")
-    limiter.check("a")
-    with pytest.raises(RateLimited) as limited:
-        limiter.check("a")
-    assert limited.value.retry_after_s == 1
-    limiter.check("b")  # other tenants have their own bucket
-    now[0] = 0.5  # one token back at 2/s
-    limiter.check("a")
-    with pytest.raises(RateLimited):
-        limiter.check("a")
-    RateLimiter(rate=0).check("a")  # 0 disables
 
 
 def test_version_order_and_model_ids() -> None:

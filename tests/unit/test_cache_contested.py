@@ -25,7 +25,7 @@ from evermind.cache.decide import (
     contested_of,
     decide,
 )
-from evermind.runtime.cache_store import SemanticCacheStore
+from evermind.cache.l2_sqlite import SemanticCacheStore
 
 INCREASE = "How to increase iron absorption from spinach"
 REDUCE = "How to reduce iron absorption from spinach"

@@ -26,7 +26,7 @@ from evermind.cache.decide import (
     decide,
     lexical_evidence,
 )
-from evermind.runtime.cache_store import _Index
+from evermind.cache.l2_sqlite import _Index
 from evermind.studio import api, memory_api, rpc
 from evermind.studio.tab_memory import trigram_vector
 

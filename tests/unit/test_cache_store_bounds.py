@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from evermind.runtime import cache_store
-from evermind.runtime.cache_store import SemanticCacheStore
+from evermind.cache import l2_sqlite
+from evermind.cache.l2_sqlite import SemanticCacheStore
 
 
 def test_lookups_in_empty_namespaces_hold_nothing_and_stores_stay_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cache_store_cap = 16
-    monkeypatch.setattr(cache_store, "MAX_INDEXED_SCOPES", cache_store_cap)
+    scope_cap = 16
+    monkeypatch.setattr(l2_sqlite, "MAX_INDEXED_SCOPES", scope_cap)
 
     async def body() -> None:
         store = SemanticCacheStore(tmp_path / "runtime.db", max_entries=100)
@@ -24,9 +24,9 @@ def test_lookups_in_empty_namespaces_hold_nothing_and_stores_stay_bounded(
                 miss = await store.lookup("t", f"flood-{n}", [1.0, 0.0], 0.9, "a question")
                 assert miss.hit is None
             assert store.indexed_scopes == 0
-            for n in range(3 * cache_store_cap):
+            for n in range(3 * scope_cap):
                 await store.store("t", f"ns-{n}", [1.0, 0.0], {"answer": n}, None, None)
-            assert store.indexed_scopes <= cache_store_cap
+            assert store.indexed_scopes <= scope_cap
             # An evicted scope reloads from SQLite and still serves its entry.
             hit = await store.lookup("t", "ns-0", [1.0, 0.0], 0.9, None)
             assert hit.hit is not None and hit.hit["response"] == {"answer": 0}
@@ -44,8 +44,8 @@ def test_huge_or_tiny_finite_embeddings_normalise_without_overflow() -> None:
     import numpy as np
     import pytest
 
+    from evermind.cache.l2_sqlite import normalised
     from evermind.errors import InputError
-    from evermind.runtime.cache_store import normalised
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -13,7 +13,7 @@ import evermind
 from evermind.cache import SemanticCache
 from evermind.cache.decide import UNCALIBRATED, Candidate, decide
 from evermind.package.head import EmbedderHead
-from evermind.runtime.gateway import make_embedder
+from evermind.runtime.gateway.core import make_embedder
 from evermind.train.distill import fit_centre, package_bytes
 from tests.factories import tiny_package
 

@@ -28,7 +28,8 @@ LAYERS: list[set[str]] = [
     {"model"},
     {"kernels"},
     {"ops", "gpu", "tokenizer", "package"},
-    {"paths", "metrics", "text", "types", "tokens", "telemetry"},
+    {"auth"},
+    {"paths", "metrics", "text", "types", "tokens", "telemetry", "safefiles"},
     {"errors"},
 ]
 LEVEL = {room: level for level, rooms in enumerate(LAYERS) for room in rooms}

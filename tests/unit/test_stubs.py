@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evermind.errors import ConfigError
-from evermind.memory.archive import LOST_NOTE, Archive, rotate_backups
+from evermind.memory.archive import LOST_NOTE, Archive, compacted_hash, rotate_backups, text_hash
 from evermind.memory.stubs import MAX_FIRST_LINE, Stub, is_stub, make_stub, parse_stub
 
 
@@ -79,19 +79,29 @@ def test_any_stub_parses_back_and_is_one_line(text: str, version: str) -> None:
     assert make_stub(version, text) == stub  # deterministic
 
 
-def test_archive_is_merge_only_and_resolves(tmp_path: Path) -> None:
+def test_archive_resolves_by_the_linked_content_hash(tmp_path: Path) -> None:
     memory = tmp_path / "memory.db"
     archive = Archive(memory)
-    stub = make_stub("1", "original text")
-    assert archive.resolve("ns", "k", stub).lost
-    assert LOST_NOTE in archive.resolve("ns", "k", stub).display()
-    archive.put("ns", "k", "original text", stub)
-    archive.put("ns", "k", "original text", stub)  # idempotent, never replaced
-    assert archive.count("ns") == 1
-    resolved = archive.resolve("ns", "k", stub)
-    assert (resolved.text, resolved.stub, resolved.lost) == ("original text", stub, False)
-    assert archive.resolve("other", "k", stub).lost  # namespaced
-    assert archive.resolve("ns", "k", "not a stub").stub is None
+    text, other = "original text\nsecond line", "original text\nanother second line"
+    stub = make_stub("1", text)
+    assert stub == make_stub("1", other)  # one first line, one stub
+    link = {"compacted": {"model_version": "1", "sha256": text_hash(text)}}
+    assert compacted_hash(link) == text_hash(text)
+    assert archive.resolve("ns", "k", stub, link).lost
+    assert LOST_NOTE in archive.resolve("ns", "k", stub, link).display()
+    archive.put("ns", "k", text, stub)
+    archive.put("ns", "k", text, stub)  # idempotent, never replaced
+    archive.put("ns", "k", other, stub)  # newer, same stub: never read for the link to text
+    assert archive.count("ns") == 2
+    resolved = archive.resolve("ns", "k", stub, link)
+    assert (resolved.text, resolved.stub, resolved.lost) == (text, stub, False)
+    assert archive.resolve("ns", "k", stub, None).lost  # no link: a typed stub line
+    assert archive.resolve("ns", "k", stub, {"compacted": "x"}).lost  # a malformed link
+    assert archive.resolve("ns", "k", make_stub("1", "elsewhere"), link).lost  # not its quote
+    assert archive.resolve("other", "k", stub, link).lost  # namespaced
+    assert archive.resolve("ns", "k", "not a stub", None).stub is None
+    assert archive.forget("ns", "k") == 2 and archive.count("ns") == 0
+    assert archive.resolve("ns", "k", stub, link).lost  # forgotten: nothing resurrects it
     assert archive.path == tmp_path / "memory.db.archive.sqlite"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import os
@@ -219,6 +220,31 @@ def test_bad_paths_are_404_never_500(server: BundleServer, path: str) -> None:
     status, _, body = request(server, path)
     assert status == 404, (path, status, body[:200])
     assert b"outside the bundle" not in body and b"secret" not in body
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_or_a_linked_variant_in_the_folder_is_never_opened(tmp_path: Path) -> None:
+    """A FIFO's open blocks until a writer comes: it used to hang the handler thread."""
+    root = tmp_path / "web"
+    (root / "sub").mkdir(parents=True)
+    (tmp_path / "outside.js").write_text("outside the bundle")
+    (root / "app.js").write_text("export const ok = 1;")
+    os.symlink(tmp_path / "outside.js", root / "app.js.gz")  # a variant leading out
+    os.mkfifo(root / "app.js.br")  # a variant that is a FIFO
+    os.mkfifo(root / "pipe.html")
+    os.mkfifo(root / "sub" / "index.html")
+    try:
+        with BundleServer(root) as srv:
+            for path in ("/pipe.html", "/sub/"):
+                status, _, body = request(srv, path)
+                assert status == 404, (path, status, body[:200])
+            status, headers, body = request(srv, "/app.js", accept_encoding="br, gzip")
+            assert status == 200 and body == b"export const ok = 1;"
+            assert "content-encoding" not in headers and "vary" not in headers
+    finally:
+        for fifo in (root / "pipe.html", root / "sub" / "index.html", root / "app.js.br"):
+            with contextlib.suppress(OSError):  # frees a reader stuck in open() on a FIFO
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 def test_a_folder_without_slash_redirects_and_query_strings_are_ignored(

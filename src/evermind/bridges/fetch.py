@@ -1,9 +1,10 @@
 """Claude or any OpenAI-compatible server from the tab, over ``fetch`` (browser-only).
 
-The browser cannot load the SDKs, so :class:`FetchBridge` speaks the same two wire protocols
-itself, built on :mod:`evermind.bridges.wire` (the bodies, the response and stream parsing,
-the error mapping the SDK bridges use too), over ``pyodide.http.pyfetch``; ``pyodide`` is
-imported lazily, on the first call.
+The browser cannot load the SDKs, so :class:`FetchBridge` speaks the wire protocols itself:
+any protocol of the registry (:mod:`evermind.bridges.protocols`: ``anthropic``, ``openai``
+and whatever else is registered) gives the endpoint, headers, body and parsers, built on
+:mod:`evermind.bridges.wire` (the error mapping the SDK bridges use too), over
+``pyodide.http.pyfetch``; ``pyodide`` is imported lazily, on the first call.
 
 Streaming is real: ``pyfetch`` has no streaming reader of its own, so the stream is read from
 the fetch ``Response``'s ``body`` (a ``ReadableStream``) chunk by chunk with
@@ -25,32 +26,31 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from evermind.bridges import wire
+from evermind.bridges import protocols, wire
 from evermind.bridges.base import ChatRequest, Completion, Delta, Usage
-from evermind.errors import ConfigError, UpstreamError
-
-#: The Messages API version the bodies follow.
-ANTHROPIC_VERSION = "2023-06-01"
-PROTOCOLS = ("anthropic", "openai")
+from evermind.errors import UpstreamError
 
 
 class FetchBridge:
     """A :class:`~evermind.bridges.base.Bridge` over the page's ``fetch``.
 
     Args:
-        protocol: ``anthropic`` (Messages API: ``POST {base_url}/v1/messages``) or ``openai``
-            (Chat Completions: ``POST {base_url}/chat/completions``, ``base_url`` ending
-            in ``/v1`` as for the ``openai`` SDK).
+        protocol: A name in :mod:`evermind.bridges.protocols`: ``anthropic`` (Messages API:
+            ``POST {base_url}/v1/messages``), ``openai`` (Chat Completions:
+            ``POST {base_url}/chat/completions``, ``base_url`` ending in ``/v1`` as for the
+            ``openai`` SDK) or any other registered one.
         base_url: The API's base URL.
         api_key: The key (``x-api-key`` for Anthropic, a bearer token for OpenAI).
         provider: The name completions and errors carry (default: the protocol's).
+
+    Raises:
+        ConfigError: ``protocol`` is not registered (the message lists those that are).
     """
 
     def __init__(
         self, protocol: str, base_url: str, api_key: str, provider: str | None = None
     ) -> None:
-        if protocol not in PROTOCOLS:
-            raise ConfigError(f"FetchBridge: protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        self.wire_protocol = protocols.lookup(protocol, "FetchBridge")
         self.protocol = protocol
         self.provider = provider or protocol
         self.base_url = base_url.rstrip("/")
@@ -63,21 +63,11 @@ class FetchBridge:
         return self._last_usage
 
     def _endpoint(self) -> tuple[str, dict[str, str]]:
-        headers = {"content-type": "application/json"}
-        if self.protocol == "anthropic":
-            headers |= {
-                "x-api-key": self.api_key,
-                "anthropic-version": ANTHROPIC_VERSION,
-                "anthropic-dangerous-direct-browser-access": "true",
-            }
-            return f"{self.base_url}/v1/messages", headers
-        headers["authorization"] = f"Bearer {self.api_key}"
-        return f"{self.base_url}/chat/completions", headers
+        headers = {"content-type": "application/json", **self.wire_protocol.headers(self.api_key)}
+        return f"{self.base_url}{self.wire_protocol.path}", headers
 
     def _body(self, request: ChatRequest, stream: bool) -> dict[str, Any]:
-        if self.protocol == "anthropic":
-            return wire.anthropic_body(request, stream=stream)
-        return wire.openai_body(request, stream=stream)
+        return self.wire_protocol.body(request, stream)
 
     async def _post(self, request: ChatRequest, stream: bool) -> Any:
         """The fetch response of ``request``; raises the mapped error on an HTTP error."""
@@ -118,10 +108,7 @@ class FetchBridge:
                 provider=self.provider,
                 code="upstream_unavailable",
             ) from err
-        if self.protocol == "anthropic":
-            completion = wire.anthropic_completion(data)
-        else:
-            completion = wire.openai_completion(data, self.provider)
+        completion = self.wire_protocol.completion(data, self.provider)
         self._last_usage = completion.usage
         return completion
 
@@ -133,28 +120,17 @@ class FetchBridge:
                 before its final event (``upstream_stream_cut``).
         """
         response = await self._post(request, stream=True)
-        state: wire.AnthropicStream | wire.OpenAIStream = (
-            wire.AnthropicStream()
-            if self.protocol == "anthropic"
-            else wire.OpenAIStream(self.provider)
-        )
+        state = self.wire_protocol.stream(self.provider)
         parser = wire.SSEParser()
         async for piece in _body_text(response, self.provider):
             for event in parser.feed(piece):
-                if event.data.startswith("[DONE]"):
-                    if isinstance(state, wire.OpenAIStream):
-                        state.finish()
-                    continue
-                if not event.data:
-                    continue
-                text = state.feed(json.loads(event.data))
+                text = self.wire_protocol.read_event(state, event.data)
                 if text:
                     yield Delta(text=text)
             if state.done:
                 break
         if not state.done:
-            final = "message_stop" if self.protocol == "anthropic" else "data: [DONE]"
-            raise wire.stream_cut(self.provider, f"no {final}")
+            raise wire.stream_cut(self.provider, f"no {self.wire_protocol.stream_end}")
         completion = state.completion()
         self._last_usage = completion.usage
         yield Delta(completion=completion)

@@ -6,7 +6,9 @@ MCP server's memory file unless ``--store`` names another, and the namespace is 
 ``evermind mcp --tenant T --namespace N`` reads, so what is ingested here is what the MCP
 tools recall. With ``--model`` the package embeds the chunks and its tokenizer counts
 the chunk sizes (else sizes are in words); ``--embedder terms`` embeds with hashed content
-terms instead (no model).
+terms instead (no model). Reading never leaves the folders given: links are reported, not
+followed, unless ``--follow-symlinks`` (and then only inside), and only regular files are
+opened (:mod:`evermind.ingest.files`).
 """
 
 from __future__ import annotations
@@ -72,7 +74,18 @@ def register(sub: Any) -> None:
     cmd.add_argument(
         "--keep-going", action="store_true", help="skip bad files (reported) instead of stopping"
     )
-    cmd.add_argument("--max-bytes", type=int, default=20 * 1024 * 1024, help="skip larger files")
+    cmd.add_argument(
+        "--max-bytes",
+        type=int,
+        default=20 * 1024 * 1024,
+        help="skip larger files (a file that grows past it keeps its stored chunks)",
+    )
+    cmd.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="follow symbolic links whose target stays inside the folder (default: links "
+        "are reported and not read)",
+    )
     cmd.add_argument(
         "--forget", action="append", default=[], metavar="SOURCE", help="remove a source"
     )
@@ -176,6 +189,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                     prune=not args.no_prune,
                     errors="skip" if args.keep_going else "raise",
                     max_bytes=args.max_bytes,
+                    follow_symlinks=args.follow_symlinks,
                     on_progress=on_progress,
                 )
                 out = report.to_dict()

@@ -56,17 +56,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     from dataclasses import replace
 
-    from evermind.mcp.http import (
-        OPEN_TENANT,
-        RateLimiter,
-        build_http_app,
-        load_tokens_file,
-        serve_http,
-    )
+    from evermind.auth import RateLimiter, TokenTable
+    from evermind.mcp.http import OPEN_TENANT, build_http_app, serve_http
 
-    tokens = None if args.tokens_file is None else load_tokens_file(args.tokens_file)
+    tokens = TokenTable.from_file(args.tokens_file)  # no file: the open loopback mode
     # The private model is trained (and its path shown) only for the tenant that owns it.
-    owner = args.experience_owner or (OPEN_TENANT if tokens is None else None)
+    owner = args.experience_owner or (None if tokens.enabled else OPEN_TENANT)
     owner_namespace = None if owner is None else store_namespace(owner, args.namespace)
 
     def tenant_store(tenant: str) -> Any:
@@ -79,10 +74,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         served = replace(config, readonly=config.readonly or readonly)
         return build_server(store, served, model, experience)
 
-    limiter = RateLimiter(args.rate_limit)
+    limiter = RateLimiter.per_minute(args.rate_limit)
     app = build_http_app(tenant_store, build, tokens, host=args.host, limiter=limiter)
-    tenants = {t.name for _, t in tokens or []}
-    mode = "open (loopback, no token)" if tokens is None else f"{len(tenants)} tenants"
+    tenants = {who.tenant for who in tokens.principals}
+    mode = f"{len(tenants)} tenants" if tokens.enabled else "open (loopback, no token)"
     print(
         f"Evermind MCP: http://{args.host}:{args.port}/mcp  ({mode}; memory {memory_file}; "
         "Ctrl-C to stop)",

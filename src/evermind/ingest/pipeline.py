@@ -24,14 +24,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from evermind.errors import EvermindError
+from evermind.errors import ConfigError, EvermindError, InputError
 from evermind.ingest.chunker import Chunker
 from evermind.ingest.documents import Document, ParseOptions, check_source_id
-from evermind.ingest.files import MAX_FILE_BYTES, FileSource, select_files
+from evermind.ingest.files import MAX_FILE_BYTES, read_source, select_files, under
 from evermind.ingest.manifest import Manifest, read_manifests
 from evermind.ingest.registry import PARSERS, ParserRegistry, decode
 from evermind.ingest.syncer import INGEST_TAG, IngestProgress, IngestReport, OnProgress, Syncer
 from evermind.memory.store import MemoryStore
+from evermind.safefiles import RefusedFile
 
 
 def _fingerprint(data: bytes, parser: str, settings: str) -> str:
@@ -54,9 +55,14 @@ async def sync(
     prune: bool = True,
     errors: Literal["raise", "skip"] = "raise",
     max_bytes: int = MAX_FILE_BYTES,
+    follow_symlinks: bool = False,
     on_progress: OnProgress | None = None,
 ) -> IngestReport:
     """Brings the store in line with files and folders: adds, updates and deletes chunks.
+
+    Reading never leaves the paths given (see :mod:`evermind.ingest.files`): symbolic links
+    are reported, not followed (with ``follow_symlinks``, followed only when their target
+    stays inside), and only regular files are opened.
 
     Args:
         store: The memory store (its embedder embeds the new chunks).
@@ -70,24 +76,35 @@ async def sync(
         importance: Importance of every chunk.
         prune: Forget sources ingested from a synced folder whose file is gone.
         errors: ``"raise"`` stops at the first bad file (the sources before it are
-            stored); ``"skip"`` reports it in ``skipped`` and goes on.
-        max_bytes: Larger files are skipped.
+            stored); ``"skip"`` reports it in ``skipped`` and goes on. A file found in a
+            folder that is refused (a link, not a regular file, too big) is skipped either
+            way; named explicitly, it is a bad file.
+        max_bytes: Larger files are skipped (one that grows past it keeps its stored chunks).
+        follow_symlinks: Follow symbolic links whose target resolves inside the folder (or,
+            for a file named explicitly, inside its folder).
         on_progress: Called after each source.
 
     Returns:
         The report.
 
     Raises:
-        InputError: A missing path, a file no parser reads, bad contents (with ``errors=
-            "raise"``); the message names the file and line.
+        InputError: A missing path, a refused file named explicitly, bad contents (with
+            ``errors="raise"``); the message names the file and line.
+        ConfigError: An unknown ``parser``, or ``max_bytes`` not a positive integer.
     """
     started = time.perf_counter()
     registry = registry or PARSERS
     options = options or ParseOptions()
     if parser is not None:
         registry.get(parser)  # fail before reading anything
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ConfigError(
+            f"ingest: max_bytes (--max-bytes) must be a positive number of bytes, got {max_bytes!r}"
+        )
     root = Path(os.getcwd() if base is None else base)
-    selection = select_files(paths, root, registry, parser, max_bytes)
+    selection = select_files(
+        paths, root, registry, parser, max_bytes, follow_symlinks=follow_symlinks, errors=errors
+    )
     syncer = Syncer(store, chunker or Chunker(), tags, importance)
     syncer.report.skipped.extend(selection.skipped)
     await syncer.load()
@@ -95,7 +112,14 @@ async def sync(
     total = len(selection.files)
     for done, file in enumerate(selection.files, start=1):
         try:
-            await _sync_file(syncer, file, registry, options, settings)
+            data = read_source(file, max_bytes)
+            await _sync_bytes(
+                syncer, file.source, data, file.parser, registry, options, settings, "file"
+            )
+        except RefusedFile as err:  # replaced or grown since the walk: skipped like it
+            if errors == "raise" and file.named:
+                raise
+            syncer.report.skipped.append((file.source, err.reason))
         except EvermindError as err:
             if errors == "raise":
                 raise
@@ -104,28 +128,14 @@ async def sync(
         if on_progress is not None:
             on_progress(IngestProgress(done, total, file.source, syncer.report.chunks))
     if prune and selection.folders:
-        seen = {file.source for file in selection.files}
+        # Only a file that is gone loses its chunks: one skipped (too big, refused, bad)
+        # still exists, and keeps what was stored of it.
         for source, manifest in sorted(syncer.manifests.items()):
-            gone = manifest.origin == "file" and source not in seen
-            if gone and any(_under(source, folder) for folder in selection.folders):
+            gone = manifest.origin == "file" and not selection.keeps(source)
+            if gone and any(under(source, folder) for folder in selection.folders):
                 await syncer.forget(source)
                 syncer.report.forgotten.append(source)
     return syncer.finish(started)
-
-
-def _under(source: str, folder: str) -> bool:
-    return folder == "." or source.startswith(folder.rstrip("/") + "/")
-
-
-async def _sync_file(
-    syncer: Syncer,
-    file: FileSource,
-    registry: ParserRegistry,
-    options: ParseOptions,
-    settings: str,
-) -> None:
-    data = file.path.read_bytes()
-    await _sync_bytes(syncer, file.source, data, file.parser, registry, options, settings, "file")
 
 
 async def _sync_bytes(
@@ -141,8 +151,34 @@ async def _sync_bytes(
     fingerprint = _fingerprint(data, parser, settings)
     if syncer.unchanged(source, fingerprint):
         return
-    document = registry.get(parser)(decode(data, source), source, options)
-    await syncer.apply(document, origin, fingerprint)
+    document = _parse(registry, parser, decode(data, source), source, options)
+    try:
+        await syncer.apply(document, origin, fingerprint)
+    except RecursionError:
+        raise InputError(f"{source}: {_TOO_DEEP}") from None
+
+
+#: Why a file whose structure exhausts the parser's recursion was refused.
+_TOO_DEEP = (
+    "nested too deeply to read (Python's recursion limit); hint: flatten it, or leave it out"
+)
+
+
+def _parse(
+    registry: ParserRegistry, parser: str, text: str, source: str, options: ParseOptions
+) -> Document:
+    """``text`` parsed; any failure of the parser is this source's error, never the run's."""
+    read = registry.get(parser)
+    try:
+        return read(text, source, options)
+    except EvermindError:
+        raise
+    except RecursionError:
+        raise InputError(f"{source}: {_TOO_DEEP}") from None
+    except Exception as err:  # a parser's own bug or limit fails its file alone
+        raise InputError(
+            f"{source}: the {parser} parser failed ({type(err).__name__}: {err})"
+        ) from err
 
 
 async def sync_bytes(

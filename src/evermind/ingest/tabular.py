@@ -4,6 +4,9 @@ Each record (a JSON object, a JSONL line, a CSV row, a mapping) becomes one sect
 chosen text fields or columns, joined by blank lines, are its text; every other field is its
 ``meta["fields"]``. Records whose text is empty are skipped. A record's line is where it
 starts in the file (its row number for row iterables), so a chunk can be cited.
+
+Tables are bounded: at most :data:`MAX_COLUMNS` columns (a wider header is refused with the
+count, before any row is read), and the work is linear in the number of cells.
 Browser-safe: standard library only.
 """
 
@@ -17,6 +20,10 @@ from typing import Any
 
 from evermind.errors import InputError
 from evermind.ingest.documents import Document, ParseOptions, Section
+
+#: Most columns a CSV/TSV header or a set of rows may name. Every chunk of a row carries
+#: its other columns as metadata, so a wider table costs (rows x columns) per chunk.
+MAX_COLUMNS = 1024
 
 
 def _lookup(record: Mapping[str, Any], path: str) -> tuple[bool, Any]:
@@ -166,6 +173,15 @@ def _text_columns(header: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> l
     return prose or list(header)
 
 
+def _check_width(count: int, source: str, where: str) -> None:
+    if count > MAX_COLUMNS:
+        raise InputError(
+            f"{source}: {where}{count} columns, over the limit of {MAX_COLUMNS}; hint: keep "
+            "the columns that matter (e.g. with a spreadsheet or `cut -d, -f1-20`), or ingest "
+            "the table as text with --parser text"
+        )
+
+
 def _rows_document(
     header: Sequence[str],
     rows: list[tuple[int, Mapping[str, Any]]],
@@ -173,6 +189,7 @@ def _rows_document(
     kind: str,
     options: ParseOptions,
 ) -> Document:
+    _check_width(len(header), source, "")
     if options.columns is not None:
         missing = [c for c in options.columns if c not in header]
         if missing:
@@ -183,13 +200,14 @@ def _rows_document(
         chosen = list(options.columns)
     else:
         chosen = _text_columns(header, [r for _, r in rows])
+    text_columns = frozenset(chosen)  # a set: the rest of a row in time linear in its width
     sections = []
     for line, row in rows:
         texts = [_as_text(row.get(name)) for name in chosen]
         text = "\n\n".join(t for t in texts if t)
         if not text:
             continue
-        rest = {k: _jsonable(v) for k, v in row.items() if k not in chosen}
+        rest = {k: _jsonable(v) for k, v in row.items() if k not in text_columns}
         sections.append(Section(text, (), line, {"fields": rest} if rest else {}))
     return Document(source, kind, tuple(sections), None, {"text_columns": chosen})
 
@@ -198,8 +216,8 @@ def parse_csv(text: str, source: str, options: ParseOptions) -> Document:
     """A CSV (or, with a tab delimiter, TSV) file with a header row.
 
     Raises:
-        InputError: No header, a row with more fields than the header, or malformed
-            quoting (the message names the line).
+        InputError: No header, more than :data:`MAX_COLUMNS` columns, a row with more fields
+            than the header, or malformed quoting (the message names the line).
     """
     delimiter = options.delimiter or ","
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
@@ -207,6 +225,7 @@ def parse_csv(text: str, source: str, options: ParseOptions) -> Document:
         header = next(reader, None)
         if header is None or not any(h.strip() for h in header):
             raise InputError(f"{source}: line 1: expected a header row naming the columns")
+        _check_width(len(header), source, "line 1: ")
         header = [h.strip() for h in header]
         rows: list[tuple[int, Mapping[str, Any]]] = []
         start = reader.line_num + 1
@@ -245,7 +264,8 @@ def parse_rows(
         columns: The text columns; None: every column with prose in it.
 
     Raises:
-        InputError: A row is not a mapping, or a named column is in no row.
+        InputError: A row is not a mapping, a named column is in no row, or the rows name
+            more than :data:`MAX_COLUMNS` columns.
     """
     table: list[tuple[int, Mapping[str, Any]]] = []
     header: dict[str, None] = {}
@@ -255,9 +275,10 @@ def parse_rows(
                 f"{source}: row {number}: expected a mapping, got {type(row).__name__}"
             )
         header.update(dict.fromkeys(row))
+        _check_width(len(header), source, f"row {number}: ")
         table.append((number, row))
     options = ParseOptions(columns=None if columns is None else tuple(columns))
     return _rows_document(list(header), table, source, "rows", options)
 
 
-__all__ = ["parse_csv", "parse_json", "parse_jsonl", "parse_rows", "parse_tsv"]
+__all__ = ["MAX_COLUMNS", "parse_csv", "parse_json", "parse_jsonl", "parse_rows", "parse_tsv"]

@@ -13,9 +13,10 @@ Modules, one idea each:
 - ``tools``: the tool bodies and their descriptions; ``server``: the stdio server.
 - ``http``: streamable HTTP with tokens, tenants, constant-time auth and rate limits.
 - ``hosts``: each MCP host's config path and shape; ``installer``: editing those files.
-- ``hook``: the Claude Code hooks (``evermind hook <event>``); ``hook_index``: their fast
-  FTS5 read path; ``transcript``: reading Claude Code's transcript; ``hook_install``: the
-  hooks and the skill (``data/SKILL.md``) in Claude Code's settings.
+- ``hook``: the Claude Code hooks (``evermind hook <event>``), reading through memory's fast
+  FTS5 path (``evermind.memory.hook_index``); ``transcript``: reading Claude Code's
+  transcript; ``hook_install``: the hooks and the skill (``data/SKILL.md``) in Claude Code's
+  settings.
 - ``commands``: the CLI.
 
 Nothing is imported eagerly here, so ``evermind --help`` stays fast.

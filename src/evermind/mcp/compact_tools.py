@@ -1,26 +1,21 @@
-"""The MCP tools ``memory_compact`` and ``memory_restore``, and stub resolution on read.
+"""The MCP tools ``memory_compact`` and ``memory_restore``.
 
 Owns :class:`CompactTools` (the two tool bodies over one store and the model the server was
-given with ``--model``) and :func:`resolve_record` / :func:`resolve_hits`, which
-``memory_get`` and ``memory_recall`` apply so a stub reads as its archived original, the
-stub line kept beside it, or is marked "content lost — verify before trusting".
-Native-only (imports the ``mcp`` SDK).
+given with ``--model``) and the text of their answers. How a stub reads (its archived
+original, or "content lost — verify before trusting") is memory's
+(:class:`evermind.memory.archive.StubResolver`). Native-only (imports the ``mcp`` SDK).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
 from typing import Annotated, Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from evermind.errors import EvermindError
-from evermind.memory import Hit, MemoryRecord, MemoryStore
-from evermind.memory.archive import Archive, Resolved
+from evermind.memory import MemoryStore
 from evermind.memory.compaction import CompactReport, RestoreReport, compact, restore
-from evermind.memory.stubs import is_stub
 
 Keys = Annotated[
     list[str] | None,
@@ -43,43 +38,11 @@ DESCRIPTIONS = {
     ),
     "memory_restore": (
         "Write texts back into memory from a dump: a list of {key, content} (or {id, text}), "
-        "matched by key; an existing memory keeps its tags and importance. Call this when the "
-        "user asks to restore memories from an export or backup."
+        "matched by key; an existing memory keeps its tags and importance. Each text is checked "
+        "as memory_remember checks it, and a dump with one bad entry is refused whole. Call "
+        "this when the user asks to restore memories from an export or backup."
     ),
 }
-
-
-def _archive(store: MemoryStore) -> tuple[Archive, str] | None:
-    path = getattr(store.backend, "path", None)
-    if not isinstance(path, str) or path == ":memory:":
-        return None
-    return Archive(path), store.backend.namespace
-
-
-def resolve_content(store: MemoryStore, key: str, content: str) -> Resolved:
-    """``content`` of ``key`` as read (a stub resolved through the archive)."""
-    found = _archive(store)
-    if not is_stub(content):
-        return Resolved(content)
-    if found is None:
-        return Resolved(content, stub=content, lost=True)
-    archive, namespace = found
-    return archive.resolve(namespace, key, content)
-
-
-def resolve_record(store: MemoryStore, record: MemoryRecord) -> MemoryRecord:
-    """``record`` with a stub's content shown as its original plus the stub (or the loss)."""
-    resolved = resolve_content(store, record.key, record.content)
-    return record if resolved.stub is None else replace(record, content=resolved.display())
-
-
-def resolve_hits(store: MemoryStore, hits: Sequence[Hit]) -> list[Hit]:
-    """``hits`` with every stub resolved like :func:`resolve_record`."""
-    out: list[Hit] = []
-    for hit in hits:
-        resolved = resolve_content(store, hit.key, hit.content)
-        out.append(hit if resolved.stub is None else replace(hit, content=resolved.display()))
-    return out
 
 
 def render_compacted(report: CompactReport) -> str:
@@ -109,11 +72,16 @@ class CompactTools:
     Args:
         store: The memory store the tools rewrite.
         model: The local Evermind model that probes recall (None: compaction is refused).
+        max_content_chars: Longest text ``memory_restore`` accepts (``memory_remember``'s cap;
+            None: no cap).
     """
 
-    def __init__(self, store: MemoryStore, model: Any = None) -> None:
+    def __init__(
+        self, store: MemoryStore, model: Any = None, max_content_chars: int | None = None
+    ) -> None:
         self.store = store
         self.model = model
+        self.max_content_chars = max_content_chars
 
     async def compact(self, keys: Keys = None) -> str:
         """Compacts the absorbed memories of ``keys`` (default all); reports each decision."""
@@ -131,16 +99,10 @@ class CompactTools:
     async def restore(self, dump: Dump) -> str:
         """Restores the dump's texts, matched by key."""
         try:
-            report = await restore(self.store, dump)
+            report = await restore(self.store, dump, self.max_content_chars)
         except EvermindError as err:
             raise ToolError(f"memory_restore failed: {err}") from err
         return render_restored(report)
 
 
-__all__ = [
-    "DESCRIPTIONS",
-    "CompactTools",
-    "resolve_content",
-    "resolve_hits",
-    "resolve_record",
-]
+__all__ = ["DESCRIPTIONS", "CompactTools", "render_compacted", "render_restored"]

@@ -53,7 +53,7 @@ class ServerConfig:
         default_results: ``top_k`` / ``limit`` when the caller gives none.
         max_chars: Longest content preview per hit, in characters; longer text is cut and
             ends with an ellipsis. ``memory_get`` returns the full text.
-        max_content_chars: Longest content ``memory_remember`` accepts.
+        max_content_chars: Longest content ``memory_remember`` and ``memory_restore`` accept.
         readonly: Serve only the read tools (no ``memory_remember`` / ``memory_forget``).
         experience: Serve the experience tools (episodes, skills, runs, ``experience_train``);
             off unless opted in (``--experience`` or ``EVERMIND_EXPERIENCE=1``).

@@ -19,10 +19,11 @@ and the event's own fields); exit status 0 always; stdout is either empty or one
 
 A hook must never break the session: a malformed payload, a missing or unreadable store, an
 unreadable transcript, any bug, all end with exit 0, nothing on stdout and one
-``evermind hook: …`` line on stderr. Reads go through :class:`~evermind.mcp.hook_index.HookIndex`
-(no model, no MCP SDK, no numpy) so a hook runs in ~0.1 s; see docs/mcp.md for the measured
-budget. Run as ``python -m evermind.mcp.hook <event>`` (what the installer registers, the
-fastest start) or ``evermind hook <event>``. Native-only.
+``evermind hook: …`` line on stderr. Reads go through memory's
+:class:`~evermind.memory.hook_index.HookIndex` (no model, no MCP SDK, no numpy) so a hook runs
+in ~0.1 s; see docs/mcp.md for the measured budget. Run as ``python -m evermind.mcp.hook
+<event>`` (what the installer registers, the fastest start) or ``evermind hook <event>``.
+Native-only.
 """
 
 from __future__ import annotations
@@ -112,27 +113,10 @@ def _items(memories: Sequence[Any], budget_tokens: int) -> list[str]:
 
 
 def _readable(memories: Sequence[Any], args: argparse.Namespace) -> list[Any]:
-    """``memories`` with compaction stubs resolved to their archived originals.
+    """``memories`` with compaction stubs resolved; a stub whose original is lost is dropped."""
+    from evermind.memory.archive import StubResolver
 
-    A stub whose original is not in the archive ("content lost — verify before trusting") is
-    dropped from the injected context: a one-line claim nobody can verify is not pushed into
-    the session (``memory_get`` still shows it, marked).
-    """
-    from dataclasses import replace
-
-    from evermind.memory.archive import Archive
-    from evermind.memory.stubs import is_stub
-
-    archive = Archive(args.memory_file)
-    readable = []
-    for memory in memories:
-        if not is_stub(memory.content):
-            readable.append(memory)
-            continue
-        resolved = archive.resolve(args.store_namespace, memory.key, memory.content)
-        if not resolved.lost:
-            readable.append(replace(memory, content=resolved.display()))
-    return readable
+    return StubResolver(args.memory_file, args.store_namespace).readable(memories)
 
 
 def _context(event: str, text: str) -> dict[str, Any]:
@@ -141,7 +125,7 @@ def _context(event: str, text: str) -> dict[str, Any]:
 
 def session_start(payload: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
     """The digest of durable memories, or None when the store holds none."""
-    from evermind.mcp.hook_index import HookIndex
+    from evermind.memory.hook_index import HookIndex
     from evermind.memory.sanitize import fence
 
     with HookIndex(args.memory_file, args.store_namespace) as index:
@@ -160,7 +144,7 @@ def session_start(payload: dict[str, Any], args: argparse.Namespace) -> dict[str
 
 def user_prompt_submit(payload: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
     """The memories relevant to the prompt, or None when none are."""
-    from evermind.mcp.hook_index import HookIndex
+    from evermind.memory.hook_index import HookIndex
     from evermind.memory.records import MAX_QUERY_CHARS
     from evermind.memory.sanitize import fence
 
@@ -251,22 +235,14 @@ def _already_stored(instruction: str, args: argparse.Namespace) -> bool:
     """Whether PreCompact (or anyone) stored this exact instruction already."""
     import sqlite3
 
-    from evermind.mcp.hook_index import open_memory_file
+    from evermind.errors import StorageError
+    from evermind.memory.hook_index import HookIndex
 
     try:
-        conn = open_memory_file(args.memory_file)
-    except Exception:
+        with HookIndex(args.memory_file, args.store_namespace) as index:
+            return index.has(instruction_key(instruction))
+    except (StorageError, sqlite3.Error):
         return False
-    try:
-        row = conn.execute(
-            "SELECT 1 FROM memories WHERE namespace = ? AND key = ? AND archived = 0",
-            (args.store_namespace, instruction_key(instruction)),
-        ).fetchone()
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
-    return row is not None
 
 
 HANDLERS = {

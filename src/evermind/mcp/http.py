@@ -1,16 +1,16 @@
 """The MCP memory server over streamable HTTP, with bearer-token tenants (``evermind mcp --http``).
 
-Owns tenant authentication, the per-tenant rate limit and the ASGI app:
+Owns the ASGI app and its HTTP answers; who a token speaks for and how fast a tenant may call
+are :mod:`evermind.auth`'s, the runtime's own implementation:
 
 - **Tokens file**: the runtime's format (``evermind.tokens``), one
   ``TOKEN TENANT [read|write]`` per line, so one file serves ``evermind serve`` and
   ``evermind mcp --http``. A ``read`` token gets the read-only tool set.
-- **Authentication**: the presented token's SHA-256 is compared with every token's using
-  ``hmac.compare_digest``, without stopping at the first match, so neither the time taken nor
-  the token's length tells an attacker which tenant (if any) was close. A missing, malformed
-  or unknown token gets ``401`` with ``WWW-Authenticate: Bearer``.
-- **Rate limit**: a token bucket per tenant (``rate_limit_per_minute`` requests a minute,
-  bursts up to the same number); an empty bucket answers ``429`` with ``Retry-After``.
+- **Authentication**: :class:`~evermind.auth.TokenTable`, in constant time. A missing,
+  malformed or unknown token gets ``401`` with ``WWW-Authenticate: Bearer``.
+- **Rate limit**: :class:`~evermind.auth.RateLimiter`, a token bucket per tenant
+  (``rate_limit_per_minute`` requests a minute, bursts up to the same number); an empty
+  bucket answers ``429`` with ``Retry-After``.
 - **Isolation**: each tenant gets its own ``MCPServer``, session manager and ``MemoryStore``
   (the runtime's namespace ``<tenant>/default`` of the shared SQLite file), so one tenant's
   sessions and memories are unreachable with another's token.
@@ -22,15 +22,11 @@ only on a loopback interface. Native-only (uvicorn, starlette, the ``mcp`` SDK).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import ipaddress
 import logging
 import math
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
@@ -40,9 +36,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from evermind.auth import RateLimiter, TokenTable, Unauthenticated
 from evermind.errors import ConfigError
 from evermind.memory import MemoryStore
-from evermind.tokens import parse_tokens
+from evermind.tokens import DEFAULT_TENANT, Principal
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +47,7 @@ logger = logging.getLogger(__name__)
 MCP_PATH = "/mcp"
 DEFAULT_RATE_LIMIT_PER_MINUTE = 600
 #: The tenant served when no tokens file is given (loopback only); the runtime's default.
-OPEN_TENANT = "default"
+OPEN_TENANT = DEFAULT_TENANT
 
 
 @dataclass(frozen=True)
@@ -70,91 +67,10 @@ class Tenant:
         """The key of the ``MCPServer`` serving this tenant at this access level."""
         return f"{self.name}:{'read' if self.readonly else 'write'}"
 
-
-def load_tokens_file(path: str | Path) -> list[tuple[str, Tenant]]:
-    """Reads a tokens file in the runtime's format; returns ``(token, tenant)`` pairs.
-
-    Raises:
-        ConfigError: The file is missing, unreadable or malformed (see ``evermind.tokens``).
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"tokens file {str(path)!r} cannot be read: {err.strerror}") from err
-    return [
-        (token, Tenant(who.tenant, readonly=not who.can_write))
-        for token, who in parse_tokens(text, str(path))
-    ]
-
-
-class TokenAuthenticator:
-    """Maps bearer tokens to tenants in constant time (with respect to the token and the tenants).
-
-    Args:
-        tokens: ``(token, tenant)`` pairs; each token unique.
-    """
-
-    def __init__(self, tokens: list[tuple[str, Tenant]]) -> None:
-        self._digests = [(_digest(token), tenant) for token, tenant in tokens]
-
-    def authenticate(self, authorization: str | None) -> Tenant | None:
-        """Returns the tenant whose token the ``Authorization`` header carries, or None."""
-        if not authorization:
-            return None
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return None
-        presented = _digest(token.strip())
-        found: Tenant | None = None
-        for digest, tenant in self._digests:
-            # No early exit: every tenant's digest is compared whatever the outcome.
-            if hmac.compare_digest(presented, digest):
-                found = tenant
-        return found
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8")).digest()
-
-
-class RateLimiter:
-    """A token bucket per tenant: ``per_minute`` requests a minute, bursts of the same size.
-
-    Args:
-        per_minute: Requests a minute each tenant may make.
-        clock: Monotonic seconds (injectable for tests).
-
-    Raises:
-        ConfigError: ``per_minute`` is not a positive integer.
-    """
-
-    def __init__(
-        self,
-        per_minute: int = DEFAULT_RATE_LIMIT_PER_MINUTE,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if isinstance(per_minute, bool) or not isinstance(per_minute, int) or per_minute < 1:
-            raise ConfigError(f"rate limit: expected requests a minute >= 1, got {per_minute!r}")
-        self.per_minute = per_minute
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def acquire(self, tenant: str) -> float:
-        """Takes one request from ``tenant``'s bucket.
-
-        Returns:
-            0.0 when the request may proceed, else the seconds until one would be allowed.
-        """
-        capacity = float(self.per_minute)
-        per_second = capacity / 60.0
-        now = self._clock()
-        level, last = self._buckets.get(tenant, (capacity, now))
-        level = min(capacity, level + (now - last) * per_second)
-        if level >= 1.0:
-            self._buckets[tenant] = (level - 1.0, now)
-            return 0.0
-        self._buckets[tenant] = (level, now)
-        return (1.0 - level) / per_second
+    @classmethod
+    def of(cls, principal: Principal) -> Tenant:
+        """The tenant a token's principal speaks for."""
+        return cls(principal.tenant, readonly=not principal.can_write)
 
 
 def _error(
@@ -172,42 +88,38 @@ class TenantEndpoint:
 
     Args:
         servers: ``Tenant.server_key`` mapped to the ``MCPServer`` serving it.
-        tokens: ``(token, tenant)`` pairs, or None to serve :data:`OPEN_TENANT` without
-            authentication.
+        tokens: The tokens file's table (``TokenTable(None)``: every caller is
+            :data:`OPEN_TENANT`, without authentication).
         limiter: The per-tenant rate limiter.
     """
 
     def __init__(
-        self,
-        servers: Mapping[str, MCPServer[Any]],
-        tokens: list[tuple[str, Tenant]] | None,
-        limiter: RateLimiter,
+        self, servers: Mapping[str, MCPServer[Any]], tokens: TokenTable, limiter: RateLimiter
     ) -> None:
         self._servers = servers
-        self._auth = None if tokens is None else TokenAuthenticator(tokens)
+        self._tokens = tokens
         self._limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tenant = Tenant(OPEN_TENANT)
-        if self._auth is not None:
-            found = self._auth.authenticate(Request(scope).headers.get("authorization"))
-            if found is None:
-                reply = _error(
-                    401,
-                    "expected 'Authorization: Bearer <token>' with a token from the server's "
-                    "tokens file; the request had none or an unknown one",
-                    "invalid_token",
-                    {"WWW-Authenticate": 'Bearer realm="evermind-mcp"'},
-                )
-                await reply(scope, receive, send)
-                return
-            tenant = found
+        try:
+            who = self._tokens.authenticate(Request(scope).headers.get("authorization"))
+        except Unauthenticated:
+            reply = _error(
+                401,
+                "expected 'Authorization: Bearer <token>' with a token from the server's "
+                "tokens file; the request had none or an unknown one",
+                "invalid_token",
+                {"WWW-Authenticate": 'Bearer realm="evermind-mcp"'},
+            )
+            await reply(scope, receive, send)
+            return
+        tenant = Tenant.of(who)
         wait = self._limiter.acquire(tenant.name)
         if wait > 0:
             reply = _error(
                 429,
-                f"tenant {tenant.name!r} exceeded {self._limiter.per_minute} requests a minute; "
-                f"retry in {wait:.1f} s",
+                f"tenant {tenant.name!r} exceeded {self._limiter.rate * 60:g} requests a "
+                f"minute; retry in {wait:.1f} s",
                 "rate_limited",
                 {"Retry-After": str(max(1, math.ceil(wait)))},
             )
@@ -220,7 +132,7 @@ class TenantEndpoint:
 def build_http_app(
     open_store: Callable[[str], MemoryStore],
     build: Callable[[MemoryStore, bool], MCPServer[Any]],
-    tokens: list[tuple[str, Tenant]] | None,
+    tokens: TokenTable,
     *,
     host: str = "127.0.0.1",
     limiter: RateLimiter | None = None,
@@ -230,20 +142,20 @@ def build_http_app(
     Args:
         open_store: Opens a tenant's memory store by tenant name.
         build: Makes an ``MCPServer`` from a store and whether it is read-only.
-        tokens: The tokens file's ``(token, tenant)`` pairs, or None for the open loopback
-            mode (one tenant, :data:`OPEN_TENANT`, read-write).
+        tokens: The tokens file's table (:meth:`TokenTable.from_file`), or ``TokenTable(None)``
+            for the open loopback mode (one tenant, :data:`OPEN_TENANT`, read-write).
         host: The interface served on (decides the SDK's DNS-rebinding protection).
         limiter: The per-tenant rate limiter (600 a minute by default).
 
     Raises:
-        ConfigError: ``tokens`` is None but ``host`` is not a loopback address.
+        ConfigError: ``tokens`` has no tokens but ``host`` is not a loopback address.
     """
-    if tokens is None and not _is_loopback(host):
+    if not tokens.enabled and not _is_loopback(host):
         raise ConfigError(
             f"mcp --http: serving on {host} without --tokens-file would expose the memory to "
             "anyone who can reach it; hint: pass --tokens-file, or bind to 127.0.0.1"
         )
-    tenants = {t.server_key: t for _, t in tokens} if tokens else {"": Tenant(OPEN_TENANT)}
+    tenants = {t.server_key: t for t in map(Tenant.of, tokens.principals)}
     stores: dict[str, MemoryStore] = {}
     servers: dict[str, MCPServer[Any]] = {}
     for tenant in tenants.values():
@@ -268,7 +180,8 @@ def build_http_app(
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "tenants": len(stores)})
 
-    endpoint = TenantEndpoint(servers, tokens, limiter or RateLimiter())
+    limiter = limiter or RateLimiter.per_minute(DEFAULT_RATE_LIMIT_PER_MINUTE)
+    endpoint = TenantEndpoint(servers, tokens, limiter)
     routes = [Route("/healthz", health, methods=["GET"]), Route(MCP_PATH, endpoint)]
     return Starlette(routes=routes, lifespan=lifespan)
 
@@ -294,11 +207,8 @@ __all__ = [
     "DEFAULT_RATE_LIMIT_PER_MINUTE",
     "MCP_PATH",
     "OPEN_TENANT",
-    "RateLimiter",
     "Tenant",
     "TenantEndpoint",
-    "TokenAuthenticator",
     "build_http_app",
-    "load_tokens_file",
     "serve_http",
 ]

@@ -22,17 +22,14 @@ from mcp.server.mcpserver.tools import Tool, ToolManager
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from evermind.errors import EvermindError
-from evermind.mcp.compact_tools import (
-    DESCRIPTIONS,
-    CompactTools,
-    resolve_hits,
-    resolve_record,
-)
+from evermind.errors import ConfigError, EvermindError
+from evermind.mcp.compact_tools import DESCRIPTIONS, CompactTools
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.render import render_recall, render_record, render_remembered, render_tagged
 from evermind.memory import MemoryStore
-from evermind.memory.records import MAX_QUERY_CHARS
+from evermind.memory.archive import StubResolver
+from evermind.memory.compaction import forget
+from evermind.memory.records import MAX_QUERY_CHARS, validate_memory_text
 
 READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag")
 WRITE_TOOLS = ("memory_remember", "memory_forget", "memory_compact", "memory_restore")
@@ -51,7 +48,7 @@ Query = Annotated[
 ]
 Count = Annotated[int, Field(ge=1, description="How many results at most.")]
 Tag = Annotated[str, Field(min_length=1, description="One tag, e.g. 'preference'.")]
-Content = Annotated[str, Field(min_length=1, description="The fact to remember, self-contained.")]
+Content = Annotated[str, Field(description="The fact to remember, self-contained.")]
 Tags = Annotated[
     list[str] | None, Field(description="Labels for memory_recall_by_tag, e.g. ['preference'].")
 ]
@@ -120,7 +117,7 @@ class MemoryTools:
     def __init__(self, store: MemoryStore, config: ServerConfig, model: Any = None) -> None:
         self.store = store
         self.config = config
-        self.compaction = CompactTools(store, model)
+        self.compaction = CompactTools(store, model, config.max_content_chars)
 
     async def recall(self, query: Query, top_k: Count | None = None) -> str:
         """Ranked recall, capped at ``max_results`` hits and ``max_chars`` per preview."""
@@ -131,8 +128,9 @@ class MemoryTools:
             searched = await self.store.count()
         except EvermindError as err:
             raise ToolError(f"memory_recall failed: {err}") from err
+        resolver = StubResolver.of(self.store)
         return render_recall(
-            resolve_hits(self.store, hits),
+            [resolver.shown(hit) for hit in hits],
             query,
             max_chars=self.config.max_chars,
             requested=requested,
@@ -151,7 +149,7 @@ class MemoryTools:
                 f"memory_get: no memory has the key {key!r} (or it expired); hint: keys are "
                 "exact, call memory_recall to find the right one"
             )
-        return render_record(resolve_record(self.store, record))
+        return render_record(StubResolver.of(self.store).shown(record))
 
     async def recall_by_tag(self, tag: Tag, limit: Count | None = None) -> str:
         """The newest memories tagged ``tag``, capped like recall."""
@@ -178,12 +176,10 @@ class MemoryTools:
         ttl_ms: TtlMs = None,
     ) -> str:
         """Stores ``content`` under ``key`` (replacing it); ``ttl_ms`` is in milliseconds."""
-        if len(content) > self.config.max_content_chars:
-            raise ToolError(
-                f"memory_remember: content has {len(content)} characters, this server accepts at "
-                f"most {self.config.max_content_chars}; hint: split it into several "
-                "self-contained memories"
-            )
+        try:
+            content = validate_memory_text(content, self.config.max_content_chars)
+        except ConfigError as err:
+            raise ToolError(f"memory_remember: {err}") from err
         ttl = None if ttl_ms is None else ttl_ms / 1000.0
         try:
             record = await self.store.remember(key, content, tags or (), importance, ttl)
@@ -194,7 +190,7 @@ class MemoryTools:
     async def forget(self, key: Key) -> str:
         """Deletes ``key``; says whether it existed."""
         try:
-            existed = await self.store.forget(key)
+            existed = await forget(self.store, key)
         except EvermindError as err:
             raise ToolError(f"memory_forget failed: {err}") from err
         return f"forgot {key!r}" if existed else f"no memory had the key {key!r}; nothing deleted"

@@ -1,13 +1,21 @@
 """Reading a Claude Code transcript for the hooks: the user's words and the memory writes.
 
 A transcript is a JSONL file (``transcript_path`` in every hook payload), one event a line:
-``{"type": "user", "message": {"role": "user", "content": "…" | [blocks]}}`` for what the
-user typed (or a tool result, as ``tool_result`` blocks), ``{"type": "assistant", "message":
-{"content": [{"type": "text"…}, {"type": "tool_use", "name": …, "input": …}]}}`` for the
-model. :func:`read_turns` keeps what the hooks need: each human message and each
-``memory_remember`` call (the MCP tool is named ``mcp__<server>__memory_remember``), in
-order. Lines that do not parse, or do not look like either, are skipped: the format belongs
-to Claude Code and gains fields over time.
+``{"type": "user", "isSidechain": false, "userType": "external", "message": {"role": "user",
+"content": "…" | [blocks]}}`` for a user line, ``{"type": "assistant", "message": {"content":
+[{"type": "text"…}, {"type": "tool_use", "name": …, "input": …}]}}`` for the model.
+:func:`read_turns` keeps what the hooks need: each message the user typed and each
+``memory_remember`` call (the MCP tool is named ``mcp__<server>__memory_remember``), in order.
+
+Many ``user`` lines hold text the user never typed, and none of it may become "the user's
+instruction": a sub-agent's turns (``isSidechain: true``: the prompt the main agent wrote for
+it, and its own calls), tool results (``tool_result`` blocks, a ``toolUseResult`` field),
+lines Claude Code injects (``isMeta``, the ``isCompactSummary`` summary of a compacted
+window, a ``userType`` other than ``external``, ``[Request interrupted by user…]`` markers,
+``<command-…>`` / ``<system-reminder>`` wrappers, the "continued from a previous
+conversation" preamble). A message that holds any such part is left out whole: what else it
+holds cannot be told apart from the injected text. Lines that do not parse, or do not look
+like either kind, are skipped: the format belongs to Claude Code and gains fields over time.
 
 :func:`is_durable` is the heuristic that decides whether a message is a durable instruction or
 correction worth keeping ("from now on…", "always…", "never…", "I prefer…", "no, use…"):
@@ -38,8 +46,19 @@ _DURABLE = re.compile(
     r"|(^|\. )no,? (use|it'?s|that'?s|we|i)|(^|\. )actually,? )",
     re.IGNORECASE,
 )
-_NOT_HUMAN = ("<command-", "<local-command", "<system-reminder", "Caveat: ")
-_CONTINUED = "This session is being continued from a previous conversation"
+#: Openings of text Claude Code writes into a user line (never typed by the user).
+_INJECTED = (
+    "<command-",
+    "<local-command",
+    "<system-reminder",
+    "<bash-",
+    "<user-prompt-submit-hook",
+    "Caveat: ",
+    "[Request interrupted by user",
+    "This session is being continued from a previous conversation",
+)
+#: Envelope flags that mark a user line as not the user's own turn.
+_NOT_THE_USER = ("isSidechain", "isMeta", "isCompactSummary", "isVisibleInTranscriptOnly")
 
 
 @dataclass(frozen=True)
@@ -70,25 +89,30 @@ def _lines(path: Path, tail_bytes: int) -> Iterator[str]:
 
 def _user_text(message: object) -> str | None:
     """The typed text of a user message; None for tool results and injected text."""
-    if not isinstance(message, dict):
+    if not isinstance(message, dict) or message.get("role", "user") != "user":
         return None
     content = message.get("content")
     if isinstance(content, str):
-        text = content
+        parts = [content]
     elif isinstance(content, list):
-        if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        if not all(isinstance(b, dict) for b in content):
             return None
-        text = "\n".join(
-            str(b.get("text", ""))
-            for b in content
-            if isinstance(b, dict) and b.get("type") == "text"
-        )
+        if any(b.get("type") == "tool_result" for b in content):
+            return None
+        parts = [str(b.get("text", "")) for b in content if b.get("type") == "text"]
     else:
         return None
-    text = text.strip()
-    if not text or text.startswith(_NOT_HUMAN) or text.startswith(_CONTINUED):
+    if any(part.lstrip().startswith(_INJECTED) for part in parts):
         return None
-    return text
+    text = "\n".join(parts).strip()
+    return text or None
+
+
+def _is_own_turn(event: dict[str, object]) -> bool:
+    """Whether a ``user`` line is the user's own turn of the main conversation."""
+    if any(event.get(flag) for flag in _NOT_THE_USER) or event.get("toolUseResult") is not None:
+        return False
+    return event.get("userType", "external") == "external"
 
 
 def _remembered(message: object) -> Iterator[str]:
@@ -103,7 +127,7 @@ def _remembered(message: object) -> Iterator[str]:
 
 
 def read_turns(path: Path, tail_bytes: int = TAIL_BYTES) -> list[Turn]:
-    """The human messages and ``memory_remember`` calls of the transcript's end, in order.
+    """The user's own messages and ``memory_remember`` calls of the transcript's end, in order.
 
     Raises:
         OSError: The file cannot be read.
@@ -114,10 +138,10 @@ def read_turns(path: Path, tail_bytes: int = TAIL_BYTES) -> list[Turn]:
             event = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if not isinstance(event, dict) or event.get("isMeta"):
-            continue
+        if not isinstance(event, dict) or event.get("isSidechain"):
+            continue  # a sub-agent's turn: neither the user's words nor the session's writes
         if event.get("type") == "user":
-            text = _user_text(event.get("message"))
+            text = _user_text(event.get("message")) if _is_own_turn(event) else None
             if text is not None:
                 turns.append(Turn("user", text))
         elif event.get("type") == "assistant":

@@ -12,7 +12,8 @@ only then the memory's content becomes the stub. A probe failure, or a memory th
 meanwhile, leaves the memory untouched.
 
 :func:`restore` writes texts back from a dump (``[{key, content}]`` or ``[{id, text}]``),
-matched by key. Native (the model is a ``evermind.model.inference.Model``).
+matched by key. :func:`forget` forgets a memory and its archived originals. Native (the model
+is a ``evermind.model.inference.Model``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from evermind.errors import ConfigError
-from evermind.memory.archive import Archive, rotate_backups, text_hash
-from evermind.memory.records import MemoryRecord, validate_content, validate_key
+from evermind.memory.archive import COMPACTED_META, Archive, rotate_backups, text_hash
+from evermind.memory.records import MemoryRecord, validate_key, validate_memory_text
 from evermind.memory.store import MemoryStore
 from evermind.memory.stubs import is_stub, make_stub
 
@@ -181,13 +182,17 @@ async def _stub_one(
     namespace = store.backend.namespace
     await asyncio.to_thread(archive.put, namespace, record.key, record.content, stub)
     meta = dict(current.meta)
-    meta["compacted"] = {"model_version": version, "sha256": text_hash(record.content)}
+    # The link a read resolves by: the stub stands for the archived text of this hash only.
+    meta[COMPACTED_META] = {"model_version": version, "sha256": text_hash(record.content)}
     await store.write([replace(current, content=stub, updated_at=store.clock(), meta=meta)])
     report.compacted.append((record.key, stub))
 
 
-def parse_dump(dump: object) -> list[tuple[str, str]]:
+def parse_dump(dump: object, max_chars: int | None = None) -> list[tuple[str, str]]:
     """The (key, text) pairs of a dump: a list (or JSON) of ``{key, content}`` or ``{id, text}``.
+
+    Each text passes :func:`~evermind.memory.records.validate_memory_text` (the check
+    ``memory_remember`` applies), capped at ``max_chars`` characters (None: no cap).
 
     Raises:
         ConfigError: Naming the first entry that is malformed, and how.
@@ -212,19 +217,25 @@ def parse_dump(dump: object) -> list[tuple[str, str]]:
                 f"restore: entry {index} ({key!r}) has no string 'content' (or 'text')"
             )
         try:
-            pairs.append((validate_key(key), validate_content(text)))
+            pairs.append((validate_key(key), validate_memory_text(text, max_chars)))
         except ConfigError as err:
             raise ConfigError(f"restore: entry {index} ({key!r}): {err}") from err
     return pairs
 
 
-async def restore(store: MemoryStore, dump: object) -> RestoreReport:
+async def restore(store: MemoryStore, dump: object, max_chars: int | None = None) -> RestoreReport:
     """Writes each dump text to the memory of its key (kept tags and importance; new if absent).
 
+    Args:
+        store: The store written to.
+        dump: A list (or its JSON) of ``{key, content}`` or ``{id, text}``.
+        max_chars: Longest text accepted (the server's cap); None: no cap.
+
     Raises:
-        ConfigError: The dump is malformed (nothing is written).
+        ConfigError: The dump is malformed, or a text is one ``memory_remember`` would refuse
+            (nothing is written).
     """
-    pairs = parse_dump(dump)
+    pairs = parse_dump(dump, max_chars)
     report = RestoreReport()
     path = getattr(store.backend, "path", None)
     if pairs and isinstance(path, str) and path != ":memory:":
@@ -237,10 +248,28 @@ async def restore(store: MemoryStore, dump: object) -> RestoreReport:
         elif current.content == text:
             report.unchanged.append(key)
         else:
-            meta = {k: v for k, v in current.meta.items() if k != "compacted"}
+            meta = {k: v for k, v in current.meta.items() if k != COMPACTED_META}
             await store.write([replace(current, content=text, updated_at=store.clock(), meta=meta)])
             report.restored.append(key)
     return report
+
+
+async def forget(store: MemoryStore, key: str) -> bool:
+    """Forgets the memory ``key`` and deletes its archived originals; returns whether it existed.
+
+    Forgetting a compacted memory forgets its text too: nothing left in the archive can be
+    brought back by a later stub of the same key.
+
+    Raises:
+        ConfigError: A bad key.
+        StorageError: The store or the archive failed (the memory is deleted first, so a
+            failed archive delete leaves an unlinked row no stub resolves to).
+    """
+    existed = await store.forget(key)
+    path = getattr(store.backend, "path", None)
+    if isinstance(path, str) and path != ":memory:":
+        await asyncio.to_thread(Archive(path).forget, store.backend.namespace, key)
+    return existed
 
 
 __all__ = [
@@ -248,6 +277,7 @@ __all__ = [
     "Probe",
     "RestoreReport",
     "compact",
+    "forget",
     "idf_table",
     "model_version",
     "parse_dump",

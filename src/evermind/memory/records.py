@@ -344,6 +344,36 @@ def validate_content(content: object) -> str:
     return check_text(content, "memory content")
 
 
+def validate_memory_text(content: object, max_chars: int | None) -> str:
+    """Returns ``content`` if a memory tool may store it as a memory's text.
+
+    The one check of the text a user or a model hands to a memory tool (``memory_remember``
+    and ``memory_restore`` alike): valid Unicode (:func:`validate_content`), not blank, at most
+    ``max_chars`` characters (the caller's cap, e.g. ``evermind mcp``'s
+    ``max_content_chars``; None: no cap), no NUL character (binary data, a C string's end).
+
+    Raises:
+        ConfigError: Naming what was wrong.
+    """
+    text = validate_content(content)
+    if not text.strip():
+        raise ConfigError(
+            "memory content: empty (or only whitespace); expected the text to remember"
+        )
+    if max_chars is not None and len(text) > max_chars:
+        raise ConfigError(
+            f"memory content: has {len(text)} characters, expected at most {max_chars}; "
+            "hint: split it into several self-contained memories"
+        )
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise ConfigError(
+            f"memory content: holds a NUL character at character {nul}; hint: a memory is "
+            "text, remove the NUL (binary data does not belong in memory)"
+        )
+    return text
+
+
 def validate_importance(importance: object) -> float:
     """Returns ``importance`` as a float in [0, 1].
 

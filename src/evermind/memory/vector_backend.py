@@ -9,16 +9,18 @@ A :class:`~evermind.vectorstore.VectorStore` (``memory://``, ``sqlite:///``, ``p
 - ``clock``: one per writer (a backend instance): how many writes it made to the namespace;
 - ``vector``: a cached embedding (``fingerprint``, content hash, float32 bytes in base64).
 
-The item's vector is the text's *term signature* (:func:`signature`: its terms hashed into
-:data:`SIGNATURE_DIM` buckets, plus a constant component so an empty text has a direction):
-recall does not rank with it (``MemoryStore`` ranks in process, BM25 + the embedder's cosine,
-exactly as on SQLite), it only gives the engine's index a real, spread-out vector per item.
+The item's vector is the text's *term signature* (:func:`~evermind.vectorstore.clock.signature`:
+its terms hashed into :data:`SIGNATURE_DIM` buckets, plus a constant component so an empty
+text has a direction): recall does not rank with it (``MemoryStore`` ranks in process, BM25 +
+the embedder's cosine, exactly as on SQLite), it only gives the engine's index a real,
+spread-out vector per item.
 
 **Versions without transactions.** ``MemoryStore`` reloads when the namespace's version moves
 without its own write. The port has no atomic counter, so each writer counts its own writes in
-its own ``clock`` item (nobody else writes it: no lost update) and the version is the sum of the
-namespace's clocks. It grows by exactly one per write of anyone, so a store that sees
-``own + 1`` knows nobody else wrote; two runtimes writing at once both see ``+2`` and reload.
+its own ``clock`` item (:class:`~evermind.vectorstore.clock.WriterClock`: nobody else writes
+it, no lost update) and the version is the sum of the namespace's clocks. It grows by exactly
+one per write of anyone, so a store that sees ``own + 1`` knows nobody else wrote; two
+runtimes writing at once both see ``+2`` and reload.
 
 **Tenancy fails closed.** The backend is built for one tenant (required, non-empty): every item
 it writes carries ``Acl(tenant, {"memory"})`` and every read runs with that tenant's
@@ -31,12 +33,8 @@ Browser-safe: standard library and ``evermind`` only.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import hashlib
 import json
-import uuid
-import zlib
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -45,113 +43,15 @@ from typing import Any
 from evermind.errors import ConfigError, StorageError
 from evermind.memory.backend import select_evictions
 from evermind.memory.records import MemoryRecord, WriteResult
-from evermind.text import terms
+from evermind.vectorstore.clock import SIGNATURE_DIM, WriterClock, fetch_all, item_digest, signature
 from evermind.vectorstore.filters import And, Eq, Filter, In, Range
 from evermind.vectorstore.port import AccessScope, Acl, Hit, VectorItem, VectorStore
 
-__all__ = ["MEMORY_PRINCIPAL", "SIGNATURE_DIM", "VectorStoreBackend", "WriterClock", "signature"]
+# SIGNATURE_DIM is the dimension to open a memory store's vector store with: exported here too.
+__all__ = ["MEMORY_PRINCIPAL", "SIGNATURE_DIM", "VectorStoreBackend"]
 
-#: Dimension of the term signatures the memory items carry (open the store with it).
-SIGNATURE_DIM = 32
 #: The principal every memory item is readable by (the runtime's tenant is the isolation).
 MEMORY_PRINCIPAL = "memory"
-
-
-def signature(text: str, dim: int = SIGNATURE_DIM) -> list[float]:
-    """``text``'s terms hashed into ``dim - 1`` buckets (counts), and 1.0 in the last one."""
-    vector = [0.0] * dim
-    for term in terms(text):
-        vector[zlib.crc32(term.encode("utf-8", "surrogatepass")) % (dim - 1)] += 1.0
-    vector[-1] = 1.0  # a direction even for a text without terms
-    return vector
-
-
-def _digest(*parts: str) -> str:
-    joined = "\x00".join(parts).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(joined).hexdigest()[:40]
-
-
-async def fetch_all(
-    store: VectorStore, where: Filter, scope: AccessScope, *, guess: int = 0
-) -> list[Hit]:
-    """Every item ``scope`` sees that ``where`` admits.
-
-    A query of ``guess`` items first when given (one round trip when there are fewer, as
-    for a scope's few clocks); else, or when that came back full, a count and a query of
-    that many.
-    """
-    probe = signature("", store.dim)
-    if guess > 0:
-        hits = await store.query(probe, guess, where, scope)
-        if len(hits) < guess:
-            return hits
-    n = await store.count(where, scope)
-    return [] if n == 0 else await store.query(probe, n, where, scope)
-
-
-#: Writers a clock read expects at most in one round trip (more cost a count and a second).
-CLOCK_GUESS = 16
-
-
-class WriterClock:
-    """The per-writer write counters of one scope, and their sum (the scope's version).
-
-    Args:
-        store: The vector store the clock items live in (the data's own store, or a table
-            of clocks only, so that reading a version scans no data items).
-        scope: Whose items (the tenant's scope).
-        acl: The ACL the clock items carry.
-        group: What the clocks count (``memory:<namespace>``, ``l2:<dim>:<namespace>``):
-            items with ``kind == "clock"`` and ``ns == group``.
-    """
-
-    def __init__(self, store: VectorStore, scope: AccessScope, acl: Acl, group: str) -> None:
-        self.store = store
-        self.scope = scope
-        self.acl = acl
-        self.group = group
-        self.writer = uuid.uuid4().hex
-        self.written = 0  # this writer's own count (it alone writes its clock item)
-        #: Held around a write and its tick, so this writer's clock item never goes back.
-        self.lock = asyncio.Lock()
-
-    def _where(self) -> Filter:
-        return And((Eq("kind", "clock"), Eq("ns", self.group)))
-
-    async def counts(self) -> dict[str, int]:
-        """Writes per writer of the group, as the store holds them now."""
-        hits = await fetch_all(self.store, self._where(), self.scope, guess=CLOCK_GUESS)
-        return {str(h.metadata["writer"]): int(h.metadata["n"]) for h in hits}
-
-    async def version(self) -> int:
-        """The sum of the group's clocks: grows by one with every write of any writer."""
-        return sum((await self.counts()).values())
-
-    def tick(self) -> VectorItem:
-        """This writer's clock item after one more write (upsert it with the write)."""
-        self.written += 1
-        meta: dict[str, Any] = {
-            "kind": "clock",
-            "ns": self.group,
-            "writer": self.writer,
-            "n": self.written,
-        }
-        item_id = f"c:{_digest(self.acl.tenant, self.group, self.writer)}"
-        return VectorItem(item_id, signature("", self.store.dim), "", meta, self.acl)
-
-    async def commit(self, store: VectorStore, items: Sequence[VectorItem]) -> None:
-        """Upserts ``items`` into ``store`` and counts the write (hold :attr:`lock`).
-
-        One upsert when the clock lives in ``store`` (all or nothing); else the items first,
-        then the clock, so whoever sees the new count finds the items.
-        """
-        tick = self.tick()
-        if store is self.store:
-            await store.upsert([*items, tick])
-            return
-        if items:
-            await store.upsert(items)
-        await self.store.upsert([tick])
 
 
 class VectorStoreBackend:
@@ -224,7 +124,7 @@ class VectorStoreBackend:
             )
 
     def _record_id(self, key: str) -> str:
-        return f"m:{_digest(self.tenant, self.namespace, key)}"
+        return f"m:{item_digest(self.tenant, self.namespace, key)}"
 
     def _records_where(self, *more: Filter) -> Filter:
         return And((Eq("kind", "record"), Eq("ns", self.namespace), *more))
@@ -319,7 +219,7 @@ class VectorStoreBackend:
             return WriteResult(await self._clock.version(), evicted=gone)
 
     def _vector_id(self, fingerprint: str, digest: str) -> str:
-        return f"v:{_digest(self.tenant, fingerprint, digest)}"
+        return f"v:{item_digest(self.tenant, fingerprint, digest)}"
 
     async def get_vectors(
         self, fingerprint: str, hashes: Sequence[str]

@@ -22,7 +22,7 @@ from typing import Any
 
 from evermind.ingest.chunker import Chunk, Chunker
 from evermind.ingest.documents import ParseOptions
-from evermind.ingest.files import select_files
+from evermind.ingest.files import read_source, select_files
 from evermind.ingest.registry import PARSERS, ParserRegistry, decode
 from evermind.memory.embedder import as_embedder
 from evermind.retrieval.lexical import BM25Arm
@@ -59,7 +59,7 @@ def read_chunks(
     selection = select_files(paths, Path(base), registry)
     chunks: list[Chunk] = []
     for file in selection.files:
-        text = decode(file.path.read_bytes(), file.source)
+        text = decode(read_source(file), file.source)
         document = registry.get(file.parser)(text, file.source, options)
         chunks.extend(chunker.chunk(document))
     return chunks

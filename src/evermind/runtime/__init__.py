@@ -11,16 +11,17 @@ Modules, one idea each:
 - ``errors``: :class:`ApiError`, the OpenAI-style JSON error; routes raise it for bad
   requests, and ``app`` maps every library error to it in one table (nothing below the routes
   imports it).
-- ``auth``: constant-time token lookup, per-tenant rate limit (the tokens file format is
-  :mod:`evermind.tokens`).
+- Tokens, the per-tenant rate limit and the failed-authentication limiter are
+  :mod:`evermind.auth`'s (shared with the MCP server); ``app`` turns their errors into 401/429.
 - ``installs``: packages on disk — atomic install, scan, delete.
 - ``registry``: refs to installs, the lazily loaded models in an LRU by memory budget.
 - ``generation``: the chat template and generation on the worker thread pool.
 - ``schemas``: the request bodies (pydantic) that become the OpenAPI docs.
 - ``routes_models``, ``routes_openai``, ``routes_memory``, ``routes_cache``: the endpoints.
-- ``cache_store``: the SQLite-backed L2 semantic cache (and ``judge``, its decision).
-- ``shared_store``: the ``--store`` engine memory and the L2 live in instead, on a lane.
-- ``cache_port``: the L2 on that engine (same decision, storage on the vector-store port).
+- The L2 semantic cache's stores are the cache's (:mod:`evermind.cache.l2_sqlite` in the
+  runtime database, :mod:`evermind.cache.l2_vectorstore` on the ``--store`` engine, which is
+  :class:`evermind.vectorstore.shared.SharedStore`, on a lane).
+- ``gateway/``: the caching gateway to frontier models (its own subpackage).
 - ``memory_service``: the memory store per tenant and namespace (SQLite or ``--store``).
 - ``metrics``: counters and latency histograms, Prometheus text.
 - ``app``: :func:`create_app`, middleware and error handlers.

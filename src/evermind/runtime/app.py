@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import evermind
 from evermind import telemetry
+from evermind.auth import FailedAuthLimiter, PermissionDenied, RateLimited, Unauthenticated
 from evermind.errors import (
     AccessError,
     ConfigError,
@@ -51,17 +52,16 @@ from evermind.errors import (
     UpstreamError,
 )
 from evermind.runtime import (
-    gateway_anthropic,
     routes_affect,
     routes_cache,
     routes_memory,
     routes_models,
     routes_openai,
 )
-from evermind.runtime.auth import PermissionDenied, RateLimited, RateLimiter, Unauthenticated
 from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.devices import resolve_device
 from evermind.runtime.errors import ApiError, error_body
+from evermind.runtime.gateway import anthropic as gateway_anthropic
 from evermind.runtime.state import Runtime
 
 logger = logging.getLogger(__name__)
@@ -72,9 +72,6 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PUSH = ("POST", "/v1/models")
 #: The Anthropic-shaped route, whose clients authenticate with ``x-api-key``.
 MESSAGES = "/v1/messages"
-#: Failed authentications a client address may make: a burst, then this many a second.
-AUTH_FAILURE_BURST = 20
-AUTH_FAILURES_PER_S = 2.0
 #: Content types a push may declare (none is fine: a non-browser client). A web form can
 #: send text/plain, urlencoded or multipart without a preflight; none of those is a package.
 PUSH_TYPES = frozenset({"application/octet-stream", "application/zip", "application/x-evermind"})
@@ -141,7 +138,7 @@ class FrontDoor:
         self.runtime = runtime
         self.routes = routes
         #: Failed authentications per client address: guessing tokens is slowed to this.
-        self.failures = RateLimiter(AUTH_FAILURES_PER_S, AUTH_FAILURE_BURST)
+        self.failures = FailedAuthLimiter()
 
     def _route(self, scope: Scope) -> str:
         partial = "unmatched"
@@ -239,21 +236,11 @@ class FrontDoor:
             )
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         peer = str((scope.get("client") or ("?", 0))[0])
-        wait = self.failures.wait_s(peer)
-        if wait > 0:
-            raise RateLimited(
-                f"too many failed authentications from {peer}; retry in {wait:.1f} s",
-                max(1, round(wait + 0.5)),
-            )
         authorization = headers.get("authorization")
         if authorization is None and scope["path"] == MESSAGES and "x-api-key" in headers:
             # Anthropic clients send their key as x-api-key: here, the runtime token.
             authorization = f"Bearer {headers['x-api-key']}"
-        try:
-            principal = self.runtime.tokens.authenticate(authorization)
-        except AccessError:
-            self.failures.spend(peer)
-            raise
+        principal = self.failures.authenticate(self.runtime.tokens, authorization, peer)
         self.runtime.limiter.check(principal.tenant)
         scope["evermind.principal"] = principal
         if (scope["method"], scope["path"].rstrip("/")) == PUSH:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from evermind.errors import ConfigError
 from evermind.paths import data_dir
-from evermind.runtime.shared_store import check_store_url
 from evermind.telemetry.otlp import check_endpoint
 from evermind.train.teachers import LOCAL_TEACHERS
+from evermind.vectorstore.shared import check_store_url
 
 MIB = 1024 * 1024
 DEFAULT_PORT = 8377
@@ -80,7 +80,7 @@ class RuntimeConfig:
         store: Where memory and the L2 cache live: None (the default) keeps them in
             ``runtime.db``; ``postgresql://…`` (or ``qdrant://host:port``) in that server,
             shared by every runtime on it; ``memory://`` in this process only. See
-            :mod:`evermind.runtime.shared_store` and docs/runtime.md ("Scale-out").
+            :mod:`evermind.vectorstore.shared` and docs/runtime.md ("Scale-out").
         otlp_endpoint: Base URL of an OTLP/HTTP collector (``http://host:4318``): GenAI spans
             and metrics are exported there (docs/telemetry.md). None: the standard
             ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable decides; unset, telemetry is off.

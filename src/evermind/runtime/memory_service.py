@@ -16,7 +16,7 @@ in-memory indexes are only ever touched by one thread (no locks); the SQLite wor
 to the database's one thread and embeddings to the worker pool. ``/healthz`` and the other
 routes keep answering while recalls rank.
 
-With ``--store URL`` (:class:`~evermind.runtime.shared_store.SharedStore`) each namespace is a
+With ``--store URL`` (:class:`~evermind.vectorstore.shared.SharedStore`) each namespace is a
 :class:`~evermind.memory.vector_backend.VectorStoreBackend` of the caller's tenant on that
 store instead (the tenant is every item's ACL and every read's scope), and every store runs on
 the shared store's one lane, where its connection lives. Runtimes on one Postgres see each
@@ -37,9 +37,10 @@ from typing import Any, TypeVar
 from evermind.errors import InputError
 from evermind.memory import MemoryBackend, MemoryStore
 from evermind.memory.sqlite_backend import SQLiteBackend
-from evermind.memory.vector_backend import VectorStoreBackend, WriterClock
+from evermind.memory.vector_backend import VectorStoreBackend
 from evermind.model.inference import Model
-from evermind.runtime.shared_store import Lane, SharedStore
+from evermind.vectorstore.clock import WriterClock
+from evermind.vectorstore.shared import Lane, SharedStore
 
 logger = logging.getLogger(__name__)
 

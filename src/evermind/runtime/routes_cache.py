@@ -2,7 +2,7 @@
 (native-only).
 
 The protocol is the one :class:`evermind.cache.HttpSemanticCacheBackend` speaks, so L1
-caches use it unchanged; see :mod:`evermind.runtime.cache_store` for the matching rules.
+caches use it unchanged; see :mod:`evermind.cache.l2_sqlite` for the matching rules.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from evermind.model.inference import Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
-from evermind.runtime.gateway_openai import chat_request, message_text, serve_chat, sse
+from evermind.runtime.gateway.openai import chat_request, message_text, serve_chat, sse
 from evermind.runtime.generation import (
     CHAT_STOP,
     GenerationRequest,

@@ -47,12 +47,12 @@ from typing import Any, cast
 
 import numpy as np
 
+from evermind.auth import RateLimited
 from evermind.errors import ConfigError
 from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.decode import Decoder, ZeroStartDecoder
 from evermind.model.inference import Model, apply_head_rows
 from evermind.model.sampling_rows import sample_rows
-from evermind.runtime.auth import RateLimited
 from evermind.runtime.generation import GenerationRequest, GenerationResult
 from evermind.runtime.ids import fresh_seed
 

@@ -16,22 +16,22 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from evermind.runtime.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
-from evermind.runtime.cache_port import VectorCacheStore
-from evermind.runtime.cache_store import CacheStore, SemanticCacheStore
+from evermind.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
+from evermind.cache.l2_sqlite import CacheStore, SemanticCacheStore
+from evermind.cache.l2_vectorstore import VectorCacheStore
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.devices import decoder_for
-from evermind.runtime.gateway import Gateway, LocalServing
-from evermind.runtime.gateway_config import GatewayConfig
+from evermind.runtime.gateway.config import GatewayConfig
+from evermind.runtime.gateway.core import Gateway, LocalServing
 from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService
 from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
 from evermind.runtime.scheduler import Scheduler
-from evermind.runtime.shared_store import SharedStore
 from evermind.runtime.telemetry import close_export, open_export
 from evermind.telemetry import Telemetry
 from evermind.tokens import Principal
+from evermind.vectorstore.shared import SharedStore
 
 logger = logging.getLogger(__name__)
 

@@ -17,15 +17,19 @@ What it adds to a plain static server, and why:
   the worker it imports and every fetch inside (wasm, wheel, stdlib) are CORS requests.
   ``Cross-Origin-Resource-Policy: cross-origin`` lets a cross-origin-isolated host page
   (COEP ``require-corp``) load the files too. Preflights (``OPTIONS``) are answered.
-- **Safe paths**: only files inside the folder; no directory listings, no dot-files; a bad
-  path is a 404, never a 500.
+- **Safe paths**: only files inside the folder (links resolved first); no directory
+  listings, no dot-files; only regular files (:mod:`evermind.safefiles`: a FIFO, socket or
+  device in the folder is never opened, so none can hang a handler thread); a bad path is
+  a 404, never a 500.
 """
 
 from __future__ import annotations
 
 import email.utils
 import logging
+import os
 import re
+import stat as stat_mode
 import threading
 import urllib.parse
 from collections.abc import Iterable
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from evermind.errors import ConfigError
+from evermind.safefiles import RefusedFile, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -158,18 +163,18 @@ class BundleHandler(BaseHTTPRequestHandler):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            target = target / "index.html"
-            if not target.is_file():
+            index = self._regular(target / "index.html")
+            if index is None:
                 self._error(HTTPStatus.NOT_FOUND, "not found")
                 return
+            target = index
         coding, variant, has_variants = self._pick_variant(target)
         try:
-            stat = variant.stat()
-            handle = variant.open("rb")
-        except OSError:
+            fd, stat = open_regular(variant, root=self.server.root)
+        except (OSError, RefusedFile):
             self._error(HTTPStatus.NOT_FOUND, "not found")
             return
-        with handle:
+        with os.fdopen(fd, "rb") as handle:
             etag = f'"{stat.st_size:x}-{stat.st_mtime_ns:x}-{coding or "identity"}"'
             not_modified = etag in _etags(self.headers.get("If-None-Match"))
             self.send_response(HTTPStatus.NOT_MODIFIED if not_modified else HTTPStatus.OK)
@@ -201,22 +206,37 @@ class BundleHandler(BaseHTTPRequestHandler):
         # read as a separator or a drive.
         if any(p.startswith(".") or "\\" in p or "\0" in p or ":" in p for p in parts):
             return None
-        root = self.server.root
+        target = self._inside(self.server.root.joinpath(*parts))
         try:
-            target = root.joinpath(*parts).resolve()
-            if target != root and not target.is_relative_to(root):
-                return None
-            return target if target.exists() else None
+            return target if target is not None and target.exists() else None
         except (OSError, ValueError):  # a name too long, a NUL the filesystem refuses
             return None
+
+    def _inside(self, path: Path) -> Path | None:
+        """``path`` resolved, if it stays inside the served folder."""
+        root = self.server.root
+        try:
+            target = path.resolve()
+        except (OSError, ValueError, RuntimeError):  # a NUL, a link loop
+            return None
+        return target if target == root or target.is_relative_to(root) else None
+
+    def _regular(self, path: Path) -> Path | None:
+        """``path`` resolved, if it is a regular file inside the served folder (no FIFO)."""
+        target = self._inside(path)
+        try:
+            is_regular = target is not None and stat_mode.S_ISREG(os.stat(target).st_mode)
+        except (OSError, ValueError):
+            return None
+        return target if is_regular else None
 
     def _pick_variant(self, target: Path) -> tuple[str | None, Path, bool]:
         """(coding, file to send, whether compressed variants exist) for ``target``."""
         allowed = accepted_encodings(self.headers.get("Accept-Encoding"))
         has_variants = False
         for coding, suffix in ENCODINGS:
-            variant = target.with_name(target.name + suffix)
-            if variant.is_file():
+            variant = self._regular(target.with_name(target.name + suffix))
+            if variant is not None:
                 has_variants = True
                 if coding in allowed:
                     return coding, variant, True

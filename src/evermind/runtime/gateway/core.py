@@ -1,12 +1,13 @@
 """The caching gateway: frontier models behind the runtime's cache, per tenant (native-only).
 
 A model id ``<upstream>/<name>`` (``anthropic/claude-…``, ``openai/gpt-…``, or any upstream
-named in the ``--upstreams`` file, see :mod:`evermind.runtime.gateway_config`) is served
+named in the ``--upstreams`` file, see :mod:`evermind.runtime.gateway.config`) is served
 by :meth:`Gateway.resolve`: the tenant's bridge to that upstream, built once, is
 
     CachingBridge(InstrumentedBridge(<SDK bridge with the tenant's key>, prices), cache)
 
-(prices: :class:`~evermind.bridges.pricing.PriceTable`, the shipped table with any
+(the SDK bridge: the upstream protocol's, from the registry :mod:`evermind.bridges.protocols`;
+prices: :class:`~evermind.bridges.pricing.PriceTable`, the shipped table with any
 ``EVERMIND_PRICES`` override, so every paid call has its ``cost_usd`` and every hit its
 ``saved_usd``).
 
@@ -32,17 +33,18 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from evermind.bridges import protocols
 from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta
 from evermind.bridges.caching import CachingBridge, TermEmbedder
 from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
+from evermind.cache.l2_sqlite import CacheStore
 from evermind.cache.matrix import MatrixIndex
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
-from evermind.runtime.cache_store import CacheStore
-from evermind.runtime.gateway_auto import AutoBridge, LocalBridge, budget_of
-from evermind.runtime.gateway_config import AUTO_MODEL, GatewayConfig, UpstreamConfig
+from evermind.runtime.gateway.auto import AutoBridge, LocalBridge, budget_of
+from evermind.runtime.gateway.config import AUTO_MODEL, GatewayConfig, UpstreamConfig
 from evermind.runtime.metrics import Metrics
 from evermind.tokens import Principal
 
@@ -116,7 +118,7 @@ class Resolved(NamedTuple):
 
 
 class StoreBackend:
-    """The runtime's L2 store (:class:`~evermind.runtime.cache_store.CacheStore`: SQLite, or
+    """The runtime's L2 store (:class:`~evermind.cache.l2_sqlite.CacheStore`: SQLite, or
     the ``--store`` engine) as an in-process L2 of a ``SemanticCache``.
 
     Only the async half of the protocol: the gateway never calls the cache synchronously.
@@ -203,27 +205,22 @@ class StoreBackend:
 
 
 def connect_sdk(upstream: UpstreamConfig, key: str) -> Bridge:
-    """The official SDK bridge to ``upstream``.
+    """The official SDK bridge to ``upstream``: its protocol's in the registry
+    (:attr:`evermind.bridges.protocols.WireProtocol.sdk`).
 
     The SDK's own timeout is a little longer than the gateway's, so a slow upstream is the
     gateway's ``upstream_timeout`` (504), not a connection failure (502).
+
+    Raises:
+        ConfigError: The upstream's protocol is not registered (any more).
     """
-    bridge: Bridge
-    options: dict[str, Any] = {
-        "api_key": key,
-        "base_url": upstream.base_url,
-        "max_retries": upstream.max_retries,
-        "timeout": upstream.timeout + SDK_TIMEOUT_MARGIN_S,
-    }
-    if upstream.protocol == "anthropic":
-        from evermind.bridges.anthropic import AnthropicBridge
-
-        bridge = AnthropicBridge(**options)
-    else:
-        from evermind.bridges.openai import OpenAIBridge
-
-        bridge = OpenAIBridge(**options)
-    return bridge
+    protocol = protocols.lookup(upstream.protocol, f"upstream {upstream.name!r}")
+    return protocol.sdk(
+        api_key=key,
+        base_url=upstream.base_url,
+        max_retries=upstream.max_retries,
+        timeout=upstream.timeout + SDK_TIMEOUT_MARGIN_S,
+    )
 
 
 def make_embedder(

@@ -42,8 +42,8 @@ from evermind.bridges.evermind import DEFAULT_TEMPERATURE, EvermindBridge
 from evermind.bridges.pricing import PriceTable
 from evermind.model.chat import CHAT_STOP
 from evermind.model.inference import Model
-from evermind.runtime.gateway_config import AUTO_MODEL as AUTO_MODEL
-from evermind.runtime.gateway_config import AutoConfig
+from evermind.runtime.gateway.config import AUTO_MODEL as AUTO_MODEL
+from evermind.runtime.gateway.config import AutoConfig
 from evermind.runtime.generation import GenerationRequest, GenerationResult
 from evermind.runtime.scheduler import Scheduler
 from evermind.runtime.telemetry import failing, finish_generation, local_operation

@@ -12,8 +12,10 @@ memories whose ``updated_at`` changed are re-tokenized. Ranking is FTS5's ``bm25
 recency exactly as ``RecallOptions`` describes; content is always read from the memory file
 itself, so a stale side index can never show a deleted or expired memory.
 
-The memory file is opened read-only; it is never created or migrated here. Native-only,
-standard library and ``evermind`` only (no numpy, no MCP SDK) so a hook starts fast.
+The memory file is opened read-only; it is never created or migrated here. This is memory's
+public read path for callers that must not open a ``MemoryStore`` (the Claude Code hooks in
+``evermind.mcp.hook``): nothing outside ``memory/`` reads its tables. Native-only, standard
+library and ``evermind`` only (no numpy, no MCP SDK) so a hook starts fast.
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from evermind.errors import StorageError
 from evermind.memory.records import RecallOptions
+from evermind.memory.sqlite_backend import SCHEMA_VERSION
 from evermind.text import terms
 
-#: The memory file schema this reader understands (``evermind.memory.sqlite_backend``).
-MEMORY_SCHEMA_VERSION = 1
 #: Version of the side index's own layout; a different one is rebuilt.
 INDEX_LAYOUT = 2
 
@@ -55,6 +57,7 @@ class HookMemory:
         importance: 0…1.
         updated_at: Latest write, seconds since the epoch.
         score: Relevance × importance × recency (1.0 for the digest's entries).
+        meta: Its extra fields (a stub's link to its archived original among them).
     """
 
     key: str
@@ -63,6 +66,7 @@ class HookMemory:
     importance: float
     updated_at: float
     score: float = 1.0
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _encode(term: str) -> str:
@@ -88,11 +92,11 @@ def open_memory_file(memory_file: Path) -> sqlite3.Connection:
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
     except sqlite3.Error as err:
         raise StorageError(f"memory file {memory_file}: not a memory database ({err})") from err
-    if row is None or row[0] != MEMORY_SCHEMA_VERSION:
+    if row is None or row[0] != SCHEMA_VERSION:
         conn.close()
         raise StorageError(
             f"memory file {memory_file}: schema version {row and row[0]}, this hook reads "
-            f"version {MEMORY_SCHEMA_VERSION}"
+            f"version {SCHEMA_VERSION}"
         )
     return conn
 
@@ -142,12 +146,21 @@ class HookIndex:
     def digest(self, limit: int) -> list[HookMemory]:
         """The ``limit`` most important live memories (newest first among equals)."""
         rows = self.main.execute(
-            "SELECT key, content, tags, importance, updated_at FROM memories "
+            "SELECT key, content, tags, importance, updated_at, meta FROM memories "
             "WHERE namespace = ? AND archived = 0 AND (expires_at IS NULL OR expires_at > ?) "
             "ORDER BY importance DESC, updated_at DESC, key LIMIT ?",
             (self.namespace, self.now, limit),
         ).fetchall()
         return [_memory(row) for row in rows]
+
+    def has(self, key: str) -> bool:
+        """Whether a live (unexpired, unarchived) memory has the key ``key``."""
+        row = self.main.execute(
+            "SELECT 1 FROM memories WHERE namespace = ? AND key = ? AND archived = 0 "
+            "AND (expires_at IS NULL OR expires_at > ?)",
+            (self.namespace, key, self.now),
+        ).fetchone()
+        return row is not None
 
     def recall(self, query: str, top_k: int) -> list[HookMemory]:
         """The live memories sharing terms with ``query``, best first (empty when none do)."""
@@ -176,7 +189,7 @@ class HookIndex:
         wanted = list(keys)
         marks = ",".join("?" * len(wanted))
         rows = self.main.execute(
-            "SELECT key, content, tags, importance, updated_at FROM memories "
+            "SELECT key, content, tags, importance, updated_at, meta FROM memories "
             f"WHERE namespace = ? AND key IN ({marks}) AND archived = 0 "
             "AND (expires_at IS NULL OR expires_at > ?)",
             (self.namespace, *wanted, self.now),
@@ -281,14 +294,16 @@ class HookIndex:
 
 
 def _memory(row: Sequence[object]) -> HookMemory:
-    key, content, tags, importance, updated_at = row
+    key, content, tags, importance, updated_at, meta = row
     parsed = json.loads(str(tags)) if tags else []
+    extra = json.loads(str(meta)) if meta else {}
     return HookMemory(
         str(key),
         str(content),
         tuple(str(tag) for tag in parsed),
         float(importance),  # type: ignore[arg-type]
         float(updated_at),  # type: ignore[arg-type]
+        meta=extra if isinstance(extra, dict) else {},
     )
 
 
@@ -300,9 +315,7 @@ def _weighted(memory: HookMemory, relevance: float, opts: RecallOptions, now: fl
     if opts.recency:
         age = max(0.0, now - memory.updated_at)
         score *= 1 - opts.recency_weight + opts.recency_weight * 0.5 ** (age / opts.half_life_s)
-    return HookMemory(
-        memory.key, memory.content, memory.tags, memory.importance, memory.updated_at, score
-    )
+    return replace(memory, score=score)
 
 
 __all__ = ["HookIndex", "HookMemory", "open_memory_file", "side_path"]

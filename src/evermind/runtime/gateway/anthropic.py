@@ -30,8 +30,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall
 from evermind.errors import EvermindError, InputError, NotFound
-from evermind.runtime.gateway import Gateway, Resolved
-from evermind.runtime.gateway_openai import SSE_HEADERS, cache_headers, evermind_field
+from evermind.runtime.gateway.core import Gateway, Resolved
+from evermind.runtime.gateway.openai import SSE_HEADERS, cache_headers, evermind_field
 from evermind.runtime.ids import response_id
 from evermind.runtime.schemas import MessagesRequest
 from evermind.runtime.state import Reader, RuntimeDep

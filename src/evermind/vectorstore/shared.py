@@ -9,11 +9,14 @@ so several runtimes behind a load balancer share memories and cache entries (doc
 event loop of its own) every store call runs on: an async driver's connection belongs to the
 loop that opened it, so the memory threads and the cache all hand their work to this lane. It
 opens, at start-up, the memory table (``evermind_memory``, term signatures of
-:data:`~evermind.memory.vector_backend.SIGNATURE_DIM`) and the writer clocks' table
+:data:`~evermind.vectorstore.clock.SIGNATURE_DIM`) and the writer clocks' table
 (``evermind_clocks``, so a version read scans only clocks) so a bad URL or an unreachable server
 fails ``evermind serve`` before it listens; the cache's tables (``evermind_l2_<dim>``, one per
 embedding dimension, at most :data:`MAX_CACHE_DIMS`) open on first use and are recorded in the
 memory table, so every runtime can count entries of dimensions it never opened itself.
+
+It lives here, below the runtime (which opens it and keeps memory in it) and the cache
+(:mod:`evermind.cache.l2_vectorstore` keeps the L2 in its tables), which both use it.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from evermind.errors import ConfigError, InputError, StorageError
-from evermind.memory.vector_backend import SIGNATURE_DIM, fetch_all, signature
-from evermind.vectorstore import AccessScope, Acl, And, Eq, VectorItem, VectorStore, open_store
+from evermind.vectorstore import open_store
+from evermind.vectorstore.clock import SIGNATURE_DIM, fetch_all, signature
+from evermind.vectorstore.filters import And, Eq
+from evermind.vectorstore.port import AccessScope, Acl, VectorItem, VectorStore
 
 __all__ = ["MAX_CACHE_DIMS", "STORE_SCHEMES", "Lane", "SharedStore", "check_store_url"]
 

@@ -89,7 +89,7 @@ class LookupResult:
 
 class CacheStore(Protocol):
     """What the routes and the gateway need of an L2 store: this module's SQLite one, or
-    :class:`~evermind.runtime.cache_port.VectorCacheStore` on a ``--store`` engine."""
+    :class:`~evermind.cache.l2_vectorstore.VectorCacheStore` on a ``--store`` engine."""
 
     max_entries: int
 

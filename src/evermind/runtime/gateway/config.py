@@ -21,7 +21,8 @@
     tenant_names = false        # /metrics labels tenants by a hash unless true
 
     [upstreams.anthropic]       # model "anthropic/<name>"
-    protocol = "anthropic"      # or "openai" (any OpenAI-compatible server)
+    protocol = "anthropic"      # or "openai" (any OpenAI-compatible server): a protocol of
+                                # evermind.bridges.protocols (default: the upstream's name)
     base_url = "https://api.anthropic.com"
     api_key = "env:ANTHROPIC_API_KEY"   # a literal, or env:VAR (read at start-up)
     models = ["claude-sonnet-4-5"]      # allowed models (default: any)
@@ -31,7 +32,7 @@
     [upstreams.anthropic.tenant_keys]   # per-tenant keys (else api_key)
     alpha = "env:ALPHA_ANTHROPIC_KEY"
 
-    [auto]                      # model "evermind/auto": the router (see runtime/gateway_auto.py)
+    [auto]                      # model "evermind/auto": the router (see runtime/gateway/auto.py)
     local = "evermind/notes:1.0.0"
     frontier = "anthropic/claude-sonnet-4-5"
 
@@ -50,10 +51,10 @@ from pathlib import Path
 from typing import Any
 
 from evermind.agent.router import RouterConfig
+from evermind.bridges import protocols
 from evermind.bridges.caching import CachePolicy
 from evermind.errors import ConfigError
 
-PROTOCOLS = ("anthropic", "openai")
 #: Upstream names: what precedes ``/`` in a model id (``evermind`` is the local models').
 RESERVED = ("evermind",)
 
@@ -170,7 +171,8 @@ class UpstreamConfig:
 
     Attributes:
         name: Model ids ``<name>/<model>`` go to it.
-        protocol: ``anthropic`` (Messages API) or ``openai`` (Chat Completions).
+        protocol: A name in :mod:`evermind.bridges.protocols`: ``anthropic`` (Messages
+            API), ``openai`` (Chat Completions) or any other registered one.
         base_url: Its root URL (None: the provider's public API).
         api_key: The key for tenants without their own (empty: those tenants are refused).
         tenant_keys: Per-tenant keys.
@@ -322,9 +324,7 @@ def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> U
     _fields(spec, where, allowed | {"timeout", "max_retries"})
     if name in RESERVED or "/" in name or not name:
         raise ConfigError(f"{where}: the name {name!r} is reserved or not a single word")
-    protocol = spec.get("protocol", name)
-    if protocol not in PROTOCOLS:
-        raise ConfigError(f"{where}: protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    protocol = protocols.lookup(spec.get("protocol", name), where).name
     base_url = spec.get("base_url")
     if base_url is not None and not str(base_url).startswith(("http://", "https://")):
         raise ConfigError(f"{where}: base_url must be an http(s) URL, got {base_url!r}")

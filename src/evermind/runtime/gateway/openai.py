@@ -3,7 +3,7 @@
 Translates an OpenAI Chat Completions body into a neutral
 :class:`~evermind.bridges.base.ChatRequest` (system and developer messages become
 ``system``; tools and tool calls are converted), runs it through the tenant's bridge from
-:meth:`~evermind.runtime.gateway.Gateway.resolve`, and answers in the same shape, JSON or
+:meth:`~evermind.runtime.gateway.core.Gateway.resolve`, and answers in the same shape, JSON or
 server-sent events. Every answer says how the cache served it:
 
 - the header ``x-evermind-cache``: ``hit-l1``, ``hit-l2``, ``miss`` (looked up, not found)
@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall, Usage
 from evermind.errors import EvermindError, InputError
 from evermind.runtime import schemas
-from evermind.runtime.gateway import Gateway, Resolved
+from evermind.runtime.gateway.core import Gateway, Resolved
 from evermind.runtime.ids import response_id
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

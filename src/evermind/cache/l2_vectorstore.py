@@ -1,7 +1,7 @@
 """The L2 semantic cache on the shared vector store (``--store URL``; native-only).
 
-The same cache as :class:`~evermind.runtime.cache_store.SemanticCacheStore`, with the same
-decision (:func:`~evermind.runtime.cache_store.judge`, i.e. ``cache/decide.py``): only the
+The same cache as :class:`~evermind.cache.l2_sqlite.SemanticCacheStore`, with the same
+decision (:func:`~evermind.cache.l2_sqlite.judge`, i.e. ``cache/decide.py``): only the
 storage moves. Entries of ``dim``-dimensional embeddings are items of the table
 ``evermind_l2_<dim>`` (:meth:`SharedStore.cache_table`): the item's vector is the entry's unit
 embedding, its text the query, its metadata the namespace, the response (JSON), the ``meta``,
@@ -11,7 +11,7 @@ the tenant's scope, so a tenant's lookups never see another's entries on any eng
 
 Each runtime keeps an in-memory index per ``(tenant, namespace, dim)``, as the SQLite store
 does, and brings it up to date before each lookup and store: the scope's per-writer clocks
-(:class:`~evermind.memory.vector_backend.WriterClock`, in the shared store's clock table,
+(:class:`~evermind.vectorstore.clock.WriterClock`, in the shared store's clock table,
 written just after the entry) say how many entries each writer has stored, and only the
 entries past what this index has seen are fetched (a range filter on the writer's sequence).
 So an entry stored through one runtime is a hit through another at its next lookup. The
@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from evermind.memory.vector_backend import WriterClock, fetch_all
-from evermind.runtime.cache_store import (
+from evermind.cache.l2_sqlite import (
     MAX_INDEXED_BYTES,
     MAX_INDEXED_SCOPES,
     LookupResult,
@@ -45,8 +44,9 @@ from evermind.runtime.cache_store import (
     judge,
     normalised,
 )
-from evermind.runtime.shared_store import SharedStore
 from evermind.vectorstore import AccessScope, Acl, And, Eq, Range, VectorItem, VectorStore
+from evermind.vectorstore.clock import WriterClock, fetch_all
+from evermind.vectorstore.shared import SharedStore
 
 __all__ = ["CACHE_PRINCIPAL", "VectorCacheStore"]
 

@@ -1,0 +1,247 @@
+"""The upstream wire protocols, in one registry (browser-safe: standard library only).
+
+A *protocol* is everything that differs between two ways of talking to a language-model API:
+where a request goes and with which headers, the request body, how a response and a streamed
+response are read, how a stream ends, and which official SDK speaks it natively. Two are
+registered here: ``anthropic`` (the Messages API) and ``openai`` (Chat Completions, spoken by
+OpenAI and every OpenAI-compatible server). Their bodies and parsers are the pure functions
+of :mod:`evermind.bridges.wire`; this module only says which belong together.
+
+Everything that takes a protocol name reads this registry and nothing else:
+
+- the gateway's ``--upstreams`` file (``protocol = "…"``, :mod:`evermind.runtime.gateway.config`);
+- the gateway's bridge to an upstream (:func:`evermind.runtime.gateway.core.connect_sdk` builds
+  :attr:`WireProtocol.sdk`);
+- the tab's :class:`~evermind.bridges.fetch.FetchBridge` (endpoint, headers, body, parsing).
+
+So a new provider joins in one place: one :func:`register` call with its
+:class:`WireProtocol`. The SDK bridges are imported only when :attr:`WireProtocol.sdk` is
+called, so this module imports in the tab.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from evermind.bridges import wire
+from evermind.bridges.base import Bridge, ChatRequest, Completion
+from evermind.errors import ConfigError
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "SdkConnect",
+    "StreamFold",
+    "WireProtocol",
+    "lookup",
+    "names",
+    "register",
+    "unregister",
+]
+
+#: The Messages API version the Anthropic bodies follow.
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+class StreamFold(Protocol):
+    """Folds a streamed response's events into text deltas and, at the end, the completion
+    (:class:`~evermind.bridges.wire.AnthropicStream`, :class:`~evermind.bridges.wire.OpenAIStream`).
+    """
+
+    @property
+    def done(self) -> bool:
+        """Whether the stream's final event has arrived."""
+        ...
+
+    def feed(self, event: Mapping[str, Any]) -> str:
+        """Takes one event's parsed ``data``; returns the text it adds."""
+        ...
+
+    def completion(self) -> Completion:
+        """The completion of the events fed."""
+        ...
+
+
+class SdkConnect(Protocol):
+    """Builds the native bridge of a protocol on its official SDK."""
+
+    def __call__(
+        self, *, api_key: str, base_url: str | None, max_retries: int, timeout: float
+    ) -> Bridge: ...
+
+
+@dataclass(frozen=True)
+class WireProtocol:
+    """One way of talking to a language-model API.
+
+    Attributes:
+        name: What an upstreams file's ``protocol`` and ``FetchBridge(protocol=…)`` say.
+        path: The request path after the base URL (``/v1/messages``, ``/chat/completions``).
+        headers: ``headers(api_key)``: the headers a request from a page carries.
+        body: ``body(request, stream)``: the JSON body of a request.
+        completion: ``completion(data, provider)``: a response's JSON as a completion.
+        stream: ``stream(provider)``: a new fold for one streamed response.
+        stream_end: What a complete stream ends with (named when one is cut).
+        sdk: The native bridge on the official SDK (the gateway's upstream bridge).
+        on_done: Called with the fold on a ``data: [DONE]`` line, for a protocol that ends
+            its streams with one (OpenAI); None: the line is not the protocol's and is
+            skipped.
+    """
+
+    name: str
+    path: str
+    headers: Callable[[str], dict[str, str]]
+    body: Callable[[ChatRequest, bool], dict[str, Any]]
+    completion: Callable[[Mapping[str, Any], str], Completion]
+    stream: Callable[[str], StreamFold]
+    stream_end: str
+    sdk: SdkConnect
+    on_done: Callable[[Any], None] | None = None
+
+    def read_event(self, fold: StreamFold, data: str) -> str:
+        """Feeds one server-sent event's ``data`` to ``fold``; returns the text it adds.
+
+        Raises:
+            UpstreamError: An error event (see the fold's ``feed``).
+            json.JSONDecodeError: ``data`` is neither JSON nor ``[DONE]``.
+        """
+        if data.startswith("[DONE]"):
+            if self.on_done is not None:
+                self.on_done(fold)
+            return ""
+        return fold.feed(json.loads(data)) if data else ""
+
+
+_REGISTRY: dict[str, WireProtocol] = {}
+
+
+def register(protocol: WireProtocol) -> WireProtocol:
+    """Adds ``protocol`` under its name; returns it.
+
+    Raises:
+        ConfigError: The name is empty, not one word, or taken already.
+    """
+    name = protocol.name
+    if not name or not name.isidentifier():
+        raise ConfigError(
+            f"protocol registry: a protocol name is one word of letters, digits and _, got {name!r}"
+        )
+    if name in _REGISTRY:
+        raise ConfigError(
+            f"protocol registry: {name!r} is registered already; hint: unregister it first "
+            "to replace it"
+        )
+    _REGISTRY[name] = protocol
+    return protocol
+
+
+def unregister(name: str) -> None:
+    """Removes the protocol ``name`` (nothing when it is not registered)."""
+    _REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """The registered protocols' names, in the order they joined."""
+    return tuple(_REGISTRY)
+
+
+def lookup(name: object, where: str) -> WireProtocol:
+    """The protocol called ``name``.
+
+    Args:
+        name: The name as the caller got it (any value: a config file's may be anything).
+        where: Who asks, to start the error message (``FetchBridge``, a file and table).
+
+    Raises:
+        ConfigError: No protocol of that name (the message lists the registered ones).
+    """
+    found = _REGISTRY.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ConfigError(f"{where}: protocol must be one of {names()}, got {name!r}")
+    return found
+
+
+# ---------------------------------------------------------------------- the two built in
+
+
+def _anthropic_headers(api_key: str) -> dict[str, str]:
+    return {
+        "x-api-key": api_key,
+        "anthropic-version": ANTHROPIC_VERSION,
+        "anthropic-dangerous-direct-browser-access": "true",
+    }
+
+
+def _anthropic_body(request: ChatRequest, stream: bool) -> dict[str, Any]:
+    return wire.anthropic_body(request, stream=stream)
+
+
+def _anthropic_completion(data: Mapping[str, Any], provider: str) -> Completion:
+    return wire.anthropic_completion(data)  # the Messages API names its provider itself
+
+
+def _anthropic_stream(provider: str) -> StreamFold:
+    return wire.AnthropicStream()
+
+
+def _anthropic_sdk(
+    *, api_key: str, base_url: str | None, max_retries: int, timeout: float
+) -> Bridge:
+    from evermind.bridges.anthropic import AnthropicBridge  # native-only: on first use
+
+    return AnthropicBridge(
+        api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+    )
+
+
+def _openai_headers(api_key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {api_key}"}
+
+
+def _openai_body(request: ChatRequest, stream: bool) -> dict[str, Any]:
+    return wire.openai_body(request, stream=stream)
+
+
+def _openai_stream(provider: str) -> StreamFold:
+    return wire.OpenAIStream(provider)
+
+
+def _openai_done(fold: wire.OpenAIStream) -> None:
+    fold.finish()
+
+
+def _openai_sdk(*, api_key: str, base_url: str | None, max_retries: int, timeout: float) -> Bridge:
+    from evermind.bridges.openai import OpenAIBridge  # native-only: on first use
+
+    return OpenAIBridge(
+        api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+    )
+
+
+register(
+    WireProtocol(
+        name="anthropic",
+        path="/v1/messages",
+        headers=_anthropic_headers,
+        body=_anthropic_body,
+        completion=_anthropic_completion,
+        stream=_anthropic_stream,
+        stream_end="message_stop",
+        sdk=_anthropic_sdk,
+    )
+)
+register(
+    WireProtocol(
+        name="openai",
+        path="/chat/completions",
+        headers=_openai_headers,
+        body=_openai_body,
+        completion=wire.openai_completion,
+        stream=_openai_stream,
+        stream_end="data: [DONE]",
+        sdk=_openai_sdk,
+        on_done=_openai_done,
+    )
+)

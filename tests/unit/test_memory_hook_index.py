@@ -1,0 +1,92 @@
+"""The hooks' fast read path (``evermind.memory.hook_index``) over a real SQLite memory file.
+
+The side index must follow every write, forget and expiry of the memory file it shadows, never
+create or migrate the memory file, and refuse a file of another schema by name.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from evermind.errors import StorageError
+from evermind.memory import MemoryStore
+from evermind.memory.hook_index import HookIndex, side_path
+from tests.unit.test_memory_helpers import run
+
+NAMESPACE = "default/default"
+FACTS = [
+    ("pref-editor", "Niamh uses Neovim with LazyVim as her editor.", ["preference"], 0.9),
+    ("deploy-host", "Staging deploys go to host tessera-stg-2 on port 8443.", ["infra"], 0.6),
+    ("lunch", "The team orders lunch from the noodle place on Fridays.", ["trivia"], 0.2),
+]
+
+
+def remember(memory_file: Path, facts: list[tuple[str, str, list[str], float]]) -> None:
+    async def write() -> None:
+        store = MemoryStore(memory_file, namespace=NAMESPACE)
+        for key, content, tags, importance in facts:
+            await store.remember(key, content, tags, importance)
+        await store.close()
+
+    run(write())
+
+
+def test_side_index_follows_writes_forgets_and_expiry(tmp_path: Path) -> None:
+    memory_file = tmp_path / "memory.db"
+    remember(memory_file, FACTS)
+    with HookIndex(memory_file, NAMESPACE) as index:
+        assert [h.key for h in index.recall("Neovim editor", 5)] == ["pref-editor"]
+        assert index.has("pref-editor") and not index.has("missing")
+    assert side_path(memory_file, NAMESPACE).is_file()
+
+    async def change() -> None:
+        store = MemoryStore(memory_file, namespace=NAMESPACE)
+        await store.forget("pref-editor")
+        await store.remember("pref-editor-2", "Niamh moved to Helix as her editor.", (), 0.8)
+        await store.remember("short", "Helix tip: the editor keeps a jumplist.", (), 0.5, ttl=0.001)
+        await store.close()
+
+    run(change())
+    time.sleep(0.01)  # past the 1 ms TTL: on a fast disk the writes above take less
+    with HookIndex(memory_file, NAMESPACE) as index:
+        assert [h.key for h in index.recall("editor", 5)] == ["pref-editor-2"]
+        assert [m.key for m in index.digest(2)] == ["pref-editor-2", "deploy-host"]
+        assert not index.has("pref-editor")  # forgotten
+        assert not index.has("short")  # expired
+    with HookIndex(memory_file, "other/namespace") as index:
+        assert index.digest(5) == [] and index.recall("editor", 5) == []
+        assert not index.has("pref-editor-2")
+
+
+def test_missing_or_foreign_memory_file_is_refused_and_never_created(tmp_path: Path) -> None:
+    missing = tmp_path / "none.db"
+    with pytest.raises(StorageError, match="does not exist"):
+        HookIndex(missing, NAMESPACE)
+    assert not missing.exists()
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (99)")
+    conn.close()
+    with pytest.raises(StorageError, match="schema version 99"):
+        HookIndex(foreign, NAMESPACE)
+
+
+def test_the_mcp_layer_never_reads_memory_tables() -> None:
+    """The hooks and tools go through memory's API; only ``memory/`` holds SQL on its files."""
+    import re
+
+    import evermind
+
+    mcp = Path(evermind.__file__).parent / "mcp"
+    sql = re.compile(r"\b(FROM|INTO|UPDATE|JOIN)\s+(memories|namespaces|archive|vectors)\b", re.I)
+    found = [
+        f"{path.name}: {match.group(0)}"
+        for path in sorted(mcp.rglob("*.py"))
+        for match in sql.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, found
