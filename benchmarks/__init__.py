@@ -18,8 +18,9 @@ training step's breakdown, the GPU model's speeds, the timing helpers) stays in 
   (held-out loss and training tokens/s on the CPU, wgpu-py and the browser).
 
 Each script runs as ``python -m benchmarks.<name> --help`` from the checkout's root.
-:func:`main` is the one entry point of ``evermind bench``: the CLI (``evermind.cli.bench``)
-finds the checkout, puts it on ``sys.path`` and forwards the words after ``bench`` to it.
+:func:`main` (``python -m benchmarks``) is the one entry point of ``evermind bench``: the CLI
+(``evermind.cli.bench``) finds the checkout and runs ``python -m benchmarks`` from it as a
+child process, forwarding the words after ``bench``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ a byte-level BPE of ``JobConfig.vocab_size`` tokens trained on it, the tail
 Transports (columns):
 
 - ``cpu``: the numpy model with AdamW (:class:`~evermind.train.cpu_backend.CpuBackend`);
-- ``native``: :class:`~evermind.model.gpu.GpuMamba` on wgpu-py (whatever adapter it opens;
+- ``native``: :class:`~evermind.train.gpu_backend.GpuBackend` on wgpu-py (whatever adapter it opens;
   a block without WebGPU kernels reads "not supported yet");
 - ``browser``: the same :func:`evermind.studio.bench.suite.gpu_block_bench` in the Studio's
   worker in headless Chromium (the ``bench_blocks`` worker call; SwiftShader where there is no

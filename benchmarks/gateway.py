@@ -11,7 +11,8 @@ writes, whose embedding head was distilled), it starts a fresh loopback OpenAI u
 1. **Overhead on a miss**: ``--probes`` unique questions, each sent once straight to the
    upstream and once through the gateway (alternating which goes first), with the same
    keep-alive ``httpx`` client; p50/p99 of both and of the difference.
-2. **Replay**: the request set, built deterministically from the development set
+2. **Replay**: the request set of :mod:`evals.cache_replay` (the one ``evals.cache_full
+   --replay`` looks up in process), built deterministically from the development set
    ``cache_pairs_dev.jsonl`` (``$EVERMIND_EVAL_DIR``, else ``shared/eval`` next to the
    checkout; see :mod:`evals`): every triple's ``query`` first (misses, stored), then, in a
    seeded shuffle, each ``query`` again (a repeat), its ``paraphrase`` and its
@@ -29,18 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from evals.cache_replay import PROBES, WARMUPS, Ask, load_triples, probe_text, replay_set
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "gpt-4o-mini"
@@ -52,42 +52,6 @@ _UPSTREAM = (
     "u = OpenAIUpstream(sys.argv[1]).start(); print(u.port, flush=True); "
     "sys.stdin.read(); u.stop()"
 )
-
-
-@dataclass(frozen=True)
-class Ask:
-    """One replayed request: which triple, which kind, what text."""
-
-    triple: int
-    kind: str  # query | repeat | paraphrase | near_miss
-    text: str
-
-
-def load_triples(eval_dir: Path | None = None, limit: int | None = None) -> list[dict[str, str]]:
-    """The development set's (query, paraphrase, near_miss) triples."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from evals import require
-
-    path = require("cache_pairs_dev.jsonl", eval_dir)
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    return rows[:limit] if limit else rows
-
-
-def replay_set(triples: Sequence[dict[str, str]], seed: int = 0) -> list[Ask]:
-    """Every query, then its repeat, paraphrase and near-miss in a seeded shuffle."""
-    first = [Ask(i, "query", t["query"]) for i, t in enumerate(triples)]
-    later = [
-        Ask(i, kind, t[field])
-        for i, t in enumerate(triples)
-        for kind, field in (
-            ("repeat", "query"),
-            ("paraphrase", "paraphrase"),
-            ("near_miss", "near_miss"),
-        )
-    ]
-    random.Random(seed).shuffle(later)
-    return first + later
 
 
 def _python_env() -> dict[str, str]:
@@ -192,23 +156,6 @@ def _quantiles(seconds: Sequence[float]) -> dict[str, float | None]:
     ordered = sorted(seconds)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return {"p50_ms": 1000 * statistics.median(ordered), "p99_ms": 1000 * p99}
-
-
-#: Overhead probes per configuration (``--probes``).
-PROBES = 200
-#: Requests sent first through each path to warm it (connections, imports); their texts.
-WARMUPS = tuple(f"warm {i}" for i in range(5))
-
-
-def probe_text(i: int) -> str:
-    """The ``i``-th overhead probe: a unique question, so every probe is a miss."""
-    return f"Overhead probe {i}: what does the number {i * 7919 % 104729} mean?"
-
-
-def prelude(probes: int) -> list[str]:
-    """What goes through the gateway's cache before the replay: the warm-ups, then the
-    probes (``evals/cache_full.py --probes`` stores the same texts first)."""
-    return [*WARMUPS, *(probe_text(i) for i in range(probes))]
 
 
 def _overhead(procs: _Processes, client: httpx.Client, probes: int) -> dict[str, Any]:

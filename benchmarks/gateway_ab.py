@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from evals.cache_replay import probe_text
 
 from benchmarks.gateway import (
     MODEL,
@@ -34,7 +35,6 @@ from benchmarks.gateway import (
     _embedder_spec,
     _python_env,
     _timed,
-    probe_text,
     write_config,
 )
 

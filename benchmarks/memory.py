@@ -31,7 +31,8 @@ except ImportError:
 
 import numpy as np  # noqa: E402
 
-from evermind.memory import MemoryStore, RecallOptions, VectorIndex  # noqa: E402
+from evermind.memory import MemoryStore, RecallOptions  # noqa: E402
+from evermind.search.vectors import VectorIndex  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(5000)] + ["TSR-417", "db-prod-01", "deploy", "route", "depot"]
 

@@ -1,4 +1,4 @@
-"""Time the cortex's WebGPU kernels (kernels/moe.py) and a GpuMamba step with and without it.
+"""Time the cortex's WebGPU kernels (kernels/moe.py) and a GpuBackend step with and without it.
 
 On wgpu-py (lavapipe here; a real GPU where there is one): the MoE forward, the pooled aux
 loss and the backward at one nano-ish shape (M = B·L rows of d_model D, E experts of width F,
@@ -31,7 +31,7 @@ from evermind.kernels.moe import (
     weight_counts,
 )
 from evermind.model import MambaConfig, init_params
-from evermind.model.gpu import GpuMamba
+from evermind.train.gpu_backend import GpuBackend
 from evermind.train.loop import TrainConfig
 
 
@@ -98,12 +98,12 @@ def main() -> None:
     ids = array("i", rng.integers(0, 256, b * length).tolist())
     for label, extra in (("plain", {}), ("cortex", {"moe_experts": args.experts})):
         cfg = MambaConfig(d_model=d, n_layer=4, vocab_size=256, moe_top_k=args.top_k, **extra)
-        model = GpuMamba(dev, cfg, b, length, train)
-        model.load_params(init_params(cfg, 0))
+        backend = GpuBackend(dev, cfg, b, length, train)
+        backend.model.load_params(init_params(cfg, 0))
         steps = iter(range(1, 1 << 30))
 
-        def run(model: GpuMamba = model, steps: Iterator[int] = steps) -> None:
-            asyncio.run(model.train_step([(ids, ids)], 3e-3, next(steps)))
+        def run(backend: GpuBackend = backend, steps: Iterator[int] = steps) -> None:
+            asyncio.run(backend.train_step([(ids, ids)], 3e-3, next(steps)))
 
         print(
             f"  step {label:6s} {_median_ms(run, args.repeats):8.1f} ms ({cfg.n_params:,} params)"

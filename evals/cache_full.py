@@ -46,12 +46,12 @@ paraphrase and its near-miss, each looked up and, on a miss, stored with an answ
 own. Reported: wrong answers (a hit whose stored question is neither the asked question nor
 its paraphrase: near-miss hits included), and the hits per kind. Near-misses stored this way
 sit next to their originals, which is what the full-cache measurement never has.
-``--probes`` first stores what ``benchmarks.gateway`` sends before its replay, in the same
-namespace: 5 warm-up requests and 200 templated overhead probes. They are part of that
-cache too (its calibration sample and its IDF), so only with them does the in-process
-replay decide as the HTTP replay does (same embedder, same decision code: the gateway's L1
-is this :class:`SemanticCache`; its SQLite L2 holds the same entries and is consulted only
-on an L1 miss).
+``--probes`` first stores what ``benchmarks.gateway`` sends before its replay
+(:mod:`evals.cache_replay`, which both read), in the same namespace: 5 warm-up requests and
+200 templated overhead probes. They are part of that cache too (its calibration sample and
+its IDF), so only with them does the in-process replay decide as the HTTP replay does (same
+embedder, same decision code: the gateway's L1 is this :class:`SemanticCache`; its SQLite L2
+holds the same entries and is consulted only on an L1 miss).
 
 Usage::
 
@@ -79,9 +79,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.cache_full``
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.gateway import PROBES, prelude, replay_set  # noqa: E402
-
 from evals import require  # noqa: E402
+from evals.cache_replay import PROBES, prelude, replay_set  # noqa: E402
 from evermind.cache import SemanticCache  # noqa: E402
 from evermind.studio.tab_memory import trigram_vector  # noqa: E402
 
@@ -237,7 +236,7 @@ def replay(
     trust_scores: bool = True,
 ) -> dict[str, Any]:
     """The read-through replay (see the module docstring) through one fresh cache, after
-    ``prelude`` (e.g. ``benchmarks.gateway.prelude``) is looked up and stored the same way."""
+    ``prelude`` (e.g. :func:`evals.cache_replay.prelude`) is looked up and stored the same way."""
     cache = SemanticCache(
         vectors.__getitem__,
         fingerprint=f"replay-{name}",

@@ -75,6 +75,21 @@ RIVERS = [
 ADAPT_QUICK = AdaptConfig(steps=30, seq_len=32, lr=1e-2)
 
 
+#: A cache of Python questions: "python" and "file" are in nearly every stored query (the
+#: term-statistics tests of the cache and of ``evermind.search.terms``).
+FILE_VERBS = [
+    "read", "write", "copy", "delete", "rename", "zip", "unzip", "encrypt", "hash", "lock",
+    "upload", "download", "parse", "split", "merge", "sort", "compress", "watch", "stream",
+    "truncate", "append", "chmod", "mmap", "seek", "tail", "diff", "patch", "sign", "verify",
+    "backup", "restore", "move", "touch", "checksum", "serialise", "deserialise", "tokenise",
+    "index", "search", "open",
+]  # fmt: skip
+PYTHON_FILE_QUERIES = [f"How do I {verb} a file in Python?" for verb in FILE_VERBS] + [
+    "Read a parquet dataset in Python with pyarrow",
+    "Python file locking across processes with fcntl",
+]
+
+
 @lru_cache(maxsize=8)
 def tiny_package(
     name: str = "tiny",

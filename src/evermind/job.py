@@ -399,7 +399,8 @@ class JobBackend:
     """A backend built for the job, how to read its weights back, and what to call it.
 
     Attributes:
-        backend: The model and optimizer (the GPU model, or the numpy CPU backend).
+        backend: The model and optimizer (``GpuBackend`` or ``CpuBackend``, both in
+            :mod:`evermind.train`).
         read_params: Returns the trained weights (HF names).
         device: What trained, for the package's training summary (``"wgpu gpu"``).
     """

@@ -1,7 +1,7 @@
 """Shared text primitives: Unicode folding, tokenising, stemming and stop words.
 
 This module owns the few text operations that both lexical memory ranking
-(:mod:`evermind.memory.ranking`, BM25) and the semantic-cache guards
+(:mod:`evermind.search.bm25`, BM25) and the semantic-cache guards
 (:mod:`evermind.cache.english`) build on, so the two cannot drift apart:
 
 - :func:`normalise` (NFKC, case-fold, straight apostrophes) and :func:`fold` (the same,

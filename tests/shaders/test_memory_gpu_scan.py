@@ -8,8 +8,9 @@ import itertools
 import numpy as np
 import pytest
 
-from evermind.memory import InMemoryBackend, MemoryStore, RecallOptions, VectorIndex
-from evermind.memory.gpu_vectors import GpuVectorIndex
+from evermind.memory import InMemoryBackend, MemoryStore, RecallOptions
+from evermind.search.gpu_index import GpuVectorIndex
+from evermind.search.vectors import VectorIndex
 from tests.unit.test_memory_helpers import TrigramEmbedder
 
 # f32 dot products of unit vectors of dimension <= 64 on GPU vs numpy: a few ulp of 1.

@@ -1,5 +1,6 @@
 """The GPU model against the numpy CPU model: one step's loss and every gradient, then a
-20-step training run whose losses track, and evaluation."""
+20-step training run of the GPU backend whose losses track the CPU backend's, its state
+handed between the two, evaluation, and the embedding objective."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from evermind.model.cpu import CpuMamba
 from evermind.model.gpu import GpuMamba
 from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
+from evermind.train.gpu_backend import GpuBackend
 from evermind.train.schedule import Schedule
 from evermind.types import TrainConfig
 from tests.numerics import assert_close
@@ -46,8 +48,8 @@ def test_twenty_training_steps_track_the_cpu_backend(device) -> None:
     train = TrainConfig(
         steps=20, batch_size=B, seq_len=L, lr=5e-3, warmup_steps=3, grad_clip=1.0, weight_decay=0.1
     )
-    gpu = GpuMamba(device, CONFIG, B, L, train)
-    gpu.load_params(params)
+    gpu = GpuBackend(device, CONFIG, B, L, train)
+    gpu.model.load_params(params)
     cpu = CpuBackend(CONFIG, params, train)
     schedule = Schedule.for_training(train)
     gpu_losses, cpu_losses = [], []
@@ -60,7 +62,7 @@ def test_twenty_training_steps_track_the_cpu_backend(device) -> None:
     print("cpu", [round(x, 4) for x in cpu_losses])
     assert_close(np.array(gpu_losses), np.array(cpu_losses), atol=2e-3, rtol=2e-3, name="losses")
     assert gpu_losses[-1] < gpu_losses[0]
-    final = asyncio.run(gpu.read_params())
+    final = asyncio.run(gpu.model.read_params())
     for name, ref in cpu.model.params.items():
         got = np.frombuffer(final[name], np.float32).reshape(ref.shape)
         assert_close(got, ref, atol=2e-3, rtol=2e-3, name=f"param {name} after 20 steps")
@@ -114,11 +116,44 @@ def test_gpu_training_memorises_a_tiny_text(device) -> None:
     seq = [rng.randrange(CONFIG.vocab_size) for _ in range(41)]
     batch = (array("i", seq[:-1]), array("i", seq[1:]))
     train = TrainConfig(batch_size=1, seq_len=40, lr=2e-2, weight_decay=0.0, grad_clip=1.0)
-    gpu = GpuMamba(device, CONFIG, 1, 40, train)
-    gpu.load_params(init_params(CONFIG, seed=0))
+    gpu = GpuBackend(device, CONFIG, 1, 40, train)
+    gpu.model.load_params(init_params(CONFIG, seed=0))
     losses = [asyncio.run(gpu.train_step([batch], 2e-2, step)) for step in range(1, 121)]
     print(f"overfit: {losses[0]:.3f} -> {losses[-1]:.4f}")
     assert losses[-1] < 0.1
+
+
+def test_backend_state_is_handed_cpu_to_gpu_to_cpu(device) -> None:
+    """Either backend resumes the other's checkpoint state (weights and AdamW moments under
+    the same keys): CPU two steps -> GPU one step -> CPU, each next step equal."""
+    params = init_params(CONFIG, seed=11)
+    train = TrainConfig(batch_size=B, seq_len=L, lr=5e-3, grad_clip=1.0, weight_decay=0.1)
+    cpu = CpuBackend(CONFIG, params, train)
+    for step in (1, 2):
+        asyncio.run(cpu.train_step([_batch(20 + step)], 5e-3, step))
+    gpu = GpuBackend(device, CONFIG, B, L, train)
+    asyncio.run(gpu.load_state(asyncio.run(cpu.state())))
+    handed = asyncio.run(gpu.state())
+    assert handed.keys() == asyncio.run(cpu.state()).keys()
+    for name, values in asyncio.run(cpu.state()).items():
+        assert handed[name].tobytes() == values.tobytes(), f"{name} changed on the way"
+    want = asyncio.run(cpu.train_step([_batch(23)], 5e-3, 3))
+    got = asyncio.run(gpu.train_step([_batch(23)], 5e-3, 3))
+    print(f"step 3: gpu {got:.6f} cpu {want:.6f}")
+    assert got == pytest.approx(want, rel=1e-5)
+    back = CpuBackend(CONFIG, params, train)
+    asyncio.run(back.load_state(asyncio.run(gpu.state())))
+    after = asyncio.run(back.state())
+    for name, ref in asyncio.run(cpu.state()).items():
+        assert_close(
+            np.frombuffer(after[name], np.float32),
+            np.frombuffer(ref, np.float32),
+            atol=2e-4,
+            rtol=2e-3,
+            name=f"{name} after the GPU step",
+        )
+    want = asyncio.run(cpu.train_step([_batch(24)], 5e-3, 4))
+    assert asyncio.run(back.train_step([_batch(24)], 5e-3, 4)) == pytest.approx(want, rel=1e-4)
 
 
 # The embedding objective: texts padded on the right, an awkward head width E.
@@ -161,13 +196,13 @@ def test_one_embedding_step_loss_and_every_gradient_match_numpy(device) -> None:
     centre = (rng.standard_normal(CONFIG.d_model) * 0.1).astype(np.float32)
     head = (rng.standard_normal((EMBED_DIM, CONFIG.d_model)) * 0.3).astype(np.float32)
     train = TrainConfig(batch_size=b, seq_len=L, grad_clip=0.0)
-    gpu = GpuMamba(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
-    gpu.load_params(params)
+    gpu = GpuBackend(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
+    gpu.model.load_params(params)
     gpu.load_embedder(array("f", centre), array("f", head.ravel()))
     batch = _embed_batch(3)
     gpu.embed_zero_plan.run()
     loss = asyncio.run(gpu.embed_forward_backward(batch))
-    grads = asyncio.run(gpu.read_grads())
+    grads = asyncio.run(gpu.model.read_grads())
     dhead = np.frombuffer(asyncio.run(gpu.read_embed_head_grad()), np.float32)
 
     ref_loss, ref_grads, ref_dhead = _embed_reference(params, centre, head, batch)
@@ -188,8 +223,8 @@ def test_one_embedding_step_loss_and_every_gradient_match_numpy(device) -> None:
 def test_embedding_steps_reduce_the_loss(device) -> None:
     b = len(LENGTHS)
     train = TrainConfig(batch_size=b, seq_len=L, lr=1e-2, grad_clip=1.0, weight_decay=0.1)
-    gpu = GpuMamba(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
-    gpu.load_params(init_params(CONFIG, seed=7))
+    gpu = GpuBackend(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
+    gpu.model.load_params(init_params(CONFIG, seed=7))
     batch = _embed_batch(4)
     losses = [asyncio.run(gpu.embed_train_step([batch], 1e-2, step)) for step in range(1, 16)]
     print("embedding losses", [round(x, 4) for x in losses])
@@ -206,15 +241,15 @@ def test_embedding_gradient_accumulation_equals_one_big_batch(device) -> None:
     params = init_params(CONFIG, seed=8)
     b = len(LENGTHS)
     train = TrainConfig(batch_size=b, seq_len=L, grad_accum=2, grad_clip=0.0)
-    gpu = GpuMamba(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
-    gpu.load_params(params)
+    gpu = GpuBackend(device, CONFIG, b, L, train, embed_dim=EMBED_DIM)
+    gpu.model.load_params(params)
     head = np.eye(EMBED_DIM, CONFIG.d_model)  # the default head
     one, two = _embed_batch(5), _embed_batch(6)
     gpu.embed_zero_plan.run()
     loss = asyncio.run(gpu.embed_forward_backward(one)) + asyncio.run(
         gpu.embed_forward_backward(two)
     )
-    got = asyncio.run(gpu.read_grads())
+    got = asyncio.run(gpu.model.read_grads())
     both = tuple(x + y for x, y in zip(one, two, strict=True))
     ref_loss, ref_grads, _ = _embed_reference(params, np.zeros(CONFIG.d_model), head, both)
     assert loss == pytest.approx(ref_loss, rel=1e-5)
@@ -229,12 +264,11 @@ def test_embedding_gradient_accumulation_equals_one_big_batch(device) -> None:
         )
 
 
-def test_embedding_step_needs_a_train_config(device) -> None:
+def test_embedding_step_needs_an_embed_dim(device) -> None:
     from evermind.errors import ShapeError
 
-    with pytest.raises(ShapeError, match="embed_dim needs a TrainConfig"):
-        GpuMamba(device, CONFIG, 1, 4, embed_dim=3)
+    train = TrainConfig(batch_size=1, seq_len=4)
+    with pytest.raises(ShapeError, match="embed_dim must be >= 1, got 0"):
+        GpuBackend(device, CONFIG, 1, 4, train, embed_dim=0)
     with pytest.raises(ShapeError, match="no embedding step"):
-        GpuMamba(device, CONFIG, 1, 4, TrainConfig(batch_size=1, seq_len=4)).load_embedder(
-            array("f", [0.0] * CONFIG.d_model)
-        )
+        GpuBackend(device, CONFIG, 1, 4, train).load_embedder(array("f", [0.0] * CONFIG.d_model))

@@ -14,6 +14,7 @@ from evermind.model.cpu_mamba2 import CpuMamba2
 from evermind.model.gpu import GpuMamba
 from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
+from evermind.train.gpu_backend import GpuBackend
 from evermind.train.schedule import Schedule
 from evermind.types import TrainConfig
 from tests.factories import next_token_batch
@@ -60,8 +61,8 @@ def test_training_steps_track_the_cpu_backend(device) -> None:
         grad_clip=1.0,
         weight_decay=0.1,
     )
-    gpu = GpuMamba(device, CONFIG, B, L, train)
-    gpu.load_params(params)
+    gpu = GpuBackend(device, CONFIG, B, L, train)
+    gpu.model.load_params(params)
     cpu = CpuBackend(CONFIG, params, train)
     schedule = Schedule.for_training(train)
     gpu_losses, cpu_losses = [], []
@@ -74,7 +75,7 @@ def test_training_steps_track_the_cpu_backend(device) -> None:
     print("cpu", [round(x, 4) for x in cpu_losses])
     assert_close(np.array(gpu_losses), np.array(cpu_losses), atol=2e-3, rtol=2e-3, name="losses")
     assert gpu_losses[-1] < gpu_losses[0]
-    final = asyncio.run(gpu.read_params())
+    final = asyncio.run(gpu.model.read_params())
     for name, ref in cpu.model.params.items():
         got = np.frombuffer(final[name], np.float32).reshape(ref.shape)
         assert_close(got, ref, atol=2e-3, rtol=2e-3, name=f"param {name} after {steps} steps")
@@ -191,15 +192,15 @@ def test_one_embedding_step_loss_and_every_gradient_match_numpy(device) -> None:
         ids[row, n:] = 0  # padding id
     targets = rng.standard_normal((b, embed_dim)).astype(np.float32)
 
-    gpu = GpuMamba(
+    gpu = GpuBackend(
         device, CONFIG, b, L, TrainConfig(batch_size=b, seq_len=L, grad_clip=0.0), embed_dim=7
     )
-    gpu.load_params(params)
+    gpu.model.load_params(params)
     gpu.load_embedder(array("f", centre), array("f", head.ravel()))
     batch = (array("i", ids.ravel().tolist()), array("I", lengths), array("f", targets.ravel()))
     gpu.embed_zero_plan.run()
     loss = asyncio.run(gpu.embed_forward_backward(batch))
-    grads = asyncio.run(gpu.read_grads())
+    grads = asyncio.run(gpu.model.read_grads())
 
     cpu = CpuMamba2(CONFIG, params)
     hidden, cache = cpu.hidden_train(ids)

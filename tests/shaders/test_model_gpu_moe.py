@@ -15,6 +15,7 @@ from evermind.model.cpu import CpuMamba
 from evermind.model.gpu import GpuMamba
 from evermind.model.init import init_params
 from evermind.train.cpu_backend import CpuBackend
+from evermind.train.gpu_backend import GpuBackend
 from evermind.train.schedule import Schedule
 from evermind.types import TrainConfig
 from tests.factories import next_token_batch
@@ -77,8 +78,8 @@ def test_training_steps_track_the_cpu_backend(device) -> None:
         weight_decay=0.1,
         grad_accum=2,
     )
-    gpu = GpuMamba(device, CONFIG, B, L, train)
-    gpu.load_params(params)
+    gpu = GpuBackend(device, CONFIG, B, L, train)
+    gpu.model.load_params(params)
     cpu = CpuBackend(CONFIG, params, train)
     schedule = Schedule.for_training(train)
     gpu_losses, cpu_losses = [], []
@@ -93,7 +94,7 @@ def test_training_steps_track_the_cpu_backend(device) -> None:
     assert gpu_losses[-1] < gpu_losses[0]
     assert gpu.routing is not None and cpu.routing is not None
     assert gpu.routing["layers"].keys() == cpu.routing["layers"].keys()
-    final = asyncio.run(gpu.read_params())
+    final = asyncio.run(gpu.model.read_params())
     for name, ref in cpu.model.params.items():
         got = np.frombuffer(final[name], np.float32).reshape(ref.shape)
         assert_close(got, ref, atol=2e-3, rtol=2e-3, name=f"param {name} after {steps} steps")

@@ -16,16 +16,9 @@ from pathlib import Path
 import pytest
 
 from evermind.cache import SemanticCache
-from evermind.cache.decide import (
-    CONTEST_MARGIN,
-    MIN_CALIBRATION,
-    UNCALIBRATED,
-    Candidate,
-    calibration_pairs,
-    contested_of,
-    decide,
-)
+from evermind.cache.decide import CONTEST_MARGIN, Candidate, contested_of, decide
 from evermind.cache.l2_sqlite import SemanticCacheStore
+from evermind.search.calibration import UNCALIBRATED
 
 INCREASE = "How to increase iron absorption from spinach"
 REDUCE = "How to reduce iron absorption from spinach"
@@ -97,27 +90,6 @@ def test_the_runtime_l2_measures_the_contest_at_lookup(tmp_path: Path) -> None:
     alone, both = asyncio.run(run())
     assert alone.hit is not None  # type: ignore[attr-defined]
     assert both.hit is None and "contested" in both.reason  # type: ignore[attr-defined]
-
-
-def test_calibration_reads_only_word_disjoint_pairs_unless_too_few() -> None:
-    templated = [f"Order {n}: what is the delivery status?" for n in range(10)]
-    unrelated = [
-        "capital of peru",
-        "boil an egg",
-        "python list reverse",
-        "tax deadline 2024",
-        "mars distance",
-        "git undo commit",
-        "bake sourdough bread",
-        "rust borrow checker",
-        "knit a scarf",
-    ]
-    pairs = calibration_pairs(templated + unrelated)
-    # No pair of two templated questions (they share words) is read as unrelated.
-    assert not any(i < 10 and j < 10 for i, j in pairs)
-    assert len(pairs) >= MIN_CALIBRATION * (MIN_CALIBRATION - 1) // 2
-    # A cache of one template has too few disjoint pairs: every pair, as before.
-    assert len(calibration_pairs(templated)) == 45
 
 
 @pytest.mark.parametrize("size", [40, 120])

@@ -1,4 +1,4 @@
-"""Lexical evidence weighted by the cache's own IDF (``evermind.cache.decide.TermStats``).
+"""Lexical evidence weighted by the cache's own IDF (``evermind.search.terms.TermStats``).
 
 The rule: once a cache holds ``MIN_IDF_ENTRIES`` stored queries, words shared by many of
 them ("python", "file" in a cache of Python questions) are not evidence that two queries
@@ -18,30 +18,14 @@ import pytest
 from evals.cache_full import collapsed_vector, measure
 
 from evermind.cache import SemanticCache
-from evermind.cache.decide import (
-    MIN_IDF_ENTRIES,
-    Candidate,
-    TermStats,
-    calibrate,
-    decide,
-    lexical_evidence,
-)
+from evermind.cache.decide import Candidate, decide, lexical_evidence
 from evermind.cache.l2_sqlite import _Index
+from evermind.search.calibration import calibrate
+from evermind.search.terms import MIN_IDF_ENTRIES, TermStats
 from evermind.studio import api, memory_api, rpc
 from evermind.studio.tab_memory import trigram_vector
+from tests.factories import FILE_VERBS, PYTHON_FILE_QUERIES
 
-# A cache of Python questions: "python" and "file" are in nearly every stored query.
-_TOPICS = [
-    "read", "write", "copy", "delete", "rename", "zip", "unzip", "encrypt", "hash", "lock",
-    "upload", "download", "parse", "split", "merge", "sort", "compress", "watch", "stream",
-    "truncate", "append", "chmod", "mmap", "seek", "tail", "diff", "patch", "sign", "verify",
-    "backup", "restore", "move", "touch", "checksum", "serialise", "deserialise", "tokenise",
-    "index", "search", "open",
-]  # fmt: skip
-PYTHON_FILE_QUERIES = [f"How do I {verb} a file in Python?" for verb in _TOPICS] + [
-    "Read a parquet dataset in Python with pyarrow",
-    "Python file locking across processes with fcntl",
-]
 CALIBRATED = calibrate([0.1] * 40)
 
 
@@ -150,15 +134,6 @@ def test_expired_entries_leave_the_statistics() -> None:
     assert cache.term_stats == TermStats.of(["How do I renew a domain?"])
 
 
-def test_term_stats_remove_is_the_inverse_of_add() -> None:
-    stats = TermStats.of(PYTHON_FILE_QUERIES)
-    for query in PYTHON_FILE_QUERIES[::2]:
-        stats.remove(query)
-    assert stats == TermStats.of(PYTHON_FILE_QUERIES[1::2])
-    stats.clear()
-    assert stats == TermStats() and stats.idf("python") == 0.0
-
-
 def test_the_runtime_l2_index_keeps_its_statistics() -> None:
     index = _Index(4)
     queries: list[str | None] = [f"stored query {n} about topic {n % 5}" for n in range(30)]
@@ -211,7 +186,7 @@ def test_the_collapsed_property_holds_at_full_size() -> None:
             "paraphrase": f"Python: {verb} a file, host {n}",
             "near_miss": f"How do I {verb} a folder in Python on host {n + 1}?",
         }
-        for n, verb in enumerate(_TOPICS * 8)
+        for n, verb in enumerate(FILE_VERBS * 8)
     ]
     report = measure(rows, lambda b: [collapsed_vector(t) for t in b], "collapsed")
     assert report["entries"] == len(rows) >= 300

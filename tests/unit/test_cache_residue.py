@@ -18,14 +18,14 @@ from evermind.cache.decide import (
     AMBIGUITY_MARGIN,
     RESIDUE_CONFIDENT,
     SHORT_CONFIDENT,
-    UNCALIBRATED,
     Candidate,
-    TermStats,
     decide,
     lexical_evidence,
     residue_evidence,
     variants,
 )
+from evermind.search.calibration import UNCALIBRATED
+from evermind.search.terms import TermStats
 
 HSA = "Can I use HSA money to pay Medicare premiums?"
 HSA_NEAR = "Can I contribute to an HSA after enrolling in Medicare?"

@@ -23,8 +23,9 @@ from evals.cache_full import collapsed_vector, measure
 
 import evermind
 from evermind.cache import Refusal, SemanticCache
-from evermind.cache.decide import Candidate, calibrate, decide, lexical_evidence
+from evermind.cache.decide import Candidate, decide, lexical_evidence
 from evermind.memory import InMemoryBackend, MemoryStore
+from evermind.search.calibration import calibrate
 from evermind.studio.tab_memory import trigram_vector
 from tests.factories import tiny_package
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import evermind
 from evermind.cache import SemanticCache
-from evermind.cache.decide import UNCALIBRATED, Candidate, decide
+from evermind.cache.decide import Candidate, decide
 from evermind.package.head import EmbedderHead
 from evermind.runtime.gateway.core import make_embedder
+from evermind.search.calibration import UNCALIBRATED
 from evermind.train.distill import fit_centre, package_bytes
 from tests.factories import tiny_package
 

@@ -179,7 +179,8 @@ def test_action_guard_accepts_two_requests_or_none() -> None:
 
 
 def test_a_soft_refusal_yields_to_a_confident_score_and_a_veto_never_does() -> None:
-    from evermind.cache.decide import Calibration, Candidate, decide
+    from evermind.cache.decide import Candidate, decide
+    from evermind.search.calibration import Calibration
 
     query, cached = "Put my Linux account into the docker group", "Add a user to the docker group"
     calibration = Calibration(threshold=0.4, unrelated=0.37, pairs=100)

@@ -24,6 +24,10 @@ LAYERS: list[set[str]] = [
     {"job", "bridges", "ingest"},
     {"memory", "cache"},
     {"vectorstore"},
+    # The one home of search maths: below every package that ranks (memory, cache,
+    # retrieval, vectorstore's in-process engine, runtime, studio); it reads kernels (the
+    # GPU top-k) and the leaves.
+    {"search"},
     {"train"},
     {"model"},
     {"kernels"},

@@ -8,15 +8,14 @@ returns nothing for unrelated questions with either.
 
 from __future__ import annotations
 
-import math
 import random
 import zlib
 
 import pytest
 
 from evermind.memory import InMemoryBackend, MemoryStore, RecallOptions
-from evermind.memory.ranking import pearson, zscores
-from evermind.memory.recall import MAX_TRUST, calibration
+from evermind.memory.recall import calibration
+from evermind.search.calibration import MAX_TRUST
 from tests.unit.test_memory_helpers import run
 
 #: Eight topics; each memory uses its topic's first words, queries may use the synonyms.
@@ -75,21 +74,6 @@ async def _store(embedder: object | None) -> MemoryStore:
     for key, content in _memories().items():
         await store.remember(key, content)
     return store
-
-
-def test_zscores_and_pearson() -> None:
-    z = zscores({"a": 1.0, "b": 2.0, "c": 3.0})
-    assert z["b"] == 0.0 and z["c"] == pytest.approx(math.sqrt(1.5))
-    assert sum(z.values()) == pytest.approx(0.0)
-    assert zscores({"a": 0.7, "b": 0.7}) == {"a": 0.0, "b": 0.0}
-    assert zscores({}) == {}
-    based = zscores({"a": 1.0, "b": 3.0, "c": 11.0}, basis=["a", "b"])  # mean 2, std 1
-    assert based == {"a": -1.0, "b": 1.0, "c": 9.0}
-    assert pearson([1.0, 2.0, 3.0], [2.0, 4.0, 6.5]) == pytest.approx(0.9986, abs=1e-3)
-    assert pearson([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
-    assert pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == 0.0
-    with pytest.raises(ValueError, match="lengths differ"):
-        pearson([1.0], [1.0, 2.0])
 
 
 def test_trust_is_high_for_an_informative_embedder_and_zero_for_a_collapsed_one() -> None:

@@ -31,7 +31,6 @@ from evermind.retrieval import (
     source_of,
 )
 from evermind.retrieval.citations import read_answer
-from evermind.retrieval.fusion import coverage, fuse_convex, fuse_rrf
 from evermind.retrieval.lexical import any_words
 from evermind.vectorstore import AccessScope, Acl, Eq, Hit, ScopeRequired, VectorItem, open_store
 
@@ -76,36 +75,7 @@ def search(question: str, k: int = 3, **options: Any) -> SearchResult:
     return asyncio.run(main())
 
 
-# --- fusion ---------------------------------------------------------------------------
-
-
-def test_convex_fusion_weights_move_the_order() -> None:
-    dense = [("a", 0.9), ("b", 0.5), ("c", 0.1)]
-    lexical = [("c", 9.0), ("b", 4.0), ("d", 1.0)]
-    only_lexical = fuse_convex(dense, lexical, 0.0)
-    only_dense = fuse_convex(dense, lexical, 1.0)
-    assert max(only_lexical, key=only_lexical.__getitem__) == "c"
-    assert max(only_dense, key=only_dense.__getitem__) == "a"
-    # d came from the lexical arm only: its dense score is the lowest dense one (0.1).
-    assert only_dense["d"] == pytest.approx(only_dense["c"])
-    # a came from the dense arm only: its lexical score is 0, the bottom.
-    assert only_lexical["a"] == min(only_lexical.values())
-    assert max(fuse_convex(dense, lexical, 0.5).values()) == 1.0
-
-
-def test_rrf_is_reciprocal_ranks_scaled_to_one() -> None:
-    fused = fuse_rrf([("a", 0.9), ("b", 0.5)], [("b", 3.0), ("c", 1.0)], 60)
-    raw = {"a": 1 / 61, "b": 1 / 62 + 1 / 61, "c": 1 / 62}
-    top = max(raw.values())
-    assert fused == pytest.approx({key: value / top for key, value in raw.items()})
-
-
-def test_coverage_weights_rare_terms() -> None:
-    asked = frozenset({"port", "okta"})
-    weights = {"port": 1.0, "okta": 3.0}
-    assert coverage(asked, frozenset({"port", "server"}), weights.__getitem__) == 0.25
-    assert coverage(asked, frozenset({"port", "okta"}), weights.__getitem__) == 1.0
-    assert coverage(frozenset(), frozenset({"port"}), weights.__getitem__) == 0.0
+# --- the lexical arm ------------------------------------------------------------------
 
 
 def test_the_store_arm_asks_for_any_word() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from evermind.cache.decide import FLOOR
+from evermind.search.calibration import FLOOR
 from evermind.studio import api, memory_api, rpc
 from evermind.studio.tab_memory import LEXICAL_THRESHOLD
 

@@ -10,21 +10,16 @@ library, the Studio tab, the runtime's L2) decides hit or miss with one function
 :func:`evermind.cache.decide.decide`: a threshold calibrated on how the embedder scores
 unrelated stored queries, the best candidate only, shared content words (weighted by their
 IDF over the cache's own stored queries, :class:`TermStats`), the guards, and a miss
-between near-tied different answers.
+between near-tied different answers. The calibration, the term statistics and the indexes
+that score the entries are :mod:`evermind.search`'s (re-exported here: :class:`Calibration`,
+:func:`calibrate`, :class:`TermStats`).
 
-Browser-safe: standard library only.
+Browser-safe: standard library and ``evermind`` only.
 """
 
 from __future__ import annotations
 
-from evermind.cache.decide import (
-    Calibration,
-    Candidate,
-    Decision,
-    TermStats,
-    calibrate,
-    decide,
-)
+from evermind.cache.decide import Candidate, Decision, decide
 from evermind.cache.english import (
     ENGLISH_CHAIN,
     ENGLISH_GUARDS,
@@ -35,6 +30,8 @@ from evermind.cache.english import (
 from evermind.cache.guard import Guard, GuardChain, Refusal
 from evermind.cache.l2 import HttpRequest, HttpResponse, HttpSemanticCacheBackend, L2Hit
 from evermind.cache.semantic import CacheAnswer, CacheLookup, CacheStats, SemanticCache
+from evermind.search.calibration import Calibration, calibrate
+from evermind.search.terms import TermStats
 
 #: The guards :class:`SemanticCache` runs unless given others (the English plug-in's).
 DEFAULT_GUARDS = ENGLISH_GUARDS

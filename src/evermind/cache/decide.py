@@ -1,25 +1,27 @@
 """The one lookup decision of every Evermind cache: candidates → calibration → lexical → guards.
 
 The library's :class:`~evermind.cache.SemanticCache`, the Studio tab's cache
-(``evermind.studio.tab_memory``) and the runtime's L2 (``evermind.runtime.cache_store``)
+(``evermind.studio.tab_memory``) and the runtime's L2 (``evermind.cache.l2_sqlite``)
 each find their scored candidates their own way (pure Python, the GPU scan, numpy) and then
 call :func:`decide`, which alone says hit or miss. The rules, in order:
 
 1. **Exact text wins.** A candidate whose query is the incoming query (case and spaces
    folded) is served: re-asking the same question is safe with any embedder.
-2. **Calibrated threshold.** :func:`calibrate` measures how the cache's embedder scores
-   *unrelated* texts: the cosines between the cache's own stored queries, sampled, over the
-   pairs that share no content word (:func:`calibration_pairs`; all pairs when fewer than
+2. **Calibrated threshold.** :func:`~evermind.search.calibration.calibrate` measures how
+   the cache's embedder scores *unrelated* texts: the cosines between the cache's own stored
+   queries, sampled, over the pairs that share no content word
+   (:func:`~evermind.search.calibration.calibration_pairs`; all pairs when fewer than
    the minimum share none). Templated traffic ("Order 17: status?", "Order 18: status?")
    therefore does not count as unrelated texts scoring 0.95 and raise the threshold until
    nothing but repeats hits. Only scores above the
-   :data:`QUANTILE` of that distribution plus :data:`MARGIN` are served, and never below
-   :data:`FLOOR`. An explicit threshold is honoured when it is *higher*; a lower one is
-   raised to the calibrated value and the reason says so. With fewer than
-   :data:`MIN_CALIBRATION` stored queries there is no calibration: the explicit threshold (or
-   the floor) applies, and rules 3-5 still protect. When unrelated texts already score
-   within :data:`MARGIN` of 1.0 the embedder does not separate texts: every lookup that is
-   not an exact match is a miss, and the reason says so.
+   :data:`~evermind.search.calibration.QUANTILE` of that distribution plus
+   :data:`~evermind.search.calibration.MARGIN` are served, and never below
+   :data:`~evermind.search.calibration.FLOOR`. An explicit threshold is honoured when it is
+   *higher*; a lower one is raised to the calibrated value and the reason says so. With fewer
+   than :data:`~evermind.search.calibration.MIN_CALIBRATION` stored queries there is no
+   calibration: the explicit threshold (or the floor) applies, and rules 3-5 still protect.
+   When unrelated texts already score within the margin of 1.0 the embedder does not
+   separate texts: every lookup that is not an exact match is a miss, and the reason says so.
 3. **The best candidate only.** Guards are a veto, never a search down the list: the
    best-scoring candidate is judged; if it is refused, the lookup is a miss with that
    refusal as its reason. A lower candidate is never served.
@@ -29,11 +31,12 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
    and either :data:`STRONG_SHARED_TERMS` of them or :data:`STRONG_OVERLAP` of the shorter
    (:func:`lexical_evidence`); and :data:`MIN_LONGER_OVERLAP` of the longer one, unless the
    score is :data:`CONFIDENT` (well above the threshold). Once the cache holds
-   :data:`MIN_IDF_ENTRIES` stored queries, words are weighted by how rare they are among
-   them (:class:`TermStats`: an inverse document frequency over the cache's *own* stored
-   queries, kept up to date as entries are stored, evicted and cleared): the shares are
-   shares of IDF weight, and only *informative* terms count as shared, those held by fewer
-   than ``√(N+1)`` of the ``N`` stored queries (:data:`INFORMATIVE`). So two queries that
+   :data:`~evermind.search.terms.MIN_IDF_ENTRIES` stored queries, words are weighted by how
+   rare they are among them (:class:`~evermind.search.terms.TermStats`: an inverse document
+   frequency over the cache's *own* stored queries, kept up to date as entries are stored,
+   evicted and cleared): the shares are shares of IDF weight, and only *informative* terms
+   count as shared, those held by fewer than ``√(N+1)`` of the ``N`` stored queries
+   (:data:`INFORMATIVE`). So two queries that
    share only words common in this cache ("python", "file" in a cache of Python questions)
    have no evidence, while a rare shared word ("pgbouncer") is evidence. A smaller cache
    keeps the unweighted rule: every term counts alike. Morphological variants the light
@@ -88,17 +91,18 @@ call :func:`decide`, which alone says hit or miss. The rules, in order:
 The constants of rules 4b and 7 (and the variants of rule 4) were chosen on the
 development set (``evals/cache_full.py`` prints every split; see its docstring).
 
-Browser-safe: standard library and ``evermind.text`` only.
+Browser-safe: standard library and ``evermind`` only (the calibration and the term
+statistics it reads are :mod:`evermind.search`'s).
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from evermind.cache.guard import Refusal
+from evermind.search.calibration import FLOOR, Calibration
+from evermind.search.terms import TermStats
 from evermind.text import terms
 
 __all__ = [
@@ -106,50 +110,27 @@ __all__ = [
     "CODE_CHARS",
     "CONFIDENT",
     "CONTEST_MARGIN",
-    "FLOOR",
     "INFORMATIVE",
-    "MARGIN",
     "MAX_VARIANT_SUFFIX",
-    "MIN_CALIBRATION",
-    "MIN_IDF_ENTRIES",
     "MIN_LONGER_OVERLAP",
     "MIN_OVERLAP",
     "MIN_SHARED_TERMS",
     "MIN_VARIANT_STEM",
-    "QUANTILE",
     "RESIDUE_CONFIDENT",
     "RESIDUE_RATIO",
     "SHORT_CONFIDENT",
     "SHORT_TERMS",
     "STRONG_OVERLAP",
     "STRONG_SHARED_TERMS",
-    "Calibration",
     "Candidate",
     "Decision",
-    "TermStats",
-    "calibrate",
-    "calibration_pairs",
     "contested_of",
     "decide",
     "lexical_evidence",
-    "pairwise_cosines",
     "residue_evidence",
-    "sample_indices",
-    "stale",
     "variants",
 ]
 
-#: The quantile of unrelated-pair cosines the served score must exceed.
-QUANTILE = 0.99
-#: Added to that quantile; also how close to 1.0 unrelated texts may score before the
-#: embedder counts as collapsed.
-MARGIN = 0.03
-#: No score below this is ever served, whatever the threshold or calibration.
-FLOOR = 0.4
-#: Fewest stored queries the calibration measures (their pairwise cosines).
-MIN_CALIBRATION = 8
-#: Most stored queries sampled for the calibration (their pairs: n·(n−1)/2).
-CALIBRATION_SAMPLE = 96
 #: Lexical evidence: shared content terms, and their share of the shorter query's terms.
 MIN_SHARED_TERMS = 1
 MIN_OVERLAP = 0.25
@@ -163,9 +144,6 @@ STRONG_OVERLAP = 0.5
 #: threshold to 1.0 (a strong embedder's paraphrase, reworded beyond word overlap).
 MIN_LONGER_OVERLAP = 0.35
 CONFIDENT = 0.3
-#: Fewest stored queries before lexical evidence is weighted by :class:`TermStats` (fewer:
-#: every term counts alike, as document frequencies of a handful of queries say nothing).
-MIN_IDF_ENTRIES = 32
 #: A term is informative when its normalised IDF, ``ln((N+1)/(df+1)) / ln(N+1)``, reaches
 #: this: 0.5 means it is held by fewer than ``√(N+1)`` of the ``N`` stored queries.
 INFORMATIVE = 0.5
@@ -193,71 +171,6 @@ _SAME_VECTOR = 1.0 - 1e-6
 Guard = Callable[[str, str], Refusal | None]
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """How the embedder scores unrelated texts, and the threshold that follows.
-
-    Attributes:
-        threshold: The lowest servable score it implies (quantile + margin, at least the
-            floor); None without enough stored queries to measure.
-        unrelated: The measured :data:`QUANTILE` of unrelated-pair cosines, or None.
-        pairs: How many pairs were measured.
-        collapsed: True when unrelated texts score within the margin of 1.0.
-    """
-
-    threshold: float | None
-    unrelated: float | None
-    pairs: int
-    collapsed: bool = False
-
-    @property
-    def words(self) -> str:
-        """The calibration in words (shown in reasons)."""
-        if self.unrelated is None:
-            return f"not calibrated: fewer than {MIN_CALIBRATION} stored queries"
-        if self.collapsed:
-            return (
-                f"embedder does not separate texts: unrelated queries score "
-                f"{self.unrelated:.3f} ({QUANTILE:.0%} of {self.pairs} pairs)"
-            )
-        return (
-            f"calibrated: unrelated queries score up to {self.unrelated:.3f} "
-            f"({QUANTILE:.0%} of {self.pairs} pairs), so hits need {self.threshold:.3f}"
-        )
-
-
-#: The calibration of a cache too small to measure.
-UNCALIBRATED = Calibration(None, None, 0)
-
-
-def calibrate(cosines: Sequence[float]) -> Calibration:
-    """The calibration implied by cosines of unrelated pairs (e.g. :func:`pairwise_cosines`).
-
-    Fewer than ``MIN_CALIBRATION·(MIN_CALIBRATION−1)/2`` pairs: :data:`UNCALIBRATED`.
-    """
-    values = sorted(float(c) for c in cosines if math.isfinite(float(c)))
-    if len(values) < MIN_CALIBRATION * (MIN_CALIBRATION - 1) // 2:
-        return UNCALIBRATED
-    unrelated = values[min(len(values) - 1, int(QUANTILE * (len(values) - 1) + 0.5))]
-    threshold = max(FLOOR, unrelated + MARGIN)
-    return Calibration(threshold, unrelated, len(values), collapsed=threshold >= 1.0)
-
-
-def stale(measured: int, n: int) -> bool:
-    """Whether a calibration measured on ``measured`` stored queries (0: none was possible)
-    should be measured again now that there are ``n``: after a change by a quarter."""
-    if measured == 0:
-        return n >= MIN_CALIBRATION
-    return not 0.8 * measured <= n <= 1.25 * measured
-
-
-def sample_indices(n: int, limit: int = CALIBRATION_SAMPLE) -> list[int]:
-    """At most ``limit`` indices spread evenly over ``range(n)`` (deterministic)."""
-    if n <= limit:
-        return list(range(n))
-    return [int(i * n / limit) for i in range(limit)]
-
-
 def contested_of(
     neighbours: Iterable[tuple[float, Hashable, object]], own: Hashable, answer: object
 ) -> float | None:
@@ -265,103 +178,6 @@ def contested_of(
     ``(cosine, key, answer)`` neighbours (itself and entries with the same answer skipped)."""
     scores = [score for score, key, other in neighbours if key != own and other != answer]
     return max(scores) if scores else None
-
-
-def calibration_pairs(queries: Sequence[str | None]) -> list[tuple[int, int]]:
-    """The index pairs ``i < j`` of ``queries`` the calibration reads as unrelated texts.
-
-    Pairs whose queries share no content term (:func:`evermind.text.terms`; a query not
-    known, None, shares nothing); when fewer than ``MIN_CALIBRATION·(MIN_CALIBRATION−1)/2``
-    such pairs exist (a cache of one template), every pair, as before: the threshold can
-    then only be higher, never lower.
-    """
-    bags = [frozenset() if q is None else frozenset(terms(q)) for q in queries]
-    every = [(i, j) for i in range(len(bags)) for j in range(i + 1, len(bags))]
-    disjoint = [(i, j) for i, j in every if not bags[i] & bags[j]]
-    return disjoint if len(disjoint) >= MIN_CALIBRATION * (MIN_CALIBRATION - 1) // 2 else every
-
-
-def pairwise_cosines(
-    vectors: Sequence[Sequence[float]], pairs: Sequence[tuple[int, int]] | None = None
-) -> list[float]:
-    """Dot products of (unit) ``vectors`` of one dimension (pure Python): of ``pairs``
-    (e.g. :func:`calibration_pairs`), or of every pair."""
-    rows = [tuple(v) for v in vectors]
-    if pairs is None:
-        pairs = [(i, j) for i in range(len(rows)) for j in range(i + 1, len(rows))]
-    return [
-        math.fsum(x * y for x, y in zip(rows[i], rows[j], strict=True))
-        for i, j in pairs
-        if len(rows[i]) == len(rows[j])
-    ]
-
-
-class TermStats:
-    """Document frequencies of content terms over a cache's stored queries (its IDF).
-
-    Each stored query counts once per distinct :func:`evermind.text.terms` term. The cache
-    that owns it calls :meth:`add` when it stores a query, :meth:`remove` when an entry
-    goes (evicted, expired, replaced, invalidated) and :meth:`clear` when it empties, so
-    the counts always equal :meth:`of` its current queries. Pure Python, O(terms) per call.
-    """
-
-    __slots__ = ("df", "n")
-
-    def __init__(self) -> None:
-        self.df: Counter[str] = Counter()
-        self.n = 0
-
-    @classmethod
-    def of(cls, queries: Iterable[str]) -> TermStats:
-        """The statistics of ``queries`` computed from scratch."""
-        stats = cls()
-        for query in queries:
-            stats.add(query)
-        return stats
-
-    def add(self, query: str) -> None:
-        """Counts a newly stored query."""
-        self.df.update(set(terms(query)))
-        self.n += 1
-
-    def remove(self, query: str) -> None:
-        """Uncounts a stored query that left the cache (it must have been added)."""
-        for term in set(terms(query)):
-            left = self.df[term] - 1
-            if left > 0:
-                self.df[term] = left
-            else:
-                del self.df[term]
-        self.n = max(0, self.n - 1)
-
-    def clear(self) -> None:
-        """Forgets every query."""
-        self.df.clear()
-        self.n = 0
-
-    @property
-    def active(self) -> bool:
-        """Whether the cache is large enough (:data:`MIN_IDF_ENTRIES`) to weight terms."""
-        return self.n >= MIN_IDF_ENTRIES
-
-    def idf(self, term: str) -> float:
-        """``ln((N+1)/(df+1))``: 0 for a term in every stored query, ``ln(N+1)`` for none."""
-        return math.log((self.n + 1) / (self.df.get(term, 0) + 1))
-
-    def informativeness(self, term: str) -> float:
-        """:meth:`idf` over its maximum ``ln(N+1)``, in [0, 1] (1 without stored queries)."""
-        top = math.log(self.n + 1)
-        return 1.0 if top <= 0.0 else self.idf(term) / top
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TermStats):
-            return NotImplemented
-        return self.n == other.n and +self.df == +other.df
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"TermStats(n={self.n}, terms={len(self.df)})"
 
 
 def lexical_evidence(
@@ -372,9 +188,10 @@ def lexical_evidence(
     Args:
         query: The incoming query.
         cached_query: The stored query whose answer would be served.
-        idf: The cache's :class:`TermStats`; when it is :attr:`~TermStats.active`, shares
-            are of IDF weight and only informative terms count as shared (see rule 4 of the
-            module). None or a small cache: every term weighs 1.
+        idf: The cache's :class:`~evermind.search.terms.TermStats`; when it is
+            :attr:`~evermind.search.terms.TermStats.active`, shares are of IDF weight and
+            only informative terms count as shared (see rule 4 of the module). None or a
+            small cache: every term weighs 1.
         confidence: How far the candidate's score lies from the threshold toward 1.0, in
             [0, 1]; from :data:`CONFIDENT` on, the share of the longer query is not required.
     """
@@ -469,7 +286,8 @@ def residue_evidence(
     Args:
         query: The incoming query.
         cached_query: The stored query whose answer would be served.
-        idf: The cache's :class:`TermStats` (None or inactive: every term weighs 1).
+        idf: The cache's :class:`~evermind.search.terms.TermStats` (None or inactive: every
+            term weighs 1).
         confidence: As for :func:`lexical_evidence`.
     """
     mine, theirs = _aligned(set(terms(query)), set(terms(cached_query)))
@@ -564,11 +382,13 @@ def decide(
             judged alike).
         candidates: Scored entries, in any order (the caller's top few suffice).
         threshold: An explicit threshold, or None for the calibrated one (or the floor).
-        calibration: From :func:`calibrate` over the cache's stored queries.
+        calibration: From :func:`~evermind.search.calibration.measure_calibration` over the
+            cache's stored queries.
         guard: Returns a :class:`Refusal` to veto, None to allow; None: no guards.
         lexical: Require :func:`lexical_evidence` (on by default).
-        idf: The cache's :class:`TermStats` over its stored queries, which weights the
-            lexical evidence; None: unweighted (as a cache under :data:`MIN_IDF_ENTRIES`).
+        idf: The cache's :class:`~evermind.search.terms.TermStats` over its stored queries,
+            which weights the lexical evidence; None: unweighted (as a cache under
+            :data:`~evermind.search.terms.MIN_IDF_ENTRIES`).
         trust_scores: Whether a score well above the threshold counts as evidence (rule 8).
             False for an embedder not trained to place paraphrases together (an untrained
             model's pooled states): every rule that a confident score relaxes then holds.

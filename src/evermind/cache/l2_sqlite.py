@@ -33,19 +33,11 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from evermind.cache import DEFAULT_CHAIN
-from evermind.cache.decide import (
-    UNCALIBRATED,
-    Calibration,
-    Candidate,
-    TermStats,
-    calibrate,
-    calibration_pairs,
-    contested_of,
-    decide,
-    sample_indices,
-    stale,
-)
+from evermind.cache.decide import Candidate, contested_of, decide
 from evermind.errors import InputError, StorageError
+from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration, stale
+from evermind.search.rows import cosine_scores, gram, ranked
+from evermind.search.terms import TermStats
 
 logger = logging.getLogger(__name__)
 
@@ -144,11 +136,12 @@ class _Index:
         measured, found = self.calibration
         if not stale(measured, len(self.ids)):
             return found
-        chosen = sample_indices(len(self.ids), 256)
-        sample = self.vectors[chosen]
-        gram = sample @ sample.T
-        pairs = calibration_pairs([self.queries[i] for i in chosen])
-        found = calibrate([float(gram[i, j]) for i, j in pairs])
+
+        def cosines(chosen: list[int], pairs: list[tuple[int, int]]) -> list[float]:
+            products = gram(self.vectors[chosen])
+            return [float(products[i, j]) for i, j in pairs]
+
+        found = measure_calibration(self.queries, cosines, limit=256)
         self.calibration = (len(self.ids) if found.pairs else 0, found)
         return found
 
@@ -164,10 +157,12 @@ class _Index:
     def contested(self, position: int) -> float | None:
         """The highest cosine between entry ``position`` and another entry with another
         answer (decide's rule 6), measured now: one scan of the scope."""
-        scores = self.vectors @ self.vectors[position]
-        order = np.argsort(-scores, kind="stable")[: MAX_GUARDED_CANDIDATES + 1]
+        scores = cosine_scores(self.vectors, self.vectors[position])
         return contested_of(
-            ((float(scores[p]), int(p), self.answers[p]) for p in order),
+            (
+                (float(scores[p]), p, self.answers[p])
+                for p in ranked(scores, MAX_GUARDED_CANDIDATES + 1)
+            ),
             position,
             self.answers[position],
         )
@@ -204,10 +199,10 @@ def judge(
     """
     if not index.ids:
         return None, LookupResult(None, reason="the cache is empty")
-    scores = index.vectors @ vector  # (n,)
-    order = np.argsort(-scores, kind="stable")[:MAX_GUARDED_CANDIDATES]
+    scores = cosine_scores(index.vectors, vector)  # (n,)
     candidates = [
-        Candidate(int(p), float(scores[p]), index.queries[p], index.answers[p]) for p in order
+        Candidate(p, float(scores[p]), index.queries[p], index.answers[p])
+        for p in ranked(scores, MAX_GUARDED_CANDIDATES)
     ]
     first = candidates[0]
     if first.score >= threshold:  # only a candidate that can be served is contested

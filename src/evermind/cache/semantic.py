@@ -9,12 +9,13 @@ runtime's L2 use too: a threshold calibrated on how this embedder scores the cac
 list), shared content words, the guards (by default the English guards of
 :mod:`evermind.cache.english`), and a miss when two different answers are near-tied. The
 embedder's fingerprint is part of every key, so a new model never serves vectors made by
-an old one. The scoring of the stored entries is the cache's :class:`~evermind.cache.index.
-VectorIndex`: the pure-Python scan by default, :class:`evermind.cache.matrix.MatrixIndex`
-(numpy, native-only) where the caller passes it; both give the decision the same candidates.
+an old one. The scoring of the stored entries is the cache's
+:class:`~evermind.search.scoped.ScopedIndex`: the pure-Python scan by default,
+:class:`evermind.search.matrix.MatrixIndex` (numpy, native-only) where the caller passes it;
+both give the decision the same candidates.
 
-Browser-safe: standard library only. The sync methods work with a sync embedder and a
-sync L2 transport; the ``a``-prefixed methods accept sync or async ones.
+Browser-safe: standard library and ``evermind`` only. The sync methods work with a sync
+embedder and a sync L2 transport; the ``a``-prefixed methods accept sync or async ones.
 """
 
 from __future__ import annotations
@@ -30,26 +31,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from evermind.cache.decide import (
-    FLOOR,
-    UNCALIBRATED,
-    Calibration,
-    Candidate,
-    Decision,
-    TermStats,
-    calibrate,
-    calibration_pairs,
-    decide,
-    sample_indices,
-    stale,
-)
+from evermind.cache.decide import Candidate, Decision, decide
 from evermind.cache.english import ENGLISH_CHAIN, default_guard
+from evermind.cache.guard import GuardChain, Refusal
+from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
 from evermind.cache.verified import Verification, decide_verified
 from evermind.cache.verifier import PairVerifier, default_verifier
-from evermind.cache.guard import GuardChain, Refusal
-from evermind.cache.index import ScanIndex, Scope, VectorIndex, dot
-from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
 from evermind.errors import ConfigError, ShapeError, StorageError
+from evermind.search.calibration import FLOOR, Calibration, measure_calibration, stale
+from evermind.search.cosine import dot
+from evermind.search.scoped import ScanIndex, Scope, ScopedIndex
+from evermind.search.terms import TermStats
 
 __all__ = ["CacheAnswer", "CacheLookup", "CacheStats", "SemanticCache"]
 
@@ -195,8 +187,9 @@ class SemanticCache:
         embed: ``embed(text) -> vector`` (sync or async). Vectors are L2-normalised here.
         threshold: An explicit cosine threshold in [-1, 1], or None (the default) for the
             calibrated one. Either way the served score must also beat what unrelated texts
-            reach with this embedder (:func:`evermind.cache.decide.calibrate` over the stored
-            queries) and the floor :data:`evermind.cache.decide.FLOOR`: an explicit value is
+            reach with this embedder (:func:`evermind.search.calibration.calibrate` over the
+            stored queries) and the floor :data:`evermind.search.calibration.FLOOR`: an
+            explicit value is
             raised to those, never lowered, and a miss's reason says when it was raised.
         guard: A :class:`GuardChain` (refusals are named per guard), any callable
             ``(query, cached_query) -> bool``, or None for cosine only. Defaults to the
@@ -208,9 +201,9 @@ class SemanticCache:
             ``fingerprint`` attribute, else its qualified name; pass one explicitly.
         clock: Monotonic seconds, injectable for tests.
         index: Where the entries' vectors are scored (an empty
-            :class:`~evermind.cache.index.VectorIndex`); None: the pure-Python
-            :class:`~evermind.cache.index.ScanIndex`. Native code passes
-            :class:`evermind.cache.matrix.MatrixIndex` (one matrix product per lookup).
+            :class:`~evermind.search.scoped.ScopedIndex`); None: the pure-Python
+            :class:`~evermind.search.scoped.ScanIndex`. Native code passes
+            :class:`evermind.search.matrix.MatrixIndex` (one matrix product per lookup).
         trust_scores: Whether a score well above the threshold counts as evidence
             (:func:`evermind.cache.decide.decide`, rule 8). None (the default): the
             embedder's ``similarity_trained`` attribute (or its bound object's, e.g. a
@@ -238,7 +231,7 @@ class SemanticCache:
         ttl: float | None = None,
         fingerprint: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-        index: VectorIndex | None = None,
+        index: ScopedIndex | None = None,
         trust_scores: bool | None = None,
         max_error: float | None = None,
         verifier: PairVerifier | None = None,
@@ -254,7 +247,9 @@ class SemanticCache:
                 f"{max_error!r}; hint: 0.01 serves at most 1 wrong answer in 100 hits"
             )
         self.max_error = None if max_error is None else float(max_error)
-        self.verifier = verifier if verifier is not None or max_error is None else default_verifier()
+        self.verifier = (
+            verifier if verifier is not None or max_error is None else default_verifier()
+        )
         self.verification = verification
         if threshold is not None and (
             isinstance(threshold, bool)
@@ -279,7 +274,7 @@ class SemanticCache:
         # (namespace, fingerprint, query) -> entry key: storing an answer replaces the old
         # one for the same query without scanning every entry.
         self._by_query: dict[tuple[str, str, str], int] = {}
-        self._index: VectorIndex = ScanIndex() if index is None else index
+        self._index: ScopedIndex = ScanIndex() if index is None else index
         # (expires_at, key) of entries with a TTL: a lookup drops the expired ones without
         # visiting every entry (keys are never reused, so a dropped key's item is skipped).
         self._expiry: list[tuple[float, int]] = []
@@ -307,9 +302,9 @@ class SemanticCache:
     def calibration(self) -> Calibration:
         """How the current embedder scores the cache's stored (mostly unrelated) queries.
 
-        Measured on up to :data:`~evermind.cache.decide.CALIBRATION_SAMPLE` distinct stored
-        queries of the current fingerprint, and again whenever their number has changed by a
-        quarter.
+        Measured (:func:`~evermind.search.calibration.measure_calibration`) on up to
+        :data:`~evermind.search.calibration.CALIBRATION_SAMPLE` distinct stored queries of the
+        current fingerprint, and again whenever their number has changed by a quarter.
         """
         cached = self._calibration
         if (
@@ -325,12 +320,9 @@ class SemanticCache:
             if entry.fingerprint == self._fingerprint:
                 distinct.setdefault(entry.query, entry)
         mine = list(distinct.values())
-        chosen = [mine[i] for i in sample_indices(len(mine))]
-        pairs = calibration_pairs([e.query for e in chosen])
-        found = (
-            calibrate(self._index.cosines([e.vector for e in chosen], pairs))
-            if len(chosen) >= 2
-            else UNCALIBRATED
+        found = measure_calibration(
+            [e.query for e in mine],
+            lambda chosen, pairs: self._index.cosines([mine[i].vector for i in chosen], pairs),
         )
         self._calibration = (self._fingerprint, len(mine) if found.pairs else 0, found)
         return found
@@ -532,9 +524,7 @@ class SemanticCache:
         if self.max_error is not None and self.verifier is not None:
             learned = self.verification
             if learned is not None:
-                candidates = [
-                    replace(c, contested=learned.contested(c.key)) for c in candidates
-                ]
+                candidates = [replace(c, contested=learned.contested(c.key)) for c in candidates]
             else:
                 candidates = [replace(c, contested=None) for c in candidates]
             found = decide_verified(
@@ -617,17 +607,26 @@ class SemanticCache:
         unrelated = self.calibration.unrelated
         return max(FLOOR, unrelated if unrelated is not None else FLOOR)
 
-    def record_verification(self, lookup: CacheLookup, correct: bool) -> None:
+    def record_verification(
+        self, lookup: CacheLookup, correct: bool, *, sampled: bool, paid: bool = False
+    ) -> None:
         """Reports whether the best candidate of ``lookup`` would have served a right answer.
 
         The gateway calls this after comparing the upstream's answer with the candidate's
-        (:func:`evermind.cache.verified.answers_equivalent`): on a miss whose candidate was
-        judged, and on a sampled share of hits. Needs ``max_error`` and a ``verification``;
-        otherwise (or without a judged candidate) it does nothing.
+        (:func:`evermind.cache.verified.answers_equivalent`): on every miss whose candidate
+        was judged, and on the lookups :meth:`Verification.draw` sampled (hits included).
+        Needs ``max_error`` and a ``verification``; otherwise it does nothing.
         """
-        if self.verification is None or lookup.probability is None:
+        if self.verification is None:
             return
-        self.verification.record(lookup.probability, correct, lookup.entry)
+        self.verification.record(
+            lookup.probability, correct, lookup.entry, sampled=sampled, paid=paid
+        )
+
+    def response_of(self, entry: int | None) -> JSONValue | None:
+        """The stored response of an L1 entry (a lookup's ``entry``), or None when it is gone."""
+        found = None if entry is None else self._entries.get(entry)
+        return None if found is None else found.response
 
     def _candidate(self, key: int, score: float) -> Candidate:
         entry = self._entries[key]

@@ -29,14 +29,16 @@ Browser-safe: standard library only.
 from __future__ import annotations
 
 import math
+import random
 import re
 import threading
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from evermind.cache.decide import Calibration, Candidate, Decision
+from evermind.cache.decide import Candidate, Decision
 from evermind.cache.verifier import PairVerifier
+from evermind.search.calibration import Calibration
 from evermind.search.risk import bounded_threshold, fewest_outcomes
 from evermind.text import normalise
 
@@ -153,7 +155,7 @@ def _needed(
     if learned is not None:
         own = learned.threshold()
         if own is not None:
-            return own, f"learned from {learned.outcomes} verified outcomes"
+            return own, f"learned from {learned.sampled} sampled, verified lookups"
     if math.isinf(shipped):
         return shipped, f"no shipped bound reaches δ {max_error:g}: only exact repeats are served"
     return shipped, "shipped bound, no verification here"
@@ -185,39 +187,52 @@ def answers_equivalent(cached: str, fresh: str) -> bool:
         return False
     if sorted(w for w in wa if w.isdigit()) != sorted(w for w in wb if w.isdigit()):
         return False
-    from collections import Counter
-
     shared = sum((Counter(wa) & Counter(wb)).values())
     return shared >= 0.9 * max(len(wa), len(wb))
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """One verified would-be hit: the verifier's probability and whether it was right."""
+    """One sampled lookup: its best candidate's probability (None: no judged candidate,
+    so it could not be answered wrongly) and whether serving that candidate was right."""
 
-    probability: float
+    probability: float | None
     correct: bool
 
 
 class Verification:
     """What a self-verifying cache learned: its own bound, and the entries proven wrong.
 
-    Outcomes come from two places: a sampled share of would-be hits that the gateway also
-    sends upstream (paid), and every miss that had a candidate (free: the upstream was called
-    anyway). The threshold is re-fitted with :func:`evermind.search.risk.bounded_threshold`
-    over the last :attr:`window` outcomes once there are enough to bound ``max_error`` at all;
-    an entry that served (or would have served) a wrong answer is remembered with the
-    probability it was matched at (:meth:`contested`). Thread-safe.
+    The bound needs an unbiased sample of lookups, so the gateway draws each lookup into the
+    sample with probability :attr:`sample_rate` (:meth:`draw`) and checks the sampled ones
+    whatever the cache decided: a sampled miss is checked for free (the upstream is called
+    anyway; its answer is compared with the best candidate's), a sampled hit costs one more
+    upstream call (counted in :attr:`paid`). Over the last :attr:`window` sampled lookups the
+    threshold is re-fitted with :func:`evermind.search.risk.bounded_threshold` (the share of
+    lookups answered wrongly, vCache's error rate) once there are enough to bound
+    ``max_error`` at all (:func:`evermind.search.risk.fewest_outcomes`: 299 for δ = 0.01).
+
+    Separately, *every* check, sampled or not (each miss with a candidate is one), that finds
+    an entry's answer wrong for a question it was matched to at probability ``p`` makes that
+    entry need more than ``p`` from then on (:meth:`contested`): the same mistake is not
+    served twice. Thread-safe.
 
     Args:
         max_error: δ.
-        sample_rate: The share of would-be hits verified, in [0, 1].
-        window: Most outcomes kept (the oldest go first).
+        sample_rate: The share of lookups drawn into the sample, in [0, 1].
+        window: Most sampled lookups kept (the oldest go first).
         alpha: One-sided error of the bound.
+        seed: Seeds the draw (tests); None: from the system.
     """
 
     def __init__(
-        self, max_error: float, *, sample_rate: float = 0.05, window: int = 20_000, alpha: float = 0.05
+        self,
+        max_error: float,
+        *,
+        sample_rate: float = 0.05,
+        window: int = 20_000,
+        alpha: float = 0.05,
+        seed: int | None = None,
     ) -> None:
         if not 0.0 < max_error < 1.0:
             raise ValueError(f"Verification: max_error must lie in (0, 1), got {max_error}")
@@ -226,26 +241,52 @@ class Verification:
         self.max_error = max_error
         self.sample_rate = sample_rate
         self.alpha = alpha
-        self._outcomes: deque[Outcome] = deque(maxlen=window)
+        self._rng = random.Random(seed)
+        self._sample: deque[Outcome] = deque(maxlen=window)
         self._contested: OrderedDict[Hashable, float] = OrderedDict()
         self._lock = threading.Lock()
         self._threshold: float | None = None
         self._dirty = False
-        self.verified = 0
+        self.checked = 0
         self.mismatches = 0
+        self.paid = 0
 
     @property
-    def outcomes(self) -> int:
-        """How many outcomes are held."""
-        return len(self._outcomes)
+    def sampled(self) -> int:
+        """How many sampled lookups are held."""
+        return len(self._sample)
 
-    def record(self, probability: float, correct: bool, entry: Hashable | None = None) -> None:
-        """Adds one verified outcome; a wrong one marks ``entry`` as contested."""
+    def draw(self) -> bool:
+        """Whether the next lookup is in the sample (checked against the upstream)."""
         with self._lock:
-            self._outcomes.append(Outcome(probability, correct))
-            self._dirty = True
-            self.verified += 1
-            if not correct:
+            return self._rng.random() < self.sample_rate
+
+    def record(
+        self,
+        probability: float | None,
+        correct: bool,
+        entry: Hashable | None = None,
+        *,
+        sampled: bool,
+        paid: bool = False,
+    ) -> None:
+        """Adds one checked lookup.
+
+        Args:
+            probability: The verifier's probability for its best candidate (None: none was
+                judged; such a lookup counts in the sample and can never be wrong).
+            correct: Whether that candidate's answer agreed with the upstream's.
+            entry: The candidate's entry; a wrong one is marked contested.
+            sampled: Whether :meth:`draw` put this lookup in the sample.
+            paid: Whether the check cost an upstream call the lookup would not have made.
+        """
+        with self._lock:
+            self.checked += 1
+            self.paid += paid
+            if sampled:
+                self._sample.append(Outcome(probability, correct))
+                self._dirty = True
+            if probability is not None and not correct:
                 self.mismatches += 1
                 if entry is not None:
                     old = self._contested.pop(entry, -math.inf)
@@ -254,7 +295,7 @@ class Verification:
                         self._contested.popitem(last=False)
 
     def contested(self, entry: Hashable) -> float | None:
-        """The highest probability at which ``entry`` was verified wrong, or None."""
+        """The highest probability at which ``entry`` was found wrong, or None."""
         with self._lock:
             return self._contested.get(entry)
 
@@ -264,18 +305,30 @@ class Verification:
             self._contested.pop(entry, None)
 
     def threshold(self) -> float | None:
-        """The probability a hit needs, from the outcomes; None until they can bound δ."""
+        """The probability a hit needs, learned from the sample.
+
+        Returns:
+            None while the sample is too small to bound ``max_error`` (the shipped bound
+            applies); ``inf`` when it is large enough and not even the strictest threshold
+            holds (only exact repeats are served); else the threshold.
+        """
         with self._lock:
             if not self._dirty:
                 return self._threshold
-            items = list(self._outcomes)
+            items = list(self._sample)
             self._dirty = False
         if len(items) < fewest_outcomes(self.max_error, self.alpha):
-            found = None
+            found: float | None = None
         else:
-            found = bounded_threshold(
-                [o.probability for o in items], [o.correct for o in items], self.max_error, alpha=self.alpha
+            judged = [o for o in items if o.probability is not None]
+            bound = bounded_threshold(
+                [o.probability for o in judged if o.probability is not None],
+                [o.correct for o in judged],
+                self.max_error,
+                lookups=len(items),
+                alpha=self.alpha,
             )
+            found = math.inf if bound is None else bound
         with self._lock:
             self._threshold = found
         return found

@@ -185,7 +185,10 @@ class PairVerifier:
             cached: The cached question.
             score: The normalised score (:meth:`normalise`).
         """
-        z = sum(self.weights.get(name, 0.0) * value for name, value in pair_features(query, cached, score))
+        z = sum(
+            self.weights.get(name, 0.0) * value
+            for name, value in pair_features(query, cached, score)
+        )
         return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
     def threshold(self, max_error: float) -> float:

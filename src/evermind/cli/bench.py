@@ -1,12 +1,19 @@
-"""``evermind bench kernels | train | serve`` (native-only).
+"""``evermind bench kernels | train | serve | ...`` (native-only).
 
-The benchmarks live in the checkout's top-level ``benchmarks/`` package, outside the wheel;
-this command finds the checkout, and forwards every word after ``bench`` to
-:func:`benchmarks.main`.
+The benchmarks live in the checkout's top-level ``benchmarks/`` package, outside the wheel,
+and the installed package never imports them. This command finds the checkout the package
+was installed from (an editable install: ``<checkout>/src/evermind``) and runs
+``python -P -m benchmarks WORDS...`` there as a child process, every word after ``bench``
+forwarded: the checkout's ``src`` and root go first on the child's ``PYTHONPATH`` (so it
+measures this very code), the working directory stays the caller's (relative paths in the
+arguments mean what they meant), and ``-P`` keeps a ``benchmarks`` folder in that directory
+from shadowing the checkout's. Its exit status is the command's.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,19 +22,37 @@ import evermind
 from evermind.errors import EvermindError
 
 
-def cmd_bench(argv: list[str]) -> int:
-    """``evermind bench ...``: runs the checkout's ``benchmarks`` package (not in the wheel)."""
-    root = Path(evermind.__file__).resolve().parents[2]  # the checkout, in an editable install
+def find_checkout(package_dir: Path | None = None) -> Path:
+    """The source checkout holding ``package_dir`` (default: the imported ``evermind``).
+
+    Raises:
+        EvermindError: ``package_dir`` is not ``<checkout>/src/evermind`` of a checkout with a
+            ``benchmarks/`` package (e.g. a wheel installed into site-packages).
+    """
+    package = (package_dir or Path(evermind.__file__).parent).resolve()
+    root = package.parents[1]
     if not (root / "benchmarks" / "__init__.py").is_file():
         raise EvermindError(
             "evermind bench runs from a source checkout (its benchmarks/ folder is not "
             f"installed; none at {root}); clone the repository and `pip install -e .` there"
         )
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    import benchmarks
+    return root
 
-    return benchmarks.main(argv)
+
+def bench_command(root: Path, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The child's argument vector and environment for ``evermind bench ARGV`` from ``root``."""
+    env = dict(os.environ)
+    paths = [str(root / "src"), str(root), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return [sys.executable, "-P", "-m", "benchmarks", *argv], env
+
+
+def cmd_bench(argv: list[str]) -> int:
+    """``evermind bench ...``: the checkout's ``benchmarks`` package in a child process;
+    returns its exit status (128 + N when signal N ended it)."""
+    command, env = bench_command(find_checkout(), argv)
+    code = subprocess.run(command, env=env, check=False).returncode
+    return code if code >= 0 else 128 - code
 
 
 def register(sub: Any) -> None:

@@ -277,7 +277,7 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
         built: JobBackend
         if args.device == "gpu":
             from evermind.gpu.native import open_native_device
-            from evermind.model.gpu import GpuMamba
+            from evermind.train.gpu_backend import GpuBackend
 
             device = open_native_device()
             print(
@@ -285,9 +285,11 @@ async def train_native(args: argparse.Namespace) -> dict[str, Any]:
                 f"({device.adapter_info['backend']})",
                 file=sys.stderr,
             )
-            model = GpuMamba(device, config, train_cfg.batch_size, train_cfg.seq_len, train_cfg)
-            model.load_params(params)
-            built = JobBackend(model, model.read_params, "wgpu gpu")
+            gpu_backend = GpuBackend(
+                device, config, train_cfg.batch_size, train_cfg.seq_len, train_cfg
+            )
+            gpu_backend.model.load_params(params)
+            built = JobBackend(gpu_backend, gpu_backend.model.read_params, "wgpu gpu")
         else:
             from evermind.train.cpu_backend import CpuBackend
 

@@ -25,7 +25,7 @@ from evermind.memory.records import Hit, MemoryRecord, RecallOptions, WriteResul
 from evermind.memory.sanitize import fence, sanitize, sanitize_text
 from evermind.memory.store import MemoryStore
 from evermind.memory.vector_backend import VectorStoreBackend
-from evermind.memory.vectors import VectorIndex
+from evermind.search.vectors import VectorIndex
 
 if TYPE_CHECKING:
     from evermind.memory.sqlite_backend import SQLiteBackend

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from evermind.memory.archive import COMPACTED_META, Archive, rotate_backups, tex
 from evermind.memory.records import MemoryRecord, validate_key, validate_memory_text
 from evermind.memory.store import MemoryStore
 from evermind.memory.stubs import is_stub, make_stub
+from evermind.search.terms import idf_table
 
 _WORD = re.compile(r"\w+")
 
@@ -66,14 +65,9 @@ class RestoreReport:
     backup: Path | None = None
 
 
-def idf_table(texts: Iterable[str]) -> dict[str, float]:
-    """Smoothed inverse document frequency of each case-folded word of ``texts``."""
-    frequency: Counter[str] = Counter()
-    count = 0
-    for text in texts:
-        count += 1
-        frequency.update({word.casefold() for word in _WORD.findall(text)})
-    return {word: math.log((count + 1) / (df + 0.5)) for word, df in frequency.items()}
+def _words(text: str) -> list[str]:
+    """The case-folded words of ``text`` (what the probe's IDF counts)."""
+    return [word.casefold() for word in _WORD.findall(text)]
 
 
 def specific_word(text: str, idf: dict[str, float]) -> tuple[str, int] | None:
@@ -141,7 +135,8 @@ async def compact(
     memory_file = _memory_file(store)
     version = model_version(model)
     live = await _live_records(store)
-    idf = idf_table(r.content for r in live)
+    # ln((N+1)/(df+0.5)) of each case-folded word over the live memories.
+    idf = idf_table((r.content for r in live), _words, smoothing=0.5)
     by_key = {r.key: r for r in live}
     wanted = list(dict.fromkeys(keys)) if keys is not None else sorted(by_key)
     report = CompactReport()
@@ -278,7 +273,6 @@ __all__ = [
     "RestoreReport",
     "compact",
     "forget",
-    "idf_table",
     "model_version",
     "parse_dump",
     "probe",

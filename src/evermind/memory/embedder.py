@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from evermind.errors import ConfigError, ShapeError
 from evermind.memory.backend import MemoryBackend
 from evermind.memory.records import content_hash
-from evermind.memory.vectors import normalise
+from evermind.search.cosine import normalise
 
 logger = logging.getLogger(__name__)
 

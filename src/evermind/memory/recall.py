@@ -7,52 +7,56 @@ the store, reads its state or writes. Browser-safe: standard library and ``everm
 
 **Relevance floor.** A query that shares no content term with any memory (BM25 finds
 nothing) and whose best cosine is not above what *unrelated* memories score against each
-other returns nothing ("no memory matches") rather than every memory at ~1.0. "Unrelated"
-is measured like the semantic cache's calibration (``evermind.cache.decide``, which this
-layer may not import): the :data:`FLOOR_QUANTILE` of the cosines between up to
-:data:`FLOOR_SAMPLE` stored memories, plus :data:`FLOOR_MARGIN`. With fewer than
-:data:`FLOOR_MIN_MEMORIES` embedded memories there is nothing to measure and the ranking is
+other returns nothing ("no memory matches") rather than every memory at ~1.0
+(:func:`evermind.search.calibration.below_floor`). "Unrelated" is measured on the store's
+own memories (:func:`evermind.search.calibration.relevance_calibration`: the quantile of the
+cosines between up to ``FLOOR_SAMPLE`` sampled memories, plus a margin). With fewer than
+``FLOOR_MIN_MEMORIES`` embedded memories there is nothing to measure and the ranking is
 returned as before.
 
 **Fusion.** BM25 scores are unbounded and every embedder's cosines live in a range of their
 own, so ``"convex"`` fusion z-scores each signal over the query's candidates (the union of both
-rankers' pools) and mixes them, ``(1 − w)·z(bm25) + w·z(cosine)`` (Bruch et al., 2023, "An
-Analysis of Fusion Functions for Hybrid Retrieval"). The weight ``w`` is measured, not fixed
-(unless ``RecallOptions.semantic_weight`` fixes it): it is the embedder's **trust**, the
-Pearson correlation, over the same sampled pairs of memories as the floor, between the
-pairs' cosine and their term overlap (Jaccard of their BM25 terms), less three standard errors
-of a correlation that is really zero (``3/√pairs``), clipped to ``[0,`` :data:`MAX_TRUST` ``]``.
-An embedder whose similarities between stored memories carry meaning agrees with their shared
-words; a collapsed one (every cosine ~0.999, or noise) does not, gets ``w = 0``, and the
-ranking is the lexical one. The spread of the cosines alone cannot tell these apart: a
-whitened but uninformative embedder spreads them as widely as a good one. With too few
-memories to measure, ``w`` is :data:`MAX_TRUST`. The fused values are rescaled to (0, 1] over
-the candidates (best = 1).
+rankers' pools) and mixes them, ``(1 − w)·z(bm25) + w·z(cosine)``
+(:func:`evermind.search.fusion.convex`). The weight ``w`` is measured, not fixed (unless
+``RecallOptions.semantic_weight`` fixes it): it is the embedder's **trust**, the Pearson
+correlation, over the same sampled pairs of memories as the floor, between the pairs' cosine
+and their term overlap (Jaccard of their BM25 terms), less three standard errors of a
+correlation that is really zero (``3/√pairs``), clipped to ``[0, MAX_TRUST]``. An embedder
+whose similarities between stored memories carry meaning agrees with their shared words; a
+collapsed one (every cosine ~0.999, or noise) does not, gets ``w = 0``, and the ranking is the
+lexical one. The spread of the cosines alone cannot tell these apart: a whitened but
+uninformative embedder spreads them as widely as a good one. With too few memories to
+measure, ``w`` is ``MAX_TRUST``. The fused values are rescaled to (0, 1] over the candidates
+(best = 1). MMR is :func:`evermind.search.mmr.mmr`.
+
+This module chooses the candidates, reads the snapshot and keeps the measurement per vector
+index; the arithmetic is :mod:`evermind.search`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 from evermind.errors import EvermindError
-from evermind.memory.ranking import (
-    BM25Index,
-    importance_factor,
-    jaccard,
-    mmr_order,
-    pearson,
-    recency_factor,
-    reciprocal_rank_fusion,
-    top_k,
-    zscores,
-)
+from evermind.memory.ranking import importance_factor, recency_factor
 from evermind.memory.records import Hit, MemoryRecord, RecallOptions
-from evermind.memory.vectors import VectorIndex, normalise
+from evermind.search.bm25 import BM25Index
+from evermind.search.calibration import (
+    FLOOR_MIN_MEMORIES,
+    MAX_TRUST,
+    RelevanceCalibration,
+    below_floor,
+    relevance_calibration,
+)
+from evermind.search.cosine import normalise
+from evermind.search.fusion import convex, reciprocal_rank_fusion, top_k, unit_scale
+from evermind.search.mmr import mmr
+from evermind.search.terms import jaccard
+from evermind.search.vectors import VectorIndex
 
 #: Embeds a query for the semantic step (the store first embeds memories not yet indexed).
 QueryEmbedder = Callable[[str], Awaitable[Sequence[float]]]
@@ -77,36 +81,8 @@ class Snapshot:
 
 logger = logging.getLogger(__name__)
 
-#: The relevance floor (see the module docstring).
-FLOOR_QUANTILE = 0.99
-FLOOR_MARGIN = 0.03
-FLOOR_SAMPLE = 64
-FLOOR_MIN_MEMORIES = 8
-#: The most weight a measured trust gives the embedder: never more than the lexical evidence.
-MAX_TRUST = 0.5
-#: Standard errors of a zero correlation subtracted from the measured one (see the docstring).
-TRUST_NOISE_SE = 3.0
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """What the sampled memories say about the embedder (see the module docstring).
-
-    Attributes:
-        floor: The cosine unrelated memories reach (quantile + margin).
-        trust: The measured fusion weight in ``[0, MAX_TRUST]``.
-        correlation: The raw cosine-vs-term-overlap correlation over the sampled pairs.
-        pairs: How many pairs were sampled.
-    """
-
-    floor: float
-    trust: float
-    correlation: float
-    pairs: int
-
-
 # vector index -> (vectors measured, calibration): re-measured as the index grows.
-_calibrations: weakref.WeakKeyDictionary[VectorIndex, tuple[int, Calibration]] = (
+_calibrations: weakref.WeakKeyDictionary[VectorIndex, tuple[int, RelevanceCalibration]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -157,11 +133,17 @@ async def run_recall(
 
     pool = max(opts.candidate_pool, k)
     found = await _candidates(snapshot, embed_query, query, pool, accept, opts)
-    if _below_floor(snapshot, query, found):
+    lexical = found.bm25_all if found.bm25_all else snapshot.bm25.scores(query)
+
+    def floor() -> float | None:
+        measured = calibration(snapshot)
+        return None if measured is None else measured.floor
+
+    if below_floor(lexical.values(), [score for _, score in found.semantic], floor):
         return []
     if found.used_vectors:
         found.weight = _weight(snapshot, opts)
-    relevance, signals = _fuse(found, opts)
+    relevance, signals = _relevance(found, opts)
     if not relevance:
         return []
     steps = [found.base_label]
@@ -190,7 +172,7 @@ async def run_recall(
     if opts.recency:
         steps.append(f"recency half-life {opts.half_life_s / 86400:g}d")
     if opts.mmr and len(weighted) > 1:
-        order = _mmr(snapshot, weighted, k, opts.mmr_lambda, found.used_vectors)
+        order = _diverse(snapshot, weighted, k, opts.mmr_lambda, found.used_vectors)
         steps.append(f"mmr λ={opts.mmr_lambda:.2f}")
     else:
         order = [key for key, _ in top_k(weighted, k)]
@@ -198,8 +180,9 @@ async def run_recall(
     return [_hit(records[key], weighted[key], label, signals[key]) for key in order]
 
 
-def calibration(snapshot: Snapshot) -> Calibration | None:
-    """The floor and trust measured on sampled memories, or None: too few to say.
+def calibration(snapshot: Snapshot) -> RelevanceCalibration | None:
+    """The floor and trust measured on sampled memories
+    (:func:`~evermind.search.calibration.relevance_calibration`), or None: too few to say.
 
     Cached per vector index and re-measured when the index has grown or shrunk by a quarter.
     """
@@ -211,28 +194,9 @@ def calibration(snapshot: Snapshot) -> Calibration | None:
     if cached is not None and 0.8 * cached[0] <= n <= 1.25 * cached[0]:
         return cached[1]
     keys = [key for key in snapshot.records if key in index]
-    if len(keys) < FLOOR_MIN_MEMORIES:
-        return None
-    step = max(1, len(keys) // FLOOR_SAMPLE)
-    sample = keys[::step][:FLOOR_SAMPLE]
-    terms = [snapshot.bm25.terms(key) for key in sample]
-    cosines: list[float] = []
-    overlaps: list[float] = []
-    for i, a in enumerate(sample):
-        for j in range(i + 1, len(sample)):
-            cosines.append(index.cosine(a, sample[j]))
-            overlaps.append(jaccard(terms[i], terms[j]))
-    ordered = sorted(cosines)
-    value = ordered[min(len(ordered) - 1, int(FLOOR_QUANTILE * (len(ordered) - 1) + 0.5))]
-    correlation = pearson(cosines, overlaps)
-    trust = correlation - TRUST_NOISE_SE / math.sqrt(len(cosines))
-    result = Calibration(
-        floor=value + FLOOR_MARGIN,
-        trust=min(MAX_TRUST, max(0.0, trust)),
-        correlation=correlation,
-        pairs=len(cosines),
-    )
-    _calibrations[index] = (n, result)
+    result = relevance_calibration(keys, index.cosine, snapshot.bm25.terms)
+    if result is not None:
+        _calibrations[index] = (n, result)
     return result
 
 
@@ -242,19 +206,6 @@ def _weight(snapshot: Snapshot, opts: RecallOptions) -> float:
         return opts.semantic_weight
     measured = calibration(snapshot)
     return MAX_TRUST if measured is None else measured.trust
-
-
-def _below_floor(snapshot: Snapshot, query: str, found: _Candidates) -> bool:
-    """True when nothing is relevant: no shared term and no cosine above unrelated ones."""
-    lexical = found.bm25_all if found.bm25_all else snapshot.bm25.scores(query)
-    if any(score > 0 for score in lexical.values()):
-        return False
-    if not found.semantic:
-        return False  # nothing ranked either way: the caller already returns nothing
-    measured = calibration(snapshot)
-    if measured is None:
-        return False
-    return max(score for _, score in found.semantic) <= measured.floor
 
 
 async def _candidates(
@@ -296,17 +247,18 @@ async def _candidates(
     return found
 
 
-def _fuse(
+def _relevance(
     found: _Candidates, opts: RecallOptions
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Returns relevance in (0, 1] per candidate (best = 1) and the raw signals."""
+    """Returns relevance in (0, 1] per candidate (best = 1) and the raw signals: convex
+    fusion, RRF, or the one ranker that ran."""
     signals: dict[str, dict[str, float]] = {}
     for key, score in found.lexical:
         signals.setdefault(key, {})["bm25"] = score
     for key, score in found.semantic:
         signals.setdefault(key, {})["cosine"] = score
     if found.lexical and found.semantic and opts.fusion == "convex":
-        fused = _convex(found, found.weight, signals, opts.candidate_pool)
+        fused = _convex_relevance(found, signals, opts.candidate_pool)
     elif found.lexical and found.semantic:
         fused = reciprocal_rank_fusion(
             [[key for key, _ in found.lexical], [key for key, _ in found.semantic]], opts.rrf_k
@@ -329,14 +281,13 @@ def _fuse(
     return relevance, signals
 
 
-def _convex(
-    found: _Candidates, weight: float, signals: dict[str, dict[str, float]], pool: int
+def _convex_relevance(
+    found: _Candidates, signals: dict[str, dict[str, float]], pool: int
 ) -> dict[str, float]:
-    """Convex combination of z-scored signals over the union of both rankers' candidates.
+    """Convex fusion (:func:`~evermind.search.fusion.convex`) over the union of both rankers'
+    candidates, with ``found.weight``.
 
-    ``(1 − w)·z(bm25) + w·z(cosine)``, each z over the candidates, rescaled to (0, 1]
-    (min-max: the best candidate is 1, the weakest a tiny positive so it stays ranked). A
-    candidate only one ranker returned gets its other score looked up: its BM25 (0 when it
+    A candidate only one ranker returned gets its other score looked up: its BM25 (0 when it
     shares no term) or its stored vector's cosine (the lowest cosine when it has none). With
     ``w = 0`` the order is exactly the lexical one (BM25, ties by key). The means and standard
     deviations come from the first ``pool`` candidates of each ranker (``candidate_pool``),
@@ -356,31 +307,24 @@ def _convex(
             cosines[key] = value
     low = min(cosines.values())
     cosine_of = {key: cosines.get(key, low) for key in keys}
-    if weight > 0:
+    if found.weight > 0:
         basis = {key for key, _ in found.lexical[:pool]}
         basis.update(key for key, _ in found.semantic[:pool])
-        z_lexical = zscores(bm25, basis)
-        z_semantic = zscores(cosine_of, basis)
-        mixed = {key: (1.0 - weight) * z_lexical[key] + weight * z_semantic[key] for key in keys}
+        fused = convex(bm25, cosine_of, found.weight, basis)
     else:
-        mixed = bm25
-    bottom, top = min(mixed.values()), max(mixed.values())
-    fused: dict[str, float] = {}
+        fused = unit_scale(bm25)
     for key in keys:
         signals[key].setdefault("bm25", bm25[key])
         signals[key].setdefault("cosine", cosine_of[key])
-        scaled = (mixed[key] - bottom) / (top - bottom) if top > bottom else 1.0
-        # A floor keeps the weakest candidate ranked (last) rather than dropped.
-        fused[key] = max(scaled, 1e-9)
         signals[key]["fused"] = fused[key]
     return fused
 
 
-def _mmr(
+def _diverse(
     snapshot: Snapshot, weighted: dict[str, float], k: int, lam: float, use_vectors: bool
 ) -> list[str]:
-    best = max(weighted.values())
-    scaled = {key: value / best for key, value in weighted.items()}
+    """MMR over the weighted relevance: similarity the (non-negative) cosine of two stored
+    vectors, or without them the Jaccard of two memories' BM25 terms."""
     if use_vectors:
 
         def similarity(a: str, b: str) -> float:
@@ -391,7 +335,7 @@ def _mmr(
         def similarity(a: str, b: str) -> float:
             return jaccard(snapshot.bm25.terms(a), snapshot.bm25.terms(b))
 
-    return [key for key, _ in mmr_order(scaled, similarity, k, lam)]
+    return mmr(weighted, similarity, k, lam)
 
 
 def _hit(record: MemoryRecord, score: float, label: str, signals: dict[str, float]) -> Hit:
@@ -409,13 +353,6 @@ def _hit(record: MemoryRecord, score: float, label: str, signals: dict[str, floa
 
 
 __all__ = [
-    "FLOOR_MARGIN",
-    "FLOOR_MIN_MEMORIES",
-    "FLOOR_QUANTILE",
-    "FLOOR_SAMPLE",
-    "MAX_TRUST",
-    "TRUST_NOISE_SE",
-    "Calibration",
     "QueryEmbedder",
     "Snapshot",
     "calibration",

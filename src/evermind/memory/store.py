@@ -35,7 +35,6 @@ from typing import Any, Literal
 from evermind.errors import ConfigError, EvermindError
 from evermind.memory.backend import MemoryBackend
 from evermind.memory.embedder import VectorCache, as_embedder
-from evermind.memory.ranking import BM25Index
 from evermind.memory.recall import Snapshot, run_recall
 from evermind.memory.records import (
     MAX_QUERY_CHARS,
@@ -51,7 +50,8 @@ from evermind.memory.records import (
     validate_meta,
     validate_ttl,
 )
-from evermind.memory.vectors import VectorIndex
+from evermind.search.bm25 import BM25Index
+from evermind.search.vectors import VectorIndex
 
 logger = logging.getLogger(__name__)
 

@@ -615,15 +615,25 @@ class CpuMamba:
         embedding = self.params["backbone.embeddings.weight"]  # (V, D)
         h = embedding_rows(ids, embedding).reshape(batch, length, cfg.d_model)  # (B, L, D)
         for index in range(cfg.n_layer):
-            out, cache = self._block_fwd(self._layer(index), h)
-            state.conv[index][...] = conv_register(cache.x_in, last, cfg.d_conv)  # (B, I, K)
-            state.ssm[index][...] = cache.states[rows, last - 1]  # (B, I, N)
+            w = self._layer(index)
+            out, cache = self._block_fwd(w, h)
+            state.conv[index][...], state.ssm[index][...] = self._prefill_state(
+                w, cache, rows, last
+            )
             h = h + out
             if index in self.cortex:  # per token: the parallel pass is the recurrent one
                 h = h + cortex_fwd(self.params, cfg, index, h)[0]
         h_last = h[rows, last - 1]  # (B, D)
         hidden, _ = rmsnorm_fwd(h_last, self.params["backbone.norm_f.weight"], cfg.rms_eps)
         return linear_rows(hidden, embedding), state  # (B, V)
+
+    def _prefill_state(
+        self, w: dict[str, Any], cache: LayerCache, rows: np.ndarray, last: np.ndarray
+    ) -> tuple[FloatArray, FloatArray]:
+        """One layer's decoding state after each row's last prompt token, from its block's
+        forward on the prompts: (conv register (B, I, K), SSM state (B, I, N))."""
+        conv = conv_register(cache.x_in, last, self.config.d_conv)  # (B, I, K)
+        return conv, cache.states[rows, last - 1]  # (B, I, N)
 
     def _prefill_rows(self, ids: Any, lengths: Any) -> tuple[np.ndarray, np.ndarray]:
         """``prefill``'s checked (B, L) ids and each row's prompt length (None: all L).

@@ -10,7 +10,8 @@ backward's outer loop are inherited; the block is built from the one reference o
 (``ops.ssd`` for the scan, ``ops.rmsnorm``'s gated variant, ``ops.conv1d``, ``ops.elementwise``).
 Recurrent decoding (``prefill`` / ``step``) keeps per layer the conv register of x, B and C
 (B, conv_dim, K) and one (P, N) state per head (B, H, P, N); ``evermind.load`` generates with
-it.
+it. ``prefill`` is :class:`CpuMamba`'s; this block gives it each layer's state
+(:meth:`CpuMamba2._prefill_state`).
 
 One block, as ``Mamba2Mixer.torch_forward`` (H heads of P channels, G groups, I = H P)::
 
@@ -190,40 +191,19 @@ class CpuMamba2(CpuMamba):
             ssm=[np.zeros(ssm, self.dtype) for _ in range(cfg.n_layer)],
         )
 
-    def prefill(self, ids: Any, lengths: Any = None) -> tuple[FloatArray, MambaState]:
-        """Run prompts through the parallel forward and return each one's decoding state after
-        its last token (what :meth:`step` would reach token by token); rows may be padded on
-        the right.
-
-        Args:
-            ids: Token ids, shape (B, L), each row's prompt first (padding after it).
-            lengths: Tokens of each row's prompt, shape (B,), each in [1, L]; None: all L.
-
-        Returns:
-            (logits (B, V) after each row's last prompt token, the state (B rows) after it).
-        """
-        ids, last = self._prefill_rows(ids, lengths)
-        cfg = self.config
-        batch, length = ids.shape
-        rows = np.arange(batch)
-        state = self.init_state(batch)
-        embedding = self.params["backbone.embeddings.weight"]  # (V, D)
-        h = embedding_fwd(ids, embedding).reshape(batch, length, cfg.d_model)  # (B, L, D)
-        for index in range(cfg.n_layer):
-            w = self._layer(index)
-            out, c = self._block_fwd(w, h)
-            state.conv[index][...] = conv_register(c.xbc, last, cfg.d_conv)  # (B, conv_dim, K)
-            # The state at each row's own end: the loop's states (the chunked forward keeps
-            # only chunk ends).
-            _, states = ssd_scan_sequential(
-                c.x, c.dt_raw, w["A_log"], c.B, c.C, w["D"], w["dt_bias"]
-            )  # (B, L, H, P, N)
-            state.ssm[index][...] = states[rows, last - 1]
-            h = h + out
-        hidden, _ = rmsnorm_fwd(
-            h[rows, last - 1], self.params["backbone.norm_f.weight"], cfg.rms_eps
-        )
-        return hidden @ embedding.T, state  # (B, V)
+    def _prefill_state(  # type: ignore[override]
+        self, w: dict[str, FloatArray], c: Mamba2LayerCache, rows: np.ndarray, last: np.ndarray
+    ) -> tuple[FloatArray, FloatArray]:
+        """One layer's decoding state after each row's last prompt token (what the inherited
+        :meth:`~evermind.model.cpu.CpuMamba.prefill` keeps): (conv register of x, B and C
+        (B, conv_dim, K), SSD state (B, H, P, N))."""
+        conv = conv_register(c.xbc, last, self.config.d_conv)  # (B, conv_dim, K)
+        # The state at each row's own end: the loop's states (the chunked forward keeps only
+        # chunk ends).
+        _, states = ssd_scan_sequential(
+            c.x, c.dt_raw, w["A_log"], c.B, c.C, w["D"], w["dt_bias"]
+        )  # (B, L, H, P, N)
+        return conv, states[rows, last - 1]
 
     def step(self, token_ids: Any, state: MambaState) -> tuple[FloatArray, MambaState]:
         """Advance every sequence by one token: O(1) work per token, whatever came before.

@@ -1,10 +1,17 @@
-"""The Mamba model as a recorded graph of WGSL kernels: forward, backward, AdamW (browser-safe).
+"""The Mamba model as a recorded graph of WGSL kernels: forward, loss, backward (browser-safe).
 
-:class:`GpuMamba` allocates every weight, gradient, optimizer moment and activation once for
-a fixed (batch, seq_len), records the training step as plans of dispatches, and replays them:
-per step Python only writes the token ids, the targets and the learning rate, then runs
+:class:`GpuMamba` allocates every weight, gradient and activation once for a fixed
+(batch, seq_len) and records the forward and backward as lists of dispatches; built with a
+:class:`~evermind.types.TrainConfig` it records one micro-batch's
 
-    zero grads → [forward + loss + backward] × grad_accum → global-norm clip → AdamW
+    [forward + loss + backward]  (gradients added into their buffers)
+
+and the plan that zeroes the gradients first, so gradient accumulation over micro-batches is
+the same plan run again. The optimiser (global-norm clip, AdamW, its moments) and the
+embedding objective are the training backend's, :class:`evermind.train.gpu_backend.GpuBackend`,
+which builds on :meth:`GpuMamba.forward_dispatches` and :meth:`GpuMamba.backward_dispatches`
+(the numpy twin: :class:`~evermind.model.cpu.CpuMamba` and
+:class:`~evermind.train.cpu_backend.CpuBackend`).
 
 The graph follows ``evermind.model.cpu`` op for op (that model is its reference; the tests
 compare one step's loss and every gradient, then 20 steps of losses). Layer l, M = B·L::
@@ -20,70 +27,44 @@ compare one step's loss and every gradient, then 20 steps of losses). Layer l, M
 
 A Mamba-2 config (``block="mamba2"``) records the SSD block of
 :mod:`evermind.model.gpu_mamba2` in place of this one (its reference is
-``evermind.model.cpu_mamba2``); the embedding, final norm, head, loss and optimiser are shared.
+``evermind.model.cpu_mamba2``); the embedding, final norm, head and loss are shared.
 A config with the cortex (``moe_experts``) adds, in each of its ``moe_layers`` after the
 mixer's residual, ``h = h + moe(rmsnorm(h))`` (:mod:`evermind.model.gpu_cortex`, reference
 ``evermind.model.cpu_cortex``); the training loss is then LM + ``router_aux_loss_coef`` × the
 pooled load-balancing loss, and :attr:`GpuMamba.routing` holds the routing statistics.
-
-Gradients accumulate: every weight gradient is added into its buffer, which the step zeroes
-first, so gradient accumulation over micro-batches is the same graph run again.
-
-With ``embed_dim=E`` a second training step is recorded beside the LM step: the embedding
-objective (cosine distillation of ``z = W · (pool(h_f) − μ)`` against teacher vectors T,
-``evermind.ops.embed_loss``), whose backward enters the same graph at the final norm::
-
-    h_f = rmsnorm_f(h_L)  (no LM head)
-    p   = normalize(mean-pool(h_f over each text's valid tokens)) ;  z = (p − μ) · Wᵀ
-    L   = mean_b (1 − cos(z_b, T_b))
-    dW  = dzᵀ (p − μ) ;  dp = dz · W ;  dh_f = pool_bwd(dp)  (``Pool.mean_l2_bwd``) → the blocks
-
-``p`` is the package's raw vector (``evermind.package.head``: the L2-normalised mean pool), so
-the μ and W trained here are the package's embedding head as they stand.
-
-then the global-norm clip and AdamW over the model's weights and W. Per step Python writes
-the token ids, the lengths and the targets (:meth:`GpuMamba.embed_train_step`).
 """
 
 from __future__ import annotations
 
 import struct
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from evermind.errors import ShapeError
 from evermind.gpu import Buffer, Device, Dispatch
-from evermind.kernels.adamw import AdamW
 from evermind.kernels.conv1d import Conv1d
 from evermind.kernels.cross_entropy import CrossEntropy
 from evermind.kernels.elementwise import Elementwise
-from evermind.kernels.embed_loss import EmbedLoss
 from evermind.kernels.embedding import Embedding
-from evermind.kernels.grad_norm import GradNorm
 from evermind.kernels.matmul import Matmul
-from evermind.kernels.pool import Pool
 from evermind.kernels.rmsnorm import RMSNorm
 from evermind.kernels.selective_scan import SelectiveScan, states_count
 from evermind.model.config import MambaConfig
 from evermind.model.gpu_cortex import CortexBlock
-from evermind.model.gpu_layout import SlotSpec, embed_head_spec, slot_specs
+from evermind.model.gpu_layout import SlotSpec, slot_specs
 from evermind.model.gpu_mamba2 import Mamba2Acts, Mamba2Block
 from evermind.types import Batch, TrainConfig
-
-#: One embedding micro-batch: (B·L token ids, B valid lengths, B·E target floats).
-EmbedBatch = tuple[Any, Any, Any]
 
 
 @dataclass(eq=False)
 class Slot:
-    """One GPU tensor with its gradient and AdamW moments (None when not training)."""
+    """One GPU tensor and its gradient (None when not training)."""
 
     spec: SlotSpec
     param: Buffer
     grad: Buffer | None = None
-    exp_avg: Buffer | None = None
-    exp_avg_sq: Buffer | None = None
 
 
 class _Acts:
@@ -106,19 +87,18 @@ class _Acts:
 
 
 class GpuMamba:
-    """A Mamba model on a WebGPU device, ready to train or evaluate at one (B, L).
+    """A Mamba model on a WebGPU device at one (B, L): evaluation, and with ``train`` the
+    gradients of a micro-batch (the training backend, ``GpuBackend``, adds the optimiser).
 
     Args:
         device: The device (either transport).
         config: Model hyperparameters.
         batch_size: Sequences per micro-batch, B.
         seq_len: Tokens per sequence, L.
-        train: Optimiser settings; None builds an inference-only model (no gradients).
+        train: With it, gradient buffers and the loss + backward plan, the loss scaled for its
+            ``grad_accum``; None builds an inference-only model (no gradients).
         weights: Share the weight buffers of another model (e.g. an evaluation or embedding
             model beside the training one) instead of allocating new ones.
-        embed_dim: With ``train``, also record the embedding training step with a projection
-            head W of E = ``embed_dim`` rows (see the module docstring); W starts as the
-            identity (``eye(E, d_model)``) and μ as zero until :meth:`load_embedder`.
     """
 
     def __init__(
@@ -129,7 +109,6 @@ class GpuMamba:
         seq_len: int,
         train: TrainConfig | None = None,
         weights: dict[str, Slot] | None = None,
-        embed_dim: int | None = None,
     ) -> None:
         self.device = dev = device
         self.config = cfg = config
@@ -143,8 +122,6 @@ class GpuMamba:
             slot = Slot(spec, shared or dev.buffer(4 * spec.count, label=spec.key))
             if training:
                 slot.grad = dev.buffer(4 * spec.count, label=f"grad.{spec.key}")
-                slot.exp_avg = dev.buffer(4 * spec.count, label=f"m.{spec.key}")
-                slot.exp_avg_sq = dev.buffer(4 * spec.count, label=f"v.{spec.key}")
             self.slots[spec.key] = slot
 
         self.ew, self.mm = Elementwise(dev), Matmul(dev)
@@ -192,24 +169,15 @@ class GpuMamba:
         self.loss = dev.buffer(4, label="loss")
 
         # Evaluation: forward without stored states, loss as a per-token mean.
-        self.eval_plan = dev.plan("eval").add(self._forward(store_states=False))
+        self.eval_plan = dev.plan("eval").add(self.forward_dispatches(store_states=False))
         self.eval_plan.add(
             self.ce.loss_and_grad(
                 self.logits, self.targets, self.row_loss, self.dlogits, self.loss, m, v, 1.0 / m
             )
         )
         self._scratch: dict[str, Buffer] | None = None
-        self.embed_dim = embed_dim
-        self.head: Slot | None = None
-        if embed_dim is not None and (train is None or embed_dim < 1):
-            raise ShapeError(
-                f"GpuMamba: embed_dim needs a TrainConfig and must be >= 1, got {embed_dim}"
-            )
-        if training:
-            assert train is not None
-            self._record_training(train)
-            if embed_dim is not None:
-                self._record_embedding(train, embed_dim)
+        if train is not None:
+            self._record_gradients(train)
 
     # -- recording ---------------------------------------------------------------------------
     def _p(self, key: str) -> Buffer:
@@ -220,11 +188,13 @@ class GpuMamba:
         assert grad is not None  # training models always have gradients
         return grad
 
-    def _forward(
+    def forward_dispatches(
         self, store_states: bool, logits: bool = True, aux_coef: float | None = None
     ) -> list[Dispatch]:
-        """The forward to the logits (or h_final); with the cortex and ``aux_coef`` not None,
-        then its load-balancing loss, whose probability gradient ``aux_coef`` weights."""
+        """The forward from ``ids`` to ``logits`` (or to ``hf``, the final norm's output,
+        when not ``logits``); ``store_states`` keeps the scan states the backward reads.
+        With the cortex and ``aux_coef`` not None, then its load-balancing loss, whose
+        probability gradient ``aux_coef`` weights."""
         cfg, m, mm, ew = self.config, self.m, self.mm, self.ew
         dm, di, r, n = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state
         b, length = self.batch_size, self.seq_len
@@ -305,8 +275,9 @@ class GpuMamba:
             lambda key: self._g(f"{i}.{key}"),
         )
 
-    def _backward_scratch(self) -> dict[str, Buffer]:
-        """The backward's scratch buffers, allocated once and shared by both training steps."""
+    def backward_scratch(self) -> dict[str, Buffer]:
+        """The backward's scratch buffers, allocated once and shared by every backward
+        recorded on this model (``dhf``: d(loss)/d(h_final), where a head's backward writes)."""
         if self._scratch is not None:
             return self._scratch
         cfg, m, dev = self.config, self.m, self.device
@@ -339,7 +310,7 @@ class GpuMamba:
         self.ones_m = dev.upload(array("f", [1.0]) * m, label="ones")
         return t
 
-    def _backward(self, head: list[Dispatch] | None = None) -> list[Dispatch]:
+    def backward_dispatches(self, head: list[Dispatch] | None = None) -> list[Dispatch]:
         """The backward from the LM head's logits gradient, or from ``head``'s dispatches.
 
         Args:
@@ -350,7 +321,7 @@ class GpuMamba:
         cfg, m, mm, ew = self.config, self.m, self.mm, self.ew
         dm, di, r, n, v = cfg.d_model, cfg.d_inner, cfg.dt_rank, cfg.d_state, cfg.vocab_size
         b, length = self.batch_size, self.seq_len
-        t = self._backward_scratch()
+        t = self.backward_scratch()
         d: list[Dispatch] = [ew.fill(t["dh"], m * dm)]
         if head is None:
             # Tied LM head.
@@ -470,7 +441,8 @@ class GpuMamba:
         d.append(self.emb.backward(self.csr, t["dh"], self._g("embeddings"), m, v, dm))
         return d
 
-    def _record_training(self, train: TrainConfig) -> None:
+    def _record_gradients(self, train: TrainConfig) -> None:
+        """The plan of one micro-batch's forward, loss and backward, and the zeroing plan."""
         dev, m, v = self.device, self.m, self.config.vocab_size
         self.grad_scale = 1.0 / (m * train.grad_accum)
         self.ce_dispatches = self.ce.loss_and_grad(
@@ -479,146 +451,12 @@ class GpuMamba:
         #: The load-balancing loss's weight per micro-batch (the CE's mean over micro-batches).
         self.aux_scale = self.config.router_aux_loss_coef / train.grad_accum
         self.step_plan = dev.plan("train step").add(
-            self._forward(store_states=True, aux_coef=self.aux_scale)
+            self.forward_dispatches(store_states=True, aux_coef=self.aux_scale)
         )
-        self.step_plan.add(self.ce_dispatches).add(self._backward())
+        self.step_plan.add(self.ce_dispatches).add(self.backward_dispatches())
         self.zero_plan = dev.plan("zero grads").add(
             self.ew.fill(s.grad, s.spec.count) for s in self.slots.values() if s.grad is not None
         )
-        self.opt = AdamW(
-            dev,
-            lr=train.lr,
-            beta1=train.beta1,
-            beta2=train.beta2,
-            eps=train.eps,
-            weight_decay=train.weight_decay,
-        )
-        self.grad_norm = dev.buffer(4, label="grad_norm")
-        if train.grad_clip > 0:
-            self.clip_scale = dev.buffer(4, label="clip_scale")
-            clip = GradNorm(dev).record(
-                [self._g(k) for k in self.slots], self.grad_norm, self.clip_scale, train.grad_clip
-            )
-        else:
-            self.clip_scale, clip = self.opt.unit_clip(), []
-        self.opt_plan = dev.plan("optimizer").add(clip)
-        for s in self.slots.values():
-            assert s.grad is not None and s.exp_avg is not None and s.exp_avg_sq is not None
-            self.opt_plan.add(
-                self.opt.update(
-                    s.param,
-                    s.grad,
-                    s.exp_avg,
-                    s.exp_avg_sq,
-                    s.spec.count,
-                    self.clip_scale,
-                    decay=s.spec.decay,
-                )
-            )
-
-    def _record_embedding(self, train: TrainConfig, embed_dim: int) -> None:
-        """Records the embedding step: forward to h_f, pool, centre, W, cosine, backward."""
-        dev, cfg, mm = self.device, self.config, self.mm
-        b, length, dm, e = self.batch_size, self.seq_len, cfg.d_model, embed_dim
-        spec = embed_head_spec(cfg, e)
-        self.head = head = Slot(
-            spec,
-            dev.upload(_eye(e, dm), label=spec.key),
-            dev.buffer(4 * spec.count, label=f"grad.{spec.key}"),
-            dev.buffer(4 * spec.count, label=f"m.{spec.key}"),
-            dev.buffer(4 * spec.count, label=f"v.{spec.key}"),
-        )
-        assert head.grad is not None and head.exp_avg is not None and head.exp_avg_sq is not None
-        self.centre = dev.buffer(4 * dm, label="embed.centre")
-        self.lengths = dev.buffer(4 * b, label="embed.lengths")
-        self.embed_targets = dev.buffer(4 * b * e, label="embed.targets")
-
-        def buf(name: str, count: int) -> Buffer:
-            return dev.buffer(4 * count, label=f"embed.{name}")
-
-        self.pooled, self.centred = buf("pooled", b * dm), buf("centred", b * dm)
-        self.pool_scratch = buf("pool_scratch", b * dm)
-        self.z, self.dz = buf("z", b * e), buf("dz", b * e)
-        self.dpooled, self.embed_row_loss = buf("dpooled", b * dm), buf("row_loss", b)
-        self.embed_loss = buf("loss", 1)
-        pool, el = Pool(dev), EmbedLoss(dev)
-        #: Each text's weight in the loss: the mean over the texts of all micro-batches.
-        self.embed_scale = 1.0 / (b * train.grad_accum)
-        scratch = self._backward_scratch()
-        head_bwd = [
-            mm.linear_bwd_weight(self.dz, self.centred, head.grad, b, dm, e, accumulate=True),
-            mm.linear_bwd_input(self.dz, head.param, self.dpooled, b, dm, e),
-            pool.mean_l2_bwd(
-                self.hf,
-                self.lengths,
-                self.dpooled,
-                self.pool_scratch,
-                scratch["dhf"],
-                b,
-                length,
-                dm,
-            ),
-        ]
-
-        def embed_head() -> list[Dispatch]:
-            return [
-                pool.mean_l2(self.hf, self.lengths, self.pooled, b, length, dm),
-                el.centre(self.pooled, self.centre, self.centred, b, dm),
-                mm.linear(self.centred, head.param, self.z, b, dm, e),
-            ]
-
-        # Inference: pooled states and z, without stored states, loss or backward.
-        self.embed_eval_plan = dev.plan("embedding forward").add(
-            self._forward(store_states=False, logits=False)
-        )
-        self.embed_eval_plan.add(embed_head())
-        # The embedding objective leaves the load-balancing loss out (aux_coef 0).
-        self.embed_plan = dev.plan("embedding step").add(
-            self._forward(store_states=True, logits=False, aux_coef=0.0)
-        )
-        self.embed_plan.add(embed_head())
-        self.embed_plan.add(
-            el.loss_and_grad(
-                self.z,
-                self.embed_targets,
-                self.embed_row_loss,
-                self.dz,
-                self.embed_loss,
-                b,
-                e,
-                self.embed_scale,
-            )
-        )
-        self.embed_plan.add(self._backward(head=head_bwd))
-        trained = [*self.slots.values(), head]
-        self.embed_zero_plan = dev.plan("zero embedding grads").add(
-            self.ew.fill(s.grad, s.spec.count) for s in trained if s.grad is not None
-        )
-        self.embed_grad_norm = dev.buffer(4, label="embed.grad_norm")
-        if train.grad_clip > 0:
-            self.embed_clip_scale = dev.buffer(4, label="embed.clip_scale")
-            clip = GradNorm(dev).record(
-                [s.grad for s in trained if s.grad is not None],
-                self.embed_grad_norm,
-                self.embed_clip_scale,
-                train.grad_clip,
-            )
-        else:
-            self.embed_clip_scale, clip = self.opt.unit_clip(), []
-        self.embed_opt_plan = dev.plan("embedding optimizer").add(clip)
-        for s in trained:
-            assert s.grad is not None and s.exp_avg is not None and s.exp_avg_sq is not None
-            self.embed_opt_plan.add(
-                self.opt.update(
-                    s.param,
-                    s.grad,
-                    s.exp_avg,
-                    s.exp_avg_sq,
-                    s.spec.count,
-                    self.embed_clip_scale,
-                    decay=s.spec.decay,
-                )
-            )
 
     # -- weights -----------------------------------------------------------------------------
     def load_params(self, params: dict[str, Any]) -> None:
@@ -635,19 +473,22 @@ class GpuMamba:
                     f"{_numel(shape)}; was the config built with the same vocab_size and preset?"
                 )
         for slot in self.slots.values():
-            self._write_slot(slot.param, slot.spec, params, "")
+            self.write_slot(slot.param, slot.spec, params, "")
 
-    def _write_slot(self, buf: Buffer, spec: SlotSpec, tensors: Any, prefix: str) -> None:
-        """Writes ``spec``'s floats of ``tensors[prefix + HF name]`` (each piece) into buf."""
+    def write_slot(self, buf: Buffer, spec: SlotSpec, tensors: Any, prefix: str) -> None:
+        """Writes ``spec``'s floats of ``tensors[prefix + HF name]`` (each piece) into buf
+        (a slot's weights, or an optimiser's tensor of the slot's layout)."""
         for hf, src, dst, count in spec.pieces():
             data = memoryview(tensors[prefix + hf]).cast("B")
             self.device.write(buf, data[4 * src : 4 * (src + count)], 4 * dst)
 
     async def read_params(self) -> dict[str, array[float]]:
         """Downloads weights as flat ``array('f')`` by Hugging Face name."""
-        return await self._gather(lambda s: s.param)
+        return await self.gather(lambda s: s.param)
 
-    async def _gather(self, pick: Any) -> dict[str, array[float]]:
+    async def gather(self, pick: Callable[[Slot], Buffer]) -> dict[str, array[float]]:
+        """Downloads the buffer ``pick`` names for each slot (of the slot's layout), as flat
+        ``array('f')`` by Hugging Face name."""
         shapes = self.config.param_shapes()
         out = {name: array("f", bytes(4 * _numel(shape))) for name, shape in shapes.items()}
         for slot in self.slots.values():
@@ -659,9 +500,13 @@ class GpuMamba:
 
     async def read_grads(self) -> dict[str, array[float]]:
         """Downloads the accumulated gradients by Hugging Face name (for tests)."""
-        return await self._gather(lambda s: s.grad)
+        return await self.gather(lambda s: self._g(s.spec.key))
 
-    # -- training (the evermind.train.loop.Backend protocol) --------------------------------
+    # -- gradients and evaluation -------------------------------------------------------------
+    def write_ids(self, ids: Any) -> None:
+        """Writes B·L token ids (and the embedding backward's index) for the next plan run."""
+        self.emb.write_step(self.ids, self.csr, ids, self.config.vocab_size)
+
     def _write_batch(self, batch: Batch) -> None:
         inputs, targets = batch
         if len(inputs) != self.m or len(targets) != self.m:
@@ -669,7 +514,7 @@ class GpuMamba:
                 f"GpuMamba: a batch must hold B·L = {self.m} ids, got {len(inputs)} inputs and "
                 f"{len(targets)} targets"
             )
-        self.emb.write_step(self.ids, self.csr, inputs, self.config.vocab_size)
+        self.write_ids(inputs)
         self.device.write(self.targets, array("i", targets))
 
     async def forward_backward(self, batch: Batch) -> float:
@@ -685,141 +530,12 @@ class GpuMamba:
         self.routing = routing
         return float(loss) + self.aux_scale * float(routing["aux_loss"])
 
-    async def train_step(self, micro_batches: list[Batch], lr: float, step: int) -> float:
-        self.zero_plan.run()
-        total = 0.0
-        for batch in micro_batches:
-            total += await self.forward_backward(batch)
-        self.opt.set_step(step, lr)
-        self.opt_plan.run()
-        # The CE scale is 1/(M·grad_accum): the sum over micro-batches is the mean loss.
-        return total
-
     async def eval_batch(self, batch: Batch) -> tuple[float, int]:
+        """(sum of the token losses in nats, tokens) of one batch; no gradients."""
         self._write_batch(batch)
         self.eval_plan.run()
         (loss,) = struct.unpack("<f", await self.device.read(self.loss))
         return float(loss) * self.m, self.m
-
-    # -- the embedding objective -------------------------------------------------------------
-    def _embed_head(self) -> Slot:
-        if self.head is None:
-            raise ShapeError(
-                "GpuMamba: no embedding step was recorded; build the model with embed_dim=E "
-                "and a TrainConfig"
-            )
-        return self.head
-
-    def load_embedder(self, centre: Any, head: Any | None = None) -> None:
-        """Uploads μ (d_model floats) and, if given, W (E · d_model floats, row-major)."""
-        slot = self._embed_head()
-        dm = self.config.d_model
-        for name, values, count, buf in (
-            ("centre", centre, dm, self.centre),
-            ("head", head, slot.spec.count, slot.param),
-        ):
-            if values is None:
-                continue
-            data = memoryview(values).cast("B")
-            if len(data) != 4 * count:
-                raise ShapeError(
-                    f"GpuMamba.load_embedder: {name} has {len(data) // 4} floats, expected {count}"
-                )
-            self.device.write(buf, data)
-
-    async def read_embedder(self) -> tuple[array[float], array[float]]:
-        """Downloads ``(μ, W)`` as flat ``array('f')``."""
-        slot = self._embed_head()
-        centre = array("f", await self.device.read(self.centre, 4 * self.config.d_model))
-        head = array("f", await self.device.read(slot.param, 4 * slot.spec.count))
-        return centre, head
-
-    async def read_embed_head_grad(self) -> array[float]:
-        """Downloads W's accumulated gradient (for tests)."""
-        slot = self._embed_head()
-        assert slot.grad is not None
-        return array("f", await self.device.read(slot.grad, 4 * slot.spec.count))
-
-    def _write_embed_batch(self, batch: EmbedBatch) -> None:
-        ids, lengths, targets = batch
-        b, e = self.batch_size, self.embed_dim
-        if len(ids) != self.m or len(lengths) != b or e is None or len(targets) != b * e:
-            raise ShapeError(
-                f"GpuMamba: an embedding batch holds B·L = {self.m} ids (texts padded on the "
-                f"right), B = {b} lengths and B·E = {b * (e or 0)} target floats, got "
-                f"{len(ids)}, {len(lengths)} and {len(targets)}"
-            )
-        self.emb.write_step(self.ids, self.csr, ids, self.config.vocab_size)
-        self.device.write(self.lengths, array("I", lengths))
-        self.device.write(self.embed_targets, array("f", targets))
-
-    async def embed_forward(self, ids: Any, lengths: Any) -> tuple[array[float], array[float]]:
-        """The pooled unit vectors p (B·D floats) and ``z = W · (p − μ)`` (B·E floats) of a batch.
-
-        Args:
-            ids: B·L token ids, each text's tokens first (right padding).
-            lengths: B valid lengths.
-        """
-        slot = self._embed_head()
-        e = slot.spec.count // self.config.d_model
-        self._write_embed_batch((ids, lengths, array("f", bytes(4 * self.batch_size * e))))
-        self.embed_eval_plan.run()
-        b, dm = self.batch_size, self.config.d_model
-        pooled = array("f", await self.device.read(self.pooled, 4 * b * dm))
-        return pooled, array("f", await self.device.read(self.z, 4 * b * e))
-
-    async def embed_forward_backward(self, batch: EmbedBatch) -> float:
-        """Accumulates one embedding micro-batch's gradients; returns its loss contribution.
-
-        Args:
-            batch: ``(ids, lengths, targets)``: B·L token ids (each text's tokens first, then
-                any padding id), B valid lengths, and B·E teacher vectors row by row.
-        """
-        self._embed_head()
-        self._write_embed_batch(batch)
-        self.embed_plan.run()
-        (loss,) = struct.unpack("<f", await self.device.read(self.embed_loss))
-        return float(loss)
-
-    async def embed_train_step(
-        self, micro_batches: list[EmbedBatch], lr: float, step: int
-    ) -> float:
-        """One optimiser step of the embedding objective; returns the mean loss.
-
-        Zero grads → [forward + loss + backward] per micro-batch → clip → AdamW on the
-        model's weights and W (pass ``train.grad_accum`` micro-batches for the mean).
-        """
-        self._embed_head()
-        self.embed_zero_plan.run()
-        total = 0.0
-        for batch in micro_batches:
-            total += await self.embed_forward_backward(batch)
-        self.opt.set_step(step, lr)
-        self.embed_opt_plan.run()
-        return total
-
-    async def state(self) -> dict[str, array[float]]:
-        out = await self.read_params()
-        for prefix, pick in (("adam.m.", lambda s: s.exp_avg), ("adam.v.", lambda s: s.exp_avg_sq)):
-            for name, values in (await self._gather(pick)).items():
-                out[prefix + name] = values
-        return out
-
-    async def load_state(self, tensors: dict[str, array[float]]) -> None:
-        self.load_params(tensors)
-        for slot in self.slots.values():
-            spec = slot.spec
-            for prefix, buf in (("adam.m.", slot.exp_avg), ("adam.v.", slot.exp_avg_sq)):
-                if buf is not None:
-                    self._write_slot(buf, spec, tensors, prefix)
-
-
-def _eye(rows: int, cols: int) -> array[float]:
-    """``eye(rows, cols)`` as a flat row-major ``array('f')``."""
-    out = array("f", bytes(4 * rows * cols))
-    for i in range(min(rows, cols)):
-        out[i * cols + i] = 1.0
-    return out
 
 
 def _numel(shape: tuple[int, ...]) -> int:

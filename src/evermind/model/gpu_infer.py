@@ -13,7 +13,6 @@ Mamba-2 config's recurrent step from :mod:`evermind.model.gpu_mamba2`.
 
 from __future__ import annotations
 
-import random
 import struct
 from array import array
 from collections.abc import AsyncIterator, Sequence
@@ -30,7 +29,7 @@ from evermind.model.config import MambaConfig
 from evermind.model.gpu import GpuMamba, Slot
 from evermind.model.gpu_cortex import CortexBlock
 from evermind.model.gpu_mamba2 import Mamba2DecodeLayers
-from evermind.model.sampling import sample
+from evermind.model.sampling import stream_tokens
 from evermind.package.head import EmbedderHead, apply_head
 
 
@@ -178,7 +177,7 @@ class GpuDecoder:
             )
         ]
 
-    async def stream(
+    def stream(
         self,
         prompt_ids: Sequence[int],
         max_new_tokens: int = 64,
@@ -188,20 +187,12 @@ class GpuDecoder:
         seed: int | None = None,
         eos_id: int | None = None,
     ) -> AsyncIterator[int]:
-        """Yields generated token ids one at a time."""
-        if not prompt_ids:
-            raise ConfigError("generation needs at least one prompt token")
-        rng = random.Random(seed)
-        self.reset()
-        logits = array("f")
-        for token in prompt_ids:
-            logits = await self.step(token)
-        for _ in range(max_new_tokens):
-            token = sample(logits, temperature, top_k, top_p, rng)
-            if token == eos_id:
-                return
-            yield token
-            logits = await self.step(token)
+        """Yields generated token ids one at a time (:func:`~evermind.model.sampling.stream_tokens`
+        over :meth:`step`)."""
+        return stream_tokens(
+            self.step, self.reset, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+            eos_id,
+        )  # fmt: skip
 
 
 class GpuEmbedder:
@@ -234,7 +225,9 @@ class GpuEmbedder:
         pool = Pool(device).mean_l2(
             self.model.hf, self.lengths, self.out, batch_size, max_tokens, config.d_model
         )
-        self.plan = device.plan("embed").add(self.model._forward(store_states=False, logits=False))
+        self.plan = device.plan("embed").add(
+            self.model.forward_dispatches(store_states=False, logits=False)
+        )
         self.plan.add(pool)
 
     async def embed_ids(self, texts_ids: Sequence[Sequence[int]]) -> list[list[float]]:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import math
 import operator
-import random
 from array import array
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from evermind.errors import ConfigError
 from evermind.model.config import MambaConfig
-from evermind.model.sampling import sample
+from evermind.model.sampling import stream_tokens
 from evermind.package.head import EmbedderHead, apply_head
 
 __all__ = ["PyDecoder"]
@@ -179,7 +178,10 @@ class PyDecoder:
             h = [a + b for a, b in zip(h, _matvec(w.out_proj, y), strict=True)]
         return _norm(h, self.norm_f, cfg.rms_eps)
 
-    async def stream(
+    async def _step(self, token: int) -> list[float]:
+        return self.step(token)
+
+    def stream(
         self,
         prompt_ids: Sequence[int],
         max_new_tokens: int = 64,
@@ -189,17 +191,9 @@ class PyDecoder:
         seed: int | None = None,
         eos_id: int | None = None,
     ) -> AsyncIterator[int]:
-        """Yields generated token ids one at a time (as :class:`GpuDecoder.stream`)."""
-        if not prompt_ids:
-            raise ConfigError("generation needs at least one prompt token")
-        rng = random.Random(seed)
-        self.reset()
-        logits: list[float] = []
-        for token in prompt_ids:
-            logits = self.step(token)
-        for _ in range(max_new_tokens):
-            token = sample(logits, temperature, top_k, top_p, rng)
-            if token == eos_id:
-                return
-            yield token
-            logits = self.step(token)
+        """Yields generated token ids one at a time (as :meth:`GpuDecoder.stream`: the one
+        loop, :func:`~evermind.model.sampling.stream_tokens`)."""
+        return stream_tokens(
+            self._step, self.reset, prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+            eos_id,
+        )  # fmt: skip

@@ -2,7 +2,9 @@
 
 Both decoders use it: :class:`evermind.model.gpu_infer.GpuDecoder` in the tab and
 :class:`evermind.model.inference.Model` natively (on ``CpuMamba``'s logits), so a seed means the
-same thing on both and the tab needs no numpy. The native runtime's batched form,
+same thing on both and the tab needs no numpy. The tab's two one-sequence decoders (the GPU's
+and :class:`evermind.model.py_decode.PyDecoder`, without WebGPU) generate through the one loop
+:func:`stream_tokens` around it. The native runtime's batched form,
 :func:`evermind.model.sampling_rows.sample_rows`, draws the same tokens for the same uniforms
 (it falls back to :func:`sample_uniform` for a row whose draw its float rounding could change).
 
@@ -18,9 +20,11 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-__all__ = ["sample", "sample_uniform"]
+from evermind.errors import ConfigError
+
+__all__ = ["sample", "sample_uniform", "stream_tokens"]
 
 
 def sample(
@@ -72,3 +76,47 @@ def sample_uniform(
     cum_weights = list(itertools.accumulate(probs))
     at = bisect.bisect(cum_weights, uniform * (cum_weights[-1] + 0.0), 0, len(best) - 1)
     return best[at]
+
+
+async def stream_tokens(
+    step: Callable[[int], Awaitable[Sequence[float]]],
+    reset: Callable[[], None],
+    prompt_ids: Sequence[int],
+    max_new_tokens: int = 64,
+    temperature: float = 0.8,
+    top_k: int | None = 40,
+    top_p: float | None = 0.95,
+    seed: int | None = None,
+    eos_id: int | None = None,
+) -> AsyncIterator[int]:
+    """Yields generated token ids one at a time: one sequence, decoded token by token.
+
+    Resets the decoder, feeds every prompt token, then draws (:func:`sample`, one
+    ``random.Random(seed)``) and feeds each drawn token, until ``max_new_tokens`` or
+    ``eos_id`` (which is not yielded).
+
+    Args:
+        step: Feeds one token, returns the next one's logits (V,).
+        reset: Starts a new sequence (zero decoding state).
+        prompt_ids: At least one token id.
+        max_new_tokens, temperature, top_k, top_p: As :func:`sample` (``max_new_tokens``
+            bounds the tokens drawn).
+        seed: The draws' random seed (None: a fresh one).
+        eos_id: Stop before this token.
+
+    Raises:
+        ConfigError: ``prompt_ids`` is empty.
+    """
+    if not prompt_ids:
+        raise ConfigError("generation needs at least one prompt token")
+    rng = random.Random(seed)
+    reset()
+    logits: Sequence[float] = []
+    for token in prompt_ids:
+        logits = await step(token)
+    for _ in range(max_new_tokens):
+        token = sample(logits, temperature, top_k, top_p, rng)
+        if token == eos_id:
+            return
+        yield token
+        logits = await step(token)

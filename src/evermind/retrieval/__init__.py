@@ -11,11 +11,11 @@ Public API::
     answer.text, answer.citations, answer.invalid, answer.refused
 
 Modules: :mod:`~evermind.retrieval.retriever` (the pipeline),
-:mod:`~evermind.retrieval.fusion` (convex / RRF fusion, coverage, MMR),
 :mod:`~evermind.retrieval.lexical` (the lexical arm port, ``BM25Arm``, ``StoreLexicalArm``),
 :mod:`~evermind.retrieval.passages` (result types, the relevance floor),
 :mod:`~evermind.retrieval.citations` (the prompt, ``[n]`` parsing, ``Answer``),
-:mod:`~evermind.retrieval.corpus` (files into both arms). docs/retrieval.md is the guide.
+:mod:`~evermind.retrieval.corpus` (files into both arms); the fusion (convex / RRF), coverage
+and MMR it ranks with are :mod:`evermind.search`'s. docs/retrieval.md is the guide.
 Browser-safe: standard library and ``evermind`` only.
 """
 

@@ -7,7 +7,7 @@ engine it fails closed: no :class:`~evermind.vectorstore.AccessScope`, no answer
 (:class:`~evermind.vectorstore.ScopeRequired`), and the scope and filter mask the items
 *before* the top ``k`` is cut.
 
-- :class:`BM25Arm`: Okapi BM25 in this process (:class:`evermind.memory.ranking.BM25Index`)
+- :class:`BM25Arm`: Okapi BM25 in this process (:class:`evermind.search.bm25.BM25Index`)
   over the same items the dense store holds (give it the items you upsert). It keeps one
   index per tenant, so a tenant's documents never shape another's BM25 scores or term
   weights (IDF and average length are the tenant's own).
@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from evermind.errors import ConfigError, InputError
-from evermind.memory.ranking import BM25Index, top_k
+from evermind.search.bm25 import BM25Index
+from evermind.search.fusion import top_k
 from evermind.vectorstore.filters import evaluate, parse_filter
 from evermind.vectorstore.port import (
     AccessScope,

@@ -7,14 +7,17 @@
    candidates, both under the caller's :class:`~evermind.vectorstore.AccessScope` and filter
    (the engines enforce them; nothing is trimmed afterwards);
 2. fuses them (``fusion="convex"`` with ``dense_weight``, or ``"rrf"``:
-   :mod:`evermind.retrieval.fusion`);
+   :func:`evermind.search.fusion.fuse_convex`, :func:`evermind.search.fusion.fuse_rrf`);
 3. applies the **relevance floor** (:class:`RelevanceFloor`): a candidate stays only when
-   it covers enough of the question's content terms (``min_coverage``) or its cosine
+   it covers enough of the question's content terms (``min_coverage``, the share of their
+   weight: :func:`evermind.search.terms.coverage`, each term weighted by the lexical arm's
+   ``term_weight``, the IDF for the in-process BM25 arm) or its cosine
    reaches ``min_cosine``. Fused scores are relative (the best is always 1), so the floor
    reads absolute evidence instead; when no candidate clears it the result is *refused*
    ("I don't have that") and ``answer`` never calls the model;
 4. reranks the survivors with the optional ``reranker(question, passages) -> scores``;
-5. orders them by MMR (``mmr_lambda``; None: by relevance alone) and keeps ``k``.
+5. orders them by MMR (``mmr_lambda``; None: by relevance alone; the similarity of two
+   passages is the Jaccard of their terms: :func:`evermind.search.mmr.mmr`) and keeps ``k``.
 
 ``answer(question, bridge, scope)`` searches, returns the refusal without a model call when
 the search refused, else asks the bridge over the numbered passages and checks the reply's
@@ -35,9 +38,11 @@ from evermind.bridges.base import Bridge
 from evermind.errors import ConfigError, InputError, ShapeError
 from evermind.memory.embedder import as_embedder
 from evermind.retrieval.citations import Answer, build_request, read_answer, refused
-from evermind.retrieval.fusion import coverage, fuse_convex, fuse_rrf, mmr, term_set
 from evermind.retrieval.lexical import LexicalArm
 from evermind.retrieval.passages import Passage, RelevanceFloor, SearchResult, source_of
+from evermind.search.fusion import fuse_convex, fuse_rrf, unit_scale
+from evermind.search.mmr import mmr
+from evermind.search.terms import coverage, jaccard, term_set
 from evermind.vectorstore.port import AccessScope, Hit, VectorStore, check_query
 
 __all__ = ["EnterpriseRetriever", "Reranker"]
@@ -246,11 +251,10 @@ class EnterpriseRetriever:
             )
         if not all(math.isfinite(v) for v in values):
             raise InputError("retriever: the reranker returned NaN or infinity")
-        bottom, top = min(values), max(values)
-        span = top - bottom
+        # Passage ids are distinct (the fused candidates' keys).
+        scaled = unit_scale({p.id: v for p, v in zip(passages, values, strict=True)})
         out = [
-            replace(p, rerank=v, score=max((v - bottom) / span, 1e-9) if span > 0 else 1.0)
-            for p, v in zip(passages, values, strict=True)
+            replace(p, rerank=v, score=scaled[p.id]) for p, v in zip(passages, values, strict=True)
         ]
         return sorted(out, key=lambda p: (-p.score, p.id))
 
@@ -258,9 +262,10 @@ class EnterpriseRetriever:
         if self.mmr_lambda is None or len(passages) <= 1:
             return sorted(passages, key=lambda p: (-p.score, p.id))[:k]
         by_id = {p.id: p for p in passages}
+        term_sets = {p.id: term_set(p.text) for p in passages}
         order = mmr(
             {p.id: p.score for p in passages},
-            {p.id: term_set(p.text) for p in passages},
+            lambda a, b: jaccard(term_sets[a], term_sets[b]),
             k,
             self.mmr_lambda,
         )

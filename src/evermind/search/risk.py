@@ -4,11 +4,13 @@ This module owns the statistics that turn labelled outcomes into a promise:
 
 - :func:`binomial_upper`, the exact one-sided (Clopper–Pearson) upper confidence bound on a
   rate from ``k`` failures in ``n`` trials;
-- :func:`bounded_threshold`, the lowest score threshold whose served error stays below a
-  target ``δ`` with confidence ``1 − α``, chosen by *fixed-sequence testing* (Learn then
-  Test, Angelopoulos et al. 2021): thresholds are tested from the strictest down, and the
-  walk stops at the first one whose bound exceeds ``δ``. Testing in a fixed order makes the
-  family-wise error at most ``α`` without a correction for the number of thresholds tried.
+- :func:`bounded_threshold`, the lowest score threshold whose share of wrongly answered
+  lookups stays below a target ``δ`` with confidence ``1 − α`` (vCache's error rate,
+  Schroeder et al. 2025), chosen by *fixed-sequence testing* (Learn then Test, Angelopoulos
+  et al. 2021): thresholds are tested from the strictest down, and the walk stops at the
+  first one whose bound exceeds ``δ``. The risk only grows as the threshold falls, and testing
+  in a fixed order keeps the family-wise error at most ``α`` without a correction for the
+  number of thresholds tried.
 
 The semantic cache uses it twice: offline, on a calibration split, to ship a conservative
 threshold per ``δ`` (:mod:`evermind.cache.verifier`), and online, on the verified outcomes
@@ -87,26 +89,9 @@ def fewest_outcomes(max_error: float, alpha: float = 0.05) -> int:
     return math.ceil(math.log(alpha) / math.log1p(-max_error))
 
 
-def _fewest_served(wrong: int, max_error: float, alpha: float) -> int:
-    """The fewest trials at which ``wrong`` failures keep the upper bound <= ``max_error``.
-
-    The bound falls as trials grow with failures fixed, so a doubling then a binary search
-    finds it with a few dozen bound evaluations.
-    """
-    high = max(wrong + 1, 2)
-    while binomial_upper(wrong, high, alpha) > max_error:
-        high *= 2
-    low = wrong  # the bound at low trials is above max_error (or low == wrong: 1.0)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if binomial_upper(wrong, mid, alpha) > max_error:
-            low = mid
-        else:
-            high = mid
-    return high
-
-
-def served_error(scores: Sequence[float], correct: Sequence[bool], threshold: float) -> tuple[int, int]:
+def served_error(
+    scores: Sequence[float], correct: Sequence[bool], threshold: float
+) -> tuple[int, int]:
     """How many outcomes a threshold serves, and how many of those were wrong.
 
     Args:
@@ -130,62 +115,67 @@ def bounded_threshold(
     correct: Sequence[bool],
     max_error: float,
     *,
+    lookups: int | None = None,
     alpha: float = 0.05,
-    min_served: int | None = None,
-    start_share: float = 0.2,
 ) -> float | None:
-    """The lowest threshold whose error among served outcomes is at most ``max_error``.
+    """The lowest threshold whose wrong answers stay within ``max_error`` of the lookups.
 
-    Candidate thresholds are the distinct scores, tested from the highest down (fixed
-    sequence); each must keep the Clopper–Pearson upper bound of ``wrong / served`` at or
-    below ``max_error``. The walk stops at the first failure, so the answer holds with
-    confidence ``1 − alpha`` for the population the outcomes were drawn from.
+    The risk is vCache's error rate: the share of *lookups* answered wrongly (served, and
+    wrong). Serving more never lowers it, so thresholds are tested from the highest down
+    (fixed-sequence testing, Learn then Test) and the walk stops at the first one whose
+    Clopper–Pearson upper bound on ``wrong / lookups`` exceeds ``max_error``; the answer
+    then holds with confidence ``1 − alpha`` for lookups drawn like these.
 
     Args:
-        scores: One score per labelled outcome (higher = more likely correct).
-        correct: Whether serving that outcome was right.
-        max_error: The error among served outcomes the caller accepts, δ in (0, 1).
+        scores: The score of each lookup's best candidate (higher = more likely right).
+        correct: Whether serving that candidate was right.
+        max_error: δ, the share of lookups the caller accepts being answered wrongly, in (0, 1).
+        lookups: How many lookups the outcomes come from (lookups without a candidate can
+            never be answered wrongly); default ``len(scores)``.
         alpha: One-sided error of each bound.
-        min_served: Thresholds serving fewer outcomes are skipped (not tested, not failed).
-            By default the fewest outcomes whose bound could pass at all: with ``n`` served
-            and none wrong the bound is ``1 − alpha^(1/n)``, so δ = 0.01 needs 299 and
-            δ = 0.05 needs 59. Skipping by a count, not by an outcome, keeps the test valid.
-        start_share: The walk starts once this share of all outcomes is served (or
-            ``min_served``, whichever is more): one unlucky outcome among the very first
-            would otherwise stop a fixed-sequence walk before it starts. The start depends on
-            the number of outcomes only, never on their labels.
 
     Returns:
         The threshold, or None when not even the strictest one holds the bound (too few
-        outcomes, or too many wrong ones near the top).
+        lookups: at least :func:`fewest_outcomes` are needed; or a wrong one at the top).
 
     Raises:
-        ValueError: On mismatched lengths or a ``max_error`` out of range.
+        ValueError: On mismatched lengths, too few lookups or a ``max_error`` out of range.
     """
     if len(scores) != len(correct):
         raise ValueError(f"bounded_threshold: {len(scores)} scores but {len(correct)} labels")
     if not 0.0 < max_error < 1.0:
         raise ValueError(f"bounded_threshold: max_error must lie in (0, 1), got {max_error}")
-    if min_served is None:
-        min_served = max(fewest_outcomes(max_error, alpha), math.ceil(start_share * len(scores)))
+    total = len(scores) if lookups is None else lookups
+    if total < len(scores):
+        raise ValueError(f"bounded_threshold: {total} lookups cannot hold {len(scores)} outcomes")
+    if total == 0:
+        return None
     order = sorted(zip(scores, correct, strict=True), key=lambda pair: -pair[0])
-    needed: dict[int, int] = {}  # wrong count -> fewest served whose bound reaches max_error
+    allowed = _most_wrong(total, max_error, alpha)
     best: float | None = None
-    wrong = served = 0
+    wrong = 0
     index = 0
     while index < len(order):
         threshold = order[index][0]
         while index < len(order) and order[index][0] == threshold:  # ties are served together
-            served += 1
             wrong += not order[index][1]
             index += 1
-        if served < min_served:
-            continue
-        if wrong > max_error * served:
-            break  # the bound is never below the observed rate
-        if wrong not in needed:
-            needed[wrong] = _fewest_served(wrong, max_error, alpha)
-        if served < needed[wrong]:
+        if wrong > allowed:
             break
         best = threshold
     return best
+
+
+def _most_wrong(lookups: int, max_error: float, alpha: float) -> int:
+    """The most wrong answers among ``lookups`` whose upper bound stays <= ``max_error``
+    (-1 when even none does: too few lookups)."""
+    if binomial_upper(0, lookups, alpha) > max_error:
+        return -1
+    low, high = 0, lookups  # the bound rises with the failures: binary search the last pass
+    while high - low > 1:
+        mid = (low + high) // 2
+        if binomial_upper(mid, lookups, alpha) <= max_error:
+            low = mid
+        else:
+            high = mid
+    return low

@@ -22,7 +22,6 @@ from dataclasses import asdict
 from typing import Any
 
 from evermind import gpu
-from evermind.cache.decide import UNCALIBRATED, Calibration, calibrate, calibration_pairs
 from evermind.errors import ConfigError, DeviceLostError, NoAdapterError
 from evermind.job import (
     JobConfig,
@@ -42,9 +41,12 @@ from evermind.package import read_package
 from evermind.package.affect import AffectHead
 from evermind.package.head import EmbedderHead, bag_mean, project
 from evermind.package.tensor import Tensor
+from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
+from evermind.search.cosine import dot
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
 from evermind.train.data import eval_windows
+from evermind.train.gpu_backend import GpuBackend
 from evermind.train.loop import Trainer
 from evermind.types import Progress, TrainConfig
 
@@ -414,12 +416,13 @@ class Session:
         device = await gpu.open_device()
         train = self.job.train
         self._drop_cpu_model()
-        self.model = GpuMamba(device, self.config, train.batch_size, train.seq_len, train)
-        self.model.load_params(params)
+        backend = GpuBackend(device, self.config, train.batch_size, train.seq_len, train)
+        backend.model.load_params(params)
+        self.model = backend.model
         self._decoder = None
         self._set_head(None, {})
         self.trainer = Trainer(
-            self.model, self.train_ids, self.held_ids, train, on_progress=self._progress
+            backend, self.train_ids, self.held_ids, train, on_progress=self._progress
         )
 
     def _meta(self, checkpoint_step: int | None = None) -> dict[str, Any]:
@@ -802,13 +805,13 @@ class Session:
             out.append((ids, lengths, real))
         return out
 
-    async def _pooled_mean(self, model: GpuMamba, texts: list[str]) -> array[float]:
+    async def _pooled_mean(self, trainer: GpuBackend, texts: list[str]) -> array[float]:
         """The mean of the texts' pooled unit vectors p: the centring vector μ."""
         assert self.config is not None
         dm = self.config.d_model
         total = [0.0] * dm
-        for ids, lengths, real in self._embed_batches(texts, model.batch_size, model.seq_len):
-            pooled, _ = await model.embed_forward(ids, lengths)
+        for ids, lengths, real in self._embed_batches(texts, trainer.batch_size, trainer.seq_len):
+            pooled, _ = await trainer.embed_forward(ids, lengths)
             for row in range(real):
                 for d in range(dm):
                     total[d] += pooled[row * dm + d]
@@ -830,7 +833,7 @@ class Session:
         mean pool (the package head's raw vector): μ the mean p of ``texts`` under the
         current weights (fixed), W (E, d_model) a projection
         head starting at the identity; the cosine loss against ``targets`` trains W and
-        every model weight on the GPU (:meth:`GpuMamba.embed_train_step`), in place: the
+        every model weight on the GPU (:meth:`GpuBackend.embed_train_step`), in place: the
         language model shares those weights.
 
         Args:
@@ -861,7 +864,7 @@ class Session:
         train = TrainConfig(
             steps=steps, batch_size=batch, seq_len=length, lr=lr, grad_clip=1.0, weight_decay=0.0
         )
-        trainer = GpuMamba(
+        trainer = GpuBackend(
             model.device, self.config, batch, length, train, weights=model.slots, embed_dim=width
         )
         trainer.load_embedder(await self._pooled_mean(trainer, texts))
@@ -994,7 +997,7 @@ class Session:
                 e = [a + alpha * b for a, b in zip(u, v, strict=True)]
                 norm = _norm(e)
                 t = targets[r]
-                total += sum(x * y for x, y in zip(e, t, strict=True)) / (norm * _norm(t) or 1.0)
+                total += dot(e, t) / (norm * _norm(t) or 1.0)
             return total / len(rows)
 
         scores = {k: agreement(k * scale) for k in TOKEN_ALPHAS}
@@ -1140,11 +1143,11 @@ class Session:
 
     async def similarity(self, a: str, b: str) -> dict[str, Any]:
         """The cosine of two texts' embeddings, with the calibration that gives it meaning:
-        how this embedder scores unrelated corpus sentences (:func:`calibrate` over
-        :func:`calibration_pairs`, the cache's own rules) and the threshold a cache hit
-        would need."""
+        how this embedder scores unrelated corpus sentences
+        (:func:`~evermind.search.calibration.measure_calibration`, the cache's own rules) and
+        the threshold a cache hit would need."""
         va, vb = await self.embed([a, b])
-        cosine = sum(x * y for x, y in zip(va, vb, strict=True))
+        cosine = dot(va, vb)
         calibration = await self._similarity_calibration()
         return {
             "cosine": cosine,
@@ -1163,11 +1166,13 @@ class Session:
         calibration = UNCALIBRATED
         if len(texts) >= 2:
             vectors = await self.embed(texts)
-            cosines = [
-                sum(x * y for x, y in zip(vectors[i], vectors[j], strict=True))
-                for i, j in calibration_pairs(texts)
-            ]
-            calibration = calibrate(cosines)
+            calibration = measure_calibration(
+                texts,
+                lambda chosen, pairs: [
+                    dot(vectors[chosen[i]], vectors[chosen[j]]) for i, j in pairs
+                ],
+                limit=len(texts),
+            )
         self._similarity = (key, calibration)
         return calibration
 

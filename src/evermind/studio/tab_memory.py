@@ -6,7 +6,7 @@
   kv_backend.KVMemoryBackend` (object store ``"memory"``; namespace ``"studio"`` unless a
   call names another, :func:`check_namespace`), ranking with the
   session's model when one is ready (GPU embeddings, GPU cosine scan through
-  :class:`~evermind.memory.gpu_vectors.GpuVectorIndex`; without WebGPU an opened package's
+  :class:`~evermind.search.gpu_index.GpuVectorIndex`; without WebGPU an opened package's
   pure-Python embeddings and the CPU scan) and lexically otherwise;
 - a :class:`TabCache`: cached answers in object store ``"cache"`` (one JSON row per query),
   scored by cosine (the model's vector beside a character-trigram one, or trigrams alone
@@ -36,22 +36,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from evermind.cache import DEFAULT_CHAIN
-from evermind.cache.decide import (
-    UNCALIBRATED,
-    Calibration,
-    Candidate,
-    TermStats,
-    calibrate,
-    calibration_pairs,
-    contested_of,
-    decide,
-    sample_indices,
-    stale,
-)
+from evermind.cache.decide import Candidate, contested_of, decide
 from evermind.errors import ConfigError, InputError
-from evermind.memory import MemoryStore, VectorIndex
-from evermind.memory.gpu_vectors import GpuVectorIndex
+from evermind.memory import MemoryStore
 from evermind.memory.kv_backend import KVMemoryBackend
+from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration, stale
+from evermind.search.gpu_index import GpuVectorIndex
+from evermind.search.terms import TermStats
+from evermind.search.vectors import VectorIndex
 
 if TYPE_CHECKING:
     from evermind.studio.session import Session
@@ -65,7 +57,7 @@ MAX_NAMESPACE_CHARS = 64
 #: Lowest thresholds of the cache, whatever the calibration: with a model the lookup vector
 #: is the model's and the trigram vector side by side (cosine = their mean); without one,
 #: trigrams alone. The threshold that applies is the higher of these and what the
-#: calibration measures (``evermind.cache.decide``): how the embedder scores the cache's
+#: calibration measures (``evermind.search.calibration``): how the embedder scores the cache's
 #: own, mostly unrelated, stored queries. With a model the floor stays 0.7: an untrained
 #: model's half of the vector alone scores ~0.5, so the trigram half must reach ~0.4 too.
 #: Without one, trigrams alone: 0.4, the library's floor (evals/cache_full.py measures it).
@@ -209,10 +201,12 @@ class TabCache:
         if not stale(measured, len(self.entries)):
             return found
         keys = list(self.entries)
-        sample = [keys[i] for i in sample_indices(len(keys))]
-        pairs = calibration_pairs([self.entries[k].query for k in sample])
-        cosines = [self.index.cosine(sample[i], sample[j]) for i, j in pairs]
-        found = calibrate(cosines)
+        found = measure_calibration(
+            [self.entries[k].query for k in keys],
+            lambda chosen, pairs: [
+                self.index.cosine(keys[chosen[i]], keys[chosen[j]]) for i, j in pairs
+            ],
+        )
         self._calibration = (len(keys) if found.pairs else 0, found)
         return found
 

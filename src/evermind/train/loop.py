@@ -1,8 +1,8 @@
 """The training loop, the same on every host and backend (browser-safe).
 
 A :class:`Trainer` owns the schedule, the batches, evaluation, progress and checkpoints;
-a backend owns the model and optimizer state and runs one step. Backends: the GPU model
-(``evermind.model.gpu``, both transports) and the numpy CPU model
+a backend owns the model and optimizer state and runs one step. Backends, both in this
+package: the GPU one (``evermind.train.gpu_backend``, both transports) and the numpy CPU one
 (``evermind.train.cpu_backend``, native-only). Everything a resumed run needs — weights,
 optimizer moments, step, sampler position and RNG — goes into one checkpoint, so a resumed
 run continues bit for bit as an uninterrupted one would on the same backend.

@@ -9,10 +9,11 @@ A query masks the items the scope may see (each distinct ACL is judged once, the
 vectorised mask over the rows) and the filter admits (the reference
 :func:`~evermind.vectorstore.filters.evaluate`, only when there is a filter, so nothing is
 ever residual), then scores the survivors with one float32 matrix-vector product and takes
-the top ``k`` (ties by id). Exact, so it is also the oracle the other engines' recall is
-measured against. New items are appended to a matrix that grows by doubling and a delete
-moves the last row into the hole, so loading in batches stays linear; a batch is written to
-SQLite in one transaction (all of it or none).
+the top ``k`` (ties by id): :func:`evermind.search.rows.cosine_scores` and
+:func:`evermind.search.rows.top_rows`, the scan every numpy engine runs. Exact, so it is
+also the oracle the other engines' recall is measured against. New items are appended to a
+matrix that grows by doubling and a delete moves the last row into the hole, so loading in
+batches stays linear; a batch is written to SQLite in one transaction (all of it or none).
 
 Native-only: numpy.
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from evermind.errors import ConfigError, StorageError
+from evermind.search.rows import cosine_scores, top_rows
 from evermind.vectorstore.filters import evaluate, parse_filter
 from evermind.vectorstore.port import (
     AccessScope,
@@ -226,13 +228,9 @@ class InProcessStore:
             rows = self._admitted(filter, checked)
             if not rows:
                 return []
-            scores = self._matrix[rows] @ q  # (M,)
-            best = range(len(rows))
-            if len(rows) > 4 * k:  # only the k best can be returned: partition, then sort those
-                best = np.argpartition(-scores, k - 1)[:k].tolist()
-            order = sorted(best, key=lambda j: (-float(scores[j]), self._ids[rows[j]]))
+            scores = cosine_scores(self._matrix[rows], q)  # (M,)
             hits = []
-            for j in order[:k]:
+            for j in top_rows(scores, k, tie=lambda j: self._ids[rows[j]]):
                 item = self._items[self._ids[rows[j]]]
                 assert item.acl is not None
                 hits.append(

@@ -41,11 +41,12 @@ from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
-from evermind.cache.matrix import MatrixIndex
+from evermind.cache.verified import Verification
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
 from evermind.runtime.gateway.auto import AutoBridge, LocalBridge, budget_of
 from evermind.runtime.gateway.config import AUTO_MODEL, GatewayConfig, UpstreamConfig
 from evermind.runtime.metrics import Metrics
+from evermind.search.matrix import MatrixIndex
 from evermind.tokens import Principal
 
 logger = logging.getLogger(__name__)
@@ -297,12 +298,19 @@ class Gateway:
         if embedder is not None:
             embed, fingerprint = embedder
             l2 = StoreBackend(store) if config.l2 and store is not None else None
+            verification = (
+                None
+                if config.max_error is None
+                else Verification(config.max_error, sample_rate=config.verify_sample)
+            )
             self.cache = SemanticCache(
                 embed,
                 l2=l2,
                 capacity=config.capacity,
                 fingerprint=fingerprint,
                 index=MatrixIndex(),
+                max_error=config.max_error,
+                verification=verification,
             )
         self._secrets = sorted(config.secrets, key=len, reverse=True)
 

@@ -9,7 +9,8 @@ checks numbers: the tests do.
 - :func:`step_breakdown`: the nano model's recorded training step, its dispatches grouped
   by kernel family (the shader they run) and by phase, each group timed as one submit.
 - :func:`gpu_model_bench`: training, forward, generation tokens/s and the latency to embed
-  one 64-token text with :class:`~evermind.model.gpu.GpuMamba` and its decoder/embedder.
+  one 64-token text with :class:`~evermind.model.gpu.GpuMamba` (trained by
+  :class:`~evermind.train.gpu_backend.GpuBackend`) and its decoder/embedder.
 - :func:`train_and_measure` / :func:`gpu_block_bench`: one config trained on a given token
   stream and scored on a given held-out slice (``benchmarks/blocks.py`` compares block types
   with them; any :class:`~evermind.train.loop.Backend`, so the numpy CPU model too).
@@ -35,11 +36,11 @@ from evermind import gpu
 from evermind.errors import ConfigError
 from evermind.gpu import Device, Dispatch
 from evermind.model.config import MambaConfig
-from evermind.model.gpu import GpuMamba
 from evermind.model.gpu_infer import GpuDecoder, GpuEmbedder
 from evermind.model.init import init_params
 from evermind.model.sampling import sample
 from evermind.studio.bench.timing import adapter_name, median_call_ms, median_ms
+from evermind.train.gpu_backend import GpuBackend
 from evermind.train.loop import Backend, Batch, Progress, TrainConfig, Trainer
 
 log = logging.getLogger(__name__)
@@ -102,17 +103,18 @@ def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 
     return array("i", ids[:-1]), array("i", ids[1:])
 
 
-def nano_model(device: Device, vocab_size: int = NANO_VOCAB) -> GpuMamba:
-    """A trainable nano :class:`GpuMamba` at (B 4, L 128) holding its seed-0 initial weights."""
+def nano_backend(device: Device, vocab_size: int = NANO_VOCAB) -> GpuBackend:
+    """The nano model at (B 4, L 128) in its training backend, holding its seed-0 initial
+    weights."""
     cfg = nano_config(vocab_size)
     train = TrainConfig(batch_size=NANO_BATCH, seq_len=NANO_SEQ_LEN, lr=BENCH_LR)
-    model = GpuMamba(device, cfg, NANO_BATCH, NANO_SEQ_LEN, train)
-    model.load_params(init_params(cfg, 0))
-    return model
+    backend = GpuBackend(device, cfg, NANO_BATCH, NANO_SEQ_LEN, train)
+    backend.model.load_params(init_params(cfg, 0))
+    return backend
 
 
 # -- the training step's breakdown -----------------------------------------------------------
-def step_groups(model: GpuMamba) -> dict[str, dict[str, list[Dispatch]]]:
+def step_groups(backend: GpuBackend) -> dict[str, dict[str, list[Dispatch]]]:
     """The dispatches of one training step, grouped by phase and by kernel family.
 
     Returns:
@@ -120,6 +122,7 @@ def step_groups(model: GpuMamba) -> dict[str, dict[str, list[Dispatch]]]:
         plan order. Phases: zero grads, forward, loss, backward, optimizer (clip + AdamW);
         a family is the WGSL file a dispatch runs (``matmul``, ``selective_scan``, ...).
     """
+    model = backend.model
     step = model.step_plan.dispatches
     first_ce = next(i for i, d in enumerate(step) if d is model.ce_dispatches[0])
     after_ce = first_ce + len(model.ce_dispatches)
@@ -128,7 +131,7 @@ def step_groups(model: GpuMamba) -> dict[str, dict[str, list[Dispatch]]]:
         "forward": step[:first_ce],
         "loss (softmax cross-entropy)": step[first_ce:after_ce],
         "backward": step[after_ce:],
-        "optimizer (clip + AdamW)": list(model.opt_plan.dispatches),
+        "optimizer (clip + AdamW)": list(backend.opt_plan.dispatches),
     }
     families: dict[str, list[Dispatch]] = {}
     for dispatches in phases.values():
@@ -154,10 +157,10 @@ async def step_breakdown(device: Device, quick: bool = False) -> list[dict[str, 
         "net_ms", "share", "shape"}``.
     """
     repeats = 2 if quick else 5
-    model = nano_model(device)
+    backend = nano_backend(device)
     # The warm-up step compiles every pipeline, so the groups below need no warm-up runs.
-    await model.train_step([synthetic_batch(NANO_BATCH, NANO_SEQ_LEN, NANO_VOCAB)], BENCH_LR, 1)
-    groups = step_groups(model)
+    await backend.train_step([synthetic_batch(NANO_BATCH, NANO_SEQ_LEN, NANO_VOCAB)], BENCH_LR, 1)
+    groups = step_groups(backend)
     sync_ms = await median_ms(device, [], 15)  # many repeats: every row subtracts it
     timed: list[tuple[str, str, list[Dispatch]]] = [
         ("step", "training step (one submit)", [d for ds in groups["phase"].values() for d in ds]),
@@ -213,13 +216,14 @@ async def gpu_model_bench(device: Device, quick: bool = False) -> list[dict[str,
         ``forward_tokens_per_s``, ``generate_tokens_per_s``, ``embed_64_ms``.
     """
     steps, forwards, new_tokens, embeds = (2, 3, 16, 3) if quick else (5, 8, 64, 7)
-    model = nano_model(device)
+    backend = nano_backend(device)
+    model = backend.model
     batch = synthetic_batch(NANO_BATCH, NANO_SEQ_LEN, NANO_VOCAB)
     tokens = NANO_BATCH * NANO_SEQ_LEN
-    await model.train_step([batch], BENCH_LR, 1)  # warm-up: first-use costs
+    await backend.train_step([batch], BENCH_LR, 1)  # warm-up: first-use costs
     start = time.perf_counter()
     for step in range(2, steps + 2):
-        await model.train_step([batch], BENCH_LR, step)
+        await backend.train_step([batch], BENCH_LR, step)
     train_s = time.perf_counter() - start
 
     await model.eval_batch(batch)
@@ -304,7 +308,7 @@ async def gpu_block_bench(
     train: dict[str, Any],
     seed: int = 0,
 ) -> dict[str, Any]:
-    """One model config trained on :class:`GpuMamba` and scored (:func:`train_and_measure`).
+    """One model config trained on :class:`GpuBackend` and scored (:func:`train_and_measure`).
 
     Args:
         device: The GPU device.
@@ -322,11 +326,13 @@ async def gpu_block_bench(
     cfg, settings = MambaConfig(**config), TrainConfig(**train)
     where = {"transport": device.transport, "adapter": adapter_name(device)}
     try:
-        model = GpuMamba(device, cfg, settings.batch_size, settings.seq_len, settings)
+        backend = GpuBackend(device, cfg, settings.batch_size, settings.seq_len, settings)
     except ConfigError as err:
         return {"supported": False, **where, "error": str(err)}
-    model.load_params(init_params(cfg, seed))
-    measured = await train_and_measure(model, array("i", train_ids), array("i", held_ids), settings)
+    backend.model.load_params(init_params(cfg, seed))
+    measured = await train_and_measure(
+        backend, array("i", train_ids), array("i", held_ids), settings
+    )
     return {"supported": True, **where, **measured}
 
 

@@ -1,28 +1,34 @@
-"""Exact cosine top-k over the memories' embedding vectors.
+"""``VectorIndex``: exact cosine top-k over one vector per string key (the memory store's).
 
-``VectorIndex`` keeps one L2-normalised vector per memory key and answers "which keys are most
+``VectorIndex`` keeps one L2-normalised vector per key and answers "which keys are most
 similar to this query vector" by scanning all of them (exact, no approximation). Two paths:
 
 - numpy (native, when importable): a contiguous float32 matrix ``(N, D)`` kept in memory and
   updated in place on every write (append, overwrite, swap-remove), so a query is one
-  matrix-vector product.
-- pure Python (the browser, or ``use_numpy=False``): ``array('f')`` rows and a dot product loop.
+  matrix-vector product (:func:`evermind.search.rows.cosine_scores`).
+- pure Python (the browser, or ``use_numpy=False``): ``array('f')`` rows and
+  :func:`evermind.search.cosine.exact_dot`.
 
 numpy is imported lazily and guarded, so this module stays importable (and browser-safe)
 without it. An exact scan is fine up to a few tens of thousands of memories; beyond ~50k an ANN
 index would pay (not implemented here). Recall calls the async ``asearch``; subclasses plug in
-other scans there (``evermind.memory.gpu_vectors.GpuVectorIndex``: the GPU top-k kernel).
+other scans there (:class:`evermind.search.gpu_index.GpuVectorIndex`: the GPU top-k kernel).
+The semantic cache's indexes, keyed by int and grouped by scope, are
+:mod:`evermind.search.scoped`.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
 from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from evermind.errors import ShapeError
+from evermind.search.cosine import exact_dot, normalise
+from evermind.search.rows import cosine_scores
+
+__all__ = ["VectorIndex"]
 
 
 def _load_numpy() -> Any:
@@ -31,24 +37,6 @@ def _load_numpy() -> Any:
         return importlib.import_module("numpy")
     except ImportError:
         return None
-
-
-def normalise(vector: Sequence[float]) -> array[float]:
-    """Returns ``vector`` as an L2-normalised float32 array (a zero vector stays zero).
-
-    Raises:
-        ShapeError: The vector holds NaN or infinity.
-    """
-    values = array("f", (float(x) for x in vector))
-    norm = math.sqrt(math.fsum(x * x for x in values))
-    if not math.isfinite(norm):
-        raise ShapeError(
-            f"vector: expected finite numbers, got a vector of length {len(values)} with "
-            "NaN or infinity; hint: check the embedder's output"
-        )
-    if norm > 0:
-        values = array("f", (x / norm for x in values))
-    return values
 
 
 class VectorIndex:
@@ -158,19 +146,19 @@ class VectorIndex:
         if a is None or b is None:
             return 0.0
         if self._np is not None:
-            return float(self._matrix[a] @ self._matrix[b])
-        return _dot(self._rows[a], self._rows[b])
+            return float(cosine_scores(self._matrix[a], self._matrix[b]))
+        return exact_dot(self._rows[a], self._rows[b])
 
     def cosine_to(self, key: str, unit_query: Sequence[float]) -> float | None:
         """Cosine of ``key``'s stored vector with ``unit_query``, a vector already passed
-        through :func:`normalise`; None when ``key`` has no vector."""
+        through :func:`~evermind.search.cosine.normalise`; None when ``key`` has no vector."""
         slot = self._slot.get(key)
         if slot is None:
             return None
         if self._np is not None:
             np = self._np
-            return float(self._matrix[slot] @ np.asarray(unit_query, dtype=np.float32))
-        return _dot(self._rows[slot], unit_query)
+            return float(cosine_scores(self._matrix[slot], np.asarray(unit_query, np.float32)))
+        return exact_dot(self._rows[slot], unit_query)
 
     def scores(self, query: Sequence[float]) -> dict[str, float]:
         """Returns the cosine of ``query`` with every stored vector."""
@@ -180,9 +168,9 @@ class VectorIndex:
         q = normalise(query)
         if self._np is not None:
             np = self._np
-            sims = self._matrix[: len(self._keys)] @ np.frombuffer(q, dtype=np.float32)  # (N,)
-            return dict(zip(self._keys, sims.tolist(), strict=True))
-        return {key: _dot(row, q) for key, row in zip(self._keys, self._rows, strict=True)}
+            sims = cosine_scores(self._matrix[: len(self._keys)], np.frombuffer(q, np.float32))
+            return dict(zip(self._keys, sims.tolist(), strict=True))  # sims: (N,)
+        return {key: exact_dot(row, q) for key, row in zip(self._keys, self._rows, strict=True)}
 
     def search(
         self, query: Sequence[float], k: int, accept: Callable[[str], bool] | None = None
@@ -199,7 +187,7 @@ class VectorIndex:
             return [kv for kv in ranked if accept is None or accept(kv[0])][:k]
         np = self._np
         q = np.frombuffer(normalise(query), dtype=np.float32)
-        sims = self._matrix[: len(self._keys)] @ q  # (N,)
+        sims = cosine_scores(self._matrix[: len(self._keys)], q)  # (N,)
         # Partition first: sorting only the best few is much cheaper than sorting all N; if the
         # filter rejects too many of them, widen to a full sort.
         window = min(len(sims), max(4 * k, 64))
@@ -229,7 +217,7 @@ class VectorIndex:
         """Async :meth:`search`, the form recall calls.
 
         The seam for scans that must await (a GPU readback): a subclass overrides this and
-        keeps ``search`` as its exact CPU fallback (see ``evermind.memory.gpu_vectors``).
+        keeps ``search`` as its exact CPU fallback (see :mod:`evermind.search.gpu_index`).
         """
         return self.search(query, k, accept)
 
@@ -237,7 +225,3 @@ class VectorIndex:
     def last_scan(self) -> str:
         """Which scan answered the latest search: ``"numpy"`` or ``"python"`` here."""
         return "numpy" if self._np is not None else "python"
-
-
-def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return math.fsum(x * y for x, y in zip(a, b, strict=True))

@@ -1,6 +1,6 @@
 """``GpuVectorIndex``: exact cosine top-k on the GPU (the ``topk`` kernel), for the tab.
 
-The index keeps the same host copy as :class:`~evermind.memory.vectors.VectorIndex` (it *is*
+The index keeps the same host copy as :class:`~evermind.search.vectors.VectorIndex` (it *is*
 one, so ``cosine``/``vector`` and the exact CPU ``search`` still work) and mirrors the rows
 into one GPU storage buffer ``(capacity, D)`` float32:
 
@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from evermind.kernels.topk import MAX_K, TopK
-from evermind.memory.vectors import VectorIndex, normalise
+from evermind.search.cosine import normalise
+from evermind.search.vectors import VectorIndex
 
 if TYPE_CHECKING:
     from evermind.gpu import Buffer, Device, Dispatch

@@ -1,23 +1,23 @@
 """The vectorised L1 index: one matrix-vector product per lookup (native-only, numpy).
 
-:class:`MatrixIndex` is the :class:`~evermind.cache.index.VectorIndex` the runtime's gateway
+:class:`MatrixIndex` is the :class:`~evermind.search.scoped.ScopedIndex` the runtime's gateway
 (and any native user: ``SemanticCache(embed, index=MatrixIndex())``) gives its
 :class:`~evermind.cache.semantic.SemanticCache`; the tab keeps the pure-Python
-:class:`~evermind.cache.index.ScanIndex`. Each scope's unit vectors are rows of one float32
+:class:`~evermind.search.scoped.ScanIndex`. Each scope's unit vectors are rows of one float32
 matrix (grown by doubling; a removed row is filled with the last one), so scoring every
 entry of a scope is one BLAS call instead of a Python loop per entry.
 
 Same answers as the scan, not only nearly: the float32 scores only *select* candidates.
 Every entry whose float32 score is within :func:`selection_margin` of the ``k``-th best is
-rescored with :func:`evermind.cache.index.dot` on the cache's own float64 vector, and those
+rescored with :func:`evermind.search.cosine.dot` on the cache's own float64 vector, and those
 exact scores are sorted as the scan sorts them. The margin is twice a bound on the float32
 error of a dot product of unit vectors (input rounding plus the summation's
 ``(D - 1)·u``, ``u = 2**-24``), so no entry of the scan's top ``k`` can be left out: the
 cache's decision (:func:`evermind.cache.decide.decide`) sees the same candidates with the
-same scores. ``tests/unit/test_cache_index.py`` checks it.
+same scores. ``tests/unit/test_search_scoped.py`` checks it.
 
 The calibration's pair cosines are one float64 product of the sampled rows; they differ
-from :func:`~evermind.cache.decide.pairwise_cosines`' compensated sums by a few ulps.
+from :func:`~evermind.search.cosine.pairwise_cosines`' compensated sums by a few ulps.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from evermind.cache.decide import pairwise_cosines
-from evermind.cache.index import Scope, Vector, dot
+from evermind.search.cosine import dot, pairwise_cosines
+from evermind.search.rows import cosine_scores
+from evermind.search.scoped import Scope, Vector
 
 __all__ = ["MatrixIndex", "selection_margin"]
 
@@ -50,7 +51,7 @@ class _Rows:
 
 
 class MatrixIndex:
-    """A :class:`~evermind.cache.index.VectorIndex` on numpy matrices, one per scope."""
+    """A :class:`~evermind.search.scoped.ScopedIndex` on numpy matrices, one per scope."""
 
     def __init__(self) -> None:
         self._scopes: dict[Scope, _Rows] = {}
@@ -62,7 +63,7 @@ class MatrixIndex:
         return len(self._where)
 
     def add(self, key: int, scope: Scope, vector: Vector) -> None:
-        """See :meth:`~evermind.cache.index.VectorIndex.add`."""
+        """See :meth:`~evermind.search.scoped.ScopedIndex.add`."""
         rows = self._scopes.get(scope)
         if rows is None:
             rows = self._scopes[scope] = _Rows(scope[2])
@@ -77,7 +78,7 @@ class MatrixIndex:
         self._vectors[key] = vector
 
     def remove(self, key: int) -> None:
-        """See :meth:`~evermind.cache.index.VectorIndex.remove`."""
+        """See :meth:`~evermind.search.scoped.ScopedIndex.remove`."""
         scope, row = self._where.pop(key)
         del self._vectors[key]
         rows = self._scopes[scope]
@@ -92,13 +93,13 @@ class MatrixIndex:
             del self._scopes[scope]
 
     def clear(self) -> None:
-        """See :meth:`~evermind.cache.index.VectorIndex.clear`."""
+        """See :meth:`~evermind.search.scoped.ScopedIndex.clear`."""
         self._scopes.clear()
         self._where.clear()
         self._vectors.clear()
 
     def nearest(self, scope: Scope, vector: Vector, k: int) -> list[tuple[float, int]]:
-        """See :meth:`~evermind.cache.index.VectorIndex.nearest` (same result as the scan)."""
+        """See :meth:`~evermind.search.scoped.ScopedIndex.nearest` (same result as the scan)."""
         rows = self._scopes.get(scope)
         if rows is None or k <= 0:
             return []
@@ -106,7 +107,7 @@ class MatrixIndex:
         if n <= k:
             chosen = rows.keys
         else:
-            scores = rows.matrix[:n] @ np.asarray(vector, np.float32)  # (n,)
+            scores = cosine_scores(rows.matrix[:n], np.asarray(vector, np.float32))  # (n,)
             kth = np.partition(scores, n - k)[n - k]
             close = np.flatnonzero(scores >= kth - selection_margin(scope[2]))
             chosen = [rows.keys[i] for i in close.tolist()]
@@ -115,7 +116,7 @@ class MatrixIndex:
         return scored[:k]
 
     def cosines(self, vectors: Sequence[Vector], pairs: Sequence[tuple[int, int]]) -> list[float]:
-        """See :meth:`~evermind.cache.index.VectorIndex.cosines` (one float64 product)."""
+        """See :meth:`~evermind.search.scoped.ScopedIndex.cosines` (one float64 product)."""
         if not pairs:
             return []
         if len({len(v) for v in vectors}) != 1:  # mixed dimensions: the scan's rules

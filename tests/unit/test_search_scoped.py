@@ -1,5 +1,5 @@
-"""The L1 vector indexes: the numpy MatrixIndex returns exactly what the pure-Python scan
-returns, and a cache decides the same with either."""
+"""The scoped vector indexes (the L1 cache's): the numpy MatrixIndex returns exactly what the
+pure-Python scan returns, and a cache decides the same with either."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 from evermind.bridges.caching import TermEmbedder
 from evermind.cache import SemanticCache
-from evermind.cache.index import ScanIndex, Scope, VectorIndex, dot
-from evermind.cache.matrix import MatrixIndex, selection_margin
+from evermind.search.cosine import dot
+from evermind.search.matrix import MatrixIndex, selection_margin
+from evermind.search.scoped import ScanIndex, Scope, ScopedIndex
 
 
 def _unit(values: list[float]) -> tuple[float, ...]:
@@ -27,7 +28,7 @@ def test_nearest_is_identical_with_ties_near_ties_and_removals() -> None:
     rng = random.Random(7)
     dim = 37  # not a power of two
     scan, matrix = ScanIndex(), MatrixIndex()
-    indexes: list[VectorIndex] = [scan, matrix]
+    indexes: list[ScopedIndex] = [scan, matrix]
     scopes: list[Scope] = [("a", "fp", dim), ("b", "fp", dim)]
     base = _random_unit(rng, dim)
     live: list[int] = []

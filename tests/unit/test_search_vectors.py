@@ -1,4 +1,5 @@
-"""VectorIndex: numpy and pure-Python paths agree; in-place updates; guarded numpy import."""
+"""search.vectors.VectorIndex: numpy and pure-Python paths agree; in-place updates; guarded
+numpy import."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import textwrap
 import pytest
 
 from evermind.errors import ShapeError
-from evermind.memory.vectors import VectorIndex, normalise
+from evermind.search.cosine import normalise
+from evermind.search.vectors import VectorIndex
 from tests import procs
 from tests.unit.test_memory_helpers import SRC
 
@@ -79,7 +81,7 @@ def test_module_works_with_numpy_blocked() -> None:
         """
         import sys
         sys.modules["numpy"] = None  # makes 'import numpy' raise ImportError
-        from evermind.memory.vectors import VectorIndex
+        from evermind.search.vectors import VectorIndex
         index = VectorIndex()
         assert not index.uses_numpy
         index.add("a", [1.0, 0.0]); index.add("b", [0.0, 1.0])
