@@ -262,7 +262,7 @@ def test_cache_modules_are_browser_safe() -> None:
         for path in folder.glob("*.py")
         if "native-only" in (ast.get_docstring(ast.parse(path.read_text("utf-8"))) or "")
     )
-    assert {"l2_sqlite", "l2_vectorstore", "matrix"} <= set(native)  # the filter reads them
+    assert {"l2_sqlite", "l2_vectorstore"} <= set(native)  # the filter reads them
     code = (
         "import sys; sys.modules['numpy'] = None; sys.modules['wgpu'] = None\n"
         "import importlib, pkgutil, evermind.cache as c\n"
