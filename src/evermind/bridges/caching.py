@@ -495,7 +495,7 @@ class CachingBridge:
             cost = self._price(fresh.model, fresh.usage)
         self.stats.verify_usd += cost or 0.0
         same = _complete_answer(fresh) and answers_equivalent(hit.text, fresh.text)
-        self._record(found, same, sampled=True, paid=True)
+        self._record(found, same, sampled=True, paid=True, cost_usd=cost or 0.0)
         if same:
             return hit, None, "hit", f"{found.reason}; checked against the upstream: same answer"
         self._last_usage = fresh.usage
@@ -527,10 +527,18 @@ class CachingBridge:
         )
         self._record(found, same, sampled=outcome.sampled)
 
-    def _record(self, found: CacheLookup, same: bool, *, sampled: bool, paid: bool = False) -> None:
+    def _record(
+        self,
+        found: CacheLookup,
+        same: bool,
+        *,
+        sampled: bool,
+        paid: bool = False,
+        cost_usd: float = 0.0,
+    ) -> None:
         self.stats.verified += 1
         self.stats.verify_mismatches += not same
-        self.cache.record_verification(found, same, sampled=sampled, paid=paid)
+        self.cache.record_verification(found, same, sampled=sampled, paid=paid, cost_usd=cost_usd)
 
     def _served(self, found: CacheLookup, entry: dict[str, JSONValue]) -> Completion:
         stored = _completion_of(entry)

@@ -608,7 +608,13 @@ class SemanticCache:
         return max(FLOOR, unrelated if unrelated is not None else FLOOR)
 
     def record_verification(
-        self, lookup: CacheLookup, correct: bool, *, sampled: bool, paid: bool = False
+        self,
+        lookup: CacheLookup,
+        correct: bool,
+        *,
+        sampled: bool,
+        paid: bool = False,
+        cost_usd: float = 0.0,
     ) -> None:
         """Reports whether the best candidate of ``lookup`` would have served a right answer.
 
@@ -620,7 +626,7 @@ class SemanticCache:
         if self.verification is None:
             return
         self.verification.record(
-            lookup.probability, correct, lookup.entry, sampled=sampled, paid=paid
+            lookup.probability, correct, lookup.entry, sampled=sampled, paid=paid, cost_usd=cost_usd
         )
 
     def response_of(self, entry: int | None) -> JSONValue | None:

@@ -77,7 +77,7 @@ def decide_verified(
     wanted = _fold(query)
     for cand in ranked:
         if cand.query is not None and _fold(cand.query) == wanted:
-            return Decision(True, cand, need, None, "exact match of a cached query")
+            return Decision(True, cand, need, None, "exact match of a cached query", 1.0)
     if not ranked:
         return Decision(False, None, need, None, "the cache is empty")
     best = ranked[0]
@@ -250,6 +250,7 @@ class Verification:
         self.checked = 0
         self.mismatches = 0
         self.paid = 0
+        self.paid_usd = 0.0
 
     @property
     def sampled(self) -> int:
@@ -269,6 +270,7 @@ class Verification:
         *,
         sampled: bool,
         paid: bool = False,
+        cost_usd: float = 0.0,
     ) -> None:
         """Adds one checked lookup.
 
@@ -279,10 +281,12 @@ class Verification:
             entry: The candidate's entry; a wrong one is marked contested.
             sampled: Whether :meth:`draw` put this lookup in the sample.
             paid: Whether the check cost an upstream call the lookup would not have made.
+            cost_usd: That call's price, when known.
         """
         with self._lock:
             self.checked += 1
             self.paid += paid
+            self.paid_usd += cost_usd
             if sampled:
                 self._sample.append(Outcome(probability, correct))
                 self._dirty = True
@@ -293,6 +297,23 @@ class Verification:
                     self._contested[entry] = max(old, probability)
                     while len(self._contested) > 100_000:
                         self._contested.popitem(last=False)
+
+    def gauges(self) -> dict[str, float]:
+        """What ``/metrics`` shows of it: checks, mismatches, paid checks and their cost,
+        the sample held, δ and the learned threshold (-1 while the shipped bound applies)."""
+        learned = self.threshold()
+        with self._lock:
+            return {
+                "evermind_gateway_cache_checks_total": self.checked,
+                "evermind_gateway_cache_check_mismatches_total": self.mismatches,
+                "evermind_gateway_cache_paid_checks_total": self.paid,
+                "evermind_gateway_cache_paid_checks_usd_total": self.paid_usd,
+                "evermind_gateway_cache_sampled_lookups": len(self._sample),
+                "evermind_gateway_cache_max_error": self.max_error,
+                "evermind_gateway_cache_learned_threshold": -1.0
+                if learned is None
+                else min(learned, 2.0),
+            }
 
     def contested(self, entry: Hashable) -> float | None:
         """The highest probability at which ``entry`` was found wrong, or None."""

@@ -312,6 +312,9 @@ class Gateway:
                 max_error=config.max_error,
                 verification=verification,
             )
+            if verification is not None:
+                for name in verification.gauges():
+                    metrics.gauges[name] = _gauge(verification, name)
         self._secrets = sorted(config.secrets, key=len, reverse=True)
 
     def resolve(self, model_id: str, principal: Principal) -> Resolved | None:
@@ -527,3 +530,8 @@ class Gateway:
             await self.cache.l2.aflush()  # the L2 writes still under way reach the disk
         if self.distillation is not None:
             self.distillation.close()
+
+
+def _gauge(verification: Verification, name: str) -> Callable[[], float]:
+    """One of the verified cache's ``/metrics`` values, read when scraped."""
+    return lambda: verification.gauges()[name]
