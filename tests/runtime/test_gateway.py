@@ -51,7 +51,9 @@ def gateway(
     config = gateway_config(
         root,
         {
-            "cache": {"embedder": "terms"},
+            # The rule-based decision: these tests check the gateway's plumbing (hits, streams,
+            # tiers, headers); the verified decision (the default) is test_gateway_verified.py's.
+            "cache": {"embedder": "terms", "max_error": "off"},
             "upstreams": {
                 "openai": {
                     "protocol": "openai",

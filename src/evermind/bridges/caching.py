@@ -25,6 +25,9 @@ What is cacheable (:meth:`CachePolicy.refusal`), in order:
 2. Tool results in the conversation: only with ``cache_tool_results`` (``tool_results``).
 3. Tools offered: only with ``cache_tools`` (``tools``).
 4. ``extra["cache"] is True``: the caller opted in; cacheable at any temperature.
+   ``extra["cache"] == "refresh"`` (the gateway's ``x-evermind-cache: refresh`` request
+   header): the same, and the lookup is never served: the upstream answers, the answer
+   replaces the entry, and the best candidate the lookup found is checked against it.
 5. Otherwise only a deterministic request: temperature 0, or temperature None (the
    upstream's default) when ``cache_default_temperature`` is set (``temperature``).
 
@@ -68,6 +71,7 @@ from evermind.bridges.base import (
 from evermind.bridges.instrumented import finish_chat, start_chat
 from evermind.cache import CacheLookup, SemanticCache
 from evermind.cache.l2 import JSONValue
+from evermind.cache.verified import answers_equivalent
 from evermind.errors import ConfigError, EvermindError, UpstreamError
 from evermind.telemetry import NOOP, Operation
 from evermind.telemetry import genai as semconv
@@ -169,7 +173,7 @@ class CachePolicy:
             return "tool_results"
         if request.tools and not self.cache_tools:
             return "tools"
-        if opt is True:
+        if opt is True or opt == "refresh":
             return None
         if request.temperature == 0 or (
             request.temperature is None and self.cache_default_temperature
@@ -192,6 +196,11 @@ class CachingStats:
         stores: Answers stored.
         saved: Usage not paid thanks to hits.
         saved_usd: Dollars not paid (the hits whose price was known).
+        verified: Lookups whose best candidate was checked against the upstream's answer
+            (every miss with a candidate, free; and the sampled hits, paid).
+        verify_mismatches: Checks that found the candidate's answer wrong.
+        verify_paid: Upstream calls made only to check a hit.
+        verify_usd: Their cost (when priced).
     """
 
     requests: int = 0
@@ -201,6 +210,10 @@ class CachingStats:
     stores: int = 0
     saved: Usage = field(default_factory=Usage)
     saved_usd: float = 0.0
+    verified: int = 0
+    verify_mismatches: int = 0
+    verify_paid: int = 0
+    verify_usd: float = 0.0
 
     @property
     def hits(self) -> int:
@@ -238,6 +251,11 @@ class CacheOutcome:
         detail: The cache's reason in words (the decision of :mod:`evermind.cache.decide`:
             which guard refused, the threshold, ...).
         operation: The call's telemetry operation, ended by ``complete`` or ``deltas``.
+        lookup: The cache's lookup (its best candidate is checked against the upstream's
+            answer when the cache verifies itself).
+        sampled: Whether the lookup is in the verification sample.
+        fresh: The upstream's answer already fetched by a verification that found the
+            cached answer wrong (served instead of it, and stored).
     """
 
     request: ChatRequest
@@ -246,6 +264,9 @@ class CacheOutcome:
     reason: str | None
     detail: str = ""
     operation: Operation = field(default=NOOP, compare=False, repr=False)
+    lookup: CacheLookup | None = field(default=None, compare=False, repr=False)
+    sampled: bool = False
+    fresh: Completion | None = field(default=None, compare=False, repr=False)
 
     @property
     def status(self) -> str:
@@ -329,13 +350,21 @@ class CachingBridge:
             if key is None:
                 detail = "not cacheable by the policy"
                 return CacheOutcome(upstream, None, None, refused, detail, operation)
-            hit, reason, detail = await self._lookup(key)
+            stats = self.stats
+            before = (stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd)
+            hit, reason, detail, found = await self._lookup(key, refresh=_refresh(request))
+            sampled = self._verification_draw()
+            fresh = None
+            if hit is not None and sampled and found is not None:
+                hit, fresh, reason, detail = await self._check_hit(upstream, key, found, hit)
+                if hit is None:  # it would have served a wrong answer: not a hit after all
+                    stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd = before
         except BaseException as err:
             operation.fail(err)
             raise
         if hit is None:
             self.stats.miss(reason)
-        return CacheOutcome(upstream, key, hit, reason, detail, operation)
+        return CacheOutcome(upstream, key, hit, reason, detail, operation, found, sampled, fresh)
 
     async def complete(self, outcome: CacheOutcome) -> Completion:
         """The completion of an opened request: the hit, or the upstream's (then stored)."""
@@ -343,6 +372,9 @@ class CachingBridge:
         if outcome.hit is not None:
             finish_chat(operation, outcome.hit, _cache_attributes(outcome))
             return outcome.hit
+        if outcome.fresh is not None:
+            finish_chat(operation, outcome.fresh, _cache_attributes(outcome))
+            return outcome.fresh
         try:
             with operation.current():
                 completion = await self.bridge.generate(outcome.request)
@@ -352,12 +384,13 @@ class CachingBridge:
         self._last_usage = completion.usage
         if outcome.key is not None:
             await self._store(outcome.key, completion)
+            self._check_miss(outcome, completion)
         finish_chat(operation, completion, _cache_attributes(outcome))
         return completion
 
     async def deltas(self, outcome: CacheOutcome) -> AsyncIterator[Delta]:
         """The stream of an opened request; a miss's full text is stored at its end."""
-        hit, operation = outcome.hit, outcome.operation
+        hit, operation = outcome.hit or outcome.fresh, outcome.operation
         if hit is not None:
             operation.first_chunk()
             finish_chat(operation, hit, _cache_attributes(outcome))
@@ -381,6 +414,7 @@ class CachingBridge:
                     self._last_usage = completion.usage
                     if outcome.key is not None:
                         await self._store(outcome.key, completion)
+                        self._check_miss(outcome, completion)
                     finish_chat(operation, completion, _cache_attributes(outcome))
                 yield delta
         except BaseException as err:
@@ -416,25 +450,95 @@ class CachingBridge:
         query = request.messages[-1].text().strip()
         return _Key(query, f"{cache_namespace}/{digest}", cache_namespace), upstream, None
 
-    async def _lookup(self, key: _Key) -> tuple[Completion | None, str, str]:
-        """The hit (None: a miss), why it missed (``lookup``, ``expired``, ``cache_error``)
-        or ``hit``, and the cache's own reason in words."""
+    async def _lookup(
+        self, key: _Key, *, refresh: bool = False
+    ) -> tuple[Completion | None, str, str, CacheLookup | None]:
+        """The hit (None: a miss), why it missed (``lookup``, ``expired``, ``cache_error``,
+        ``refresh``) or ``hit``, the cache's own reason in words, and the lookup."""
         try:
             found = await self.cache.alookup(key.query, key.namespace)
         except EvermindError as err:  # the cache never fails a request: go upstream
             logger.warning("caching bridge: lookup failed, calling upstream: %s", err)
-            return None, "cache_error", str(err)
+            return None, "cache_error", str(err), None
+        if refresh:  # the caller asked for a fresh answer: it replaces the entry
+            return None, "refresh", "the client asked for a fresh answer (refresh)", found
         entry = found.response if found.hit and isinstance(found.response, dict) else None
         if entry is None or entry.get("v") != ENTRY_VERSION:
-            return None, "lookup", found.reason
+            return None, "lookup", found.reason, found
         ttl = self.policy.ttl_of(key.cache_namespace)
         stored_at = entry.get("stored_at")
         if ttl is not None and (
             not isinstance(stored_at, int | float) or self._clock() - stored_at > ttl
         ):
             self.cache.invalidate(key.namespace, found.cached_query)
-            return None, "expired", f"stored more than {ttl:g} s ago"
-        return self._served(found, entry), "hit", found.reason
+            return None, "expired", f"stored more than {ttl:g} s ago", found
+        return self._served(found, entry), "hit", found.reason, found
+
+    # ----------------------------------------------------------------- verification
+
+    def _verification_draw(self) -> bool:
+        verification = self.cache.verification
+        return verification is not None and verification.draw()
+
+    async def _check_hit(
+        self, upstream: ChatRequest, key: _Key, found: CacheLookup, hit: Completion
+    ) -> tuple[Completion | None, Completion | None, str, str]:
+        """A sampled hit, checked: the upstream answers too (paid) and the two are compared.
+
+        Returns the hit to serve (None when it proved wrong), the upstream's answer (served
+        and stored in its place when they differ), and the outcome's reason and detail.
+        """
+        fresh = await self.bridge.generate(upstream)
+        self.stats.verify_paid += 1
+        cost = fresh.cost_usd
+        if cost is None and self._price is not None:
+            cost = self._price(fresh.model, fresh.usage)
+        self.stats.verify_usd += cost or 0.0
+        same = _complete_answer(fresh) and answers_equivalent(hit.text, fresh.text)
+        self._record(found, same, sampled=True, paid=True, cost_usd=cost or 0.0)
+        if same:
+            return hit, None, "hit", f"{found.reason}; checked against the upstream: same answer"
+        self._last_usage = fresh.usage
+        await self._store(key, fresh)
+        return (
+            None,
+            fresh,
+            "verify_mismatch",
+            (
+                "a sampled check found the cached answer differs from the upstream's: the "
+                "upstream's answer is served and stored for this question"
+            ),
+        )
+
+    def _check_miss(self, outcome: CacheOutcome, completion: Completion) -> None:
+        """A miss whose lookup judged a candidate: compare its stored answer (free)."""
+        found = outcome.lookup
+        if found is None or self.cache.verification is None or outcome.fresh is not None:
+            return
+        if found.probability is None:
+            if outcome.sampled:  # a sampled lookup that had nothing to serve: never wrong
+                self.cache.record_verification(found, True, sampled=True)
+            return
+        stored = self.cache.response_of(found.entry)
+        if not isinstance(stored, dict) or not isinstance(stored.get("text"), str):
+            return
+        same = _complete_answer(completion) and answers_equivalent(
+            str(stored["text"]), completion.text
+        )
+        self._record(found, same, sampled=outcome.sampled)
+
+    def _record(
+        self,
+        found: CacheLookup,
+        same: bool,
+        *,
+        sampled: bool,
+        paid: bool = False,
+        cost_usd: float = 0.0,
+    ) -> None:
+        self.stats.verified += 1
+        self.stats.verify_mismatches += not same
+        self.cache.record_verification(found, same, sampled=sampled, paid=paid, cost_usd=cost_usd)
 
     def _served(self, found: CacheLookup, entry: dict[str, JSONValue]) -> Completion:
         stored = _completion_of(entry)
@@ -470,6 +574,21 @@ class CachingBridge:
             logger.warning("caching bridge: store failed, answer not cached: %s", err)
             return
         self.stats.stores += 1
+
+
+def _refresh(request: ChatRequest) -> bool:
+    """Whether the caller asked for a fresh answer (``extra["cache"] == "refresh"``)."""
+    return request.extra.get(OPT_KEY) == "refresh"
+
+
+def _complete_answer(completion: Completion) -> bool:
+    """Whether an answer can be compared: it finished normally with text."""
+    return bool(completion.text.strip()) and completion.finish_reason in (
+        None,
+        "stop",
+        "end_turn",
+        "length",
+    )
 
 
 def _cache_attributes(outcome: CacheOutcome) -> dict[str, Any]:

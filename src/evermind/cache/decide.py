@@ -347,6 +347,8 @@ class Decision:
             ``"contested"``, ``"ambiguous"`` or
             the refusing guard's name on a miss with a candidate; else None.
         reason: Why, in words.
+        probability: The verifier's probability for ``candidate`` (the verified decision of
+            :mod:`evermind.cache.verified` only), else None.
     """
 
     hit: bool
@@ -354,6 +356,7 @@ class Decision:
     threshold: float
     refused_by: str | None
     reason: str
+    probability: float | None = None
 
 
 def _fold(text: str) -> str:

@@ -28,15 +28,17 @@ import math
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from evermind.cache.decide import Candidate, Decision, decide
 from evermind.cache.english import ENGLISH_CHAIN, default_guard
 from evermind.cache.guard import GuardChain, Refusal
 from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
+from evermind.cache.verified import Verification, decide_verified
+from evermind.cache.verifier import PairVerifier, default_verifier
 from evermind.errors import ConfigError, ShapeError, StorageError
-from evermind.search.calibration import Calibration, measure_calibration, stale
+from evermind.search.calibration import FLOOR, Calibration, measure_calibration, stale
 from evermind.search.cosine import dot
 from evermind.search.scoped import ScanIndex, Scope, ScopedIndex
 from evermind.search.terms import TermStats
@@ -68,7 +70,12 @@ class CacheLookup:
             :func:`evermind.cache.decide.decide`); else None.
         reason: Why it hit or missed, in words.
         threshold: The threshold that applied (explicit or calibrated, never below the
-            floor); None when the lookup did not get that far.
+            floor; with ``max_error`` the verifier probability a hit needed); None when the
+            lookup did not get that far.
+        probability: With ``max_error``: the verifier's probability that the best
+            candidate's answer serves this query; else None.
+        entry: The key of the best candidate's L1 entry (what a verification reports on with
+            :meth:`SemanticCache.record_verification`); None without one.
     """
 
     hit: bool
@@ -79,6 +86,8 @@ class CacheLookup:
     refused_by: str | None = None
     reason: str = ""
     threshold: float | None = None
+    probability: float | None = None
+    entry: int | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +208,13 @@ class SemanticCache:
             (:func:`evermind.cache.decide.decide`, rule 8). None (the default): the
             embedder's ``similarity_trained`` attribute (or its bound object's, e.g. a
             :class:`~evermind.model.inference.Model`'s ``embed``), True when it has none.
+        max_error: δ in (0, 1), the error among served answers the caller accepts: the
+            decision becomes the verified one (:func:`evermind.cache.verified.decide_verified`:
+            a learned pair verifier with a bounded threshold instead of ``threshold``, the
+            lexical rules and ``guard``). None: the rule-based decision.
+        verifier: The pair verifier for ``max_error`` (default: the shipped one).
+        verification: What this cache learns from verified outcomes (a gateway that checks a
+            share of its hits against the upstream); None: the shipped bound alone.
 
     Raises:
         ConfigError: On an invalid threshold, capacity or ttl.
@@ -217,7 +233,24 @@ class SemanticCache:
         clock: Callable[[], float] = time.monotonic,
         index: ScopedIndex | None = None,
         trust_scores: bool | None = None,
+        max_error: float | None = None,
+        verifier: PairVerifier | None = None,
+        verification: Verification | None = None,
     ) -> None:
+        if max_error is not None and (
+            isinstance(max_error, bool)
+            or not isinstance(max_error, int | float)
+            or not 0.0 < float(max_error) < 1.0
+        ):
+            raise ConfigError(
+                f"SemanticCache: max_error must be a rate in (0, 1) or None, received "
+                f"{max_error!r}; hint: 0.01 serves at most 1 wrong answer in 100 hits"
+            )
+        self.max_error = None if max_error is None else float(max_error)
+        self.verifier = (
+            verifier if verifier is not None or max_error is None else default_verifier()
+        )
+        self.verification = verification
         if threshold is not None and (
             isinstance(threshold, bool)
             or not isinstance(threshold, int | float)
@@ -488,6 +521,23 @@ class SemanticCache:
         self._stats.refusals[refusal.guard] = self._stats.refusals.get(refusal.guard, 0) + 1
 
     def _decide(self, query: str, candidates: list[Candidate]) -> Decision:
+        if self.max_error is not None and self.verifier is not None:
+            learned = self.verification
+            if learned is not None:
+                candidates = [replace(c, contested=learned.contested(c.key)) for c in candidates]
+            else:
+                candidates = [replace(c, contested=None) for c in candidates]
+            found = decide_verified(
+                query,
+                candidates,
+                calibration=self.calibration,
+                verifier=self.verifier,
+                max_error=self.max_error,
+                learned=learned,
+            )
+            if not found.hit and found.refused_by is not None:
+                self._count_refusal(Refusal(found.refused_by, found.reason))
+            return found
         guard = None if self.guard is None else self._refusal
         found = decide(
             query,
@@ -524,6 +574,8 @@ class SemanticCache:
                 None,
                 f"served from l1 ({found.reason})",
                 found.threshold,
+                found.probability,
+                key,
             )
         cand = found.candidate
         miss = CacheLookup(
@@ -535,13 +587,52 @@ class SemanticCache:
             found.refused_by,
             found.reason,
             found.threshold,
+            found.probability,
+            cand.key if cand is not None and isinstance(cand.key, int) else None,
         )
         if sync and self.l2 is not None:
+            floor = self._l2_floor(found.threshold)
             hit = self._l2_call(
-                lambda b: b.lookup(list(vector), found.threshold, self._l2_ns(namespace), query)
+                lambda b: b.lookup(list(vector), floor, self._l2_ns(namespace), query)
             )
             return self._accept_l2(query, vector, namespace, hit, miss)
         return miss
+
+    def _l2_floor(self, threshold: float | None) -> float:
+        """The cosine an L2 candidate must reach to be worth judging: the decision's
+        threshold, or with ``max_error`` (whose threshold is a probability) the calibrated
+        cosine of unrelated texts (at least the floor)."""
+        if self.max_error is None:
+            return threshold if threshold is not None else self.effective_threshold
+        unrelated = self.calibration.unrelated
+        return max(FLOOR, unrelated if unrelated is not None else FLOOR)
+
+    def record_verification(
+        self,
+        lookup: CacheLookup,
+        correct: bool,
+        *,
+        sampled: bool,
+        paid: bool = False,
+        cost_usd: float = 0.0,
+    ) -> None:
+        """Reports whether the best candidate of ``lookup`` would have served a right answer.
+
+        The gateway calls this after comparing the upstream's answer with the candidate's
+        (:func:`evermind.cache.verified.answers_equivalent`): on every miss whose candidate
+        was judged, and on the lookups :meth:`Verification.draw` sampled (hits included).
+        Needs ``max_error`` and a ``verification``; otherwise it does nothing.
+        """
+        if self.verification is None:
+            return
+        self.verification.record(
+            lookup.probability, correct, lookup.entry, sampled=sampled, paid=paid, cost_usd=cost_usd
+        )
+
+    def response_of(self, entry: int | None) -> JSONValue | None:
+        """The stored response of an L1 entry (a lookup's ``entry``), or None when it is gone."""
+        found = None if entry is None else self._entries.get(entry)
+        return None if found is None else found.response
 
     def _candidate(self, key: int, score: float) -> Candidate:
         entry = self._entries[key]
@@ -649,7 +740,7 @@ class SemanticCache:
         if self.l2 is None:
             return miss
         try:
-            tau = miss.threshold if miss.threshold is not None else self.effective_threshold
+            tau = self._l2_floor(miss.threshold)
             hit = await self.l2.alookup(list(vector), tau, self._l2_ns(namespace), query)
         except StorageError as err:
             self._stats.l2_errors += 1

@@ -45,6 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens,
         tenant_generations=args.tenant_generations,
         upstreams_file=Path(args.upstreams) if args.upstreams else None,
+        cache_max_error=args.cache_max_error,
         batch_slots=args.batch_slots,
         device=args.device,
         store=args.store,
@@ -163,6 +164,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="gateway: upstream models (anthropic/openai), their keys and the cache policy, "
         "TOML or JSON (see docs/gateway.md); models <upstream>/<name> then go through the cache",
+    )
+    serve.add_argument(
+        "--cache-max-error",
+        metavar="DELTA",
+        default=None,
+        help="gateway cache: the share of cacheable lookups you accept being answered wrongly "
+        "(default 0.01, or the upstreams file's [cache] max_error); 'off' for the rule-based "
+        "decision (see docs/gateway.md)",
     )
     serve.add_argument(
         "--device",

@@ -112,6 +112,9 @@ class RuntimeConfig:
     #: ``["minilm"]`` serves model ``teacher/all-minilm-l6-v2``; see train/teachers.py).
     teachers: list[str] = field(default_factory=list)
     upstreams_file: Path | None = None
+    #: ``--cache-max-error``: overrides the upstreams file's ``[cache] max_error`` (a rate in
+    #: (0, 1) or ``"off"``); None keeps the file's (default 0.01).
+    cache_max_error: str | None = None
     device: str = "cpu"
     store: str | None = None
     otlp_endpoint: str | None = None

@@ -8,6 +8,7 @@ principal is settled by the auth middleware before any body is read.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,7 @@ from evermind.cache.l2_sqlite import CacheStore, SemanticCacheStore
 from evermind.cache.l2_vectorstore import VectorCacheStore
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.devices import decoder_for
-from evermind.runtime.gateway.config import GatewayConfig
+from evermind.runtime.gateway.config import GatewayConfig, parse_max_error
 from evermind.runtime.gateway.core import Gateway, LocalServing
 from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService
@@ -73,6 +74,10 @@ class Runtime:
         upstreams = (
             None if config.upstreams_file is None else GatewayConfig.load(config.upstreams_file)
         )
+        if upstreams is not None and config.cache_max_error is not None:
+            upstreams = dataclasses.replace(
+                upstreams, max_error=parse_max_error(config.cache_max_error, "--cache-max-error")
+            )
         config.data_dir.mkdir(parents=True, exist_ok=True)
         shared = None if config.store is None else SharedStore(config.store)  # fails fast
         cache: CacheStore = (

@@ -109,6 +109,8 @@ def messages_request(
         extra["cache"] = True
     elif opt in ("off", "false", "0", "no"):
         extra["cache"] = False
+    elif opt == "refresh":  # a fresh answer that replaces the cached one
+        extra["cache"] = "refresh"
     tools = tuple(
         {
             "name": str(t.get("name", "")),

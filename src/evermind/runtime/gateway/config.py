@@ -65,6 +65,12 @@ _ROUTER_FIELDS = ("max_surprise", "max_local_prompt_tokens", "local_context_toke
 _ROUTER_FLAGS = ("use_confidence", "use_task_patterns")
 
 
+#: The gateway's default δ: at most 1 in 100 cacheable lookups answered wrongly.
+DEFAULT_MAX_ERROR = 0.01
+#: The default share of lookups checked against the upstream.
+DEFAULT_VERIFY_SAMPLE = 0.05
+
+
 @dataclass(frozen=True)
 class AutoConfig:
     """The ``[auto]`` table (see the module docstring)."""
@@ -214,6 +220,11 @@ class GatewayConfig:
         capacity: L1 entries.
         tenant_names: Whether ``/metrics`` labels tenants by name (else by a short hash).
         auto: The ``[auto]`` table: what ``evermind/auto`` routes between (None: no router).
+        max_error: δ, the share of cacheable lookups the operator accepts being answered
+            wrongly (``[cache] max_error``, ``--cache-max-error``): the verified decision of
+            :mod:`evermind.cache.verified`. None (``max_error = "off"``): the rule-based one.
+        verify_sample: The share of lookups checked against the upstream (``[cache]
+            verify_sample``): misses are checked for free, sampled hits cost one call.
     """
 
     upstreams: Mapping[str, UpstreamConfig]
@@ -223,6 +234,8 @@ class GatewayConfig:
     capacity: int = 2048
     tenant_names: bool = False
     auto: AutoConfig | None = None
+    max_error: float | None = DEFAULT_MAX_ERROR
+    verify_sample: float = DEFAULT_VERIFY_SAMPLE
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -256,7 +269,7 @@ class GatewayConfig:
         _fields(
             cache,
             f"{where}: [cache]",
-            {"embedder", "l2", "capacity", "ttl", "ttls", "shared"}
+            {"embedder", "l2", "capacity", "ttl", "ttls", "shared", "max_error", "verify_sample"}
             | {"default_temperature", "tool_results", "tools"},
         )
         metrics = raw.get("metrics", {})
@@ -278,6 +291,16 @@ class GatewayConfig:
         capacity = cache.get("capacity", 2048)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigError(f"{where}: [cache] capacity must be an int >= 1, got {capacity!r}")
+        max_error = parse_max_error(cache.get("max_error", DEFAULT_MAX_ERROR), f"{where}: [cache]")
+        verify_sample = cache.get("verify_sample", DEFAULT_VERIFY_SAMPLE)
+        if (
+            isinstance(verify_sample, bool)
+            or not isinstance(verify_sample, int | float)
+            or not 0.0 <= verify_sample <= 1.0
+        ):
+            raise ConfigError(
+                f"{where}: [cache] verify_sample must be a share in [0, 1], got {verify_sample!r}"
+            )
         upstreams = raw.get("upstreams", {})
         if not isinstance(upstreams, dict) or not upstreams:
             raise ConfigError(f"{where}: expected at least one [upstreams.NAME] table")
@@ -294,7 +317,29 @@ class GatewayConfig:
             l2=bool(cache.get("l2", True)),
             capacity=capacity,
             tenant_names=bool(metrics.get("tenant_names", False)),
+            max_error=max_error,
+            verify_sample=float(verify_sample),
         )
+
+
+def parse_max_error(value: Any, where: str) -> float | None:
+    """A ``max_error`` setting: a rate in (0, 1), or ``"off"`` for the rule-based decision.
+
+    Raises:
+        ConfigError: Anything else, with what was received.
+    """
+    if isinstance(value, str) and value.strip().lower() == "off":
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value < 1.0:
+        raise ConfigError(
+            f"{where}: max_error must be a rate in (0, 1) such as 0.01, or 'off', got {value!r}"
+        )
+    return float(value)
 
 
 def _fields(table: Any, where: str, allowed: set[str]) -> None:

@@ -41,6 +41,7 @@ from evermind.bridges.pricing import PriceTable
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
+from evermind.cache.verified import Verification
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
 from evermind.runtime.gateway.auto import AutoBridge, LocalBridge, budget_of
 from evermind.runtime.gateway.config import AUTO_MODEL, GatewayConfig, UpstreamConfig
@@ -297,13 +298,23 @@ class Gateway:
         if embedder is not None:
             embed, fingerprint = embedder
             l2 = StoreBackend(store) if config.l2 and store is not None else None
+            verification = (
+                None
+                if config.max_error is None
+                else Verification(config.max_error, sample_rate=config.verify_sample)
+            )
             self.cache = SemanticCache(
                 embed,
                 l2=l2,
                 capacity=config.capacity,
                 fingerprint=fingerprint,
                 index=MatrixIndex(),
+                max_error=config.max_error,
+                verification=verification,
             )
+            if verification is not None:
+                for name in verification.gauges():
+                    metrics.gauges[name] = _gauge(verification, name)
         self._secrets = sorted(config.secrets, key=len, reverse=True)
 
     def resolve(self, model_id: str, principal: Principal) -> Resolved | None:
@@ -519,3 +530,8 @@ class Gateway:
             await self.cache.l2.aflush()  # the L2 writes still under way reach the disk
         if self.distillation is not None:
             self.distillation.close()
+
+
+def _gauge(verification: Verification, name: str) -> Callable[[], float]:
+    """One of the verified cache's ``/metrics`` values, read when scraped."""
+    return lambda: verification.gauges()[name]

@@ -13,6 +13,7 @@ server-sent events. Every answer says how the cache served it:
   fields (``response.model_extra``).
 
 The request header ``x-evermind-cache: on|off`` opts a request in or out of the cache
+(``refresh``: never served from the cache; the upstream's answer replaces the entry)
 (``extra["cache"]``). Upstream failures become clean statuses (see ``runtime/app.py``);
 after the first byte of a stream they arrive as an ``error`` event.
 """
@@ -133,6 +134,8 @@ def chat_request(
         extra["cache"] = True
     elif opt in OPT_OUT:
         extra["cache"] = False
+    elif opt == "refresh":  # a fresh answer that replaces the cached one
+        extra["cache"] = "refresh"
     if route_header is not None:
         route = route_header.strip().lower()
         if route not in ("local", "frontier"):

@@ -1,0 +1,355 @@
+"""The verified decision: serve a cached answer only within an error the operator set.
+
+This module owns the cache's decision when a ``max_error`` (δ) is set
+(:func:`decide_verified`) and what the cache learns from verification (:class:`Verification`).
+It replaces the hand-written lexical, residue and language-guard rules of
+:func:`evermind.cache.decide.decide` with a learned verifier and a bound:
+
+1. **Exact text wins**, as everywhere: re-asking the same question is safe with any embedder.
+2. **The best candidate only.** The embedder proposes; a lower candidate is never served.
+3. **Above unrelated.** Its cosine must exceed what this embedder gives *unrelated* stored
+   queries (the cache's calibration, :func:`evermind.cache.decide.calibrate`); on that scale
+   (0 = unrelated, 1 = the same vector) the score is handed to the verifier.
+4. **The learned verifier** (:class:`evermind.cache.verifier.PairVerifier`) reads both
+   questions and the score and gives the probability that one answer serves both. A hit
+   needs the probability the bound sets for δ: the shipped one (fitted on a calibration split
+   so the served error stayed ≤ δ at 95% confidence), or, in a cache that verifies itself
+   (the gateway), the one learned from its own verified outcomes (:class:`Verification`).
+5. **An entry proven wrong stays wrong.** When a verification found that an entry's answer
+   did not serve a question it was matched to at probability ``p``, that entry needs more than
+   ``p`` from then on (:attr:`Candidate.contested` carries it, on the probability scale).
+6. **No guessing.** When the runner-up holds another answer and also passes, it is a miss.
+
+Without any verification signal (the library, the tab) the shipped bound is all there is;
+the lookup's ``reason`` says so.
+
+Browser-safe: standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import threading
+from collections import Counter, OrderedDict, deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from evermind.cache.decide import Candidate, Decision
+from evermind.cache.verifier import PairVerifier
+from evermind.search.calibration import Calibration
+from evermind.search.risk import bounded_threshold, fewest_outcomes
+from evermind.text import normalise
+
+__all__ = ["Verification", "answers_equivalent", "decide_verified"]
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def decide_verified(
+    query: str,
+    candidates: Sequence[Candidate],
+    *,
+    calibration: Calibration,
+    verifier: PairVerifier,
+    max_error: float,
+    learned: Verification | None = None,
+) -> Decision:
+    """Hit or miss for ``query`` among ``candidates`` within the error ``max_error``.
+
+    Args:
+        query: The incoming question.
+        candidates: Scored entries, any order (the caller's top few suffice); their
+            ``contested`` is read on the probability scale (rule 5).
+        calibration: The cache's calibration over its stored queries.
+        verifier: The pair verifier.
+        max_error: δ, the served error the operator accepts, in (0, 1).
+        learned: The cache's own verified outcomes, when it verifies itself.
+
+    Returns:
+        The :class:`Decision`; ``threshold`` is the probability a hit needed.
+    """
+    ranked = sorted(candidates, key=lambda c: -c.score)
+    need, source = _needed(verifier, max_error, learned)
+    wanted = _fold(query)
+    for cand in ranked:
+        if cand.query is not None and _fold(cand.query) == wanted:
+            return Decision(True, cand, need, None, "exact match of a cached query", 1.0)
+    if not ranked:
+        return Decision(False, None, need, None, "the cache is empty")
+    best = ranked[0]
+    if calibration.collapsed:
+        return Decision(False, best, need, "calibration", calibration.words)
+    if best.query is None:
+        return Decision(False, best, need, "verifier", "the cached entry keeps no question text")
+    p_best = _probability(verifier, query, best, calibration)
+    if p_best is None:
+        return Decision(
+            False,
+            None,
+            need,
+            None,
+            f"no cached query scored above unrelated texts ({calibration.words}; "
+            f"best cosine {best.score:.3f})",
+        )
+    bar = max(need, best.contested if best.contested is not None else -math.inf)
+    if p_best < bar or (best.contested is not None and p_best <= best.contested):
+        if best.contested is not None and p_best >= need:
+            return Decision(
+                False,
+                best,
+                bar,
+                "contested",
+                f"verified wrong before for a question this close: serving {best.query!r} "
+                f"needs p > {best.contested:.3f}, got {p_best:.3f}",
+                p_best,
+            )
+        return Decision(
+            False,
+            best,
+            need,
+            "verifier",
+            f"the verifier gives {p_best:.3f} that one answer serves both; δ = {max_error:g} "
+            f"needs {need:.3f} ({source})",
+            p_best,
+        )
+    for rival in ranked[1:4]:
+        if rival.query is None or (rival.answer == best.answer and rival.answer is not None):
+            continue
+        p_rival = _probability(verifier, query, rival, calibration)
+        if p_rival is not None and p_rival >= need:
+            return Decision(
+                False,
+                best,
+                need,
+                "ambiguous",
+                f"ambiguous: {rival.query!r} also passes ({p_rival:.3f}) with another answer",
+                p_best,
+            )
+    return Decision(
+        True,
+        best,
+        need,
+        None,
+        f"verified: p {p_best:.3f} >= {need:.3f} for δ {max_error:g} ({source})",
+        p_best,
+    )
+
+
+def _probability(
+    verifier: PairVerifier, query: str, cand: Candidate, calibration: Calibration
+) -> float | None:
+    score = PairVerifier.normalise(cand.score, calibration.unrelated)
+    if score <= 0.0 or cand.query is None:
+        return None
+    return verifier.probability(query, cand.query, score)
+
+
+def _needed(
+    verifier: PairVerifier, max_error: float, learned: Verification | None
+) -> tuple[float, str]:
+    shipped = verifier.threshold(max_error)
+    if learned is not None:
+        own = learned.threshold()
+        if own is not None:
+            return own, f"learned from {learned.sampled} sampled, verified lookups"
+    if math.isinf(shipped):
+        return shipped, f"no shipped bound reaches δ {max_error:g}: only exact repeats are served"
+    return shipped, "shipped bound, no verification here"
+
+
+# --------------------------------------------------------------------------- verification
+
+_WORD = re.compile(r"\w+")
+
+
+def answers_equivalent(cached: str, fresh: str) -> bool:
+    """Whether two answers to one question agree (the documented answer-equivalence test).
+
+    Equal after Unicode folding and collapsing white space; or, for answers of at least
+    eight words, the two word multisets overlap in at least 90% of the longer one *and* they
+    name the same numbers (an answer that changes one number is a different answer).
+    Deliberately strict: a false "differs" only costs a hit, a false "agrees" would let a
+    wrong entry stay.
+
+    Args:
+        cached: The stored answer.
+        fresh: The upstream's answer to the new question.
+    """
+    a, b = " ".join(normalise(cached).split()), " ".join(normalise(fresh).split())
+    if a == b:
+        return True
+    wa, wb = _WORD.findall(a), _WORD.findall(b)
+    if min(len(wa), len(wb)) < 8:
+        return False
+    if sorted(w for w in wa if w.isdigit()) != sorted(w for w in wb if w.isdigit()):
+        return False
+    shared = sum((Counter(wa) & Counter(wb)).values())
+    return shared >= 0.9 * max(len(wa), len(wb))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One sampled lookup: its best candidate's probability (None: no judged candidate,
+    so it could not be answered wrongly) and whether serving that candidate was right."""
+
+    probability: float | None
+    correct: bool
+
+
+class Verification:
+    """What a self-verifying cache learned: its own bound, and the entries proven wrong.
+
+    The bound needs an unbiased sample of lookups, so the gateway draws each lookup into the
+    sample with probability :attr:`sample_rate` (:meth:`draw`) and checks the sampled ones
+    whatever the cache decided: a sampled miss is checked for free (the upstream is called
+    anyway; its answer is compared with the best candidate's), a sampled hit costs one more
+    upstream call (counted in :attr:`paid`). Over the last :attr:`window` sampled lookups the
+    threshold is re-fitted with :func:`evermind.search.risk.bounded_threshold` (the share of
+    lookups answered wrongly, vCache's error rate) once there are enough to bound
+    ``max_error`` at all (:func:`evermind.search.risk.fewest_outcomes`: 299 for δ = 0.01).
+
+    Separately, *every* check, sampled or not (each miss with a candidate is one), that finds
+    an entry's answer wrong for a question it was matched to at probability ``p`` makes that
+    entry need more than ``p`` from then on (:meth:`contested`): the same mistake is not
+    served twice. Thread-safe.
+
+    Args:
+        max_error: δ.
+        sample_rate: The share of lookups drawn into the sample, in [0, 1].
+        window: Most sampled lookups kept (the oldest go first).
+        alpha: One-sided error of the bound.
+        seed: Seeds the draw (tests); None: from the system.
+    """
+
+    def __init__(
+        self,
+        max_error: float,
+        *,
+        sample_rate: float = 0.05,
+        window: int = 20_000,
+        alpha: float = 0.05,
+        seed: int | None = None,
+    ) -> None:
+        if not 0.0 < max_error < 1.0:
+            raise ValueError(f"Verification: max_error must lie in (0, 1), got {max_error}")
+        if not 0.0 <= sample_rate <= 1.0:
+            raise ValueError(f"Verification: sample_rate must lie in [0, 1], got {sample_rate}")
+        self.max_error = max_error
+        self.sample_rate = sample_rate
+        self.alpha = alpha
+        self._rng = random.Random(seed)
+        self._sample: deque[Outcome] = deque(maxlen=window)
+        self._contested: OrderedDict[Hashable, float] = OrderedDict()
+        self._lock = threading.Lock()
+        self._threshold: float | None = None
+        self._dirty = False
+        self.checked = 0
+        self.mismatches = 0
+        self.paid = 0
+        self.paid_usd = 0.0
+
+    @property
+    def sampled(self) -> int:
+        """How many sampled lookups are held."""
+        return len(self._sample)
+
+    def draw(self) -> bool:
+        """Whether the next lookup is in the sample (checked against the upstream)."""
+        with self._lock:
+            return self._rng.random() < self.sample_rate
+
+    def record(
+        self,
+        probability: float | None,
+        correct: bool,
+        entry: Hashable | None = None,
+        *,
+        sampled: bool,
+        paid: bool = False,
+        cost_usd: float = 0.0,
+    ) -> None:
+        """Adds one checked lookup.
+
+        Args:
+            probability: The verifier's probability for its best candidate (None: none was
+                judged; such a lookup counts in the sample and can never be wrong).
+            correct: Whether that candidate's answer agreed with the upstream's.
+            entry: The candidate's entry; a wrong one is marked contested.
+            sampled: Whether :meth:`draw` put this lookup in the sample.
+            paid: Whether the check cost an upstream call the lookup would not have made.
+            cost_usd: That call's price, when known.
+        """
+        with self._lock:
+            self.checked += 1
+            self.paid += paid
+            self.paid_usd += cost_usd
+            if sampled:
+                self._sample.append(Outcome(probability, correct))
+                self._dirty = True
+            if probability is not None and not correct:
+                self.mismatches += 1
+                if entry is not None:
+                    old = self._contested.pop(entry, -math.inf)
+                    self._contested[entry] = max(old, probability)
+                    while len(self._contested) > 100_000:
+                        self._contested.popitem(last=False)
+
+    def gauges(self) -> dict[str, float]:
+        """What ``/metrics`` shows of it: checks, mismatches, paid checks and their cost,
+        the sample held, δ and the learned threshold (-1 while the shipped bound applies)."""
+        learned = self.threshold()
+        with self._lock:
+            return {
+                "evermind_gateway_cache_checks_total": self.checked,
+                "evermind_gateway_cache_check_mismatches_total": self.mismatches,
+                "evermind_gateway_cache_paid_checks_total": self.paid,
+                "evermind_gateway_cache_paid_checks_usd_total": self.paid_usd,
+                "evermind_gateway_cache_sampled_lookups": len(self._sample),
+                "evermind_gateway_cache_max_error": self.max_error,
+                "evermind_gateway_cache_learned_threshold": -1.0
+                if learned is None
+                else min(learned, 2.0),
+            }
+
+    def contested(self, entry: Hashable) -> float | None:
+        """The highest probability at which ``entry`` was found wrong, or None."""
+        with self._lock:
+            return self._contested.get(entry)
+
+    def forget(self, entry: Hashable) -> None:
+        """Drops what was learned about an entry (it was replaced or deleted)."""
+        with self._lock:
+            self._contested.pop(entry, None)
+
+    def threshold(self) -> float | None:
+        """The probability a hit needs, learned from the sample.
+
+        Returns:
+            None while the sample is too small to bound ``max_error`` (the shipped bound
+            applies); ``inf`` when it is large enough and not even the strictest threshold
+            holds (only exact repeats are served); else the threshold.
+        """
+        with self._lock:
+            if not self._dirty:
+                return self._threshold
+            items = list(self._sample)
+            self._dirty = False
+        if len(items) < fewest_outcomes(self.max_error, self.alpha):
+            found: float | None = None
+        else:
+            judged = [o for o in items if o.probability is not None]
+            bound = bounded_threshold(
+                [o.probability for o in judged if o.probability is not None],
+                [o.correct for o in judged],
+                self.max_error,
+                lookups=len(items),
+                alpha=self.alpha,
+            )
+            found = math.inf if bound is None else bound
+        with self._lock:
+            self._threshold = found
+        return found

@@ -1,0 +1,174 @@
+"""The verified decision (evermind.cache.verified), the pair verifier and what a self-checking
+cache learns: each rule of the module docstring, on small hand-made cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from evermind.cache import SemanticCache
+from evermind.cache.decide import Candidate, Decision
+from evermind.cache.verified import Verification, answers_equivalent, decide_verified
+from evermind.cache.verifier import PairVerifier, default_verifier, pair_features
+from evermind.errors import ConfigError
+from evermind.search.calibration import Calibration
+
+CALIBRATED = Calibration(threshold=0.5, unrelated=0.4, pairs=100)
+
+
+def _verifier(weight: float = 0.0) -> PairVerifier:
+    """A verifier whose probability is sigmoid(bias + 10·score): a pure function of the score."""
+    return PairVerifier({"bias": -5.0 + weight, "score": 10.0}, {"0.01": 0.9, "0.05": 0.7})
+
+
+def _decide(query: str, candidates: list[Candidate], delta: float, **options: object) -> Decision:
+    options.setdefault("verifier", _verifier())
+    return decide_verified(
+        query,
+        candidates,
+        calibration=CALIBRATED,
+        max_error=delta,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_exact_text_wins_whatever_the_verifier_says() -> None:
+    found = decide_verified(
+        "How do I  list files?",
+        [Candidate(1, 0.2, "how do i list files?", "a")],
+        calibration=CALIBRATED,
+        verifier=_verifier(-100.0),
+        max_error=0.01,
+    )
+    assert found.hit and found.probability == 1.0
+
+
+def test_a_candidate_below_unrelated_texts_is_never_judged() -> None:
+    found = decide_verified(
+        "q",
+        [Candidate(1, 0.39, "other", "a")],
+        calibration=CALIBRATED,
+        verifier=_verifier(),
+        max_error=0.05,
+    )
+    assert not found.hit and found.candidate is None and "above unrelated" in found.reason
+
+
+def test_the_bound_of_the_tightest_shipped_delta_applies() -> None:
+    verifier = _verifier()
+    # score 0.94 -> normalised 0.9 -> p = sigmoid(4) = 0.982; 0.76 -> 0.6 -> p = 0.731.
+    high, low = Candidate(1, 0.94, "alpha", "a"), Candidate(1, 0.76, "alpha", "a")
+    for delta, cand, hit in ((0.01, high, True), (0.01, low, False), (0.05, low, True)):
+        found = decide_verified(
+            "beta", [cand], calibration=CALIBRATED, verifier=verifier, max_error=delta
+        )
+        assert found.hit is hit, (delta, cand, found.reason)
+    assert verifier.threshold(0.02) == 0.9  # between shipped deltas: the stricter one
+    assert math.isinf(verifier.threshold(0.001))  # below every shipped delta: exact repeats only
+    with pytest.raises(ConfigError, match="max_error"):
+        verifier.threshold(1.5)
+
+
+def test_an_entry_verified_wrong_needs_more_than_its_mismatch() -> None:
+    cand = Candidate(7, 0.94, "alpha", "a", contested=0.99)
+    found = decide_verified(
+        "beta", [cand], calibration=CALIBRATED, verifier=_verifier(), max_error=0.05
+    )
+    assert not found.hit and found.refused_by == "contested"
+
+
+def test_a_passing_runner_up_with_another_answer_makes_it_a_miss() -> None:
+    best, rival = Candidate(1, 0.95, "alpha", "a"), Candidate(2, 0.94, "gamma", "b")
+    found = decide_verified(
+        "beta", [best, rival], calibration=CALIBRATED, verifier=_verifier(), max_error=0.05
+    )
+    assert not found.hit and found.refused_by == "ambiguous"
+    same = Candidate(2, 0.94, "gamma", "a")  # the same answer: nothing to guess between
+    assert decide_verified(
+        "beta", [best, same], calibration=CALIBRATED, verifier=_verifier(), max_error=0.05
+    ).hit
+
+
+def test_the_learned_threshold_replaces_the_shipped_one_once_the_sample_bounds_delta() -> None:
+    learned = Verification(0.05, sample_rate=1.0, seed=0)
+    assert learned.threshold() is None  # nothing sampled: the shipped bound applies
+    for i in range(200):  # 200 sampled lookups, all right at p 0.8 and above
+        learned.record(0.8 + 0.001 * (i % 100), True, i, sampled=True)
+    assert learned.threshold() == pytest.approx(0.8)
+    found = decide_verified(
+        "beta",
+        [Candidate(1, 0.82, "alpha", "a")],  # p = sigmoid(-5 + 7) = 0.88, under the shipped 0.9
+        calibration=CALIBRATED,
+        verifier=_verifier(),
+        max_error=0.05,
+        learned=learned,
+    )
+    assert found.hit and "learned from 200" in found.reason
+
+
+def test_a_sample_that_cannot_hold_delta_serves_only_exact_repeats() -> None:
+    learned = Verification(0.05, sample_rate=1.0)
+    for i in range(100):
+        learned.record(0.99, i % 2 == 0, i, sampled=True)  # half of the confident ones wrong
+    assert learned.threshold() == math.inf
+    assert learned.contested(1) == 0.99 and learned.contested(2) is None
+    learned.forget(1)
+    assert learned.contested(1) is None
+
+
+def test_unsampled_checks_mark_entries_but_never_bias_the_bound() -> None:
+    learned = Verification(0.05, sample_rate=0.0)
+    learned.record(0.7, False, "entry", sampled=False)
+    assert learned.contested("entry") == 0.7 and learned.sampled == 0 and learned.mismatches == 1
+    assert learned.draw() is False
+
+
+def test_answers_equivalent_is_strict_about_numbers_and_short_answers() -> None:
+    assert answers_equivalent("Port 5432.", "  port 5432. ")
+    assert not answers_equivalent("5432", "6432")
+    long = "Use the ss command with the listening flag and grep for the port you want to see now"
+    assert answers_equivalent(long, long.replace("now", "today"))
+    assert not answers_equivalent(long + " 80", long + " 8080")
+
+
+def test_pair_features_are_symmetric_and_see_a_swapped_order() -> None:
+    a, b = "copy a file from the laptop to the server", "copy a file from the server to the laptop"
+    assert pair_features(a, b, 0.9) == pair_features(b, a, 0.9)
+    assert dict(pair_features(a, b, 0.9))["reordered"] == 1.0
+
+
+def test_the_shipped_verifier_loads_and_weights_mean_something() -> None:
+    shipped = default_verifier()
+    assert set(shipped.thresholds) >= {"0.01", "0.05"} and shipped.trained_on
+    with pytest.raises(ConfigError, match="feature_version"):
+        PairVerifier.from_json({**shipped.to_json(), "feature_version": 0})
+
+
+def test_the_library_without_checks_says_it_runs_on_the_shipped_bound() -> None:
+    with pytest.raises(ConfigError, match="max_error must be a rate"):
+        SemanticCache(lambda text: [1.0, 0.0], max_error=0)
+    words = [
+        "How do I rotate nginx logs daily?",
+        "What is the boiling point of water at sea level?",
+        "Convert 10 kilometres to miles",
+        "Who painted the Mona Lisa?",
+        "How to undo the last git commit but keep the changes",
+        "Best soil for growing tomatoes in pots",
+        "What does a 502 Bad Gateway error mean?",
+        "How long should I rest bread dough?",
+        "Explain compound interest simply",
+    ]
+
+    def embed(text: str) -> list[float]:
+        vector = [0.0] * 64
+        for word in text.lower().split():
+            vector[hash(word) % 64] += 1.0
+        return vector
+
+    cache = SemanticCache(embed, max_error=0.01)
+    for i, text in enumerate(words):
+        cache.store(text, f"answer {i}")
+    found = cache.lookup("How do I rotate nginx logs every day?")
+    assert "shipped bound, no verification here" in found.reason or found.hit
+    assert cache.lookup(words[3]).hit  # exact repeats are always served
