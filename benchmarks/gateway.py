@@ -47,10 +47,13 @@ MODEL = "gpt-4o-mini"
 KEY = "sk-bench-gateway-upstream"
 CONFIGS = ("none", "terms", "nano")
 #: The upstream in its own process: prints its port, serves until stdin closes.
+#: With a second argument, a JSON file {question: answer}: the upstream answers by meaning (a
+#: paraphrase gets its question's answer), as the verified cache's checks need.
 _UPSTREAM = (
-    "import sys; from tests.upstreams import OpenAIUpstream; "
-    "u = OpenAIUpstream(sys.argv[1]).start(); print(u.port, flush=True); "
-    "sys.stdin.read(); u.stop()"
+    "import json, sys; from tests.upstreams import OpenAIUpstream, default_reply; "
+    "a = json.load(open(sys.argv[2])) if len(sys.argv) > 2 else {}; "
+    "u = OpenAIUpstream(sys.argv[1], reply=lambda t: a.get(t) or default_reply(t)).start(); "
+    "print(u.port, flush=True); sys.stdin.read(); u.stop()"
 )
 
 
@@ -67,9 +70,9 @@ class Upstream:
     """The loopback OpenAI upstream (:class:`tests.upstreams.OpenAIUpstream`) in a process
     of its own, in this process's group (a group kill reaches it)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], replies: Path | None = None) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _UPSTREAM, KEY],
+            [sys.executable, "-c", _UPSTREAM, KEY, *([str(replies)] if replies else [])],
             cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.process.stdout is not None
@@ -90,13 +93,20 @@ class Upstream:
             self.process.wait()
 
 
-def write_config(folder: Path, embedder: str, upstream_url: str, l2: bool = True) -> Path:
-    """The ``--upstreams`` file of a benchmark gateway: one OpenAI upstream, ``embedder``."""
+def write_config(
+    folder: Path,
+    embedder: str,
+    upstream_url: str,
+    l2: bool = True,
+    cache: dict[str, Any] | None = None,
+) -> Path:
+    """The ``--upstreams`` file of a benchmark gateway: one OpenAI upstream, ``embedder``,
+    and any other ``[cache]`` settings in ``cache`` (``max_error``, ``verify_sample``)."""
     config = folder / "upstreams.json"
     config.write_text(
         json.dumps(
             {
-                "cache": {"embedder": embedder, "capacity": 100_000, "l2": l2},
+                "cache": {"embedder": embedder, "capacity": 100_000, "l2": l2, **(cache or {})},
                 "upstreams": {
                     "openai": {
                         "protocol": "openai",
@@ -112,16 +122,24 @@ def write_config(folder: Path, embedder: str, upstream_url: str, l2: bool = True
     return config
 
 
-class _Processes:
-    """The upstream and the gateway, each in its own process, for one configuration."""
+class Processes:
+    """The upstream and the gateway, each in its own process, for one configuration
+    (``cache``: more ``[cache]`` settings; ``replies``: the upstream's answers by question)."""
 
-    def __init__(self, folder: Path, embedder: str, l2: bool = True) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        embedder: str,
+        l2: bool = True,
+        cache: dict[str, Any] | None = None,
+        replies: Path | None = None,
+    ) -> None:
         from benchmarks.serve import Server
 
         env = _python_env()
-        self.upstream = Upstream(env)
+        self.upstream = Upstream(env, replies)
         self.upstream_url = self.upstream.url
-        config = write_config(folder, embedder, self.upstream_url, l2)
+        config = write_config(folder, embedder, self.upstream_url, l2, cache)
         try:
             self.gateway = Server(
                 folder / "data", extra=["--upstreams", str(config)], env=env, cwd=ROOT, start_s=120
@@ -136,11 +154,11 @@ class _Processes:
         self.upstream.stop()
 
 
-def _body(text: str, model: str) -> dict[str, Any]:
+def body(text: str, model: str) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": text}], "temperature": 0}
 
 
-def _timed(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, httpx.Response]:
+def timed(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, httpx.Response]:
     # The upstream wants its key; the gateway (no tokens file, loopback) wants none.
     headers = {} if body["model"].startswith("openai/") else {"Authorization": f"Bearer {KEY}"}
     start = time.perf_counter()
@@ -150,7 +168,7 @@ def _timed(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float,
     return elapsed, response
 
 
-def _quantiles(seconds: Sequence[float]) -> dict[str, float | None]:
+def quantiles(seconds: Sequence[float]) -> dict[str, float | None]:
     if not seconds:
         return {"p50_ms": None, "p99_ms": None}
     ordered = sorted(seconds)
@@ -158,30 +176,30 @@ def _quantiles(seconds: Sequence[float]) -> dict[str, float | None]:
     return {"p50_ms": 1000 * statistics.median(ordered), "p99_ms": 1000 * p99}
 
 
-def _overhead(procs: _Processes, client: httpx.Client, probes: int) -> dict[str, Any]:
+def overhead(procs: Processes, client: httpx.Client, probes: int) -> dict[str, Any]:
     direct: list[float] = []
     through: list[float] = []
     for i in range(probes):
         text = probe_text(i)
         runs = [
-            (direct, procs.upstream_url + "/v1/chat/completions", _body(text, MODEL)),
-            (through, procs.url + "/v1/chat/completions", _body(text, f"openai/{MODEL}")),
+            (direct, procs.upstream_url + "/v1/chat/completions", body(text, MODEL)),
+            (through, procs.url + "/v1/chat/completions", body(text, f"openai/{MODEL}")),
         ]
-        for samples, url, body in runs if i % 2 == 0 else runs[::-1]:
-            samples.append(_timed(client, url, body)[0])
+        for samples, url, payload in runs if i % 2 == 0 else runs[::-1]:
+            samples.append(timed(client, url, payload)[0])
     difference = [b - a for a, b in zip(direct, through, strict=True)]
     return {
         "probes": probes,
-        "direct": _quantiles(direct),
-        "gateway": _quantiles(through),
-        "overhead": _quantiles(difference),
+        "direct": quantiles(direct),
+        "gateway": quantiles(through),
+        "overhead": quantiles(difference),
         "overhead_p50_of_medians_ms": 1000
         * (statistics.median(through) - statistics.median(direct)),
     }
 
 
 def _replay(
-    procs: _Processes, client: httpx.Client, asks: Sequence[Ask], triples: Sequence[dict[str, str]]
+    procs: Processes, client: httpx.Client, asks: Sequence[Ask], triples: Sequence[dict[str, str]]
 ) -> dict[str, Any]:
     kinds = ("query", "repeat", "paraphrase", "near_miss")
     sent = dict.fromkeys(kinds, 0)
@@ -194,8 +212,8 @@ def _replay(
     hit_seconds: list[float] = []
     miss_seconds: list[float] = []
     for ask in asks:
-        seconds, response = _timed(
-            client, procs.url + "/v1/chat/completions", _body(ask.text, f"openai/{MODEL}")
+        seconds, response = timed(
+            client, procs.url + "/v1/chat/completions", body(ask.text, f"openai/{MODEL}")
         )
         sent[ask.kind] += 1
         field = response.json().get("evermind", {})
@@ -225,8 +243,8 @@ def _replay(
         "paid_usd": paid_usd,
         "wrong_answers_served": len(wrong),
         "wrong_examples": wrong[:5],
-        "hit_latency": _quantiles(hit_seconds),
-        "miss_latency": _quantiles(miss_seconds),
+        "hit_latency": quantiles(hit_seconds),
+        "miss_latency": quantiles(miss_seconds),
     }
 
 
@@ -261,23 +279,23 @@ def run_gateway_bench(
     for name in configs:
         with tempfile.TemporaryDirectory(prefix="evermind-bench-gateway-") as tmp:
             folder = Path(tmp)
-            procs = _Processes(folder, _embedder_spec(name, folder), l2)
+            procs = Processes(folder, _embedder_spec(name, folder), l2)
             try:
                 with httpx.Client(timeout=60) as client:
                     for text in WARMUPS:  # warm both paths (connections, imports)
-                        _timed(
+                        timed(
                             client,
                             procs.url + "/v1/chat/completions",
-                            _body(text, f"openai/{MODEL}"),
+                            body(text, f"openai/{MODEL}"),
                         )
-                        _timed(
-                            client, procs.upstream_url + "/v1/chat/completions", _body(text, MODEL)
+                        timed(
+                            client, procs.upstream_url + "/v1/chat/completions", body(text, MODEL)
                         )
-                    overhead = _overhead(procs, client, probes)
+                    cost = overhead(procs, client, probes)
                     replay = _replay(procs, client, asks, triples) if name != "none" else None
             finally:
                 procs.stop()
-        rows.append({"embedder": name, "overhead": overhead, "replay": replay})
+        rows.append({"embedder": name, "overhead": cost, "replay": replay})
     return {
         "bench": "gateway",
         "triples": len(triples),

@@ -31,10 +31,10 @@ from benchmarks.gateway import (
     MODEL,
     ROOT,
     Upstream,
-    _body,
     _embedder_spec,
     _python_env,
-    _timed,
+    body,
+    timed,
     write_config,
 )
 
@@ -70,9 +70,7 @@ def run_ab(before: Path, embedder: str = "none", probes: int = 300) -> dict[str,
 
                 def send(kind: str, text: str) -> float:
                     model = MODEL if kind == "direct" else f"openai/{MODEL}"
-                    return _timed(client, urls[kind] + "/v1/chat/completions", _body(text, model))[
-                        0
-                    ]
+                    return timed(client, urls[kind] + "/v1/chat/completions", body(text, model))[0]
 
                 for i in range(10):  # connections, imports, the first stores
                     for kind in order:

