@@ -29,6 +29,7 @@
     tenants = ["alpha"]                 # allowed tenants (default: any)
     timeout = 60                        # seconds, per call and per streamed chunk
     max_retries = 2
+    max_answer_chars = 1000000          # text + tool arguments of one answer (502 beyond)
     [upstreams.anthropic.tenant_keys]   # per-tenant keys (else api_key)
     alpha = "env:ALPHA_ANTHROPIC_KEY"
 
@@ -52,6 +53,7 @@ from typing import Any
 
 from evermind.agent.router import RouterConfig
 from evermind.bridges import protocols
+from evermind.bridges.answers import MAX_ANSWER_CHARS
 from evermind.bridges.caching import CachePolicy
 from evermind.errors import ConfigError
 
@@ -180,6 +182,9 @@ class UpstreamConfig:
         tenants: Tenants allowed to use it (empty: any).
         timeout: Seconds a call (or a streamed chunk) may take before the client gets 504.
         max_retries: Retries of the SDK on 429/5xx.
+        max_answer_chars: Characters of text and tool arguments one answer may hold; a
+            longer one is refused (``upstream_too_large``, 502) before it is all read, and
+            never cached.
     """
 
     name: str
@@ -191,6 +196,7 @@ class UpstreamConfig:
     tenants: tuple[str, ...] = ()
     timeout: float = 60.0
     max_retries: int = 2
+    max_answer_chars: int = MAX_ANSWER_CHARS
 
     def key_for(self, tenant: str) -> str:
         """The key ``tenant`` calls this upstream with ('' when it has none)."""
@@ -321,7 +327,7 @@ def _secret(value: Any, where: str, environ: Mapping[str, str]) -> str:
 
 def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> UpstreamConfig:
     allowed = {"protocol", "base_url", "api_key", "tenant_keys", "models", "tenants"}
-    _fields(spec, where, allowed | {"timeout", "max_retries"})
+    _fields(spec, where, allowed | {"timeout", "max_retries", "max_answer_chars"})
     if name in RESERVED or "/" in name or not name:
         raise ConfigError(f"{where}: the name {name!r} is reserved or not a single word")
     protocol = protocols.lookup(spec.get("protocol", name), where).name
@@ -337,6 +343,9 @@ def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> U
         raise ConfigError(f"{where}: timeout must be seconds > 0, got {timeout!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ConfigError(f"{where}: max_retries must be an int >= 0, got {retries!r}")
+    cap = spec.get("max_answer_chars", MAX_ANSWER_CHARS)
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise ConfigError(f"{where}: max_answer_chars must be an int >= 1, got {cap!r}")
     return UpstreamConfig(
         name=name,
         protocol=protocol,
@@ -349,4 +358,5 @@ def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> U
         tenants=tuple(str(t) for t in spec.get("tenants", ())),
         timeout=float(timeout),
         max_retries=retries,
+        max_answer_chars=cap,
     )

@@ -220,6 +220,7 @@ def connect_sdk(upstream: UpstreamConfig, key: str) -> Bridge:
         base_url=upstream.base_url,
         max_retries=upstream.max_retries,
         timeout=upstream.timeout + SDK_TIMEOUT_MARGIN_S,
+        max_answer_chars=upstream.max_answer_chars,
     )
 
 
