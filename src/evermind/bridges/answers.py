@@ -129,16 +129,23 @@ def _whole(value: object) -> int | None:
     return None
 
 
+def _shown(value: object) -> str:
+    """A value for an error message: its repr when short, else only its kind and size (a
+    cut repr could hold part of a secret; a whole one is scrubbed where the message is)."""
+    shown = repr(value)
+    if len(shown) <= 40:
+        return shown
+    return f"a {_kind(value)} of {len(shown)} characters"
+
+
 def count(value: object, provider: str, where: str) -> int:
     """A token count: a whole number in ``[0, MAX_USAGE_TOKENS]`` (None: 0)."""
     if value is None:
         return 0
     number = _whole(value)
     if number is None or not 0 <= number <= MAX_USAGE_TOKENS:
-        shown = excerpt(repr(value), 40)
-        raise malformed(
-            provider, f"{where} must be a token count in [0, {MAX_USAGE_TOKENS}], got {shown}"
-        )
+        limits = f"[0, {MAX_USAGE_TOKENS}]"
+        raise malformed(provider, f"{where} must be a token count in {limits}, got {_shown(value)}")
     return number
 
 
@@ -149,21 +156,21 @@ def index(value: object, provider: str, where: str) -> int:
     number = _whole(value)
     if number is None or not 0 <= number <= MAX_INDEX:
         raise malformed(
-            provider,
-            f"{where} must be an index in [0, {MAX_INDEX}], got {excerpt(repr(value), 40)}",
+            provider, f"{where} must be an index in [0, {MAX_INDEX}], got {_shown(value)}"
         )
     return number
 
 
-def parse_json(data: str | bytes, provider: str, what: str) -> Any:
+def parse_json(data: str | bytes, provider: str, what: str, secrets: Iterable[str] = ()) -> Any:
     """``data`` parsed as JSON (any value); not JSON, or nested past the parser's depth, is
-    ``upstream_malformed``."""
+    ``upstream_malformed`` (quoting the start of ``data``, ``secrets`` scrubbed first)."""
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as err:
         shown = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         reason = "nested too deeply" if isinstance(err, RecursionError) else "not JSON"
-        raise malformed(provider, f"{what} is {reason}: {excerpt(repr(shown), 200)}") from None
+        quoted = excerpt(repr(scrub(shown, secrets)), 200)
+        raise malformed(provider, f"{what} is {reason}: {quoted}") from None
 
 
 def check_complete(completion: Completion) -> Completion:

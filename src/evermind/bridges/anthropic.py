@@ -74,6 +74,7 @@ class AnthropicBridge:
 
     @property
     def _secrets(self) -> tuple[str, ...]:
+        """The key this bridge sends (scrubbed from any upstream text an error quotes)."""
         return tuple(k for k in (self._client.api_key, self._client.auth_token) if k)
 
     async def generate(self, request: ChatRequest) -> Completion:
@@ -95,8 +96,8 @@ class AnthropicBridge:
             raise answers.broke_off(PROVIDER, f"{type(err).__name__}: {err}") from err
         finally:
             await response.aclose()
-        data = answers.parse_json(body, PROVIDER, "the response")
-        completion = wire.anthropic_completion(data, PROVIDER)
+        data = answers.parse_json(body, PROVIDER, "the response", self._secrets)
+        completion = wire.anthropic_completion(data, PROVIDER, self._secrets)
         answers.check_size(answers.answer_chars(completion), self.max_answer_chars, PROVIDER)
         self._last_usage = completion.usage
         return completion
@@ -109,7 +110,8 @@ class AnthropicBridge:
                 ``message_stop`` (``upstream_stream_cut``), or its answer is malformed,
                 incomplete or too large.
         """
-        state = streams.AnthropicStream(PROVIDER, self.max_answer_chars)
+        secrets = self._secrets
+        state = streams.AnthropicStream(PROVIDER, self.max_answer_chars, secrets)
         parser = streams.SSEParser(PROVIDER)
         response = await self._post(wire.anthropic_body(request, stream=True))
         try:
@@ -117,7 +119,7 @@ class AnthropicBridge:
                 for event in parser.feed(piece):
                     if not event.data:
                         continue
-                    text = state.feed(answers.parse_json(event.data, PROVIDER, "an event"))
+                    text = state.feed(answers.parse_json(event.data, PROVIDER, "an event", secrets))
                     if text:
                         yield Delta(text=text)
                 if state.done:

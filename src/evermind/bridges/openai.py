@@ -73,6 +73,11 @@ class OpenAIBridge:
         """The usage of the most recent finished call (None before one)."""
         return self._last_usage
 
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        """The key this bridge sends (scrubbed from any upstream text an error quotes)."""
+        return (self._client.api_key,) if self._client.api_key else ()
+
     async def generate(self, request: ChatRequest) -> Completion:
         """One completion of ``request``.
 
@@ -97,8 +102,9 @@ class OpenAIBridge:
             raise answers.broke_off(self.provider, f"{type(err).__name__}: {err}") from err
         finally:
             await response.aclose()
-        data = answers.parse_json(body, self.provider, "the response")
-        completion = wire.openai_completion(data, self.provider)
+        secrets = self._secrets
+        data = answers.parse_json(body, self.provider, "the response", secrets)
+        completion = wire.openai_completion(data, self.provider, secrets)
         answers.check_size(answers.answer_chars(completion), self.max_answer_chars, self.provider)
         self._last_usage = completion.usage
         return completion
@@ -111,7 +117,8 @@ class OpenAIBridge:
                 ``data: [DONE]`` (``upstream_stream_cut``), or its answer is malformed,
                 incomplete or too large.
         """
-        state = streams.OpenAIStream(self.provider, self.max_answer_chars)
+        secrets = self._secrets
+        state = streams.OpenAIStream(self.provider, self.max_answer_chars, secrets)
         parser = streams.SSEParser(self.provider)
         response = await self._post(wire.openai_body(request, stream=True))
         try:
@@ -122,7 +129,8 @@ class OpenAIBridge:
                         break
                     if not event.data:
                         continue
-                    text = state.feed(answers.parse_json(event.data, self.provider, "an event"))
+                    data = answers.parse_json(event.data, self.provider, "an event", secrets)
+                    text = state.feed(data)
                     if text:
                         yield Delta(text=text)
                 if state.done:
@@ -155,7 +163,7 @@ class OpenAIBridge:
                 err.status_code,
                 err.response.headers,
                 err.body,
-                (self._client.api_key,),
+                self._secrets,
             )
         if isinstance(err, openai.APIConnectionError):
             kind = "timed out" if isinstance(err, openai.APITimeoutError) else "failed to connect"
@@ -165,7 +173,7 @@ class OpenAIBridge:
                 provider=self.provider,
                 code="upstream_unavailable",
             )
-        return answers.stream_error(self.provider, err.body, (self._client.api_key,))
+        return answers.stream_error(self.provider, err.body, self._secrets)
 
     async def aclose(self) -> None:
         """Closes the SDK client's connections (unless it was passed in)."""

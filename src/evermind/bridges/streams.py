@@ -15,7 +15,7 @@ streams through these folds, so the mapping exists once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,11 +44,13 @@ class _PartialCall:
 
 
 class _Fold:
-    """What both folds share: the answer's size so far, against ``max_chars``."""
+    """What both folds share: the answer's size so far, against ``max_chars``, and the
+    ``secrets`` scrubbed from an error event before it is quoted."""
 
-    def __init__(self, provider: str, max_chars: int) -> None:
+    def __init__(self, provider: str, max_chars: int, secrets: Iterable[str]) -> None:
         self.provider = provider
         self.max_chars = max_chars
+        self.secrets = tuple(secrets)
         self.done = False
         self._chars = 0
 
@@ -70,12 +72,16 @@ class AnthropicStream(_Fold):
         provider: The name errors and the completion carry.
         max_chars: Characters of text and tool arguments the answer may reach
             (``upstream_too_large`` beyond).
+        secrets: Scrubbed from an error event's message before it is quoted (the key).
     """
 
     def __init__(
-        self, provider: str = "anthropic", max_chars: int = answers.MAX_ANSWER_CHARS
+        self,
+        provider: str = "anthropic",
+        max_chars: int = answers.MAX_ANSWER_CHARS,
+        secrets: Iterable[str] = (),
     ) -> None:
-        super().__init__(provider, max_chars)
+        super().__init__(provider, max_chars, secrets)
         self._text: list[str] = []
         self._calls: dict[int, _PartialCall] = {}
         self._usage: dict[str, Any] = {}
@@ -130,7 +136,7 @@ class AnthropicStream(_Fold):
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
-            raise answers.stream_error(p, event.get("error"))
+            raise answers.stream_error(p, event.get("error"), self.secrets)
         return ""
 
     def completion(self) -> Completion:
@@ -172,10 +178,16 @@ class OpenAIStream(_Fold):
         provider: The name errors and the completion carry.
         max_chars: Characters of text and tool arguments the answer may reach
             (``upstream_too_large`` beyond).
+        secrets: Scrubbed from an error chunk's message before it is quoted (the key).
     """
 
-    def __init__(self, provider: str = "openai", max_chars: int = answers.MAX_ANSWER_CHARS) -> None:
-        super().__init__(provider, max_chars)
+    def __init__(
+        self,
+        provider: str = "openai",
+        max_chars: int = answers.MAX_ANSWER_CHARS,
+        secrets: Iterable[str] = (),
+    ) -> None:
+        super().__init__(provider, max_chars, secrets)
         self._text: list[str] = []
         self._calls: dict[int, _PartialCall] = {}
         self._usage: object = None
@@ -193,7 +205,7 @@ class OpenAIStream(_Fold):
         p = self.provider
         chunk = answers.mapping(chunk, p, "a stream chunk", required=True)
         if chunk.get("error"):
-            raise answers.stream_error(p, chunk.get("error"))
+            raise answers.stream_error(p, chunk.get("error"), self.secrets)
         self._id = answers.text(chunk.get("id"), p, "chunk id") or self._id
         self._model = answers.text(chunk.get("model"), p, "chunk model") or self._model
         if chunk.get("usage") is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from evermind.bridges import answers
@@ -295,8 +295,11 @@ def _anthropic_call(block: Mapping[str, Any], provider: str, where: str) -> Tool
     )
 
 
-def anthropic_completion(message: object, provider: str = "anthropic") -> Completion:
-    """The :class:`Completion` of a Messages API response (a ``message`` object).
+def anthropic_completion(
+    message: object, provider: str = "anthropic", secrets: Iterable[str] = ()
+) -> Completion:
+    """The :class:`Completion` of a Messages API response (a ``message`` object); ``secrets``
+    (the request's key) are scrubbed from an error it quotes.
 
     Raises:
         UpstreamError: An ``error`` object in its place, or an answer that is malformed or
@@ -304,7 +307,7 @@ def anthropic_completion(message: object, provider: str = "anthropic") -> Comple
     """
     message = answers.mapping(message, provider, "the response", required=True)
     if message.get("type") == "error" or (message.get("error") and "content" not in message):
-        raise answers.stream_error(provider, message)
+        raise answers.stream_error(provider, message, secrets)
     text, calls = [], []
     blocks = answers.items(message.get("content"), provider, "content", required=True)
     for i, raw in enumerate(blocks):
@@ -327,8 +330,11 @@ def anthropic_completion(message: object, provider: str = "anthropic") -> Comple
     return answers.check_complete(completion)
 
 
-def openai_completion(response: object, provider: str = "openai") -> Completion:
-    """The :class:`Completion` of a Chat Completions response (its first choice).
+def openai_completion(
+    response: object, provider: str = "openai", secrets: Iterable[str] = ()
+) -> Completion:
+    """The :class:`Completion` of a Chat Completions response (its first choice); ``secrets``
+    (the request's key) are scrubbed from an error it quotes.
 
     Raises:
         UpstreamError: An ``error`` object in its place, or an answer that is malformed or
@@ -336,7 +342,7 @@ def openai_completion(response: object, provider: str = "openai") -> Completion:
     """
     response = answers.mapping(response, provider, "the response", required=True)
     if response.get("error"):
-        raise answers.stream_error(provider, response.get("error"))
+        raise answers.stream_error(provider, response.get("error"), secrets)
     choices = answers.items(response.get("choices"), provider, "choices", required=True)
     if not choices:
         raise answers.malformed(provider, "choices is empty")
