@@ -32,8 +32,9 @@ A hit returns a :class:`~evermind.bridges.base.Completion` with zero usage and
 ``cached=CacheInfo(tier, score, cached_query, saved, saved_usd)``. ``saved`` is the usage
 the stored call paid; ``saved_usd`` its cost (the stored ``cost_usd`` when the inner bridge
 priced it, else ``price(model, usage)`` when given, else None). Streams work on hits (the
-cached text as deltas) and misses (the upstream's deltas pass through; the full text is
-stored at the end; a stream that fails or is abandoned is not stored).
+cached text as at most :data:`MAX_HIT_DELTAS` deltas) and misses (the upstream's deltas pass
+through; the full text is stored at the end; a stream that fails or is abandoned is not
+stored).
 
 Per-namespace TTL: an entry older than its cache namespace's TTL is not served (a miss,
 ``expired``) and is dropped from L1.
@@ -46,6 +47,7 @@ what a hit saved); on a miss the inner bridge's operation is its child.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -90,8 +92,11 @@ Price = Callable[[str, Usage], float | None]
 
 #: The ``extra`` key a caller opts in (True) or out (False) with; never sent upstream.
 OPT_KEY = "cache"
-#: Characters per delta when a hit is streamed.
+#: Characters per delta when a hit is streamed, at least ...
 HIT_CHUNK_CHARS = 24
+#: ... and at most this many deltas however long the answer: a hit is not token-by-token,
+#: and an 8 MB answer is 64 deltas of 128 KB, not 349,528 of 24 characters.
+MAX_HIT_DELTAS = 64
 #: Version of the stored entry's shape (part of the scope digest, so a change never
 #: serves entries of the old shape).
 ENTRY_VERSION = 1
@@ -361,8 +366,10 @@ class CachingBridge:
         if hit is not None:
             operation.first_chunk()
             finish_chat(operation, hit, _cache_attributes(outcome))
-            for start in range(0, len(hit.text), HIT_CHUNK_CHARS):
-                yield Delta(hit.text[start : start + HIT_CHUNK_CHARS])
+            size = max(HIT_CHUNK_CHARS, -(-len(hit.text) // MAX_HIT_DELTAS))
+            for start in range(0, len(hit.text), size):
+                yield Delta(hit.text[start : start + size])
+                await asyncio.sleep(0)  # between deltas the loop sees a disconnect, a signal
             yield Delta(completion=hit)
             return
         completion: Completion | None = None
