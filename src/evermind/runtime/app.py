@@ -139,7 +139,7 @@ class FrontDoor:
         self.app = app
         self.runtime = runtime
         self.routes = routes
-        #: Failed authentications per client address: guessing tokens is slowed to this.
+        #: Failed authentications per failed credential (per address without one).
         self.failures = FailedAuthLimiter()
 
     def _route(self, scope: Scope) -> str:
