@@ -313,10 +313,10 @@ class Upstream:
             fault = self._faults.pop(0) if self._faults else None
             scripted = self._scripts.pop(0) if self._scripts else None
             self._served += 1
-        if scripted is not None:
-            return body, None, scripted()
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
+        if scripted is not None:
+            return body, None, scripted()
         if (fault is not None and fault.kind == "auth") or not self._authorised(request):
             return body, None, self._json_error(401, "auth", self._bad_key)
         if fault is not None and fault.kind in ("rate_limit", "server_error", "overloaded"):

@@ -52,6 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         keep_alive_s=args.keep_alive,
         trusted_proxies=list(args.trusted_proxy or []),
+        cache_scope=args.cache_scope,
     )
     config.check_exposure()
     from evermind.runtime.devices import resolve_device
@@ -188,6 +189,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="export GenAI traces and metrics over OTLP/HTTP to this collector base URL, e.g. "
         "http://127.0.0.1:4318 (default: $OTEL_EXPORTER_OTLP_ENDPOINT; unset: off; needs the "
         "telemetry extra); see docs/telemetry.md",
+    )
+    serve.add_argument(
+        "--cache-scope",
+        choices=["user", "tenant", "group"],
+        help="gateway: who is served a cached answer: the token that stored it (user), any "
+        "token of its tenant (tenant) or its [cache.shared] group (group); default: the "
+        "upstreams file's [cache] scope (tenant)",
     )
     serve.add_argument(
         "--max-connections",

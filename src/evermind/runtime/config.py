@@ -81,6 +81,8 @@ class RuntimeConfig:
             ``runtime.db``; ``postgresql://…`` (or ``qdrant://host:port``) in that server,
             shared by every runtime on it; ``memory://`` in this process only. See
             :mod:`evermind.vectorstore.shared` and docs/runtime.md ("Scale-out").
+        cache_scope: Overrides the upstreams file's ``[cache] scope`` (who is served a
+            gateway cache entry: ``user``, ``tenant`` or ``group``); None: the file decides.
         max_connections: Connections (and in-flight requests) the server holds at once; past
             them a request is answered 503 (uvicorn's ``limit_concurrency``).
         keep_alive_s: Seconds an idle connection is kept: after a response, and before a
@@ -122,6 +124,7 @@ class RuntimeConfig:
     device: str = "cpu"
     store: str | None = None
     otlp_endpoint: str | None = None
+    cache_scope: str | None = None
     max_connections: int = 1024
     keep_alive_s: int = 5
     trusted_proxies: list[str] = field(default_factory=list)

@@ -71,7 +71,9 @@ class Runtime:
         """
         tokens = TokenTable.from_file(config.tokens_file)
         upstreams = (
-            None if config.upstreams_file is None else GatewayConfig.load(config.upstreams_file)
+            None
+            if config.upstreams_file is None
+            else GatewayConfig.load(config.upstreams_file).scoped(config.cache_scope)
         )
         config.data_dir.mkdir(parents=True, exist_ok=True)
         shared = None if config.store is None else SharedStore(config.store)  # fails fast

@@ -11,6 +11,10 @@
     default_temperature = false # cache temperature-less requests
     tool_results = false        # cache requests carrying tool results
     tools = false               # cache requests offering tools
+    scope = "tenant"            # who is served an entry: "tenant" (any of its tokens),
+                                # "user" (the token that stored it) or "group" (the
+                                # tenants of its [cache.shared] group; the default when
+                                # that table is present)
     [cache.ttls]                # per cache namespace
     team = 600
     [cache.shared]              # tenants sharing one cache namespace
@@ -43,6 +47,7 @@ Keys are held here, server-side, and never sent to or accepted from clients; the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tomllib
@@ -235,6 +240,21 @@ class GatewayConfig:
         """Every key of every upstream."""
         return tuple(s for u in self.upstreams.values() for s in u.secrets)
 
+    def scoped(self, scope: str | None) -> GatewayConfig:
+        """This configuration with the cache's scope set to ``scope`` (None: unchanged): what
+        ``evermind serve --cache-scope`` does to the file's ``[cache] scope``.
+
+        Raises:
+            ConfigError: Not a scope, or a scope the file's ``[cache.shared]`` contradicts.
+        """
+        if scope is None:
+            return self
+        try:
+            policy = dataclasses.replace(self.policy, scope=scope)
+        except ConfigError as err:
+            raise ConfigError(f"--cache-scope: {err}") from err
+        return dataclasses.replace(self, policy=policy)
+
     @classmethod
     def load(cls, path: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
         """Reads a ``.toml`` or ``.json`` file (see the module docstring).
@@ -262,7 +282,7 @@ class GatewayConfig:
         _fields(
             cache,
             f"{where}: [cache]",
-            {"embedder", "l2", "capacity", "ttl", "ttls", "shared"}
+            {"embedder", "l2", "capacity", "ttl", "ttls", "shared", "scope"}
             | {"default_temperature", "tool_results", "tools"},
         )
         metrics = raw.get("metrics", {})
@@ -273,14 +293,19 @@ class GatewayConfig:
                 f"{where}: [cache] embedder must be 'terms', 'none' or 'package:PATH', got "
                 f"{embedder!r}"
             )
-        policy = CachePolicy(
-            cache_default_temperature=bool(cache.get("default_temperature", False)),
-            cache_tool_results=bool(cache.get("tool_results", False)),
-            cache_tools=bool(cache.get("tools", False)),
-            ttl=cache.get("ttl"),
-            ttls=dict(cache.get("ttls", {})),
-            shared={str(k): str(v) for k, v in dict(cache.get("shared", {})).items()},
-        )
+        shared = {str(k): str(v) for k, v in dict(cache.get("shared", {})).items()}
+        try:
+            policy = CachePolicy(
+                cache_default_temperature=bool(cache.get("default_temperature", False)),
+                cache_tool_results=bool(cache.get("tool_results", False)),
+                cache_tools=bool(cache.get("tools", False)),
+                ttl=cache.get("ttl"),
+                ttls=dict(cache.get("ttls", {})),
+                shared=shared,
+                scope=cache.get("scope", ""),
+            )
+        except ConfigError as err:
+            raise ConfigError(f"{where}: [cache] {err}") from err
         capacity = cache.get("capacity", 2048)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigError(f"{where}: [cache] capacity must be an int >= 1, got {capacity!r}")

@@ -413,7 +413,9 @@ class Gateway:
             outcome = None if caching is None else await caching.open(request)
             status = "bypass" if outcome is None else outcome.status
             reason = "no_cache" if outcome is None else outcome.reason
-            detail = "" if outcome is None else outcome.detail
+            # The summary, not the cache's own words: those may quote another principal's
+            # stored prompt (a miss's best candidate).
+            detail = "" if outcome is None else outcome.summary
             if stream:
                 deltas = (
                     bridge.stream(request)
