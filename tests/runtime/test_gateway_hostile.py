@@ -486,3 +486,25 @@ def test_a_rate_limit_with_an_infinite_retry_after_is_a_429_without_the_header(
     assert answer.status_code == 429, answer.text
     assert answer.json()["error"]["code"] == "upstream_rate_limited"
     assert "retry-after" not in answer.headers  # infinite is no wait a client can honour
+
+
+def test_no_hostile_usage_reaches_the_metrics(
+    server: tuple[ServerThread, Captured], upstreams: dict[str, Upstream]
+) -> None:
+    """Usage of -5 or 10^30 tokens is refused with its answer: /metrics counts only what
+    well-formed answers reported (every token counter a whole number in [0, 10^8 x calls])."""
+    running, _ = server
+    with httpx.Client(base_url=running.url, headers=bearer(TOKEN_A), timeout=30) as http:
+        for n, usage in enumerate(({"prompt_tokens": -5}, {"completion_tokens": 10**30})):
+            upstreams["openai"].script(200, _chat(usage=usage))
+            assert (
+                _ask(http, "/v1/chat/completions", "openai", f"Usage {n}?", False).status_code
+                == 502
+            )
+        metrics = http.get("/metrics").text
+    counts = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(("evermind_gateway_tokens_total", "evermind_gateway_saved_tokens_total"))
+    ]
+    assert counts and all(0 <= c < 10**9 for c in counts), counts
