@@ -39,6 +39,12 @@ What they do, deterministically:
   ``stream_error`` (a stream that sends half, then an in-band error: Anthropic's ``error``
   event with ``overloaded_error``, an OpenAI ``{"error": ...}`` chunk). On a response that
   is not streamed, ``truncate`` and ``stream_error`` cut the body like ``cut``.
+- Anything else, scripted with :meth:`Upstream.script`: the next N requests get exactly that
+  status, headers and body (bytes, text or JSON), or that list of raw server-sent events
+  (hostile upstreams: ``{"choices": []}``, a 429 with ``retry-after: inf``, a stream ending
+  ``[DONE]`` without ``finish_reason``, ...).
+- Streams record how they ended (:attr:`Upstream.stream_ends`): ``complete``, or ``aborted``
+  when the client went away before the last event.
 - Every request is recorded (:attr:`Upstream.requests`: path, lower-cased headers, JSON body).
 - CORS is open (any origin, any header) so a page can call them (the FetchBridge test).
 - ``latency_s`` delays each response before its first byte; ``chunk_delay_s`` each streamed
@@ -155,6 +161,9 @@ class Upstream:
         self.chunk_delay_s = chunk_delay_s
         self.requests: list[Recorded] = []
         self._faults: list[_Fault] = []
+        self._scripts: list[Callable[[], Response]] = []
+        #: How each stream ended: "complete", or "aborted" (the client went away first).
+        self.stream_ends: list[str] = []
         self._cache: set[str] = set()
         self._lock = threading.Lock()
         self._served = 0
@@ -229,11 +238,49 @@ class Upstream:
         with self._lock:
             self._faults += [_Fault(kind, retry_after) for _ in range(times)]
 
+    def script(
+        self,
+        status: int = 200,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        events: list[str | bytes] | None = None,
+        times: int = 1,
+    ) -> None:
+        """The next ``times`` requests are answered with exactly this, whatever they ask.
+
+        ``body``: bytes or text as they are, anything else as JSON (``None`` with no
+        ``events``: an empty body). ``events``: raw server-sent events (each sent as it is,
+        bytes or text) as ``text/event-stream``, instead of a body.
+        """
+
+        def respond() -> Response:
+            if events is not None:
+                chunks = [e if isinstance(e, bytes) else e.encode() for e in events]
+
+                async def sent() -> AsyncIterator[bytes]:
+                    for chunk in chunks:
+                        yield chunk
+
+                return StreamingResponse(
+                    sent(), status, headers=headers, media_type="text/event-stream"
+                )
+            if isinstance(body, bytes | str) or body is None:
+                raw = body.encode() if isinstance(body, str) else (body or b"")
+                return Response(raw, status, headers=headers, media_type="application/json")
+            return Response(
+                json.dumps(body), status, headers=headers, media_type="application/json"
+            )
+
+        with self._lock:
+            self._scripts += [respond] * times
+
     def reset(self) -> None:
         """Forgets the record, the pending faults and the simulated prompt cache."""
         with self._lock:
             self.requests.clear()
             self._faults.clear()
+            self._scripts.clear()
             self._cache.clear()
 
     @property
@@ -264,9 +311,12 @@ class Upstream:
                 Recorded(request.url.path, {k.lower(): v for k, v in request.headers.items()}, body)
             )
             fault = self._faults.pop(0) if self._faults else None
+            scripted = self._scripts.pop(0) if self._scripts else None
             self._served += 1
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
+        if scripted is not None:
+            return body, None, scripted()
         if (fault is not None and fault.kind == "auth") or not self._authorised(request):
             return body, None, self._json_error(401, "auth", self._bad_key)
         if fault is not None and fault.kind in ("rate_limit", "server_error", "overloaded"):
@@ -338,10 +388,16 @@ class Upstream:
     async def _paced(self, events: list[bytes], fault: _Fault | None) -> AsyncIterator[bytes]:
         """Sends ``events``, pausing ``chunk_delay_s`` between them, applying a cut."""
         half = len(events) // 2 if fault is not None else len(events)
-        for i, event in enumerate(events[:half]):
-            if i and self.chunk_delay_s:
-                await asyncio.sleep(self.chunk_delay_s)
-            yield event
+        sent = 0
+        try:
+            for i, event in enumerate(events[:half]):
+                if i and self.chunk_delay_s:
+                    await asyncio.sleep(self.chunk_delay_s)
+                yield event
+                sent += 1
+        finally:
+            with self._lock:
+                self.stream_ends.append("complete" if sent == half else "aborted")
         if fault is not None and fault.kind == "stream_error":
             yield self._error_event()
         if fault is not None and fault.kind == "cut":

@@ -11,9 +11,15 @@ headers, messages); what a token is worth and how fast a key may spend is decide
   tenant (if any) was close. Without a tokens file every caller is
   :data:`~evermind.tokens.DEFAULT_TENANT` with write access.
 - :class:`RateLimiter` is a token bucket per key (a tenant's requests on both servers).
-- :class:`FailedAuthLimiter` slows token guessing: failed authentications spend from a
-  bucket of their own, and an empty bucket refuses before the token is even looked at. How
-  that bucket is keyed is decided in :meth:`FailedAuthLimiter.key`, and only there.
+- :class:`FailedAuthLimiter` slows a client that keeps failing: failed authentications spend
+  from a bucket of their own, and an empty bucket refuses before the token is even looked at.
+  The bucket is the failed *credential's* (a hash of it), decided in
+  :meth:`FailedAuthLimiter.key` and only there: a client repeating a wrong or revoked token
+  is slowed, while a valid token is never refused, whoever else fails from the same address
+  (a valid token spends nothing and owns its own bucket). Requests with no credential at all
+  share their client address's bucket; the address is the socket's peer unless the server
+  trusts a proxy's ``X-Forwarded-For`` (``evermind serve --trusted-proxy``). Guessing a token
+  is not made slower this way: tokens must be long and random (``secrets.token_hex()``).
 
 Standard library and ``evermind`` only.
 """
@@ -251,7 +257,8 @@ class RateLimiter:
 
 
 class FailedAuthLimiter:
-    """Failed authentications spend from a bucket per key; an empty bucket refuses first.
+    """Failed authentications spend from a bucket per failed credential (per client address
+    for requests without one); an empty bucket refuses first.
 
     Args:
         limiter: The buckets (default: :data:`AUTH_FAILURES_PER_S` a second, bursts of
@@ -263,8 +270,18 @@ class FailedAuthLimiter:
 
     def key(self, client: str, authorization: str | None) -> str:
         """The bucket a failed authentication from ``client`` with ``authorization`` spends
-        from: the client's address (the one place that decides it)."""
-        return client
+        from (the one place that decides it): the presented credential's SHA-256 (scheme
+        folded, token trimmed), or, with no credential, the client's address.
+
+        Keying on the credential, not the address, means a valid token is never in the
+        bucket that failures empty, so it is never refused for what others at its address
+        (a NAT, a proxy, a shared host) got wrong.
+        """
+        if authorization and authorization.strip():
+            scheme, _, token = authorization.strip().partition(" ")
+            folded = f"{scheme.lower()} {token.strip()}"
+            return "credential:" + hashlib.sha256(folded.encode("utf-8")).hexdigest()[:32]
+        return f"client:{client}"
 
     def authenticate(self, table: TokenTable, authorization: str | None, client: str) -> Principal:
         """``table``'s principal for ``authorization``, unless ``client`` failed too often.
@@ -272,7 +289,8 @@ class FailedAuthLimiter:
         Args:
             table: The tokens.
             authorization: The request's ``Authorization`` header (None: it had none).
-            client: The peer's address, as the server's socket saw it.
+            client: The client's address: the socket's peer, or the client a trusted proxy
+                named.
 
         Raises:
             RateLimited: Too many failed authentications; nothing was looked up.
@@ -281,8 +299,10 @@ class FailedAuthLimiter:
         key = self.key(client, authorization)
         wait = self.limiter.wait_s(key)
         if wait > 0:
+            what = "with this token" if key.startswith("credential:") else f"from {client}"
             raise RateLimited(
-                f"too many failed authentications from {client}; retry in {wait:.1f} s",
+                f"too many failed authentications {what}; retry in {wait:.1f} s; hint: check "
+                "the token (a valid one is never refused here)",
                 max(1, round(wait + 0.5)),
             )
         try:

@@ -15,8 +15,9 @@ Blank lines and ``#`` comments are ignored; ``access`` defaults to ``write``. Th
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from evermind.errors import ConfigError
@@ -30,15 +31,27 @@ DEFAULT_TENANT = "default"
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the tenant every read and write is scoped to, and the access level."""
+    """Who is calling: the tenant every read and write is scoped to, and the access level.
+
+    ``user`` tells the principals of one tenant apart (an opaque id of the token: see
+    :func:`user_id`; "" without a tokens file); it takes no part in equality, so a tenant's
+    tokens of one access level are one principal wherever tenants are compared.
+    """
 
     tenant: str
     access: Access
+    user: str = field(default="", compare=False)
 
     @property
     def can_write(self) -> bool:
         """Whether this caller may install, delete and store."""
         return self.access == "write"
+
+
+def user_id(token: str) -> str:
+    """The opaque id of a token's holder: 16 hex digits of a SHA-256 of the token (what a
+    cache entry records as its owner; the token cannot be read back from it)."""
+    return hashlib.sha256(b"evermind-user\x00" + token.encode("utf-8")).hexdigest()[:16]
 
 
 def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Principal]]:
@@ -76,7 +89,8 @@ def parse_tokens(text: str, source: str = "tokens file") -> list[tuple[str, Prin
         if token in seen:
             raise ConfigError(f"{where}: this token appears twice; each token maps to one tenant")
         seen.add(token)
-        entries.append((token, Principal(tenant, "write" if access == "write" else "read")))
+        level: Access = "write" if access == "write" else "read"
+        entries.append((token, Principal(tenant, level, user_id(token))))
     if not entries:
         raise ConfigError(f"{source}: no tokens found; expected lines 'TOKEN TENANT [read|write]'")
     return entries
@@ -89,4 +103,5 @@ __all__ = [
     "Access",
     "Principal",
     "parse_tokens",
+    "user_id",
 ]

@@ -302,6 +302,6 @@ def test_a_response_that_is_not_json_is_an_upstream_error() -> None:
             await client.close()
         return caught.value
 
-    for body, words in (("<html>busy</html>", "not JSON"), ("[1, 2]", "not an object")):
+    for body, words in (("<html>busy</html>", "not JSON"), ("[1, 2]", "must be an object")):
         err = asyncio.run(main(body))
-        assert err.code == "upstream_error" and words in str(err), str(err)
+        assert err.code == "upstream_malformed" and words in str(err), str(err)

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
 from tests.factories import tiny_package
-from tests.runtime.helpers import TOKEN_A, assert_error, bearer, write_tokens
+from tests.runtime.helpers import TOKEN_A, TOKEN_B, assert_error, bearer, write_tokens
 
 MODEL = "evermind/hostile"
 LONE = "a\ud800b"
@@ -310,20 +310,51 @@ def test_a_huge_recall_query_is_refused_and_healthz_stays_responsive(
     assert p95 < 0.1 and worst < 0.5, (p95, worst, f"longest collection {pauses.longest_ms} ms")
 
 
-def test_token_guessing_is_slowed_to_a_trickle(tmp_path: Path) -> None:
+def test_failed_authentication_slows_the_credential_never_a_valid_token(tmp_path: Path) -> None:
+    """Issue 35 item 7: the limiter keys on the failed credential. A client repeating a wrong
+    token is refused before the lookup; another tenant's valid token, sent from the same
+    address between the failures, is never refused; distinct wrong tokens each get their
+    401 (token entropy, not this limiter, defends against guessing)."""
     config = RuntimeConfig(
-        data_dir=tmp_path / "data", port=0, tokens_file=write_tokens(tmp_path / "t")
+        data_dir=tmp_path / "data", port=0, tokens_file=write_tokens(tmp_path / "t"), rate_limit=0
     )
-    with ServerThread(config) as guarded, httpx.Client(base_url=guarded.url) as guesser:
-        statuses = [
-            guesser.get("/v1/models", headers=bearer(f"guess-{n:04d}")).status_code
-            for n in range(60)
-        ]
-        assert statuses[:20] == [401] * 20  # the burst: plain "wrong token"
-        assert statuses[-10:] == [429] * 10  # then refused before the token is even checked
-        blocked = guesser.get("/v1/models", headers=bearer(TOKEN_A))
-        assert_error(blocked, 429, "rate_limited")  # a guess that happens to be right included
+    with ServerThread(config) as guarded, httpx.Client(base_url=guarded.url) as client:
+        repeated, valid = [], []
+        for _ in range(60):
+            repeated.append(client.get("/v1/models", headers=bearer("a-revoked-token")).status_code)
+            valid.append(client.get("/v1/models", headers=bearer(TOKEN_B)).status_code)
+        assert repeated[:20] == [401] * 20  # the burst: plain "wrong token"
+        assert repeated[-10:] == [429] * 10  # then that credential is refused unlooked-at
+        assert valid == [200] * 60  # never a 429 for the valid token at the same address
+        blocked = client.get("/v1/models", headers=bearer("a-revoked-token"))
+        assert_error(blocked, 429, "rate_limited")
         assert int(blocked.headers["retry-after"]) >= 1
+        guesses = [
+            client.get("/v1/models", headers=bearer(f"guess-{n:04d}")).status_code
+            for n in range(30)
+        ]
+        assert guesses == [401] * 30
+
+
+def test_a_rotating_x_forwarded_for_does_not_dodge_the_limiter(tmp_path: Path) -> None:
+    """Without --trusted-proxy the header is ignored: requests with no credential from one
+    socket share one bucket, whatever address they claim. Behind a trusted proxy, the header
+    names the client."""
+    tokens = write_tokens(tmp_path / "t")
+
+    def statuses(config: RuntimeConfig) -> list[int]:
+        with ServerThread(config) as running, httpx.Client(base_url=running.url) as client:
+            return [
+                client.get("/v1/models", headers={"X-Forwarded-For": f"203.0.113.{n}"}).status_code
+                for n in range(30)
+            ]
+
+    plain = statuses(RuntimeConfig(data_dir=tmp_path / "a", port=0, tokens_file=tokens))
+    assert plain[:20] == [401] * 20 and plain[-5:] == [429] * 5
+    proxied = RuntimeConfig(
+        data_dir=tmp_path / "b", port=0, tokens_file=tokens, trusted_proxies=["127.0.0.1"]
+    )
+    assert statuses(proxied) == [401] * 30  # each claimed client its own bucket
 
 
 class _Pauses:

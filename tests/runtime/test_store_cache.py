@@ -4,8 +4,8 @@ Two caches on two :class:`SharedStore` s of one Postgres database stand for two 
 entry stored by one is a hit of the other, the oldest beyond ``max_entries`` go for both, and
 a hit on an entry the other deleted meanwhile is a miss. A property with random tenants,
 namespaces and embeddings, on ``memory://`` and Postgres: a lookup never serves an entry of
-another tenant or namespace. And the limits: at most ``MAX_CACHE_DIMS`` embedding dimensions,
-a count over every dimension.
+another tenant or namespace. And dimensions are each tenant's own: one table holds every
+dimension, so no tenant's embedders limit another's; a count over every dimension.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evermind.cache.l2_vectorstore import VectorCacheStore
-from evermind.errors import InputError
 from evermind.runtime.gateway.core import StoreBackend
-from evermind.vectorstore.shared import MAX_CACHE_DIMS, SharedStore
+from evermind.vectorstore.shared import SharedStore
 from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 from tests.unit.test_memory_helpers import run
 
@@ -98,23 +97,6 @@ def test_a_hit_on_an_entry_the_other_runtime_deleted_is_a_miss(database: str) ->
         _close(one, other)
 
 
-def test_at_most_max_cache_dims_dimensions() -> None:
-    shared = SharedStore("memory://")
-    cache = VectorCacheStore(shared, max_entries=10)
-    try:
-
-        async def body() -> None:
-            for dim in range(2, 2 + MAX_CACHE_DIMS):
-                await cache.store("acme", "d", [1.0] * dim, dim, None, None)
-            assert await cache.count("acme") == MAX_CACHE_DIMS
-            with pytest.raises(InputError, match="embedding dimensions already"):
-                await cache.lookup("acme", "d", [1.0] * 40, 0.9, None)
-
-        run(body())
-    finally:
-        _close(shared)
-
-
 @pytest.fixture(params=["memory", "pgvector"])
 def cache(request: pytest.FixtureRequest) -> Iterator[VectorCacheStore]:
     url = (
@@ -123,6 +105,28 @@ def cache(request: pytest.FixtureRequest) -> Iterator[VectorCacheStore]:
     shared = SharedStore(url)
     yield VectorCacheStore(shared, max_entries=1000)
     _close(shared)
+
+
+def test_dimensions_are_the_tenant_s_own(cache: VectorCacheStore) -> None:
+    """One tenant's many embedders (12 dimensions) neither limit another's 384-d entries nor
+    show in what it is told; entries of one dimension never meet another's, and every count
+    is the tenant's own."""
+    tag = uuid.uuid4().hex[:8]
+
+    async def body() -> None:
+        for dim in range(2, 14):
+            await cache.store(f"alpha-{tag}", "d", [1.0] * dim, dim, None, None)
+        vector = [float(i % 5) + 1.0 for i in range(384)]
+        await cache.store(f"bravo-{tag}", "d", vector, "b384", None, "q")
+        found = await cache.lookup(f"bravo-{tag}", "d", vector, 0.9, None)
+        assert found.hit is not None and found.hit["response"] == "b384", found.reason
+        assert "dimension" not in found.reason
+        other = await cache.lookup(f"alpha-{tag}", "d", [1.0] * 5, 0.9, None)
+        assert other.hit is not None and other.hit["response"] == 5  # its own dimension's entry
+        assert await cache.count(f"alpha-{tag}") == 12
+        assert await cache.count(f"bravo-{tag}") == 1
+
+    run(body())
 
 
 SCOPES = st.tuples(st.sampled_from(["acme", "globex"]), st.sampled_from(["a", "b"]))

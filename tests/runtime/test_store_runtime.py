@@ -43,6 +43,7 @@ from tests.runtime.test_memory_cache_api import (  # noqa: F401 - collected agai
     test_remember_get_list_recall_forget,
 )
 from tests.runtime.test_tenancy import (  # noqa: F401 - collected again on Postgres
+    test_cache_dimensions_are_per_tenant_and_never_disclosed,
     test_cache_is_scoped_to_the_tenant,
     test_memories_are_scoped_to_the_tenant,
 )

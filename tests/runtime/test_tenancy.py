@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -63,6 +64,32 @@ def test_cache_is_scoped_to_the_tenant(alpha: httpx.Client, bravo: httpx.Client)
     assert alpha.post("/v1/semantic-cache/lookup", json=lookup).json()["hit"]["response"] == (
         "alpha's answer"
     )
+
+
+def test_cache_dimensions_are_per_tenant_and_never_disclosed(
+    alpha: httpx.Client, bravo: httpx.Client
+) -> None:
+    """Issue 35 item 6: alpha's embeddings of 10 dimensions (2..11) neither limit bravo's nor
+    appear in anything bravo is told (on a ``--store`` engine the L2 once kept a table per
+    dimension, 8 for all tenants together, and its refusal listed them)."""
+    seen = []
+    for dim in range(2, 12):
+        entry = {"embedding": [1.0] + [0.5] * (dim - 1), "response": f"alpha {dim}"}
+        stored = alpha.post("/v1/semantic-cache/store", json={**entry, "namespace": "dims"})
+        assert stored.status_code == 200, stored.text
+    vector = [float((i * 7) % 11) + 1.0 for i in range(384)]
+    entry = {"embedding": vector, "response": "bravo 384", "namespace": "dims"}
+    for response in (
+        bravo.post("/v1/semantic-cache/store", json=entry),
+        bravo.post(
+            "/v1/semantic-cache/lookup",
+            json={"embedding": vector, "threshold": 0.99, "namespace": "dims"},
+        ),
+    ):
+        assert response.status_code == 200, response.text
+        seen.append(response.text)
+    assert json.loads(seen[1])["hit"]["response"] == "bravo 384"
+    assert all("dimension" not in text and "[2" not in text for text in seen), seen
 
 
 def test_rate_limit_is_per_tenant(tmp_path: Path) -> None:

@@ -102,19 +102,34 @@ def test_rate_limiter_per_minute() -> None:
             RateLimiter.per_minute(bad)  # type: ignore[arg-type]
 
 
-def test_failed_authentications_are_limited_per_client() -> None:
+def test_failed_authentications_are_limited_per_failed_credential() -> None:
     now = [0.0]
     failures = FailedAuthLimiter(RateLimiter(2.0, AUTH_FAILURE_BURST, clock=lambda: now[0]))
     table = TokenTable([("abcdefgh-1", Principal("acme", "write"))])
     for _ in range(AUTH_FAILURE_BURST):
         with pytest.raises(Unauthenticated):
             failures.authenticate(table, "Bearer wrong-token", "10.0.0.7")
-    # The bucket is empty: even the right token is refused from that address, unlooked-at.
-    with pytest.raises(RateLimited, match=r"too many failed authentications from 10\.0\.0\.7"):
-        failures.authenticate(table, "Bearer abcdefgh-1", "10.0.0.7")
-    assert failures.authenticate(table, "Bearer abcdefgh-1", "10.0.0.8").tenant == "acme"
+    # That credential's bucket is empty: repeating it is refused, unlooked-at ...
+    with pytest.raises(RateLimited, match="too many failed authentications with this token"):
+        failures.authenticate(table, "Bearer wrong-token", "10.0.0.7")
+    with pytest.raises(RateLimited):  # ... however its scheme is spelled, from anywhere
+        failures.authenticate(table, "bearer  wrong-token ", "10.0.0.9")
+    # ... but a valid token from the same address never is, nor another wrong token.
+    for _ in range(3 * AUTH_FAILURE_BURST):
+        assert failures.authenticate(table, "Bearer abcdefgh-1", "10.0.0.7").tenant == "acme"
+    with pytest.raises(Unauthenticated):
+        failures.authenticate(table, "Bearer another-wrong", "10.0.0.7")
     now[0] = 0.5  # one failure's worth back at 2/s
-    assert failures.authenticate(table, "Bearer abcdefgh-1", "10.0.0.7").tenant == "acme"
-    # A success spends nothing: the next success goes through too.
-    assert failures.authenticate(table, "Bearer abcdefgh-1", "10.0.0.7").tenant == "acme"
-    assert failures.key("10.0.0.7", "Bearer x") == "10.0.0.7"
+    with pytest.raises(Unauthenticated):
+        failures.authenticate(table, "Bearer wrong-token", "10.0.0.7")
+    # Requests with no credential share their address's bucket.
+    for _ in range(AUTH_FAILURE_BURST):
+        with pytest.raises(Unauthenticated):
+            failures.authenticate(table, None, "10.0.0.7")
+    with pytest.raises(RateLimited, match=r"from 10\.0\.0\.7"):
+        failures.authenticate(table, None, "10.0.0.7")
+    with pytest.raises(Unauthenticated):
+        failures.authenticate(table, None, "10.0.0.8")
+    assert failures.key("10.0.0.7", None) == "client:10.0.0.7"
+    assert failures.key("10.0.0.7", "Bearer x") == failures.key("10.0.0.8", "BEARER x ")
+    assert "wrong-token" not in failures.key("10.0.0.7", "Bearer wrong-token")  # a hash only

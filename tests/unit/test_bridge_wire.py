@@ -13,7 +13,7 @@ from anthropic.lib.streaming._messages import accumulate_event
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from evermind.bridges import wire
+from evermind.bridges import answers, streams, wire
 from evermind.bridges.base import ChatRequest, Message, ToolCall, Usage
 from evermind.errors import InputError, UpstreamError
 
@@ -206,7 +206,7 @@ ANTHROPIC_EVENTS = [
 
 
 def test_anthropic_stream_matches_the_sdks_accumulation() -> None:
-    state = wire.AnthropicStream()
+    state = streams.AnthropicStream()
     texts = [state.feed({"type": kind, **data}) for kind, data in ANTHROPIC_EVENTS]
     assert "".join(texts) == "Let me check." and state.done
     snapshot = None
@@ -222,7 +222,7 @@ def test_anthropic_stream_matches_the_sdks_accumulation() -> None:
 
 
 def test_anthropic_stream_error_event() -> None:
-    state = wire.AnthropicStream()
+    state = streams.AnthropicStream()
     with pytest.raises(UpstreamError) as caught:
         state.feed(
             {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
@@ -302,7 +302,7 @@ OPENAI_CHUNKS = [
 
 
 def test_openai_stream_matches_the_sdks_accumulation() -> None:
-    state = wire.OpenAIStream()
+    state = streams.OpenAIStream()
     assert "".join(state.feed(chunk) for chunk in OPENAI_CHUNKS) == "Hello there"
     assert not state.done and state.finished
     state.finish()
@@ -336,7 +336,7 @@ def test_openai_stream_tool_call_pieces() -> None:
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ': "Lyon"}'}}]}),
         _chunk({}, "tool_calls"),
     ]
-    state = wire.OpenAIStream()
+    state = streams.OpenAIStream()
     for chunk in chunks:
         state.feed(chunk)
     done = state.completion()
@@ -351,7 +351,7 @@ def test_openai_stream_tool_call_pieces() -> None:
 def test_sse_parser_agrees_with_the_sdk_decoder(step: int) -> None:
     raw = "".join(_sse(kind, data) for kind, data in ANTHROPIC_EVENTS)
     raw += ": a comment\r\n\r\ndata: [DONE]\r\n\r\n"
-    parser = wire.SSEParser()
+    parser = streams.SSEParser()
     ours = []
     for start in range(0, len(raw), step):
         ours += [(e.event, e.data) for e in parser.feed(raw[start : start + step])]
@@ -379,19 +379,19 @@ def test_sse_parser_agrees_with_the_sdk_decoder(step: int) -> None:
     ],
 )
 def test_error_codes(status: int | None, code: str) -> None:
-    assert wire.error_code(status) == code
+    assert answers.error_code(status) == code
 
 
 def test_upstream_error_reads_both_bodies_and_retry_after() -> None:
     anthropic_body = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}
-    error = wire.upstream_error("anthropic", 429, {"Retry-After": "12"}, anthropic_body)
+    error = answers.upstream_error("anthropic", 429, {"Retry-After": "12"}, anthropic_body)
     assert (error.code, error.status, error.retry_after) == ("upstream_rate_limited", 429, 12.0)
     assert "slow" in str(error) and error.provider == "anthropic"
     inner = {"message": "Incorrect API key", "type": "invalid_request_error"}  # openai's err.body
-    assert "Incorrect API key" in str(wire.upstream_error("openai", 401, {}, inner))
-    assert wire.retry_after({"retry-after-ms": "250"}) == 0.25
-    assert wire.retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
-    assert wire.upstream_error("openai", 502, {}, "<html>bad gateway</html>").code == (
+    assert "Incorrect API key" in str(answers.upstream_error("openai", 401, {}, inner))
+    assert answers.retry_after({"retry-after-ms": "250"}) == 0.25
+    assert answers.retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
+    assert answers.upstream_error("openai", 502, {}, "<html>bad gateway</html>").code == (
         "upstream_unavailable"
     )
 

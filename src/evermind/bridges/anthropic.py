@@ -1,16 +1,22 @@
 """Claude through Anthropic's Messages API, on the official ``anthropic`` SDK (native-only).
 
 The request body is :func:`evermind.bridges.wire.anthropic_body` (the static system prompt
-and the facts as two ``cache_control`` breakpoints), sent with ``AsyncAnthropic`` (its auth,
-retries with ``retry-after``, timeouts); the SDK's parsed response, dumped to JSON, is read
-by the same :mod:`~evermind.bridges.wire` functions the tab's FetchBridge uses, so usage
-(input, output, cache-read, cache-write tokens) is the SDK's, mapped once.
+and the facts as two ``cache_control`` breakpoints), posted with the SDK's raw ``post`` on
+``AsyncAnthropic`` (its auth, ``anthropic-version`` header, retries with ``retry-after``,
+timeouts and status errors). The body is read raw as it arrives, never past what
+``max_answer_chars`` allows, and parsed by the same :mod:`~evermind.bridges.wire` functions
+the tab's FetchBridge uses (a stream through :class:`~evermind.bridges.streams.SSEParser` and
+:class:`~evermind.bridges.streams.AnthropicStream`), so usage (input, output, cache-read,
+cache-write tokens) is mapped once and every value is checked
+(:mod:`evermind.bridges.answers`): the SDK's typed models never see a hostile answer.
 
 Errors: every SDK exception becomes :class:`~evermind.errors.UpstreamError`: 429 →
 ``upstream_rate_limited`` (``retry_after`` from the header), 401/403 → ``upstream_auth``,
 other 4xx → ``upstream_bad_request``, 5xx, connection failures and timeouts →
 ``upstream_unavailable``; a stream that ends (or breaks) before ``message_stop`` →
-``upstream_stream_cut``.
+``upstream_stream_cut``; a malformed, incomplete or oversized answer →
+``upstream_malformed`` / ``upstream_too_large``. The key is scrubbed from any upstream text
+an error quotes.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 import anthropic
 import httpx2
 
-from evermind.bridges import wire
+from evermind.bridges import answers, streams, wire
 from evermind.bridges.base import ChatRequest, Completion, Delta, Usage
 from evermind.errors import UpstreamError
 
@@ -39,6 +45,8 @@ class AnthropicBridge:
         timeout: Seconds per request.
         client: A ready ``anthropic.AsyncAnthropic`` (then the other arguments are unused and
             :meth:`aclose` leaves it open).
+        max_answer_chars: The most characters of text and tool arguments an answer may hold
+            (``upstream_too_large`` beyond).
     """
 
     provider = PROVIDER
@@ -50,12 +58,13 @@ class AnthropicBridge:
         max_retries: int = 2,
         timeout: float = 60.0,
         client: anthropic.AsyncAnthropic | None = None,
+        max_answer_chars: int = answers.MAX_ANSWER_CHARS,
     ) -> None:
         self._owned = client is None
         self._client = client or anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )
-        self._arguments = wire.sdk_arguments(self._client.messages.create)
+        self.max_answer_chars = max_answer_chars
         self._last_usage: Usage | None = None
 
     @property
@@ -63,18 +72,33 @@ class AnthropicBridge:
         """The usage of the most recent finished call (None before one)."""
         return self._last_usage
 
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        """The key this bridge sends (scrubbed from any upstream text an error quotes)."""
+        return tuple(k for k in (self._client.api_key, self._client.auth_token) if k)
+
     async def generate(self, request: ChatRequest) -> Completion:
         """One completion of ``request``.
 
         Raises:
-            UpstreamError: The API refused or failed (see the module docstring).
+            UpstreamError: The API refused or failed, or its answer is malformed, incomplete
+                or too large (see the module docstring).
         """
-        body, extra = wire.split_arguments(wire.anthropic_body(request), self._arguments)
+        response = await self._post(wire.anthropic_body(request))
         try:
-            message = await self._create(body, extra)
-        except anthropic.APIError as err:
-            raise _mapped(err) from err
-        completion = wire.anthropic_completion(message.model_dump(mode="json"))
+            body = await answers.read_limited(
+                response.aiter_bytes(),
+                answers.body_limit(self.max_answer_chars),
+                PROVIDER,
+                response.headers.get("content-length"),
+            )
+        except httpx2.HTTPError as err:  # the body broke off
+            raise answers.broke_off(PROVIDER, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
+        data = answers.parse_json(body, PROVIDER, "the response", self._secrets)
+        completion = wire.anthropic_completion(data, PROVIDER, self._secrets)
+        answers.check_size(answers.answer_chars(completion), self.max_answer_chars, PROVIDER)
         self._last_usage = completion.usage
         return completion
 
@@ -82,40 +106,44 @@ class AnthropicBridge:
         """Text deltas of ``request``'s completion, then one delta carrying the completion.
 
         Raises:
-            UpstreamError: The API refused or failed, or the stream ended before
-                ``message_stop`` (``upstream_stream_cut``).
+            UpstreamError: The API refused or failed, the stream ended before
+                ``message_stop`` (``upstream_stream_cut``), or its answer is malformed,
+                incomplete or too large.
         """
-        body, extra = wire.split_arguments(
-            wire.anthropic_body(request, stream=True), self._arguments
-        )
-        state = wire.AnthropicStream()
-        started = False
+        secrets = self._secrets
+        state = streams.AnthropicStream(PROVIDER, self.max_answer_chars, secrets)
+        parser = streams.SSEParser(PROVIDER)
+        response = await self._post(wire.anthropic_body(request, stream=True))
         try:
-            events = await self._create(body, extra)
-            started = True
-            async with events:
-                async for event in events:
-                    text = state.feed(event.model_dump(mode="json"))
+            async for piece in response.aiter_text():
+                for event in parser.feed(piece):
+                    if not event.data:
+                        continue
+                    text = state.feed(answers.parse_json(event.data, PROVIDER, "an event", secrets))
                     if text:
                         yield Delta(text=text)
-        except anthropic.APIConnectionError as err:
-            if started:
-                raise wire.stream_cut(PROVIDER, str(err)) from err
-            raise _mapped(err) from err
-        except anthropic.APIError as err:
-            raise _mapped(err) from err
-        except httpx2.HTTPError as err:  # the body broke off while the SDK read it
-            raise wire.stream_cut(PROVIDER, f"{type(err).__name__}: {err}") from err
+                if state.done:
+                    break
+        except httpx2.HTTPError as err:  # the body broke off while it was read
+            raise answers.stream_cut(PROVIDER, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
         if not state.done:
-            raise wire.stream_cut(PROVIDER, "no message_stop event")
+            raise answers.stream_cut(PROVIDER, "no message_stop event")
         completion = state.completion()
         self._last_usage = completion.usage
         yield Delta(completion=completion)
 
-    async def _create(self, body: dict[str, Any], extra: dict[str, Any]) -> Any:
-        # The SDK's overloads cannot type a body built as a dict; the wire module owns its shape.
-        messages: Any = self._client.messages
-        return await messages.create(**body, extra_body=extra or None)
+    async def _post(self, body: dict[str, Any]) -> httpx2.Response:
+        """The response to ``body``, its body unread (``stream=True``); an HTTP error raises
+        the mapped :class:`UpstreamError`."""
+        try:
+            response: httpx2.Response = await self._client.post(
+                "/v1/messages", body=body, cast_to=httpx2.Response, stream=True
+            )
+        except anthropic.APIError as err:
+            raise _mapped(err, self._secrets) from err
+        return response
 
     async def aclose(self) -> None:
         """Closes the SDK client's connections (unless it was passed in)."""
@@ -123,12 +151,14 @@ class AnthropicBridge:
             await self._client.close()
 
 
-def _mapped(err: anthropic.APIError) -> UpstreamError:
+def _mapped(err: anthropic.APIError, secrets: tuple[str, ...]) -> UpstreamError:
     """The UpstreamError of an SDK exception."""
     if isinstance(err, anthropic.APIStatusError):
-        if err.status_code < 400:  # an ``error`` event inside a 200 stream
-            return wire.stream_error(PROVIDER, err.body)
-        return wire.upstream_error(PROVIDER, err.status_code, err.response.headers, err.body)
+        if err.status_code < 400:  # an error object in a 2xx/3xx answer
+            return answers.stream_error(PROVIDER, err.body, secrets)
+        return answers.upstream_error(
+            PROVIDER, err.status_code, err.response.headers, err.body, secrets
+        )
     kind = "timed out" if isinstance(err, anthropic.APITimeoutError) else "failed to connect"
     return UpstreamError(
         f"{PROVIDER} upstream {kind} or dropped the connection: {err}; "

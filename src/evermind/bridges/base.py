@@ -83,6 +83,8 @@ class ChatRequest:
         stop: Stop sequences.
         tools: Tools the model may call, in the neutral shape.
         tenant: Who asks (caches and statistics are kept per tenant); not sent upstream.
+        user: Which principal of the tenant asks: an opaque id of its token ("" when the
+            caller has none); the cache's ``user`` scope keys on it; not sent upstream.
         extra: Provider-specific fields passed through as they are (``top_p``, ``metadata``).
     """
 
@@ -96,6 +98,7 @@ class ChatRequest:
     tools: tuple[dict[str, Any], ...] = ()
     tenant: str = "default"
     extra: dict[str, Any] = field(default_factory=dict)
+    user: str = ""
 
     def __post_init__(self) -> None:
         if not self.messages:

@@ -10,8 +10,10 @@ The key of a request has two parts:
 
 - the **query**, the text of the last turn (usually the user's question): the part that is
   compared by meaning, so a paraphrase hits;
-- the **namespace**, ``<cache namespace>/<scope digest>``: the cache namespace is the
-  tenant's own (or the group the policy puts it in), and the scope digest is a SHA-256 of
+- the **namespace**, ``<audience>/<scope digest>``: the audience is who may be served the
+  entry, by the policy's :attr:`CachePolicy.scope`: ``tenant`` (any principal of the
+  tenant; the default), ``user`` (only the principal, i.e. the token, that stored it) or
+  ``group`` (every tenant of its ``shared`` group); the scope digest is a SHA-256 of
   everything else that shapes the answer: provider, model, system prompt, facts, the
   earlier turns, non-text blocks of the last turn, tools, stop sequences, ``max_tokens``,
   temperature and extra provider fields. Those must match *exactly*: a different system
@@ -32,11 +34,20 @@ What is cacheable (:meth:`CachePolicy.refusal`), in order:
    upstream's default) when ``cache_default_temperature`` is set (``temperature``).
 
 A hit returns a :class:`~evermind.bridges.base.Completion` with zero usage and
-``cached=CacheInfo(tier, score, cached_query, saved, saved_usd)``. ``saved`` is the usage
+``cached=CacheInfo(tier, score, cached_query, saved, saved_usd)``; ``cached_query`` is the
+stored question only when the same principal (tenant and user) stored it, else "" (another
+principal's prompt is never disclosed). Likewise :attr:`CacheOutcome.summary` says why a
+lookup hit or missed without quoting any stored query (``detail`` is the cache's own words,
+which may quote one: for a caller that owns every entry).
+
+Identical cacheable misses in flight at once make one upstream call
+(:mod:`evermind.bridges.flights`): the others wait for it and are served its stored answer,
+or its error. ``saved`` is the usage
 the stored call paid; ``saved_usd`` its cost (the stored ``cost_usd`` when the inner bridge
 priced it, else ``price(model, usage)`` when given, else None). Streams work on hits (the
-cached text as deltas) and misses (the upstream's deltas pass through; the full text is
-stored at the end; a stream that fails or is abandoned is not stored).
+cached text as at most :data:`MAX_HIT_DELTAS` deltas) and misses (the upstream's deltas pass
+through; the full text is stored at the end; a stream that fails or is abandoned is not
+stored).
 
 Per-namespace TTL: an entry older than its cache namespace's TTL is not served (a miss,
 ``expired``) and is dropped from L1.
@@ -49,6 +60,7 @@ what a hit saved); on a miss the inner bridge's operation is its child.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -68,6 +80,7 @@ from evermind.bridges.base import (
     ToolCall,
     Usage,
 )
+from evermind.bridges.flights import Flight, Flights
 from evermind.bridges.instrumented import finish_chat, start_chat
 from evermind.cache import CacheLookup, SemanticCache
 from evermind.cache.l2 import JSONValue
@@ -94,8 +107,15 @@ Price = Callable[[str, Usage], float | None]
 
 #: The ``extra`` key a caller opts in (True) or out (False) with; never sent upstream.
 OPT_KEY = "cache"
-#: Characters per delta when a hit is streamed.
+#: Characters per delta when a hit is streamed, at least ...
 HIT_CHUNK_CHARS = 24
+#: ... and at most this many deltas however long the answer: a hit is not token-by-token,
+#: and an 8 MB answer is 64 deltas of 128 KB, not 349,528 of 24 characters.
+MAX_HIT_DELTAS = 64
+#: Misses that go upstream (a single-flight leads them).
+_UPSTREAM_MISSES = ("lookup", "expired")
+#: Who may be served a stored entry (:attr:`CachePolicy.scope`).
+SCOPES = ("user", "tenant", "group")
 #: Version of the stored entry's shape (part of the scope digest, so a change never
 #: serves entries of the old shape).
 ENTRY_VERSION = 1
@@ -138,6 +158,10 @@ class CachePolicy:
         ttls: Per cache namespace TTL in seconds (None: no expiry for that namespace).
         shared: Tenant -> cache namespace, for tenants that share entries; every other
             tenant's cache namespace is its own name.
+        scope: Who may be served an entry: ``tenant`` (any principal of the tenant that
+            stored it), ``user`` (only the principal, the token, that stored it) or
+            ``group`` (every tenant of its ``shared`` group). ``shared`` needs ``group``;
+            left out (""), it is ``group`` when ``shared`` is given, else ``tenant``.
     """
 
     cache_default_temperature: bool = False
@@ -146,8 +170,22 @@ class CachePolicy:
     ttl: float | None = None
     ttls: Mapping[str, float | None] = field(default_factory=dict)
     shared: Mapping[str, str] = field(default_factory=dict)
+    scope: str = ""
 
     def __post_init__(self) -> None:
+        if self.scope == "":
+            object.__setattr__(self, "scope", "group" if self.shared else "tenant")
+        if self.scope not in SCOPES:
+            raise ConfigError(
+                f"CachePolicy: scope must be one of {SCOPES}, got {self.scope!r}; hint: user "
+                "(the storing token only), tenant (its tenant) or group (its shared group)"
+            )
+        if self.shared and self.scope != "group":
+            raise ConfigError(
+                f"CachePolicy: shared groups tenants {sorted(self.shared)}, but scope is "
+                f"{self.scope!r}, under which no tenant is served another's entries; hint: "
+                'scope = "group" to share, or drop the shared table'
+            )
         for name, seconds in [("ttl", self.ttl), *self.ttls.items()]:
             if seconds is not None and (
                 isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0
@@ -157,8 +195,18 @@ class CachePolicy:
                 )
 
     def namespace(self, tenant: str) -> str:
-        """The cache namespace of ``tenant``: its own name unless ``shared`` groups it."""
+        """The cache namespace of ``tenant`` (what ``ttls`` names): its own name unless
+        ``shared`` groups it."""
         return self.shared.get(tenant, tenant)
+
+    def audience(self, tenant: str, user: str) -> str:
+        """Who may be served what ``user`` of ``tenant`` stores, by :attr:`scope` (the first
+        part of every key's namespace)."""
+        if self.scope == "user":
+            return f"{tenant}/user-{user or '-'}"
+        if self.scope == "group":
+            return self.namespace(tenant)
+        return tenant
 
     def ttl_of(self, namespace: str) -> float | None:
         """The TTL of a cache namespace."""
@@ -233,8 +281,14 @@ class CachingStats:
 @dataclass(frozen=True)
 class _Key:
     query: str
-    namespace: str  # <cache namespace>/<scope digest>
-    cache_namespace: str
+    namespace: str  # <audience>/<scope digest>
+    cache_namespace: str  # what the TTL is looked up by
+    owner: str  # the principal asking: "<tenant>/<user>"
+
+    @property
+    def flight(self) -> tuple[str, str]:
+        """The single-flight id: identical requests only."""
+        return self.namespace, self.query
 
 
 @dataclass(frozen=True)
@@ -249,8 +303,12 @@ class CacheOutcome:
             ``tools``, ``tool_results``, ``opt_out``, ``no_text``), ``lookup``, ``expired`` or
             ``cache_error``.
         detail: The cache's reason in words (the decision of :mod:`evermind.cache.decide`:
-            which guard refused, the threshold, ...).
+            which guard refused, the threshold, ...); it may quote a stored query.
         operation: The call's telemetry operation, ended by ``complete`` or ``deltas``.
+        summary: The reason without any stored query's words (check, score, threshold):
+            what a caller who did not store the entries may be shown.
+        flight: On a miss, the single-flight this call leads (landed by ``complete`` or
+            ``deltas``).
         lookup: The cache's lookup (its best candidate is checked against the upstream's
             answer when the cache verifies itself).
         sampled: Whether the lookup is in the verification sample.
@@ -264,6 +322,8 @@ class CacheOutcome:
     reason: str | None
     detail: str = ""
     operation: Operation = field(default=NOOP, compare=False, repr=False)
+    summary: str = ""
+    flight: Flight | None = field(default=None, compare=False, repr=False)
     lookup: CacheLookup | None = field(default=None, compare=False, repr=False)
     sampled: bool = False
     fresh: Completion | None = field(default=None, compare=False, repr=False)
@@ -315,6 +375,12 @@ class CachingBridge:
         self._price = price
         self._clock = clock
         self._last_usage: Usage | None = None
+        self._flights = Flights()
+
+    @property
+    def flights(self) -> Flights:
+        """The single-flights in progress (and how many followers waited)."""
+        return self._flights
 
     @property
     def last_usage(self) -> Usage | None:
@@ -341,7 +407,9 @@ class CachingBridge:
 
         ``generate`` and ``stream`` are ``open`` followed by one of those; a caller that must
         know whether it is a hit before the first byte (the gateway's response header) calls
-        them itself.
+        them itself. A miss while an identical miss is in flight waits for it and is served
+        its answer (or raises its error); a miss that leads must be passed to ``complete``
+        or ``deltas`` (dropping it unused lands its flight when it is collected).
         """
         self.stats.requests += 1
         operation = start_chat(self.provider, request)
@@ -349,22 +417,51 @@ class CachingBridge:
             key, upstream, refused = self._key(request)
             if key is None:
                 detail = "not cacheable by the policy"
-                return CacheOutcome(upstream, None, None, refused, detail, operation)
+                return CacheOutcome(
+                    upstream, None, None, refused, detail, operation, summary=detail
+                )
             stats = self.stats
             before = (stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd)
-            hit, reason, detail, found = await self._lookup(key, refresh=_refresh(request))
+            hit, reason, detail, summary, found = await self._coalesced(key, _refresh(request))
             sampled = self._verification_draw()
             fresh = None
             if hit is not None and sampled and found is not None:
                 hit, fresh, reason, detail = await self._check_hit(upstream, key, found, hit)
                 if hit is None:  # it would have served a wrong answer: not a hit after all
                     stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd = before
+                    summary = detail
         except BaseException as err:
             operation.fail(err)
             raise
         if hit is None:
             self.stats.miss(reason)
-        return CacheOutcome(upstream, key, hit, reason, detail, operation, found, sampled, fresh)
+        flight = None
+        if hit is None and fresh is None and reason in _UPSTREAM_MISSES:
+            flight = self._flights.start(key.flight)
+        outcome = CacheOutcome(
+            upstream, key, hit, reason, detail, operation, summary, flight, found, sampled, fresh
+        )
+        if flight is not None:
+            self._flights.tie(flight, outcome)
+        return outcome
+
+    async def _coalesced(
+        self, key: _Key, refresh: bool = False
+    ) -> tuple[Completion | None, str, str, str, CacheLookup | None]:
+        """The lookup of ``key``; a miss while an identical miss is in flight waits for that
+        flight and looks again (its error is raised here). A refresh never waits: it asks
+        for a fresh answer."""
+        landed = self._flights.landed(key.flight)
+        found = await self._lookup(key, refresh=refresh)
+        while not refresh and found[0] is None and found[1] in _UPSTREAM_MISSES:
+            flight = self._flights.current(key.flight)
+            if flight is not None:
+                await self._flights.wait(flight)
+            elif self._flights.landed(key.flight) == landed:
+                break  # nobody is asking this, nor stored it while this lookup ran: lead
+            landed = self._flights.landed(key.flight)
+            found = await self._lookup(key)
+        return found
 
     async def complete(self, outcome: CacheOutcome) -> Completion:
         """The completion of an opened request: the hit, or the upstream's (then stored)."""
@@ -380,11 +477,13 @@ class CachingBridge:
                 completion = await self.bridge.generate(outcome.request)
         except BaseException as err:
             operation.fail(err)
+            self._land(outcome, err)
             raise
         self._last_usage = completion.usage
         if outcome.key is not None:
             await self._store(outcome.key, completion)
             self._check_miss(outcome, completion)
+        self._land(outcome)
         finish_chat(operation, completion, _cache_attributes(outcome))
         return completion
 
@@ -394,8 +493,10 @@ class CachingBridge:
         if hit is not None:
             operation.first_chunk()
             finish_chat(operation, hit, _cache_attributes(outcome))
-            for start in range(0, len(hit.text), HIT_CHUNK_CHARS):
-                yield Delta(hit.text[start : start + HIT_CHUNK_CHARS])
+            size = max(HIT_CHUNK_CHARS, -(-len(hit.text) // MAX_HIT_DELTAS))
+            for start in range(0, len(hit.text), size):
+                yield Delta(hit.text[start : start + size])
+                await asyncio.sleep(0)  # between deltas the loop sees a disconnect, a signal
             yield Delta(completion=hit)
             return
         completion: Completion | None = None
@@ -415,22 +516,30 @@ class CachingBridge:
                     if outcome.key is not None:
                         await self._store(outcome.key, completion)
                         self._check_miss(outcome, completion)
+                    self._land(outcome)
                     finish_chat(operation, completion, _cache_attributes(outcome))
                 yield delta
         except BaseException as err:
             operation.fail(err)
+            self._land(outcome, err)
             raise
         finally:
+            self._land(outcome)  # abandoned (closed early): the followers look again
             close = getattr(pieces, "aclose", None)
             if close is not None:
                 await close()
         if completion is None:  # the contract says a stream ends with its completion
             operation.fail("upstream_stream_cut")
-            raise UpstreamError(
+            cut = UpstreamError(
                 f"{self.provider}: the stream ended without its completion",
                 provider=self.provider,
                 code="upstream_stream_cut",
             )
+            raise cut
+
+    def _land(self, outcome: CacheOutcome, error: BaseException | None = None) -> None:
+        if outcome.flight is not None:
+            self._flights.land(outcome.flight, error)
 
     # ----------------------------------------------------------------- internals
 
@@ -445,34 +554,39 @@ class CachingBridge:
         if refused is not None:
             self.stats.miss(refused)
             return None, upstream, refused
-        cache_namespace = self.policy.namespace(request.tenant)
+        audience = self.policy.audience(request.tenant, request.user)
         digest = scope_digest(self.provider, upstream)
         query = request.messages[-1].text().strip()
-        return _Key(query, f"{cache_namespace}/{digest}", cache_namespace), upstream, None
+        owner = f"{request.tenant}/{request.user}"
+        key = _Key(query, f"{audience}/{digest}", self.policy.namespace(request.tenant), owner)
+        return key, upstream, None
 
     async def _lookup(
         self, key: _Key, *, refresh: bool = False
-    ) -> tuple[Completion | None, str, str, CacheLookup | None]:
+    ) -> tuple[Completion | None, str, str, str, CacheLookup | None]:
         """The hit (None: a miss), why it missed (``lookup``, ``expired``, ``cache_error``,
-        ``refresh``) or ``hit``, the cache's own reason in words, and the lookup."""
+        ``refresh``) or ``hit``, the cache's own reason in words, that reason without any
+        stored query's words (:attr:`CacheOutcome.summary`), and the lookup."""
         try:
             found = await self.cache.alookup(key.query, key.namespace)
         except EvermindError as err:  # the cache never fails a request: go upstream
             logger.warning("caching bridge: lookup failed, calling upstream: %s", err)
-            return None, "cache_error", str(err), None
+            return None, "cache_error", str(err), "the cache failed; the upstream answered", None
         if refresh:  # the caller asked for a fresh answer: it replaces the entry
-            return None, "refresh", "the client asked for a fresh answer (refresh)", found
+            why = "the client asked for a fresh answer (refresh)"
+            return None, "refresh", why, why, found
         entry = found.response if found.hit and isinstance(found.response, dict) else None
         if entry is None or entry.get("v") != ENTRY_VERSION:
-            return None, "lookup", found.reason, found
+            return None, "lookup", found.reason, _summary(found), found
         ttl = self.policy.ttl_of(key.cache_namespace)
         stored_at = entry.get("stored_at")
         if ttl is not None and (
             not isinstance(stored_at, int | float) or self._clock() - stored_at > ttl
         ):
             self.cache.invalidate(key.namespace, found.cached_query)
-            return None, "expired", f"stored more than {ttl:g} s ago", found
-        return self._served(found, entry), "hit", found.reason, found
+            expired = f"stored more than {ttl:g} s ago"
+            return None, "expired", expired, expired, found
+        return self._served(found, entry, key), "hit", found.reason, _summary(found), found
 
     # ----------------------------------------------------------------- verification
 
@@ -540,7 +654,7 @@ class CachingBridge:
         self.stats.verify_mismatches += not same
         self.cache.record_verification(found, same, sampled=sampled, paid=paid, cost_usd=cost_usd)
 
-    def _served(self, found: CacheLookup, entry: dict[str, JSONValue]) -> Completion:
+    def _served(self, found: CacheLookup, entry: dict[str, JSONValue], key: _Key) -> Completion:
         stored = _completion_of(entry)
         saved_usd = stored.cost_usd
         if saved_usd is None and self._price is not None:
@@ -552,10 +666,11 @@ class CachingBridge:
         self.stats.saved = self.stats.saved + stored.usage
         self.stats.saved_usd += saved_usd or 0.0
         self._last_usage = Usage()
+        mine = entry.get("by") == key.owner  # another principal's prompt is not disclosed
         info = CacheInfo(
             tier=found.tier or "l1",
             score=float(found.score if found.score is not None else 1.0),
-            cached_query=found.cached_query or "",
+            cached_query=(found.cached_query or "") if mine else "",
             saved=stored.usage,
             saved_usd=saved_usd,
         )
@@ -568,7 +683,7 @@ class CachingBridge:
             return  # already a cached answer (a cache behind a cache)
         try:
             await self.cache.astore(
-                key.query, _entry_of(completion, self._clock()), None, key.namespace
+                key.query, _entry_of(completion, self._clock(), key.owner), None, key.namespace
             )
         except EvermindError as err:
             logger.warning("caching bridge: store failed, answer not cached: %s", err)
@@ -589,6 +704,22 @@ def _complete_answer(completion: Completion) -> bool:
         "end_turn",
         "length",
     )
+
+
+def _summary(found: CacheLookup) -> str:
+    """Why a lookup hit or missed, from the decision's check, score and threshold only: never
+    a stored query or its words (the cache's own reason may quote them)."""
+    threshold = "" if found.threshold is None else f", threshold {found.threshold:.3f}"
+    best = "" if found.score is None else f"best cosine {found.score:.3f}"
+    if found.hit:
+        return f"served: {best}{threshold}"
+    if found.refused_by is not None:
+        return f"refused by the cache's {found.refused_by} check ({best or 'no score'}{threshold})"
+    if found.score is None:
+        return "no cached query to serve" + (
+            f" (threshold {found.threshold:.3f})" if threshold else ""
+        )
+    return f"no cached query reached the threshold ({best}{threshold})"
 
 
 def _cache_attributes(outcome: CacheOutcome) -> dict[str, Any]:
@@ -654,10 +785,11 @@ def _turn(message: Any) -> dict[str, Any]:
     }
 
 
-def _entry_of(completion: Completion, now: float) -> JSONValue:
+def _entry_of(completion: Completion, now: float, owner: str) -> JSONValue:
     usage = completion.usage
     return {
         "v": ENTRY_VERSION,
+        "by": owner,
         "text": completion.text,
         "model": completion.model,
         "provider": completion.provider,

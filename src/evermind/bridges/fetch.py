@@ -9,7 +9,7 @@ and whatever else is registered) gives the endpoint, headers, body and parsers, 
 Streaming is real: ``pyfetch`` has no streaming reader of its own, so the stream is read from
 the fetch ``Response``'s ``body`` (a ``ReadableStream``) chunk by chunk with
 ``body.getReader()``, decoded incrementally as UTF-8 and split into server-sent events by
-:class:`~evermind.bridges.wire.SSEParser`, so text deltas arrive as the server sends them.
+:class:`~evermind.bridges.streams.SSEParser`, so text deltas arrive as the server sends them.
 Where the response has no readable ``body`` (an environment without streams), the body is
 read whole and parsed the same way.
 
@@ -26,7 +26,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from evermind.bridges import protocols, wire
+from evermind.bridges import answers, protocols, streams
 from evermind.bridges.base import ChatRequest, Completion, Delta, Usage
 from evermind.errors import UpstreamError
 
@@ -88,9 +88,11 @@ class FetchBridge:
             text = await response.string()
             try:
                 detail: object = json.loads(text)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 detail = text
-            raise wire.upstream_error(self.provider, response.status, response.headers, detail)
+            raise answers.upstream_error(
+                self.provider, response.status, response.headers, detail, (self.api_key,)
+            )
         return response
 
     async def generate(self, request: ChatRequest) -> Completion:
@@ -101,13 +103,14 @@ class FetchBridge:
         """
         response = await self._post(request, stream=False)
         try:
-            data = json.loads(await response.string())
-        except Exception as err:  # a body cut mid-way: a network error or truncated JSON
+            raw = await response.string()
+        except Exception as err:  # a body cut mid-way: a network error
             raise UpstreamError(
                 f"{self.provider} upstream's response broke off: {err}; hint: retry",
                 provider=self.provider,
                 code="upstream_unavailable",
             ) from err
+        data = answers.parse_json(raw, self.provider, "the response")
         completion = self.wire_protocol.completion(data, self.provider)
         self._last_usage = completion.usage
         return completion
@@ -121,16 +124,16 @@ class FetchBridge:
         """
         response = await self._post(request, stream=True)
         state = self.wire_protocol.stream(self.provider)
-        parser = wire.SSEParser()
+        parser = streams.SSEParser(self.provider)
         async for piece in _body_text(response, self.provider):
             for event in parser.feed(piece):
-                text = self.wire_protocol.read_event(state, event.data)
+                text = self.wire_protocol.read_event(state, event.data, self.provider)
                 if text:
                     yield Delta(text=text)
             if state.done:
                 break
         if not state.done:
-            raise wire.stream_cut(self.provider, f"no {self.wire_protocol.stream_end}")
+            raise answers.stream_cut(self.provider, f"no {self.wire_protocol.stream_end}")
         completion = state.completion()
         self._last_usage = completion.usage
         yield Delta(completion=completion)
@@ -152,7 +155,7 @@ async def _body_text(response: Any, provider: str) -> AsyncIterator[str]:
             try:
                 chunk = await reader.read()
             except Exception as err:  # the connection dropped mid-body
-                raise wire.stream_cut(provider, str(err)) from err
+                raise answers.stream_cut(provider, str(err)) from err
             if chunk.done:
                 break
             yield decoder.decode(chunk.value.to_bytes())

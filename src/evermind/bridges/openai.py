@@ -6,13 +6,16 @@ Native-only. One bridge for OpenAI and every server that speaks its wire format 
 so a provider's prefix cache keeps hitting), sent with ``AsyncOpenAI`` (auth, retries with
 ``retry-after``, timeouts).
 
-``generate`` posts the body with the SDK's raw ``post`` (auth, retries and errors as
-``create``; no typed-parameter walk, no response model) and reads the JSON with
-:func:`~evermind.bridges.wire.openai_completion`. ``stream`` asks the SDK for the raw
-streamed response (``with_streaming_response``) and parses its server-sent events with
-:class:`~evermind.bridges.wire.SSEParser`: the SDK's typed stream drops ``data: [DONE]``, so
-it cannot tell a finished stream from one cut cleanly halfway; here a stream without
-``[DONE]`` raises ``upstream_stream_cut``, and usage comes from the ``include_usage`` chunk.
+Both calls post the body with the SDK's raw ``post`` (auth, retries and status errors as
+``create``; no typed-parameter walk, no response model) and read the raw body as it arrives:
+``generate`` up to :func:`~evermind.bridges.answers.body_limit` bytes, then
+:func:`~evermind.bridges.wire.openai_completion`; ``stream`` through
+:class:`~evermind.bridges.streams.SSEParser` and :class:`~evermind.bridges.streams.OpenAIStream`
+(the SDK's typed stream drops ``data: [DONE]``, so it cannot tell a finished stream from one
+cut cleanly halfway; here a stream without ``[DONE]`` raises ``upstream_stream_cut``, and
+usage comes from the ``include_usage`` chunk). An answer past ``max_answer_chars``, or
+malformed, or incomplete, raises (:mod:`evermind.bridges.answers`); the key is scrubbed from
+any upstream text an error quotes.
 
 Errors map as in :mod:`evermind.bridges.anthropic` (429 → ``upstream_rate_limited`` with
 ``retry_after``; 401/403 → ``upstream_auth``; other 4xx → ``upstream_bad_request``; 5xx,
@@ -21,14 +24,13 @@ connection failures, timeouts → ``upstream_unavailable``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 import openai
 
-from evermind.bridges import wire
+from evermind.bridges import answers, streams, wire
 from evermind.bridges.base import ChatRequest, Completion, Delta, Usage
 from evermind.errors import UpstreamError
 
@@ -44,6 +46,8 @@ class OpenAIBridge:
         client: A ready ``openai.AsyncOpenAI`` (then :meth:`aclose` leaves it open).
         provider: The name the completions and errors carry (``openai``; ``evermind`` for a
             bridge to an Evermind runtime).
+        max_answer_chars: The most characters of text and tool arguments an answer may hold
+            (``upstream_too_large`` beyond; its body is never read past the bytes that allow).
     """
 
     def __init__(
@@ -54,13 +58,14 @@ class OpenAIBridge:
         timeout: float = 60.0,
         client: openai.AsyncOpenAI | None = None,
         provider: str = "openai",
+        max_answer_chars: int = answers.MAX_ANSWER_CHARS,
     ) -> None:
         self.provider = provider
+        self.max_answer_chars = max_answer_chars
         self._owned = client is None
         self._client = client or openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )
-        self._arguments = wire.sdk_arguments(self._client.chat.completions.create)
         self._last_usage: Usage | None = None
 
     @property
@@ -68,25 +73,39 @@ class OpenAIBridge:
         """The usage of the most recent finished call (None before one)."""
         return self._last_usage
 
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        """The key this bridge sends (scrubbed from any upstream text an error quotes)."""
+        return (self._client.api_key,) if self._client.api_key else ()
+
     async def generate(self, request: ChatRequest) -> Completion:
         """One completion of ``request``.
 
         Raises:
-            UpstreamError: The server refused or failed.
+            UpstreamError: The server refused or failed, or its answer is malformed,
+                incomplete or too large.
         """
+        # The SDK's raw ``post`` (its documented way to reach any endpoint): the same auth,
+        # retries, timeouts and status errors as ``chat.completions.create``, minus its walk
+        # of the typed parameters and its pydantic response model, which cost ~0.7 ms of a
+        # ~1.5 ms loopback call (benchmarks/gateway.py, the proxy overhead). ``stream=True``
+        # leaves the body unread, so it is read here no further than the limit allows.
+        response = await self._post(wire.openai_body(request))
         try:
-            # The SDK's raw ``post`` (its documented way to reach any endpoint): the same
-            # auth, retries, timeouts and status errors as ``chat.completions.create``, minus
-            # its walk of the typed parameters and its pydantic response model, which cost
-            # ~0.7 ms of a ~1.5 ms loopback call (benchmarks/gateway.py, the proxy overhead).
-            response = await self._client.post(
-                "/chat/completions", body=wire.openai_body(request), cast_to=httpx2.Response
+            body = await answers.read_limited(
+                response.aiter_bytes(),
+                answers.body_limit(self.max_answer_chars),
+                self.provider,
+                response.headers.get("content-length"),
             )
-        except openai.APIError as err:
-            raise self._mapped(err) from err
-        completion = wire.openai_completion(
-            _json(response.text, self.provider, "a response"), self.provider
-        )
+        except httpx2.HTTPError as err:  # the body broke off
+            raise answers.broke_off(self.provider, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
+        secrets = self._secrets
+        data = answers.parse_json(body, self.provider, "the response", secrets)
+        completion = wire.openai_completion(data, self.provider, secrets)
+        answers.check_size(answers.answer_chars(completion), self.max_answer_chars, self.provider)
         self._last_usage = completion.usage
         return completion
 
@@ -94,39 +113,57 @@ class OpenAIBridge:
         """Text deltas of ``request``'s completion, then one delta carrying the completion.
 
         Raises:
-            UpstreamError: The server refused or failed, or the stream ended without
-                ``data: [DONE]`` (``upstream_stream_cut``).
+            UpstreamError: The server refused or failed, the stream ended without
+                ``data: [DONE]`` (``upstream_stream_cut``), or its answer is malformed,
+                incomplete or too large.
         """
-        body, extra = wire.split_arguments(wire.openai_body(request, stream=True), self._arguments)
-        state = wire.OpenAIStream(self.provider)
-        parser = wire.SSEParser()
-        completions: Any = self._client.chat.completions.with_streaming_response
+        secrets = self._secrets
+        state = streams.OpenAIStream(self.provider, self.max_answer_chars, secrets)
+        parser = streams.SSEParser(self.provider)
+        response = await self._post(wire.openai_body(request, stream=True))
         try:
-            async with completions.create(**body, extra_body=extra or None) as response:
-                async for piece in response.iter_text():
-                    for event in parser.feed(piece):
-                        if event.data.startswith("[DONE]"):
-                            state.finish()
-                            break
-                        text = state.feed(_json(event.data, self.provider))
-                        if text:
-                            yield Delta(text=text)
-                    if state.done:
+            async for piece in response.aiter_text():
+                for event in parser.feed(piece):
+                    if event.data.startswith("[DONE]"):
+                        state.finish()
                         break
-        except openai.APIError as err:
-            raise self._mapped(err) from err
+                    if not event.data:
+                        continue
+                    data = answers.parse_json(event.data, self.provider, "an event", secrets)
+                    text = state.feed(data)
+                    if text:
+                        yield Delta(text=text)
+                if state.done:
+                    break
         except httpx2.HTTPError as err:  # the body broke off mid-stream
-            raise wire.stream_cut(self.provider, f"{type(err).__name__}: {err}") from err
+            raise answers.stream_cut(self.provider, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
         if not state.done:
-            raise wire.stream_cut(self.provider, "no data: [DONE]")
+            raise answers.stream_cut(self.provider, "no data: [DONE]")
         completion = state.completion()
         self._last_usage = completion.usage
         yield Delta(completion=completion)
 
+    async def _post(self, body: dict[str, Any]) -> httpx2.Response:
+        """The response to ``body``, its body unread (``stream=True``); an HTTP error raises
+        the mapped :class:`UpstreamError`."""
+        try:
+            response: httpx2.Response = await self._client.post(
+                "/chat/completions", body=body, cast_to=httpx2.Response, stream=True
+            )
+        except openai.APIError as err:
+            raise self._mapped(err) from err
+        return response
+
     def _mapped(self, err: openai.APIError) -> UpstreamError:
         if isinstance(err, openai.APIStatusError):
-            return wire.upstream_error(
-                self.provider, err.status_code, err.response.headers, err.body
+            return answers.upstream_error(
+                self.provider,
+                err.status_code,
+                err.response.headers,
+                err.body,
+                self._secrets,
             )
         if isinstance(err, openai.APIConnectionError):
             kind = "timed out" if isinstance(err, openai.APITimeoutError) else "failed to connect"
@@ -136,27 +173,9 @@ class OpenAIBridge:
                 provider=self.provider,
                 code="upstream_unavailable",
             )
-        return wire.stream_error(self.provider, err.body)  # an error object inside a stream
+        return answers.stream_error(self.provider, err.body, self._secrets)
 
     async def aclose(self) -> None:
         """Closes the SDK client's connections (unless it was passed in)."""
         if self._owned:
             await self._client.close()
-
-
-def _json(data: str, provider: str, what: str = "a stream event") -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except json.JSONDecodeError as err:
-        raise UpstreamError(
-            f"{provider} upstream sent {what} that is not JSON: {data[:200]!r}",
-            provider=provider,
-            code="upstream_error",
-        ) from err
-    if not isinstance(value, dict):
-        raise UpstreamError(
-            f"{provider} upstream sent {what} that is not an object: {data[:200]!r}",
-            provider=provider,
-            code="upstream_error",
-        )
-    return value

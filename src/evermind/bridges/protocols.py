@@ -5,7 +5,8 @@ where a request goes and with which headers, the request body, how a response an
 response are read, how a stream ends, and which official SDK speaks it natively. Two are
 registered here: ``anthropic`` (the Messages API) and ``openai`` (Chat Completions, spoken by
 OpenAI and every OpenAI-compatible server). Their bodies and parsers are the pure functions
-of :mod:`evermind.bridges.wire`; this module only says which belong together.
+of :mod:`evermind.bridges.wire` and :mod:`evermind.bridges.streams`; this module only says
+which belong together.
 
 Everything that takes a protocol name reads this registry and nothing else:
 
@@ -21,12 +22,11 @@ called, so this module imports in the tab.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from evermind.bridges import wire
+from evermind.bridges import answers, streams, wire
 from evermind.bridges.base import Bridge, ChatRequest, Completion
 from evermind.errors import ConfigError
 
@@ -47,7 +47,8 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 class StreamFold(Protocol):
     """Folds a streamed response's events into text deltas and, at the end, the completion
-    (:class:`~evermind.bridges.wire.AnthropicStream`, :class:`~evermind.bridges.wire.OpenAIStream`).
+    (:class:`~evermind.bridges.streams.AnthropicStream`,
+    :class:`~evermind.bridges.streams.OpenAIStream`).
     """
 
     @property
@@ -65,10 +66,18 @@ class StreamFold(Protocol):
 
 
 class SdkConnect(Protocol):
-    """Builds the native bridge of a protocol on its official SDK."""
+    """Builds the native bridge of a protocol on its official SDK; ``max_answer_chars``: the
+    most characters of text and tool arguments an answer may hold (an answer past it raises
+    ``upstream_too_large`` before it is all read)."""
 
     def __call__(
-        self, *, api_key: str, base_url: str | None, max_retries: int, timeout: float
+        self,
+        *,
+        api_key: str,
+        base_url: str | None,
+        max_retries: int,
+        timeout: float,
+        max_answer_chars: int,
     ) -> Bridge: ...
 
 
@@ -100,18 +109,20 @@ class WireProtocol:
     sdk: SdkConnect
     on_done: Callable[[Any], None] | None = None
 
-    def read_event(self, fold: StreamFold, data: str) -> str:
+    def read_event(self, fold: StreamFold, data: str, provider: str = "") -> str:
         """Feeds one server-sent event's ``data`` to ``fold``; returns the text it adds.
 
         Raises:
-            UpstreamError: An error event (see the fold's ``feed``).
-            json.JSONDecodeError: ``data`` is neither JSON nor ``[DONE]``.
+            UpstreamError: An error event (see the fold's ``feed``), or ``data`` that is
+                neither JSON nor ``[DONE]`` (``upstream_malformed``).
         """
         if data.startswith("[DONE]"):
             if self.on_done is not None:
                 self.on_done(fold)
             return ""
-        return fold.feed(json.loads(data)) if data else ""
+        if not data:
+            return ""
+        return fold.feed(answers.parse_json(data, provider or self.name, "an event"))
 
 
 _REGISTRY: dict[str, WireProtocol] = {}
@@ -183,16 +194,25 @@ def _anthropic_completion(data: Mapping[str, Any], provider: str) -> Completion:
 
 
 def _anthropic_stream(provider: str) -> StreamFold:
-    return wire.AnthropicStream()
+    return streams.AnthropicStream()
 
 
 def _anthropic_sdk(
-    *, api_key: str, base_url: str | None, max_retries: int, timeout: float
+    *,
+    api_key: str,
+    base_url: str | None,
+    max_retries: int,
+    timeout: float,
+    max_answer_chars: int = answers.MAX_ANSWER_CHARS,
 ) -> Bridge:
     from evermind.bridges.anthropic import AnthropicBridge  # native-only: on first use
 
     return AnthropicBridge(
-        api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+        api_key=api_key,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=timeout,
+        max_answer_chars=max_answer_chars,
     )
 
 
@@ -205,18 +225,29 @@ def _openai_body(request: ChatRequest, stream: bool) -> dict[str, Any]:
 
 
 def _openai_stream(provider: str) -> StreamFold:
-    return wire.OpenAIStream(provider)
+    return streams.OpenAIStream(provider)
 
 
-def _openai_done(fold: wire.OpenAIStream) -> None:
+def _openai_done(fold: streams.OpenAIStream) -> None:
     fold.finish()
 
 
-def _openai_sdk(*, api_key: str, base_url: str | None, max_retries: int, timeout: float) -> Bridge:
+def _openai_sdk(
+    *,
+    api_key: str,
+    base_url: str | None,
+    max_retries: int,
+    timeout: float,
+    max_answer_chars: int = answers.MAX_ANSWER_CHARS,
+) -> Bridge:
     from evermind.bridges.openai import OpenAIBridge  # native-only: on first use
 
     return OpenAIBridge(
-        api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+        api_key=api_key,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=timeout,
+        max_answer_chars=max_answer_chars,
     )
 
 

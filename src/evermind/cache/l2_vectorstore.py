@@ -2,12 +2,14 @@
 
 The same cache as :class:`~evermind.cache.l2_sqlite.SemanticCacheStore`, with the same
 decision (:func:`~evermind.cache.l2_sqlite.judge`, i.e. ``cache/decide.py``): only the
-storage moves. Entries of ``dim``-dimensional embeddings are items of the table
-``evermind_l2_<dim>`` (:meth:`SharedStore.cache_table`): the item's vector is the entry's unit
-embedding, its text the query, its metadata the namespace, the response (JSON), the ``meta``,
-the vector again (float32, base64: the port returns no vectors) and who wrote it — a writer id
-and that writer's sequence number. Every item carries ``Acl(tenant, {"cache"})`` and every read
-the tenant's scope, so a tenant's lookups never see another's entries on any engine.
+storage moves. Every entry, whatever its embedding's dimension, is an item of the one table
+``evermind_l2`` (:meth:`SharedStore.cache_table`), found by its metadata: the namespace, the
+dimension, the response (JSON), the ``meta``, the unit embedding (float32, base64: the port
+returns no vectors) and who wrote it — a writer id and that writer's sequence number; its text
+is the query and its vector the query's term signature (the table's fixed dimension). Every item
+carries ``Acl(tenant, {"cache"})`` and every read the tenant's scope, so a tenant's lookups never
+see another's entries on any engine; and as no table is per dimension, no tenant's dimensions
+limit, or are named to, another (a tenant may use any number of embedders).
 
 Each runtime keeps an in-memory index per ``(tenant, namespace, dim)``, as the SQLite store
 does, and brings it up to date before each lookup and store: the scope's per-writer clocks
@@ -45,7 +47,7 @@ from evermind.cache.l2_sqlite import (
     normalised,
 )
 from evermind.vectorstore import AccessScope, Acl, And, Eq, Range, VectorItem, VectorStore
-from evermind.vectorstore.clock import WriterClock, fetch_all
+from evermind.vectorstore.clock import WriterClock, fetch_all, signature
 from evermind.vectorstore.shared import SharedStore
 
 __all__ = ["CACHE_PRINCIPAL", "VectorCacheStore"]
@@ -86,7 +88,7 @@ class VectorCacheStore:
 
     async def _synced(self, scope: Scope) -> tuple[_Synced, VectorStore]:
         tenant, namespace, dim = scope
-        table = await self.shared.cache_table(dim)
+        table = await self.shared.cache_table()
         synced = self._scopes.get(scope)
         if synced is None:
             acl = Acl(tenant, frozenset({CACHE_PRINCIPAL}))
@@ -98,7 +100,9 @@ class VectorCacheStore:
         self._scopes.move_to_end(scope)
         return synced, table
 
-    async def _catch_up(self, synced: _Synced, table: VectorStore, namespace: str) -> None:
+    async def _catch_up(
+        self, synced: _Synced, table: VectorStore, namespace: str, dim: int
+    ) -> None:
         """Adds the entries other writers stored since this index last looked."""
         clock = synced.clock
         for writer, count in sorted((await clock.counts()).items()):
@@ -109,6 +113,7 @@ class VectorCacheStore:
                 (
                     Eq("kind", "entry"),
                     Eq("ns", namespace),
+                    Eq("dim", dim),
                     Eq("writer", writer),
                     Range("seq", gt=since),
                 )
@@ -154,14 +159,13 @@ class VectorCacheStore:
         async def work() -> LookupResult:
             synced, table = await self._synced((tenant, namespace, vector.size))
             async with synced.lock:
-                await self._catch_up(synced, table, namespace)
+                await self._catch_up(synced, table, namespace, vector.size)
                 position, result = judge(synced.index, vector, threshold, query)
                 if position is None:
                     return result
                 entry_id = str(synced.index.ids[position])
-                hits = await table.query(
-                    synced.index.vectors[position], 1, Eq("entry", entry_id), synced.clock.scope
-                )
+                probe = signature("", table.dim)  # found by its id: any vector will do
+                hits = await table.query(probe, 1, Eq("entry", entry_id), synced.clock.scope)
                 if not hits:
                     # Another runtime deleted it: this index is behind on deletions, so the
                     # next lookup rebuilds it from the store (the clock stays this runtime's).
@@ -189,11 +193,12 @@ class VectorCacheStore:
             synced, table = await self._synced((tenant, namespace, vector.size))
             clock = synced.clock
             async with synced.lock, clock.lock:
-                await self._catch_up(synced, table, namespace)
+                await self._catch_up(synced, table, namespace, vector.size)
                 entry_id = f"l2:{uuid.uuid4().hex}"
                 fields: dict[str, Any] = {
                     "kind": "entry",
                     "ns": namespace,
+                    "dim": int(vector.size),
                     "entry": entry_id,
                     "writer": clock.writer,
                     "seq": clock.written + 1,  # the count commit makes it
@@ -204,7 +209,8 @@ class VectorCacheStore:
                 }
                 if meta_json is not None:
                     fields["meta"] = meta_json
-                item = VectorItem(entry_id, vector.tolist(), query or "", fields, clock.acl)
+                mark = signature(query or "", table.dim)
+                item = VectorItem(entry_id, mark, query or "", fields, clock.acl)
                 await clock.commit(table, [item])
                 synced.index.add(entry_id, vector, query, _digest(response_json))
                 synced.seen[clock.writer] = clock.written
@@ -218,11 +224,8 @@ class VectorCacheStore:
         scope = AccessScope(tenant, frozenset({CACHE_PRINCIPAL}))
 
         async def work() -> int:
-            total = 0
-            for dim in await self.shared.cache_dims():
-                table = await self.shared.cache_table(dim)
-                total += await table.count(Eq("kind", "entry"), scope)
-            return total
+            table = await self.shared.cache_table()
+            return await table.count(Eq("kind", "entry"), scope)
 
         return await self.shared.run(work())
 

@@ -50,6 +50,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         device=args.device,
         store=args.store,
         otlp_endpoint=args.otlp_endpoint,
+        max_connections=args.max_connections,
+        keep_alive_s=args.keep_alive,
+        trusted_proxies=list(args.trusted_proxy or []),
+        cache_scope=args.cache_scope,
     )
     config.check_exposure()
     from evermind.runtime.devices import resolve_device
@@ -194,6 +198,35 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="export GenAI traces and metrics over OTLP/HTTP to this collector base URL, e.g. "
         "http://127.0.0.1:4318 (default: $OTEL_EXPORTER_OTLP_ENDPOINT; unset: off; needs the "
         "telemetry extra); see docs/telemetry.md",
+    )
+    serve.add_argument(
+        "--cache-scope",
+        choices=["user", "tenant", "group"],
+        help="gateway: who is served a cached answer: the token that stored it (user), any "
+        "token of its tenant (tenant) or its [cache.shared] group (group); default: the "
+        "upstreams file's [cache] scope (tenant)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=1024,
+        help="connections and in-flight requests held at once; past them a request gets 503 "
+        "(default 1024)",
+    )
+    serve.add_argument(
+        "--keep-alive",
+        type=int,
+        default=5,
+        metavar="SECONDS",
+        help="an idle connection (before its first request or between requests) is closed "
+        "after this long (default 5)",
+    )
+    serve.add_argument(
+        "--trusted-proxy",
+        action="append",
+        metavar="IP",
+        help="a reverse proxy (address or network) whose X-Forwarded-For names the client; "
+        "repeatable; without one the header is ignored (see docs/runtime.md)",
     )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)

@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import evermind
 from evermind import telemetry
 from evermind.auth import FailedAuthLimiter, PermissionDenied, RateLimited, Unauthenticated
+from evermind.bridges.answers import MAX_RETRY_AFTER_S
 from evermind.errors import (
     AccessError,
     ConfigError,
@@ -119,8 +120,9 @@ def as_api_error(err: EvermindError) -> ApiError:
         headers = {"Retry-After": "1"}
     elif isinstance(err, UpstreamError):
         status = UPSTREAM_STATUS.get(err.code) or (429 if err.status == 429 else 502)
-        if status == 429 and err.retry_after is not None:
-            headers = {"Retry-After": str(max(1, math.ceil(err.retry_after)))}
+        wait = err.retry_after
+        if status == 429 and wait is not None and math.isfinite(wait) and wait >= 0:
+            headers = {"Retry-After": str(max(1, math.ceil(min(wait, MAX_RETRY_AFTER_S))))}
     return ApiError(status, str(err), err.code or code, headers)
 
 
@@ -137,7 +139,7 @@ class FrontDoor:
         self.app = app
         self.runtime = runtime
         self.routes = routes
-        #: Failed authentications per client address: guessing tokens is slowed to this.
+        #: Failed authentications per failed credential (per address without one).
         self.failures = FailedAuthLimiter()
 
     def _route(self, scope: Scope) -> str:

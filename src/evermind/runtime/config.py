@@ -81,6 +81,15 @@ class RuntimeConfig:
             ``runtime.db``; ``postgresql://…`` (or ``qdrant://host:port``) in that server,
             shared by every runtime on it; ``memory://`` in this process only. See
             :mod:`evermind.vectorstore.shared` and docs/runtime.md ("Scale-out").
+        cache_scope: Overrides the upstreams file's ``[cache] scope`` (who is served a
+            gateway cache entry: ``user``, ``tenant`` or ``group``); None: the file decides.
+        max_connections: Connections (and in-flight requests) the server holds at once; past
+            them a request is answered 503 (uvicorn's ``limit_concurrency``).
+        keep_alive_s: Seconds an idle connection is kept: after a response, and before a
+            connection's first request (uvicorn's ``timeout_keep_alive``).
+        trusted_proxies: Addresses of reverse proxies whose ``X-Forwarded-For`` names the
+            client (the failed-authentication limiter keys missing credentials on it); empty:
+            the header is ignored and the client is the socket's peer.
         otlp_endpoint: Base URL of an OTLP/HTTP collector (``http://host:4318``): GenAI spans
             and metrics are exported there (docs/telemetry.md). None: the standard
             ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable decides; unset, telemetry is off.
@@ -118,6 +127,10 @@ class RuntimeConfig:
     device: str = "cpu"
     store: str | None = None
     otlp_endpoint: str | None = None
+    cache_scope: str | None = None
+    max_connections: int = 1024
+    keep_alive_s: int = 5
+    trusted_proxies: list[str] = field(default_factory=list)
 
     @property
     def generation_slots(self) -> int:
@@ -156,6 +169,8 @@ class RuntimeConfig:
             "memory_budget_bytes": self.memory_budget_bytes,
             "worker_threads": self.worker_threads,
             "cache_max_entries": self.cache_max_entries,
+            "max_connections": self.max_connections,
+            "keep_alive_s": self.keep_alive_s,
         }
         for name, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -179,6 +194,14 @@ class RuntimeConfig:
                 f"RuntimeConfig: rate_limit and rate_burst must be >= 0, got "
                 f"{self.rate_limit} and {self.rate_burst}"
             )
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError as err:
+                raise ConfigError(
+                    f"RuntimeConfig.trusted_proxies: {proxy!r} is not an IP address or network; "
+                    "hint: --trusted-proxy 10.0.0.2 (or 10.0.0.0/24)"
+                ) from err
         if not 0 <= self.port < 65536:
             raise ConfigError(f"RuntimeConfig.port: expected 0..65535, got {self.port}")
 

@@ -273,6 +273,7 @@ async def chat_completions(
             _max_tokens(runtime.config, max_tokens),
             http_request.headers.get("x-evermind-cache"),
             http_request.headers.get("x-evermind-route"),
+            who.user,
         )
         include = bool(body.stream_options and body.stream_options.include_usage)
         return await serve_chat(gateway, routed, body, neutral, include)

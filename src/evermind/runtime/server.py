@@ -13,8 +13,10 @@ import socket
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from evermind.errors import EvermindError
 from evermind.runtime.app import create_app
@@ -30,14 +32,60 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+#: Seconds in-flight requests get after SIGTERM before they are cancelled.
+GRACEFUL_SHUTDOWN_S = 5
+
+
+def _idle_closing(base: type[Any]) -> type[Any]:
+    """``base`` (uvicorn's HTTP protocol) closing a connection that is idle before its request.
+
+    uvicorn arms its keep-alive timer after a response and disarms it when data arrives; this
+    also arms it when the connection opens and after data that leaves the request's head
+    incomplete. Should a uvicorn version lack the hooks, ``base`` is returned unchanged.
+    """
+    hooks = ("connection_made", "data_received", "timeout_keep_alive_handler")
+    if not all(hasattr(base, hook) for hook in hooks):
+        return base
+
+    class IdleClosing(base):  # type: ignore[misc]
+        def _arm(self) -> None:
+            cycle = getattr(self, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                return  # a request is being served: uvicorn's own timers apply
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self.transport.is_closing():
+                self._arm()
+
+    IdleClosing.__name__ = f"IdleClosing{base.__name__}"
+    return IdleClosing
+
+
 def _uvicorn_config(config: RuntimeConfig, log_level: str) -> uvicorn.Config:
+    trusted = list(config.trusted_proxies)
     return uvicorn.Config(
         create_app(config),
         host=config.host,
         port=config.port,
         log_level=log_level,
         lifespan="on",
-        timeout_graceful_shutdown=5,
+        http=_idle_closing(AutoHTTPProtocol),
+        limit_concurrency=config.max_connections,
+        timeout_keep_alive=config.keep_alive_s,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        # X-Forwarded-For names the client only when a trusted proxy sent it; uvicorn's own
+        # default trusts 127.0.0.1, so anyone on the loopback could claim any address.
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted or None,
         server_header=False,
         # Streams and pushes must not wait on Nagle; uvicorn sets TCP_NODELAY itself.
     )

@@ -72,7 +72,9 @@ class Runtime:
         """
         tokens = TokenTable.from_file(config.tokens_file)
         upstreams = (
-            None if config.upstreams_file is None else GatewayConfig.load(config.upstreams_file)
+            None
+            if config.upstreams_file is None
+            else GatewayConfig.load(config.upstreams_file).scoped(config.cache_scope)
         )
         if upstreams is not None and config.cache_max_error is not None:
             upstreams = dataclasses.replace(

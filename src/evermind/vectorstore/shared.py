@@ -11,9 +11,12 @@ loop that opened it, so the memory threads and the cache all hand their work to 
 opens, at start-up, the memory table (``evermind_memory``, term signatures of
 :data:`~evermind.vectorstore.clock.SIGNATURE_DIM`) and the writer clocks' table
 (``evermind_clocks``, so a version read scans only clocks) so a bad URL or an unreachable server
-fails ``evermind serve`` before it listens; the cache's tables (``evermind_l2_<dim>``, one per
-embedding dimension, at most :data:`MAX_CACHE_DIMS`) open on first use and are recorded in the
-memory table, so every runtime can count entries of dimensions it never opened itself.
+fails ``evermind serve`` before it listens; the cache's one table (``evermind_l2``, items found
+by their metadata, whatever their embedding's dimension) opens on first use. Being one table, it
+sets no limit one tenant could reach for another: an earlier layout kept a table per dimension,
+at most 8 for every tenant together, so one tenant's dimensions refused another's (and the
+refusal listed them). Entries an older runtime left in ``evermind_l2_<dim>`` tables are not read:
+they are a cache, refilled as questions come.
 
 It lives here, below the runtime (which opens it and keeps memory in it) and the cache
 (:mod:`evermind.cache.l2_vectorstore` keeps the L2 in its tables), which both use it.
@@ -28,29 +31,24 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from evermind.errors import ConfigError, InputError, StorageError
+from evermind.errors import ConfigError, StorageError
 from evermind.vectorstore import open_store
-from evermind.vectorstore.clock import SIGNATURE_DIM, fetch_all, signature
-from evermind.vectorstore.filters import And, Eq
-from evermind.vectorstore.port import AccessScope, Acl, VectorItem, VectorStore
+from evermind.vectorstore.clock import SIGNATURE_DIM
+from evermind.vectorstore.port import VectorStore
 
-__all__ = ["MAX_CACHE_DIMS", "STORE_SCHEMES", "Lane", "SharedStore", "check_store_url"]
+__all__ = ["CACHE_TABLE", "STORE_SCHEMES", "Lane", "SharedStore", "check_store_url"]
 
 _T = TypeVar("_T")
 
 #: What ``--store`` accepts: engines several runtimes can share, and ``memory://``.
 STORE_SCHEMES = ("postgresql", "postgres", "qdrant", "memory")
-#: Embedding dimensions the L2 keeps tables for (each a table: a client cannot make more).
-MAX_CACHE_DIMS = 8
 #: How long start-up waits for the engine.
 OPEN_TIMEOUT_S = 60.0
 MEMORY_TABLE = "evermind_memory"
 #: The writer clocks of memory namespaces and cache scopes (a version read scans only these).
 CLOCK_TABLE = "evermind_clocks"
-#: The internal tenant of the runtime's own bookkeeping items (no token's tenant: see auth).
-RUNTIME_TENANT = "~runtime"
-_RUNTIME_ACL = Acl(RUNTIME_TENANT, frozenset({"runtime"}))
-_RUNTIME_SCOPE = AccessScope(RUNTIME_TENANT, frozenset({"runtime"}))
+#: The L2 cache's entries, of every tenant and embedding dimension.
+CACHE_TABLE = "evermind_l2"
 
 
 def check_store_url(url: str) -> str:
@@ -117,7 +115,7 @@ class SharedStore:
     def __init__(self, url: str) -> None:
         self.url = check_store_url(url)
         self.lane = Lane("evermind-store")
-        self._cache_tables: dict[int, VectorStore] = {}
+        self._cache_table: VectorStore | None = None
         try:
             self.memory, self.clocks = self.lane.run_blocking(self._open(), OPEN_TIMEOUT_S)
         except concurrent.futures.TimeoutError as err:
@@ -147,40 +145,23 @@ class SharedStore:
         """``await work`` on the store's lane (where its connections live)."""
         return await self.lane.run(work)
 
-    async def cache_table(self, dim: int) -> VectorStore:
-        """The L2 table of ``dim``-dimensional embeddings (call on the lane).
-
-        Raises:
-            InputError: Already :data:`MAX_CACHE_DIMS` other dimensions.
-        """
-        table = self._cache_tables.get(dim)
-        if table is None:
-            if len(self._cache_tables) >= MAX_CACHE_DIMS:
-                raise InputError(
-                    f"embedding: this runtime's cache holds {MAX_CACHE_DIMS} embedding "
-                    f"dimensions already ({sorted(self._cache_tables)}), not {dim}; "
-                    "hint: embed with one of the models that filled it",
-                    code="invalid_embedding",
-                )
-            table = await open_store(self.url, dim=dim, name=f"evermind_l2_{dim}")
-            self._cache_tables[dim] = table
-            meta: dict[str, Any] = {"kind": "l2_dim", "dim": dim}
-            mark = VectorItem(f"l2dim:{dim}", signature(""), "", meta, _RUNTIME_ACL)
-            await self.memory.upsert([mark])
-        return table
-
-    async def cache_dims(self) -> list[int]:
-        """Every dimension any runtime on this store has kept cache entries of."""
-        hits = await fetch_all(self.memory, And((Eq("kind", "l2_dim"),)), _RUNTIME_SCOPE)
-        return sorted({int(h.metadata["dim"]) for h in hits} | set(self._cache_tables))
+    async def cache_table(self) -> VectorStore:
+        """The L2's table (call on the lane): items of :data:`SIGNATURE_DIM` vectors, the
+        entries' own embeddings (any dimension) in their metadata."""
+        if self._cache_table is None:
+            self._cache_table = await open_store(self.url, dim=SIGNATURE_DIM, name=CACHE_TABLE)
+        return self._cache_table
 
     async def close(self) -> None:
         """Closes every table and stops the lane."""
 
         async def shut() -> None:
-            for table in [self.memory, self.clocks, *self._cache_tables.values()]:
+            tables = [self.memory, self.clocks]
+            if self._cache_table is not None:
+                tables.append(self._cache_table)
+            for table in tables:
                 await table.close()
-            self._cache_tables.clear()
+            self._cache_table = None
 
         await self.lane.run(shut())
         await self.lane.close()

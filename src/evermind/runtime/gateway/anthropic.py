@@ -93,9 +93,10 @@ def _turns(body: MessagesRequest) -> list[Message]:
 
 
 def messages_request(
-    body: MessagesRequest, model: str, tenant: str, cache_header: str | None
+    body: MessagesRequest, model: str, tenant: str, cache_header: str | None, user: str = ""
 ) -> ChatRequest:
-    """The neutral request for a Messages body (``model`` is the upstream's own name)."""
+    """The neutral request for a Messages body (``model`` is the upstream's own name);
+    ``user``: the caller's principal id (:attr:`~evermind.tokens.Principal.user`)."""
     system = (
         body.system if isinstance(body.system, str) or body.system is None else _text(body.system)
     )
@@ -129,6 +130,7 @@ def messages_request(
         tools=tools,
         tenant=tenant,
         extra=extra,
+        user=user,
     )
 
 
@@ -174,7 +176,7 @@ async def messages(
             code="max_tokens_too_large",
         )
     request = messages_request(
-        body, resolved.model, who.tenant, http_request.headers.get("x-evermind-cache")
+        body, resolved.model, who.tenant, http_request.headers.get("x-evermind-cache"), who.user
     )
     size = len(request.system or "") + sum(len(m.text()) for m in request.messages)
     if size > runtime.config.max_input_chars:

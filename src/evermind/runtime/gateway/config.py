@@ -11,6 +11,10 @@
     default_temperature = false # cache temperature-less requests
     tool_results = false        # cache requests carrying tool results
     tools = false               # cache requests offering tools
+    scope = "tenant"            # who is served an entry: "tenant" (any of its tokens),
+                                # "user" (the token that stored it) or "group" (the
+                                # tenants of its [cache.shared] group; the default when
+                                # that table is present)
     [cache.ttls]                # per cache namespace
     team = 600
     [cache.shared]              # tenants sharing one cache namespace
@@ -29,6 +33,7 @@
     tenants = ["alpha"]                 # allowed tenants (default: any)
     timeout = 60                        # seconds, per call and per streamed chunk
     max_retries = 2
+    max_answer_chars = 1000000          # text + tool arguments of one answer (502 beyond)
     [upstreams.anthropic.tenant_keys]   # per-tenant keys (else api_key)
     alpha = "env:ALPHA_ANTHROPIC_KEY"
 
@@ -42,6 +47,7 @@ Keys are held here, server-side, and never sent to or accepted from clients; the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tomllib
@@ -52,6 +58,7 @@ from typing import Any
 
 from evermind.agent.router import RouterConfig
 from evermind.bridges import protocols
+from evermind.bridges.answers import MAX_ANSWER_CHARS
 from evermind.bridges.caching import CachePolicy
 from evermind.errors import ConfigError
 
@@ -186,6 +193,9 @@ class UpstreamConfig:
         tenants: Tenants allowed to use it (empty: any).
         timeout: Seconds a call (or a streamed chunk) may take before the client gets 504.
         max_retries: Retries of the SDK on 429/5xx.
+        max_answer_chars: Characters of text and tool arguments one answer may hold; a
+            longer one is refused (``upstream_too_large``, 502) before it is all read, and
+            never cached.
     """
 
     name: str
@@ -197,6 +207,7 @@ class UpstreamConfig:
     tenants: tuple[str, ...] = ()
     timeout: float = 60.0
     max_retries: int = 2
+    max_answer_chars: int = MAX_ANSWER_CHARS
 
     def key_for(self, tenant: str) -> str:
         """The key ``tenant`` calls this upstream with ('' when it has none)."""
@@ -242,6 +253,21 @@ class GatewayConfig:
         """Every key of every upstream."""
         return tuple(s for u in self.upstreams.values() for s in u.secrets)
 
+    def scoped(self, scope: str | None) -> GatewayConfig:
+        """This configuration with the cache's scope set to ``scope`` (None: unchanged): what
+        ``evermind serve --cache-scope`` does to the file's ``[cache] scope``.
+
+        Raises:
+            ConfigError: Not a scope, or a scope the file's ``[cache.shared]`` contradicts.
+        """
+        if scope is None:
+            return self
+        try:
+            policy = dataclasses.replace(self.policy, scope=scope)
+        except ConfigError as err:
+            raise ConfigError(f"--cache-scope: {err}") from err
+        return dataclasses.replace(self, policy=policy)
+
     @classmethod
     def load(cls, path: Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
         """Reads a ``.toml`` or ``.json`` file (see the module docstring).
@@ -269,7 +295,8 @@ class GatewayConfig:
         _fields(
             cache,
             f"{where}: [cache]",
-            {"embedder", "l2", "capacity", "ttl", "ttls", "shared", "max_error", "verify_sample"}
+            {"embedder", "l2", "capacity", "ttl", "ttls", "shared", "scope"}
+            | {"max_error", "verify_sample"}
             | {"default_temperature", "tool_results", "tools"},
         )
         metrics = raw.get("metrics", {})
@@ -282,14 +309,19 @@ class GatewayConfig:
                 f"{where}: [cache] embedder must be 'terms', 'none', 'teacher:minilm' or "
                 f"'package:PATH', got {embedder!r}"
             )
-        policy = CachePolicy(
-            cache_default_temperature=bool(cache.get("default_temperature", False)),
-            cache_tool_results=bool(cache.get("tool_results", False)),
-            cache_tools=bool(cache.get("tools", False)),
-            ttl=cache.get("ttl"),
-            ttls=dict(cache.get("ttls", {})),
-            shared={str(k): str(v) for k, v in dict(cache.get("shared", {})).items()},
-        )
+        shared = {str(k): str(v) for k, v in dict(cache.get("shared", {})).items()}
+        try:
+            policy = CachePolicy(
+                cache_default_temperature=bool(cache.get("default_temperature", False)),
+                cache_tool_results=bool(cache.get("tool_results", False)),
+                cache_tools=bool(cache.get("tools", False)),
+                ttl=cache.get("ttl"),
+                ttls=dict(cache.get("ttls", {})),
+                shared=shared,
+                scope=cache.get("scope", ""),
+            )
+        except ConfigError as err:
+            raise ConfigError(f"{where}: [cache] {err}") from err
         capacity = cache.get("capacity", 2048)
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ConfigError(f"{where}: [cache] capacity must be an int >= 1, got {capacity!r}")
@@ -368,7 +400,7 @@ def _secret(value: Any, where: str, environ: Mapping[str, str]) -> str:
 
 def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> UpstreamConfig:
     allowed = {"protocol", "base_url", "api_key", "tenant_keys", "models", "tenants"}
-    _fields(spec, where, allowed | {"timeout", "max_retries"})
+    _fields(spec, where, allowed | {"timeout", "max_retries", "max_answer_chars"})
     if name in RESERVED or "/" in name or not name:
         raise ConfigError(f"{where}: the name {name!r} is reserved or not a single word")
     protocol = protocols.lookup(spec.get("protocol", name), where).name
@@ -384,6 +416,9 @@ def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> U
         raise ConfigError(f"{where}: timeout must be seconds > 0, got {timeout!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ConfigError(f"{where}: max_retries must be an int >= 0, got {retries!r}")
+    cap = spec.get("max_answer_chars", MAX_ANSWER_CHARS)
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise ConfigError(f"{where}: max_answer_chars must be an int >= 1, got {cap!r}")
     return UpstreamConfig(
         name=name,
         protocol=protocol,
@@ -396,4 +431,5 @@ def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> U
         tenants=tuple(str(t) for t in spec.get("tenants", ())),
         timeout=float(timeout),
         max_retries=retries,
+        max_answer_chars=cap,
     )

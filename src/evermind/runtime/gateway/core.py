@@ -4,12 +4,16 @@ A model id ``<upstream>/<name>`` (``anthropic/claude-…``, ``openai/gpt-…``, 
 named in the ``--upstreams`` file, see :mod:`evermind.runtime.gateway.config`) is served
 by :meth:`Gateway.resolve`: the tenant's bridge to that upstream, built once, is
 
-    CachingBridge(InstrumentedBridge(<SDK bridge with the tenant's key>, prices), cache)
+    CachingBridge(RedactingBridge(InstrumentedBridge(<SDK bridge with the tenant's key>,
+                                                     prices), secrets), cache)
 
 (the SDK bridge: the upstream protocol's, from the registry :mod:`evermind.bridges.protocols`;
 prices: :class:`~evermind.bridges.pricing.PriceTable`, the shipped table with any
 ``EVERMIND_PRICES`` override, so every paid call has its ``cost_usd`` and every hit its
 ``saved_usd``).
+
+(secrets: every configured key: :class:`~evermind.bridges.redacting.RedactingBridge` scrubs
+them from answers, stream deltas and errors before anything is cached or returned.)
 
 The cache is one :class:`~evermind.cache.SemanticCache` (L1, in this process) backed by the
 runtime's shared L2 (SQLite, or the ``--store`` engine; :class:`StoreBackend`, under a
@@ -38,6 +42,7 @@ from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta
 from evermind.bridges.caching import CachingBridge, TermEmbedder
 from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
+from evermind.bridges.redacting import RedactingBridge
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
@@ -221,6 +226,7 @@ def connect_sdk(upstream: UpstreamConfig, key: str) -> Bridge:
         base_url=upstream.base_url,
         max_retries=upstream.max_retries,
         timeout=upstream.timeout + SDK_TIMEOUT_MARGIN_S,
+        max_answer_chars=upstream.max_answer_chars,
     )
 
 
@@ -368,7 +374,9 @@ class Gateway:
                     f"[upstreams.{prefix}.tenant_keys] in the server's upstreams file",
                     code="upstream_no_key",
                 )
-            inner = InstrumentedBridge(self._connect(upstream, key), self.prices)
+            inner: Bridge = RedactingBridge(
+                InstrumentedBridge(self._connect(upstream, key), self.prices), self._secrets
+            )
             caching = (
                 None
                 if self.cache is None
@@ -429,7 +437,9 @@ class Gateway:
             outcome = None if caching is None else await caching.open(request)
             status = "bypass" if outcome is None else outcome.status
             reason = "no_cache" if outcome is None else outcome.reason
-            detail = "" if outcome is None else outcome.detail
+            # The summary, not the cache's own words: those may quote another principal's
+            # stored prompt (a miss's best candidate).
+            detail = "" if outcome is None else outcome.summary
             if stream:
                 deltas = (
                     bridge.stream(request)

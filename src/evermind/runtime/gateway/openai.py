@@ -9,8 +9,9 @@ server-sent events. Every answer says how the cache served it:
 - the header ``x-evermind-cache``: ``hit-l1``, ``hit-l2``, ``miss`` (looked up, not found)
   or ``bypass`` (not cacheable: ``x-evermind-cache-reason`` says why);
 - the body field ``"evermind": {"cache", "cached", "score", "cached_query", "saved_tokens",
-  "saved_usd", "cost_usd"}`` (on the last chunk of a stream). OpenAI clients keep unknown
-  fields (``response.model_extra``).
+  "saved_usd", "cost_usd", "detail"}`` (on the last chunk of a stream; ``cached_query`` only
+  when the caller itself stored the entry, ``detail`` never quotes a stored query). OpenAI
+  clients keep unknown fields (``response.model_extra``).
 
 The request header ``x-evermind-cache: on|off`` opts a request in or out of the cache
 (``refresh``: never served from the cache; the upstream's answer replaces the entry)
@@ -103,8 +104,10 @@ def chat_request(
     max_tokens: int,
     cache_header: str | None,
     route_header: str | None = None,
+    user: str = "",
 ) -> ChatRequest:
-    """The neutral request for an OpenAI body (``model`` is the upstream's own name).
+    """The neutral request for an OpenAI body (``model`` is the upstream's own name);
+    ``user``: the caller's principal id (:attr:`~evermind.tokens.Principal.user`).
 
     ``route_header`` (``x-evermind-route: local|frontier``) overrides the router of
     ``evermind/auto``.
@@ -156,6 +159,7 @@ def chat_request(
         tools=_tools(body),
         tenant=tenant,
         extra=extra,
+        user=user,
     )
 
 
@@ -183,10 +187,11 @@ def evermind_field(completion: Completion, status: str, detail: str = "") -> dic
         field["provider"] = completion.provider
     if cached is not None:
         saved = cached.saved
+        if cached.cached_query:  # only the caller's own stored question (else not disclosed)
+            field["cached_query"] = cached.cached_query
         field.update(
             tier=cached.tier,
             score=round(cached.score, 6),
-            cached_query=cached.cached_query,
             saved_tokens={
                 "input": saved.input_tokens,
                 "output": saved.output_tokens,

@@ -1,0 +1,157 @@
+"""Secrets scrubbed from everything an upstream says, before it is cached or returned
+(browser-safe: standard library only).
+
+An upstream can echo a key back: in an error message (401s quote it), or in a successful
+answer (a prompt that asks for it, a misconfigured proxy). :class:`RedactingBridge` sits
+between the cache and the upstream's bridge (the gateway builds
+``CachingBridge(RedactingBridge(InstrumentedBridge(sdk), secrets), cache)``), so no text that
+holds a configured key reaches a client or the cache:
+
+- a completion's text, and every string in its tool calls (id, name, arguments at any depth);
+- a stream's deltas, through :class:`StreamScrubber`: a key may arrive split across two
+  deltas, so the longest tail of what arrived that could still begin a key is held back
+  until the next delta shows it is not one (at most the longest key's length, minus one);
+  the completion's text is exactly what was streamed;
+- an :class:`~evermind.errors.UpstreamError`'s message.
+
+Each key is replaced by ``***``. Messages are scrubbed whole, before any cut: a cut first
+could leave part of a key behind (the bridges quote an upstream's words through
+:func:`evermind.bridges.answers.excerpt`, which scrubs first too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from evermind.bridges.answers import scrub
+from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta, ToolCall, Usage
+from evermind.errors import UpstreamError
+
+__all__ = ["RedactingBridge", "StreamScrubber", "scrub_value"]
+
+
+def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` (JSON-like: strings, lists, dicts) with every secret in every string replaced."""
+    secrets = tuple(secrets)
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, list | tuple):
+        return [scrub_value(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {scrub(str(k), secrets): scrub_value(v, secrets) for k, v in value.items()}
+    return value
+
+
+class StreamScrubber:
+    """Scrubs secrets from text that arrives in pieces (a key may span two pieces).
+
+    Args:
+        secrets: The keys to replace by ``***``.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+        self._pending = ""
+
+    def feed(self, text: str) -> str:
+        """The part of ``text`` (after what was held back) that can be released now."""
+        buffered = scrub(self._pending + text, self.secrets)
+        keep = self._open_tail(buffered)
+        self._pending = buffered[len(buffered) - keep :] if keep else ""
+        return buffered[: len(buffered) - keep]
+
+    def flush(self) -> str:
+        """What is still held back (the stream ended: it begins no key)."""
+        rest, self._pending = self._pending, ""
+        return rest
+
+    def _open_tail(self, text: str) -> int:
+        """The length of the longest tail of ``text`` that is a proper prefix of a secret."""
+        longest = 0
+        for secret in self.secrets:
+            for size in range(min(len(text), len(secret) - 1), longest, -1):
+                if text.endswith(secret[:size]):
+                    longest = size
+                    break
+        return longest
+
+
+class RedactingBridge:
+    """``bridge`` with every one of ``secrets`` scrubbed from what it returns or raises.
+
+    Args:
+        bridge: The upstream's bridge.
+        secrets: The keys (every configured key of every upstream, in the gateway).
+    """
+
+    def __init__(self, bridge: Bridge, secrets: Iterable[str]) -> None:
+        self.bridge = bridge
+        self.provider = bridge.provider
+        self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+
+    @property
+    def last_usage(self) -> Usage | None:
+        """The inner bridge's usage of its last finished call."""
+        return self.bridge.last_usage
+
+    async def generate(self, request: ChatRequest) -> Completion:
+        """The inner bridge's completion, scrubbed."""
+        try:
+            completion = await self.bridge.generate(request)
+        except UpstreamError as err:
+            raise self._cleaned(err) from None
+        return self._scrubbed(completion, scrub(completion.text, self.secrets))
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
+        """The inner bridge's deltas, scrubbed (a key split across deltas included)."""
+        scrubber = StreamScrubber(self.secrets)
+        sent: list[str] = []
+        pieces = self.bridge.stream(request)
+        try:
+            async for delta in pieces:
+                if delta.completion is not None:
+                    rest = scrubber.flush()
+                    if rest:
+                        sent.append(rest)
+                        yield Delta(text=rest)
+                    yield Delta(completion=self._scrubbed(delta.completion, "".join(sent)))
+                    return
+                text = scrubber.feed(delta.text)
+                if text:
+                    sent.append(text)
+                    yield Delta(text=text)
+        except UpstreamError as err:
+            raise self._cleaned(err) from None
+        finally:
+            close = getattr(pieces, "aclose", None)
+            if close is not None:
+                await close()
+
+    def _scrubbed(self, completion: Completion, text: str) -> Completion:
+        calls = tuple(
+            ToolCall(
+                scrub(call.id, self.secrets),
+                scrub(call.name, self.secrets),
+                scrub_value(call.arguments, self.secrets),
+            )
+            for call in completion.tool_calls
+        )
+        return dataclasses.replace(completion, text=text, tool_calls=calls)
+
+    def _cleaned(self, err: UpstreamError) -> UpstreamError:
+        message = scrub(str(err), self.secrets)
+        if message == str(err):
+            return err
+        return UpstreamError(
+            message,
+            provider=err.provider,
+            status=err.status,
+            retry_after=err.retry_after,
+            code=err.code or "upstream_error",
+        )
+
+    async def aclose(self) -> None:
+        """Closes the inner bridge."""
+        await self.bridge.aclose()
