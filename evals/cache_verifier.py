@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from evals import cache_corpus
-from evermind.cache.verifier import PairVerifier, pair_features
+from evermind.cache.verifier import PairVerifier, envelope, pair_features
 from evermind.search.calibration import calibrate
 from evermind.search.risk import bounded_threshold, served_error
 
@@ -192,10 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     for fold in range(args.folds):
         train = [r for r in all_rows if fold_of[r[0]] != fold]
         w = fit_logistic(design(train, names), np.array([r[2] for r in train], float), args.l2)
+        # What the cache will compute: the model's monotone envelope (PairVerifier.probability).
+        fold_model = PairVerifier(dict(zip(names, (float(v) for v in w), strict=True)), {})
         for name, rows in by_embedder.items():
             held = [i for i, r in enumerate(rows) if fold_of[r[0]] == fold]
-            z = design([rows[i] for i in held], names) @ w
-            oof[name][held] = 1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))
+            oof[name][held] = [envelope(fold_model, rows[i][1]) for i in held]
     thresholds: dict[str, float] = {}
     print("\nout-of-fold on the tune split (development numbers):")
     print(

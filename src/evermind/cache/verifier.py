@@ -31,7 +31,7 @@ import json
 import math
 import zlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
@@ -40,12 +40,18 @@ from importlib import resources
 from evermind.errors import ConfigError
 from evermind.text import STOP_WORDS, normalise, stem, tokenize
 
-__all__ = ["BUCKETS", "PairVerifier", "default_verifier", "pair_features"]
+__all__ = ["BUCKETS", "PairVerifier", "default_verifier", "envelope", "pair_features"]
 
 #: Hash buckets for the edited tokens.
 BUCKETS = 256
 #: The version of the feature layout; a weights file of another version is refused.
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
+#: Steps of the monotone envelope (:meth:`PairVerifier.probability`).
+ENVELOPE_STEPS = 10
+#: The interactions with the score: ``score_x_<name>`` is the score times feature ``<base>``.
+SCORE_PRODUCTS = {"small_edit": "small_edit_any", "jaccard": "jaccard", "edit_share": "edit_share"}
+#: Every feature that depends on the score.
+SCORE_FEATURES = frozenset({"score", "score_sq", *(f"score_x_{n}" for n in SCORE_PRODUCTS)})
 
 
 def _words(text: str) -> list[str]:
@@ -137,9 +143,9 @@ def pair_features(query: str, cached: str, score: float) -> tuple[tuple[str, flo
         feats["substitution_spelling"] = SequenceMatcher(None, wa, wb).ratio()
     # Interactions a linear model cannot form: a tiny edit at a high score is the near-miss
     # pattern; a wide rewording at a high score is the paraphrase pattern.
-    feats["score_x_small_edit"] = s * float(large <= 2 and large > 0)
-    feats["score_x_jaccard"] = s * jaccard
-    feats["score_x_edit_share"] = s * feats["edit_share"]
+    feats["small_edit_any"] = float(large <= 2 and large > 0)
+    for name, base in SCORE_PRODUCTS.items():
+        feats[f"score_x_{name}"] = s * feats[base]
     for word, count in (only_a + only_b).items():
         key = f"edit:{_bucket(word)}"
         feats[key] = feats.get(key, 0.0) + count / (small + large)
@@ -177,19 +183,36 @@ class PairVerifier:
         base = 0.0 if unrelated is None else min(unrelated, 0.999)
         return (cosine - base) / (1.0 - base)
 
+    def _logit_at(self, feats: Mapping[str, float]) -> Callable[[float], float]:
+        """The model's logit as a function of the score, the pair's other features fixed
+        (the score enters through :data:`SCORE_FEATURES` only: ``s``, ``s²`` and ``s`` times
+        another feature)."""
+        w = self.weights.get
+        rest = sum(
+            w(name, 0.0) * value for name, value in feats.items() if name not in SCORE_FEATURES
+        )
+        linear = w("score", 0.0) + sum(
+            w(f"score_x_{name}", 0.0) * feats.get(base, 0.0)
+            for name, base in SCORE_PRODUCTS.items()
+        )
+        square = w("score_sq", 0.0)
+        return lambda s: rest + linear * s + square * s * s
+
     def probability(self, query: str, cached: str, score: float) -> float:
         """The probability that one answer serves both questions.
+
+        A closer embedding never makes two questions *less* likely to be the same, so the
+        answer is the lowest the model gives at this score or any higher one (on a grid of
+        :data:`ENVELOPE_STEPS` steps to 1.0): a monotone, conservative envelope. Without it
+        the model extrapolates where it saw little data, e.g. templated questions whose
+        scores sit at the calibration's "unrelated" level.
 
         Args:
             query: The incoming question.
             cached: The cached question.
             score: The normalised score (:meth:`normalise`).
         """
-        z = sum(
-            self.weights.get(name, 0.0) * value
-            for name, value in pair_features(query, cached, score)
-        )
-        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+        return envelope(self, dict(pair_features(query, cached, score)))
 
     def threshold(self, max_error: float) -> float:
         """The probability a hit needs for the served error to stay ≤ ``max_error``.
@@ -240,6 +263,17 @@ class PairVerifier:
             {str(k): float(v) for k, v in thresholds.items()},
             str(data.get("trained_on", "")),
         )
+
+
+def envelope(model: PairVerifier, feats: Mapping[str, float]) -> float:
+    """The monotone envelope of ``model`` for a pair with features ``feats``: the lowest
+    probability it gives at the pair's score or any higher one (what
+    :meth:`PairVerifier.probability` returns; the training script calls it on stored rows)."""
+    logit = model._logit_at(feats)
+    score = feats.get("score", 0.0)
+    top = max(score, 1.0)
+    z = min(logit(score + (top - score) * k / ENVELOPE_STEPS) for k in range(ENVELOPE_STEPS + 1))
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
 @lru_cache(maxsize=1)
