@@ -29,7 +29,22 @@ from evermind.bridges.answers import scrub
 from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta, ToolCall, Usage
 from evermind.errors import UpstreamError
 
-__all__ = ["RedactingBridge", "StreamScrubber", "scrub_value"]
+__all__ = ["RedactingBridge", "StreamScrubber", "scrub_value", "scrubbed_error"]
+
+
+def scrubbed_error(err: UpstreamError, secrets: Iterable[str]) -> UpstreamError:
+    """``err`` with every one of ``secrets`` scrubbed from its message (upstreams echo keys
+    back in errors); the same error when there was nothing to scrub."""
+    message = scrub(str(err), secrets)
+    if message == str(err):
+        return err
+    return UpstreamError(
+        message,
+        provider=err.provider,
+        status=err.status,
+        retry_after=err.retry_after,
+        code=err.code or "upstream_error",
+    )
 
 
 def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
@@ -141,16 +156,7 @@ class RedactingBridge:
         return dataclasses.replace(completion, text=text, tool_calls=calls)
 
     def _cleaned(self, err: UpstreamError) -> UpstreamError:
-        message = scrub(str(err), self.secrets)
-        if message == str(err):
-            return err
-        return UpstreamError(
-            message,
-            provider=err.provider,
-            status=err.status,
-            retry_after=err.retry_after,
-            code=err.code or "upstream_error",
-        )
+        return scrubbed_error(err, self.secrets)
 
     async def aclose(self) -> None:
         """Closes the inner bridge."""

@@ -38,11 +38,12 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from evermind.bridges import protocols
+from evermind.bridges.answers import scrub
 from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta
 from evermind.bridges.caching import CachingBridge, TermEmbedder
 from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
-from evermind.bridges.redacting import RedactingBridge
+from evermind.bridges.redacting import RedactingBridge, scrubbed_error
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
@@ -523,22 +524,11 @@ class Gateway:
 
     def scrub(self, text: str) -> str:
         """``text`` with every configured key replaced by ``***``."""
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        return scrub(text, self._secrets)
 
     def clean(self, err: UpstreamError) -> UpstreamError:
         """The error with any key scrubbed from its message (upstreams echo keys back)."""
-        message = self.scrub(str(err))
-        if message == str(err):
-            return err
-        return UpstreamError(
-            message,
-            provider=err.provider,
-            status=err.status,
-            retry_after=err.retry_after,
-            code=err.code or "upstream_error",
-        )
+        return scrubbed_error(err, self._secrets)
 
     async def aclose(self) -> None:
         """Closes every upstream bridge."""
