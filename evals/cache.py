@@ -1,7 +1,7 @@
 """Reproduces the semantic-cache guard measurement on the development set.
 
 Runs the shared evaluator (``eval_dev.py``, cache part only) with
-``evermind.cache.guards.default_guard`` on its trigram baseline embedder and prints its
+``evermind.cache.english.default_guard`` on its trigram baseline embedder and prints its
 tables, per miss type and domain. Extra arguments are passed through (``--threshold``,
 ``--json out.json``, ``--embedder module:function``). The evaluator is found in
 ``--eval-dir``, else ``$EVERMIND_EVAL_DIR``, else ``shared/eval`` next to the checkout.

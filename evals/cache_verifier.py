@@ -7,7 +7,7 @@ What it does, in order (``python -m evals.cache_verifier --help``):
    embedder; ``trigram``: the tab's lexical vectors; ``minilm``: the local all-MiniLM-L6-v2;
    ``package:PATH``: a ``.evermind`` package).
 2. Per embedder, calibrates like the cache does (the high quantile of cosines between
-   *unrelated* stored queries, :func:`evermind.cache.decide.calibrate`) and turns each pair's
+   *unrelated* stored queries, :func:`evermind.search.calibration.calibrate`) and turns each pair's
    cosine into the normalised score (:meth:`PairVerifier.normalise`).
 3. Fits one L2-regularised logistic model (Newton steps, numpy) on the pairs of every
    embedder: (query, paraphrase) labelled 1, (query, near-miss) labelled 0.

@@ -22,8 +22,12 @@ carry domain data); the generic branches are defined here::
     ├── AccessError              the caller may not do this now
     │   ├── Unauthenticated      no, or an unknown, bearer token [auth]
     │   ├── PermissionDenied     a read-only token asked to write [auth]
-    │   └── RateLimited          the tenant's request budget is spent [auth]
+    │   ├── RateLimited          the tenant's request budget is spent [auth]
+    │   └── ScopeRequired        a vector-store query or count came without an AccessScope
+    │                            [vectorstore.port]
     ├── TrainingDiverged         a training run's loss became non-finite
+    ├── CheckpointError          a training checkpoint is truncated, of another format
+    │                            version, or inconsistent [train.checkpoint]
     ├── GPUError                 anything that went wrong talking to WebGPU
     │   ├── NoAdapterError       no WebGPU adapter on this host (with a hint how to get one)
     │   ├── ShaderCompileError   WGSL failed to compile; carries file, line and column
@@ -33,10 +37,13 @@ carry domain data); the generic branches are defined here::
     ├── StorageError             the memory / cache storage backend failed
     │   └── StoreUnavailable     a shared store (Postgres) cannot be reached now (also Unavailable)
     ├── BundleError              the offline web bundle could not be built or found
-    └── PushError                the runtime refused a push, or was unreachable [runtime.push]
+    ├── PushError                the runtime refused a push, or was unreachable [runtime.push]
+    └── ApiError                 an HTTP answer the runtime's routes refuse a request with: its
+                                 status, OpenAI error fields and headers [runtime.errors]
 
-Library code raises these and never an HTTP error; the runtime maps them to HTTP statuses in
-one table (``runtime/app.py``), the Studio worker sends their class name to the page. Every
+Library code raises these and never an HTTP error (``ApiError`` is the runtime's own, raised
+only inside ``runtime/``); the runtime maps the others to HTTP statuses in one table
+(``runtime/app.py``), the Studio worker sends their class name to the page. Every
 error has a ``code``, a short machine-readable reason (``"model_not_found"``; empty when the
 class says enough), which the runtime sends as the error's ``code``.
 

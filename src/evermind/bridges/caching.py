@@ -2,7 +2,9 @@
 
 :class:`CachingBridge` wraps one :class:`~evermind.bridges.base.Bridge` and one
 :class:`~evermind.cache.SemanticCache`. Every hit-or-miss decision is the cache's (its
-calibrated threshold, lexical evidence, guards and ambiguity rule: :mod:`evermind.cache.decide`);
+calibrated threshold, lexical evidence, guards and ambiguity rule: :mod:`evermind.cache.decide`;
+or, with ``max_error``, the verified decision of :mod:`evermind.cache.verified`, whose sampled
+checks against the upstream's answer this bridge makes and hands back to the cache);
 this module only decides *whether a request may be cached at all* (:class:`CachePolicy`)
 and *what must match* for an answer to be reusable.
 

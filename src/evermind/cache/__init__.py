@@ -6,13 +6,16 @@ queries ask the same thing. The guard protocol (:class:`Guard`, :class:`Refusal`
 :class:`GuardChain`) is in :mod:`evermind.cache.guard`; the default guards are the English
 plug-in :mod:`evermind.cache.english` (:data:`DEFAULT_GUARDS`, :func:`default_guard`).
 :class:`HttpSemanticCacheBackend` is the shared L2 on the agent runtime. Every cache (this
-library, the Studio tab, the runtime's L2) decides hit or miss with one function,
+library, the Studio tab, the runtime's L2) decides hit or miss with one rule-based function,
 :func:`evermind.cache.decide.decide`: a threshold calibrated on how the embedder scores
 unrelated stored queries, the best candidate only, shared content words (weighted by their
 IDF over the cache's own stored queries, :class:`TermStats`), the guards, and a miss
-between near-tied different answers. The calibration, the term statistics and the indexes
-that score the entries are :mod:`evermind.search`'s (re-exported here: :class:`Calibration`,
-:func:`calibrate`, :class:`TermStats`).
+between near-tied different answers. A :class:`SemanticCache` given ``max_error`` (the
+gateway's default) decides with the verified decision instead
+(:func:`evermind.cache.verified.decide_verified`: the learned pair verifier of
+:mod:`evermind.cache.verifier` and an error bound). The calibration, the term statistics
+and the indexes that score the entries are :mod:`evermind.search`'s (re-exported here:
+:class:`Calibration`, :func:`calibrate`, :class:`TermStats`).
 
 Browser-safe: standard library and ``evermind`` only.
 """

@@ -3,11 +3,13 @@
 This module owns :class:`SemanticCache` (L1: in-process vectors with LRU capacity, TTL and
 namespaces, plus an optional L2 backend), the lookup result :class:`CacheLookup` and the
 counters :class:`CacheStats`. A lookup embeds the query, scores the stored entries and
-hands the best few to :func:`evermind.cache.decide.decide` — the one decision the tab and the
-runtime's L2 use too: a threshold calibrated on how this embedder scores the cache's own
-(unrelated) stored queries, the best candidate only (guards veto, they never search down the
-list), shared content words, the guards (by default the English guards of
-:mod:`evermind.cache.english`), and a miss when two different answers are near-tied. The
+hands the best few to :func:`evermind.cache.decide.decide` — the rule-based decision the tab
+and the runtime's L2 use too: a threshold calibrated on how this embedder scores the cache's
+own (unrelated) stored queries, the best candidate only (guards veto, they never search down
+the list), shared content words, the guards (by default the English guards of
+:mod:`evermind.cache.english`), and a miss when two different answers are near-tied. With
+``max_error`` set they go to the verified decision instead
+(:func:`evermind.cache.verified.decide_verified`: a learned pair verifier and a bound). The
 embedder's fingerprint is part of every key, so a new model never serves vectors made by
 an old one. The scoring of the stored entries is the cache's
 :class:`~evermind.search.scoped.ScopedIndex`: the pure-Python scan by default,

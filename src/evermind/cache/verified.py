@@ -8,7 +8,7 @@ It replaces the hand-written lexical, residue and language-guard rules of
 1. **Exact text wins**, as everywhere: re-asking the same question is safe with any embedder.
 2. **The best candidate only.** The embedder proposes; a lower candidate is never served.
 3. **Above unrelated.** Its cosine must exceed what this embedder gives *unrelated* stored
-   queries (the cache's calibration, :func:`evermind.cache.decide.calibrate`); on that scale
+   queries (the cache's calibration, :func:`evermind.search.calibration.calibrate`); on that scale
    (0 = unrelated, 1 = the same vector) the score is handed to the verifier.
 4. **The learned verifier** (:class:`evermind.cache.verifier.PairVerifier`) reads both
    questions and the score and gives the probability that one answer serves both. A hit

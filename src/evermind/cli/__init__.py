@@ -1,12 +1,16 @@
-"""The ``evermind`` command: the only code in the package that parses arguments or prints.
+"""The ``evermind`` command: the code in the package that parses arguments and prints.
+
+The one exception is the Claude Code hook, :mod:`evermind.mcp.hook`: the installed hooks start
+it as ``python -m evermind.mcp.hook`` (the fastest start), so it keeps its own parser (which
+``evermind hook`` reuses) and writes its notes to stderr.
 
 Native-only. Nothing in the library imports this package. One module per group of
 subcommands, each with ``register(subparsers)``: :mod:`~evermind.cli.studio` (studio,
 doctor), :mod:`~evermind.cli.bench` (bench), :mod:`~evermind.cli.train` (train, generate,
-embed, tune-embedder, eval), :mod:`~evermind.cli.affect` (train-affect),
-:mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt),
-:mod:`~evermind.cli.ingest` (ingest), :mod:`~evermind.cli.serve` (serve, push) and
-:mod:`~evermind.cli.mcp` (mcp, install-mcp); :mod:`~evermind.cli.progress` draws the
+embed, export, tune-embedder, distill-embedder, eval), :mod:`~evermind.cli.affect`
+(train-affect), :mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt,
+merge-adapter), :mod:`~evermind.cli.ingest` (ingest), :mod:`~evermind.cli.serve` (serve, push)
+and :mod:`~evermind.cli.mcp` (mcp, install-mcp, hook); :mod:`~evermind.cli.progress` draws the
 progress bars. They import their heavy dependencies inside the command functions, so that
 ``evermind --help`` stays fast.
 

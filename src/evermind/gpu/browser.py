@@ -1,9 +1,10 @@
 """The browser GPU transport: ``navigator.gpu`` through Pyodide (browser-only module).
 
-This is the only module that imports ``js`` and ``pyodide.ffi``. JS objects are named
-``js_*``; every ``create_proxy`` is destroyed. WebGPU in the browser reports shader and
-validation errors asynchronously, so they are collected here and raised by
-:meth:`Device.check` (which every read calls first).
+This is the only GPU module that imports ``js`` and ``pyodide.ffi`` (the one other importer
+is :mod:`evermind.studio.idb`, IndexedDB). JS objects are named ``js_*``; every
+``create_proxy`` is destroyed. WebGPU in the browser reports shader and validation errors
+asynchronously, so they are collected here and raised by :meth:`Device.check` (which every
+read calls first).
 """
 
 from __future__ import annotations

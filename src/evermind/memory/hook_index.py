@@ -14,8 +14,10 @@ itself, so a stale side index can never show a deleted or expired memory.
 
 The memory file is opened read-only; it is never created or migrated here. This is memory's
 public read path for callers that must not open a ``MemoryStore`` (the Claude Code hooks in
-``evermind.mcp.hook``): nothing outside ``memory/`` reads its tables. Native-only, standard
-library and ``evermind`` only (no numpy, no MCP SDK) so a hook starts fast.
+``evermind.mcp.hook``). The one other reader of its tables outside ``memory/`` is
+``evermind.train.contrastive.load_texts`` (a memory file's live contents as training texts).
+Native-only, standard library and ``evermind`` only (no numpy, no MCP SDK) so a hook starts
+fast.
 """
 
 from __future__ import annotations

@@ -9,9 +9,11 @@ incrementally after its own writes.
 Recall pipeline (each step switchable in ``RecallOptions``; every hit says which ran):
 
 1. candidates: BM25 top-``candidate_pool`` and exact cosine top-``candidate_pool``;
-2. fusion: when both rankers ran, a convex combination of BM25 divided by its best score and
-   the cosine min-max scaled over the candidates (weight 0.4 on the cosine; reciprocal-rank
-   fusion with ``fusion="rrf"``), else the one ranker's score divided by its best score;
+2. fusion: when both rankers ran, a convex combination of the z-scored BM25 and cosine over
+   the candidates, the cosine weighted by the embedder's measured trust unless
+   ``semantic_weight`` fixes it (reciprocal-rank fusion with ``fusion="rrf"``), else the one
+   ranker's score divided by its best score; :mod:`evermind.memory.recall` ranks (and says
+   how);
 3. weighting: × importance factor × recency factor (half-life) — applied *before* MMR so that
    the diversity step and the final order agree;
 4. MMR: greedy maximal-marginal-relevance selection of ``top_k`` (cosine between memories when

@@ -15,18 +15,26 @@ Modules, one idea each:
   :mod:`evermind.auth`'s (shared with the MCP server); ``app`` turns their errors into 401/429.
 - ``installs``: packages on disk — atomic install, scan, delete.
 - ``registry``: refs to installs, the lazily loaded models in an LRU by memory budget.
-- ``generation``: the chat template and generation on the worker thread pool.
+- ``generation``: what a generation request asks for and what it produced (the chat template
+  is :mod:`evermind.model.chat`'s, re-exported there).
+- ``scheduler``: continuous batching, one scheduler thread per served model, fair across
+  tenants; embeddings batched across clients. ``devices``: the decoder it drives (numpy or
+  wgpu-py, ``--device``). ``ids``: response ids and default seeds without a system call.
 - ``schemas``: the request bodies (pydantic) that become the OpenAPI docs.
-- ``routes_models``, ``routes_openai``, ``routes_memory``, ``routes_cache``: the endpoints.
+- ``state``: the app's long-lived services and the request dependencies that reach them.
+- ``routes_models``, ``routes_openai``, ``routes_affect``, ``routes_memory``,
+  ``routes_cache``: the endpoints.
 - The L2 semantic cache's stores are the cache's (:mod:`evermind.cache.l2_sqlite` in the
   runtime database, :mod:`evermind.cache.l2_vectorstore` on the ``--store`` engine, which is
   :class:`evermind.vectorstore.shared.SharedStore`, on a lane).
 - ``gateway/``: the caching gateway to frontier models (its own subpackage).
 - ``memory_service``: the memory store per tenant and namespace (SQLite or ``--store``).
-- ``metrics``: counters and latency histograms, Prometheus text.
+- ``metrics``: counters and latency histograms, Prometheus text; ``telemetry``: the OTLP
+  export and the GenAI operations of local models.
 - ``app``: :func:`create_app`, middleware and error handlers.
 - ``server``: running the app on uvicorn (foreground or a background thread).
-- ``push``: the push client; ``commands``: the CLI; ``bench``: the serving benchmark.
+- ``push``: the push client. The commands are :mod:`evermind.cli.serve`'s; the serving
+  benchmark is the checkout's ``benchmarks/serve.py``.
 
 Nothing is imported eagerly here, so ``evermind --help`` stays fast.
 """

@@ -26,6 +26,9 @@ module                      what it owns
 :mod:`~.bm25`               :class:`BM25Index`, incremental Okapi BM25
 :mod:`~.fusion`             top-k, z-scores, min-max, convex fusion, reciprocal-rank fusion
 :mod:`~.mmr`                maximal marginal relevance
+:mod:`~.risk`               error bounds for learned decisions: the Clopper–Pearson bound,
+                            the lowest threshold whose served error stays ≤ δ (the verified
+                            cache's)
 ==========================  ===============================================================
 
 Browser-safe: standard library and ``evermind`` only (``matrix`` is native-only; ``rows``
