@@ -9,6 +9,8 @@ What it does, in order (``python -m evals.cache_verifier --help``):
 2. Per embedder, calibrates like the cache does (the high quantile of cosines between
    *unrelated* stored queries, :func:`evermind.search.calibration.calibrate`) and turns each pair's
    cosine into the normalised score (:meth:`PairVerifier.normalise`).
+   The pairs are those a *read-through* cache meets (:func:`pair_rows`): queries stored,
+   then paraphrases and near-misses looked up in a seeded order and stored as misses are.
 3. Fits one L2-regularised logistic model (Newton steps, numpy) on the pairs of every
    embedder: (query, paraphrase) labelled 1, (query, near-miss) labelled 0.
 4. Cross-fits (5 folds grouped by *domain*, so each fold is judged by a model that never
@@ -95,31 +97,45 @@ def unrelated_quantile(vectors: dict[str, np.ndarray], queries: list[str]) -> fl
 def pair_rows(
     triples: list[Any], vectors: dict[str, np.ndarray], unrelated: float | None, top: int = 3
 ) -> tuple[list[tuple[str, dict[str, float], int]], list[int]]:
-    """The pairs the decision faces, labelled, and which of them are its first candidates.
+    """The pairs the decision faces in a read-through cache, labelled, and which of them are
+    a lookup's best candidate.
 
-    As in the product: every tune query is stored in one cache; every paraphrase and
-    near-miss is looked up, and its ``top`` nearest stored queries are candidates. A pair is
-    right (1) only for a paraphrase and its own query. The direct pairs (query, paraphrase)
-    and (query, near-miss) are added when they are not among the candidates. Rows are
+    As the gateway runs: every tune query is stored; then every paraphrase and near-miss is
+    looked up in a seeded shuffle and, as a miss would be, stored with its own answer, so
+    near-misses end up beside their originals and a later paraphrase may meet a stored
+    near-miss. Each lookup's ``top`` nearest stored texts are candidates; a pair is right (1)
+    when the candidate holds the looked-up text's answer. The direct pairs (query,
+    paraphrase) and (query, near-miss) are added when not among the candidates. Rows are
     ``(triple id of the looked-up text, features, label)``; the second list indexes the rows
     that are a lookup's best candidate (the population the served error is measured on).
     """
-    stored = np.stack([vectors[t.query] for t in triples])
+    dim = len(next(iter(vectors.values())))
+    texts = [t.query for t in triples]
+    answers = [t.id for t in triples]
+    matrix = np.zeros((len(triples) * 3, dim))
+    matrix[: len(triples)] = np.stack([vectors[t] for t in texts])
+    lookups = [(i, "paraphrase") for i in range(len(triples))]
+    lookups += [(i, "near_miss") for i in range(len(triples))]
+    random.Random(3).shuffle(lookups)
     rows: list[tuple[str, dict[str, float], int]] = []
     firsts: list[int] = []
-    for i, t in enumerate(triples):
-        for field in ("paraphrase", "near_miss"):
-            text = getattr(t, field)
-            sims = stored @ vectors[text]
-            order = [int(j) for j in np.argsort(-sims)[:top]]
-            if i not in order:
-                order.append(i)
-            for rank, j in enumerate(order):
-                label = int(field == "paraphrase" and j == i)
-                score = PairVerifier.normalise(float(sims[j]), unrelated)
-                if rank == 0:
-                    firsts.append(len(rows))
-                rows.append((t.id, dict(pair_features(text, triples[j].query, score)), label))
+    for i, field in lookups:
+        t = triples[i]
+        text = getattr(t, field)
+        answer = t.id if field == "paraphrase" else f"{t.id}/near-miss"
+        sims = matrix[: len(texts)] @ vectors[text]
+        order = [int(j) for j in np.argsort(-sims)[:top]]
+        if i not in order:
+            order.append(i)
+        for rank, j in enumerate(order):
+            score = PairVerifier.normalise(float(sims[j]), unrelated)
+            if rank == 0:
+                firsts.append(len(rows))
+            label = int(answers[j] == answer)
+            rows.append((t.id, dict(pair_features(text, texts[j], score)), label))
+        matrix[len(texts)] = vectors[text]  # stored, as a miss is
+        texts.append(text)
+        answers.append(answer)
     return rows, firsts
 
 
