@@ -39,7 +39,9 @@ def server(
     config = gateway_config(
         tmp_path_factory.mktemp("stampede"),
         {
-            "cache": {"embedder": "terms"},
+            # Every lookup that does not wait on a flight is drawn for a check: waiters must
+            # still cost no upstream call (a check of a coalesced hit would undo the point).
+            "cache": {"embedder": "terms", "verify_sample": 1.0},
             "upstreams": {
                 "openai": {
                     "protocol": "openai",

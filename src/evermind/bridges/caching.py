@@ -424,8 +424,12 @@ class CachingBridge:
                 )
             stats = self.stats
             before = (stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd)
-            hit, reason, detail, summary, found = await self._coalesced(key, _refresh(request))
-            sampled = self._verification_draw()
+            looked, waited = await self._coalesced(key, _refresh(request))
+            hit, reason, detail, summary, found = looked
+            # A lookup that waited on an identical in-flight miss meets an answer the upstream
+            # gave seconds ago for the same question: checking it again would only undo the
+            # coalescing, so it is not drawn into the sample.
+            sampled = self._verification_draw() and not waited
             fresh = None
             if hit is not None and sampled and found is not None:
                 hit, fresh, reason, detail = await self._check_hit(upstream, key, found, hit)
@@ -449,21 +453,25 @@ class CachingBridge:
 
     async def _coalesced(
         self, key: _Key, refresh: bool = False
-    ) -> tuple[Completion | None, str, str, str, CacheLookup | None]:
-        """The lookup of ``key``; a miss while an identical miss is in flight waits for that
-        flight and looks again (its error is raised here). A refresh never waits: it asks
-        for a fresh answer."""
+    ) -> tuple[tuple[Completion | None, str, str, str, CacheLookup | None], bool]:
+        """The lookup of ``key`` and whether it waited: a miss while an identical miss is in
+        flight waits for that flight and looks again (its error is raised here). A refresh
+        never waits: it asks for a fresh answer."""
         landed = self._flights.landed(key.flight)
         found = await self._lookup(key, refresh=refresh)
+        waited = False
         while not refresh and found[0] is None and found[1] in _UPSTREAM_MISSES:
             flight = self._flights.current(key.flight)
             if flight is not None:
                 await self._flights.wait(flight)
+                waited = True
             elif self._flights.landed(key.flight) == landed:
                 break  # nobody is asking this, nor stored it while this lookup ran: lead
+            else:
+                waited = True
             landed = self._flights.landed(key.flight)
             found = await self._lookup(key)
-        return found
+        return found, waited
 
     async def complete(self, outcome: CacheOutcome) -> Completion:
         """The completion of an opened request: the hit, or the upstream's (then stored)."""
