@@ -39,9 +39,10 @@ def server(
     config = gateway_config(
         tmp_path_factory.mktemp("stampede"),
         {
-            # Every lookup that does not wait on a flight is drawn for a check: waiters must
-            # still cost no upstream call (a check of a coalesced hit would undo the point).
-            "cache": {"embedder": "terms", "verify_sample": 1.0},
+            # No paid checks: this module counts upstream calls, and a request the busy machine
+            # delays past the flight would meet a stored answer and may be drawn for a check
+            # (a waiter never is: bridges/caching.py). Checks are test_gateway_verified.py's.
+            "cache": {"embedder": "terms", "verify_sample": 0.0},
             "upstreams": {
                 "openai": {
                     "protocol": "openai",
@@ -124,7 +125,7 @@ def test_a_leader_that_goes_away_strands_no_waiter(tmp_path: Any) -> None:
         config = gateway_config(
             tmp_path,
             {
-                "cache": {"embedder": "terms"},
+                "cache": {"embedder": "terms", "verify_sample": 0.0},
                 "upstreams": {
                     "openai": {
                         "protocol": "openai",
