@@ -35,9 +35,15 @@ def write_tokens(path: Path) -> Path:
 
 def gateway_config(root: Path, upstreams: dict[str, Any]) -> RuntimeConfig:
     """A runtime under ``root`` whose ``--upstreams`` file holds ``upstreams`` (the test's
-    loopback upstreams, cache and auto settings), with the shared tokens, no rate limit and
-    two worker threads."""
+    loopback upstreams, cache and auto settings; ``verify_sample`` 0 unless given), with the
+    shared tokens, no rate limit and two worker threads."""
     config_file = root / "upstreams.json"
+    # Paid checks of the verified cache are drawn at random (verify_sample, 0.05 by default):
+    # tests that count upstream calls or spans get none unless they ask for them
+    # (test_gateway_verified.py sets its own).
+    cache = upstreams.get("cache")
+    if isinstance(cache, dict) and "verify_sample" not in cache:
+        upstreams = {**upstreams, "cache": {**cache, "verify_sample": 0.0}}
     config_file.write_text(json.dumps(upstreams), encoding="utf-8")
     return RuntimeConfig(
         data_dir=root / "data",

@@ -153,7 +153,7 @@ def test_serve_exports_genai_spans_and_metrics_over_otlp_http(
         upstreams.write_text(
             json.dumps(
                 {
-                    "cache": {"embedder": "terms"},
+                    "cache": {"embedder": "terms", "verify_sample": 0.0},  # counts spans
                     "upstreams": {
                         "openai": {
                             "protocol": "openai",
