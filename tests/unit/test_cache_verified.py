@@ -4,6 +4,7 @@ cache learns: each rule of the module docstring, on small hand-made cases."""
 from __future__ import annotations
 
 import math
+import zlib
 
 import pytest
 
@@ -163,12 +164,13 @@ def test_the_library_without_checks_says_it_runs_on_the_shipped_bound() -> None:
     def embed(text: str) -> list[float]:
         vector = [0.0] * 64
         for word in text.lower().split():
-            vector[hash(word) % 64] += 1.0
+            vector[zlib.crc32(word.encode()) % 64] += 1.0
         return vector
 
     cache = SemanticCache(embed, max_error=0.01)
     for i, text in enumerate(words):
         cache.store(text, f"answer {i}")
     found = cache.lookup("How do I rotate nginx logs every day?")
-    assert "shipped bound, no verification here" in found.reason or found.hit
+    assert found.probability is not None, found.reason  # the verifier judged the candidate
+    assert "shipped bound, no verification here" in found.reason
     assert cache.lookup(words[3]).hit  # exact repeats are always served

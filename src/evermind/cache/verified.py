@@ -164,6 +164,9 @@ def _needed(
 # --------------------------------------------------------------------------- verification
 
 _WORD = re.compile(r"\w+")
+#: The learned threshold is re-fitted once the sample has grown by this share (1%) since the
+#: last fit, not on every lookup.
+REFIT_SHARE = 0.01
 
 
 def answers_equivalent(cached: str, fresh: str) -> bool:
@@ -247,6 +250,8 @@ class Verification:
         self._lock = threading.Lock()
         self._threshold: float | None = None
         self._dirty = False
+        self._added = 0  # sampled lookups since the last fit
+        self._fitted_on = 0  # the sample's size at the last fit
         self.checked = 0
         self.mismatches = 0
         self.paid = 0
@@ -290,6 +295,7 @@ class Verification:
             if sampled:
                 self._sample.append(Outcome(probability, correct))
                 self._dirty = True
+                self._added += 1
             if probability is not None and not correct:
                 self.mismatches += 1
                 if entry is not None:
@@ -334,10 +340,15 @@ class Verification:
             holds (only exact repeats are served); else the threshold.
         """
         with self._lock:
-            if not self._dirty:
+            # Every lookup asks; re-fitting (a sort and a few bounds over the window) waits
+            # until the sample has grown by REFIT_SHARE since the last fit.
+            due = max(1, int(REFIT_SHARE * self._fitted_on))
+            if not self._dirty or self._added < due:
                 return self._threshold
             items = list(self._sample)
             self._dirty = False
+            self._added = 0
+            self._fitted_on = len(items)
         if len(items) < fewest_outcomes(self.max_error, self.alpha):
             found: float | None = None
         else:
