@@ -82,6 +82,7 @@ if str(ROOT) not in sys.path:  # run by its file path rather than as ``-m evals.
 from evals import require  # noqa: E402
 from evals.cache_replay import PROBES, prelude, replay_set  # noqa: E402
 from evermind.cache import SemanticCache  # noqa: E402
+from evermind.cache.verified import DEFAULT_MAX_ERROR, parse_max_error  # noqa: E402
 from evermind.studio.tab_memory import trigram_vector  # noqa: E402
 
 DATA_NAME = "cache_pairs_dev.jsonl"
@@ -100,8 +101,14 @@ def load(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def measure(rows: list[dict[str, Any]], embed_batch: BatchEmbed, name: str) -> dict[str, Any]:
-    """One full cache of ``rows``' queries; every paraphrase and near-miss looked up in it."""
+def measure(
+    rows: list[dict[str, Any]],
+    embed_batch: BatchEmbed,
+    name: str,
+    max_error: float | None = DEFAULT_MAX_ERROR,
+) -> dict[str, Any]:
+    """One full cache of ``rows``' queries; every paraphrase and near-miss looked up in it
+    (the cache's decision: verified at ``max_error``, or the rule-based one for None)."""
     texts = sorted({r[f] for r in rows for f in ("query", "paraphrase", "near_miss")})
     started = time.perf_counter()
     vectors: dict[str, list[float]] = {}
@@ -115,6 +122,7 @@ def measure(rows: list[dict[str, Any]], embed_batch: BatchEmbed, name: str) -> d
         fingerprint=f"eval-{name}",
         capacity=10_000,
         trust_scores=getattr(embed_batch, "similarity_trained", True),
+        max_error=max_error,
     )
     for row in rows:
         cache.store(row["query"], f"answer:{row['id']}")
@@ -234,6 +242,7 @@ def replay(
     name: str,
     prelude: Sequence[str] = (),
     trust_scores: bool = True,
+    max_error: float | None = DEFAULT_MAX_ERROR,
 ) -> dict[str, Any]:
     """The read-through replay (see the module docstring) through one fresh cache, after
     ``prelude`` (e.g. :func:`evals.cache_replay.prelude`) is looked up and stored the same way."""
@@ -242,6 +251,7 @@ def replay(
         fingerprint=f"replay-{name}",
         capacity=100_000,
         trust_scores=trust_scores,
+        max_error=max_error,
     )
     for i, text in enumerate(prelude):
         if not cache.lookup(text).hit:
@@ -296,7 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay after the gateway benchmark's warm-ups and probes (see above)",
     )
+    parser.add_argument(
+        "--max-error",
+        default=str(DEFAULT_MAX_ERROR),
+        help="the cache's δ (default %(default)s), or 'off' for the rule-based decision",
+    )
     args = parser.parse_args(argv)
+    max_error = parse_max_error(args.max_error, "--max-error")
     rows = load(require(DATA_NAME, args.eval_dir))
     embedders: list[tuple[str, BatchEmbed]] = [
         ("trigram", _trigram),
@@ -309,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         teacher = _minilm()
         if teacher is not None:
             embedders.append(("all-MiniLM-L6-v2", teacher))
-    reports = [measure(rows, embed, name) for name, embed in embedders]
+    reports = [measure(rows, embed, name, max_error) for name, embed in embedders]
     print(
         "| embedder | split | n | wrong answer | near-miss hit | paraphrase hit | threshold "
         "| lookup ms |"
@@ -344,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                 t: [float(x) for x in v] for t, v in zip(texts, _batched(embed, texts), strict=True)
             }
             trust = getattr(embed, "similarity_trained", True)
-            rep = replay(rows, vectors, name, stored_first, trust)
+            rep = replay(rows, vectors, name, stored_first, trust, max_error)
             h, n = rep["hits"], len(rows)
             print(
                 f"| {name} | {rep['wrong']} | {rep['wrong_share_of_later']:.3f} | "

@@ -36,7 +36,7 @@ class EvermindStudioElement extends HTMLElement {
       list: async ({ limit = 50 } = {}) => (await this._call("memory_list", { limit })).items,
     };
     this.cache = {
-      lookup: (query, { threshold = null } = {}) => this._call("cache_lookup", threshold === null ? { query } : { query, threshold }),
+      lookup: (query, { threshold = null, maxError = null } = {}) => this._call("cache_lookup", { query, ...(threshold === null ? {} : { threshold }), ...(maxError === null ? {} : { max_error: maxError }) }),
       store: async (query, response) => (await this._call("cache_store", { query, response })).stored,
     };
     // Every API method reports its failure as `evermind-error` as well as rejecting.

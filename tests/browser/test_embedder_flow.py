@@ -156,15 +156,23 @@ def test_the_default_flow_distils_the_runtime_teacher_and_the_cache_uses_it(
             page.fill("#panel-cache textarea[name=cache-store-response]", ANSWER)
             page.click("#cache-store")
             wait_text(rec, "#panel-cache .message", r"Stored")
-            served = _lookup(rec, PARAPHRASE)
-            print(f"paraphrase: {served!r}")
+            served = _lookup(rec, STORED.upper() + "?")  # the same question: always served
             assert served.startswith("Hit") and ANSWER in served, served
+            judged = _lookup(rec, PARAPHRASE)
+            print(f"paraphrase: {judged!r}")
+            # Verified at δ 0.01 (the default, as in the library and the gateway): the verdict
+            # shows the verifier's probability and the bound, hit or miss.
+            assert "Same question (verifier)" in judged and "Error bound δ" in judged, judged
+            assert judged.startswith("Hit") == (ANSWER in judged), judged
             refused = _lookup(rec, UNRELATED)
             print(f"unrelated: {refused!r}")
             assert refused.startswith("Miss") and ANSWER not in refused, refused
-            hit = call(rec, "cache_lookup", query=PARAPHRASE)
-            assert hit["hit"] and "semantic+lexical" in hit["ranked_by"]
-            assert call(rec, "embedder_info")["fingerprint"] in hit["ranked_by"]
+            para = call(rec, "cache_lookup", query=PARAPHRASE)
+            far = call(rec, "cache_lookup", query=UNRELATED)
+            assert "semantic+lexical" in para["ranked_by"] and para["max_error"] == 0.01
+            assert call(rec, "embedder_info")["fingerprint"] in para["ranked_by"]
+            # The distilled model ranks the paraphrase well above the unrelated question.
+            assert para["score"] > far["score"] + 0.2, (para["score"], far["score"])
 
             # The exported package carries the head and embeds natively as the tab does.
             exported = call(rec, "export_package", name="distilled", version="0.1.0")

@@ -26,7 +26,7 @@ def test_a_lookup_sees_every_write_started_before_it(tmp_path: Path) -> None:
         for i in range(8):
             # astore returns before the row is written; the lookup right after still finds it.
             await backend.astore(_vector(i), {"text": f"answer {i}"}, "ns", None, f"query {i}")
-            hit = await backend.alookup(_vector(i), 0.99, "ns", None)
+            hit = await backend.alookup(_vector(i), 0.99, "ns", f"query {i}")
             seen.append(hit is not None and hit.response == {"text": f"answer {i}"})
         for i in range(20):
             await backend.astore(_vector(i), {"n": i}, f"other-{i % 3}", None, f"q {i}")

@@ -67,26 +67,39 @@ def l2(server: ServerThread) -> HttpSemanticCacheBackend:
 
 
 def test_l2_client_round_trip_with_guards(l2: HttpSemanticCacheBackend) -> None:
+    """The L2 judges with the verified decision (δ 0.01 unless the lookup says otherwise)."""
     vector = [0.1, 0.7, -0.3, 0.2, 0.5]
-    l2.store(vector, {"text": "4"}, "math", {"source": "test"}, "what is 2 + 2")
-    hit = l2.lookup([x * 3 for x in vector], 0.95, "math", "what is 2 + 2?")
+    l2.store(vector, {"text": "12"}, "math", {"source": "test"}, "What is 15 percent of 80?")
+    hit = l2.lookup([x * 3 for x in vector], 0.95, "math", "what is 15 percent of 80?")
     assert isinstance(hit, L2Hit)
-    assert hit.response == {"text": "4"} and hit.score == pytest.approx(1.0, abs=1e-5)
-    assert hit.query == "what is 2 + 2"
-    # Same vector but a question with different numbers: the guards refuse the hit.
-    assert l2.lookup(vector, 0.95, "math", "what is 3 + 3") is None
-    # Without a query the server cannot guard, and serves by cosine alone.
-    assert l2.lookup(vector, 0.95, "math", None) is not None
+    assert hit.response == {"text": "12"} and hit.score == pytest.approx(1.0, abs=1e-5)
+    assert hit.query == "What is 15 percent of 80?"
+    # Same vector, another question (a direction word changed): the verifier refuses it.
+    assert l2.lookup(vector, 0.95, "math", "What is 15 percent more than 80?") is None
+    # Without a query nothing can be verified: a miss.
+    assert l2.lookup(vector, 0.95, "math", None) is None
+    # The rule-based decision ("off") serves by cosine alone without a query.
+    assert l2.lookup(vector, 0.95, "math", None, max_error=None) is not None
     # Other namespaces and far vectors miss.
-    assert l2.lookup(vector, 0.95, "other", None) is None
-    assert l2.lookup([-x for x in vector], 0.5, "math", None) is None
+    assert l2.lookup(vector, 0.95, "other", "What is 15 percent of 80?") is None
+    assert l2.lookup([-x for x in vector], 0.5, "math", "What is 15 percent of 80?") is None
+
+
+def test_l2_lookup_refuses_a_bad_max_error(alpha: httpx.Client) -> None:
+    body = {"embedding": [1.0, 0.0], "threshold": 0.9, "query": "q", "max_error": 2}
+    answer = alpha.post("/v1/semantic-cache/lookup", json=body)
+    assert answer.status_code in (400, 422)
+    assert "max_error must be a rate in (0, 1)" in answer.text
 
 
 def test_cache_lookup_prefers_the_best_score_and_checks_input(alpha: httpx.Client) -> None:
     for response, embedding in (("near", [1.0, 0.1, 0.0]), ("exact", [1.0, 0.0, 0.0])):
         body = {"embedding": embedding, "response": response, "namespace": "rank"}
         assert alpha.post("/v1/semantic-cache/store", json=body).status_code == 200
+    # Entries without question text: only the rule-based decision ("off") can serve them.
     lookup = {"embedding": [1.0, 0.0, 0.0], "threshold": 0.9, "namespace": "rank"}
+    assert alpha.post("/v1/semantic-cache/lookup", json=lookup).json() == {}
+    lookup["max_error"] = "off"
     assert alpha.post("/v1/semantic-cache/lookup", json=lookup).json()["hit"]["response"] == "exact"
     zero = {"embedding": [0.0, 0.0, 0.0], "response": "x"}
     assert_error(alpha.post("/v1/semantic-cache/store", json=zero), 400, "invalid_embedding")

@@ -58,12 +58,12 @@ def test_two_runtimes_share_entries_and_evictions(database: str) -> None:
             hit = await second.lookup("acme", "ns", vectors[0].tolist(), 0.9, "q zero")
             assert hit.hit is not None and hit.hit["response"] == "zero"
             for n in range(1, 5):
-                await first.store("acme", "ns", vectors[n].tolist(), f"r{n}", {"n": n}, None)
+                await first.store("acme", "ns", vectors[n].tolist(), f"r{n}", {"n": n}, f"q {n}")
             assert await first.count("acme") == 3 == await second.count("acme")
             # The second runtime still indexes entry 0 until it catches up and trims...
-            gone = await second.lookup("acme", "ns", vectors[0].tolist(), 0.9, None)
+            gone = await second.lookup("acme", "ns", vectors[0].tolist(), 0.9, "q zero")
             assert gone.hit is None
-            late = await second.lookup("acme", "ns", vectors[4].tolist(), 0.9, None)
+            late = await second.lookup("acme", "ns", vectors[4].tolist(), 0.9, "q 4")
             assert late.hit is not None and late.hit["response"] == "r4"
             assert late.hit["meta"] == {"n": 4}
 
@@ -80,16 +80,16 @@ def test_a_hit_on_an_entry_the_other_runtime_deleted_is_a_miss(database: str) ->
 
         async def body() -> None:
             a, b, c = ([1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0])
-            await first.store("acme", "del", a, "a", None, None)
-            assert (await second.lookup("acme", "del", a, 0.9, None)).hit is not None
-            await first.store("acme", "del", b, "b", None, None)
-            await first.store("acme", "del", c, "c", None, None)  # deletes "a" in the store
+            await first.store("acme", "del", a, "a", None, "qa")
+            assert (await second.lookup("acme", "del", a, 0.9, "qa")).hit is not None
+            await first.store("acme", "del", b, "b", None, "qb")
+            await first.store("acme", "del", c, "c", None, "qc")  # deletes "a" in the store
             # The second still indexes "a" (its own limit is 10), but cannot serve it.
-            missed = await second.lookup("acme", "del", a, 0.9, None)
+            missed = await second.lookup("acme", "del", a, 0.9, "qa")
             assert missed.hit is None and "evicted by another runtime" in missed.reason
             # ... and the next lookup rebuilds its index from the store: "c" served, "a" gone.
-            assert (await second.lookup("acme", "del", c, 0.9, None)).hit is not None
-            again = await second.lookup("acme", "del", a, 0.9, None)
+            assert (await second.lookup("acme", "del", c, 0.9, "qc")).hit is not None
+            again = await second.lookup("acme", "del", a, 0.9, "qa")
             assert again.hit is None and "evicted" not in again.reason
 
         run(body())
@@ -115,13 +115,13 @@ def test_dimensions_are_the_tenant_s_own(cache: VectorCacheStore) -> None:
 
     async def body() -> None:
         for dim in range(2, 14):
-            await cache.store(f"alpha-{tag}", "d", [1.0] * dim, dim, None, None)
+            await cache.store(f"alpha-{tag}", "d", [1.0] * dim, dim, None, f"q{dim}")
         vector = [float(i % 5) + 1.0 for i in range(384)]
         await cache.store(f"bravo-{tag}", "d", vector, "b384", None, "q")
-        found = await cache.lookup(f"bravo-{tag}", "d", vector, 0.9, None)
+        found = await cache.lookup(f"bravo-{tag}", "d", vector, 0.9, "q")
         assert found.hit is not None and found.hit["response"] == "b384", found.reason
         assert "dimension" not in found.reason
-        other = await cache.lookup(f"alpha-{tag}", "d", [1.0] * 5, 0.9, None)
+        other = await cache.lookup(f"alpha-{tag}", "d", [1.0] * 5, 0.9, "q5")
         assert other.hit is not None and other.hit["response"] == 5  # its own dimension's entry
         assert await cache.count(f"alpha-{tag}") == 12
         assert await cache.count(f"bravo-{tag}") == 1
@@ -182,7 +182,7 @@ def test_the_gateway_s_write_behind_l2_loses_nothing_on_postgres(database: str) 
         for i in range(8):
             # astore returns before the item is written; the lookup right after still finds it.
             await backend.astore(vector(i), {"text": f"answer {i}"}, "gw", None, f"query {i}")
-            hit = await backend.alookup(vector(i), 0.99, "gw", None)
+            hit = await backend.alookup(vector(i), 0.99, "gw", f"query {i}")
             seen.append(hit is not None and hit.response == {"text": f"answer {i}"})
         for i in range(20):
             await backend.astore(vector(i), {"n": i}, f"gw-{i % 3}", None, f"q {i}")

@@ -57,9 +57,10 @@ def test_memories_are_scoped_to_the_tenant(alpha: httpx.Client, bravo: httpx.Cli
 
 
 def test_cache_is_scoped_to_the_tenant(alpha: httpx.Client, bravo: httpx.Client) -> None:
-    entry = {"embedding": [0.2, 0.9, 0.1, 0.4], "response": "alpha's answer"}
+    question = "Where is alpha's answer?"
+    entry = {"embedding": [0.2, 0.9, 0.1, 0.4], "response": "alpha's answer", "query": question}
     assert alpha.post("/v1/semantic-cache/store", json=entry).status_code == 200
-    lookup = {"embedding": entry["embedding"], "threshold": 0.99}
+    lookup = {"embedding": entry["embedding"], "threshold": 0.99, "query": question}
     assert bravo.post("/v1/semantic-cache/lookup", json=lookup).json() == {}
     assert alpha.post("/v1/semantic-cache/lookup", json=lookup).json()["hit"]["response"] == (
         "alpha's answer"
@@ -78,12 +79,12 @@ def test_cache_dimensions_are_per_tenant_and_never_disclosed(
         stored = alpha.post("/v1/semantic-cache/store", json={**entry, "namespace": "dims"})
         assert stored.status_code == 200, stored.text
     vector = [float((i * 7) % 11) + 1.0 for i in range(384)]
-    entry = {"embedding": vector, "response": "bravo 384", "namespace": "dims"}
+    entry = {"embedding": vector, "response": "bravo 384", "namespace": "dims", "query": "q"}
     for response in (
         bravo.post("/v1/semantic-cache/store", json=entry),
         bravo.post(
             "/v1/semantic-cache/lookup",
-            json={"embedding": vector, "threshold": 0.99, "namespace": "dims"},
+            json={"embedding": vector, "threshold": 0.99, "namespace": "dims", "query": "q"},
         ),
     ):
         assert response.status_code == 200, response.text

@@ -1,4 +1,8 @@
-"""SemanticCache behaviour: threshold, guards, LRU, TTL, namespaces, fingerprints, stats."""
+"""SemanticCache behaviour: threshold, guards, LRU, TTL, namespaces, fingerprints, stats.
+
+These pin the rule-based decision (``max_error=None``): its threshold and guards. The default,
+verified decision is tested in ``test_cache_verified.py``.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +49,7 @@ class Clock:
 
 
 def make_cache(**kwargs: object) -> SemanticCache:
-    options: dict[str, object] = {"threshold": 0.9}
+    options: dict[str, object] = {"threshold": 0.9, "max_error": None}
     options.update(kwargs)
     return SemanticCache(TableEmbedder(), **options)  # type: ignore[arg-type]
 
@@ -203,7 +207,7 @@ def test_async_get_or_generate_with_async_embedder_and_generator() -> None:
         return "Da Michele"
 
     async def scenario() -> tuple[bool, bool]:
-        cache = SemanticCache(embed, threshold=0.9, fingerprint="async-table")
+        cache = SemanticCache(embed, threshold=0.9, fingerprint="async-table", max_error=None)
         first = await cache.aget_or_generate("Best pizza in Naples", generate)
         second = await cache.aget_or_generate("Where to eat pizza in Naples", generate)
         return first.generated, second.generated

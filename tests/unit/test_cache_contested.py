@@ -61,7 +61,9 @@ def test_contested_of_skips_the_entry_itself_and_equal_answers() -> None:
 
 
 def test_the_l1_cache_refuses_a_paraphrase_once_its_near_miss_is_stored() -> None:
-    cache = SemanticCache(VECTORS.__getitem__, fingerprint="test", guard=None, threshold=0.5)
+    cache = SemanticCache(
+        VECTORS.__getitem__, fingerprint="test", guard=None, threshold=0.5, max_error=None
+    )
     cache.store(INCREASE, "eat it with vitamin C")
     assert cache.lookup(PARAPHRASE).hit  # alone, the nearest question is served
     cache.store(REDUCE, "eat it with calcium")  # a read-through cache stores the near-miss
@@ -69,7 +71,9 @@ def test_the_l1_cache_refuses_a_paraphrase_once_its_near_miss_is_stored() -> Non
     assert not found.hit and found.refused_by == "contested"
     assert cache.lookup(INCREASE).response == "eat it with vitamin C"  # exact still served
     # Two entries holding the same answer do not contest each other.
-    same = SemanticCache(VECTORS.__getitem__, fingerprint="same", guard=None, threshold=0.5)
+    same = SemanticCache(
+        VECTORS.__getitem__, fingerprint="same", guard=None, threshold=0.5, max_error=None
+    )
     same.store(INCREASE, "one answer")
     same.store(REDUCE, "one answer")
     assert same.lookup(PARAPHRASE).hit
@@ -80,9 +84,9 @@ def test_the_runtime_l2_measures_the_contest_at_lookup(tmp_path: Path) -> None:
         store = SemanticCacheStore(tmp_path / "l2.db", 1000)
         try:
             await store.store("t", "ns", VECTORS[INCREASE], "vitamin C", None, INCREASE)
-            alone = await store.lookup("t", "ns", VECTORS[PARAPHRASE], 0.5, PARAPHRASE)
+            alone = await store.lookup("t", "ns", VECTORS[PARAPHRASE], 0.5, PARAPHRASE, None)
             await store.store("t", "ns", VECTORS[REDUCE], "calcium", None, REDUCE)
-            both = await store.lookup("t", "ns", VECTORS[PARAPHRASE], 0.5, PARAPHRASE)
+            both = await store.lookup("t", "ns", VECTORS[PARAPHRASE], 0.5, PARAPHRASE, None)
             return alone, both
         finally:
             store.close()
@@ -108,7 +112,7 @@ def test_templated_traffic_does_not_raise_the_threshold_to_repeats_only(size: in
             vector[zlib.crc32(word.encode()) % 64] += 1.0
         return unit(*vector)
 
-    cache = SemanticCache(embed, fingerprint="t", guard=None)
+    cache = SemanticCache(embed, fingerprint="t", guard=None, max_error=None)
     for n, query in enumerate(queries):
         cache.store(query, n)
     assert cache.calibration.threshold is not None

@@ -84,7 +84,7 @@ def test_a_small_cache_keeps_the_unweighted_rule() -> None:
     )
     # And a small library cache serves what the unweighted rule allows.
     vectors = {q: trigram_vector(q) for q in [*PYTHON_FILE_QUERIES[:5], query]}
-    cache = SemanticCache(vectors.__getitem__, fingerprint="trigram", threshold=0.1)
+    cache = SemanticCache(vectors.__getitem__, fingerprint="trigram", threshold=0.1, max_error=None)
     for stored in PYTHON_FILE_QUERIES[:5]:
         cache.store(stored, stored)
     assert not cache.term_stats.active
@@ -104,7 +104,9 @@ def test_the_longer_query_must_be_covered_unless_the_score_is_confident() -> Non
 
 def test_library_cache_statistics_equal_recomputed_after_store_evict_clear() -> None:
     queries = [f"question {n} about widget {n % 7} and gadget {n % 3}" for n in range(60)]
-    cache = SemanticCache(lambda t: trigram_vector(t), fingerprint="trigram", capacity=40)
+    cache = SemanticCache(
+        lambda t: trigram_vector(t), fingerprint="trigram", capacity=40, max_error=None
+    )
     for n, query in enumerate(queries):
         cache.store(query, n)
         current = [e.query for e in cache._entries.values()]

@@ -58,6 +58,7 @@ def test_lookup_request_and_hit_parsing() -> None:
     assert transport.bodies()[0] == {
         "embedding": [1.0, 0.0],
         "threshold": 0.9,
+        "max_error": 0.01,
         "namespace": "team/default@emb",
         "query": "Weather in Oslo",
     }
@@ -66,12 +67,12 @@ def test_lookup_request_and_hit_parsing() -> None:
 def test_empty_object_is_a_miss_and_store_posts_the_protocol_body() -> None:
     transport = Recorded([ok({}), HttpResponse(204)])
     backend = HttpSemanticCacheBackend("https://rt.local", "", transport=transport)
-    assert backend.lookup([0.6, 0.8], 0.85, None, None) is None
+    assert backend.lookup([0.6, 0.8], 0.85, None, None, max_error=None) is None
     backend.store([0.6, 0.8], {"text": "cold"}, "ns", {"model": "m"}, "Weather in Oslo")
     assert "Authorization" not in transport.requests[0].headers
     assert transport.requests[1].url == "https://rt.local/v1/semantic-cache/store"
     assert transport.bodies() == [
-        {"embedding": [0.6, 0.8], "threshold": 0.85},
+        {"embedding": [0.6, 0.8], "threshold": 0.85, "max_error": "off"},
         {
             "embedding": [0.6, 0.8],
             "response": {"text": "cold"},
@@ -122,12 +123,29 @@ def test_cache_runs_guards_on_l2_hits() -> None:
     backend = HttpSemanticCacheBackend(
         "http://rt", "t", transport=Recorded([near_miss, unguardable])
     )
-    cache = SemanticCache(embed, threshold=0.9, l2=backend, fingerprint="emb-1")
+    cache = SemanticCache(embed, threshold=0.9, l2=backend, fingerprint="emb-1", max_error=None)
     first = cache.lookup("Weather in Oslo")
     assert not first.hit and first.refused_by == "entity"
     second = cache.lookup("Weather in Oslo")
     assert not second.hit and second.refused_by == "l2_unguarded"
     assert cache.stats.refusals == {"entity": 1, "l2_unguarded": 1}
+
+
+def test_the_verified_cache_judges_l2_hits_with_its_own_decision() -> None:
+    """The default cache (δ 0.01) re-judges an L2 hit with the verifier: a related question
+    is refused, and a hit that does not say which question it answers is never served."""
+    related = {"response": "yes", "score": 0.8, "query": "Is it cold in Oslo in winter?"}
+    near_miss = ok({"hit": related})
+    unguardable = ok({"hit": {"response": "rain", "score": 0.99}})
+    backend = HttpSemanticCacheBackend(
+        "http://rt", "t", transport=Recorded([near_miss, unguardable])
+    )
+    cache = SemanticCache(embed, l2=backend, fingerprint="emb-1")
+    first = cache.lookup("Weather in Oslo")
+    assert not first.hit and first.refused_by == "verifier"
+    assert "shipped bound" in first.reason
+    second = cache.lookup("Weather in Oslo")
+    assert not second.hit and second.refused_by == "l2_unguarded"
 
 
 def test_l2_failure_degrades_to_a_miss_and_generate_still_runs() -> None:

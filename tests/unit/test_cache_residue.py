@@ -141,7 +141,7 @@ def unit(*xs: float) -> list[float]:
 
 def test_the_library_cache_refuses_the_topic_sharing_near_miss_with_a_reason() -> None:
     vectors = {HSA: unit(1.0, 0.0), HSA_NEAR: unit(0.76, math.sqrt(1 - 0.76**2))}
-    cache = SemanticCache(vectors.__getitem__, fingerprint="residue", threshold=0.4)
+    cache = SemanticCache(vectors.__getitem__, fingerprint="residue", threshold=0.4, max_error=None)
     cache.store(HSA, "yes, for Medicare premiums")
     found = cache.lookup(HSA_NEAR)
     assert not found.hit and found.refused_by == "residue"

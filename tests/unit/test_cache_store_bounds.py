@@ -25,10 +25,10 @@ def test_lookups_in_empty_namespaces_hold_nothing_and_stores_stay_bounded(
                 assert miss.hit is None
             assert store.indexed_scopes == 0
             for n in range(3 * scope_cap):
-                await store.store("t", f"ns-{n}", [1.0, 0.0], {"answer": n}, None, None)
+                await store.store("t", f"ns-{n}", [1.0, 0.0], {"answer": n}, None, f"q {n}")
             assert store.indexed_scopes <= scope_cap
             # An evicted scope reloads from SQLite and still serves its entry.
-            hit = await store.lookup("t", "ns-0", [1.0, 0.0], 0.9, None)
+            hit = await store.lookup("t", "ns-0", [1.0, 0.0], 0.9, "q 0")
             assert hit.hit is not None and hit.hit["response"] == {"answer": 0}
         finally:
             store.close()

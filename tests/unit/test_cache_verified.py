@@ -9,8 +9,14 @@ import zlib
 import pytest
 
 from evermind.cache import SemanticCache
-from evermind.cache.decide import Candidate, Decision
-from evermind.cache.verified import Verification, answers_equivalent, decide_verified
+from evermind.cache.decide import Candidate, Decision, fold
+from evermind.cache.verified import (
+    DEFAULT_MAX_ERROR,
+    Verification,
+    answers_equivalent,
+    decide_verified,
+    parse_max_error,
+)
 from evermind.cache.verifier import PairVerifier, default_verifier, pair_features
 from evermind.errors import ConfigError
 from evermind.search.calibration import Calibration
@@ -174,3 +180,47 @@ def test_the_library_without_checks_says_it_runs_on_the_shipped_bound() -> None:
     assert found.probability is not None, found.reason  # the verifier judged the candidate
     assert "shipped bound, no verification here" in found.reason
     assert cache.lookup(words[3]).hit  # exact repeats are always served
+
+
+def test_every_cache_is_verified_at_one_percent_unless_told_otherwise() -> None:
+    """Issue 34, one behaviour everywhere: the library's default is the gateway's."""
+    cache = SemanticCache(lambda text: [1.0, float(len(text))])
+    assert cache.max_error == DEFAULT_MAX_ERROR == 0.01 and cache.verifier is not None
+    assert SemanticCache(lambda text: [1.0, 0.0], max_error=None).verifier is None
+
+
+def test_an_explicit_threshold_only_turns_hits_into_misses() -> None:
+    candidate = Candidate(1, 0.95, "How do I list all files?", "a")
+    served = _decide("How do I list files?", [candidate], 0.05)
+    assert served.hit
+    floored = _decide("How do I list files?", [candidate], 0.05, floor=0.97)
+    assert not floored.hit and floored.refused_by == "threshold"
+    # An exact repeat below the floor is not served either (another embedder's vector).
+    exact = _decide("how do i list all files", [candidate], 0.05, floor=0.97)
+    assert not exact.hit
+
+
+@pytest.mark.parametrize(
+    ("given", "parsed"), [(0.01, 0.01), ("0.05", 0.05), ("off", None), (" OFF ", None)]
+)
+def test_max_error_settings_parse(given: object, parsed: float | None) -> None:
+    assert parse_max_error(given, "where") == parsed
+
+
+@pytest.mark.parametrize("given", [0, 1, 1.5, -0.1, True, "abc", None, [0.01]])
+def test_bad_max_error_settings_name_what_was_received(given: object) -> None:
+    with pytest.raises(ConfigError, match=r"where: max_error must be a rate in \(0, 1\)") as err:
+        parse_max_error(given, "where")
+    assert repr(given) in str(err.value)
+
+
+def test_exact_repeats_ignore_case_spaces_and_the_final_question_mark() -> None:
+    assert fold("How do I  list files?") == fold("how do i list files") == "how do i list files"
+    assert fold("What is 2+2?") != fold("What is 2-2?")
+    found = _decide(
+        "HOW DO I LIST FILES!",
+        [Candidate(1, 0.9, "How do I list files?", "a")],
+        0.01,
+        verifier=_verifier(-100.0),
+    )
+    assert found.hit and found.reason == "exact match of a cached query"

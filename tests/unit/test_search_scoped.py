@@ -165,14 +165,18 @@ class Clock:
         return self.now
 
 
+@pytest.mark.parametrize("max_error", [0.01, None])
 @pytest.mark.parametrize("dim", [16, 256])
-def test_cache_decides_the_same_with_either_index(dim: int) -> None:
+def test_cache_decides_the_same_with_either_index(dim: int, max_error: float | None) -> None:
     """A replay of stores and lookups (two namespaces, TTL expiry, LRU eviction, exact
-    score ties from a small TermEmbedder) gets the same lookups from both caches."""
+    score ties from a small TermEmbedder) gets the same lookups from both caches, with the
+    verified decision and with the rule-based one."""
     results = []
     for index in (ScanIndex(), MatrixIndex()):
         clock = Clock()
-        cache = SemanticCache(TermEmbedder(dim), capacity=60, ttl=40.0, clock=clock, index=index)
+        cache = SemanticCache(
+            TermEmbedder(dim), capacity=60, ttl=40.0, clock=clock, index=index, max_error=max_error
+        )
         seen = []
         for step, (action, namespace, query) in enumerate(_workload(11, 600)):
             clock.now = step * 0.1
@@ -185,8 +189,9 @@ def test_cache_decides_the_same_with_either_index(dim: int) -> None:
         results.append((seen, cache.stats))
     (scan, scan_stats), (matrix, matrix_stats) = results
     assert scan_stats == matrix_stats
-    assert sum(found.hit for found in scan) > 20 and scan_stats.expirations > 0
-    assert scan_stats.evictions > 0
+    assert sum(found.hit for found in scan) > 20 and scan_stats.evictions > 0
+    # The rule-based decision serves more paraphrases, so entries live (LRU) until they expire.
+    assert max_error is not None or scan_stats.expirations > 0
     for a, b in zip(scan, matrix, strict=True):
         # The calibrated threshold comes from cosines summed in another order (a few ulps).
         assert a.threshold is not None and b.threshold is not None

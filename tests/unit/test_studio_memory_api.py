@@ -88,32 +88,56 @@ def test_memory_errors_come_back_in_words() -> None:
     assert "top_k" in error("memory_recall", query="x", top_k=0)["message"]
 
 
+def test_cache_verified_by_default_without_a_model() -> None:
+    """The tab decides as the library and the gateway do: the verifier and the shipped bound
+    for δ 0.01, and every miss says why (issue 34: one behaviour everywhere)."""
+    assert call("cache_store", query="How do I convert USD to EUR?", response="x 0.92")["stored"]
+    call("cache_store", query="How to delete a remote git branch", response="git push -d")
+    call("cache_store", query="What is the capital of Australia?", response="Canberra")
+    same = call("cache_lookup", query="how do i convert usd to eur")  # case and "?" only
+    assert same["hit"] and same["response"] == "x 0.92" and same["max_error"] == 0.01
+    assert same["reason"] == "served from l1"
+    for question in ("How do I convert EUR to USD?", "How to create a remote git branch"):
+        refused = call("cache_lookup", query=question)
+        assert refused["hit"] is False and refused["refused_by"] == "verifier", refused
+        assert "shipped bound, no verification here" in refused["reason"]
+        assert 0.0 <= refused["probability"] < 1.0
+    far = call("cache_lookup", query="What is the boiling point of water?")
+    assert far["hit"] is False
+    assert "max_error" in error("cache_lookup", query="x", max_error=1.5)["message"]
+    rules = call("cache_lookup", query="How do I convert EUR to USD?", max_error="off")
+    assert rules["max_error"] is None and rules["hit"] is False
+
+
 def test_cache_hit_miss_and_guard_refusal_lexical() -> None:
-    miss = call("cache_lookup", query="How do I list files in a directory?")
+    """The rule-based decision (``max_error="off"``): thresholds and guards."""
+    miss = call("cache_lookup", query="How do I list files in a directory?", max_error="off")
     assert miss["hit"] is False and miss["reason"] == "the cache is empty"
     assert call("cache_store", query="How do I convert USD to EUR?", response="x 0.92")["stored"]
     call("cache_store", query="How to delete a remote git branch", response="git push -d")
-    exact = call("cache_lookup", query="How do I convert USD to EUR?")
+    exact = call("cache_lookup", query="How do I convert USD to EUR?", max_error="off")
     assert exact["hit"] and exact["response"] == "x 0.92" and exact["tier"] == "l1"
-    near = call("cache_lookup", query="how do i convert usd to eur")
+    near = call("cache_lookup", query="how do i convert usd to eur", max_error="off")
     assert near["hit"] and near["score"] >= LEXICAL_THRESHOLD
     assert near["ranked_by"].startswith("lexical only") and near["scan"] in ("numpy", "python")
-    flipped = call("cache_lookup", query="How do I convert EUR to USD?")
+    flipped = call("cache_lookup", query="How do I convert EUR to USD?", max_error="off")
     assert flipped["hit"] is False and flipped["refused_by"] is not None
     assert flipped["cached_query"] == "How do I convert USD to EUR?"
     assert flipped["reason"].startswith(f"guard '{flipped['refused_by']}' refused")
-    op = call("cache_lookup", query="How to create a remote git branch")
+    op = call("cache_lookup", query="How to create a remote git branch", max_error="off")
     assert op["hit"] is False and op["refused_by"] is not None
-    far = call("cache_lookup", query="What is the boiling point of water?")
+    far = call("cache_lookup", query="What is the boiling point of water?", max_error="off")
     assert far["hit"] is False and "threshold" in far["reason"]
-    loose = call("cache_lookup", query="What is the boiling point of water?", threshold=-1.0)
+    loose = call(
+        "cache_lookup", query="What is the boiling point of water?", threshold=-1.0, max_error="off"
+    )
     # A threshold below the floor is raised to it (and the reason says so): never served.
     assert loose["hit"] is False and loose["threshold"] == FLOOR
     assert "raised" in loose["reason"]
     assert "threshold" in error("cache_lookup", query="x", threshold=2)["message"]
     assert error("cache_store", query=" ", response="r")["type"] == "ConfigError"
     memory_api._tab = None  # a reload: answers come back from the storage port
-    again = call("cache_lookup", query="how do i convert usd to eur")
+    again = call("cache_lookup", query="how do i convert usd to eur", max_error="off")
     assert again["hit"] and again["response"] == "x 0.92" and again["entries"] == 2
 
 

@@ -1,19 +1,19 @@
-"""Semantic cache: L1 in-process vectors, optional L2 over HTTP, guards beyond cosine.
+"""Semantic cache: L1 in-process vectors, optional L2 over HTTP, hits within an error bound.
 
 This package owns Evermind's semantic cache. :class:`SemanticCache` serves a cached LLM
-answer when a new query embeds close to a cached one *and* every guard agrees that the two
-queries ask the same thing. The guard protocol (:class:`Guard`, :class:`Refusal`,
-:class:`GuardChain`) is in :mod:`evermind.cache.guard`; the default guards are the English
-plug-in :mod:`evermind.cache.english` (:data:`DEFAULT_GUARDS`, :func:`default_guard`).
+answer when a new query embeds close to a cached one *and* the decision holds that the two
+queries ask the same thing, within the error bound it was given. The guard protocol
+(:class:`Guard`, :class:`Refusal`, :class:`GuardChain`) is in :mod:`evermind.cache.guard`;
+the rule-based decision's default guards are the English plug-in
+:mod:`evermind.cache.english` (:data:`DEFAULT_GUARDS`, :func:`default_guard`).
 :class:`HttpSemanticCacheBackend` is the shared L2 on the agent runtime. Every cache (this
-library, the Studio tab, the runtime's L2) decides hit or miss with one rule-based function,
-:func:`evermind.cache.decide.decide`: a threshold calibrated on how the embedder scores
-unrelated stored queries, the best candidate only, shared content words (weighted by their
-IDF over the cache's own stored queries, :class:`TermStats`), the guards, and a miss
-between near-tied different answers. A :class:`SemanticCache` given ``max_error`` (the
-gateway's default) decides with the verified decision instead
-(:func:`evermind.cache.verified.decide_verified`: the learned pair verifier of
-:mod:`evermind.cache.verifier` and an error bound). The calibration, the term statistics
+library, the Studio tab, the runtime's L2, the gateway) decides hit or miss with the verified
+decision by default (:func:`evermind.cache.verified.decide_verified`: the learned pair verifier
+of :mod:`evermind.cache.verifier` and an error bound δ,
+:data:`~evermind.cache.verified.DEFAULT_MAX_ERROR` = 0.01). The older rule-based
+:func:`evermind.cache.decide.decide` (a calibrated threshold, shared content words weighted by
+IDF, the guards, a miss between near-tied different answers) runs only when asked for
+(``max_error=None`` / ``"off"``): it has no error bound. The calibration, the term statistics
 and the indexes that score the entries are :mod:`evermind.search`'s (re-exported here:
 :class:`Calibration`, :func:`calibrate`, :class:`TermStats`).
 

@@ -126,6 +126,7 @@ __all__ = [
     "Decision",
     "contested_of",
     "decide",
+    "fold",
     "lexical_evidence",
     "residue_evidence",
     "variants",
@@ -359,8 +360,11 @@ class Decision:
     probability: float | None = None
 
 
-def _fold(text: str) -> str:
-    return " ".join(text.casefold().split())
+def fold(text: str) -> str:
+    """A question's text as exact matching compares it: case-folded, white space collapsed,
+    sentence punctuation at its end dropped ("How do I X?" asks what "how do i x" asks).
+    Symbols inside stay ("2+2" is not "2-2")."""
+    return " ".join(text.casefold().split()).rstrip("?!.。？！ ")
 
 
 def decide(
@@ -396,9 +400,9 @@ def decide(
     ranked = sorted(candidates, key=lambda c: -c.score)
     tau = _threshold(threshold, calibration)
     if query is not None:
-        wanted = _fold(query)
+        wanted = fold(query)
         for cand in ranked:
-            if cand.query is not None and _fold(cand.query) == wanted:
+            if cand.query is not None and fold(cand.query) == wanted:
                 return Decision(True, cand, tau, None, "exact match of a cached query")
     if not ranked:
         return Decision(False, None, tau, None, "the cache is empty")

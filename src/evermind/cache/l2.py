@@ -3,7 +3,8 @@
 This module owns :class:`HttpSemanticCacheBackend`, which speaks the runtime's protocol::
 
     POST {base_url}/v1/semantic-cache/lookup
-         {"embedding": [...], "threshold": 0.9, "namespace"?: str, "query"?: str}
+         {"embedding": [...], "threshold": 0.9, "namespace"?: str, "query"?: str,
+          "max_error"?: 0.01 | "off"}
       -> {"hit": {"response": ..., "score": 0.93, "query"?: str}}   or   {}
     POST {base_url}/v1/semantic-cache/store
          {"embedding": [...], "response": ..., "namespace"?: str, "meta"?: {...}, "query"?: str}
@@ -11,8 +12,10 @@ This module owns :class:`HttpSemanticCacheBackend`, which speaks the runtime's p
 The HTTP call itself sits behind a tiny transport callable,
 ``transport(HttpRequest) -> HttpResponse`` (sync) or an awaitable of one, so the same code
 runs over httpx natively and over ``fetch`` in the browser. A hit may carry the cached
-``query``; :class:`evermind.cache.semantic.SemanticCache` needs it to run its guards and
-refuses L2 hits without it.
+``query``; :class:`evermind.cache.semantic.SemanticCache` needs it to judge the hit with its
+own decision and refuses L2 hits without it. ``max_error`` is the δ the server judges with
+(the verified decision of :mod:`evermind.cache.verified`, default 0.01; ``"off"``: the
+rule-based one), so L1 and L2 decide alike.
 
 Browser-safe: standard library only.
 """
@@ -25,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, cast
 
+from evermind.cache.verified import DEFAULT_MAX_ERROR
 from evermind.errors import ConfigError, StorageError
 
 __all__ = [
@@ -77,7 +81,12 @@ class SemanticCacheBackend(Protocol):
     """What :class:`evermind.cache.semantic.SemanticCache` needs from an L2."""
 
     def lookup(
-        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+        self,
+        embedding: list[float],
+        threshold: float,
+        namespace: str | None,
+        query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> L2Hit | None:
         """Sync lookup; None on a miss."""
         ...
@@ -94,7 +103,12 @@ class SemanticCacheBackend(Protocol):
         ...
 
     async def alookup(
-        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+        self,
+        embedding: list[float],
+        threshold: float,
+        namespace: str | None,
+        query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> L2Hit | None:
         """Async lookup; None on a miss."""
         ...
@@ -166,11 +180,17 @@ class HttpSemanticCacheBackend:
         return HttpRequest("POST", self.base_url + path, headers, body)
 
     def _lookup_request(
-        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+        self,
+        embedding: list[float],
+        threshold: float,
+        namespace: str | None,
+        query: str | None,
+        max_error: float | None,
     ) -> HttpRequest:
         payload: dict[str, JSONValue] = {
             "embedding": cast(JSONValue, list(embedding)),
             "threshold": threshold,
+            "max_error": "off" if max_error is None else max_error,
         }
         return self._request(LOOKUP_PATH, payload, namespace, query)
 
@@ -209,10 +229,15 @@ class HttpSemanticCacheBackend:
         return answer
 
     def lookup(
-        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+        self,
+        embedding: list[float],
+        threshold: float,
+        namespace: str | None,
+        query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> L2Hit | None:
         """POSTs a lookup; returns the hit or None."""
-        request = self._lookup_request(embedding, threshold, namespace, query)
+        request = self._lookup_request(embedding, threshold, namespace, query, max_error)
         return _parse_lookup(self._checked(request, self._send_sync(request)))
 
     def store(
@@ -228,10 +253,15 @@ class HttpSemanticCacheBackend:
         self._checked(request, self._send_sync(request))
 
     async def alookup(
-        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+        self,
+        embedding: list[float],
+        threshold: float,
+        namespace: str | None,
+        query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> L2Hit | None:
         """Async :meth:`lookup`."""
-        request = self._lookup_request(embedding, threshold, namespace, query)
+        request = self._lookup_request(embedding, threshold, namespace, query, max_error)
         return _parse_lookup(self._checked(request, await self._send_async(request)))
 
     async def astore(

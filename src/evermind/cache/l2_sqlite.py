@@ -3,12 +3,14 @@
 Entries are ``(tenant, namespace, embedding, response, meta, query, created)`` rows of the
 ``semantic_cache`` table in the runtime's database. A lookup compares the (L2-normalised)
 query embedding with every entry of the same tenant, namespace and dimension and hands the
-best few to :func:`evermind.cache.decide.decide`, the decision the L1 caches use too: the
-threshold is the request's, raised to what unrelated texts reach with this embedder (the
-cosines between the scope's own stored entries, re-measured as it grows), the best candidate
-only (a refused best is a miss, never a search down the list), and a miss when two entries
-with different answers are near-tied. When the request carries its ``query`` text and the
-entry stored one, the lexical check and the English guards (the L1 cache's) must agree too.
+best few to the decision the L1 caches make too (:func:`judge`): by default the verified
+one (:func:`evermind.cache.verified.decide_verified`: the shipped pair verifier and the bound
+for the request's ``max_error``, default 0.01; the request's ``threshold`` is an extra cosine
+floor; a lookup or an entry without its question text cannot be verified and misses), or with
+``max_error`` ``"off"`` the rule-based :func:`evermind.cache.decide.decide` (the threshold
+raised to what unrelated texts reach, lexical checks and the English guards). Either way the
+calibration is the scope's own (the cosines between its stored entries, re-measured as it
+grows), only the best candidate is served, and near-tied different answers are a miss.
 
 All SQLite work and the index live on one private worker thread, so no locks are needed and
 the event loop never blocks on the disk.
@@ -34,6 +36,8 @@ import numpy as np
 
 from evermind.cache import DEFAULT_CHAIN
 from evermind.cache.decide import Candidate, contested_of, decide
+from evermind.cache.verified import DEFAULT_MAX_ERROR, decide_verified
+from evermind.cache.verifier import default_verifier
 from evermind.errors import InputError, StorageError
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration, stale
 from evermind.search.rows import cosine_scores, gram, ranked
@@ -92,8 +96,10 @@ class CacheStore(Protocol):
         embedding: list[float],
         threshold: float,
         query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> LookupResult:
-        """The best guarded entry at or above ``threshold``, or a miss."""
+        """The best entry at or above ``threshold`` that the decision for ``max_error``
+        serves (:func:`judge`), or a miss."""
         ...
 
     async def store(
@@ -189,9 +195,15 @@ class _Index:
 
 
 def judge(
-    index: _Index, vector: np.ndarray, threshold: float, query: str | None
+    index: _Index,
+    vector: np.ndarray,
+    threshold: float,
+    query: str | None,
+    max_error: float | None = DEFAULT_MAX_ERROR,
 ) -> tuple[int | None, LookupResult]:
-    """:func:`~evermind.cache.decide.decide` over the index's best candidates for ``vector``.
+    """The cache's decision over the index's best candidates for ``vector``: the verified one
+    for ``max_error`` (:func:`~evermind.cache.verified.decide_verified`, ``threshold`` an extra
+    cosine floor), or for None the rule-based :func:`~evermind.cache.decide.decide`.
 
     Returns:
         The served entry's position in the index (None on a miss) and the result without
@@ -204,6 +216,8 @@ def judge(
         Candidate(p, float(scores[p]), index.queries[p], index.answers[p])
         for p in ranked(scores, MAX_GUARDED_CANDIDATES)
     ]
+    if max_error is not None:
+        return _verified(index, candidates, threshold, query, max_error)
     first = candidates[0]
     if first.score >= threshold:  # only a candidate that can be served is contested
         candidates[0] = dataclasses.replace(first, contested=index.contested(int(str(first.key))))
@@ -221,6 +235,33 @@ def judge(
     if not found.hit or found.candidate is None:
         refused = 0 if found.refused_by is None else 1
         return None, LookupResult(None, refused, found.reason)
+    candidate = found.candidate
+    return int(str(candidate.key)), LookupResult(None, 0, found.reason, candidate.score)
+
+
+def _verified(
+    index: _Index,
+    candidates: list[Candidate],
+    threshold: float,
+    query: str | None,
+    max_error: float,
+) -> tuple[int | None, LookupResult]:
+    if query is None:
+        return None, LookupResult(
+            None,
+            reason="the lookup did not send its question text, so no hit can be verified "
+            "(send query, or max_error 'off' for the rule-based decision)",
+        )
+    found = decide_verified(
+        query,
+        candidates,
+        calibration=index.calibrated(),
+        verifier=default_verifier(),
+        max_error=max_error,
+        floor=threshold,
+    )
+    if not found.hit or found.candidate is None:
+        return None, LookupResult(None, 0 if found.refused_by is None else 1, found.reason)
     candidate = found.candidate
     return int(str(candidate.key)), LookupResult(None, 0, found.reason, candidate.score)
 
@@ -352,13 +393,15 @@ class SemanticCacheStore:
         embedding: list[float],
         threshold: float,
         query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> LookupResult:
-        """The best guarded entry at or above ``threshold``, or a miss."""
+        """The best entry at or above ``threshold`` that the decision for ``max_error``
+        serves (:func:`judge`), or a miss."""
         vector = normalised(embedding)
 
         def work() -> LookupResult:
             index = self._index((tenant, namespace, vector.size), keep_empty=False)
-            position, result = judge(index, vector, threshold, query)
+            position, result = judge(index, vector, threshold, query, max_error)
             if position is None:
                 return result
             return LookupResult(self._hit(index.ids[position], result.score), 0, result.reason)

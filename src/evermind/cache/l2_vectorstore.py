@@ -1,7 +1,7 @@
 """The L2 semantic cache on the shared vector store (``--store URL``; native-only).
 
 The same cache as :class:`~evermind.cache.l2_sqlite.SemanticCacheStore`, with the same
-decision (:func:`~evermind.cache.l2_sqlite.judge`, i.e. ``cache/decide.py``): only the
+decision (:func:`~evermind.cache.l2_sqlite.judge`: verified for the request's δ): only the
 storage moves. Every entry, whatever its embedding's dimension, is an item of the one table
 ``evermind_l2`` (:meth:`SharedStore.cache_table`), found by its metadata: the namespace, the
 dimension, the response (JSON), the ``meta``, the unit embedding (float32, base64: the port
@@ -46,6 +46,7 @@ from evermind.cache.l2_sqlite import (
     judge,
     normalised,
 )
+from evermind.cache.verified import DEFAULT_MAX_ERROR
 from evermind.vectorstore import AccessScope, Acl, And, Eq, Range, VectorItem, VectorStore
 from evermind.vectorstore.clock import WriterClock, fetch_all, signature
 from evermind.vectorstore.shared import SharedStore
@@ -152,15 +153,17 @@ class VectorCacheStore:
         embedding: list[float],
         threshold: float,
         query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> LookupResult:
-        """The best guarded entry at or above ``threshold``, or a miss."""
+        """The best entry at or above ``threshold`` that the decision for ``max_error``
+        serves (:func:`judge`), or a miss."""
         vector = normalised(embedding)
 
         async def work() -> LookupResult:
             synced, table = await self._synced((tenant, namespace, vector.size))
             async with synced.lock:
                 await self._catch_up(synced, table, namespace, vector.size)
-                position, result = judge(synced.index, vector, threshold, query)
+                position, result = judge(synced.index, vector, threshold, query, max_error)
                 if position is None:
                     return result
                 entry_id = str(synced.index.ids[position])

@@ -3,13 +3,14 @@
 This module owns :class:`SemanticCache` (L1: in-process vectors with LRU capacity, TTL and
 namespaces, plus an optional L2 backend), the lookup result :class:`CacheLookup` and the
 counters :class:`CacheStats`. A lookup embeds the query, scores the stored entries and
-hands the best few to :func:`evermind.cache.decide.decide` — the rule-based decision the tab
-and the runtime's L2 use too: a threshold calibrated on how this embedder scores the cache's
-own (unrelated) stored queries, the best candidate only (guards veto, they never search down
-the list), shared content words, the guards (by default the English guards of
-:mod:`evermind.cache.english`), and a miss when two different answers are near-tied. With
-``max_error`` set they go to the verified decision instead
-(:func:`evermind.cache.verified.decide_verified`: a learned pair verifier and a bound). The
+hands the best few to the verified decision (:func:`evermind.cache.verified.decide_verified`:
+the learned pair verifier and the bound for the cache's ``max_error``, by default
+:data:`~evermind.cache.verified.DEFAULT_MAX_ERROR`) — the decision the tab, the runtime's L2
+and the gateway make too. Without a verification signal (a plain library cache) the bound is
+the shipped one, and each lookup's ``reason`` says so. ``max_error=None`` selects the older
+rule-based decision (:func:`evermind.cache.decide.decide`: a calibrated cosine threshold,
+lexical evidence and language guards); it has no error bound and is kept for comparison
+(docs/gateway.md measures both). The
 embedder's fingerprint is part of every key, so a new model never serves vectors made by
 an old one. The scoring of the stored entries is the cache's
 :class:`~evermind.search.scoped.ScopedIndex`: the pure-Python scan by default,
@@ -37,7 +38,7 @@ from evermind.cache.decide import Candidate, Decision, decide
 from evermind.cache.english import ENGLISH_CHAIN, default_guard
 from evermind.cache.guard import GuardChain, Refusal
 from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
-from evermind.cache.verified import Verification, decide_verified
+from evermind.cache.verified import DEFAULT_MAX_ERROR, Verification, decide_verified
 from evermind.cache.verifier import PairVerifier, default_verifier
 from evermind.errors import ConfigError, ShapeError, StorageError
 from evermind.search.calibration import FLOOR, Calibration, measure_calibration, stale
@@ -183,17 +184,19 @@ async def _maybe_await(value: T | Awaitable[T]) -> T:
 
 
 class SemanticCache:
-    """A read-through semantic cache with guards beyond cosine.
+    """A read-through semantic cache whose hits hold an error bound (``max_error``).
 
     Args:
         embed: ``embed(text) -> vector`` (sync or async). Vectors are L2-normalised here.
-        threshold: An explicit cosine threshold in [-1, 1], or None (the default) for the
-            calibrated one. Either way the served score must also beat what unrelated texts
-            reach with this embedder (:func:`evermind.search.calibration.calibrate` over the
-            stored queries) and the floor :data:`evermind.search.calibration.FLOOR`: an
-            explicit value is
-            raised to those, never lowered, and a miss's reason says when it was raised.
-        guard: A :class:`GuardChain` (refusals are named per guard), any callable
+        threshold: An explicit cosine in [-1, 1] the best candidate must also reach, or None
+            (the default). With ``max_error`` it is an extra floor (it can only turn hits
+            into misses). In the rule-based decision it replaces the calibrated threshold:
+            the served score must also beat what unrelated texts reach with this embedder
+            (:func:`evermind.search.calibration.calibrate` over the stored queries) and the
+            floor :data:`evermind.search.calibration.FLOOR`: an explicit value is raised to
+            those, never lowered, and a miss's reason says when it was raised.
+        guard: The rule-based decision's guards (``max_error=None`` only): a
+            :class:`GuardChain` (refusals are named per guard), any callable
             ``(query, cached_query) -> bool``, or None for cosine only. Defaults to the
             English guards (:data:`evermind.cache.english.ENGLISH_CHAIN`).
         l2: An optional shared backend (see :class:`evermind.cache.l2.HttpSemanticCacheBackend`).
@@ -210,10 +213,12 @@ class SemanticCache:
             (:func:`evermind.cache.decide.decide`, rule 8). None (the default): the
             embedder's ``similarity_trained`` attribute (or its bound object's, e.g. a
             :class:`~evermind.model.inference.Model`'s ``embed``), True when it has none.
-        max_error: δ in (0, 1), the error among served answers the caller accepts: the
-            decision becomes the verified one (:func:`evermind.cache.verified.decide_verified`:
-            a learned pair verifier with a bounded threshold instead of ``threshold``, the
-            lexical rules and ``guard``). None: the rule-based decision.
+        max_error: δ in (0, 1), the share of lookups the caller accepts being answered
+            wrongly (default :data:`~evermind.cache.verified.DEFAULT_MAX_ERROR`, 0.01): the
+            verified decision (:func:`evermind.cache.verified.decide_verified`, a learned pair
+            verifier with a bounded threshold). ``threshold``, ``guard`` and ``trust_scores``
+            do not apply to it. None: the rule-based decision, with no error bound (measured
+            to serve 4-6% of lookups wrongly on data its rules were not written from).
         verifier: The pair verifier for ``max_error`` (default: the shipped one).
         verification: What this cache learns from verified outcomes (a gateway that checks a
             share of its hits against the upstream); None: the shipped bound alone.
@@ -235,7 +240,7 @@ class SemanticCache:
         clock: Callable[[], float] = time.monotonic,
         index: ScopedIndex | None = None,
         trust_scores: bool | None = None,
-        max_error: float | None = None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
         verifier: PairVerifier | None = None,
         verification: Verification | None = None,
     ) -> None:
@@ -536,6 +541,7 @@ class SemanticCache:
                 verifier=self.verifier,
                 max_error=self.max_error,
                 learned=learned,
+                floor=self.threshold,
             )
             if not found.hit and found.refused_by is not None:
                 self._count_refusal(Refusal(found.refused_by, found.reason))
@@ -595,7 +601,9 @@ class SemanticCache:
         if sync and self.l2 is not None:
             floor = self._l2_floor(found.threshold)
             hit = self._l2_call(
-                lambda b: b.lookup(list(vector), floor, self._l2_ns(namespace), query)
+                lambda b: b.lookup(
+                    list(vector), floor, self._l2_ns(namespace), query, self.max_error
+                )
             )
             return self._accept_l2(query, vector, namespace, hit, miss)
         return miss
@@ -607,7 +615,8 @@ class SemanticCache:
         if self.max_error is None:
             return threshold if threshold is not None else self.effective_threshold
         unrelated = self.calibration.unrelated
-        return max(FLOOR, unrelated if unrelated is not None else FLOOR)
+        floor = max(FLOOR, unrelated if unrelated is not None else FLOOR)
+        return floor if self.threshold is None else max(floor, self.threshold)
 
     def record_verification(
         self,
@@ -743,7 +752,9 @@ class SemanticCache:
             return miss
         try:
             tau = self._l2_floor(miss.threshold)
-            hit = await self.l2.alookup(list(vector), tau, self._l2_ns(namespace), query)
+            hit = await self.l2.alookup(
+                list(vector), tau, self._l2_ns(namespace), query, self.max_error
+            )
         except StorageError as err:
             self._stats.l2_errors += 1
             logger.warning("semantic cache: L2 unavailable, continuing without it: %s", err)
@@ -773,7 +784,7 @@ class SemanticCache:
         ``miss`` when it is refused."""
         if hit is None:
             return miss
-        if hit.query is None and self.guard is not None:
+        if hit.query is None and (self.max_error is not None or self.guard is not None):
             self._count_refusal(Refusal("l2_unguarded", "no query"))
             if miss.refused_by is not None:
                 return miss
@@ -784,7 +795,7 @@ class SemanticCache:
                 hit.score,
                 None,
                 "l2_unguarded",
-                "the L2 hit did not say which query it answers, so no guard could check it",
+                "the L2 hit did not say which query it answers, so it could not be judged",
                 miss.threshold,
             )
         found = self._decide(query, [Candidate("l2", hit.score, hit.query, None)])

@@ -26,7 +26,12 @@ async def cache_lookup(
 ) -> dict[str, Any]:
     """``{"hit": {"response", "score", "query"?, "meta"?}}`` or ``{}`` on a miss."""
     result = await runtime.cache.lookup(
-        who.tenant, check_namespace(body.namespace), body.embedding, body.threshold, body.query
+        who.tenant,
+        check_namespace(body.namespace),
+        body.embedding,
+        body.threshold,
+        body.query,
+        body.bound,
     )
     for _ in range(result.refused):
         runtime.metrics.cache_event("guard_refused")

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evermind.cache.verified import DEFAULT_MAX_ERROR, parse_max_error
 from evermind.errors import ConfigError
 from evermind.memory.records import MAX_QUERY_CHARS, check_json
 
@@ -144,7 +145,27 @@ class CacheLookupRequest(_Body):
     embedding: list[float] = Field(min_length=1, max_length=16384)
     threshold: float = Field(0.9, ge=-1, le=1, description="Smallest cosine that is a hit")
     namespace: str | None = Field(None, max_length=256)
-    query: str | None = Field(None, max_length=100_000, description="Enables the guards")
+    query: str | None = Field(
+        None, max_length=100_000, description="The question: a hit is verified against it"
+    )
+    max_error: float | str = Field(
+        DEFAULT_MAX_ERROR,
+        description="δ, the share of lookups that may be answered wrongly (a rate in (0, 1)), "
+        "or 'off' for the rule-based decision",
+    )
+
+    @model_validator(mode="after")
+    def _rate(self) -> CacheLookupRequest:
+        try:
+            parse_max_error(self.max_error, "max_error")
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+        return self
+
+    @property
+    def bound(self) -> float | None:
+        """The δ to judge with (None: the rule-based decision)."""
+        return parse_max_error(self.max_error, "max_error")
 
 
 class CacheStoreRequest(_Body):

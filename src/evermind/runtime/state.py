@@ -20,9 +20,10 @@ from fastapi import Depends, Request
 from evermind.auth import PermissionDenied, RateLimiter, TokenTable, Unauthenticated
 from evermind.cache.l2_sqlite import CacheStore, SemanticCacheStore
 from evermind.cache.l2_vectorstore import VectorCacheStore
+from evermind.cache.verified import parse_max_error
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.devices import decoder_for
-from evermind.runtime.gateway.config import GatewayConfig, parse_max_error
+from evermind.runtime.gateway.config import GatewayConfig
 from evermind.runtime.gateway.core import Gateway, LocalServing
 from evermind.runtime.installs import InstallStore
 from evermind.runtime.memory_service import MemoryService

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evermind.cache.verified import DEFAULT_MAX_ERROR
 from evermind.errors import ConfigError
 from evermind.studio.rpc import Router, session
 from evermind.studio.tab_memory import TabMemory
@@ -114,10 +115,13 @@ async def memory_list(limit: int = 50, namespace: str | None = None) -> dict[str
 
 
 @handler
-async def cache_lookup(query: str, threshold: float | None = None) -> dict[str, Any]:
-    """Tries the semantic cache: hit or miss, tier, score and which guard refused."""
+async def cache_lookup(
+    query: str, threshold: float | None = None, max_error: float | str = DEFAULT_MAX_ERROR
+) -> dict[str, Any]:
+    """Tries the semantic cache: hit or miss, tier, score, the verifier's probability and why
+    (``max_error``: δ, default 0.01, or ``"off"`` for the rule-based decision)."""
     cache = await tab_memory().cache()
-    return await cache.lookup(query, threshold)
+    return await cache.lookup(query, threshold, max_error)
 
 
 @handler

@@ -10,10 +10,14 @@
   pure-Python embeddings and the CPU scan) and lexically otherwise;
 - a :class:`TabCache`: cached answers in object store ``"cache"`` (one JSON row per query),
   scored by cosine (the model's vector beside a character-trigram one, or trigrams alone
-  without a model) over the same kind of vector index; the best few then go to
-  :func:`evermind.cache.decide.decide`, the one decision the library's ``SemanticCache``
-  and the runtime's L2 use too (calibrated threshold, best candidate only, lexical evidence,
-  the guards of :data:`evermind.cache.DEFAULT_CHAIN`, no guessing between near ties).
+  without a model) over the same kind of vector index; the best few then go to the verified
+  decision (:func:`evermind.cache.verified.decide_verified`), the one the library's
+  ``SemanticCache``, the runtime's L2 and the gateway make too: the shipped pair verifier and
+  its bound for ``max_error`` (default 0.01; the tab has no verification signal, so the
+  shipped bound is all there is and each lookup's ``reason`` says so), best candidate only, no
+  guessing between near ties. ``max_error="off"`` selects the older rule-based
+  :func:`evermind.cache.decide.decide` (calibrated threshold, lexical evidence, the guards of
+  :data:`evermind.cache.DEFAULT_CHAIN`), which has no error bound.
 
 The embedder is re-chosen on every call: when the session's fingerprint changes (more
 training, a reload, a new model) or the model starts or stops training, store and cache are
@@ -37,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from evermind.cache import DEFAULT_CHAIN
 from evermind.cache.decide import Candidate, contested_of, decide
+from evermind.cache.verified import DEFAULT_MAX_ERROR, decide_verified, parse_max_error
+from evermind.cache.verifier import default_verifier
 from evermind.errors import ConfigError, InputError
 from evermind.memory import MemoryStore
 from evermind.memory.kv_backend import KVMemoryBackend
@@ -296,13 +302,28 @@ class TabCache:
             self.index.add(key, vector)
         return {"stored": len(fresh), "entries": len(self.entries), "evicted": len(evict)}
 
-    async def lookup(self, query: str, threshold: float | None = None) -> dict[str, Any]:
-        """Serves a cached answer when :func:`evermind.cache.decide.decide` says so."""
+    async def lookup(
+        self,
+        query: str,
+        threshold: float | None = None,
+        max_error: float | str | None = DEFAULT_MAX_ERROR,
+    ) -> dict[str, Any]:
+        """Serves a cached answer when the decision for ``max_error`` says so.
+
+        Args:
+            query: The question.
+            threshold: A cosine the best candidate must also reach (None: none with the
+                verified decision; the calibrated default with the rule-based one).
+            max_error: δ in (0, 1), or ``"off"``/None for the rule-based decision.
+        """
         query = _check_query(query)
-        floor = self.default_threshold if threshold is None else _check_threshold(threshold)
+        bound = None if max_error is None else parse_max_error(max_error, "cache_lookup")
+        explicit = None if threshold is None else _check_threshold(threshold)
+        floor = self.default_threshold if explicit is None else explicit
         await self.load()
         calibration = self.calibration
-        base = {
+        base: dict[str, Any] = {
+            "max_error": bound,
             "ranked_by": self.ranked_by,
             "threshold": floor,
             "entries": len(self.entries),
@@ -318,9 +339,19 @@ class TabCache:
             Candidate(key, score, self.entries[key].query, _answer_key(self.entries[key]))
             for key, score in found[:4]
         ]
+        if bound is not None:
+            decision = decide_verified(
+                query,
+                candidates,
+                calibration=calibration,
+                verifier=default_verifier(),
+                max_error=bound,
+                floor=explicit,
+            )
+            base["probability"] = decision.probability
         # decide's rule 6: how close another question sits to the best one (measured only
         # when the best could be served at all).
-        if candidates and candidates[0].score >= floor:
+        elif candidates and candidates[0].score >= floor:
             best = candidates[0]
             own = self.index.vector(str(best.key))
             if own is not None:
@@ -331,15 +362,16 @@ class TabCache:
                     best.answer,
                 )
                 candidates[0] = dataclasses.replace(best, contested=contested)
-        decision = decide(
-            query,
-            candidates,
-            threshold=floor,
-            calibration=calibration,
-            guard=DEFAULT_CHAIN.check,
-            idf=self.terms,
-            trust_scores=self.trust_scores,
-        )
+        if bound is None:
+            decision = decide(
+                query,
+                candidates,
+                threshold=floor,
+                calibration=calibration,
+                guard=DEFAULT_CHAIN.check,
+                idf=self.terms,
+                trust_scores=self.trust_scores,
+            )
         base["threshold"] = decision.threshold
         cand = decision.candidate
         if cand is not None:

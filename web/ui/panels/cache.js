@@ -35,6 +35,8 @@ export function cachePanel(app) {
         row("Tier", r.tier ?? "–"),
         row("Score", formatNumber(r.score, 3)),
         row("Ranked by", r.ranked_by ?? "–"),
+        ...(r.probability != null ? row("Same question (verifier)", formatNumber(r.probability, 3)) : []),
+        ...(r.max_error != null ? row("Error bound δ", String(r.max_error)) : []),
         ...(r.refused_by ? row("Refused by", r.refused_by, "mono") : []),
         ...(r.reason ? row("Reason", r.reason) : []),
         ...(r.hit ? row("Response", r.response ?? "") : []),
@@ -55,7 +57,7 @@ export function cachePanel(app) {
   const element = h(
     "section",
     {},
-    h("header", { class: "panel-head" }, h("h2", { id: "heading-cache", text: "Cache" }), h("p", { class: "lead", text: "A semantic cache that serves a stored answer to a paraphrase — and refuses near-misses (other numbers, negations, swapped directions) even when they look alike." })),
+    h("header", { class: "panel-head" }, h("h2", { id: "heading-cache", text: "Cache" }), h("p", { class: "lead", text: "A semantic cache that serves a stored answer to a paraphrase only when a learned verifier says the two ask the same thing, within an error bound (δ = 0.01 by default) — so near-misses (other numbers, negations, swapped directions) are refused even when they look alike." })),
     message,
     h(
       "div",

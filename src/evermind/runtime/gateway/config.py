@@ -60,6 +60,7 @@ from evermind.agent.router import RouterConfig
 from evermind.bridges import protocols
 from evermind.bridges.answers import MAX_ANSWER_CHARS
 from evermind.bridges.caching import CachePolicy
+from evermind.cache.verified import DEFAULT_MAX_ERROR, parse_max_error
 from evermind.errors import ConfigError
 
 #: Upstream names: what precedes ``/`` in a model id (``evermind`` is the local models').
@@ -72,8 +73,6 @@ _ROUTER_FIELDS = ("max_surprise", "max_local_prompt_tokens", "local_context_toke
 _ROUTER_FLAGS = ("use_confidence", "use_task_patterns")
 
 
-#: The gateway's default δ: at most 1 in 100 cacheable lookups answered wrongly.
-DEFAULT_MAX_ERROR = 0.01
 #: The default share of lookups checked against the upstream.
 DEFAULT_VERIFY_SAMPLE = 0.05
 
@@ -354,26 +353,6 @@ class GatewayConfig:
             max_error=max_error,
             verify_sample=float(verify_sample),
         )
-
-
-def parse_max_error(value: Any, where: str) -> float | None:
-    """A ``max_error`` setting: a rate in (0, 1), or ``"off"`` for the rule-based decision.
-
-    Raises:
-        ConfigError: Anything else, with what was received.
-    """
-    if isinstance(value, str) and value.strip().lower() == "off":
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            value = None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value < 1.0:
-        raise ConfigError(
-            f"{where}: max_error must be a rate in (0, 1) such as 0.01, or 'off', got {value!r}"
-        )
-    return float(value)
 
 
 def _fields(table: Any, where: str, allowed: set[str]) -> None:

@@ -47,7 +47,7 @@ from evermind.bridges.redacting import RedactingBridge, scrubbed_error
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
-from evermind.cache.verified import Verification
+from evermind.cache.verified import DEFAULT_MAX_ERROR, Verification
 from evermind.errors import AccessError, ConfigError, EvermindError, NotFound, UpstreamError
 from evermind.runtime.gateway.auto import AutoBridge, LocalBridge, budget_of
 from evermind.runtime.gateway.config import AUTO_MODEL, GatewayConfig, UpstreamConfig
@@ -145,7 +145,12 @@ class StoreBackend:
         self._pending: dict[str, set[asyncio.Task[None]]] = {}
 
     def lookup(
-        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+        self,
+        embedding: list[float],
+        threshold: float,
+        namespace: str | None,
+        query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> L2Hit | None:
         raise ConfigError("StoreBackend: sync lookup is not supported; use alookup")
 
@@ -160,13 +165,18 @@ class StoreBackend:
         raise ConfigError("StoreBackend: sync store is not supported; use astore")
 
     async def alookup(
-        self, embedding: list[float], threshold: float, namespace: str | None, query: str | None
+        self,
+        embedding: list[float],
+        threshold: float,
+        namespace: str | None,
+        query: str | None,
+        max_error: float | None = DEFAULT_MAX_ERROR,
     ) -> L2Hit | None:
         scope = namespace or "default"
         pending = self._pending.get(scope)
         if pending:
             await asyncio.wait(set(pending))
-        found = await self._store.lookup(self.tenant, scope, embedding, threshold, query)
+        found = await self._store.lookup(self.tenant, scope, embedding, threshold, query, max_error)
         if found.hit is None:
             return None
         return L2Hit(found.hit["response"], float(found.hit["score"]), found.hit.get("query"))
