@@ -177,6 +177,13 @@ class Token:
     suffix: str = ""
 
 
+def _fold_token(raw: str) -> str:
+    """:func:`fold` of one token. For ASCII, most tokens, that is ``lower()`` (NFKC and NFKD
+    leave ASCII unchanged, its case folding is lower-casing, and it holds no curly
+    apostrophe or combining mark), without two Unicode passes and a per-character scan."""
+    return raw.lower() if raw.isascii() else fold(raw)
+
+
 def _to_float(digits: str) -> float | None:
     cleaned = digits.replace(",", "")
     if cleaned.count(".") > 1:
@@ -223,14 +230,18 @@ def tokenize(text: str) -> tuple[Token, ...]:
         if tokens and gap in ("-", ".") and tokens[-1].kind != "symbol":
             joined = True
         if match.group("ident") is not None:
-            tok = Token(raw, fold(raw), "ident", sentence_start, joined)
+            tok = Token(raw, _fold_token(raw), "ident", sentence_start, joined)
         elif match.group("num") is not None:
             digits = match.group("num")
             suffix = (match.group("suffix") or "").lower()
-            tok = Token(raw, fold(raw), "number", sentence_start, joined, _to_float(digits), suffix)
+            tok = Token(
+                raw, _fold_token(raw), "number", sentence_start, joined, _to_float(digits), suffix
+            )
         else:
             has_digit = any(ch.isdigit() for ch in raw)
-            tok = Token(raw, fold(raw), "ident" if has_digit else "word", sentence_start, joined)
+            tok = Token(
+                raw, _fold_token(raw), "ident" if has_digit else "word", sentence_start, joined
+            )
         tokens.append(tok)
         sentence_start = False
     return tuple(tokens)

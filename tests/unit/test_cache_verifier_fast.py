@@ -19,6 +19,7 @@ from evermind.cache.features import _bucket, pair_features, pair_features_ref, t
 from evermind.cache.verified import decide_verified
 from evermind.cache.verifier import PairVerifier, default_verifier
 from evermind.search.calibration import measure_calibration
+from evermind.text import _fold_token, fold, tokenize
 
 SCORES = (-0.3, 0.0, 0.05, 0.4182, 0.731, 0.9, 1.0, 1.2)
 
@@ -174,3 +175,15 @@ def test_edited_words_in_one_bucket_add_up_in_the_reference_order() -> None:
         got = dict(pair_features(x, y, 0.5))
         assert pair_features(x, y, 0.5) == pair_features_ref(x, y, 0.5)
         assert got[key] == dict(pair_features_ref(x, y, 0.5))[key]
+
+
+def test_a_tokens_fold_is_lower_casing_for_ascii_and_fold_otherwise() -> None:
+    """tokenize folds each token with text._fold_token: it must equal text.fold everywhere."""
+    rng = random.Random(7)
+    ascii_texts = [chr(i) for i in range(128)]
+    ascii_texts += ["".join(chr(rng.randrange(32, 127)) for _ in range(12)) for _ in range(2000)]
+    other = ["Reykjavík", "Straße", "ＡＢＣ１２", "Niamh’s", "ﬁle", "Ǆemal", "İstanbul", "٣٤", "K"]
+    for text in ascii_texts + other:
+        assert _fold_token(text) == fold(text), text
+    tokens = tokenize("Ａpple’s 12ＭＢ and ORA-00942, ½ and 0x1F in Straße")
+    assert [t.low for t in tokens] == [fold(t.text) for t in tokens]
