@@ -15,7 +15,8 @@ This module owns the few text operations that both lexical memory ranking
   loosely;
 - :func:`tokenize`, typed tokens (:class:`Token`: word, number with a glued suffix,
   identifier, symbol) with sentence starts and hyphen joins, for rules that read numbers
-  and names.
+  and names; :func:`token_words` and :func:`token_numbers` give two of their fields without
+  building the tokens (the cache's pair verifier reads every new question once).
 
 Leaf module: standard library only, browser-safe.
 """
@@ -27,7 +28,17 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["STOP_WORDS", "Token", "fold", "normalise", "stem", "terms", "tokenize"]
+__all__ = [
+    "STOP_WORDS",
+    "Token",
+    "fold",
+    "normalise",
+    "stem",
+    "terms",
+    "token_numbers",
+    "token_words",
+    "tokenize",
+]
 
 # --------------------------------------------------------------------------- folding
 
@@ -229,22 +240,58 @@ def tokenize(text: str) -> tuple[Token, ...]:
         previous_end = match.end()
         if tokens and gap in ("-", ".") and tokens[-1].kind != "symbol":
             joined = True
-        if match.group("ident") is not None:
-            tok = Token(raw, _fold_token(raw), "ident", sentence_start, joined)
-        elif match.group("num") is not None:
-            digits = match.group("num")
+        kind = _kind(match, raw)
+        if kind == "number":
             suffix = (match.group("suffix") or "").lower()
-            tok = Token(
-                raw, _fold_token(raw), "number", sentence_start, joined, _to_float(digits), suffix
-            )
+            number = _to_float(match.group("num"))
+            tok = Token(raw, _fold_token(raw), kind, sentence_start, joined, number, suffix)
         else:
-            has_digit = any(ch.isdigit() for ch in raw)
-            tok = Token(
-                raw, _fold_token(raw), "ident" if has_digit else "word", sentence_start, joined
-            )
+            tok = Token(raw, _fold_token(raw), kind, sentence_start, joined)
         tokens.append(tok)
         sentence_start = False
     return tuple(tokens)
+
+
+def _kind(match: re.Match[str], raw: str) -> str:
+    """The :attr:`Token.kind` of a match of ``_TOKEN`` that is not a symbol."""
+    if match.group("ident") is not None:
+        return "ident"
+    if match.group("num") is not None:
+        return "number"
+    return "ident" if any(ch.isdigit() for ch in raw) else "word"
+
+
+def token_words(text: str) -> list[tuple[str, str]]:
+    """``(kind, low)`` of each word, number and identifier token of :func:`tokenize`, in
+    order, its symbols left out, without building :class:`Token`\\ s (most of tokenising's
+    cost): for callers that read only those two fields of a text seen once.
+
+    Args:
+        text: Any text.
+    """
+    out = []
+    for match in _TOKEN.finditer(text):
+        if match.group("sym") is None:
+            raw = match.group(0)
+            out.append((_kind(match, raw), _fold_token(raw)))
+    return out
+
+
+def token_numbers(text: str) -> list[float]:
+    """The :attr:`Token.number` of each number token of :func:`tokenize` that has one, in
+    order, without building :class:`Token`\\ s.
+
+    Args:
+        text: Any text.
+    """
+    out = []
+    for match in _TOKEN.finditer(text):
+        digits = match.group("num")
+        if digits is not None:
+            value = _to_float(digits)
+            if value is not None:
+                out.append(value)
+    return out
 
 
 def _glued_next(text: str, index: int) -> bool:

@@ -15,11 +15,11 @@ from evals import cache_corpus
 
 from evermind.bridges.caching import TermEmbedder
 from evermind.cache.decide import Candidate
-from evermind.cache.features import _bucket, pair_features, pair_features_ref, text_profile
+from evermind.cache.features import _bucket, clear_caches, pair_features, pair_features_ref
 from evermind.cache.verified import decide_verified
 from evermind.cache.verifier import PairVerifier, default_verifier
 from evermind.search.calibration import measure_calibration
-from evermind.text import _fold_token, fold, tokenize
+from evermind.text import _fold_token, fold, normalise, token_numbers, token_words, tokenize
 
 SCORES = (-0.3, 0.0, 0.05, 0.4182, 0.731, 0.9, 1.0, 1.2)
 
@@ -39,8 +39,7 @@ def tune_pairs() -> list[tuple[str, str]]:
 
 
 def _clear() -> None:
-    text_profile.cache_clear()
-    pair_features.cache_clear()
+    clear_caches()
 
 
 def test_features_are_the_reference_bit_for_bit_on_every_tune_pair(
@@ -187,3 +186,19 @@ def test_a_tokens_fold_is_lower_casing_for_ascii_and_fold_otherwise() -> None:
         assert _fold_token(text) == fold(text), text
     tokens = tokenize("Ａpple’s 12ＭＢ and ORA-00942, ½ and 0x1F in Straße")
     assert [t.low for t in tokens] == [fold(t.text) for t in tokens]
+
+
+def test_token_words_and_numbers_are_tokenizes_fields(tune_pairs: list[tuple[str, str]]) -> None:
+    """text.token_words / token_numbers skip building Tokens; they must read the same."""
+    rng = random.Random(11)
+    alphabet = "aZ9 -._'’,:?!()$%½²３٣ﬁßİ\t0xX1F"
+    texts = [t for pair in tune_pairs[:1500] for t in pair]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(30))) for _ in range(3000)]
+    texts += ["two-week 9x13 512Mi 1,024.5 3.11.2 0x80070005 ORA-00942 v2 can't", ""]
+    for text in texts:
+        for form in (text, normalise(text)):
+            tokens = tokenize(form)
+            assert token_words(form) == [(t.kind, t.low) for t in tokens if t.kind != "symbol"]
+            assert token_numbers(form) == [
+                t.number for t in tokens if t.kind == "number" and t.number is not None
+            ]

@@ -41,13 +41,14 @@ from difflib import SequenceMatcher
 from functools import lru_cache
 from typing import NamedTuple
 
-from evermind.text import STOP_WORDS, normalise, stem, tokenize
+from evermind.text import STOP_WORDS, normalise, stem, token_numbers, token_words, tokenize
 
 __all__ = [
     "BUCKETS",
     "FEATURE_VERSION",
     "SCORE_FEATURES",
     "SCORE_PRODUCTS",
+    "clear_caches",
     "pair_features",
     "pair_features_ref",
     "text_profile",
@@ -203,7 +204,11 @@ class TextProfile(NamedTuple):
 def text_profile(text: str) -> TextProfile:
     """The per-text part of :func:`pair_features`, kept for the last
     :data:`PROFILE_CACHE` texts (a stored question is compared with many incoming ones)."""
-    words = tuple(_words(text))
+    # The reference's ``_words`` and ``_numbers`` from the same tokeniser, without building
+    # its Token objects (a new question is seen once; that was most of its cost).
+    words = tuple(
+        stem(low) if kind == "word" else low for kind, low in token_words(normalise(text))
+    )
     counts: dict[str, int] = {}
     first: dict[str, int] = {}
     for i, word in enumerate(words):
@@ -214,9 +219,8 @@ def text_profile(text: str) -> TextProfile:
             first[word] = i
     content_order = tuple(w for w in counts if w not in STOP_WORDS)
     numbers: dict[float, int] = {}
-    for token in tokenize(text):  # the raw text, as the reference's ``_numbers``
-        if token.kind == "number" and token.number is not None:
-            numbers[token.number] = numbers.get(token.number, 0) + 1
+    for number in token_numbers(text):  # the raw text, as the reference's ``_numbers``
+        numbers[number] = numbers.get(number, 0) + 1
     return TextProfile(
         words,
         counts,
@@ -318,3 +322,12 @@ def pair_features(query: str, cached: str, score: float) -> tuple[tuple[str, flo
             for word in only:
                 feats[_SMALL_EDIT_KEYS[_word_bucket(word)]] = 1.0
     return tuple(sorted(feats.items()))
+
+
+def clear_caches() -> None:
+    """Empties the fast path's per-text and per-pair caches (:func:`text_profile`,
+    :func:`pair_features`, the spelling ratios); the per-word hash buckets stay. For
+    benchmarks and tests that start cold."""
+    text_profile.cache_clear()
+    pair_features.cache_clear()
+    _spelling.cache_clear()
