@@ -18,6 +18,17 @@ upstream's gpt-4o-mini price); latency p50/p99 of hits and misses as the client 
 and with ``--probes`` the **miss overhead** (unique questions, straight to the upstream vs
 through the gateway, alternating; ``benchmarks.gateway.overhead``).
 
+With ``--decision-rounds N`` it first measures, in process, what the verified decision
+itself costs per lookup (:func:`decision_cost`): the set's questions stored, each paraphrase
+and near-miss decided among its top four candidates by
+:func:`evermind.cache.verified.decide_verified`, once on the reference path
+(:meth:`~evermind.cache.verifier.PairVerifier.probability_ref`: the features recomputed from
+both texts on every call, what every lookup ran before) and once on the fast path (per-text
+work cached), alternating which goes first over ``N`` rounds; each round starts from cold
+caches with only the stored questions seen, so every lookup tokenises a new question;
+it prints both medians, their ratio, and how many decisions differ (the fast path must give
+the same ones).
+
 Sets: ``report`` (the corpus split never tuned on; only counts are printed), ``dev`` (the
 shared ``cache_pairs_dev.jsonl``, the untouched third check), ``tune`` (development numbers).
 It measures; it asserts nothing. Usage::
@@ -25,6 +36,8 @@ It measures; it asserts nothing. Usage::
     python -m benchmarks.cache_verified --set report --embedders terms,teacher:minilm
     python -m benchmarks.cache_verified --set dev \
         --embedders package:dist/demo/evermind-default.evermind
+    python -m benchmarks.cache_verified --set tune --embedders terms,teacher:minilm \
+        --deltas 0.01 --decision-rounds 7 --decision-only
 """
 
 from __future__ import annotations
@@ -33,8 +46,10 @@ import argparse
 import json
 import random
 import re
+import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +58,12 @@ import httpx
 from evals import cache_corpus, require
 
 from benchmarks.gateway import MODEL, Processes, body, overhead, quantiles, timed
+from evermind.cache.decide import Candidate, Decision
+from evermind.cache.features import clear_caches, text_profile
+from evermind.cache.verified import decide_verified
+from evermind.cache.verifier import PairVerifier, default_verifier
+from evermind.search.calibration import Calibration, measure_calibration
+from evermind.text import tokenize
 
 GAUGES = (
     "evermind_gateway_cache_checks_total",
@@ -131,7 +152,7 @@ def run(
     """The benchmark's document: one row per (embedder, δ)."""
     rows = load_set(set_name, limit)
     answers = answers_of(rows)
-    out = []
+    out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="evermind-bench-verified-") as tmp:
         replies = Path(tmp) / "replies.json"
         replies.write_text(json.dumps(answers), encoding="utf-8")
@@ -151,6 +172,115 @@ def run(
                 out.append({"embedder": embedder, "delta": delta, **found, "overhead": cost})
                 print(format_row(out[-1]), flush=True)
     return {"bench": "cache_verified", "set": set_name, "triples": len(rows), "rows": out}
+
+
+class ReferenceVerifier(PairVerifier):
+    """The shipped weights on the reference path: every probability from
+    :meth:`PairVerifier.probability_ref` (what the decision ran before the fast path)."""
+
+    def probability(self, query: str, cached: str, score: float) -> float:
+        return self.probability_ref(query, cached, score)
+
+
+Lookup = tuple[str, list[Candidate]]
+
+
+def decision_lookups(
+    rows: Sequence[dict[str, str]], embedder_name: str
+) -> tuple[list[Lookup], Calibration]:
+    """Every paraphrase and near-miss of ``rows`` with its top four stored candidates (the
+    questions of ``rows``, scored by ``embedder_name``), and the stored questions'
+    calibration: what :func:`decide_verified` receives in a cache holding the set."""
+    import numpy as np
+    from evals.cache_verifier import embedder, unit_vectors
+
+    answers = answers_of(rows)
+    stored = list(dict.fromkeys(r["query"] for r in rows))
+    asked = [r["paraphrase"] for r in rows] + [r["near_miss"] for r in rows]
+    name = {"teacher:minilm": "minilm"}.get(embedder_name, embedder_name)
+    vectors = unit_vectors(embedder(name), list(dict.fromkeys(stored + asked)))
+    matrix = np.stack([vectors[q] for q in stored])  # (entries, D)
+
+    def cosines(chosen: list[int], pairs: list[tuple[int, int]]) -> list[float]:
+        return [float(matrix[chosen[i]] @ matrix[chosen[j]]) for i, j in pairs]
+
+    calibration = measure_calibration(stored, cosines)
+    lookups = []
+    for text in asked:
+        scores = matrix @ vectors[text]  # (entries,)
+        top = np.argsort(-scores, kind="stable")[:4]
+        lookups.append(
+            (
+                text,
+                [Candidate(int(i), float(scores[i]), stored[i], answers[stored[i]]) for i in top],
+            )
+        )
+    return lookups, calibration
+
+
+def _decide_all(
+    lookups: Sequence[Lookup], calibration: Calibration, verifier: PairVerifier, max_error: float
+) -> tuple[float, list[Decision]]:
+    """Seconds per lookup of deciding ``lookups``, and the decisions.
+
+    As in a gateway: the per-text and per-pair caches start empty (the per-word ones, stems
+    and hash buckets, stay warm: a vocabulary repeats), then the stored questions are seen
+    once (each was tokenised when it was itself asked, and profiled by the fast path), and
+    each lookup is a question not seen before (it is tokenised in the timed loop)."""
+    clear_caches()
+    tokenize.cache_clear()
+    for stored in dict.fromkeys(c.query for _, candidates in lookups for c in candidates):
+        if stored is not None:
+            text_profile(stored)
+    start = time.perf_counter()
+    found = [
+        decide_verified(
+            text, candidates, calibration=calibration, verifier=verifier, max_error=max_error
+        )
+        for text, candidates in lookups
+    ]
+    return (time.perf_counter() - start) / len(lookups), found
+
+
+def decision_cost(
+    rows: Sequence[dict[str, str]], embedder_name: str, max_error: float, rounds: int
+) -> dict[str, Any]:
+    """The verified decision's cost per lookup, reference vs fast path, in one run (see the
+    module docstring); ``rounds`` alternate which path goes first."""
+    lookups, calibration = decision_lookups(rows, embedder_name)
+    fast = default_verifier()
+    reference = ReferenceVerifier(fast.weights, fast.thresholds, fast.trained_on)
+    seconds: dict[str, list[float]] = {"reference": [], "fast": []}
+    decided: dict[str, list[Decision]] = {}
+    for number in range(rounds):
+        order = [("reference", reference), ("fast", fast)]
+        for name, verifier in order if number % 2 == 0 else order[::-1]:
+            took, decided[name] = _decide_all(lookups, calibration, verifier, max_error)
+            seconds[name].append(took)
+    ref_us = 1e6 * statistics.median(seconds["reference"])
+    fast_us = 1e6 * statistics.median(seconds["fast"])
+    differing = sum(a != b for a, b in zip(decided["reference"], decided["fast"], strict=True))
+    return {
+        "embedder": embedder_name,
+        "delta": max_error,
+        "lookups": len(lookups),
+        "rounds": rounds,
+        "hits": sum(d.hit for d in decided["fast"]),
+        "reference_us": ref_us,
+        "fast_us": fast_us,
+        "ratio": ref_us / fast_us,
+        "differing": differing,
+    }
+
+
+def format_cost(cost: dict[str, Any]) -> str:
+    """One line for :func:`decision_cost`'s result."""
+    return (
+        f"decision cost ({cost['embedder']}, δ {cost['delta']:g}, {cost['lookups']} lookups, "
+        f"{cost['hits']} hits, median of {cost['rounds']} rounds): reference "
+        f"{cost['reference_us']:.1f} us, fast {cost['fast_us']:.1f} us per lookup "
+        f"({cost['ratio']:.2f}x); decisions differing: {cost['differing']}"
+    )
 
 
 def _ms(value: float | None) -> str:
@@ -187,18 +317,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N triples of the set")
     parser.add_argument("--verify-sample", type=float, default=0.05)
     parser.add_argument("--probes", type=int, default=0, help="miss-overhead probes per row")
+    parser.add_argument(
+        "--decision-rounds", type=int, default=0, help="in-process decision cost, N rounds"
+    )
+    parser.add_argument("--decision-only", action="store_true", help="skip the HTTP rows")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    embedders = [e.strip() for e in args.embedders.split(",") if e.strip()]
+    deltas = [d.strip() for d in args.deltas.split(",") if d.strip()]
     print(f"set {args.set}" + ("" if args.set == "report" else " (development numbers)"))
-    print(HEADER, flush=True)
-    doc = run(
-        args.set,
-        [e.strip() for e in args.embedders.split(",") if e.strip()],
-        [d.strip() for d in args.deltas.split(",") if d.strip()],
-        args.limit,
-        args.verify_sample,
-        args.probes,
-    )
+    costs = []
+    if args.decision_rounds > 0:
+        rows = load_set(args.set, args.limit)
+        for embedder in embedders:
+            for delta in (float(d) for d in deltas if d != "off"):
+                costs.append(decision_cost(rows, embedder, delta, args.decision_rounds))
+                print(format_cost(costs[-1]), flush=True)
+    doc: dict[str, Any] = {"bench": "cache_verified", "set": args.set, "decision_cost": costs}
+    if not args.decision_only:
+        print(HEADER, flush=True)
+        doc.update(
+            run(args.set, embedders, deltas, args.limit, args.verify_sample, args.probes),
+            decision_cost=costs,
+        )
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return 0
