@@ -258,6 +258,8 @@ def _kind(match: re.Match[str], raw: str) -> str:
         return "ident"
     if match.group("num") is not None:
         return "number"
+    if raw.isalpha():  # most words: no character to test for a digit
+        return "word"
     return "ident" if any(ch.isdigit() for ch in raw) else "word"
 
 
