@@ -9,11 +9,18 @@ reads) in two forms that must agree bit for bit:
   :data:`FEATURE_VERSION`) were trained on, and the oracle the tests hold the fast path to.
 - :func:`pair_features`, the path a lookup runs. A stored question is scored against many
   incoming ones, so everything that depends on one text alone (its folded, stemmed words,
-  their counts, content set, first positions, hash buckets and its numbers) is computed once
-  per text and kept in a bounded LRU (:func:`text_profile`); the pair's own work is plain
-  dict and set arithmetic over those. It performs the same floating-point operations in the
-  same order as the reference, so every value is identical, not merely close
+  their counts, content set, first positions and its numbers) is computed once per text and
+  kept in a bounded LRU (:func:`text_profile`), from :func:`evermind.text.token_words` and
+  :func:`~evermind.text.token_numbers` (the tokeniser's fields without its ``Token``
+  objects, which were most of the cost of a question seen for the first time); hash buckets
+  and spelling ratios are kept per word. The pair's own work is plain dict and set
+  arithmetic. It performs the same floating-point operations in the same order as the
+  reference, so every value is identical, not merely close
   (``tests/unit/test_cache_verifier_fast.py`` checks every tune-split pair).
+
+No bound skips the features of a pair that could not pass: a miss reports its best
+candidate's probability (in its reason, and the gateway's free checks of misses learn from
+it), so every lookup that reaches the verifier computes it.
 
 The features are generic, not a word list:
 
