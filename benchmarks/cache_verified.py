@@ -27,7 +27,9 @@ both texts on every call, what every lookup ran before) and once on the fast pat
 work cached), alternating which goes first over ``N`` rounds; each round starts from cold
 caches with only the stored questions seen, so every lookup tokenises a new question;
 it prints both medians, their ratio, and how many decisions differ (the fast path must give
-the same ones).
+the same ones). With ``--miss-path N`` it measures the cache's whole miss path in process
+(:func:`miss_path`: ``alookup`` + ``astore`` of unique probes in a cache of the set's
+questions, built as the gateway builds it), verified against the rules, over ``N`` rounds.
 
 Sets: ``report`` (the corpus split never tuned on; only counts are printed), ``dev`` (the
 shared ``cache_pairs_dev.jsonl``, the untouched third check), ``tune`` (development numbers).
@@ -38,11 +40,14 @@ It measures; it asserts nothing. Usage::
         --embedders package:dist/demo/evermind-default.evermind
     python -m benchmarks.cache_verified --set tune --embedders terms,teacher:minilm \
         --deltas 0.01 --decision-rounds 7 --decision-only
+    python -m benchmarks.cache_verified --set tune --limit 300 --deltas 0.01 --miss-path 5 \
+        --decision-only
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import re
@@ -283,6 +288,45 @@ def format_cost(cost: dict[str, Any]) -> str:
     )
 
 
+async def _miss_path_p50(rows: Sequence[dict[str, str]], max_error: float | None) -> float:
+    """p50 seconds of one miss through the cache as the gateway builds it (the ``terms``
+    embedder, :class:`MatrixIndex`, no sampled checks): ``alookup`` then ``astore`` of a
+    unique probe, in a cache holding the questions of ``rows``."""
+    from evals.cache_replay import probe_text
+
+    from evermind.bridges.caching import TermEmbedder
+    from evermind.cache.semantic import SemanticCache
+    from evermind.cache.verified import Verification
+    from evermind.search.matrix import MatrixIndex
+
+    checks = None if max_error is None else Verification(max_error, sample_rate=0.0)
+    cache = SemanticCache(
+        TermEmbedder(), index=MatrixIndex(), capacity=100_000, max_error=max_error,
+        verification=checks,
+    )  # fmt: skip
+    for row in rows:
+        await cache.astore(row["query"], {"text": f"Answer {row['id']}."})
+    seconds = []
+    for i in range(400):
+        text = probe_text(10_000 + i)
+        start = time.perf_counter()
+        await cache.alookup(text)
+        await cache.astore(text, {"text": f"Answer to {text}"})
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def miss_path(rows: Sequence[dict[str, str]], max_error: float, rounds: int) -> dict[str, Any]:
+    """The cache's miss path in process, verified (``max_error``) vs the rules, alternating
+    over ``rounds``: the median of each one's per-round p50, in milliseconds."""
+    found: dict[str, list[float]] = {"verified": [], "rules": []}
+    for number in range(rounds):
+        order = [("verified", max_error), ("rules", None)]
+        for name, delta in order if number % 2 == 0 else order[::-1]:
+            found[name].append(asyncio.run(_miss_path_p50(rows, delta)))
+    return {name: 1e3 * statistics.median(values) for name, values in found.items()}
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -320,26 +364,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--decision-rounds", type=int, default=0, help="in-process decision cost, N rounds"
     )
-    parser.add_argument("--decision-only", action="store_true", help="skip the HTTP rows")
+    parser.add_argument(
+        "--miss-path", type=int, default=0, help="in-process miss path, verified vs rules, N rounds"
+    )
+    parser.add_argument("--decision-only", action="store_true", help="only the in-process lines")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     embedders = [e.strip() for e in args.embedders.split(",") if e.strip()]
     deltas = [d.strip() for d in args.deltas.split(",") if d.strip()]
     print(f"set {args.set}" + ("" if args.set == "report" else " (development numbers)"))
-    costs = []
-    if args.decision_rounds > 0:
-        rows = load_set(args.set, args.limit)
-        for embedder in embedders:
-            for delta in (float(d) for d in deltas if d != "off"):
-                costs.append(decision_cost(rows, embedder, delta, args.decision_rounds))
-                print(format_cost(costs[-1]), flush=True)
-    doc: dict[str, Any] = {"bench": "cache_verified", "set": args.set, "decision_cost": costs}
+    rows = load_set(args.set, args.limit)
+    doc: dict[str, Any] = {"bench": "cache_verified", "set": args.set, "triples": len(rows)}
+    doc["decision_cost"] = []
+    for embedder in embedders if args.decision_rounds > 0 else []:
+        for delta in (float(d) for d in deltas if d != "off"):
+            doc["decision_cost"].append(decision_cost(rows, embedder, delta, args.decision_rounds))
+            print(format_cost(doc["decision_cost"][-1]), flush=True)
+    if args.miss_path > 0:
+        delta = float(next(d for d in deltas if d != "off"))
+        doc["miss_path_ms"] = path = miss_path(rows, delta, args.miss_path)
+        print(
+            f"miss path in process (terms, {len(rows)} stored, 400 probes, p50, median of "
+            f"{args.miss_path} rounds): verified δ {delta:g} {path['verified']:.3f} ms, "
+            f"rules {path['rules']:.3f} ms",
+            flush=True,
+        )
     if not args.decision_only:
         print(HEADER, flush=True)
-        doc.update(
-            run(args.set, embedders, deltas, args.limit, args.verify_sample, args.probes),
-            decision_cost=costs,
-        )
+        doc["rows"] = run(args.set, embedders, deltas, args.limit, args.verify_sample, args.probes)[
+            "rows"
+        ]
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return 0
