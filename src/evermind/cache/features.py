@@ -69,8 +69,8 @@ FEATURE_VERSION = 2
 SCORE_PRODUCTS = {"small_edit": "small_edit_any", "jaccard": "jaccard", "edit_share": "edit_share"}
 #: Every feature that depends on the score.
 SCORE_FEATURES = frozenset({"score", "score_sq", *(f"score_x_{n}" for n in SCORE_PRODUCTS)})
-#: Texts whose :func:`text_profile` is kept (a few hundred bytes each).
-PROFILE_CACHE = 8192
+#: Texts whose :func:`text_profile` is kept (about 3 KB each: ~12 MB when full).
+PROFILE_CACHE = 4096
 
 _EDIT_KEYS = tuple(f"edit:{i}" for i in range(BUCKETS))
 _SMALL_EDIT_KEYS = tuple(f"small_edit:{i}" for i in range(BUCKETS))
