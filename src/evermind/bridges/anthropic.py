@@ -21,6 +21,7 @@ an error quotes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -98,6 +99,8 @@ class AnthropicBridge:
             await response.aclose()
         data = answers.parse_json(body, PROVIDER, "the response", self._secrets)
         completion = wire.anthropic_completion(data, PROVIDER, self._secrets)
+        if isinstance(data, dict):  # kept for a relay in this same protocol
+            completion = dataclasses.replace(completion, raw=data)
         answers.check_size(answers.answer_chars(completion), self.max_answer_chars, PROVIDER)
         self._last_usage = completion.usage
         return completion
@@ -119,9 +122,13 @@ class AnthropicBridge:
                 for event in parser.feed(piece):
                     if not event.data:
                         continue
-                    text = state.feed(answers.parse_json(event.data, PROVIDER, "an event", secrets))
+                    data = answers.parse_json(event.data, PROVIDER, "an event", secrets)
+                    text = state.feed(data)
                     if text:
                         yield Delta(text=text)
+                    elif isinstance(data, dict) and data.get("type") == "message_start":
+                        # The input tokens, as early as Anthropic says them.
+                        yield Delta(usage=state.usage_so_far())
                 if state.done:
                     break
         except httpx2.HTTPError as err:  # the body broke off while it was read
@@ -144,6 +151,40 @@ class AnthropicBridge:
         except anthropic.APIError as err:
             raise _mapped(err, self._secrets) from err
         return response
+
+    async def forward(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The JSON answer of another endpoint of this API, as it is (``GET`` the model list,
+        ``POST`` a token count): read like an answer, never past ``max_answer_chars``.
+
+        Raises:
+            UpstreamError: The API refused or failed, or answered with no JSON object.
+        """
+        try:
+            if method == "GET":
+                response: httpx2.Response = await self._client.get(
+                    path, cast_to=httpx2.Response, stream=True
+                )
+            else:
+                response = await self._client.post(
+                    path, body=body, cast_to=httpx2.Response, stream=True
+                )
+        except anthropic.APIError as err:
+            raise _mapped(err, self._secrets) from err
+        try:
+            raw = await answers.read_limited(
+                response.aiter_bytes(),
+                answers.body_limit(self.max_answer_chars),
+                PROVIDER,
+                response.headers.get("content-length"),
+            )
+        except httpx2.HTTPError as err:
+            raise answers.broke_off(PROVIDER, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
+        data = answers.parse_json(raw, PROVIDER, "the response", self._secrets)
+        return dict(answers.mapping(data, PROVIDER, "the response", required=True))
 
     async def aclose(self) -> None:
         """Closes the SDK client's connections (unless it was passed in)."""

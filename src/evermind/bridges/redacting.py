@@ -12,6 +12,7 @@ holds a configured key reaches a client or the cache:
   deltas, so the longest tail of what arrived that could still begin a key is held back
   until the next delta shows it is not one (at most the longest key's length, minus one);
   the completion's text is exactly what was streamed;
+- the upstream's raw answer (``Completion.raw``), every string at any depth;
 - an :class:`~evermind.errors.UpstreamError`'s message.
 
 Each key is replaced by ``***``. Messages are scrubbed whole, before any cut: a cut first
@@ -134,9 +135,9 @@ class RedactingBridge:
                     yield Delta(completion=self._scrubbed(delta.completion, "".join(sent)))
                     return
                 text = scrubber.feed(delta.text)
-                if text:
+                if text or delta.usage is not None:
                     sent.append(text)
-                    yield Delta(text=text)
+                    yield Delta(text=text, usage=delta.usage)
         except UpstreamError as err:
             raise self._cleaned(err) from None
         finally:
@@ -153,7 +154,8 @@ class RedactingBridge:
             )
             for call in completion.tool_calls
         )
-        return dataclasses.replace(completion, text=text, tool_calls=calls)
+        raw = None if completion.raw is None else scrub_value(completion.raw, self.secrets)
+        return dataclasses.replace(completion, text=text, tool_calls=calls, raw=raw)
 
     def _cleaned(self, err: UpstreamError) -> UpstreamError:
         return scrubbed_error(err, self.secrets)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evermind.bridges import answers
-from evermind.bridges.base import Completion, ToolCall
+from evermind.bridges.base import Completion, ToolCall, Usage
 from evermind.bridges.wire import (
     ANTHROPIC_FINISH,
     OPENAI_FINISH,
@@ -138,6 +138,14 @@ class AnthropicStream(_Fold):
         elif kind == "error":
             raise answers.stream_error(p, event.get("error"), self.secrets)
         return ""
+
+    def usage_so_far(self) -> Usage:
+        """The usage reported so far (after ``message_start``: the input side).
+
+        Raises:
+            UpstreamError: A count that is not a whole number in range.
+        """
+        return anthropic_usage(self._usage, self.provider)
 
     def completion(self) -> Completion:
         """The completion of the events fed (call after ``message_stop``: :attr:`done`).

@@ -123,6 +123,13 @@ class MessagesRequest(_Body):
     tools: list[dict[str, Any]] | None = None
 
 
+class CountTokensRequest(_Body):
+    """``POST /v1/messages/count_tokens``: read for its model; the body goes upstream as sent."""
+
+    model: str = Field(description="<upstream>/<name>, or a bare id of the default upstream")
+    messages: list[AnthropicMessage] = Field(min_length=1)
+
+
 class EmbeddingRequest(_Body):
     """``POST /v1/embeddings``."""
 

@@ -21,7 +21,7 @@ error body (the SDKs raise by status: 429, 502, 504 as on the OpenAI route).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -33,7 +33,7 @@ from evermind.errors import EvermindError, InputError, NotFound
 from evermind.runtime.gateway.core import Gateway, Resolved
 from evermind.runtime.gateway.openai import SSE_HEADERS, cache_headers, evermind_field
 from evermind.runtime.ids import response_id
-from evermind.runtime.schemas import MessagesRequest
+from evermind.runtime.schemas import CountTokensRequest, MessagesRequest
 from evermind.runtime.state import Reader, RuntimeDep
 
 router = APIRouter(tags=["gateway"])
@@ -59,18 +59,23 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _turns(body: MessagesRequest) -> list[Message]:
+def _turns(body: MessagesRequest, passthrough: bool) -> list[Message]:
+    """The neutral turns; with ``passthrough`` (the upstream speaks Messages too) blocks the
+    gateway does not read (images, documents, thinking) are kept on their turn as they are,
+    else refused."""
     turns: list[Message] = []
     for i, message in enumerate(body.messages):
         if isinstance(message.content, str):
             turns.append(Message(message.role, message.content))
             continue
         texts: list[str] = []
+        kept: list[dict[str, Any]] = []
         calls: list[ToolCall] = []
         for j, block in enumerate(message.content):
             kind = block.get("type")
             if kind == "text":
                 texts.append(str(block.get("text", "")))
+                kept.append(block)
             elif kind == "tool_use" and message.role == "assistant":
                 arguments = block.get("input") or {}
                 calls.append(
@@ -81,26 +86,52 @@ def _turns(body: MessagesRequest) -> list[Message]:
                 turns.append(
                     Message("tool", result, tool_call_id=str(block.get("tool_use_id", "")))
                 )
+            elif passthrough:
+                kept.append(block)
             else:
                 raise InputError(
                     f"messages[{i}].content[{j}]: block type {kind!r} is not supported by the "
-                    "gateway; expected text, tool_use (assistant) or tool_result (user)",
+                    "gateway towards an upstream of another protocol; expected text, tool_use "
+                    "(assistant) or tool_result (user)",
                     code="unsupported_content",
                 )
-        if texts or calls:
+        if len(kept) > len(texts):  # blocks besides text: kept, so the cache keys on them
+            turns.append(Message(message.role, kept, tool_calls=tuple(calls)))
+        elif texts or calls:
             turns.append(Message(message.role, "".join(texts), tool_calls=tuple(calls)))
     return turns
 
 
+#: The Messages fields the gateway reads; every other field a client sends goes to an
+#: upstream of the Messages protocol as it is (and is dropped, named in
+#: ``x-evermind-dropped``, towards one of another protocol).
+READ_FIELDS = frozenset(
+    {"model", "max_tokens", "messages", "system", "temperature", "top_p", "top_k"}
+    | {"stop_sequences", "stream", "tools"}
+)
+
+
 def messages_request(
-    body: MessagesRequest, model: str, tenant: str, cache_header: str | None, user: str = ""
+    body: MessagesRequest,
+    model: str,
+    tenant: str,
+    cache_header: str | None,
+    user: str = "",
+    raw: dict[str, Any] | None = None,
 ) -> ChatRequest:
     """The neutral request for a Messages body (``model`` is the upstream's own name);
-    ``user``: the caller's principal id (:attr:`~evermind.tokens.Principal.user`)."""
+    ``user``: the caller's principal id (:attr:`~evermind.tokens.Principal.user`).
+
+    ``raw``: the client's JSON body, when the upstream speaks Messages too: it is then sent as
+    it is (``passthrough``), and the fields the gateway does not read are in ``extra`` (so
+    the cache keys on them: a different ``thinking`` or ``metadata`` never shares an entry).
+    """
     system = (
         body.system if isinstance(body.system, str) or body.system is None else _text(body.system)
     )
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = (
+        {} if raw is None else {k: v for k, v in raw.items() if k not in READ_FIELDS}
+    )
     if body.top_p is not None:
         extra["top_p"] = body.top_p
     if body.top_k is not None:
@@ -113,7 +144,9 @@ def messages_request(
     elif opt == "refresh":  # a fresh answer that replaces the cached one
         extra["cache"] = "refresh"
     tools = tuple(
-        {
+        dict(t)
+        if raw is not None  # as sent (server tools, cache_control): the cache keys on them
+        else {
             "name": str(t.get("name", "")),
             "description": str(t.get("description", "")),
             "input_schema": t.get("input_schema") or {"type": "object"},
@@ -122,7 +155,7 @@ def messages_request(
     )
     return ChatRequest(
         model=model,
-        messages=tuple(_turns(body)),
+        messages=tuple(_turns(body, raw is not None)),
         system=system or None,
         max_tokens=body.max_tokens,
         temperature=body.temperature,
@@ -131,6 +164,7 @@ def messages_request(
         tenant=tenant,
         extra=extra,
         user=user,
+        passthrough=None if raw is None else ("anthropic", raw),
     )
 
 
@@ -160,23 +194,16 @@ async def messages(
     body: MessagesRequest, runtime: RuntimeDep, who: Reader, http_request: Request
 ) -> Any:
     """A gateway model's answer to ``messages``; ``stream: true`` answers with SSE events."""
-    gateway = runtime.gateway
-    resolved = None if gateway is None else gateway.resolve(body.model, who)
-    if gateway is None or resolved is None:
-        raise NotFound(
-            f"model {body.model!r} is not a gateway model; /v1/messages serves "
-            "<upstream>/<name> models of the server's --upstreams file (local evermind/ "
-            "models answer on /v1/chat/completions)",
-            code="model_not_found",
-        )
-    if body.max_tokens > runtime.config.max_tokens_cap:
-        raise InputError(
-            f"max_tokens: {body.max_tokens} exceeds this server's limit of "
-            f"{runtime.config.max_tokens_cap}",
-            code="max_tokens_too_large",
-        )
+    gateway, resolved = _resolved(runtime, body.model, who)
+    raw = await http_request.json()
+    same = resolved.upstream.protocol == "anthropic"
     request = messages_request(
-        body, resolved.model, who.tenant, http_request.headers.get("x-evermind-cache"), who.user
+        body,
+        resolved.model,
+        who.tenant,
+        http_request.headers.get("x-evermind-cache"),
+        who.user,
+        raw if same else None,
     )
     size = len(request.system or "") + sum(len(m.text()) for m in request.messages)
     if size > runtime.config.max_input_chars:
@@ -185,15 +212,60 @@ async def messages(
             f"{runtime.config.max_input_chars}; hint: shorten them",
             code="input_too_long",
         )
-    return await _serve(gateway, resolved, body, request)
+    dropped = () if same else sorted(set(raw) - READ_FIELDS)
+    return await _serve(gateway, resolved, body, request, dropped)
+
+
+def _resolved(runtime: Any, model: str, who: Any) -> tuple[Gateway, Resolved]:
+    """The gateway and where ``model`` goes on this route (a bare provider id: the
+    ``anthropic`` default upstream).
+
+    Raises:
+        NotFound: No gateway, or a model no upstream serves.
+    """
+    gateway = runtime.gateway
+    resolved = None if gateway is None else gateway.resolve(model, who, "anthropic")
+    if gateway is None or resolved is None:
+        raise NotFound(
+            f"model {model!r} is not a gateway model; /v1/messages serves "
+            "<upstream>/<name> models of the server's --upstreams file, and bare ids with an "
+            "[default_upstreams] anthropic upstream (local evermind/ models answer on "
+            "/v1/chat/completions)",
+            code="model_not_found",
+        )
+    return gateway, resolved
+
+
+@router.post("/v1/messages/count_tokens", summary="Count a Messages request's input tokens")
+async def count_tokens(
+    body: CountTokensRequest, runtime: RuntimeDep, who: Reader, http_request: Request
+) -> Any:
+    """The upstream's own count of ``body`` (a Messages API upstream: the body as sent, with
+    the upstream's model name)."""
+    gateway, resolved = _resolved(runtime, body.model, who)
+    if resolved.upstream.protocol != "anthropic":
+        raise NotFound(
+            f"model {body.model!r}: count_tokens needs an upstream of the anthropic protocol, "
+            f"{resolved.upstream.name!r} speaks {resolved.upstream.protocol!r}",
+            code="model_not_found",
+        )
+    raw = {**await http_request.json(), "model": resolved.model}
+    return JSONResponse(await gateway.forward(resolved, "POST", "/v1/messages/count_tokens", raw))
 
 
 async def _serve(
-    gateway: Gateway, resolved: Resolved, body: MessagesRequest, request: ChatRequest
+    gateway: Gateway,
+    resolved: Resolved,
+    body: MessagesRequest,
+    request: ChatRequest,
+    dropped: Sequence[str] = (),
 ) -> JSONResponse | StreamingResponse:
     message_id = response_id("msg_", 24)
     opened = await gateway.open_call(resolved, request, body.stream)
     status, reason, detail = opened.status, opened.reason, opened.detail
+    headers = cache_headers(status, reason)
+    if dropped:
+        headers["x-evermind-dropped"] = ",".join(dropped)
     if opened.completion is None:
         assert opened.deltas is not None
         events = _events(
@@ -207,9 +279,18 @@ async def _serve(
             opened.deltas,
             opened.first,
         )
-        headers = {**SSE_HEADERS, **cache_headers(status, reason)}
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return StreamingResponse(
+            events, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
+        )
     completion = opened.completion
+    if completion.raw is not None and resolved.upstream.protocol == "anthropic":
+        # The upstream's own answer, every field as it sent it (keys scrubbed).
+        relayed = {
+            **completion.raw,
+            "model": body.model,
+            "evermind": evermind_field(completion, status, detail),
+        }
+        return JSONResponse(relayed, headers=headers)
     content = [{"type": "text", "text": completion.text}] if completion.text else []
     answer = {
         "id": message_id,
@@ -222,7 +303,7 @@ async def _serve(
         "usage": _usage(completion),
         "evermind": evermind_field(completion, status, detail),
     }
-    return JSONResponse(answer, headers=cache_headers(status, reason))
+    return JSONResponse(answer, headers=headers)
 
 
 async def _events(
@@ -238,7 +319,15 @@ async def _events(
 ) -> AsyncIterator[bytes]:
     """The Messages event stream of a call whose first delta is already in."""
     upstream = resolved.upstream
+    usage = first.usage if first is not None else None
     zero = {"input_tokens": 0, "output_tokens": 0}
+    if usage is not None:  # the upstream's own count, as its message_start says it
+        zero = {
+            "input_tokens": usage.input_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_read_input_tokens": usage.cache_read_tokens,
+            "output_tokens": usage.output_tokens,
+        }
     start: dict[str, Any] = {
         "id": message_id,
         "type": "message",

@@ -43,7 +43,7 @@ from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta
 from evermind.bridges.caching import CachingBridge, TermEmbedder
 from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
-from evermind.bridges.redacting import RedactingBridge, scrubbed_error
+from evermind.bridges.redacting import RedactingBridge, scrub_value, scrubbed_error
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
@@ -117,11 +117,13 @@ async def within(seconds: float, provider: str, step: Awaitable[T]) -> T:
 
 
 class Resolved(NamedTuple):
-    """Where a model id goes: the bridge, the model name it is asked for, the upstream."""
+    """Where a model id goes: the bridge, the model name it is asked for, the upstream, and
+    who asks (the tenant: its key)."""
 
     bridge: Bridge
     model: str
     upstream: UpstreamConfig
+    tenant: str = ""
 
 
 class StoreBackend:
@@ -323,6 +325,7 @@ class Gateway:
         self.metrics = metrics
         self._connect = connect
         self._bridges: dict[tuple[str, str], Bridge] = {}
+        self._sdks: dict[tuple[str, str], Bridge] = {}
         embedder = make_embedder(config.embedder, executor)
         self.cache: SemanticCache | None = None
         if embedder is not None:
@@ -347,9 +350,15 @@ class Gateway:
                     metrics.gauges[name] = _gauge(verification, name)
         self._secrets = sorted(config.secrets, key=len, reverse=True)
 
-    def resolve(self, model_id: str, principal: Principal) -> Resolved | None:
+    def resolve(
+        self, model_id: str, principal: Principal, protocol: str | None = None
+    ) -> Resolved | None:
         """The bridge serving ``model_id`` for ``principal``; None when it is not the
         gateway's (``evermind/<ref>`` and any id that names no upstream: served locally).
+
+        ``protocol``: the client route's (``anthropic``, ``openai``); given, an id whose
+        prefix names no upstream (a bare provider id such as ``claude-sonnet-4-5-20250929``)
+        goes, whole, to that protocol's default upstream (``[default_upstreams]``), if any.
 
         Raises:
             NotFound: The upstream does not serve that model (``models`` in the config).
@@ -360,7 +369,10 @@ class Gateway:
         prefix, slash, name = model_id.partition("/")
         upstream = self.config.upstreams.get(prefix)
         if not slash or upstream is None:
-            return None
+            default = self.config.default_upstreams.get(protocol or "")
+            if default is None or prefix == "evermind" or not model_id:
+                return None
+            prefix, name, upstream = default, model_id, self.config.upstreams[default]
         if not name:
             raise NotFound(
                 f"model {model_id!r}: expected {prefix}/<model name>", code="model_not_found"
@@ -385,16 +397,41 @@ class Gateway:
                     f"[upstreams.{prefix}.tenant_keys] in the server's upstreams file",
                     code="upstream_no_key",
                 )
-            inner: Bridge = RedactingBridge(
-                InstrumentedBridge(self._connect(upstream, key), self.prices), self._secrets
-            )
+            sdk = self._sdks[(tenant, prefix)] = self._connect(upstream, key)
+            inner: Bridge = RedactingBridge(InstrumentedBridge(sdk, self.prices), self._secrets)
             caching = (
                 None
                 if self.cache is None
                 else CachingBridge(inner, self.cache, self.config.policy, price=self.prices.price)
             )
             bridge = self._bridges[(tenant, prefix)] = caching or inner
-        return Resolved(bridge, name, upstream)
+        return Resolved(bridge, name, upstream, tenant)
+
+    async def forward(
+        self, resolved: Resolved, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Another endpoint of ``resolved``'s upstream, answered as it is (keys scrubbed):
+        the provider's token count or model list. Not cached, not priced.
+
+        Raises:
+            NotFound: The upstream's bridge cannot forward (a router, a custom protocol).
+            UpstreamError: The upstream refused or failed (counted, keys scrubbed).
+        """
+        upstream = resolved.upstream
+        sdk = self._sdks.get((resolved.tenant, upstream.name))
+        forward = getattr(sdk, "forward", None)
+        if forward is None:
+            raise NotFound(
+                f"upstream {upstream.name!r} ({upstream.protocol}) cannot answer {path}",
+                code="not_found",
+            )
+        try:
+            answer = await within(upstream.timeout, upstream.protocol, forward(method, path, body))
+        except UpstreamError as err:
+            self.failed(resolved.tenant, upstream.name, err)
+            raise self.clean(err) from None
+        scrubbed: dict[str, Any] = scrub_value(answer, self._secrets)
+        return scrubbed
 
     def _auto(self, principal: Principal) -> Resolved:
         """The tenant's ``evermind/auto`` (built once per tenant)."""
@@ -432,7 +469,7 @@ class Gateway:
         upstream = UpstreamConfig(
             name="auto", protocol=frontier.upstream.protocol, timeout=frontier.upstream.timeout
         )
-        return Resolved(bridge, "auto", upstream)
+        return Resolved(bridge, "auto", upstream, tenant)
 
     async def open_call(self, resolved: Resolved, request: ChatRequest, stream: bool) -> Opened:
         """Looks ``request`` up in the cache (when the bridge caches) and starts the call:
@@ -548,6 +585,7 @@ class Gateway:
             except Exception as err:  # closing must not stop the others from closing
                 logger.warning("gateway: closing a bridge failed: %s", err)
         self._bridges.clear()
+        self._sdks.clear()
         self._autos.clear()
         if self.cache is not None and isinstance(self.cache.l2, StoreBackend):
             await self.cache.l2.aflush()  # the L2 writes still under way reach the disk
