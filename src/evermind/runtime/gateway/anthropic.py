@@ -185,6 +185,16 @@ def _tool_blocks(completion: Completion) -> list[dict[str, Any]]:
     ]
 
 
+def _block_start(index: int, block: dict[str, Any]) -> bytes:
+    """``content_block_start`` of block ``index`` (the first is followed by a ``ping``, as
+    Anthropic sends it)."""
+    start = _sse(
+        "content_block_start",
+        {"type": "content_block_start", "index": index, "content_block": block},
+    )
+    return start + (_sse("ping", {"type": "ping"}) if index == 0 else b"")
+
+
 def _sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
@@ -339,16 +349,17 @@ async def _events(
         "usage": zero,
     }
     yield _sse("message_start", {"type": "message_start", "message": start})
-    yield _sse(
-        "content_block_start",
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-    )
-    yield _sse("ping", {"type": "ping"})
+    # Blocks open as the answer has them: a text block at its first text (an answer that
+    # only calls tools has none), then one block per tool call; ping after the first block.
+    blocks = 0
     completion: Completion | None = None
     try:
         async with aclosing(gateway.relay(request.tenant, upstream, first, deltas)) as relayed:
             async for delta in relayed:
                 if delta.text:
+                    if not blocks:
+                        blocks = 1
+                        yield _block_start(0, {"type": "text", "text": ""})
                     text = {"type": "text_delta", "text": delta.text}
                     yield _sse(
                         "content_block_delta",
@@ -361,13 +372,10 @@ async def _events(
         return
     assert completion is not None  # the relay ends on the completion or raises
     gateway.account(request.tenant, upstream.name, status, completion)
-    yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-    for index, block in enumerate(_tool_blocks(completion), start=1):
-        opened = {**block, "input": {}}
-        yield _sse(
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": opened},
-        )
+    if blocks:
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+    for index, block in enumerate(_tool_blocks(completion), start=blocks):
+        yield _block_start(index, {**block, "input": {}})
         partial = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
         yield _sse(
             "content_block_delta",

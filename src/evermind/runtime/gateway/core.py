@@ -63,6 +63,9 @@ T = TypeVar("T")
 #: token's tenant can read or write them through ``/v1/semantic-cache``.
 L2_TENANT = "~gateway"
 
+#: Where each protocol's API lists its models, relative to the SDK's base URL.
+MODEL_LIST_PATHS = {"anthropic": "/v1/models", "openai": "/models"}
+
 #: Seconds the SDK waits beyond the gateway's own deadline.
 SDK_TIMEOUT_MARGIN_S = 5.0
 
@@ -384,6 +387,15 @@ class Gateway:
                 f"{[f'{prefix}/{m}' for m in upstream.models]}",
                 code="model_not_found",
             )
+        return Resolved(self._bridge(upstream, tenant), name, upstream, tenant)
+
+    def _bridge(self, upstream: UpstreamConfig, tenant: str) -> Bridge:
+        """The tenant's bridge to ``upstream`` (built once).
+
+        Raises:
+            AccessError: The tenant may not use the upstream, or has no key for it.
+        """
+        prefix = upstream.name
         if upstream.tenants and tenant not in upstream.tenants:
             raise AccessError(
                 f"tenant {tenant!r} may not use upstream {prefix!r}", code="upstream_forbidden"
@@ -405,7 +417,23 @@ class Gateway:
                 else CachingBridge(inner, self.cache, self.config.policy, price=self.prices.price)
             )
             bridge = self._bridges[(tenant, prefix)] = caching or inner
-        return Resolved(bridge, name, upstream, tenant)
+        return bridge
+
+    async def upstream_models(self, principal: Principal, protocol: str) -> dict[str, Any] | None:
+        """The model list of ``protocol``'s default upstream, as that upstream answers it
+        (its own shape); None when there is no default upstream speaking ``protocol``.
+
+        Raises:
+            AccessError: The tenant may not use that upstream.
+            UpstreamError: The upstream refused or failed (keys scrubbed).
+        """
+        name = self.config.default_upstreams.get(protocol)
+        upstream = None if name is None else self.config.upstreams[name]
+        if upstream is None or upstream.protocol != protocol:
+            return None
+        bridge = self._bridge(upstream, principal.tenant)
+        resolved = Resolved(bridge, "", upstream, principal.tenant)
+        return await self.forward(resolved, "GET", MODEL_LIST_PATHS[protocol])
 
     async def forward(
         self, resolved: Resolved, method: str, path: str, body: dict[str, Any] | None = None
