@@ -214,3 +214,24 @@ def test_the_model_list_is_the_upstreams_own(
     assert upstream.requests[before].path == "/v1/models"
     assert [m.id for m in raw.parse().data] == ["claude-sonnet-4-5-20250929"]
     assert diff(listed, raw.http_response.json()) == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("POST", "/v1/messages/count_tokens"), ("GET", "/v1/models")]
+)
+def test_x_api_key_is_the_runtime_token_on_every_anthropic_route(
+    gateway: ServerThread, upstream: TranscriptUpstream, method: str, path: str
+) -> None:
+    """Claude Code with ANTHROPIC_API_KEY sends x-api-key, not a bearer token."""
+    upstream.reset()
+    upstream.answer({"status": 200, "json": {"input_tokens": 3, "data": []}}, "anthropic")
+    body = {"model": "claude-sonnet-4-5-20250929", "messages": [{"role": "user", "content": "a"}]}
+    headers = {"x-api-key": TOKEN_A, "anthropic-version": "2023-06-01"}
+    with httpx.Client(base_url=gateway.url, headers=headers, timeout=30) as http:
+        answer = http.request(method, path, json=body if method == "POST" else None)
+    assert answer.status_code == 200, answer.text
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        refused = http.request(method, path, headers={"x-api-key": "not-a-token"})
+    assert refused.status_code == 401
+    if path.startswith("/v1/messages"):  # the model list is shared: its errors are OpenAI's
+        assert refused.json()["type"] == "error"

@@ -71,8 +71,9 @@ logger = logging.getLogger(__name__)
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PUSH = ("POST", "/v1/models")
-#: The Anthropic-shaped route, whose clients authenticate with ``x-api-key``.
-MESSAGES = "/v1/messages"
+#: The routes Anthropic clients call (Messages, its token count, the model list), where
+#: their ``x-api-key`` header carries the runtime token.
+ANTHROPIC_ROUTES = frozenset({"/v1/messages", "/v1/messages/count_tokens", "/v1/models"})
 #: Content types a push may declare (none is fine: a non-browser client). A web form can
 #: send text/plain, urlencoded or multipart without a preflight; none of those is a package.
 PUSH_TYPES = frozenset({"application/octet-stream", "application/zip", "application/x-evermind"})
@@ -259,7 +260,8 @@ class FrontDoor:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         peer = str((scope.get("client") or ("?", 0))[0])
         authorization = headers.get("authorization")
-        if authorization is None and scope["path"] == MESSAGES and "x-api-key" in headers:
+        anthropic_route = scope["path"].rstrip("/") in ANTHROPIC_ROUTES
+        if authorization is None and anthropic_route and "x-api-key" in headers:
             # Anthropic clients send their key as x-api-key: here, the runtime token.
             authorization = f"Bearer {headers['x-api-key']}"
         principal = self.failures.authenticate(self.runtime.tokens, authorization, peer)
