@@ -10,12 +10,21 @@ Messages response: content blocks, ``stop_reason``, the four usage fields, and o
 the real event sequence (``message_start``, ``content_block_start``, ``ping``,
 ``content_block_delta``, ``content_block_stop``, ``message_delta``, ``message_stop``).
 
+A client in Anthropic's own protocol, to a Messages API upstream, is passed through: its body
+goes upstream as sent (``ChatRequest.passthrough``; the fields in :data:`READ_FIELDS` are what
+the gateway reads, every other one is part of the cache key) and a JSON answer is the
+upstream's own (``model`` set to the client's id, the ``evermind`` field added). Towards an
+OpenAI-protocol upstream the body is translated and the fields it cannot carry are named in
+``x-evermind-dropped``. A bare provider id (``claude-sonnet-4-5-20250929``) goes to the
+``anthropic`` default upstream (``[default_upstreams]``). ``/v1/messages/count_tokens`` is
+forwarded to the upstream as sent.
+
 The cache is reported as on the OpenAI route: the ``x-evermind-cache`` header and an
 ``evermind`` field (on ``message_delta`` in a stream). The client authenticates with its
 *runtime* token, as ``x-api-key`` (the SDK's ``api_key``) or a bearer token
-(``auth_token``). Only gateway models are served here (``<upstream>/<name>``); local
-``evermind/<ref>`` models answer on ``/v1/chat/completions``. Errors keep the runtime's one
-error body (the SDKs raise by status: 429, 502, 504 as on the OpenAI route).
+(``auth_token``). Local ``evermind/<ref>`` models answer on ``/v1/chat/completions``. Errors
+have Anthropic's shape (:func:`evermind.runtime.errors.shaped`) and the upstream's status for
+a request it refused.
 """
 
 from __future__ import annotations

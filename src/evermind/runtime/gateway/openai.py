@@ -13,6 +13,13 @@ server-sent events. Every answer says how the cache served it:
   when the caller itself stored the entry, ``detail`` never quotes a stored query). OpenAI
   clients keep unknown fields (``response.model_extra``).
 
+A client of an OpenAI-protocol upstream is passed through: its body goes upstream as sent
+(``ChatRequest.passthrough``: every field and content part; :data:`READ_FIELDS` are the ones
+the gateway reads, the others are part of the cache key; no ``max_tokens`` is invented) and a
+JSON answer is the upstream's own (``model`` set to the client's id, ``evermind`` added).
+Towards a Messages API upstream the body is translated; the fields it cannot carry are named in
+``x-evermind-dropped``.
+
 The request header ``x-evermind-cache: on|off`` opts a request in or out of the cache
 (``refresh``: never served from the cache; the upstream's answer replaces the entry)
 (``extra["cache"]``). Upstream failures become clean statuses (see ``runtime/app.py``);
