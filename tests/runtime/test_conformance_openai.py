@@ -31,6 +31,8 @@ from tests.runtime.conformance import (
 from tests.runtime.helpers import TOKEN_A
 
 TRANSCRIPTS = transcripts("openai_")
+#: A Messages API answer, for the request an OpenAI client sends to an Anthropic upstream.
+ANTHROPIC_ANSWER = transcripts("anthropic_text")["anthropic_text"]["response"]["json"]
 UPSTREAMS = {"anthropic", "openai"}
 #: What the gateway adds to an answer (docs/gateway.md): never in the upstream's.
 ADDED = ("evermind",)
@@ -183,3 +185,29 @@ def test_the_model_list_carries_the_upstreams_own(
     assert upstream.requests[-1].path == "/v1/models"
     assert raw.http_response.json() == {"object": "list", "data": [entry]}
     assert [m.id for m in raw.parse().data] == ["gpt-4o-mini"]
+
+
+def test_across_protocols_the_request_is_translated_and_what_is_dropped_is_named(
+    gateway: ServerThread, upstream: TranscriptUpstream
+) -> None:
+    """An OpenAI client of a Messages API upstream: the upstream's required max_tokens is the
+    configured default (none was sent), and the fields Messages cannot carry are named."""
+    answer = ANTHROPIC_ANSWER
+    upstream.reset()
+    upstream.answer({"status": 200, "json": answer}, "anthropic")
+    chat = _client(gateway, Sent()).chat.completions
+    raw = chat.with_raw_response.create(
+        model="anthropic/claude-sonnet-4-5-20250929",
+        messages=[{"role": "user", "content": "Hello across protocols"}],
+        logit_bias={"50256": -100},
+        user="user-1234",
+    )
+    received = upstream.requests[-1]
+    assert received.path == "/v1/messages"
+    assert (
+        received.body["max_tokens"] == 8192
+        and received.body["model"] == "claude-sonnet-4-5-20250929"
+    )
+    assert "logit_bias" not in received.body and "user" not in received.body
+    assert raw.headers["x-evermind-dropped"] == "logit_bias,user"
+    assert raw.parse().choices[0].message.content == answer["content"][0]["text"]

@@ -176,8 +176,8 @@ def openai_body(request: ChatRequest, *, stream: bool = False) -> dict[str, Any]
     """
     own = _passthrough(request, "openai", ("stream", "stream_options"))
     if own is not None:
-        if stream:
-            options = own.get("stream_options")
+        if stream and request.passthrough is not None:
+            options = request.passthrough[1].get("stream_options")
             kept = dict(options) if isinstance(options, Mapping) else {}
             own.update(stream=True, stream_options={**kept, "include_usage": True})
         return own
