@@ -56,7 +56,9 @@ def _client(gateway: ServerThread, sent: Sent) -> anthropic.Anthropic:
     )
 
 
-def _call(client: anthropic.Anthropic, path: str, request: dict[str, Any]) -> Any:
+def _call(
+    client: anthropic.Anthropic, path: str, request: dict[str, Any], headers: dict[str, str]
+) -> Any:
     """The SDK call of ``request`` (fields its method does not name go in ``extra_body``)."""
     create = (
         client.messages.count_tokens if path.endswith("count_tokens") else client.messages.create
@@ -69,13 +71,18 @@ def _call(client: anthropic.Anthropic, path: str, request: dict[str, Any]) -> An
         if path.endswith("count_tokens")
         else client.messages.with_raw_response.create
     )
-    return raw(**named, extra_body=extra or None)
+    return raw(**named, extra_body=extra or None, extra_headers=headers or None)
 
 
-def _upstream_side(upstream: TranscriptUpstream, before: int, path: str) -> Any:
+def _upstream_side(
+    upstream: TranscriptUpstream, before: int, path: str, headers: dict[str, str]
+) -> Any:
+    """The body the upstream received for the call (its one request), after checking that
+    the client's protocol headers came with it."""
     received = upstream.requests[before:]
     assert len(received) == 1, [r.path for r in received]
     assert received[0].path == path
+    assert {k: received[0].headers.get(k) for k in headers} == headers
     return received[0].body
 
 
@@ -87,16 +94,17 @@ def test_a_json_exchange_passes_through_field_by_field(
 ) -> None:
     transcript = TRANSCRIPTS[name]
     request, response = transcript["request"], transcript["response"]
+    headers = transcript.get("headers", {})
     upstream.reset()
     upstream.answer(response, "anthropic")
     sent, before = Sent(), len(upstream.requests)
     if response["status"] >= 400:
         with pytest.raises(anthropic.APIStatusError) as raised:
-            _call(_client(gateway, sent), transcript["path"], request)
+            _call(_client(gateway, sent), transcript["path"], request, headers)
         got = raised.value.response
     else:
-        got = _call(_client(gateway, sent), transcript["path"], request).http_response
-    received = _upstream_side(upstream, before, transcript["path"])
+        got = _call(_client(gateway, sent), transcript["path"], request, headers).http_response
+    received = _upstream_side(upstream, before, transcript["path"], headers)
     expected_up = {**sent.bodies[0], "model": upstream_name(request["model"], UPSTREAMS)}
     assert diff(expected_up, received) == [], "the upstream did not receive the client's body"
     assert got.status_code == response["status"], got.text
@@ -157,14 +165,19 @@ def test_a_stream_passes_through_event_by_event(
 ) -> None:
     transcript = TRANSCRIPTS[name]
     request, response = transcript["request"], transcript["response"]
+    headers = transcript.get("headers", {})
     upstream.reset()
     upstream.answer(response, "anthropic")
     sent, before = Sent(), len(upstream.requests)
     client = _client(gateway, sent)
-    named = {k: v for k, v in request.items() if k != "stream"}
-    with client.messages.create(**named, stream=True) as stream:
+    accepted = sdk_arguments(client.messages.create)
+    named = {k: v for k, v in request.items() if k in accepted and k != "stream"}
+    extra = {k: v for k, v in request.items() if k not in accepted}
+    with client.messages.create(
+        **named, stream=True, extra_body=extra or None, extra_headers=headers or None
+    ) as stream:
         got = [event.to_dict() for event in stream]
-    received = _upstream_side(upstream, before, transcript["path"])
+    received = _upstream_side(upstream, before, transcript["path"], headers)
     expected_up = {**sent.bodies[0], "model": upstream_name(request["model"], UPSTREAMS)}
     assert diff(expected_up, received) == []
     upstream_events = [e["data"] for e in response["events"]]

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from evermind.bridges.base import ChatRequest, Completion, Delta, Message, Usage
+from evermind.bridges.base import ChatRequest, Completion, Delta, Message, Passthrough, Usage
 from evermind.bridges.redacting import RedactingBridge
 from evermind.bridges.wire import anthropic_body, openai_body
 from evermind.errors import ConfigError
@@ -22,7 +22,7 @@ HELLO = (Message("user", "Hello"),)
 
 def _passed(protocol: str, body: dict[str, object]) -> ChatRequest:
     return ChatRequest(
-        model="claude-x", messages=HELLO, max_tokens=None, passthrough=(protocol, body)
+        model="claude-x", messages=HELLO, max_tokens=None, passthrough=Passthrough(protocol, body)
     )
 
 

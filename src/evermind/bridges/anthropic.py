@@ -85,7 +85,9 @@ class AnthropicBridge:
             UpstreamError: The API refused or failed, or its answer is malformed, incomplete
                 or too large (see the module docstring).
         """
-        response = await self._post(wire.anthropic_body(request))
+        response = await self._post(
+            wire.anthropic_body(request), wire.passthrough_headers(request, PROVIDER)
+        )
         try:
             body = await answers.read_limited(
                 response.aiter_bytes(),
@@ -116,7 +118,9 @@ class AnthropicBridge:
         secrets = self._secrets
         state = streams.AnthropicStream(PROVIDER, self.max_answer_chars, secrets)
         parser = streams.SSEParser(PROVIDER)
-        response = await self._post(wire.anthropic_body(request, stream=True))
+        response = await self._post(
+            wire.anthropic_body(request, stream=True), wire.passthrough_headers(request, PROVIDER)
+        )
         try:
             async for piece in response.aiter_text():
                 for event in parser.feed(piece):
@@ -141,34 +145,46 @@ class AnthropicBridge:
         self._last_usage = completion.usage
         yield Delta(completion=completion)
 
-    async def _post(self, body: dict[str, Any]) -> httpx2.Response:
-        """The response to ``body``, its body unread (``stream=True``); an HTTP error raises
-        the mapped :class:`UpstreamError`."""
+    async def _post(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> httpx2.Response:
+        """The response to ``body`` (with the client's ``headers``, a passed request's), its
+        body unread (``stream=True``); an HTTP error raises the mapped :class:`UpstreamError`."""
         try:
             response: httpx2.Response = await self._client.post(
-                "/v1/messages", body=body, cast_to=httpx2.Response, stream=True
+                "/v1/messages",
+                body=body,
+                cast_to=httpx2.Response,
+                stream=True,
+                options={"headers": headers} if headers else {},
             )
         except anthropic.APIError as err:
             raise _mapped(err, self._secrets) from err
         return response
 
     async def forward(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """The JSON answer of another endpoint of this API, as it is (``GET`` the model list,
-        ``POST`` a token count): read like an answer, never past ``max_answer_chars``.
+        ``POST`` a token count; ``headers``: the client's protocol headers): read like an
+        answer, never past ``max_answer_chars``.
 
         Raises:
             UpstreamError: The API refused or failed, or answered with no JSON object.
         """
         try:
+            options: Any = {"headers": headers} if headers else {}
             if method == "GET":
                 response: httpx2.Response = await self._client.get(
-                    path, cast_to=httpx2.Response, stream=True
+                    path, cast_to=httpx2.Response, stream=True, options=options
                 )
             else:
                 response = await self._client.post(
-                    path, body=body, cast_to=httpx2.Response, stream=True
+                    path, body=body, cast_to=httpx2.Response, stream=True, options=options
                 )
         except anthropic.APIError as err:
             raise _mapped(err, self._secrets) from err

@@ -73,6 +73,23 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Passthrough:
+    """A client's own request, for an upstream of the same wire protocol.
+
+    Attributes:
+        protocol: ``anthropic`` or ``openai``: the wire format of ``body``.
+        body: The client's JSON body, as it sent it.
+        headers: The client's protocol headers the upstream must see too (Anthropic's
+            ``anthropic-beta`` and ``anthropic-version``: a beta field such as
+            ``context_management`` is refused without its beta header).
+    """
+
+    protocol: str
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     """One generation request, whatever the upstream.
 
@@ -90,11 +107,12 @@ class ChatRequest:
         user: Which principal of the tenant asks: an opaque id of its token ("" when the
             caller has none); the cache's ``user`` scope keys on it; not sent upstream.
         extra: Provider-specific fields passed through as they are (``top_p``, ``metadata``).
-        passthrough: The client's own JSON body when it speaks the upstream's wire protocol
-            (``(protocol, body)``, set by the gateway): that protocol's bridge sends the body
-            as it is, with only ``model`` and its own stream fields set, so no field is lost
-            in translation; the neutral fields above are then what the cache keys on (and
-            ``system``/``facts`` are not added again). Other protocols ignore it.
+        passthrough: The client's own request when it speaks the upstream's wire protocol
+            (:class:`Passthrough`, set by the gateway): that protocol's bridge sends the body
+            as it is, with only ``model`` and its own stream fields set, and the client's
+            protocol headers, so nothing is lost in translation; the neutral fields above are
+            then what the cache keys on (and ``system``/``facts`` are not added again). Other
+            protocols ignore it.
     """
 
     model: str
@@ -108,7 +126,7 @@ class ChatRequest:
     tenant: str = "default"
     extra: dict[str, Any] = field(default_factory=dict)
     user: str = ""
-    passthrough: tuple[str, dict[str, Any]] | None = None
+    passthrough: Passthrough | None = None
 
     def __post_init__(self) -> None:
         if not self.messages:

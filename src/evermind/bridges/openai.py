@@ -160,22 +160,28 @@ class OpenAIBridge:
         return response
 
     async def forward(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """The JSON answer of another endpoint of this API, as it is (``GET`` the model list,
-        ``POST`` a token count): read like an answer, never past ``max_answer_chars``.
+        ``POST`` a token count; ``headers``: the client's protocol headers): read like an
+        answer, never past ``max_answer_chars``.
 
         Raises:
             UpstreamError: The API refused or failed, or answered with no JSON object.
         """
         try:
+            options: Any = {"headers": headers} if headers else {}
             if method == "GET":
                 response: httpx2.Response = await self._client.get(
-                    path, cast_to=httpx2.Response, stream=True
+                    path, cast_to=httpx2.Response, stream=True, options=options
                 )
             else:
                 response = await self._client.post(
-                    path, body=body, cast_to=httpx2.Response, stream=True
+                    path, body=body, cast_to=httpx2.Response, stream=True, options=options
                 )
         except openai.APIError as err:
             raise self._mapped(err) from err

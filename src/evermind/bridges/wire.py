@@ -177,7 +177,7 @@ def openai_body(request: ChatRequest, *, stream: bool = False) -> dict[str, Any]
     own = _passthrough(request, "openai", ("stream", "stream_options"))
     if own is not None:
         if stream and request.passthrough is not None:
-            options = request.passthrough[1].get("stream_options")
+            options = request.passthrough.body.get("stream_options")
             kept = dict(options) if isinstance(options, Mapping) else {}
             own.update(stream=True, stream_options={**kept, "include_usage": True})
         return own
@@ -206,11 +206,18 @@ def _passthrough(
 ) -> dict[str, Any] | None:
     """The client's own body for ``protocol`` (a copy, ``model`` set to the upstream's name,
     without the client's ``stream_fields``: the bridge sets its own); None without one."""
-    if request.passthrough is None or request.passthrough[0] != protocol:
+    if request.passthrough is None or request.passthrough.protocol != protocol:
         return None
-    body = {k: v for k, v in request.passthrough[1].items() if k not in stream_fields}
+    body = {k: v for k, v in request.passthrough.body.items() if k not in stream_fields}
     body["model"] = request.model
     return body
+
+
+def passthrough_headers(request: ChatRequest, protocol: str) -> dict[str, str]:
+    """The client's protocol headers to send with a passed request of ``protocol`` (none
+    for any other request)."""
+    own = request.passthrough
+    return {} if own is None or own.protocol != protocol else dict(own.headers)
 
 
 def _openai_tool(tool: Mapping[str, Any]) -> dict[str, Any]:

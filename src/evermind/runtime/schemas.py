@@ -102,9 +102,10 @@ class ChatRequest(_Sampling):
 
 
 class AnthropicMessage(_Body):
-    """One turn of a Messages request: text, or content blocks."""
+    """One turn of a Messages request: text, or content blocks (``system`` turns, which
+    Claude Code sends among the messages, count as system prompt text)."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 

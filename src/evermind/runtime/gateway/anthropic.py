@@ -37,7 +37,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall
+from evermind.bridges.base import ChatRequest, Completion, Delta, Message, Passthrough, ToolCall
 from evermind.errors import EvermindError, InputError, NotFound
 from evermind.runtime.gateway.core import Gateway, Resolved
 from evermind.runtime.gateway.openai import SSE_HEADERS, cache_headers, evermind_field
@@ -68,12 +68,16 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _turns(body: MessagesRequest, passthrough: bool) -> list[Message]:
-    """The neutral turns; with ``passthrough`` (the upstream speaks Messages too) blocks the
-    gateway does not read (images, documents, thinking) are kept on their turn as they are,
-    else refused."""
+def _turns(body: MessagesRequest, passthrough: bool) -> tuple[list[Message], list[str]]:
+    """The neutral turns, and the text of ``system`` turns (system prompt text in the neutral
+    view); with ``passthrough`` (the upstream speaks Messages too) blocks the gateway does not
+    read (images, documents, thinking) are kept on their turn as they are, else refused."""
     turns: list[Message] = []
+    systems: list[str] = []
     for i, message in enumerate(body.messages):
+        if message.role == "system":
+            systems.append(_text(message.content))
+            continue
         if isinstance(message.content, str):
             turns.append(Message(message.role, message.content))
             continue
@@ -108,8 +112,11 @@ def _turns(body: MessagesRequest, passthrough: bool) -> list[Message]:
             turns.append(Message(message.role, kept, tool_calls=tuple(calls)))
         elif texts or calls:
             turns.append(Message(message.role, "".join(texts), tool_calls=tuple(calls)))
-    return turns
+    return turns, systems
 
+
+#: The client's headers a Messages API upstream receives with a passed request.
+FORWARDED_HEADERS = ("anthropic-beta", "anthropic-version")
 
 #: The Messages fields the gateway reads; every other field a client sends goes to an
 #: upstream of the Messages protocol as it is (and is dropped, named in
@@ -127,20 +134,24 @@ def messages_request(
     cache_header: str | None,
     user: str = "",
     raw: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> ChatRequest:
     """The neutral request for a Messages body (``model`` is the upstream's own name);
     ``user``: the caller's principal id (:attr:`~evermind.tokens.Principal.user`).
 
     ``raw``: the client's JSON body, when the upstream speaks Messages too: it is then sent as
-    it is (``passthrough``), and the fields the gateway does not read are in ``extra`` (so
-    the cache keys on them: a different ``thinking`` or ``metadata`` never shares an entry).
+    it is (``passthrough``) with the client's ``headers`` (:data:`FORWARDED_HEADERS`), and the
+    fields the gateway does not read are in ``extra``, as are the headers (so the cache keys
+    on them: a different ``thinking``, ``metadata`` or beta never shares an entry).
     """
-    system = (
-        body.system if isinstance(body.system, str) or body.system is None else _text(body.system)
-    )
+    turns, system_turns = _turns(body, raw is not None)
+    top = body.system if isinstance(body.system, str) or body.system is None else _text(body.system)
+    system = "\n\n".join(text for text in (top, *system_turns) if text)
     extra: dict[str, Any] = (
         {} if raw is None else {k: v for k, v in raw.items() if k not in READ_FIELDS}
     )
+    if raw is not None and headers:  # the cache's key only: a passed body is sent as it is
+        extra["headers"] = dict(headers)
     if body.top_p is not None:
         extra["top_p"] = body.top_p
     if body.top_k is not None:
@@ -164,7 +175,7 @@ def messages_request(
     )
     return ChatRequest(
         model=model,
-        messages=tuple(_turns(body, raw is not None)),
+        messages=tuple(turns),
         system=system or None,
         max_tokens=body.max_tokens,
         temperature=body.temperature,
@@ -173,7 +184,7 @@ def messages_request(
         tenant=tenant,
         extra=extra,
         user=user,
-        passthrough=None if raw is None else ("anthropic", raw),
+        passthrough=None if raw is None else Passthrough("anthropic", raw, headers or {}),
     )
 
 
@@ -223,6 +234,7 @@ async def messages(
         http_request.headers.get("x-evermind-cache"),
         who.user,
         raw if same else None,
+        _forwarded(http_request),
     )
     size = len(request.system or "") + sum(len(m.text()) for m in request.messages)
     if size > runtime.config.max_input_chars:
@@ -233,6 +245,11 @@ async def messages(
         )
     dropped = () if same else sorted(set(raw) - READ_FIELDS)
     return await _serve(gateway, resolved, body, request, dropped)
+
+
+def _forwarded(http_request: Request) -> dict[str, str]:
+    """The client's :data:`FORWARDED_HEADERS` that it sent."""
+    return {h: v for h in FORWARDED_HEADERS if (v := http_request.headers.get(h)) is not None}
 
 
 def _resolved(runtime: Any, model: str, who: Any) -> tuple[Gateway, Resolved]:
@@ -269,7 +286,9 @@ async def count_tokens(
             code="model_not_found",
         )
     raw = {**await http_request.json(), "model": resolved.model}
-    return JSONResponse(await gateway.forward(resolved, "POST", "/v1/messages/count_tokens", raw))
+    headers = _forwarded(http_request)
+    counted = await gateway.forward(resolved, "POST", "/v1/messages/count_tokens", raw, headers)
+    return JSONResponse(counted)
 
 
 async def _serve(

@@ -436,10 +436,16 @@ class Gateway:
         return await self.forward(resolved, "GET", MODEL_LIST_PATHS[protocol])
 
     async def forward(
-        self, resolved: Resolved, method: str, path: str, body: dict[str, Any] | None = None
+        self,
+        resolved: Resolved,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Another endpoint of ``resolved``'s upstream, answered as it is (keys scrubbed):
-        the provider's token count or model list. Not cached, not priced.
+        the provider's token count or model list (``headers``: the client's protocol headers).
+        Not cached, not priced.
 
         Raises:
             NotFound: The upstream's bridge cannot forward (a router, a custom protocol).
@@ -454,7 +460,9 @@ class Gateway:
                 code="not_found",
             )
         try:
-            answer = await within(upstream.timeout, upstream.protocol, forward(method, path, body))
+            answer = await within(
+                upstream.timeout, upstream.protocol, forward(method, path, body, headers)
+            )
         except UpstreamError as err:
             self.failed(resolved.tenant, upstream.name, err)
             raise self.clean(err) from None

@@ -36,7 +36,15 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall, Usage
+from evermind.bridges.base import (
+    ChatRequest,
+    Completion,
+    Delta,
+    Message,
+    Passthrough,
+    ToolCall,
+    Usage,
+)
 from evermind.errors import EvermindError, InputError
 from evermind.runtime import schemas
 from evermind.runtime.gateway.core import Gateway, Resolved
@@ -197,7 +205,7 @@ def chat_request(
         tenant=tenant,
         extra=extra,
         user=user,
-        passthrough=None if raw is None else ("openai", raw),
+        passthrough=None if raw is None else Passthrough("openai", raw),
     )
 
 
