@@ -144,6 +144,10 @@ def _fold(events: list[dict[str, Any]]) -> dict[str, Any]:
             delta, block = event["delta"], blocks[event["index"]]
             if delta["type"] == "text_delta":
                 block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] += delta["thinking"]
+            elif delta["type"] == "signature_delta":
+                block["signature"] += delta["signature"]
             else:
                 block["partial_json"] += delta["partial_json"]
         elif kind == "message_delta":

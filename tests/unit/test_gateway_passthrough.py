@@ -6,6 +6,7 @@ through the key scrubber."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -156,3 +157,48 @@ def test_the_early_usage_passes_the_key_scrubber() -> None:
     got = asyncio.run(deltas())
     assert got[0].usage == Usage(input_tokens=472, cache_read_tokens=9) and got[0].text == ""
     assert [d.text for d in got[1:-1]] == ["Hi"] and got[-1].completion is not None
+
+
+KEY = "sk-ant-q7Zr4f9a2cX1w8Lm"
+
+
+class _Thinking:
+    """A bridge streaming a thinking block whose text carries a key split across deltas."""
+
+    provider = "anthropic"
+    last_usage = None
+
+    async def generate(self, request: ChatRequest) -> Completion:
+        raise AssertionError("not called")
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        yield Delta(event={"type": "content_block_start", "index": 0, "content_block": start})
+        for piece in ("The key is " + KEY[:9], KEY[9:] + " and then", " more."):
+            delta = {"type": "thinking_delta", "thinking": piece}
+            yield Delta(event={"type": "content_block_delta", "index": 0, "delta": delta})
+        signature = {"type": "signature_delta", "signature": "EqQBCgIYAh"}
+        yield Delta(event={"type": "content_block_delta", "index": 0, "delta": signature})
+        yield Delta(event={"type": "content_block_stop", "index": 0})
+        yield Delta(text="Done.")
+        yield Delta(completion=Completion(text="Done.", model="m", provider="anthropic"))
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_thinking_block_passes_the_scrubber_with_a_split_key_held_back() -> None:
+    async def deltas() -> list[Delta]:
+        bridge = RedactingBridge(_Thinking(), [KEY])
+        return [d async for d in bridge.stream(ChatRequest(model="m", messages=HELLO))]
+
+    events = [d.event for d in asyncio.run(deltas()) if d.event is not None]
+    thought = "".join(
+        e["delta"].get("thinking", "") for e in events if e["type"] == "content_block_delta"
+    )
+    assert thought == "The key is *** and then more."
+    assert not any(KEY[i : i + 6] in json.dumps(events) for i in range(len(KEY) - 5))
+    assert events[0]["type"] == "content_block_start" and events[-1]["type"] == "content_block_stop"
+    assert {"type": "signature_delta", "signature": "EqQBCgIYAh"} in [
+        e.get("delta") for e in events
+    ]

@@ -130,6 +130,8 @@ class AnthropicBridge:
                     text = state.feed(data)
                     if text:
                         yield Delta(text=text)
+                    elif state.other is not None:  # a thinking block's event, as it came
+                        yield Delta(event=state.other)
                     elif isinstance(data, dict) and data.get("type") == "message_start":
                         # The input tokens, as early as Anthropic says them.
                         yield Delta(usage=state.usage_so_far())

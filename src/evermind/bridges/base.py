@@ -256,11 +256,14 @@ class Delta:
 
     ``usage``: what the upstream reported before the answer's end (Anthropic's
     ``message_start``: the input side), so a relay can say it as early as the provider does.
+    ``event``: the upstream's own event of a content block the contract has no field for
+    (Anthropic's ``thinking``), for a relay in that same protocol to pass on; others skip it.
     """
 
     text: str = ""
     completion: Completion | None = None
     usage: Usage | None = None
+    event: dict[str, Any] | None = None
 
 
 @runtime_checkable

@@ -60,6 +60,27 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
     return value
 
 
+def _scrubbed_events(
+    event: dict[str, Any], thinking: StreamScrubber, secrets: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """A passed-on block event (Anthropic's thinking), scrubbed: a thinking text through its
+    own :class:`StreamScrubber` (a key split across deltas is held back, and flushed before
+    the block's stop), any other string as a whole."""
+    delta = event.get("delta")
+    if isinstance(delta, dict) and delta.get("type") == "thinking_delta":
+        text = thinking.feed(str(delta.get("thinking", "")))
+        return [{**event, "delta": {**delta, "thinking": text}}] if text else []
+    events = []
+    if event.get("type") == "content_block_stop":
+        rest = thinking.flush()
+        if rest:
+            held = {"type": "thinking_delta", "thinking": rest}
+            events.append(
+                {"type": "content_block_delta", "index": event.get("index"), "delta": held}
+            )
+    return [*events, scrub_value(event, secrets)]
+
+
 class StreamScrubber:
     """Scrubs secrets from text that arrives in pieces (a key may span two pieces).
 
@@ -123,10 +144,15 @@ class RedactingBridge:
     async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
         """The inner bridge's deltas, scrubbed (a key split across deltas included)."""
         scrubber = StreamScrubber(self.secrets)
+        thinking = StreamScrubber(self.secrets)
         sent: list[str] = []
         pieces = self.bridge.stream(request)
         try:
             async for delta in pieces:
+                if delta.event is not None:
+                    for event in _scrubbed_events(delta.event, thinking, self.secrets):
+                        yield Delta(event=event)
+                    continue
                 if delta.completion is not None:
                     rest = scrubber.flush()
                     if rest:

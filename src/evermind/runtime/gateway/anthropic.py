@@ -7,8 +7,7 @@ blocks become tool calls, ``tool_result`` blocks tool turns; ``stop_sequences``;
 already the neutral shape), goes through the same tenant bridge and cache as
 ``/v1/chat/completions`` (any upstream, Anthropic or OpenAI protocol), and is answered as a
 Messages response: content blocks, ``stop_reason``, the four usage fields, and on a stream
-the real event sequence (``message_start``, ``content_block_start``, ``ping``,
-``content_block_delta``, ``content_block_stop``, ``message_delta``, ``message_stop``).
+the real event sequence (:mod:`evermind.runtime.gateway.anthropic_stream`).
 
 A client in Anthropic's own protocol, to a Messages API upstream, is passed through: its body
 goes upstream as sent (``ChatRequest.passthrough``; the fields in :data:`READ_FIELDS` are what
@@ -29,16 +28,20 @@ a request it refused.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import aclosing
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from evermind.bridges.base import ChatRequest, Completion, Delta, Message, Passthrough, ToolCall
-from evermind.errors import EvermindError, InputError, NotFound
+from evermind.bridges.base import ChatRequest, Message, Passthrough, ToolCall
+from evermind.errors import InputError, NotFound
+from evermind.runtime.gateway.anthropic_stream import (
+    STOP_REASON,
+    events,
+    tool_blocks,
+    usage_json,
+)
 from evermind.runtime.gateway.core import Gateway, Resolved
 from evermind.runtime.gateway.openai import SSE_HEADERS, cache_headers, evermind_field
 from evermind.runtime.ids import response_id
@@ -46,14 +49,6 @@ from evermind.runtime.schemas import CountTokensRequest, MessagesRequest
 from evermind.runtime.state import Reader, RuntimeDep
 
 router = APIRouter(tags=["gateway"])
-
-#: The contract's ``finish_reason`` → Anthropic's ``stop_reason``.
-STOP_REASON = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "content_filter": "refusal",
-}
 
 
 def _text(content: Any) -> str:
@@ -188,37 +183,6 @@ def messages_request(
     )
 
 
-def _usage(completion: Completion) -> dict[str, int]:
-    usage = completion.usage
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_creation_input_tokens": usage.cache_write_tokens,
-        "cache_read_input_tokens": usage.cache_read_tokens,
-    }
-
-
-def _tool_blocks(completion: Completion) -> list[dict[str, Any]]:
-    return [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
-        for c in completion.tool_calls
-    ]
-
-
-def _block_start(index: int, block: dict[str, Any]) -> bytes:
-    """``content_block_start`` of block ``index`` (the first is followed by a ``ping``, as
-    Anthropic sends it)."""
-    start = _sse(
-        "content_block_start",
-        {"type": "content_block_start", "index": index, "content_block": block},
-    )
-    return start + (_sse("ping", {"type": "ping"}) if index == 0 else b"")
-
-
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-
-
 @router.post("/v1/messages", summary="Messages (Anthropic shape) through the caching gateway")
 async def messages(
     body: MessagesRequest, runtime: RuntimeDep, who: Reader, http_request: Request
@@ -306,19 +270,20 @@ async def _serve(
         headers["x-evermind-dropped"] = ",".join(dropped)
     if opened.completion is None:
         assert opened.deltas is not None
-        events = _events(
-            gateway,
-            resolved,
-            request,
-            status,
-            detail,
-            message_id,
-            body,
-            opened.deltas,
-            opened.first,
+        message: dict[str, Any] = {
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": body.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+        }
+        stream = events(
+            gateway, resolved, request, (status, detail), message, opened.deltas, opened.first
         )
         return StreamingResponse(
-            events, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
+            stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
         )
     completion = opened.completion
     if completion.raw is not None and resolved.upstream.protocol == "anthropic":
@@ -335,92 +300,10 @@ async def _serve(
         "type": "message",
         "role": "assistant",
         "model": body.model,
-        "content": content + _tool_blocks(completion),
+        "content": content + tool_blocks(completion),
         "stop_reason": STOP_REASON.get(completion.finish_reason, "end_turn"),
         "stop_sequence": None,
-        "usage": _usage(completion),
+        "usage": usage_json(completion),
         "evermind": evermind_field(completion, status, detail),
     }
     return JSONResponse(answer, headers=headers)
-
-
-async def _events(
-    gateway: Gateway,
-    resolved: Resolved,
-    request: ChatRequest,
-    status: str,
-    detail: str,
-    message_id: str,
-    body: MessagesRequest,
-    deltas: AsyncIterator[Delta],
-    first: Delta | None,
-) -> AsyncIterator[bytes]:
-    """The Messages event stream of a call whose first delta is already in."""
-    upstream = resolved.upstream
-    usage = first.usage if first is not None else None
-    zero = {"input_tokens": 0, "output_tokens": 0}
-    if usage is not None:  # the upstream's own count, as its message_start says it
-        zero = {
-            "input_tokens": usage.input_tokens,
-            "cache_creation_input_tokens": usage.cache_write_tokens,
-            "cache_read_input_tokens": usage.cache_read_tokens,
-            "output_tokens": usage.output_tokens,
-        }
-    start: dict[str, Any] = {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": body.model,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": zero,
-    }
-    yield _sse("message_start", {"type": "message_start", "message": start})
-    # Blocks open as the answer has them: a text block at its first text (an answer that
-    # only calls tools has none), then one block per tool call; ping after the first block.
-    blocks = 0
-    completion: Completion | None = None
-    try:
-        async with aclosing(gateway.relay(request.tenant, upstream, first, deltas)) as relayed:
-            async for delta in relayed:
-                if delta.text:
-                    if not blocks:
-                        blocks = 1
-                        yield _block_start(0, {"type": "text", "text": ""})
-                    text = {"type": "text_delta", "text": delta.text}
-                    yield _sse(
-                        "content_block_delta",
-                        {"type": "content_block_delta", "index": 0, "delta": text},
-                    )
-                completion = delta.completion
-    except EvermindError as err:  # headers are gone: an error event, as Anthropic sends
-        error = {"type": "api_error", "message": gateway.scrub(str(err))}
-        yield _sse("error", {"type": "error", "error": error})
-        return
-    assert completion is not None  # the relay ends on the completion or raises
-    gateway.account(request.tenant, upstream.name, status, completion)
-    if blocks:
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-    for index, block in enumerate(_tool_blocks(completion), start=blocks):
-        yield _block_start(index, {**block, "input": {}})
-        partial = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        yield _sse(
-            "content_block_delta",
-            {"type": "content_block_delta", "index": index, "delta": partial},
-        )
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-    stop = {
-        "stop_reason": STOP_REASON.get(completion.finish_reason, "end_turn"),
-        "stop_sequence": None,
-    }
-    yield _sse(
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": stop,
-            "usage": _usage(completion),
-            "evermind": evermind_field(completion, status, detail),
-        },
-    )
-    yield _sse("message_stop", {"type": "message_stop"})
