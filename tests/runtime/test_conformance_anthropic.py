@@ -252,3 +252,20 @@ def test_x_api_key_is_the_runtime_token_on_every_anthropic_route(
     assert refused.status_code == 401
     if path.startswith("/v1/messages"):  # the model list is shared: its errors are OpenAI's
         assert refused.json()["type"] == "error"
+
+
+def test_a_long_conversation_is_the_providers_to_refuse(
+    gateway: ServerThread, upstream: TranscriptUpstream
+) -> None:
+    """300,000 characters (past the local models' max_input_chars) reach the upstream: its
+    context window is the limit, not one of ours."""
+    upstream.reset()
+    upstream.answer(TRANSCRIPTS["anthropic_text"]["response"], "anthropic")
+    long_turn = "Here is the file I read:\n" + "x = 1\n" * 50_000
+    sent = Sent()
+    _client(gateway, sent).messages.create(
+        model="claude-sonnet-4-5-20250929",
+        max_tokens=1024,
+        messages=[{"role": "user", "content": long_turn}],
+    )
+    assert upstream.requests[-1].body["messages"][0]["content"] == long_turn

@@ -286,8 +286,8 @@ async def chat_completions(
             who.user,
             raw if same else None,
         )
-        text = "".join(m.text() for m in neutral.messages) + (neutral.system or "")
-        _check_length(runtime.config, text, "messages")
+        # No input limit of ours (max_input_chars is the local models'): the upstream's
+        # context window applies; --max-request-mb still bounds the body.
         include = bool(body.stream_options and body.stream_options.include_usage)
         dropped = () if same else tuple(sorted(set(raw) - READ_FIELDS))
         return await serve_chat(gateway, routed, body, neutral, include, dropped)

@@ -200,13 +200,8 @@ async def messages(
         raw if same else None,
         _forwarded(http_request),
     )
-    size = len(request.system or "") + sum(len(m.text()) for m in request.messages)
-    if size > runtime.config.max_input_chars:
-        raise InputError(
-            f"messages: {size} characters, this server accepts at most "
-            f"{runtime.config.max_input_chars}; hint: shorten them",
-            code="input_too_long",
-        )
+    # No input limit of ours: the upstream's context window applies (the body size cap,
+    # --max-request-mb, still bounds what this server reads).
     dropped = () if same else sorted(set(raw) - READ_FIELDS)
     return await _serve(gateway, resolved, body, request, dropped)
 
