@@ -171,6 +171,8 @@ def test_a_stream_passes_through_chunk_by_chunk(
     assert _usage_numbers(have_usage) == (_usage_numbers(want_usage) if asked else None)
     assert diff(want, have) == []
     assert all(c["model"] == request["model"] for c in got)
+    if asked:  # every chunk before the usage chunk says usage: null, as the upstream's do
+        assert all("usage" in c and c["usage"] is None for c in got[:-1]), got
 
 
 def test_the_model_list_carries_the_upstreams_own(

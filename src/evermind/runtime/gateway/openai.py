@@ -354,8 +354,11 @@ async def _events(
     first: Delta | None,
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
-    """The SSE bytes of a stream whose first delta is already in."""
+    """The SSE bytes of a stream whose first delta is already in (with ``include_usage``,
+    every chunk says ``usage: null`` until the usage chunk, as OpenAI's do)."""
     upstream = resolved.upstream
+    if include_usage:
+        base = {**base, "usage": None}
     role = {"role": "assistant"}
     completion: Completion | None = None
     try:
