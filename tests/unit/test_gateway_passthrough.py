@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 from collections.abc import AsyncIterator
 
 import pytest
 
+from evermind.bridges.answers import upstream_error
 from evermind.bridges.base import ChatRequest, Completion, Delta, Message, Passthrough, Usage
 from evermind.bridges.redacting import RedactingBridge
 from evermind.bridges.wire import anthropic_body, openai_body
 from evermind.errors import ConfigError
-from evermind.runtime.errors import error_body, shaped
+from evermind.runtime.errors import error_body, provider_body, shaped
 from evermind.runtime.gateway.config import DEFAULT_TRANSLATED_MAX_TOKENS, GatewayConfig
 
 HELLO = (Message("user", "Hello"),)
@@ -202,3 +204,23 @@ def test_a_thinking_block_passes_the_scrubber_with_a_split_key_held_back() -> No
     assert {"type": "signature_delta", "signature": "EqQBCgIYAh"} in [
         e.get("delta") for e in events
     ]
+
+
+def test_an_upstream_refusal_is_kept_in_its_own_words_scrubbed_and_cut() -> None:
+    body = {
+        "error": {
+            "message": "max_tokens is too large; your key " + KEY + " " + "x" * 900,
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "invalid_value",
+        }
+    }
+    err = upstream_error("openai", 400, {}, body, [KEY])
+    assert err.code == "upstream_bad_request" and err.reported is not None
+    assert err.reported["type"] == "invalid_request_error" and err.reported["param"] == "max_tokens"
+    assert KEY not in str(err.reported) and len(err.reported["message"] or "") <= 503
+    relayed = provider_body("/v1/chat/completions", 400, "openai", err.reported)
+    assert relayed is not None and relayed["error"]["code"] == "invalid_value"
+    assert provider_body("/v1/messages", 400, "openai", err.reported) is None  # other protocol
+    again = pickle.loads(pickle.dumps(err))
+    assert again.reported == err.reported and again.status == 400

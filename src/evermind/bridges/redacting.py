@@ -37,7 +37,8 @@ def scrubbed_error(err: UpstreamError, secrets: Iterable[str]) -> UpstreamError:
     """``err`` with every one of ``secrets`` scrubbed from its message (upstreams echo keys
     back in errors); the same error when there was nothing to scrub."""
     message = scrub(str(err), secrets)
-    if message == str(err):
+    reported = None if err.reported is None else scrub_value(err.reported, secrets)
+    if message == str(err) and reported == err.reported:
         return err
     return UpstreamError(
         message,
@@ -45,6 +46,7 @@ def scrubbed_error(err: UpstreamError, secrets: Iterable[str]) -> UpstreamError:
         status=err.status,
         retry_after=err.retry_after,
         code=err.code or "upstream_error",
+        reported=reported,
     )
 
 

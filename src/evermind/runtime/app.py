@@ -61,7 +61,7 @@ from evermind.runtime import (
 )
 from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.devices import resolve_device
-from evermind.runtime.errors import ApiError, error_body, shaped
+from evermind.runtime.errors import ApiError, error_body, provider_body, shaped
 from evermind.runtime.gateway import anthropic as gateway_anthropic
 from evermind.runtime.state import Runtime
 
@@ -399,6 +399,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def evermind_error(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, EvermindError)
         answer = as_api_error(err)
+        if isinstance(err, UpstreamError) and err.code == "upstream_bad_request":
+            # A request the upstream refused: in its own words, as the provider answers it.
+            relayed = provider_body(request.url.path, answer.status, err.provider, err.reported)
+            if relayed is not None:
+                return JSONResponse(relayed, status_code=answer.status, headers=answer.headers)
         if answer.status == 500:
             logger.exception("request %s %s failed", request.method, request.url.path)
         return _error(request, answer.status, answer.body(), answer.headers)

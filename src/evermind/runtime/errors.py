@@ -90,3 +90,33 @@ def shaped(path: str, status: int, body: dict[str, Any]) -> dict[str, Any]:
         "type": "error",
         "error": {"type": kind, "message": error.get("message", ""), "code": error.get("code")},
     }
+
+
+#: The client protocol of each route where an upstream's refusal is relayed in its own words.
+ROUTE_PROTOCOLS = {
+    "/v1/messages": "anthropic",
+    "/v1/messages/count_tokens": "anthropic",
+    "/v1/chat/completions": "openai",
+}
+
+
+def provider_body(
+    path: str, status: int, provider: str, reported: dict[str, str | None] | None
+) -> dict[str, Any] | None:
+    """An upstream's refusal as the upstream said it (its error ``type``, ``message`` and, for
+    OpenAI, ``param`` and ``code``), when the route speaks that upstream's protocol; None
+    otherwise (then the runtime's own error body)."""
+    if reported is None or ROUTE_PROTOCOLS.get(path.rstrip("/")) != provider:
+        return None
+    message = reported.get("message") or ""
+    if provider == "anthropic":
+        kind = reported.get("type") or ANTHROPIC_TYPES.get(status, "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {
+        "error": {
+            "message": message,
+            "type": reported.get("type") or ERROR_TYPES.get(status, "invalid_request_error"),
+            "param": reported.get("param"),
+            "code": reported.get("code"),
+        }
+    }
