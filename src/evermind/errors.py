@@ -108,6 +108,9 @@ class UpstreamError(Unavailable):
         retry_after: Seconds the upstream asked to wait (429/503), when it said.
         code: ``upstream_rate_limited``, ``upstream_auth``, ``upstream_bad_request``,
             ``upstream_unavailable``, ``upstream_stream_cut`` or ``upstream_error``.
+        reported: What the upstream's own error object said (``type``, ``message``,
+            ``param``, ``code``; strings, secrets scrubbed, cut), when it said it: a relay in
+            the same protocol answers a refused request with it, as the provider would.
     """
 
     def __init__(
@@ -118,24 +121,36 @@ class UpstreamError(Unavailable):
         status: int | None = None,
         retry_after: float | None = None,
         code: str = "upstream_error",
+        reported: dict[str, str | None] | None = None,
     ) -> None:
         super().__init__(message, code=code)
         self.provider = provider
         self.status = status
         self.retry_after = retry_after
+        self.reported = reported
 
     def __reduce__(self) -> tuple[object, ...]:
         return (
             _upstream_error,
-            (str(self), self.provider, self.status, self.retry_after, self.code),
+            (str(self), self.provider, self.status, self.retry_after, self.code, self.reported),
         )
 
 
 def _upstream_error(
-    message: str, provider: str, status: int | None, retry_after: float | None, code: str
+    message: str,
+    provider: str,
+    status: int | None,
+    retry_after: float | None,
+    code: str,
+    reported: dict[str, str | None] | None = None,
 ) -> UpstreamError:
     return UpstreamError(
-        message, provider=provider, status=status, retry_after=retry_after, code=code
+        message,
+        provider=provider,
+        status=status,
+        retry_after=retry_after,
+        code=code,
+        reported=reported,
     )
 
 

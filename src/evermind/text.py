@@ -13,6 +13,7 @@ This module owns the few text operations that both lexical memory ranking
   db-prod-01.tessera.internal, db, prod, 01, tessera, internal`` once :data:`STOP_WORDS`
   such as ``on`` are dropped, so an exact code matches exactly and its parts still match
   loosely;
+- :func:`counted`, a count with its noun in the right number ("1 memory", "2 memories");
 - :func:`tokenize`, typed tokens (:class:`Token`: word, number with a glued suffix,
   identifier, symbol) with sentence starts and hyphen joins, for rules that read numbers
   and names; :func:`token_words` and :func:`token_numbers` give two of their fields without
@@ -31,6 +32,7 @@ from functools import lru_cache
 __all__ = [
     "STOP_WORDS",
     "Token",
+    "counted",
     "fold",
     "normalise",
     "stem",
@@ -41,6 +43,13 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------- folding
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless the count is one: ``counted(1, "item")`` is
+    ``"1 item"``, ``counted(3, "memory", "memories")`` ``"3 memories"`` (default plural:
+    ``noun + "s"``)."""
+    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
 
 
 def normalise(text: str) -> str:

@@ -473,7 +473,7 @@ def test_messages_json_miss_then_a_paraphrase_hit(
     message = raw.parse()
     assert message.content[0].text == f"Answer to: {text}"
     assert message.stop_reason == "end_turn" and message.usage.output_tokens > 0
-    assert claude.last.body["system"][0]["text"] == "You answer briefly."
+    assert claude.last.body["system"] == "You answer briefly."  # passed on as sent
     again = claude_client(gateway).messages.with_raw_response.create(
         model=CLAUDE,
         max_tokens=64,

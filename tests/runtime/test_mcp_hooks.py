@@ -229,8 +229,12 @@ def test_missing_store(home: HostEnv, tmp_path: Path) -> None:
 
 def test_budget_limits_the_context(home: HostEnv, tmp_path: Path) -> None:
     memory_file = home.home / "memory.db"
+    # Eight long memories match the prompt; nine others do not, so its words are held by
+    # fewer than half of the memories (the hooks' relevance floor, memory/hook_index.py).
+    others = [(f"o{i}", f"deploy note {i} about the staging cluster", [], 0.5) for i in range(9)]
     remember(
-        memory_file, [(f"k{i}", f"editor fact number {i} " + "x" * 300, [], 0.5) for i in range(8)]
+        memory_file,
+        [(f"k{i}", f"editor fact number {i} " + "x" * 300, [], 0.5) for i in range(8)] + others,
     )
     command = (
         f"{sys.executable} -m evermind.mcp.hook user-prompt-submit --memory-file {memory_file}"

@@ -340,6 +340,25 @@ def test_http_bad_or_missing_token_is_401(http_server: dict[str, Any]) -> None:
     assert any(isinstance(leaf, MCPError) for leaf in leaves(caught.value)), repr(caught.value)
 
 
+def test_http_401_points_at_the_protected_resource_metadata(http_server: dict[str, Any]) -> None:
+    """RFC 9728: the challenge names the metadata, which says bearer tokens go in the header
+    and lists no authorization server (static tokens: no OAuth flow to start)."""
+    status, headers, _ = raw_post(http_server["url"], None)
+    challenge = headers.get("www-authenticate", headers.get("WWW-Authenticate", ""))
+    base = http_server["base"]
+    assert status == 401
+    assert f'resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"' in challenge
+    for path in (
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ):
+        with urllib.request.urlopen(base + path, timeout=10) as reply:
+            metadata = json.loads(reply.read())
+        assert metadata["resource"] == base + "/mcp", metadata
+        assert metadata["bearer_methods_supported"] == ["header"]
+        assert "authorization_servers" not in metadata
+
+
 def leaves(error: BaseException) -> list[BaseException]:
     """The exceptions inside (possibly nested) exception groups."""
     if isinstance(error, BaseExceptionGroup):

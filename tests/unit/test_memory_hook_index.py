@@ -90,3 +90,37 @@ def test_the_mcp_layer_never_reads_memory_tables() -> None:
         for match in sql.finditer(path.read_text(encoding="utf-8"))
     ]
     assert not found, found
+
+
+#: The issue's store (issue 38): "use" is in every memory, the prompt's other words in one.
+USE_EVERYWHERE = [
+    ("staging-port", "The staging deploy uses port 8443.", [], 0.5),
+    ("pnpm", "We use pnpm, not npm, in every repository.", [], 0.5),
+    ("tabs", "Use tabs for indentation in the Go code.", [], 0.5),
+]
+
+
+def test_a_memory_matching_only_on_words_most_memories_hold_is_never_recalled(
+    tmp_path: Path,
+) -> None:
+    memory_file = tmp_path / "memory.db"
+    remember(memory_file, USE_EVERYWHERE)
+    with HookIndex(memory_file, NAMESPACE) as index:
+        prompt = "Which port does the staging deploy use?"
+        assert [h.key for h in index.recall(prompt, 5)] == ["staging-port"]
+        assert index.recall("What should I use?", 5) == []  # "use": in all three
+        assert [h.key for h in index.recall("How do I indent Go code?", 5)] == ["tabs"]
+
+
+def test_the_floor_counts_the_memories_of_the_store(tmp_path: Path) -> None:
+    """One memory: its words are its own. Two sharing a word: that word tells them apart from
+    nothing, so it alone recalls neither; a word held by one of them does."""
+    lone = tmp_path / "lone.db"
+    remember(lone, USE_EVERYWHERE[:1])
+    with HookIndex(lone, NAMESPACE) as index:
+        assert [h.key for h in index.recall("which port?", 5)] == ["staging-port"]
+    pair = tmp_path / "pair.db"
+    remember(pair, USE_EVERYWHERE[1:])
+    with HookIndex(pair, NAMESPACE) as index:
+        assert index.recall("use", 5) == []
+        assert [h.key for h in index.recall("use pnpm", 5)] == ["pnpm"]

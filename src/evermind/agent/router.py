@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from evermind.bridges.base import ChatRequest, Completion, Usage
+from evermind.bridges.base import DEFAULT_MAX_TOKENS, ChatRequest, Completion, Usage
 from evermind.bridges.pricing import PriceTable
 from evermind.errors import ConfigError, InputError
 
@@ -256,7 +256,9 @@ def price_estimator(
             for part in (request.system, request.facts, *(m.text() for m in request.messages))
             if part
         )
-        usage = Usage(input_tokens=count(prompt), output_tokens=request.max_tokens)
+        # No max_tokens (the upstream's default): the contract's default is the estimate.
+        most = DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens
+        usage = Usage(input_tokens=count(prompt), output_tokens=most)
         return table.price(request.model, usage)
 
     return estimate

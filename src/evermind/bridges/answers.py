@@ -312,7 +312,23 @@ def upstream_error(
         status=status,
         retry_after=retry_after(headers),
         code=code,
+        reported=reported_error(body, secrets),
     )
+
+
+def reported_error(body: object, secrets: Iterable[str] = ()) -> dict[str, str | None] | None:
+    """The fields of an error body's error object both protocols name (``type``, ``message``,
+    ``param``, ``code``), as strings (or None), secrets scrubbed, each cut to
+    :data:`EXCERPT_CHARS`; None when the body has no error object."""
+    if not isinstance(body, Mapping):
+        return None
+    error = body.get("error", body)
+    if not isinstance(error, Mapping) or not error.get("message"):
+        return None
+    return {
+        name: None if error.get(name) is None else excerpt(str(error[name]), EXCERPT_CHARS, secrets)
+        for name in ("type", "message", "param", "code")
+    }
 
 
 def stream_error(provider: str, error: object, secrets: Iterable[str] = ()) -> UpstreamError:

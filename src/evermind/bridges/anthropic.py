@@ -21,6 +21,7 @@ an error quotes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -84,7 +85,9 @@ class AnthropicBridge:
             UpstreamError: The API refused or failed, or its answer is malformed, incomplete
                 or too large (see the module docstring).
         """
-        response = await self._post(wire.anthropic_body(request))
+        response = await self._post(
+            wire.anthropic_body(request), wire.passthrough_headers(request, PROVIDER)
+        )
         try:
             body = await answers.read_limited(
                 response.aiter_bytes(),
@@ -98,6 +101,8 @@ class AnthropicBridge:
             await response.aclose()
         data = answers.parse_json(body, PROVIDER, "the response", self._secrets)
         completion = wire.anthropic_completion(data, PROVIDER, self._secrets)
+        if isinstance(data, dict):  # kept for a relay in this same protocol
+            completion = dataclasses.replace(completion, raw=data)
         answers.check_size(answers.answer_chars(completion), self.max_answer_chars, PROVIDER)
         self._last_usage = completion.usage
         return completion
@@ -113,15 +118,23 @@ class AnthropicBridge:
         secrets = self._secrets
         state = streams.AnthropicStream(PROVIDER, self.max_answer_chars, secrets)
         parser = streams.SSEParser(PROVIDER)
-        response = await self._post(wire.anthropic_body(request, stream=True))
+        response = await self._post(
+            wire.anthropic_body(request, stream=True), wire.passthrough_headers(request, PROVIDER)
+        )
         try:
             async for piece in response.aiter_text():
                 for event in parser.feed(piece):
                     if not event.data:
                         continue
-                    text = state.feed(answers.parse_json(event.data, PROVIDER, "an event", secrets))
+                    data = answers.parse_json(event.data, PROVIDER, "an event", secrets)
+                    text = state.feed(data)
                     if text:
                         yield Delta(text=text)
+                    elif state.other is not None:  # a thinking block's event, as it came
+                        yield Delta(event=state.other)
+                    elif isinstance(data, dict) and data.get("type") == "message_start":
+                        # The input tokens, as early as Anthropic says them.
+                        yield Delta(usage=state.usage_so_far())
                 if state.done:
                     break
         except httpx2.HTTPError as err:  # the body broke off while it was read
@@ -134,16 +147,62 @@ class AnthropicBridge:
         self._last_usage = completion.usage
         yield Delta(completion=completion)
 
-    async def _post(self, body: dict[str, Any]) -> httpx2.Response:
-        """The response to ``body``, its body unread (``stream=True``); an HTTP error raises
-        the mapped :class:`UpstreamError`."""
+    async def _post(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> httpx2.Response:
+        """The response to ``body`` (with the client's ``headers``, a passed request's), its
+        body unread (``stream=True``); an HTTP error raises the mapped :class:`UpstreamError`."""
         try:
             response: httpx2.Response = await self._client.post(
-                "/v1/messages", body=body, cast_to=httpx2.Response, stream=True
+                "/v1/messages",
+                body=body,
+                cast_to=httpx2.Response,
+                stream=True,
+                options={"headers": headers} if headers else {},
             )
         except anthropic.APIError as err:
             raise _mapped(err, self._secrets) from err
         return response
+
+    async def forward(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """The JSON answer of another endpoint of this API, as it is (``GET`` the model list,
+        ``POST`` a token count; ``headers``: the client's protocol headers): read like an
+        answer, never past ``max_answer_chars``.
+
+        Raises:
+            UpstreamError: The API refused or failed, or answered with no JSON object.
+        """
+        try:
+            options: Any = {"headers": headers} if headers else {}
+            if method == "GET":
+                response: httpx2.Response = await self._client.get(
+                    path, cast_to=httpx2.Response, stream=True, options=options
+                )
+            else:
+                response = await self._client.post(
+                    path, body=body, cast_to=httpx2.Response, stream=True, options=options
+                )
+        except anthropic.APIError as err:
+            raise _mapped(err, self._secrets) from err
+        try:
+            raw = await answers.read_limited(
+                response.aiter_bytes(),
+                answers.body_limit(self.max_answer_chars),
+                PROVIDER,
+                response.headers.get("content-length"),
+            )
+        except httpx2.HTTPError as err:
+            raise answers.broke_off(PROVIDER, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
+        data = answers.parse_json(raw, PROVIDER, "the response", self._secrets)
+        return dict(answers.mapping(data, PROVIDER, "the response", required=True))
 
     async def aclose(self) -> None:
         """Closes the SDK client's connections (unless it was passed in)."""

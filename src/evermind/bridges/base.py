@@ -31,6 +31,9 @@ from evermind.errors import InputError
 
 Role = Literal["user", "assistant", "tool"]
 ROLES = ("user", "assistant", "tool")
+#: ``max_tokens`` where a request leaves it to the upstream but the answer's size must be
+#: bounded here anyway (a local model, a price estimate).
+DEFAULT_MAX_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,23 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Passthrough:
+    """A client's own request, for an upstream of the same wire protocol.
+
+    Attributes:
+        protocol: ``anthropic`` or ``openai``: the wire format of ``body``.
+        body: The client's JSON body, as it sent it.
+        headers: The client's protocol headers the upstream must see too (Anthropic's
+            ``anthropic-beta`` and ``anthropic-version``: a beta field such as
+            ``context_management`` is refused without its beta header).
+    """
+
+    protocol: str
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     """One generation request, whatever the upstream.
 
@@ -78,7 +98,8 @@ class ChatRequest:
         messages: The turns, oldest first; at least one, the last from the user or a tool.
         system: The static system prompt (cached as a prefix by providers that can).
         facts: Memory injected for this request, kept apart from ``system`` (see above).
-        max_tokens: Most tokens to generate.
+        max_tokens: Most tokens to generate (None: the upstream's own default; the
+            gateway passes a client's request on without inventing one).
         temperature: None: the upstream's default.
         stop: Stop sequences.
         tools: Tools the model may call, in the neutral shape.
@@ -86,19 +107,26 @@ class ChatRequest:
         user: Which principal of the tenant asks: an opaque id of its token ("" when the
             caller has none); the cache's ``user`` scope keys on it; not sent upstream.
         extra: Provider-specific fields passed through as they are (``top_p``, ``metadata``).
+        passthrough: The client's own request when it speaks the upstream's wire protocol
+            (:class:`Passthrough`, set by the gateway): that protocol's bridge sends the body
+            as it is, with only ``model`` and its own stream fields set, and the client's
+            protocol headers, so nothing is lost in translation; the neutral fields above are
+            then what the cache keys on (and ``system``/``facts`` are not added again). Other
+            protocols ignore it.
     """
 
     model: str
     messages: tuple[Message, ...]
     system: str | None = None
     facts: str | None = None
-    max_tokens: int = 512
+    max_tokens: int | None = DEFAULT_MAX_TOKENS
     temperature: float | None = None
     stop: tuple[str, ...] = ()
     tools: tuple[dict[str, Any], ...] = ()
     tenant: str = "default"
     extra: dict[str, Any] = field(default_factory=dict)
     user: str = ""
+    passthrough: Passthrough | None = None
 
     def __post_init__(self) -> None:
         if not self.messages:
@@ -108,7 +136,9 @@ class ChatRequest:
                 raise InputError(
                     f"ChatRequest: messages[{i}].role must be one of {ROLES}, got {message.role!r}"
                 )
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if self.max_tokens is not None and (
+            not isinstance(self.max_tokens, int) or self.max_tokens < 1
+        ):
             raise InputError(f"ChatRequest: max_tokens must be >= 1, got {self.max_tokens!r}")
         if self.temperature is not None and not 0.0 <= self.temperature <= 2.0:
             raise InputError(
@@ -201,6 +231,9 @@ class Completion:
         route: ``(target, reason)`` when a router chose the model (``evermind/auto``):
             target ``local`` or ``frontier``, reason as
             :class:`~evermind.agent.router.RouteDecision` names it.
+        raw: The upstream's own JSON answer, as it came (keys scrubbed), when the bridge
+            kept it (the SDK bridges' ``generate``): a relay in the same protocol answers
+            with it, so no field is lost; never stored in the cache.
     """
 
     text: str
@@ -214,14 +247,23 @@ class Completion:
     timing: Timing | None = None
     cached: CacheInfo | None = None
     route: tuple[str, str] | None = None
+    raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class Delta:
-    """One piece of a stream: new ``text``; the last piece carries the ``completion``."""
+    """One piece of a stream: new ``text``; the last piece carries the ``completion``.
+
+    ``usage``: what the upstream reported before the answer's end (Anthropic's
+    ``message_start``: the input side), so a relay can say it as early as the provider does.
+    ``event``: the upstream's own event of a content block the contract has no field for
+    (Anthropic's ``thinking``), for a relay in that same protocol to pass on; others skip it.
+    """
 
     text: str = ""
     completion: Completion | None = None
+    usage: Usage | None = None
+    event: dict[str, Any] | None = None
 
 
 @runtime_checkable

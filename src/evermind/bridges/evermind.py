@@ -24,7 +24,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from evermind.bridges.base import ChatRequest, Completion, Delta, Usage
+from evermind.bridges.base import DEFAULT_MAX_TOKENS, ChatRequest, Completion, Delta, Usage
 from evermind.bridges.openai import OpenAIBridge
 from evermind.errors import InputError
 from evermind.model.chat import CHAT_STOP, render_chat
@@ -89,7 +89,9 @@ class EvermindBridge:
     def _options(self, request: ChatRequest) -> dict[str, Any]:
         seed = request.extra.get("seed")
         return {
-            "max_new_tokens": request.max_tokens,
+            "max_new_tokens": (
+                DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens
+            ),
             "temperature": (
                 DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
             ),

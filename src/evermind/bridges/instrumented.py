@@ -29,7 +29,9 @@ from evermind.telemetry import genai as semconv
 
 def start_chat(provider: str, request: ChatRequest) -> Operation:
     """The GenAI ``chat`` operation of one request (a no-op while telemetry is off)."""
-    attributes: dict[str, int | float] = {semconv.REQUEST_MAX_TOKENS: request.max_tokens}
+    attributes: dict[str, int | float] = {}
+    if request.max_tokens is not None:
+        attributes[semconv.REQUEST_MAX_TOKENS] = request.max_tokens
     if request.temperature is not None:
         attributes[semconv.REQUEST_TEMPERATURE] = request.temperature
     return start_operation("chat", provider, request.model, attributes)

@@ -24,6 +24,7 @@ connection failures, timeouts → ``upstream_unavailable``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -105,6 +106,8 @@ class OpenAIBridge:
         secrets = self._secrets
         data = answers.parse_json(body, self.provider, "the response", secrets)
         completion = wire.openai_completion(data, self.provider, secrets)
+        if isinstance(data, dict):  # kept for a relay in this same protocol
+            completion = dataclasses.replace(completion, raw=data)
         answers.check_size(answers.answer_chars(completion), self.max_answer_chars, self.provider)
         self._last_usage = completion.usage
         return completion
@@ -155,6 +158,46 @@ class OpenAIBridge:
         except openai.APIError as err:
             raise self._mapped(err) from err
         return response
+
+    async def forward(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """The JSON answer of another endpoint of this API, as it is (``GET`` the model list,
+        ``POST`` a token count; ``headers``: the client's protocol headers): read like an
+        answer, never past ``max_answer_chars``.
+
+        Raises:
+            UpstreamError: The API refused or failed, or answered with no JSON object.
+        """
+        try:
+            options: Any = {"headers": headers} if headers else {}
+            if method == "GET":
+                response: httpx2.Response = await self._client.get(
+                    path, cast_to=httpx2.Response, stream=True, options=options
+                )
+            else:
+                response = await self._client.post(
+                    path, body=body, cast_to=httpx2.Response, stream=True, options=options
+                )
+        except openai.APIError as err:
+            raise self._mapped(err) from err
+        try:
+            raw = await answers.read_limited(
+                response.aiter_bytes(),
+                answers.body_limit(self.max_answer_chars),
+                self.provider,
+                response.headers.get("content-length"),
+            )
+        except httpx2.HTTPError as err:
+            raise answers.broke_off(self.provider, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
+        data = answers.parse_json(raw, self.provider, "the response", self._secrets)
+        return dict(answers.mapping(data, self.provider, "the response", required=True))
 
     def _mapped(self, err: openai.APIError) -> UpstreamError:
         if isinstance(err, openai.APIStatusError):

@@ -12,6 +12,7 @@ holds a configured key reaches a client or the cache:
   deltas, so the longest tail of what arrived that could still begin a key is held back
   until the next delta shows it is not one (at most the longest key's length, minus one);
   the completion's text is exactly what was streamed;
+- the upstream's raw answer (``Completion.raw``), every string at any depth;
 - an :class:`~evermind.errors.UpstreamError`'s message.
 
 Each key is replaced by ``***``. Messages are scrubbed whole, before any cut: a cut first
@@ -36,7 +37,8 @@ def scrubbed_error(err: UpstreamError, secrets: Iterable[str]) -> UpstreamError:
     """``err`` with every one of ``secrets`` scrubbed from its message (upstreams echo keys
     back in errors); the same error when there was nothing to scrub."""
     message = scrub(str(err), secrets)
-    if message == str(err):
+    reported = None if err.reported is None else scrub_value(err.reported, secrets)
+    if message == str(err) and reported == err.reported:
         return err
     return UpstreamError(
         message,
@@ -44,6 +46,7 @@ def scrubbed_error(err: UpstreamError, secrets: Iterable[str]) -> UpstreamError:
         status=err.status,
         retry_after=err.retry_after,
         code=err.code or "upstream_error",
+        reported=reported,
     )
 
 
@@ -57,6 +60,27 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
     if isinstance(value, dict):
         return {scrub(str(k), secrets): scrub_value(v, secrets) for k, v in value.items()}
     return value
+
+
+def _scrubbed_events(
+    event: dict[str, Any], thinking: StreamScrubber, secrets: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """A passed-on block event (Anthropic's thinking), scrubbed: a thinking text through its
+    own :class:`StreamScrubber` (a key split across deltas is held back, and flushed before
+    the block's stop), any other string as a whole."""
+    delta = event.get("delta")
+    if isinstance(delta, dict) and delta.get("type") == "thinking_delta":
+        text = thinking.feed(str(delta.get("thinking", "")))
+        return [{**event, "delta": {**delta, "thinking": text}}] if text else []
+    events = []
+    if event.get("type") == "content_block_stop":
+        rest = thinking.flush()
+        if rest:
+            held = {"type": "thinking_delta", "thinking": rest}
+            events.append(
+                {"type": "content_block_delta", "index": event.get("index"), "delta": held}
+            )
+    return [*events, scrub_value(event, secrets)]
 
 
 class StreamScrubber:
@@ -122,10 +146,15 @@ class RedactingBridge:
     async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
         """The inner bridge's deltas, scrubbed (a key split across deltas included)."""
         scrubber = StreamScrubber(self.secrets)
+        thinking = StreamScrubber(self.secrets)
         sent: list[str] = []
         pieces = self.bridge.stream(request)
         try:
             async for delta in pieces:
+                if delta.event is not None:
+                    for event in _scrubbed_events(delta.event, thinking, self.secrets):
+                        yield Delta(event=event)
+                    continue
                 if delta.completion is not None:
                     rest = scrubber.flush()
                     if rest:
@@ -134,9 +163,9 @@ class RedactingBridge:
                     yield Delta(completion=self._scrubbed(delta.completion, "".join(sent)))
                     return
                 text = scrubber.feed(delta.text)
-                if text:
+                if text or delta.usage is not None:
                     sent.append(text)
-                    yield Delta(text=text)
+                    yield Delta(text=text, usage=delta.usage)
         except UpstreamError as err:
             raise self._cleaned(err) from None
         finally:
@@ -153,7 +182,8 @@ class RedactingBridge:
             )
             for call in completion.tool_calls
         )
-        return dataclasses.replace(completion, text=text, tool_calls=calls)
+        raw = None if completion.raw is None else scrub_value(completion.raw, self.secrets)
+        return dataclasses.replace(completion, text=text, tool_calls=calls, raw=raw)
 
     def _cleaned(self, err: UpstreamError) -> UpstreamError:
         return scrubbed_error(err, self.secrets)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evermind.bridges import answers
-from evermind.bridges.base import Completion, ToolCall
+from evermind.bridges.base import Completion, ToolCall, Usage
 from evermind.bridges.wire import (
     ANTHROPIC_FINISH,
     OPENAI_FINISH,
@@ -68,6 +68,12 @@ class AnthropicStream(_Fold):
     ``ping``, ``error``). Usage comes from ``message_start`` (input and cache fields) and is
     updated by ``message_delta`` (cumulative output; any input fields it carries win).
 
+    Content blocks the contract has no field for (``thinking``, ``redacted_thinking``, a
+    server tool's blocks) are not folded: after :meth:`feed`, :attr:`other` is the event when
+    it belongs to one (its start, a delta, its stop), so a relay in the same protocol can
+    pass it on in its place (a thinking block must reach a client that sends it back with a
+    tool result). Their text counts towards ``max_chars`` too.
+
     Args:
         provider: The name errors and the completion carry.
         max_chars: Characters of text and tool arguments the answer may reach
@@ -88,9 +94,12 @@ class AnthropicStream(_Fold):
         self._id = ""
         self._model = ""
         self._stop: str | None = None
+        self._others: set[int] = set()
+        #: The last event fed, when it belongs to a block the contract does not carry.
+        self.other: dict[str, Any] | None = None
 
     def feed(self, event: object) -> str:
-        """Takes one event; returns the text it adds ("" for most events).
+        """Takes one event; returns the text it adds ("" for most events; see :attr:`other`).
 
         Raises:
             UpstreamError: An ``error`` event (e.g. ``overloaded_error`` mid-stream), or an
@@ -99,6 +108,16 @@ class AnthropicStream(_Fold):
         p = self.provider
         event = answers.mapping(event, p, "a stream event", required=True)
         kind = event.get("type")
+        self.other = None
+        if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
+            at = answers.index(event.get("index"), p, f"{kind}.index")
+            block = answers.mapping(event.get("content_block"), p, "content_block")
+            if kind == "content_block_start" and block.get("type") not in ("text", "tool_use"):
+                self._others.add(at)
+            if at in self._others:
+                self._grow(json.dumps(event.get("delta") or block))
+                self.other = dict(event)
+                return ""
         if kind == "message_start":
             message = answers.mapping(event.get("message"), p, "message_start.message")
             self._id = answers.text(message.get("id"), p, "message_start.message.id")
@@ -138,6 +157,14 @@ class AnthropicStream(_Fold):
         elif kind == "error":
             raise answers.stream_error(p, event.get("error"), self.secrets)
         return ""
+
+    def usage_so_far(self) -> Usage:
+        """The usage reported so far (after ``message_start``: the input side).
+
+        Raises:
+            UpstreamError: A count that is not a whole number in range.
+        """
+        return anthropic_usage(self._usage, self.provider)
 
     def completion(self) -> Completion:
         """The completion of the events fed (call after ``message_stop``: :attr:`done`).

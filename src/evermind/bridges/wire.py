@@ -65,13 +65,17 @@ def anthropic_body(request: ChatRequest, *, stream: bool = False) -> dict[str, A
     with a ``cache_control: {"type": "ephemeral"}`` breakpoint. Tool results (``role="tool"``)
     become ``tool_result`` blocks of a user turn (consecutive results share one turn, as the
     API requires); an assistant's tool calls become ``tool_use`` blocks. ``request.extra`` is
-    merged last, as it is.
+    merged last, as it is. ``max_tokens`` None is left out (the API then refuses the request,
+    as it would the client's own). A client's Messages body (``request.passthrough``) is sent
+    as it is instead, with ``model`` and ``stream`` set.
     """
-    body: dict[str, Any] = {
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "messages": _anthropic_messages(request.messages),
-    }
+    own = _passthrough(request, "anthropic", ("stream",))
+    if own is not None:
+        return {**own, **({"stream": True} if stream else {})}
+    body: dict[str, Any] = {"model": request.model}
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    body["messages"] = _anthropic_messages(request.messages)
     system = [
         {"type": "text", "text": text, "cache_control": dict(EPHEMERAL)}
         for text in (request.system, request.facts)
@@ -166,17 +170,24 @@ def openai_body(request: ChatRequest, *, stream: bool = False) -> dict[str, Any]
     ``{"type": "function", "function": {...}}``; a streamed request asks for the usage chunk
     (``stream_options: {"include_usage": true}``). ``max_tokens`` is sent as ``max_tokens``
     (what OpenAI-compatible servers read; put ``max_completion_tokens`` in ``extra`` for
-    OpenAI models that require it). ``request.extra`` is merged last.
+    OpenAI models that require it; None: left out, the server's default). ``request.extra`` is
+    merged last. A client's Chat Completions body (``request.passthrough``) is sent as it is
+    instead, with ``model`` and the stream fields set.
     """
+    own = _passthrough(request, "openai", ("stream", "stream_options"))
+    if own is not None:
+        if stream and request.passthrough is not None:
+            options = request.passthrough.body.get("stream_options")
+            kept = dict(options) if isinstance(options, Mapping) else {}
+            own.update(stream=True, stream_options={**kept, "include_usage": True})
+        return own
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": text} for text in (request.system, request.facts) if text
     ]
     messages += [_openai_message(m) for m in request.messages]
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": messages,
-        "max_tokens": request.max_tokens,
-    }
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.stop:
@@ -188,6 +199,25 @@ def openai_body(request: ChatRequest, *, stream: bool = False) -> dict[str, Any]
         body["stream_options"] = {"include_usage": True}
     body.update(request.extra)
     return body
+
+
+def _passthrough(
+    request: ChatRequest, protocol: str, stream_fields: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The client's own body for ``protocol`` (a copy, ``model`` set to the upstream's name,
+    without the client's ``stream_fields``: the bridge sets its own); None without one."""
+    if request.passthrough is None or request.passthrough.protocol != protocol:
+        return None
+    body = {k: v for k, v in request.passthrough.body.items() if k not in stream_fields}
+    body["model"] = request.model
+    return body
+
+
+def passthrough_headers(request: ChatRequest, protocol: str) -> dict[str, str]:
+    """The client's protocol headers to send with a passed request of ``protocol`` (none
+    for any other request)."""
+    own = request.passthrough
+    return {} if own is None or own.protocol != protocol else dict(own.headers)
 
 
 def _openai_tool(tool: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from mcp.types import CallToolResult
 
 import evermind
 from evermind.errors import ConfigError
+from evermind.mcp.arguments import plain_tool_error
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.tools import MemoryTools, tool_specs
 from evermind.memory import MemoryStore
@@ -77,8 +78,9 @@ def _handler(spec: Tool) -> Handler:
             logger.exception("tool %r raised an unexpected exception", spec.name)
             return _error_dict(str(err))
         except ToolError as err:
-            logger.info("tool %r failed: %r", spec.name, str(err))
-            return _error_dict(str(err))
+            plain = plain_tool_error(spec.name, err)
+            logger.info("tool %r failed: %r", spec.name, str(plain))
+            return _error_dict(str(plain))
         if not isinstance(result, CallToolResult):
             # Only a Resolve(...) parameter can ask for more input; no memory tool has one.
             return _error_dict(f"Error executing tool {spec.name}: it asked for client input")

@@ -7,7 +7,13 @@ are :mod:`evermind.auth`'s, the runtime's own implementation:
   ``TOKEN TENANT [read|write]`` per line, so one file serves ``evermind serve`` and
   ``evermind mcp --http``. A ``read`` token gets the read-only tool set.
 - **Authentication**: :class:`~evermind.auth.TokenTable`, in constant time. A missing,
-  malformed or unknown token gets ``401`` with ``WWW-Authenticate: Bearer``.
+  malformed or unknown token gets ``401`` with ``WWW-Authenticate: Bearer`` naming the
+  protected-resource metadata (RFC 9728), served at
+  ``/.well-known/oauth-protected-resource`` (and ``…/mcp``): the resource, bearer tokens in
+  the ``Authorization`` header, and no authorization server: the token is a static one from
+  the tokens file, which a client sends as a header (Claude Code:
+  ``claude mcp add --transport http evermind URL/mcp --header "Authorization: Bearer T"``;
+  the MCP Inspector CLI: ``--header "Authorization: Bearer T"``), never through OAuth.
 - **Rate limit**: :class:`~evermind.auth.RateLimiter`, a token bucket per tenant
   (``rate_limit_per_minute`` requests a minute, bursts up to the same number); an empty
   bucket answers ``429`` with ``Retry-After``.
@@ -45,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 #: The path the MCP endpoint is served on.
 MCP_PATH = "/mcp"
+#: RFC 9728's well-known path of the protected-resource metadata (and its form for MCP_PATH).
+RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
 DEFAULT_RATE_LIMIT_PER_MINUTE = 600
 #: The tenant served when no tokens file is given (loopback only); the runtime's default.
 OPEN_TENANT = DEFAULT_TENANT
@@ -101,15 +109,19 @@ class TenantEndpoint:
         self._limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
         try:
-            who = self._tokens.authenticate(Request(scope).headers.get("authorization"))
+            who = self._tokens.authenticate(request.headers.get("authorization"))
         except Unauthenticated:
+            metadata = f"{_base_url(request)}{RESOURCE_METADATA_PATH}{MCP_PATH}"
+            challenge = f'Bearer realm="evermind-mcp", resource_metadata="{metadata}"'
             reply = _error(
                 401,
                 "expected 'Authorization: Bearer <token>' with a token from the server's "
-                "tokens file; the request had none or an unknown one",
+                "tokens file; the request had none or an unknown one; hint: pass the token "
+                "as a header (this server does no OAuth)",
                 "invalid_token",
-                {"WWW-Authenticate": 'Bearer realm="evermind-mcp"'},
+                {"WWW-Authenticate": challenge},
             )
             await reply(scope, receive, send)
             return
@@ -183,7 +195,27 @@ def build_http_app(
     limiter = limiter or RateLimiter.per_minute(DEFAULT_RATE_LIMIT_PER_MINUTE)
     endpoint = TenantEndpoint(servers, tokens, limiter)
     routes = [Route("/healthz", health, methods=["GET"]), Route(MCP_PATH, endpoint)]
+    if tokens.enabled:
+        for path in (RESOURCE_METADATA_PATH, RESOURCE_METADATA_PATH + MCP_PATH):
+            routes.append(Route(path, resource_metadata, methods=["GET"]))
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+async def resource_metadata(request: Request) -> Response:
+    """RFC 9728 protected-resource metadata: bearer tokens in the header, no authorization
+    server (the tokens are static, from the tokens file)."""
+    return JSONResponse(
+        {
+            "resource": f"{_base_url(request)}{MCP_PATH}",
+            "bearer_methods_supported": ["header"],
+            "resource_name": "Evermind memory (MCP)",
+        }
+    )
+
+
+def _base_url(request: Request) -> str:
+    """The URL the client reached this server at (scheme and host, no trailing slash)."""
+    return str(request.base_url).rstrip("/")
 
 
 def _is_loopback(host: str) -> bool:
@@ -207,6 +239,7 @@ __all__ = [
     "DEFAULT_RATE_LIMIT_PER_MINUTE",
     "MCP_PATH",
     "OPEN_TENANT",
+    "RESOURCE_METADATA_PATH",
     "Tenant",
     "TenantEndpoint",
     "build_http_app",

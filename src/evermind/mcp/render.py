@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from evermind.memory import Hit, MemoryRecord, fence
 from evermind.memory.sanitize import inline
+from evermind.text import counted
 
 ELLIPSIS = "…"
 #: The first words of the last line of a recall answer.
@@ -65,7 +66,7 @@ def render_recall(
     if not hits:
         return (
             f"No memory matches {_key(cut(query, max_chars))} "
-            f"({searched} memories searched){capped}.\n"
+            f"({counted(searched, 'memory', 'memories')} searched){capped}.\n"
             f"{RANKED_BY_PREFIX}nothing matched"
         )
     items = [
@@ -74,7 +75,8 @@ def render_recall(
     ]
     orders = list(dict.fromkeys(hit.ranked_by for hit in hits))
     header = (
-        f"{len(hits)} of {searched} memories for {_key(cut(query, max_chars))}{capped}. "
+        f"{len(hits)} of {counted(searched, 'memory', 'memories')} for "
+        f"{_key(cut(query, max_chars))}{capped}. "
         "Previews are cut; call memory_get(key) for a full text."
     )
     return f"{header}\n{fence(items)}\n{RANKED_BY_PREFIX}{' | '.join(orders)}"
@@ -104,7 +106,8 @@ def render_tagged(
         return f"No memory is tagged {_key(tag)}{capped}."
     items = [f"{r.key} (tags: {_tags(r.tags)})\n{cut(r.content, max_chars)}" for r in records]
     header = (
-        f"{len(records)} memories tagged {_key(tag)}, newest first{capped}. "
+        f"{counted(len(records), 'memory', 'memories')} tagged {_key(tag)}, newest first"
+        f"{capped}. "
         "Call memory_get(key) for a full text."
     )
     return f"{header}\n{fence(items, title=f'tag {tag}')}"
@@ -117,7 +120,8 @@ def render_remembered(record: MemoryRecord, replaced: bool) -> str:
     if record.expires_at is not None:
         expiry = f"; expires in {record.expires_at - record.updated_at:.0f} s"
     return (
-        f"{verb} {_key(record.key)} ({len(record.content)} characters; tags: {_tags(record.tags)}; "
+        f"{verb} {_key(record.key)} ({counted(len(record.content), 'character')}; "
+        f"tags: {_tags(record.tags)}; "
         f"importance {record.importance:.2f}{expiry})"
     )
 

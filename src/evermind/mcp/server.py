@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 import evermind
+from evermind.mcp.arguments import plain_tool_error
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.experience_tools import (
     ExperienceSettings,
@@ -31,6 +33,18 @@ from evermind.memory import MemoryStore
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "evermind-memory"
+
+
+class MemoryServer(MCPServer[Any]):
+    """The SDK's ``MCPServer``, answering a call whose arguments fail validation with one
+    line naming each bad argument (:func:`~evermind.mcp.arguments.argument_error`) instead of
+    pydantic's text and URL."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as err:
+            raise plain_tool_error(name, err) from err.__cause__
 
 
 class ThreadEmbedder:
@@ -94,7 +108,7 @@ def build_server(
     Raises:
         StorageError: The experience tables cannot be opened in the store's file.
     """
-    server: MCPServer[Any] = MCPServer(
+    server: MCPServer[Any] = MemoryServer(
         SERVER_NAME,
         title="Evermind memory",
         instructions=INSTRUCTIONS,
@@ -125,6 +139,7 @@ async def run_stdio(
 
 __all__ = [
     "SERVER_NAME",
+    "MemoryServer",
     "ThreadEmbedder",
     "build_server",
     "load_embedder",

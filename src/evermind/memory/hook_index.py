@@ -12,6 +12,15 @@ memories whose ``updated_at`` changed are re-tokenized. Ranking is FTS5's ``bm25
 recency exactly as ``RecallOptions`` describes; content is always read from the memory file
 itself, so a stale side index can never show a deleted or expired memory.
 
+**The relevance floor.** A hook injects a memory into the agent's context unasked, so sharing
+a term is not enough: a memory must share with the prompt at least one term held by at most
+half of the namespace's memories (or by a single one). That is where the Robertson-Sparck
+Jones relevance weight ``ln((N - df + 0.5)/(df + 0.5))``, BM25's IDF before its ``+1``, is
+positive: a term more than half the memories hold is evidence of nothing, so a memory that
+matches a prompt only on such words ("use" in a store where most memories say it) is never
+injected, however it ranks. Document frequencies are the side index's own (FTS5's
+``fts5vocab``), so the floor follows the store as it grows.
+
 The memory file is opened read-only; it is never created or migrated here. This is memory's
 public read path for callers that must not open a ``MemoryStore`` (the Claude Code hooks in
 ``evermind.mcp.hook``). The one other reader of its tables outside ``memory/`` is
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +48,9 @@ from evermind.text import terms
 
 #: Version of the side index's own layout; a different one is rebuilt.
 INDEX_LAYOUT = 2
+#: The relevance floor: a recalled memory must share with the query a term held by at most
+#: this share of the memories, or by one (see the module docstring).
+SPECIFIC_SHARE = 0.5
 
 _SIDE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS layout (version INTEGER NOT NULL);
@@ -165,17 +178,20 @@ class HookIndex:
         return row is not None
 
     def recall(self, query: str, top_k: int) -> list[HookMemory]:
-        """The live memories sharing terms with ``query``, best first (empty when none do)."""
+        """The live memories sharing terms with ``query`` above the relevance floor (module
+        docstring), best first; empty when none clears it."""
         wanted = list(dict.fromkeys(terms(query)))
         if not wanted:
             return []
         side = self._synced()
         match = " OR ".join(f'"{_encode(term)}"' for term in wanted)
         scored = side.execute(
-            "SELECT docs.key, -bm25(fts) FROM fts JOIN docs ON docs.doc = fts.rowid "
+            "SELECT docs.key, -bm25(fts), fts.rowid FROM fts JOIN docs ON docs.doc = fts.rowid "
             "WHERE fts MATCH ? ORDER BY bm25(fts) LIMIT ?",
             (match, self.options.candidate_pool),
         ).fetchall()
+        specific = _specific(side, {doc: key for key, _, doc in scored}, wanted)
+        scored = [(key, score) for key, score, _ in scored if key in specific]
         if not scored:
             return []
         best = max(score for _, score in scored) or 1.0
@@ -293,6 +309,37 @@ class HookIndex:
             side.executescript(_SIDE_SCHEMA)
             side.execute("INSERT INTO layout (version) VALUES (?)", (INDEX_LAYOUT,))
         return side
+
+
+def _specific(side: sqlite3.Connection, docs: Mapping[int, str], wanted: list[str]) -> set[str]:
+    """The keys of ``docs`` (side-index rowid -> key) that share with ``wanted`` a term held
+    by at most :data:`SPECIFIC_SHARE` of the memories, or by one (the relevance floor)."""
+    if not docs:
+        return set()
+    side.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.rows USING fts5vocab(main, fts, row)")
+    side.execute(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.instances USING fts5vocab(main, fts, instance)"
+    )
+    count = int(side.execute("SELECT count(*) FROM docs").fetchone()[0])
+    most = max(1, math.floor(count * SPECIFIC_SHARE))
+    encoded = [_encode(term) for term in wanted]
+    marks = ",".join("?" * len(encoded))
+    telling = [
+        term
+        for term, held in side.execute(
+            f"SELECT term, doc FROM temp.rows WHERE term IN ({marks})", encoded
+        )
+        if int(held) <= most
+    ]
+    if not telling:
+        return set()
+    term_marks, doc_marks = ",".join("?" * len(telling)), ",".join("?" * len(docs))
+    shared = side.execute(
+        f"SELECT DISTINCT doc FROM temp.instances WHERE term IN ({term_marks}) "
+        f"AND doc IN ({doc_marks})",
+        [*telling, *docs],
+    )
+    return {docs[int(doc)] for (doc,) in shared}
 
 
 def _memory(row: Sequence[object]) -> HookMemory:

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from evermind.text import counted
+
 _KEEP = {"\n", "\t"}
 # Bidi embeddings/overrides/isolates and zero-width characters (format class Cf, selected).
 _INVISIBLE = {
@@ -169,7 +171,7 @@ def fence(items: Sequence[str], title: str = "recalled memories") -> str:
     Returns:
         The block: a note line, the opening fence, ``[n] text`` lines, the closing fence.
     """
-    lines = [FENCE_NOTE, f"{FENCE_OPEN} ({inline(title)}; {len(items)} items)"]
+    lines = [FENCE_NOTE, f"{FENCE_OPEN} ({inline(title)}; {counted(len(items), 'item')})"]
     for number, item in enumerate(items, start=1):
         # An item must not be able to close (or reopen) the fence, and each of its lines
         # (whatever Unicode line break ends it) is indented under its number.

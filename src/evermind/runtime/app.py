@@ -61,7 +61,7 @@ from evermind.runtime import (
 )
 from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.devices import resolve_device
-from evermind.runtime.errors import ApiError, error_body
+from evermind.runtime.errors import ApiError, error_body, provider_body, shaped
 from evermind.runtime.gateway import anthropic as gateway_anthropic
 from evermind.runtime.state import Runtime
 
@@ -71,8 +71,9 @@ logger = logging.getLogger(__name__)
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PUSH = ("POST", "/v1/models")
-#: The Anthropic-shaped route, whose clients authenticate with ``x-api-key``.
-MESSAGES = "/v1/messages"
+#: The routes Anthropic clients call (Messages, its token count, the model list), where
+#: their ``x-api-key`` header carries the runtime token.
+ANTHROPIC_ROUTES = frozenset({"/v1/messages", "/v1/messages/count_tokens", "/v1/models"})
 #: Content types a push may declare (none is fine: a non-browser client). A web form can
 #: send text/plain, urlencoded or multipart without a preflight; none of those is a package.
 PUSH_TYPES = frozenset({"application/octet-stream", "application/zip", "application/x-evermind"})
@@ -95,13 +96,31 @@ HTTP_STATUS: tuple[tuple[type[EvermindError], int, str], ...] = (
     (EvermindError, 500, "server_error"),
 )
 #: An upstream's failure by its code, where 502 Bad Gateway is not the answer: its rate
-#: limit passes through (with its Retry-After), a timeout is 504, a request it refused as
-#: malformed is the caller's 400. Auth failures (the server's key), 5xx and cut streams: 502.
+#: limit passes through (with its Retry-After), a timeout is 504, a request it refused is
+#: the caller's 4xx: the upstream's own status (400, 404, 413, 422, ...; see
+#: :func:`upstream_status`). Auth failures (the server's key), 5xx and cut streams: 502.
 UPSTREAM_STATUS = {
     "upstream_rate_limited": 429,
     "upstream_timeout": 504,
     "upstream_bad_request": 400,
 }
+
+
+def upstream_status(err: UpstreamError) -> int:
+    """The status a client gets for an upstream's failure: :data:`UPSTREAM_STATUS`, with a
+    refused request keeping the upstream's own 4xx (never 401/403: those are the server's
+    key, not the client's, and are 502)."""
+    status = UPSTREAM_STATUS.get(err.code) or (429 if err.status == 429 else 502)
+    if (
+        err.code == "upstream_bad_request"
+        and err.status is not None
+        and 400 <= err.status < 500
+        and err.status not in (401, 403)
+    ):
+        return err.status
+    return status
+
+
 #: The challenge a 401 answer carries (RFC 6750).
 BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="evermind"'}
 
@@ -119,7 +138,7 @@ def as_api_error(err: EvermindError) -> ApiError:
     elif isinstance(err, StoreUnavailable):
         headers = {"Retry-After": "1"}
     elif isinstance(err, UpstreamError):
-        status = UPSTREAM_STATUS.get(err.code) or (429 if err.status == 429 else 502)
+        status = upstream_status(err)
         wait = err.retry_after
         if status == 429 and wait is not None and math.isfinite(wait) and wait >= 0:
             headers = {"Retry-After": str(max(1, math.ceil(min(wait, MAX_RETRY_AFTER_S))))}
@@ -193,7 +212,9 @@ class FrontDoor:
         except EvermindError as err:
             refused = as_api_error(err)
             response = JSONResponse(
-                refused.body(), status_code=refused.status, headers=refused.headers
+                shaped(scope["path"], refused.status, refused.body()),
+                status_code=refused.status,
+                headers=refused.headers,
             )
             await response(scope, receive, send)
             return
@@ -239,7 +260,8 @@ class FrontDoor:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         peer = str((scope.get("client") or ("?", 0))[0])
         authorization = headers.get("authorization")
-        if authorization is None and scope["path"] == MESSAGES and "x-api-key" in headers:
+        anthropic_route = scope["path"].rstrip("/") in ANTHROPIC_ROUTES
+        if authorization is None and anthropic_route and "x-api-key" in headers:
             # Anthropic clients send their key as x-api-key: here, the runtime token.
             authorization = f"Bearer {headers['x-api-key']}"
         principal = self.failures.authenticate(self.runtime.tokens, authorization, peer)
@@ -348,15 +370,22 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _error(
+    request: Request, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """An error answer, in the shape of the route's API (:func:`shaped`)."""
+    return JSONResponse(shaped(request.url.path, status, body), status_code=status, headers=headers)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, ApiError)
-        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+        return _error(request, err.status, err.body(), err.headers)
 
     async def validation_error(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, RequestValidationError)
         message, code = _validation_message(err)
-        return JSONResponse(error_body(message, "invalid_request_error", code), status_code=400)
+        return _error(request, 400, error_body(message, "invalid_request_error", code))
 
     async def http_error(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, StarletteHTTPException)
@@ -365,19 +394,24 @@ def _install_error_handlers(app: FastAPI) -> None:
         if err.status_code == 404:
             message += "; hint: the API lives under /v1 (see /docs)"
         kind = "invalid_request_error" if err.status_code < 500 else "server_error"
-        return JSONResponse(error_body(message, kind, code), status_code=err.status_code)
+        return _error(request, err.status_code, error_body(message, kind, code))
 
     async def evermind_error(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, EvermindError)
         answer = as_api_error(err)
+        if isinstance(err, UpstreamError) and err.code == "upstream_bad_request":
+            # A request the upstream refused: in its own words, as the provider answers it.
+            relayed = provider_body(request.url.path, answer.status, err.provider, err.reported)
+            if relayed is not None:
+                return JSONResponse(relayed, status_code=answer.status, headers=answer.headers)
         if answer.status == 500:
             logger.exception("request %s %s failed", request.method, request.url.path)
-        return JSONResponse(answer.body(), status_code=answer.status, headers=answer.headers)
+        return _error(request, answer.status, answer.body(), answer.headers)
 
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
         logger.exception("request %s %s failed", request.method, request.url.path)
         message = f"internal error ({type(err).__name__}); the server log has the details"
-        return JSONResponse(error_body(message, "server_error", "internal_error"), status_code=500)
+        return _error(request, 500, error_body(message, "server_error", "internal_error"))
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, validation_error)

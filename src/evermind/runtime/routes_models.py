@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from evermind.errors import PackageError
+from evermind.errors import AccessError, PackageError, UpstreamError
 from evermind.model.inference import Model
 from evermind.package import PackageLimits, read_package
 from evermind.runtime.errors import ApiError
@@ -161,12 +161,29 @@ def _too_large(size: int, cap: int, partial: bool = False) -> ApiError:
 
 
 @router.get("/v1/models", summary="List your models")
-async def list_models(runtime: RuntimeDep, who: Reader) -> dict[str, Any]:
-    """Every installed version of the caller's tenant (``latest`` marks the newest)."""
-    return {
-        "object": "list",
-        "data": [model_card(runtime, i) for i in runtime.installs.list(who.tenant)],
-    }
+async def list_models(runtime: RuntimeDep, who: Reader, request: Request) -> dict[str, Any]:
+    """Every installed version of the caller's tenant (``latest`` marks the newest).
+
+    Behind the gateway, the default upstreams' own lists pass through: an Anthropic client
+    (its SDK sends ``anthropic-version``) gets the ``anthropic`` default upstream's answer as
+    it is; any other client gets the local models followed by the ``openai`` default
+    upstream's entries (whose bare ids route there).
+    """
+    gateway = runtime.gateway
+    if gateway is not None and "anthropic-version" in request.headers:
+        listed = await gateway.upstream_models(who, "anthropic")
+        if listed is not None:
+            return listed
+    data = [model_card(runtime, i) for i in runtime.installs.list(who.tenant)]
+    if gateway is not None:
+        try:
+            listed = await gateway.upstream_models(who, "openai")
+        except (UpstreamError, AccessError) as err:  # the local models are still listed
+            logger.warning("GET /v1/models: the openai upstream's list is left out: %s", err)
+            listed = None
+        entries = [] if listed is None else listed.get("data")
+        data += [m for m in entries if isinstance(m, dict)] if isinstance(entries, list) else []
+    return {"object": "list", "data": data}
 
 
 @router.get("/v1/models/{model_id:path}", summary="A model's manifest and usage")

@@ -20,10 +20,18 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from evermind.errors import NotFound
 from evermind.model.inference import Model
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.errors import ApiError
-from evermind.runtime.gateway.openai import chat_request, message_text, serve_chat, sse
+from evermind.runtime.gateway.core import Resolved
+from evermind.runtime.gateway.openai import (
+    READ_FIELDS,
+    chat_request,
+    message_text,
+    serve_chat,
+    sse,
+)
 from evermind.runtime.generation import (
     CHAT_STOP,
     GenerationRequest,
@@ -255,7 +263,7 @@ async def chat_completions(
             "invalid_affect",
         )
     gateway = runtime.gateway
-    routed = None if gateway is None else gateway.resolve(body.model, who)
+    routed = None if gateway is None else _gateway_route(runtime, body.model, who)
     if gateway is not None and routed is not None:
         if want_affect:
             raise ApiError(
@@ -264,19 +272,25 @@ async def chat_completions(
                 "to an Evermind package; hint: call POST /v1/affect with one",
                 "invalid_affect",
             )
-        text = "".join(message_text(m, i) for i, m in enumerate(body.messages))
-        _check_length(runtime.config, text, "messages")
+        raw = await http_request.json()
+        same = routed.upstream.protocol == "openai"
+        if max_tokens is None and not same:  # a Messages API upstream requires one
+            max_tokens = routed.upstream.default_max_tokens
         neutral = chat_request(
             body,
             routed.model,
             who.tenant,
-            _max_tokens(runtime.config, max_tokens),
+            max_tokens,
             http_request.headers.get("x-evermind-cache"),
             http_request.headers.get("x-evermind-route"),
             who.user,
+            raw if same else None,
         )
+        # No input limit of ours (max_input_chars is the local models'): the upstream's
+        # context window applies; --max-request-mb still bounds the body.
         include = bool(body.stream_options and body.stream_options.include_usage)
-        return await serve_chat(gateway, routed, body, neutral, include)
+        dropped = () if same else tuple(sorted(set(raw) - READ_FIELDS))
+        return await serve_chat(gateway, routed, body, neutral, include, dropped)
     turns = [(m.role, message_text(m, i)) for i, m in enumerate(body.messages)]
     request = _generation(runtime.config, body, render_chat(turns), max_tokens, chat=True)
     install, model = await _serve(runtime, who, body.model)
@@ -325,6 +339,21 @@ async def chat_completions(
     if want_affect:
         reply["evermind"] = {"affect": await _chat_affect(runtime, model, turns, result.text)}
     return JSONResponse(reply)
+
+
+def _gateway_route(runtime: Runtime, model_id: str, who: Principal) -> Resolved | None:
+    """Where the gateway sends ``model_id`` (None: a local model). A bare id that is no
+    installed model of the tenant goes to the ``openai`` default upstream, if any."""
+    gateway = runtime.gateway
+    assert gateway is not None
+    routed = gateway.resolve(model_id, who)
+    if routed is not None:
+        return routed
+    try:
+        runtime.registry.resolve(who.tenant, model_id)
+    except NotFound:
+        return gateway.resolve(model_id, who, "openai")
+    return None
 
 
 async def _chat_affect(

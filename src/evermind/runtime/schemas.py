@@ -102,9 +102,10 @@ class ChatRequest(_Sampling):
 
 
 class AnthropicMessage(_Body):
-    """One turn of a Messages request: text, or content blocks."""
+    """One turn of a Messages request: text, or content blocks (``system`` turns, which
+    Claude Code sends among the messages, count as system prompt text)."""
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
@@ -121,6 +122,13 @@ class MessagesRequest(_Body):
     stop_sequences: list[str] | None = None
     stream: bool = False
     tools: list[dict[str, Any]] | None = None
+
+
+class CountTokensRequest(_Body):
+    """``POST /v1/messages/count_tokens``: read for its model; the body goes upstream as sent."""
+
+    model: str = Field(description="<upstream>/<name>, or a bare id of the default upstream")
+    messages: list[AnthropicMessage] = Field(min_length=1)
 
 
 class EmbeddingRequest(_Body):

@@ -7,44 +7,48 @@ blocks become tool calls, ``tool_result`` blocks tool turns; ``stop_sequences``;
 already the neutral shape), goes through the same tenant bridge and cache as
 ``/v1/chat/completions`` (any upstream, Anthropic or OpenAI protocol), and is answered as a
 Messages response: content blocks, ``stop_reason``, the four usage fields, and on a stream
-the real event sequence (``message_start``, ``content_block_start``, ``ping``,
-``content_block_delta``, ``content_block_stop``, ``message_delta``, ``message_stop``).
+the real event sequence (:mod:`evermind.runtime.gateway.anthropic_stream`).
+
+A client in Anthropic's own protocol, to a Messages API upstream, is passed through: its body
+goes upstream as sent (``ChatRequest.passthrough``; the fields in :data:`READ_FIELDS` are what
+the gateway reads, every other one is part of the cache key) and a JSON answer is the
+upstream's own (``model`` set to the client's id, the ``evermind`` field added). Towards an
+OpenAI-protocol upstream the body is translated and the fields it cannot carry are named in
+``x-evermind-dropped``. A bare provider id (``claude-sonnet-4-5-20250929``) goes to the
+``anthropic`` default upstream (``[default_upstreams]``). ``/v1/messages/count_tokens`` is
+forwarded to the upstream as sent.
 
 The cache is reported as on the OpenAI route: the ``x-evermind-cache`` header and an
 ``evermind`` field (on ``message_delta`` in a stream). The client authenticates with its
 *runtime* token, as ``x-api-key`` (the SDK's ``api_key``) or a bearer token
-(``auth_token``). Only gateway models are served here (``<upstream>/<name>``); local
-``evermind/<ref>`` models answer on ``/v1/chat/completions``. Errors keep the runtime's one
-error body (the SDKs raise by status: 429, 502, 504 as on the OpenAI route).
+(``auth_token``). Local ``evermind/<ref>`` models answer on ``/v1/chat/completions``. Errors
+have Anthropic's shape (:func:`evermind.runtime.errors.shaped`) and the upstream's status for
+a request it refused.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from contextlib import aclosing
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall
-from evermind.errors import EvermindError, InputError, NotFound
+from evermind.bridges.base import ChatRequest, Message, Passthrough, ToolCall
+from evermind.errors import InputError, NotFound
+from evermind.runtime.gateway.anthropic_stream import (
+    STOP_REASON,
+    events,
+    tool_blocks,
+    usage_json,
+)
 from evermind.runtime.gateway.core import Gateway, Resolved
 from evermind.runtime.gateway.openai import SSE_HEADERS, cache_headers, evermind_field
 from evermind.runtime.ids import response_id
-from evermind.runtime.schemas import MessagesRequest
+from evermind.runtime.schemas import CountTokensRequest, MessagesRequest
 from evermind.runtime.state import Reader, RuntimeDep
 
 router = APIRouter(tags=["gateway"])
-
-#: The contract's ``finish_reason`` → Anthropic's ``stop_reason``.
-STOP_REASON = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "content_filter": "refusal",
-}
 
 
 def _text(content: Any) -> str:
@@ -59,18 +63,27 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _turns(body: MessagesRequest) -> list[Message]:
+def _turns(body: MessagesRequest, passthrough: bool) -> tuple[list[Message], list[str]]:
+    """The neutral turns, and the text of ``system`` turns (system prompt text in the neutral
+    view); with ``passthrough`` (the upstream speaks Messages too) blocks the gateway does not
+    read (images, documents, thinking) are kept on their turn as they are, else refused."""
     turns: list[Message] = []
+    systems: list[str] = []
     for i, message in enumerate(body.messages):
+        if message.role == "system":
+            systems.append(_text(message.content))
+            continue
         if isinstance(message.content, str):
             turns.append(Message(message.role, message.content))
             continue
         texts: list[str] = []
+        kept: list[dict[str, Any]] = []
         calls: list[ToolCall] = []
         for j, block in enumerate(message.content):
             kind = block.get("type")
             if kind == "text":
                 texts.append(str(block.get("text", "")))
+                kept.append(block)
             elif kind == "tool_use" and message.role == "assistant":
                 arguments = block.get("input") or {}
                 calls.append(
@@ -81,26 +94,59 @@ def _turns(body: MessagesRequest) -> list[Message]:
                 turns.append(
                     Message("tool", result, tool_call_id=str(block.get("tool_use_id", "")))
                 )
+            elif passthrough:
+                kept.append(block)
             else:
                 raise InputError(
                     f"messages[{i}].content[{j}]: block type {kind!r} is not supported by the "
-                    "gateway; expected text, tool_use (assistant) or tool_result (user)",
+                    "gateway towards an upstream of another protocol; expected text, tool_use "
+                    "(assistant) or tool_result (user)",
                     code="unsupported_content",
                 )
-        if texts or calls:
+        if len(kept) > len(texts):  # blocks besides text: kept, so the cache keys on them
+            turns.append(Message(message.role, kept, tool_calls=tuple(calls)))
+        elif texts or calls:
             turns.append(Message(message.role, "".join(texts), tool_calls=tuple(calls)))
-    return turns
+    return turns, systems
+
+
+#: The client's headers a Messages API upstream receives with a passed request.
+FORWARDED_HEADERS = ("anthropic-beta", "anthropic-version")
+
+#: The Messages fields the gateway reads; every other field a client sends goes to an
+#: upstream of the Messages protocol as it is (and is dropped, named in
+#: ``x-evermind-dropped``, towards one of another protocol).
+READ_FIELDS = frozenset(
+    {"model", "max_tokens", "messages", "system", "temperature", "top_p", "top_k"}
+    | {"stop_sequences", "stream", "tools"}
+)
 
 
 def messages_request(
-    body: MessagesRequest, model: str, tenant: str, cache_header: str | None, user: str = ""
+    body: MessagesRequest,
+    model: str,
+    tenant: str,
+    cache_header: str | None,
+    user: str = "",
+    raw: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> ChatRequest:
     """The neutral request for a Messages body (``model`` is the upstream's own name);
-    ``user``: the caller's principal id (:attr:`~evermind.tokens.Principal.user`)."""
-    system = (
-        body.system if isinstance(body.system, str) or body.system is None else _text(body.system)
+    ``user``: the caller's principal id (:attr:`~evermind.tokens.Principal.user`).
+
+    ``raw``: the client's JSON body, when the upstream speaks Messages too: it is then sent as
+    it is (``passthrough``) with the client's ``headers`` (:data:`FORWARDED_HEADERS`), and the
+    fields the gateway does not read are in ``extra``, as are the headers (so the cache keys
+    on them: a different ``thinking``, ``metadata`` or beta never shares an entry).
+    """
+    turns, system_turns = _turns(body, raw is not None)
+    top = body.system if isinstance(body.system, str) or body.system is None else _text(body.system)
+    system = "\n\n".join(text for text in (top, *system_turns) if text)
+    extra: dict[str, Any] = (
+        {} if raw is None else {k: v for k, v in raw.items() if k not in READ_FIELDS}
     )
-    extra: dict[str, Any] = {}
+    if raw is not None and headers:  # the cache's key only: a passed body is sent as it is
+        extra["headers"] = dict(headers)
     if body.top_p is not None:
         extra["top_p"] = body.top_p
     if body.top_k is not None:
@@ -113,7 +159,9 @@ def messages_request(
     elif opt == "refresh":  # a fresh answer that replaces the cached one
         extra["cache"] = "refresh"
     tools = tuple(
-        {
+        dict(t)
+        if raw is not None  # as sent (server tools, cache_control): the cache keys on them
+        else {
             "name": str(t.get("name", "")),
             "description": str(t.get("description", "")),
             "input_schema": t.get("input_schema") or {"type": "object"},
@@ -122,7 +170,7 @@ def messages_request(
     )
     return ChatRequest(
         model=model,
-        messages=tuple(_turns(body)),
+        messages=tuple(turns),
         system=system or None,
         max_tokens=body.max_tokens,
         temperature=body.temperature,
@@ -131,28 +179,8 @@ def messages_request(
         tenant=tenant,
         extra=extra,
         user=user,
+        passthrough=None if raw is None else Passthrough("anthropic", raw, headers or {}),
     )
-
-
-def _usage(completion: Completion) -> dict[str, int]:
-    usage = completion.usage
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_creation_input_tokens": usage.cache_write_tokens,
-        "cache_read_input_tokens": usage.cache_read_tokens,
-    }
-
-
-def _tool_blocks(completion: Completion) -> list[dict[str, Any]]:
-    return [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
-        for c in completion.tool_calls
-    ]
-
-
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 @router.post("/v1/messages", summary="Messages (Anthropic shape) through the caching gateway")
@@ -160,142 +188,117 @@ async def messages(
     body: MessagesRequest, runtime: RuntimeDep, who: Reader, http_request: Request
 ) -> Any:
     """A gateway model's answer to ``messages``; ``stream: true`` answers with SSE events."""
+    gateway, resolved = _resolved(runtime, body.model, who)
+    raw = await http_request.json()
+    same = resolved.upstream.protocol == "anthropic"
+    request = messages_request(
+        body,
+        resolved.model,
+        who.tenant,
+        http_request.headers.get("x-evermind-cache"),
+        who.user,
+        raw if same else None,
+        _forwarded(http_request),
+    )
+    # No input limit of ours: the upstream's context window applies (the body size cap,
+    # --max-request-mb, still bounds what this server reads).
+    dropped = () if same else sorted(set(raw) - READ_FIELDS)
+    return await _serve(gateway, resolved, body, request, dropped)
+
+
+def _forwarded(http_request: Request) -> dict[str, str]:
+    """The client's :data:`FORWARDED_HEADERS` that it sent."""
+    return {h: v for h in FORWARDED_HEADERS if (v := http_request.headers.get(h)) is not None}
+
+
+def _resolved(runtime: Any, model: str, who: Any) -> tuple[Gateway, Resolved]:
+    """The gateway and where ``model`` goes on this route (a bare provider id: the
+    ``anthropic`` default upstream).
+
+    Raises:
+        NotFound: No gateway, or a model no upstream serves.
+    """
     gateway = runtime.gateway
-    resolved = None if gateway is None else gateway.resolve(body.model, who)
+    resolved = None if gateway is None else gateway.resolve(model, who, "anthropic")
     if gateway is None or resolved is None:
         raise NotFound(
-            f"model {body.model!r} is not a gateway model; /v1/messages serves "
-            "<upstream>/<name> models of the server's --upstreams file (local evermind/ "
-            "models answer on /v1/chat/completions)",
+            f"model {model!r} is not a gateway model; /v1/messages serves "
+            "<upstream>/<name> models of the server's --upstreams file, and bare ids with an "
+            "[default_upstreams] anthropic upstream (local evermind/ models answer on "
+            "/v1/chat/completions)",
             code="model_not_found",
         )
-    if body.max_tokens > runtime.config.max_tokens_cap:
-        raise InputError(
-            f"max_tokens: {body.max_tokens} exceeds this server's limit of "
-            f"{runtime.config.max_tokens_cap}",
-            code="max_tokens_too_large",
+    return gateway, resolved
+
+
+@router.post("/v1/messages/count_tokens", summary="Count a Messages request's input tokens")
+async def count_tokens(
+    body: CountTokensRequest, runtime: RuntimeDep, who: Reader, http_request: Request
+) -> Any:
+    """The upstream's own count of ``body`` (a Messages API upstream: the body as sent, with
+    the upstream's model name)."""
+    gateway, resolved = _resolved(runtime, body.model, who)
+    if resolved.upstream.protocol != "anthropic":
+        raise NotFound(
+            f"model {body.model!r}: count_tokens needs an upstream of the anthropic protocol, "
+            f"{resolved.upstream.name!r} speaks {resolved.upstream.protocol!r}",
+            code="model_not_found",
         )
-    request = messages_request(
-        body, resolved.model, who.tenant, http_request.headers.get("x-evermind-cache"), who.user
-    )
-    size = len(request.system or "") + sum(len(m.text()) for m in request.messages)
-    if size > runtime.config.max_input_chars:
-        raise InputError(
-            f"messages: {size} characters, this server accepts at most "
-            f"{runtime.config.max_input_chars}; hint: shorten them",
-            code="input_too_long",
-        )
-    return await _serve(gateway, resolved, body, request)
+    raw = {**await http_request.json(), "model": resolved.model}
+    headers = _forwarded(http_request)
+    counted = await gateway.forward(resolved, "POST", "/v1/messages/count_tokens", raw, headers)
+    return JSONResponse(counted)
 
 
 async def _serve(
-    gateway: Gateway, resolved: Resolved, body: MessagesRequest, request: ChatRequest
+    gateway: Gateway,
+    resolved: Resolved,
+    body: MessagesRequest,
+    request: ChatRequest,
+    dropped: Sequence[str] = (),
 ) -> JSONResponse | StreamingResponse:
     message_id = response_id("msg_", 24)
     opened = await gateway.open_call(resolved, request, body.stream)
     status, reason, detail = opened.status, opened.reason, opened.detail
+    headers = cache_headers(status, reason)
+    if dropped:
+        headers["x-evermind-dropped"] = ",".join(dropped)
     if opened.completion is None:
         assert opened.deltas is not None
-        events = _events(
-            gateway,
-            resolved,
-            request,
-            status,
-            detail,
-            message_id,
-            body,
-            opened.deltas,
-            opened.first,
+        message: dict[str, Any] = {
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": body.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+        }
+        stream = events(
+            gateway, resolved, request, (status, detail), message, opened.deltas, opened.first
         )
-        headers = {**SSE_HEADERS, **cache_headers(status, reason)}
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return StreamingResponse(
+            stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
+        )
     completion = opened.completion
+    if completion.raw is not None and resolved.upstream.protocol == "anthropic":
+        # The upstream's own answer, every field as it sent it (keys scrubbed).
+        relayed = {
+            **completion.raw,
+            "model": body.model,
+            "evermind": evermind_field(completion, status, detail),
+        }
+        return JSONResponse(relayed, headers=headers)
     content = [{"type": "text", "text": completion.text}] if completion.text else []
     answer = {
         "id": message_id,
         "type": "message",
         "role": "assistant",
         "model": body.model,
-        "content": content + _tool_blocks(completion),
+        "content": content + tool_blocks(completion),
         "stop_reason": STOP_REASON.get(completion.finish_reason, "end_turn"),
         "stop_sequence": None,
-        "usage": _usage(completion),
+        "usage": usage_json(completion),
         "evermind": evermind_field(completion, status, detail),
     }
-    return JSONResponse(answer, headers=cache_headers(status, reason))
-
-
-async def _events(
-    gateway: Gateway,
-    resolved: Resolved,
-    request: ChatRequest,
-    status: str,
-    detail: str,
-    message_id: str,
-    body: MessagesRequest,
-    deltas: AsyncIterator[Delta],
-    first: Delta | None,
-) -> AsyncIterator[bytes]:
-    """The Messages event stream of a call whose first delta is already in."""
-    upstream = resolved.upstream
-    zero = {"input_tokens": 0, "output_tokens": 0}
-    start: dict[str, Any] = {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": body.model,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": zero,
-    }
-    yield _sse("message_start", {"type": "message_start", "message": start})
-    yield _sse(
-        "content_block_start",
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-    )
-    yield _sse("ping", {"type": "ping"})
-    completion: Completion | None = None
-    try:
-        async with aclosing(gateway.relay(request.tenant, upstream, first, deltas)) as relayed:
-            async for delta in relayed:
-                if delta.text:
-                    text = {"type": "text_delta", "text": delta.text}
-                    yield _sse(
-                        "content_block_delta",
-                        {"type": "content_block_delta", "index": 0, "delta": text},
-                    )
-                completion = delta.completion
-    except EvermindError as err:  # headers are gone: an error event, as Anthropic sends
-        error = {"type": "api_error", "message": gateway.scrub(str(err))}
-        yield _sse("error", {"type": "error", "error": error})
-        return
-    assert completion is not None  # the relay ends on the completion or raises
-    gateway.account(request.tenant, upstream.name, status, completion)
-    yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-    for index, block in enumerate(_tool_blocks(completion), start=1):
-        opened = {**block, "input": {}}
-        yield _sse(
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": opened},
-        )
-        partial = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-        yield _sse(
-            "content_block_delta",
-            {"type": "content_block_delta", "index": index, "delta": partial},
-        )
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-    stop = {
-        "stop_reason": STOP_REASON.get(completion.finish_reason, "end_turn"),
-        "stop_sequence": None,
-    }
-    yield _sse(
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": stop,
-            "usage": _usage(completion),
-            "evermind": evermind_field(completion, status, detail),
-        },
-    )
-    yield _sse("message_stop", {"type": "message_stop"})
+    return JSONResponse(answer, headers=headers)

@@ -79,7 +79,7 @@ class LocalBridge:
         seed = request.extra.get("seed")
         return GenerationRequest(
             prompt=EvermindBridge.prompt(request),
-            max_tokens=min(request.max_tokens, self._cap),
+            max_tokens=min(request.max_tokens or self._cap, self._cap),
             temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
             top_p=request.extra.get("top_p"),
             top_k=request.extra.get("top_k"),

@@ -34,8 +34,15 @@
     timeout = 60                        # seconds, per call and per streamed chunk
     max_retries = 2
     max_answer_chars = 1000000          # text + tool arguments of one answer (502 beyond)
+    default_max_tokens = 8192           # sent only where this upstream's protocol requires
+                                        # max_tokens and the client's (an OpenAI client)
+                                        # sent none; a same-protocol request is never given one
     [upstreams.anthropic.tenant_keys]   # per-tenant keys (else api_key)
     alpha = "env:ALPHA_ANTHROPIC_KEY"
+
+    [default_upstreams]         # where a bare model id ("claude-sonnet-4-5") goes, per
+    anthropic = "anthropic"     # client route: /v1/messages; default: the upstream named
+    openai = "openai"           # like the protocol, if any; /v1/chat/completions
 
     [auto]                      # model "evermind/auto": the router (see runtime/gateway/auto.py)
     local = "evermind/notes:1.0.0"
@@ -69,6 +76,10 @@ RESERVED = ("evermind",)
 
 #: The model id the router answers to.
 AUTO_MODEL = "evermind/auto"
+#: ``max_tokens`` for an OpenAI client's request without one to a Messages API upstream.
+DEFAULT_TRANSLATED_MAX_TOKENS = 8192
+#: The client routes a bare model id may arrive on: /v1/messages and /v1/chat/completions.
+CLIENT_PROTOCOLS = ("anthropic", "openai")
 _ROUTER_FIELDS = ("max_surprise", "max_local_prompt_tokens", "local_context_tokens")
 _ROUTER_FLAGS = ("use_confidence", "use_task_patterns")
 
@@ -195,6 +206,10 @@ class UpstreamConfig:
         max_answer_chars: Characters of text and tool arguments one answer may hold; a
             longer one is refused (``upstream_too_large``, 502) before it is all read, and
             never cached.
+        default_max_tokens: ``max_tokens`` sent when the client's request has none and this
+            upstream's protocol requires one (an OpenAI client of a Messages API upstream,
+            which must be sent some value); a request in the upstream's own protocol is
+            never given one.
     """
 
     name: str
@@ -207,6 +222,7 @@ class UpstreamConfig:
     timeout: float = 60.0
     max_retries: int = 2
     max_answer_chars: int = MAX_ANSWER_CHARS
+    default_max_tokens: int = DEFAULT_TRANSLATED_MAX_TOKENS
 
     def key_for(self, tenant: str) -> str:
         """The key ``tenant`` calls this upstream with ('' when it has none)."""
@@ -235,6 +251,9 @@ class GatewayConfig:
             :mod:`evermind.cache.verified`. None (``max_error = "off"``): the rule-based one.
         verify_sample: The share of lookups checked against the upstream (``[cache]
             verify_sample``): misses are checked for free, sampled hits cost one call.
+        default_upstreams: By client protocol (``anthropic``: ``/v1/messages``, ``openai``:
+            ``/v1/chat/completions``), the upstream a bare model id (no ``<upstream>/``
+            prefix) goes to.
     """
 
     upstreams: Mapping[str, UpstreamConfig]
@@ -246,6 +265,7 @@ class GatewayConfig:
     auto: AutoConfig | None = None
     max_error: float | None = DEFAULT_MAX_ERROR
     verify_sample: float = DEFAULT_VERIFY_SAMPLE
+    default_upstreams: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -289,7 +309,7 @@ class GatewayConfig:
     @classmethod
     def parse(cls, raw: Any, where: str, environ: Mapping[str, str]) -> GatewayConfig:
         """Builds the configuration from the parsed file."""
-        _fields(raw, where, {"cache", "metrics", "upstreams", "auto"})
+        _fields(raw, where, {"cache", "metrics", "upstreams", "auto", "default_upstreams"})
         cache = raw.get("cache", {})
         _fields(
             cache,
@@ -343,6 +363,7 @@ class GatewayConfig:
         }
         auto = raw.get("auto")
         return cls(
+            default_upstreams=_defaults(raw.get("default_upstreams"), parsed, where),
             upstreams=parsed,
             auto=None if auto is None else AutoConfig.parse(auto, f"{where}: [auto]", parsed),
             policy=policy,
@@ -353,6 +374,23 @@ class GatewayConfig:
             max_error=max_error,
             verify_sample=float(verify_sample),
         )
+
+
+def _defaults(table: Any, upstreams: Mapping[str, UpstreamConfig], where: str) -> dict[str, str]:
+    """``[default_upstreams]``: client protocol -> upstream name; where the table is silent,
+    the upstream named like the protocol (``anthropic``, ``openai``), when there is one."""
+    where = f"{where}: [default_upstreams]"
+    given = {} if table is None else table
+    _fields(given, where, set(CLIENT_PROTOCOLS))
+    chosen = {p: p for p in CLIENT_PROTOCOLS if p in upstreams}
+    for protocol, name in given.items():
+        if not isinstance(name, str) or name not in upstreams:
+            raise ConfigError(
+                f"{where} {protocol}: {name!r} is not an upstream of this file; expected one "
+                f"of {sorted(upstreams)}"
+            )
+        chosen[protocol] = name
+    return chosen
 
 
 def _fields(table: Any, where: str, allowed: set[str]) -> None:
@@ -379,7 +417,9 @@ def _secret(value: Any, where: str, environ: Mapping[str, str]) -> str:
 
 def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> UpstreamConfig:
     allowed = {"protocol", "base_url", "api_key", "tenant_keys", "models", "tenants"}
-    _fields(spec, where, allowed | {"timeout", "max_retries", "max_answer_chars"})
+    _fields(
+        spec, where, allowed | {"timeout", "max_retries", "max_answer_chars", "default_max_tokens"}
+    )
     if name in RESERVED or "/" in name or not name:
         raise ConfigError(f"{where}: the name {name!r} is reserved or not a single word")
     protocol = protocols.lookup(spec.get("protocol", name), where).name
@@ -398,8 +438,12 @@ def _upstream(name: str, spec: Any, where: str, environ: Mapping[str, str]) -> U
     cap = spec.get("max_answer_chars", MAX_ANSWER_CHARS)
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise ConfigError(f"{where}: max_answer_chars must be an int >= 1, got {cap!r}")
+    default_max = spec.get("default_max_tokens", DEFAULT_TRANSLATED_MAX_TOKENS)
+    if isinstance(default_max, bool) or not isinstance(default_max, int) or default_max < 1:
+        raise ConfigError(f"{where}: default_max_tokens must be an int >= 1, got {default_max!r}")
     return UpstreamConfig(
         name=name,
+        default_max_tokens=default_max,
         protocol=protocol,
         base_url=None if base_url is None else str(base_url),
         api_key=_secret(spec.get("api_key", ""), f"{where} api_key", environ),

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import logging
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -43,7 +45,7 @@ from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta
 from evermind.bridges.caching import CachingBridge, TermEmbedder
 from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
-from evermind.bridges.redacting import RedactingBridge, scrubbed_error
+from evermind.bridges.redacting import RedactingBridge, scrub_value, scrubbed_error
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
@@ -62,6 +64,13 @@ T = TypeVar("T")
 #: The L2 tenant of gateway entries: not a valid tenant name (``[A-Za-z0-9._-]``), so no
 #: token's tenant can read or write them through ``/v1/semantic-cache``.
 L2_TENANT = "~gateway"
+
+#: The SDK bridge module of each built-in protocol: imported at start-up, off the first
+#: request's path (``anthropic`` alone takes ~1.5 s to import on a busy 2-core machine).
+SDK_MODULES = {"anthropic": "evermind.bridges.anthropic", "openai": "evermind.bridges.openai"}
+
+#: Where each protocol's API lists its models, relative to the SDK's base URL.
+MODEL_LIST_PATHS = {"anthropic": "/v1/models", "openai": "/models"}
 
 #: Seconds the SDK waits beyond the gateway's own deadline.
 SDK_TIMEOUT_MARGIN_S = 5.0
@@ -117,11 +126,13 @@ async def within(seconds: float, provider: str, step: Awaitable[T]) -> T:
 
 
 class Resolved(NamedTuple):
-    """Where a model id goes: the bridge, the model name it is asked for, the upstream."""
+    """Where a model id goes: the bridge, the model name it is asked for, the upstream, and
+    who asks (the tenant: its key)."""
 
     bridge: Bridge
     model: str
     upstream: UpstreamConfig
+    tenant: str = ""
 
 
 class StoreBackend:
@@ -323,6 +334,7 @@ class Gateway:
         self.metrics = metrics
         self._connect = connect
         self._bridges: dict[tuple[str, str], Bridge] = {}
+        self._sdks: dict[tuple[str, str], Bridge] = {}
         embedder = make_embedder(config.embedder, executor)
         self.cache: SemanticCache | None = None
         if embedder is not None:
@@ -346,10 +358,22 @@ class Gateway:
                 for name in verification.gauges():
                     metrics.gauges[name] = _gauge(verification, name)
         self._secrets = sorted(config.secrets, key=len, reverse=True)
+        if connect is connect_sdk:  # the first call need not wait for the SDK's import
+            modules = {SDK_MODULES.get(u.protocol) for u in config.upstreams.values()}
+            warm = threading.Thread(
+                target=_import_all, args=(sorted(m for m in modules if m),), daemon=True
+            )
+            warm.start()
 
-    def resolve(self, model_id: str, principal: Principal) -> Resolved | None:
+    def resolve(
+        self, model_id: str, principal: Principal, protocol: str | None = None
+    ) -> Resolved | None:
         """The bridge serving ``model_id`` for ``principal``; None when it is not the
         gateway's (``evermind/<ref>`` and any id that names no upstream: served locally).
+
+        ``protocol``: the client route's (``anthropic``, ``openai``); given, an id whose
+        prefix names no upstream (a bare provider id such as ``claude-sonnet-4-5-20250929``)
+        goes, whole, to that protocol's default upstream (``[default_upstreams]``), if any.
 
         Raises:
             NotFound: The upstream does not serve that model (``models`` in the config).
@@ -360,7 +384,10 @@ class Gateway:
         prefix, slash, name = model_id.partition("/")
         upstream = self.config.upstreams.get(prefix)
         if not slash or upstream is None:
-            return None
+            default = self.config.default_upstreams.get(protocol or "")
+            if default is None or prefix == "evermind" or not model_id:
+                return None
+            prefix, name, upstream = default, model_id, self.config.upstreams[default]
         if not name:
             raise NotFound(
                 f"model {model_id!r}: expected {prefix}/<model name>", code="model_not_found"
@@ -372,6 +399,15 @@ class Gateway:
                 f"{[f'{prefix}/{m}' for m in upstream.models]}",
                 code="model_not_found",
             )
+        return Resolved(self._bridge(upstream, tenant), name, upstream, tenant)
+
+    def _bridge(self, upstream: UpstreamConfig, tenant: str) -> Bridge:
+        """The tenant's bridge to ``upstream`` (built once).
+
+        Raises:
+            AccessError: The tenant may not use the upstream, or has no key for it.
+        """
+        prefix = upstream.name
         if upstream.tenants and tenant not in upstream.tenants:
             raise AccessError(
                 f"tenant {tenant!r} may not use upstream {prefix!r}", code="upstream_forbidden"
@@ -385,16 +421,65 @@ class Gateway:
                     f"[upstreams.{prefix}.tenant_keys] in the server's upstreams file",
                     code="upstream_no_key",
                 )
-            inner: Bridge = RedactingBridge(
-                InstrumentedBridge(self._connect(upstream, key), self.prices), self._secrets
-            )
+            sdk = self._sdks[(tenant, prefix)] = self._connect(upstream, key)
+            inner: Bridge = RedactingBridge(InstrumentedBridge(sdk, self.prices), self._secrets)
             caching = (
                 None
                 if self.cache is None
                 else CachingBridge(inner, self.cache, self.config.policy, price=self.prices.price)
             )
             bridge = self._bridges[(tenant, prefix)] = caching or inner
-        return Resolved(bridge, name, upstream)
+        return bridge
+
+    async def upstream_models(self, principal: Principal, protocol: str) -> dict[str, Any] | None:
+        """The model list of ``protocol``'s default upstream, as that upstream answers it
+        (its own shape); None when there is no default upstream speaking ``protocol``.
+
+        Raises:
+            AccessError: The tenant may not use that upstream.
+            UpstreamError: The upstream refused or failed (keys scrubbed).
+        """
+        name = self.config.default_upstreams.get(protocol)
+        upstream = None if name is None else self.config.upstreams[name]
+        if upstream is None or upstream.protocol != protocol:
+            return None
+        bridge = self._bridge(upstream, principal.tenant)
+        resolved = Resolved(bridge, "", upstream, principal.tenant)
+        return await self.forward(resolved, "GET", MODEL_LIST_PATHS[protocol])
+
+    async def forward(
+        self,
+        resolved: Resolved,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Another endpoint of ``resolved``'s upstream, answered as it is (keys scrubbed):
+        the provider's token count or model list (``headers``: the client's protocol headers).
+        Not cached, not priced.
+
+        Raises:
+            NotFound: The upstream's bridge cannot forward (a router, a custom protocol).
+            UpstreamError: The upstream refused or failed (counted, keys scrubbed).
+        """
+        upstream = resolved.upstream
+        sdk = self._sdks.get((resolved.tenant, upstream.name))
+        forward = getattr(sdk, "forward", None)
+        if forward is None:
+            raise NotFound(
+                f"upstream {upstream.name!r} ({upstream.protocol}) cannot answer {path}",
+                code="not_found",
+            )
+        try:
+            answer = await within(
+                upstream.timeout, upstream.protocol, forward(method, path, body, headers)
+            )
+        except UpstreamError as err:
+            self.failed(resolved.tenant, upstream.name, err)
+            raise self.clean(err) from None
+        scrubbed: dict[str, Any] = scrub_value(answer, self._secrets)
+        return scrubbed
 
     def _auto(self, principal: Principal) -> Resolved:
         """The tenant's ``evermind/auto`` (built once per tenant)."""
@@ -432,7 +517,7 @@ class Gateway:
         upstream = UpstreamConfig(
             name="auto", protocol=frontier.upstream.protocol, timeout=frontier.upstream.timeout
         )
-        return Resolved(bridge, "auto", upstream)
+        return Resolved(bridge, "auto", upstream, tenant)
 
     async def open_call(self, resolved: Resolved, request: ChatRequest, stream: bool) -> Opened:
         """Looks ``request`` up in the cache (when the bridge caches) and starts the call:
@@ -548,11 +633,21 @@ class Gateway:
             except Exception as err:  # closing must not stop the others from closing
                 logger.warning("gateway: closing a bridge failed: %s", err)
         self._bridges.clear()
+        self._sdks.clear()
         self._autos.clear()
         if self.cache is not None and isinstance(self.cache.l2, StoreBackend):
             await self.cache.l2.aflush()  # the L2 writes still under way reach the disk
         if self.distillation is not None:
             self.distillation.close()
+
+
+def _import_all(modules: list[str]) -> None:
+    """Imports ``modules`` (a warm-up: a failure is logged, the first call will raise it)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # the call that needs it reports it properly
+            logger.warning("gateway: warming up %s failed: %s", module, err)
 
 
 def _gauge(verification: Verification, name: str) -> Callable[[], float]:

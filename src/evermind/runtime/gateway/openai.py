@@ -13,6 +13,13 @@ server-sent events. Every answer says how the cache served it:
   when the caller itself stored the entry, ``detail`` never quotes a stored query). OpenAI
   clients keep unknown fields (``response.model_extra``).
 
+A client of an OpenAI-protocol upstream is passed through: its body goes upstream as sent
+(``ChatRequest.passthrough``: every field and content part; :data:`READ_FIELDS` are the ones
+the gateway reads, the others are part of the cache key; no ``max_tokens`` is invented) and a
+JSON answer is the upstream's own (``model`` set to the client's id, ``evermind`` added).
+Towards a Messages API upstream the body is translated; the fields it cannot carry are named in
+``x-evermind-dropped``.
+
 The request header ``x-evermind-cache: on|off`` opts a request in or out of the cache
 (``refresh``: never served from the cache; the upstream's answer replaces the entry)
 (``extra["cache"]``). Upstream failures become clean statuses (see ``runtime/app.py``);
@@ -29,7 +36,15 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from evermind.bridges.base import ChatRequest, Completion, Delta, Message, ToolCall, Usage
+from evermind.bridges.base import (
+    ChatRequest,
+    Completion,
+    Delta,
+    Message,
+    Passthrough,
+    ToolCall,
+    Usage,
+)
 from evermind.errors import EvermindError, InputError
 from evermind.runtime import schemas
 from evermind.runtime.gateway.core import Gateway, Resolved
@@ -97,37 +112,67 @@ def _tools(body: schemas.ChatRequest) -> tuple[dict[str, Any], ...]:
     return tuple(tools)
 
 
+#: The Chat Completions fields the gateway reads; every other field a client sends goes to an
+#: upstream of the OpenAI protocol as it is (and is dropped, named in ``x-evermind-dropped``,
+#: towards one of another protocol).
+READ_FIELDS = frozenset(
+    {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p"}
+    | {"seed", "stop", "tools", "stream", "stream_options", "evermind"}
+)
+
+
+def _content(
+    message: schemas.ChatMessage, index: int, raw: dict[str, Any] | None
+) -> str | list[dict[str, Any]]:
+    """A turn's text; with the client's raw body (the upstream speaks Chat Completions too),
+    content parts besides text (images, audio, files) are kept as sent, so the cache keys on
+    them and the upstream receives them."""
+    if raw is not None:
+        parts = raw["messages"][index].get("content")
+        if isinstance(parts, list) and any(
+            not (isinstance(p, dict) and p.get("type") == "text") for p in parts
+        ):
+            return [p for p in parts if isinstance(p, dict)]
+    return message_text(message, index)
+
+
 def chat_request(
     body: schemas.ChatRequest,
     model: str,
     tenant: str,
-    max_tokens: int,
+    max_tokens: int | None,
     cache_header: str | None,
     route_header: str | None = None,
     user: str = "",
+    raw: dict[str, Any] | None = None,
 ) -> ChatRequest:
     """The neutral request for an OpenAI body (``model`` is the upstream's own name);
     ``user``: the caller's principal id (:attr:`~evermind.tokens.Principal.user`).
 
     ``route_header`` (``x-evermind-route: local|frontier``) overrides the router of
-    ``evermind/auto``.
+    ``evermind/auto``. ``raw``: the client's JSON body, when the upstream speaks Chat
+    Completions too: it is then sent as it is (``passthrough``), and the fields the gateway
+    does not read are in ``extra`` (so the cache keys on them).
     """
     system: list[str] = []
     turns: list[Message] = []
     for i, message in enumerate(body.messages):
-        text = message_text(message, i)
+        content = _content(message, i, raw)
+        text = content if isinstance(content, str) else Message("user", content).text()
         if message.role in ("system", "developer"):
             system.append(text)
         elif message.role == "tool":
             turns.append(Message("tool", text, tool_call_id=message.tool_call_id))
         elif message.role in ("user", "assistant"):
-            turns.append(Message(message.role, text, tool_calls=_tool_calls(message, i)))
+            turns.append(Message(message.role, content, tool_calls=_tool_calls(message, i)))
         else:
             raise InputError(
                 f"messages[{i}].role {message.role!r} is not supported by the gateway; use tool",
                 code="unsupported_role",
             )
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = (
+        {} if raw is None else {k: v for k, v in raw.items() if k not in READ_FIELDS}
+    )
     if body.top_p is not None:
         extra["top_p"] = body.top_p
     if body.seed is not None:
@@ -160,6 +205,7 @@ def chat_request(
         tenant=tenant,
         extra=extra,
         user=user,
+        passthrough=None if raw is None else Passthrough("openai", raw),
     )
 
 
@@ -227,8 +273,10 @@ async def serve_chat(
     body: schemas.ChatRequest,
     request: ChatRequest,
     include_usage: bool,
+    dropped: tuple[str, ...] = (),
 ) -> JSONResponse | StreamingResponse:
-    """Runs ``request`` through ``resolved.bridge``; the JSON or SSE answer.
+    """Runs ``request`` through ``resolved.bridge``; the JSON or SSE answer (``dropped``:
+    the client's fields an upstream of another protocol was not sent, named in a header).
 
     Raises:
         UpstreamError: The upstream failed before the first byte (keys scrubbed).
@@ -241,6 +289,9 @@ async def serve_chat(
     }
     opened = await gateway.open_call(resolved, request, body.stream)
     status, reason, detail = opened.status, opened.reason, opened.detail
+    headers = cache_headers(status, reason)
+    if dropped:
+        headers["x-evermind-dropped"] = ",".join(dropped)
     if opened.completion is None:
         assert opened.deltas is not None
         events = _events(
@@ -257,9 +308,17 @@ async def serve_chat(
         return StreamingResponse(
             events,
             media_type="text/event-stream",
-            headers={**SSE_HEADERS, **cache_headers(status, reason)},
+            headers={**SSE_HEADERS, **headers},
         )
     completion = opened.completion
+    if completion.raw is not None and resolved.upstream.protocol == "openai":
+        # The upstream's own answer, every field as it sent it (keys scrubbed).
+        relayed = {
+            **completion.raw,
+            "model": body.model,
+            "evermind": evermind_field(completion, status, detail),
+        }
+        return JSONResponse(relayed, headers=headers)
     message: dict[str, Any] = {"role": "assistant", "content": completion.text}
     if completion.tool_calls:
         message["tool_calls"] = _tool_call_json(completion.tool_calls)
@@ -275,7 +334,7 @@ async def serve_chat(
         "usage": _usage(completion.usage),
         "evermind": evermind_field(completion, status, detail),
     }
-    return JSONResponse(answer, headers=cache_headers(status, reason))
+    return JSONResponse(answer, headers=headers)
 
 
 def sse(payload: dict[str, Any] | str) -> bytes:
@@ -295,8 +354,11 @@ async def _events(
     first: Delta | None,
     include_usage: bool,
 ) -> AsyncIterator[bytes]:
-    """The SSE bytes of a stream whose first delta is already in."""
+    """The SSE bytes of a stream whose first delta is already in (with ``include_usage``,
+    every chunk says ``usage: null`` until the usage chunk, as OpenAI's do)."""
     upstream = resolved.upstream
+    if include_usage:
+        base = {**base, "usage": None}
     role = {"role": "assistant"}
     completion: Completion | None = None
     try:
