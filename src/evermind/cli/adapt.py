@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evermind.cli.args import corpus_source, input_file, output_file, package_file, text_file
+
 #: The suffix of the previous model kept by ``--in-place``.
 PREV_SUFFIX = ".prev"
 
@@ -34,25 +36,33 @@ def register(sub: Any) -> None:
         "adapt",
         help="adapt a model to new text with a LoRA adapter (kept only if it is better)",
     )
-    adapt.add_argument("model", help="the .evermind package served now")
-    adapt.add_argument("texts", nargs="+", metavar="TEXTFILE", help="the new domain's text files")
+    adapt.add_argument("model", type=package_file, help="the .evermind package served now")
+    adapt.add_argument(
+        "texts", nargs="+", metavar="TEXTFILE", type=text_file, help="the new domain's text files"
+    )
     where = adapt.add_mutually_exclusive_group(required=True)
-    where.add_argument("--out", help="where the adapted package is written (a new file)")
+    where.add_argument(
+        "--out", type=output_file, help="where the adapted package is written (a new file)"
+    )
     where.add_argument(
         "--in-place",
         action="store_true",
         help="replace the model when accepted, keeping the old bytes as <model>.prev",
     )
-    adapt.add_argument("--adapter-out", help="also write the adapter alone (.lora.safetensors)")
-    adapt.add_argument("--rank", type=int, default=8)
-    adapt.add_argument("--alpha", type=float, default=16.0)
+    adapt.add_argument(
+        "--adapter-out",
+        type=output_file,
+        help="also write the adapter alone (.lora.safetensors)",
+    )
+    adapt.add_argument("--rank", type=int, default=8, help="LoRA rank")
+    adapt.add_argument("--alpha", type=float, default=16.0, help="LoRA scale (alpha / rank)")
     adapt.add_argument(
         "--dt-proj", action="store_true", help="adapt dt_proj too (Mamba-1 models only)"
     )
-    adapt.add_argument("--steps", type=int, default=60)
-    adapt.add_argument("--batch-size", type=int, default=4)
-    adapt.add_argument("--seq-len", type=int, default=64)
-    adapt.add_argument("--lr", type=float, default=3e-3)
+    adapt.add_argument("--steps", type=int, default=60, help="optimiser steps")
+    adapt.add_argument("--batch-size", type=int, default=4, help="sequences per step")
+    adapt.add_argument("--seq-len", type=int, default=64, help="tokens per sequence")
+    adapt.add_argument("--lr", type=float, default=3e-3, help="learning rate")
     adapt.add_argument("--held-out", type=float, default=0.2, help="share of the texts held out")
     adapt.add_argument(
         "--rehearsal", type=float, default=2.0, help="original tokens mixed in per new token"
@@ -62,17 +72,20 @@ def register(sub: Any) -> None:
         "--max-forgetting",
         type=float,
         default=None,
-        help="largest allowed rise of the original corpus's loss, nats/token (default 0.1; "
+        help="largest allowed rise of the original corpus's loss, nats/token (default: 0.1; "
         "negative: unchecked)",
     )
     adapt.add_argument(
         "--corpus",
         default="default",
+        type=corpus_source,
         help="the original text: a file, a folder of them, or 'default' (stdlib docstrings)",
     )
-    adapt.add_argument("--corpus-bytes", type=int, default=200_000)
+    adapt.add_argument(
+        "--corpus-bytes", type=int, default=200_000, help="cap on the original text, bytes"
+    )
     adapt.add_argument("--version", help="the adapted package's version (default: patch + 1)")
-    adapt.add_argument("--seed", type=int, default=0)
+    adapt.add_argument("--seed", type=int, default=0, help="seeds batches and the split")
     adapt.add_argument(
         "--device",
         choices=["cpu", "gpu"],
@@ -88,15 +101,19 @@ def register(sub: Any) -> None:
     adapt.add_argument(
         "--token",
         default=os.environ.get("EVERMIND_TOKEN"),
-        help="bearer token for --push (default $EVERMIND_TOKEN)",
+        help="bearer token for --push (default: $EVERMIND_TOKEN)",
     )
     adapt.set_defaults(func=cmd_adapt)
     merge = sub.add_parser(
         "merge-adapter", help="merge an exported LoRA adapter into the package it was trained on"
     )
-    merge.add_argument("model", help="the base .evermind package")
-    merge.add_argument("adapter", help="the .lora.safetensors file")
-    merge.add_argument("--out", required=True, help="where the merged package is written")
+    merge.add_argument("model", type=package_file, help="the base .evermind package")
+    merge.add_argument(
+        "adapter", type=input_file("a .lora.safetensors file"), help="the .lora.safetensors file"
+    )
+    merge.add_argument(
+        "--out", required=True, type=output_file, help="where the merged package is written"
+    )
     merge.add_argument("--version", help="the merged package's version (default: the base's)")
     merge.set_defaults(func=cmd_merge_adapter)
 

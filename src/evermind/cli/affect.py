@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evermind.cli.args import output_file, package_file, text_file
+
 
 def register(sub: Any) -> None:
     """Adds ``train-affect`` to the ``evermind`` command."""
@@ -24,13 +26,16 @@ def register(sub: Any) -> None:
         "it on a held-out split (accuracy, macro-F1) and writes a new verified package with "
         "affect.safetensors. It is a classifier head, no more.",
     )
-    affect.add_argument("model", help="the .evermind package to start from (not modified)")
+    affect.add_argument(
+        "model", type=package_file, help="the .evermind package to start from (not modified)"
+    )
     affect.add_argument(
         "labelled",
+        type=text_file,
         help="labelled texts: .jsonl ({'text', 'label'} objects) or .csv (header "
         "with text and label columns)",
     )
-    affect.add_argument("--out", required=True, help="output package path")
+    affect.add_argument("--out", required=True, type=output_file, help="output package path")
     affect.add_argument(
         "--labels",
         help="the allowed labels in order, comma-separated (default: the file's labels, "
@@ -39,7 +44,7 @@ def register(sub: Any) -> None:
     affect.add_argument("--l2", type=float, help="L2 penalty on standardised features (0.1)")
     affect.add_argument("--holdout", type=float, help="fraction held out per label (0.2)")
     affect.add_argument("--seed", type=int, help="seeds the held-out split (0)")
-    affect.add_argument("--version", help="version of the new package (default <old>-affect)")
+    affect.add_argument("--version", help="version of the new package (default: <old>-affect)")
     affect.set_defaults(func=cmd_train_affect)
 
 

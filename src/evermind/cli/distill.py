@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evermind.cli.args import corpus_source, input_file, output_file, package_file
+
 
 def register(sub: Any) -> None:
     """Adds ``distill`` to the ``evermind`` command."""
@@ -22,15 +24,22 @@ def register(sub: Any) -> None:
         help="fine-tune a model on collected frontier answers (kept only if it is better)",
     )
     distill.add_argument(
-        "--collected", required=True, help="the SQLite file the distillation engine filled"
+        "--collected",
+        required=True,
+        type=input_file("the SQLite file the distillation engine filled"),
+        help="the SQLite file the distillation engine filled",
     )
-    distill.add_argument("--package", required=True, help="the .evermind package served now")
-    distill.add_argument("--out", required=True, help="where the better package is written")
+    distill.add_argument(
+        "--package", required=True, type=package_file, help="the .evermind package served now"
+    )
+    distill.add_argument(
+        "--out", required=True, type=output_file, help="where the better package is written"
+    )
     distill.add_argument("--tenant", help="only this tenant's pairs (default: all)")
-    distill.add_argument("--steps", type=int, default=60)
-    distill.add_argument("--batch-size", type=int, default=4)
-    distill.add_argument("--seq-len", type=int, default=64)
-    distill.add_argument("--lr", type=float, default=1e-3)
+    distill.add_argument("--steps", type=int, default=60, help="optimiser steps")
+    distill.add_argument("--batch-size", type=int, default=4, help="sequences per step")
+    distill.add_argument("--seq-len", type=int, default=64, help="tokens per sequence")
+    distill.add_argument("--lr", type=float, default=1e-3, help="learning rate")
     distill.add_argument("--held-out", type=float, default=0.2, help="fraction of pairs held out")
     distill.add_argument(
         "--rehearsal", type=float, default=3.0, help="corpus tokens mixed in per pair token"
@@ -44,11 +53,14 @@ def register(sub: Any) -> None:
     distill.add_argument(
         "--corpus",
         default="default",
+        type=corpus_source,
         help="rehearsal text: a file, a folder of them, or 'default' (stdlib docstrings)",
     )
-    distill.add_argument("--corpus-bytes", type=int, default=200_000)
+    distill.add_argument(
+        "--corpus-bytes", type=int, default=200_000, help="cap on the rehearsal text, bytes"
+    )
     distill.add_argument("--version", help="the new package's version (default: patch + 1)")
-    distill.add_argument("--seed", type=int, default=0)
+    distill.add_argument("--seed", type=int, default=0, help="seeds batches and the split")
     distill.set_defaults(func=cmd_distill)
 
 

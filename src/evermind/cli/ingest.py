@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evermind.cli.args import folder, input_path, package_file
 from evermind.errors import ConfigError
 from evermind.mcp.config import DEFAULT_NAMESPACE, DEFAULT_TENANT
 
@@ -37,7 +38,9 @@ def register(sub: Any) -> None:
             "chunks are written and embedded, and files gone from a synced folder are forgotten."
         ),
     )
-    cmd.add_argument("paths", nargs="*", metavar="PATH", help="files and folders to ingest")
+    cmd.add_argument(
+        "paths", nargs="*", metavar="PATH", type=input_path, help="files and folders to ingest"
+    )
     cmd.add_argument(
         "--store",
         help="a SQLite file or sqlite:///PATH (default: the MCP memory file, "
@@ -46,17 +49,18 @@ def register(sub: Any) -> None:
     cmd.add_argument(
         "--tenant",
         default=DEFAULT_TENANT,
-        help=f"tenant of the namespace (default {DEFAULT_TENANT})",
+        help=f"tenant of the namespace (default: {DEFAULT_TENANT})",
     )
     cmd.add_argument(
-        "--namespace", default=DEFAULT_NAMESPACE, help=f"namespace (default {DEFAULT_NAMESPACE})"
+        "--namespace", default=DEFAULT_NAMESPACE, help=f"namespace (default: {DEFAULT_NAMESPACE})"
     )
     cmd.add_argument("--fields", help="JSON/JSONL fields that are the text, comma-separated")
     cmd.add_argument("--columns", help="CSV/TSV columns that are the text, comma-separated")
     cmd.add_argument("--parser", help="parse every file with this parser (e.g. text)")
     cmd.add_argument(
         "--model",
-        help="a .evermind package that embeds; sizes in its tokens (default $EVERMIND_MODEL)",
+        type=package_file,
+        help="a .evermind package that embeds; sizes in its tokens (default: $EVERMIND_MODEL)",
     )
     cmd.add_argument(
         "--embedder",
@@ -68,7 +72,9 @@ def register(sub: Any) -> None:
     cmd.add_argument(
         "--overlap", type=int, default=30, help="tokens (or words) shared by neighbours"
     )
-    cmd.add_argument("--base", help="source ids are paths relative to this folder (default: .)")
+    cmd.add_argument(
+        "--base", type=folder, help="source ids are paths relative to this folder (default: .)"
+    )
     cmd.add_argument("--tag", action="append", default=[], help="extra tag on every chunk")
     cmd.add_argument("--no-prune", action="store_true", help="keep sources gone from a folder")
     cmd.add_argument(

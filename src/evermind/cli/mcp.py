@@ -14,6 +14,7 @@ import logging
 import sys
 from typing import Any
 
+from evermind.cli.args import package_file, text_file
 from evermind.mcp.config import EXPERIENCE_ENV, MEMORY_FILE_ENV, MODEL_ENV, ServerConfig
 
 DEFAULT_HTTP_PORT = 8787
@@ -147,13 +148,17 @@ def register(sub: Any) -> None:
     )
     mcp.add_argument(
         "--memory-file",
-        help=f"SQLite memory file (default ${MEMORY_FILE_ENV}, else runtime.db in the data dir)",
+        help=f"SQLite memory file (default: ${MEMORY_FILE_ENV}, else runtime.db in the data dir)",
     )
-    mcp.add_argument("--model", help=f"a .evermind package to embed with (default ${MODEL_ENV})")
+    mcp.add_argument(
+        "--model",
+        type=package_file,
+        help=f"a .evermind package to embed with (default: ${MODEL_ENV})",
+    )
     mcp.add_argument(
         "--tenant", default="default", help="the runtime tenant whose memories to serve (stdio)"
     )
-    mcp.add_argument("--namespace", default="default", help="memory namespace (default 'default')")
+    mcp.add_argument("--namespace", default="default", help="memory namespace (default: 'default')")
     mcp.add_argument("--readonly", action="store_true", help="serve only the read tools")
     mcp.add_argument(
         "--max-results", type=int, default=ServerConfig.max_results, help="cap on top_k / limit"
@@ -165,7 +170,7 @@ def register(sub: Any) -> None:
         "--experience",
         action="store_true",
         help=f"serve the experience tools: episodes, skills, runs, experience_train "
-        f"(default ${EXPERIENCE_ENV}=1)",
+        f"(default: ${EXPERIENCE_ENV}=1)",
     )
     mcp.add_argument(
         "--experience-owner",
@@ -173,20 +178,21 @@ def register(sub: Any) -> None:
         "default 'default' without --tokens-file, else nobody)",
     )
     mcp.add_argument(
-        "--max-runs", type=int, default=500, help="experience runs kept per tenant (default 500)"
+        "--max-runs", type=int, default=500, help="experience runs kept per tenant (default: 500)"
     )
     mcp.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
-    mcp.add_argument("--host", default="127.0.0.1", help="HTTP interface (default 127.0.0.1)")
-    mcp.add_argument("--port", type=int, default=DEFAULT_HTTP_PORT, help="HTTP port (default 8787)")
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP interface (default: 127.0.0.1)")
+    mcp.add_argument("--port", type=int, default=DEFAULT_HTTP_PORT, help="HTTP port")
     mcp.add_argument(
         "--tokens-file",
+        type=text_file,
         help="the runtime's tokens file: 'TOKEN TENANT [read|write]' lines (needed off loopback)",
     )
     mcp.add_argument(
         "--rate-limit",
         type=int,
         default=600,
-        help="requests a minute per tenant (default 600)",
+        help="requests a minute per tenant (default: 600)",
     )
     mcp.set_defaults(func=cmd_mcp)
 
@@ -202,11 +208,13 @@ def register(sub: Any) -> None:
     inst.add_argument(
         "--host",
         default="auto",
-        help="auto (hosts found on this machine), all, or a comma list (default auto)",
+        help="auto (hosts found on this machine), all, or a comma list (default: auto)",
     )
     inst.add_argument("--readonly", action="store_true", help="register the read-only server")
     inst.add_argument("--memory-file", help="the memory file every host shares (default: data dir)")
-    inst.add_argument("--model", help="a .evermind package the server embeds with")
+    inst.add_argument(
+        "--model", type=package_file, help="a .evermind package the server embeds with"
+    )
     inst.add_argument("--name", default="evermind", help="server name in the configs")
     inst.add_argument("--uninstall", action="store_true", help="remove the server from the configs")
     inst.add_argument(

@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from evermind.cli.args import package_file, text_file
+
 MIB = 1024 * 1024
 
 
@@ -112,10 +114,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser(
         "serve", help="serve pushed .evermind packages (OpenAI-compatible API, memory, cache)"
     )
-    serve.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8377, help="TCP port (default 8377)")
+    serve.add_argument("--host", default="127.0.0.1", help="interface (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8377, help="TCP port (default: 8377)")
     serve.add_argument("--data", help="data directory (default: the per-user data dir)")
-    serve.add_argument("--tokens-file", help="token -> tenant file (see docs/runtime.md)")
+    serve.add_argument(
+        "--tokens-file", type=text_file, help="token -> tenant file (see docs/runtime.md)"
+    )
     serve.add_argument(
         "--cors-origin",
         action="append",
@@ -166,6 +170,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument(
         "--upstreams",
         metavar="FILE",
+        type=text_file,
         help="gateway: upstream models (anthropic/openai), their keys and the cache policy, "
         "TOML or JSON (see docs/gateway.md); models <upstream>/<name> then go through the cache",
     )
@@ -174,7 +179,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="DELTA",
         default=None,
         help="gateway cache: the share of cacheable lookups you accept being answered wrongly "
-        "(default 0.01, or the upstreams file's [cache] max_error); 'off' for the rule-based "
+        "(default: 0.01, or the upstreams file's [cache] max_error); 'off' for the rule-based "
         "decision (see docs/gateway.md)",
     )
     serve.add_argument(
@@ -211,7 +216,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=1024,
         help="connections and in-flight requests held at once; past them a request gets 503 "
-        "(default 1024)",
+        "(default: 1024)",
     )
     serve.add_argument(
         "--keep-alive",
@@ -219,7 +224,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=5,
         metavar="SECONDS",
         help="an idle connection (before its first request or between requests) is closed "
-        "after this long (default 5)",
+        "after this long (default: 5)",
     )
     serve.add_argument(
         "--trusted-proxy",
@@ -228,11 +233,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="a reverse proxy (address or network) whose X-Forwarded-For names the client; "
         "repeatable; without one the header is ignored (see docs/runtime.md)",
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="server log detail",
+    )
     serve.set_defaults(func=cmd_serve)
 
     push = sub.add_parser("push", help="push a .evermind package to a runtime")
-    push.add_argument("file", help="the .evermind package")
+    push.add_argument("file", type=package_file, help="the .evermind package")
     push.add_argument(
         "--to", required=True, metavar="URL", help="runtime URL, e.g. http://127.0.0.1:8377"
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import evermind
+from evermind.cli.args import folder
 from evermind.errors import EvermindError
 from evermind.studio.bundle import BUILD_SCRIPT, DEFAULT_BUNDLE, bundle_is_current, ensure_bundle
 
@@ -105,12 +106,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Adds ``studio`` and ``doctor`` to the ``evermind`` command."""
     studio = sub.add_parser("studio", help="serve the Studio web app and open it in a browser")
-    studio.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    studio.add_argument("--host", default="127.0.0.1", help="interface to bind")
     studio.add_argument(
-        "--port", type=int, default=8765, help="TCP port (default 8765; 0 = any free)"
+        "--port", type=int, default=8765, help="TCP port (default: 8765; 0 = any free)"
     )
     studio.add_argument("--no-open", action="store_true", help="do not open a browser")
-    studio.add_argument("--dir", help="serve this built bundle instead of the checkout's dist/web")
+    studio.add_argument(
+        "--dir", type=folder, help="serve this built bundle instead of the checkout's dist/web"
+    )
     studio.add_argument(
         "--allow-origin",
         action="append",

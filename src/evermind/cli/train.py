@@ -16,6 +16,8 @@ from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evermind.cli.args import corpus_source, output_file, package_file, text_file, texts_source
+
 if TYPE_CHECKING:
     from evermind.job import JobBackend, JobConfig
     from evermind.model.config import MambaConfig
@@ -39,6 +41,7 @@ def register(sub: Any) -> None:
     train.add_argument(
         "--corpus",
         default="default",
+        type=corpus_source,
         help="a text/markdown/JSON/JSONL/CSV file, a folder of them, or 'default' "
         "(the Python standard library's docstrings)",
     )
@@ -46,16 +49,18 @@ def register(sub: Any) -> None:
         "--corpus-bytes",
         type=int,
         default=1_000_000,
-        help="cap on the corpus size in bytes (default 1,000,000)",
+        help="cap on the corpus size in bytes (default: 1,000,000)",
     )
-    train.add_argument("--preset", default="nano", choices=["nano", "small", "base"])
+    train.add_argument(
+        "--preset", default="nano", choices=["nano", "small", "base"], help="model size"
+    )
     train.add_argument(
         "--block",
         default="mamba1",
         choices=["mamba1", "mamba2"],
         help="block type: mamba1 (selective scan) or mamba2 (SSD)",
     )
-    train.add_argument("--vocab-size", type=int, default=2048)
+    train.add_argument("--vocab-size", type=int, default=2048, help="BPE tokenizer vocabulary")
     train.add_argument(
         "--moe-experts",
         type=int,
@@ -75,14 +80,16 @@ def register(sub: Any) -> None:
     train.add_argument(
         "--router-aux-loss-coef", type=float, default=0.01, help="load-balancing loss weight"
     )
-    train.add_argument("--steps", type=int, default=300)
-    train.add_argument("--batch-size", type=int, default=4)
-    train.add_argument("--seq-len", type=int, default=128)
-    train.add_argument("--lr", type=float, default=3e-3)
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--steps", type=int, default=300, help="optimiser steps")
+    train.add_argument("--batch-size", type=int, default=4, help="sequences per step")
+    train.add_argument("--seq-len", type=int, default=128, help="tokens per sequence")
+    train.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate")
+    train.add_argument("--seed", type=int, default=0, help="seeds weights and batches")
     train.add_argument("--name", default="evermind-default", help="package name")
     train.add_argument("--version", default="0.1.0", help="package version")
-    train.add_argument("--out", default="model.evermind", help="output package path")
+    train.add_argument(
+        "--out", default="model.evermind", type=output_file, help="output package path"
+    )
     train.add_argument(
         "--dtype",
         default="float32",
@@ -93,7 +100,7 @@ def register(sub: Any) -> None:
     train.add_argument(
         "--token",
         default=os.environ.get("EVERMIND_TOKEN"),
-        help="bearer token for --push (default $EVERMIND_TOKEN)",
+        help="bearer token for --push (default: $EVERMIND_TOKEN)",
     )
     train.set_defaults(func=cmd_train)
 
@@ -109,7 +116,9 @@ def register(sub: Any) -> None:
         "--format gguf writes one GGUF file instead (architecture mamba or mamba2, float32 "
         "or float16 tensors, the BPE tokenizer as GPT-2 style) that llama.cpp loads.",
     )
-    export.add_argument("--model", required=True, help="the .evermind package to convert")
+    export.add_argument(
+        "--model", required=True, type=package_file, help="the .evermind package to convert"
+    )
     export.add_argument(
         "--format",
         choices=["evermind", "gguf"],
@@ -126,22 +135,30 @@ def register(sub: Any) -> None:
         action="store_true",
         help="with --dtype int8: keep the embedding / LM head float32",
     )
-    export.add_argument("--out", required=True, help="output path (.evermind or .gguf)")
+    export.add_argument(
+        "--out", required=True, type=output_file, help="output path (.evermind or .gguf)"
+    )
     export.set_defaults(func=cmd_export)
 
     generate = sub.add_parser("generate", help="continue a prompt with a trained model (streams)")
-    generate.add_argument("--model", required=True, help="a .evermind package")
-    generate.add_argument("--max-new-tokens", type=int, default=64)
-    generate.add_argument("--temperature", type=float, default=0.8)
-    generate.add_argument("--top-k", type=int, default=40)
-    generate.add_argument("--top-p", type=float, default=0.95)
-    generate.add_argument("--seed", type=int, default=None)
-    generate.add_argument("prompt")
+    generate.add_argument("--model", required=True, type=package_file, help="a .evermind package")
+    generate.add_argument(
+        "--max-new-tokens", type=int, default=64, help="tokens to generate at most"
+    )
+    generate.add_argument(
+        "--temperature", type=float, default=0.8, help="sampling temperature (0: greedy)"
+    )
+    generate.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest")
+    generate.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass")
+    generate.add_argument(
+        "--seed", type=int, default=None, help="seeds the sampler (default: random)"
+    )
+    generate.add_argument("prompt", help="the text to continue")
     generate.set_defaults(func=cmd_generate)
 
     embed = sub.add_parser("embed", help="print embeddings of texts as JSON lines")
-    embed.add_argument("--model", required=True, help="a .evermind package")
-    embed.add_argument("texts", nargs="+")
+    embed.add_argument("--model", required=True, type=package_file, help="a .evermind package")
+    embed.add_argument("texts", nargs="+", help="texts to embed")
     embed.set_defaults(func=cmd_embed)
 
     tune = sub.add_parser(
@@ -151,25 +168,28 @@ def register(sub: Any) -> None:
         "close together (InfoNCE over random crops of each text, in-batch negatives) and "
         "writes a new package. Serve it with `evermind mcp --model OUT` or the runtime.",
     )
-    tune.add_argument("--model", required=True, help="the .evermind package to start from")
+    tune.add_argument(
+        "--model", required=True, type=package_file, help="the .evermind package to start from"
+    )
     tune.add_argument(
         "--texts",
+        type=texts_source(),
         help="an Evermind memory file (.db: its memories), .jsonl (strings or objects with "
         "'content'/'text') or a text file (one text per paragraph, else per line); default: "
         "the memory file `evermind mcp` and the runtime use ($EVERMIND_MEMORY_FILE, else the "
         "per-user data directory)",
     )
-    tune.add_argument("--tenant", default="default", help="memory file tenant (default 'default')")
+    tune.add_argument("--tenant", default="default", help="memory file tenant (default: 'default')")
     tune.add_argument(
-        "--namespace", default="default", help="memory file namespace (default 'default')"
+        "--namespace", default="default", help="memory file namespace (default: 'default')"
     )
-    tune.add_argument("--steps", type=int, help="optimiser steps (default 300)")
-    tune.add_argument("--batch-size", type=int, help="texts per step (default 32)")
-    tune.add_argument("--lr", type=float, help="Adam learning rate (default 5e-4)")
-    tune.add_argument("--temperature", type=float, help="InfoNCE temperature (default 0.05)")
-    tune.add_argument("--seed", type=int, help="seeds batches and crops (default 0)")
+    tune.add_argument("--steps", type=int, help="optimiser steps (default: 300)")
+    tune.add_argument("--batch-size", type=int, help="texts per step (default: 32)")
+    tune.add_argument("--lr", type=float, help="Adam learning rate (default: 5e-4)")
+    tune.add_argument("--temperature", type=float, help="InfoNCE temperature (default: 0.05)")
+    tune.add_argument("--seed", type=int, help="seeds batches and crops (default: 0)")
     tune.add_argument("--version", help="version of the new package (default: <old>-tuned)")
-    tune.add_argument("--out", required=True, help="output package path")
+    tune.add_argument("--out", required=True, type=output_file, help="output package path")
     tune.set_defaults(func=cmd_tune_embedder)
 
     distill = sub.add_parser(
@@ -181,7 +201,9 @@ def register(sub: Any) -> None:
         "teacher's on your texts, and writes a new verified package with "
         "embedder.safetensors.",
     )
-    distill.add_argument("--model", required=True, help="the .evermind package to start from")
+    distill.add_argument(
+        "--model", required=True, type=package_file, help="the .evermind package to start from"
+    )
     distill.add_argument(
         "--teacher",
         required=True,
@@ -191,23 +213,24 @@ def register(sub: Any) -> None:
     )
     distill.add_argument(
         "--teacher-model",
-        help="embedding model id at the URL (default teacher/all-minilm-l6-v2)",
+        help="embedding model id at the URL (default: teacher/all-minilm-l6-v2)",
     )
-    distill.add_argument("--api-key", help="bearer token of the URL (default $OPENAI_API_KEY)")
+    distill.add_argument("--api-key", help="bearer token of the URL (default: $OPENAI_API_KEY)")
     distill.add_argument(
         "--texts",
         default="memory",
+        type=texts_source("memory"),
         help="texts to fit on: a file as for tune-embedder, or 'memory' (the memory file "
         "`evermind mcp` and the runtime use; default)",
     )
     distill.add_argument("--tenant", default="default", help="memory file tenant")
     distill.add_argument("--namespace", default="default", help="memory file namespace")
-    distill.add_argument("--ridge", type=float, help="ridge strength (default 0.01)")
-    distill.add_argument("--holdout", type=float, help="fraction held out to score (default 0.1)")
+    distill.add_argument("--ridge", type=float, help="ridge strength (default: 0.01)")
+    distill.add_argument("--holdout", type=float, help="fraction held out to score (default: 0.1)")
     distill.add_argument(
         "--tune-steps",
         type=int,
-        help="also tune the SSM towards the teacher for this many Adam steps (default 0)",
+        help="also tune the SSM towards the teacher for this many Adam steps (default: 0)",
     )
     distill.add_argument(
         "--no-tokens",
@@ -216,13 +239,15 @@ def register(sub: Any) -> None:
         help="fit the projection only, without the per-token term (smaller head; saves one "
         "teacher call per vocabulary entry, but embeds much worse)",
     )
-    distill.add_argument("--version", help="version of the new package (default <old>-distilled)")
-    distill.add_argument("--out", required=True, help="output package path")
+    distill.add_argument("--version", help="version of the new package (default: <old>-distilled)")
+    distill.add_argument("--out", required=True, type=output_file, help="output package path")
     distill.set_defaults(func=cmd_distill_embedder)
 
     evaluate = sub.add_parser("eval", help="bench metrics of a model on a text file (JSON)")
-    evaluate.add_argument("--model", required=True, help="a .evermind package")
-    evaluate.add_argument("--text-file", required=True)
+    evaluate.add_argument("--model", required=True, type=package_file, help="a .evermind package")
+    evaluate.add_argument(
+        "--text-file", required=True, type=text_file, help="UTF-8 text to score the model on"
+    )
     evaluate.set_defaults(func=cmd_eval)
 
 
