@@ -1,9 +1,11 @@
-# Two commands: `make demo` and `make test`. Both install what is missing first.
-.PHONY: demo test bootstrap check unit shaders browser runtime bundle clean
+# Two commands: `make demo` and `make test`. Both install what is missing first: `demo` only
+# what the demo runs (scripts/bootstrap.sh demo: runtime, browser, teacher; wheels only),
+# everything else the test set (scripts/bootstrap.sh test).
+.PHONY: demo test bootstrap bootstrap-demo check unit shaders browser runtime bundle clean
 
 PYTEST := .venv/bin/python -m pytest
 
-demo: bootstrap
+demo: bootstrap-demo
 	.venv/bin/python scripts/demo.py
 
 test: bootstrap
@@ -13,7 +15,10 @@ test: bootstrap
 	OPENBLAS_NUM_THREADS=1 $(PYTEST) tests -q
 
 bootstrap:
-	./scripts/bootstrap.sh
+	./scripts/bootstrap.sh test
+
+bootstrap-demo:
+	./scripts/bootstrap.sh demo
 
 check: bootstrap
 	./scripts/check
@@ -21,7 +26,7 @@ check: bootstrap
 unit shaders browser runtime: bootstrap
 	$(PYTEST) tests/$@ -q
 
-bundle: bootstrap
+bundle: bootstrap-demo
 	.venv/bin/python build/build_web.py
 
 clean:
