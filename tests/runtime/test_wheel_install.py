@@ -5,8 +5,9 @@ sdist holds everything the wheel needs); the wheel installed alone into a fresh 
 environment (no editable install, no ``src/`` on the path, ``PYTHONPATH`` cleared) carries
 every module and data file of ``src/evermind`` (the shaders, the cache's and bridges' JSON
 data, the MCP skill) byte for byte, reports the version ``__init__.__version__`` holds, and
-its ``evermind`` script prints ``--help`` and starts ``evermind serve``, which answers
-``/healthz`` on loopback.
+its ``evermind`` script prints ``--help``, starts ``evermind serve``, which answers
+``/healthz`` on loopback, and ``evermind mcp``, which an MCP SDK client drives over stdio
+(remember, then recall).
 
 What it does not prove: that pip resolves the declared dependencies. To stay offline and
 fast the wheel goes in with ``--no-deps``, and the third-party packages come from this
@@ -27,6 +28,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import anyio
+import pytest
 
 import evermind
 from evermind.runtime.server import free_port
@@ -105,10 +109,16 @@ def _fresh_venv(root: Path, wheel: Path) -> Path:
     return venv
 
 
-def test_the_built_wheel_installs_alone_and_runs(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(venv, scratch folder): the wheel built from the sdist, installed alone in a new venv."""
+    root = tmp_path_factory.mktemp("wheel")
+    return _fresh_venv(root, _build(root / "dist")), root
+
+
+def test_the_built_wheel_installs_alone_and_runs(fresh: tuple[Path, Path]) -> None:
     start = time.monotonic()
-    wheel = _build(tmp_path / "dist")
-    venv = _fresh_venv(tmp_path, wheel)
+    venv, tmp_path = fresh
     bin_dir = venv / "bin"
     env = _clean_env()
 
@@ -163,7 +173,34 @@ def test_the_built_wheel_installs_alone_and_runs(tmp_path: Path) -> None:
         assert body, f"no /healthz answer: {log.read_text()[-2000:]}"
     finally:
         procs.stop_group(server)
-    assert time.monotonic() - start < 120  # the whole proof stays well under CI's patience
+    assert time.monotonic() - start < 60  # serving proof; the build and install are the fixture
+
+
+def test_the_installed_mcp_server_answers_an_sdk_client(fresh: tuple[Path, Path]) -> None:
+    """``evermind mcp`` from the wheel, over stdio, driven by the official MCP SDK client."""
+    from mcp import Client, StdioServerParameters
+
+    venv, tmp_path = fresh
+    params = StdioServerParameters(
+        command=str(venv / "bin" / "evermind"),
+        args=["mcp", "--memory-file", str(tmp_path / "memory.db")],
+        env=_clean_env(),
+        cwd=str(tmp_path),
+    )
+
+    async def scenario() -> str:
+        async with Client(params, read_timeout_seconds=60) as client:
+            tools = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"memory_remember", "memory_recall"} <= tools, tools
+            await client.call_tool(
+                "memory_remember",
+                {"key": "wheel", "content": "the wheel installs and serves memory"},
+            )
+            result = await client.call_tool("memory_recall", {"query": "wheel installs"})
+            return "\n".join(b.text for b in result.content if b.type == "text")
+
+    answer = anyio.run(scenario)
+    assert "the wheel installs and serves memory" in answer and "[1] wheel" in answer, answer
 
 
 def test_the_version_has_one_source() -> None:
