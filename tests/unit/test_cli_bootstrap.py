@@ -20,8 +20,11 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 EXTRAS: dict[str, list[str]] = PYPROJECT["project"]["optional-dependencies"]
 SELF = "evermind-memory["
 
-#: What the demo runs: the runtime and its clients, headless Chromium, the local teacher.
-DEMO_NEEDS = {"fastapi", "uvicorn", "httpx", "openai", "playwright", "torch", "transformers"}
+#: What the demo runs: the runtime and its clients, headless Chromium, the local teacher, and
+#: `build` (build/build_web.py makes the bundle's evermind wheel with it).
+DEMO_NEEDS = {
+    "fastapi", "uvicorn", "httpx", "openai", "playwright", "torch", "transformers", "build",
+}  # fmt: skip
 #: Test-only: a source build, a 180 MB bundled CLI, the test and lint tools, other extras.
 TEST_ONLY = {
     "llama-cpp-python", "claude-agent-sdk", "hypothesis", "mypy", "pytest", "ruff", "wgpu",
