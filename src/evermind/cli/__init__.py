@@ -126,9 +126,12 @@ def _one_line(err: Exception, argument: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``evermind`` console script."""
+    """Entry point of the ``evermind`` console script; returns the exit code (2: bad input)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, --version, or a usage error (already printed)
+        return 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 2
     start = time.perf_counter()
     try:
         code: Any = args.func(args)
