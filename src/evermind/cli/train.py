@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 from array import array
 from pathlib import Path
@@ -85,7 +86,10 @@ def register(sub: Any) -> None:
     train.add_argument("--seq-len", type=int, default=128, help="tokens per sequence")
     train.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate")
     train.add_argument("--seed", type=int, default=0, help="seeds weights and batches")
-    train.add_argument("--name", default="evermind-default", help="package name")
+    train.add_argument(
+        "--name",
+        help="package name, served as evermind/<name> (default: from --out: my for my.evermind)",
+    )
     train.add_argument("--version", default="0.1.0", help="package version")
     train.add_argument(
         "--out", default="model.evermind", type=output_file, help="output package path"
@@ -409,7 +413,19 @@ def train_headless(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def package_name_for(out: str) -> str:
+    """The package name ``--out`` suggests: its file name, lower case, in the allowed letters.
+
+    ``My Notes.evermind`` -> ``my-notes``; a name with no usable letter -> ``evermind-model``.
+    """
+    stem = Path(out).name.removesuffix(".evermind").lower()
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem).lstrip("._-")[:64].rstrip("-")
+    return name or "evermind-model"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.name is None:
+        args.name = package_name_for(args.out)
     summary = train_headless(args) if args.headless else asyncio.run(train_native(args))
     if args.push:
         from evermind.runtime.push import push_package

@@ -1,0 +1,70 @@
+"""``evermind train`` names the package after ``--out`` unless ``--name`` says otherwise.
+
+Before, every model trained from the command line was ``evermind-default``, the demo's name,
+so a user's model and the demo's collided as ``evermind/evermind-default`` in a runtime.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+import evermind
+from evermind.cli.train import package_name_for
+from tests import procs
+
+WORDS = [
+    "memory",
+    "model",
+    "cache",
+    "agent",
+    "recall",
+    "train",
+    "token",
+    "text",
+    "file",
+    "read",
+    "write",
+    "open",
+    "close",
+]
+
+
+@pytest.mark.parametrize(
+    ("out", "name"),
+    [
+        ("my.evermind", "my"),
+        ("models/My Notes.evermind", "my-notes"),
+        ("../x/.Hidden_v2.evermind", "hidden_v2"),
+        ("notes.v1", "notes.v1"),
+        ("%%%.evermind", "evermind-model"),
+        ("x" * 80 + ".evermind", "x" * 64),
+    ],
+)
+def test_the_name_comes_from_the_file_name(out: str, name: str) -> None:
+    assert package_name_for(out) == name
+
+
+def test_a_trained_package_carries_the_out_name_or_the_given_one(tmp_path: Path) -> None:
+    rng = random.Random(0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(60)) for _ in range(80))
+    )
+    tiny = ["--device", "cpu", "--corpus", str(corpus), "--vocab-size", "300", "--steps", "2"]
+    tiny += ["--batch-size", "2", "--seq-len", "16"]
+    for extra, out, name in [
+        ([], tmp_path / "My Notes.evermind", "my-notes"),
+        (["--name", "kb"], tmp_path / "other.evermind", "kb"),
+    ]:
+        done = procs.run(
+            [sys.executable, "-m", "evermind.cli", "train", *tiny, *extra, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert evermind.load(out).package.manifest["name"] == name
