@@ -6,6 +6,7 @@ so a user's model and the demo's collided as ``evermind/evermind-default`` in a 
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -68,3 +69,22 @@ def test_a_trained_package_carries_the_out_name_or_the_given_one(tmp_path: Path)
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert evermind.load(out).package.manifest["name"] == name
+        assert json.loads(done.stdout)["eval_loss"] is not None and "note:" not in done.stderr
+
+
+def test_a_null_eval_loss_is_explained(tmp_path: Path) -> None:
+    corpus = tmp_path / "short.txt"
+    corpus.write_text(" ".join(random.Random(1).choice(WORDS) for _ in range(3000)))
+    out = tmp_path / "short.evermind"
+    args = ["--device", "cpu", "--corpus", str(corpus), "--vocab-size", "300", "--steps", "1"]
+    done = procs.run(
+        [sys.executable, "-m", "evermind.cli", "train", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["eval_loss"] is None
+    note = done.stderr.strip().splitlines()[-1]
+    assert note.startswith("note: eval_loss is null: the held-out tail (the last 5% ")
+    assert "(--batch-size x --seq-len + 1 = 513 tokens)" in note

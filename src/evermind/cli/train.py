@@ -433,6 +433,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         served = push_package(Path(summary["out"]), args.push, args.token)
         summary["pushed"] = served.get("id")
     print(json.dumps(summary))
+    if summary.get("eval_loss") is None:
+        from evermind.job import JobConfig
+
+        print(
+            f"note: eval_loss is null: the held-out tail (the last {JobConfig.held_out:.0%} of "
+            "the corpus's tokens) "
+            f"is shorter than one evaluation batch (--batch-size x --seq-len + 1 = "
+            f"{args.batch_size * args.seq_len + 1} tokens); train on more text or a smaller "
+            "--seq-len to measure the model on text it did not train on",
+            file=sys.stderr,
+        )
     return 0
 
 
