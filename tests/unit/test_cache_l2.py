@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import pytest
 
 from evermind.cache import HttpRequest, HttpResponse, HttpSemanticCacheBackend, SemanticCache
+from evermind.cache.verified import Verification
 from evermind.errors import ConfigError, StorageError
 
 VECTORS: dict[str, tuple[float, ...]] = {
@@ -174,3 +175,29 @@ def test_async_transport_with_async_cache_methods() -> None:
     assert [r.url.rsplit("/", 1)[-1] for r in seen] == ["lookup", "store"]
     with pytest.raises(ConfigError, match="async"):
         cache.lookup("What's the weather like in Oslo?")
+
+
+def test_an_entry_l1_refused_is_not_served_through_l2() -> None:
+    """An L1 entry found wrong by a check stays refused when the L2 offers the same entry
+    (before, the L2 hit was judged alone, without the entry's mark, and served)."""
+    asked, stored = (
+        "How can I undo my last commit in git?",
+        "How do I revert the most recent git commit?",
+    )
+    vectors = {asked: (1.0, 0.0), stored: (0.99, 0.141)}
+    same_entry = ok({"hit": {"response": "git revert", "score": 0.99, "query": stored}})
+    transport = Recorded([HttpResponse(204), same_entry])
+    backend = HttpSemanticCacheBackend("http://rt", "t", transport=transport)
+    cache = SemanticCache(
+        vectors.__getitem__,
+        l2=backend,
+        fingerprint="emb-1",
+        verification=Verification(0.01, sample_rate=0.0),
+    )
+    cache.store(stored, "git revert")
+    first = cache.lookup(asked)
+    assert first.hit and first.tier == "l1"
+    cache.record_verification(first, False, sampled=False)  # the upstream answered otherwise
+    again = cache.lookup(asked)
+    assert len(transport.requests) == 2  # the L2 was asked, and offered the same entry
+    assert not again.hit and again.refused_by == "contested", again

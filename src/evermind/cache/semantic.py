@@ -781,8 +781,16 @@ class SemanticCache:
         self, query: str, vector: Vector, namespace: str, hit: L2Hit | None, miss: CacheLookup
     ) -> CacheLookup:
         """Judges an L2 hit with the same decision as L1 and promotes it into L1; returns
-        ``miss`` when it is refused."""
+        ``miss`` when it is refused.
+
+        An L2 hit on a question this L1 already holds is not judged again: L1 judged that
+        entry with its rivals, its contested mark and its own calibration (or ranked it
+        below its best), and a second, narrower judgement would let through what the first
+        refused — two chances at δ are not δ.
+        """
         if hit is None:
+            return miss
+        if hit.query is not None and (namespace, self._fingerprint, hit.query) in self._by_query:
             return miss
         if hit.query is None and (self.max_error is not None or self.guard is not None):
             self._count_refusal(Refusal("l2_unguarded", "no query"))
