@@ -327,6 +327,10 @@ def test_hooks_inject_originals_and_drop_lost_stubs(tmp_path: Path, model: Any) 
             await compact(store, model)
             lost = make_stub(VERSION, "The staging cache listens on port 7000.")
             await store.remember("lost-0", lost, ("fact",), 0.9)
+            # Other memories beside them: the hooks inject only on words that tell memories
+            # apart (memory/hook_index: the relevance floor), as in any real store.
+            for n, text in enumerate([*FACTS[1:4], *NOISE]):
+                await store.remember(f"other-{n}", text, ("fact",), 0.5)
         finally:
             await store.close()
 
