@@ -49,7 +49,16 @@ def device() -> Iterator[object]:
 
 
 def read_f32(device: object, buf: object, count: int | None = None) -> np.ndarray:
-    """Reads ``count`` float32 values of ``buf`` back (synchronously, for tests)."""
+    """Reads ``count`` float32 values of ``buf`` back (synchronously, for tests).
+
+    On a loop of its own rather than ``asyncio.run``: on Python 3.11 the runner, restoring
+    its SIGINT handler, builds a ValueError message with the repr of the finished task, which
+    holds the whole read; for the 67 MB buffers past the workgroup fold that repr took ~2.5 s
+    a read (a third of the adamw test)."""
     nbytes = None if count is None else 4 * count
-    data = asyncio.run(device.read(buf, nbytes))  # type: ignore[attr-defined]
+    loop = asyncio.new_event_loop()
+    try:
+        data = loop.run_until_complete(device.read(buf, nbytes))  # type: ignore[attr-defined]
+    finally:
+        loop.close()
     return np.frombuffer(data, dtype=np.float32).copy()
