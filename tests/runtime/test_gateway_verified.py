@@ -6,7 +6,9 @@ client, and a loopback OpenAI upstream whose answers follow meaning: a question 
 paraphrase get one answer, a near-miss another (the corpus's labels). The full-cache test stores
 hundreds of questions of the corpus's *report* split (never tuned on; only counts are read),
 then replays every paraphrase and near-miss, read-through as the gateway runs, and fails if the
-share of lookups answered wrongly exceeds δ.
+share of lookups answered wrongly exceeds δ. It runs at δ = 0.01, the tightest shipped bound (a
+looser δ serves more hits through the same path; the library tests of
+:mod:`evermind.cache.verified` cover how δ picks the bound).
 """
 
 from __future__ import annotations
@@ -50,9 +52,14 @@ def _server(root: Path, upstream: OpenAIUpstream, cache: dict[str, Any]) -> Serv
     )
 
 
-def _ask(server: ServerThread, text: str, **headers: str) -> tuple[str, str]:
+def _client(server: ServerThread) -> openai.OpenAI:
+    """The SDK client of tenant alpha; one per server, reused as an application would (its
+    connection pool kept, not rebuilt for each of the replay's 900 requests)."""
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=TOKEN_A, max_retries=0)
+
+
+def _ask(client: openai.OpenAI, text: str, **headers: str) -> tuple[str, str]:
     """One temperature-0 question; returns the answer and the ``x-evermind-cache`` header."""
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key=TOKEN_A, max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
         model=MODEL,
         messages=[{"role": "user", "content": text}],
@@ -80,21 +87,22 @@ def replay_set() -> ReplaySet:
     return [t.query for t in triples], lookups, answer
 
 
-@pytest.mark.parametrize("delta", [0.05, 0.01])
 def test_a_full_cache_over_http_answers_at_most_delta_of_lookups_wrongly(
-    tmp_path: Path, replay_set: ReplaySet, delta: float
+    tmp_path: Path, replay_set: ReplaySet
 ) -> None:
+    delta = 0.01
     queries, lookups, answer = replay_set
     with (
         OpenAIUpstream(OPENAI_KEY, reply=lambda text: answer[text]) as upstream,
         _server(tmp_path, upstream, {"max_error": delta, "verify_sample": 0.1}) as server,
+        _client(server) as client,
     ):
         for query in queries:  # stored (a few hit an earlier, equivalent question instead)
-            _ask(server, query)
+            _ask(client, query)
         wrong = hits = 0
         hits_by_kind = {"paraphrase": 0, "near_miss": 0}
         for text, kind in lookups:
-            got, status = _ask(server, text)
+            got, status = _ask(client, text)
             assert got  # never an empty answer
             if status.startswith("hit"):
                 hits += 1
@@ -132,14 +140,15 @@ def test_a_hit_found_wrong_by_a_check_is_replaced_and_not_served_again(
 ) -> None:
     question = "Which port does PostgreSQL listen on by default?"
     world[question] = "5432"
-    assert _ask(checked_server, question) == ("5432", "miss")
-    assert _ask(checked_server, question) == ("5432", "hit-l1")  # checked: the same answer
-    world[question] = "6432 since the pooler moved in front"  # the cached answer is now wrong
-    # Every lookup is checked here (verify_sample 1): the check finds the difference, and the
-    # client gets the upstream's answer, not the stale one.
-    assert _ask(checked_server, question) == ("6432 since the pooler moved in front", "miss")
-    world[question] = "6432 since the pooler moved in front"
-    assert _ask(checked_server, question) == ("6432 since the pooler moved in front", "hit-l1")
+    with _client(checked_server) as client:
+        assert _ask(client, question) == ("5432", "miss")
+        assert _ask(client, question) == ("5432", "hit-l1")  # checked: the same answer
+        world[question] = "6432 since the pooler moved in front"  # the cached answer is now wrong
+        # Every lookup is checked here (verify_sample 1): the check finds the difference, and the
+        # client gets the upstream's answer, not the stale one.
+        assert _ask(client, question) == ("6432 since the pooler moved in front", "miss")
+        world[question] = "6432 since the pooler moved in front"
+        assert _ask(client, question) == ("6432 since the pooler moved in front", "hit-l1")
     metrics = httpx.get(checked_server.url + "/metrics").text
     assert "evermind_gateway_cache_check_mismatches_total 1" in metrics
     assert "evermind_gateway_cache_paid_checks_total 3" in metrics  # each hit was checked
@@ -150,13 +159,14 @@ def test_refresh_replaces_the_cached_answer(tmp_path: Path) -> None:
     with (
         OpenAIUpstream(OPENAI_KEY, reply=lambda text: world[text]) as upstream,
         _server(tmp_path, upstream, {"max_error": 0.01, "verify_sample": 0.0}) as server,
+        _client(server) as client,
     ):
         question = "What is the capital of Australia?"
-        assert _ask(server, question) == ("Sydney", "miss")
+        assert _ask(client, question) == ("Sydney", "miss")
         world[question] = "Canberra"
-        assert _ask(server, question) == ("Sydney", "hit-l1")  # no checks: the stale answer
-        assert _ask(server, question, **{"x-evermind-cache": "refresh"}) == ("Canberra", "miss")
-        assert _ask(server, question) == ("Canberra", "hit-l1")
+        assert _ask(client, question) == ("Sydney", "hit-l1")  # no checks: the stale answer
+        assert _ask(client, question, **{"x-evermind-cache": "refresh"}) == ("Canberra", "miss")
+        assert _ask(client, question) == ("Canberra", "hit-l1")
 
 
 def test_a_bad_max_error_is_refused_with_a_clear_message(tmp_path: Path) -> None:
