@@ -1,4 +1,5 @@
-"""Shared fixtures: the native WebGPU device (wgpu-py on lavapipe or a real GPU).
+"""Shared fixtures: the native WebGPU device (wgpu-py on lavapipe or a real GPU), and one
+``benchmarks/gpu.sh --quick`` run that the benchmark tests of several folders read.
 
 And the session-end check that no test left a process behind (see ``tests/procs.py``).
 """
@@ -9,8 +10,12 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +51,37 @@ def device() -> Iterator[object]:
     dev = open_native_device()
     print(f"adapter: {dev.adapter_info}")
     yield dev
+
+
+@dataclass(frozen=True)
+class GpuQuickRun:
+    """One finished ``benchmarks/gpu.sh --quick`` and the folder it wrote (``$OUT``)."""
+
+    done: subprocess.CompletedProcess[str]
+    out: Path
+
+
+@pytest.fixture(scope="session")
+def gpu_quick_run(tmp_path_factory: pytest.TempPathFactory) -> GpuQuickRun:
+    """``benchmarks/gpu.sh --quick`` on this machine's adapter, run once per session.
+
+    Its kernels and train stages are ``python -m benchmarks kernels|train --quick
+    --native-only --json``, the very commands ``evermind bench`` forwards to; the table test
+    (tests/shaders/test_gpu_bench.py) and the report tests (tests/unit/test_bench_cli.py)
+    read this one run instead of running those stages twice (~45 s on two busy cores)."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("gpu_bench")
+    env = {**os.environ, "OUT": str(out), "EVERMIND_PYTHON": sys.executable}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root)])
+    done = procs.run(  # a timeout kills gpu.sh with every stage it started
+        [str(root / "benchmarks" / "gpu.sh"), "--quick"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    return GpuQuickRun(done, out)
 
 
 def read_f32(device: object, buf: object, count: int | None = None) -> np.ndarray:

@@ -1,32 +1,18 @@
-"""benchmarks/gpu.sh: the prepared GPU run, in its --quick mode on whatever adapter is here."""
+"""benchmarks/gpu.sh: the prepared GPU run, in its --quick mode on whatever adapter is here
+(the session's one run, ``gpu_quick_run`` in tests/conftest.py)."""
 
 from __future__ import annotations
-
-import os
-import sys
-from pathlib import Path
 
 import pytest
 from benchmarks import gpu
 
-from tests import procs
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import GpuQuickRun
 
 
-def test_quick_run_prints_one_table_with_every_stage(tmp_path) -> None:
-    env = {**os.environ, "OUT": str(tmp_path), "EVERMIND_PYTHON": sys.executable}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
-    done = procs.run(  # a timeout kills gpu.sh with every stage it started
-        [str(ROOT / "benchmarks" / "gpu.sh"), "--quick"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=170,
-    )
+def test_quick_run_prints_one_table_with_every_stage(gpu_quick_run: GpuQuickRun) -> None:
+    done, out = gpu_quick_run.done, gpu_quick_run.out
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
-    table = (tmp_path / "gpu_bench.md").read_text()
+    table = (out / "gpu_bench.md").read_text()
     assert table.strip() in done.stdout
     lines = table.splitlines()
     assert lines[0] == "| stage | what | value | unit | detail |"
@@ -34,7 +20,7 @@ def test_quick_run_prints_one_table_with_every_stage(tmp_path) -> None:
     assert {"setup", "kernels", "step", "train", "decode", "serve"} <= stages, stages
     assert "| decode | wgpu-py batch 4 |" in table
     assert "failed" not in table and "timed out" not in table
-    assert (tmp_path / "gpu_bench.json").exists()
+    assert (out / "gpu_bench.json").exists()
 
 
 def test_no_gpu_stops_before_any_stage(monkeypatch, capsys) -> None:

@@ -1,14 +1,18 @@
 """`evermind bench`: the tables' structure (never the times, which depend on the machine).
 
-The kernel report runs for real on native wgpu-py (lavapipe here) with ``--quick
+The kernel and train reports run for real on native wgpu-py (lavapipe here) with ``--quick
 --native-only --json``; the checks are on what the rows say and how they add up. The
 commands run through ``python -m benchmarks``, the checkout's entry point that
-``evermind bench`` forwards its arguments to (``benchmarks.main``).
+``evermind bench`` forwards its arguments to (``benchmarks.main``): those two reports are
+the kernels and train stages of the session's one ``benchmarks/gpu.sh --quick`` run
+(``gpu_quick_run`` in tests/conftest.py), which runs exactly those commands, read from the
+JSON document it writes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +24,7 @@ from benchmarks.report import format_kernels
 
 from evermind.studio.bench.suite import NANO_BATCH, NANO_SEQ_LEN, NANO_VOCAB, synthetic_batch
 from tests import procs
+from tests.conftest import GpuQuickRun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,11 +41,21 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _stage(run: GpuQuickRun, name: str) -> tuple[dict[str, Any], int]:
+    """The JSON document ``python -m benchmarks NAME --quick --native-only --json`` printed in
+    the gpu.sh run, and its exit status (the table's "stage time" row)."""
+    table = (run.out / "gpu_bench.md").read_text()
+    exit_row = re.search(rf"^\| {name} \| stage time \|.*\| exit (-?\d+) \|$", table, re.M)
+    assert exit_row, f"gpu.sh ran no {name} stage:\n{table}\n{run.done.stderr[-2000:]}"
+    doc = json.loads((run.out / "gpu_bench.json").read_text())["stages"][name]
+    assert isinstance(doc, dict), f"the {name} stage printed no JSON document:\n{table}"
+    return doc, int(exit_row.group(1))
+
+
 @pytest.fixture(scope="module")
-def kernels_doc() -> dict[str, Any]:
-    out = _bench("kernels", "--quick", "--native-only", "--json")
-    assert out.returncode == 0, out.stderr
-    doc: dict[str, Any] = json.loads(out.stdout)
+def kernels_doc(gpu_quick_run: GpuQuickRun) -> dict[str, Any]:
+    doc, code = _stage(gpu_quick_run, "kernels")
+    assert code == 0, gpu_quick_run.done.stderr[-2000:]
     return doc
 
 
@@ -126,9 +141,8 @@ def test_synthetic_batch_is_deterministic_shifted_and_in_vocabulary() -> None:
 
 
 @pytest.mark.slow
-def test_train_report_rows_and_ratios_to_pytorch() -> None:
-    out = _bench("train", "--quick", "--native-only", "--json")
-    doc = json.loads(out.stdout)
+def test_train_report_rows_and_ratios_to_pytorch(gpu_quick_run: GpuQuickRun) -> None:
+    doc, code = _stage(gpu_quick_run, "train")
     backends = set(doc["backends"])
     assert {"native", "numpy"} <= backends and "browser" not in backends
     metrics = ("train_tokens_per_s", "forward_tokens_per_s", "generate_tokens_per_s", "embed_64_ms")
@@ -137,9 +151,9 @@ def test_train_report_rows_and_ratios_to_pytorch() -> None:
         for metric in metrics:
             assert values[(backend, metric)]["value"] > 0
     if "torch" not in backends:  # torch is a bench-only dependency
-        assert out.returncode == 1 and any("torch" in e for e in doc["errors"])
+        assert code == 1 and any("torch" in e for e in doc["errors"])
         return
-    assert out.returncode == 0, out.stderr
+    assert code == 0, gpu_quick_run.done.stderr[-2000:]
     for metric in metrics:
         torch_value = values[("torch", metric)]["value"]
         assert values[("torch", metric)]["vs_torch"] == 1.0
