@@ -416,7 +416,8 @@ def test_stdio_with_model_ranks_semantically(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
         timeout=60,
     )
-    assert refused.returncode == 2 and "expected a .evermind package" in refused.stderr
+    assert refused.returncode == 2 and "argument --model: no such file" in refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) == 1
 
 
 def test_untuned_model_is_served_with_a_warning_and_a_tuned_one_without(
