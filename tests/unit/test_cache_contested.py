@@ -79,6 +79,23 @@ def test_the_l1_cache_refuses_a_paraphrase_once_its_near_miss_is_stored() -> Non
     assert same.lookup(PARAPHRASE).hit
 
 
+def test_a_store_after_its_lookup_sees_the_index_as_it_is_then() -> None:
+    # A miss's store reuses its lookup's neighbours only while the index is unchanged.
+    cache = SemanticCache(
+        VECTORS.__getitem__, fingerprint="memo", guard=None, threshold=0.5, max_error=None
+    )
+    cache.store(INCREASE, "eat it with vitamin C")
+    cache.lookup(REDUCE)  # its neighbours (INCREASE) are remembered
+    assert cache.invalidate(query=INCREASE) == 1  # gone before REDUCE's answer is stored
+    cache.store(REDUCE, "eat it with calcium")  # nothing left to contest it
+    assert [e.contested for e in cache._entries.values()] == [None]
+    cache.store(INCREASE, "eat it with vitamin C")  # stored in between ...
+    cache.lookup(PARAPHRASE)
+    cache.store(PARAPHRASE, "eat it with vitamin C")
+    contested = {e.query: e.contested for e in cache._entries.values()}
+    assert contested[INCREASE] == contested[REDUCE] == pytest.approx(0.96)
+
+
 def test_the_runtime_l2_measures_the_contest_at_lookup(tmp_path: Path) -> None:
     async def run() -> tuple[object, object]:
         store = SemanticCacheStore(tmp_path / "l2.db", 1000)

@@ -292,6 +292,10 @@ class SemanticCache:
         # store (and a query asked again) does not run the embedder a second time.
         self._recent: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
         self._next_key = 0
+        # The index changes (adds, removes, clears) so far, and the last lookup's neighbours:
+        # a miss's store right after its lookup reuses them instead of scanning again.
+        self._generation = 0
+        self._last_near: tuple[int, Scope, tuple[float, ...], list[tuple[float, int]]] | None = None
         self._stats = CacheStats()
         self._embed = embed
         self._fingerprint = fingerprint or _default_fingerprint(embed)
@@ -390,6 +394,7 @@ class SemanticCache:
         self._by_query.clear()
         self._terms.clear()
         self._index.clear()
+        self._generation += 1
         self._expiry.clear()
         self._distinct.clear()
         self._recent.clear()
@@ -563,7 +568,7 @@ class SemanticCache:
     def _lookup_with(self, query: str, vector: Vector, namespace: str, sync: bool) -> CacheLookup:
         """L1 lookup; with ``sync`` also the sync L2 lookup on an L1 miss."""
         self._expire(self._clock())
-        scored = self._index.nearest(self._scope(namespace, vector), tuple(vector), _CANDIDATES)
+        scored = self._neighbours(tuple(vector), namespace)[:_CANDIDATES]
         candidates = [self._candidate(key, score) for score, key in scored]
         exact = self._by_query.get((namespace, self._fingerprint, query))
         if exact is not None and all(c.key != exact for c in candidates):
@@ -653,8 +658,16 @@ class SemanticCache:
         return (namespace, self._fingerprint, len(vector))
 
     def _neighbours(self, vector: tuple[float, ...], namespace: str) -> list[tuple[float, int]]:
-        """The entries of ``namespace`` nearest ``vector``: ``(cosine, key)``, best first."""
-        return self._index.nearest(self._scope(namespace, vector), vector, _CONTEST_NEIGHBOURS)
+        """The entries of ``namespace`` nearest ``vector``: ``(cosine, key)``, best first (the
+        top :data:`_CANDIDATES` are a lookup's candidates). The same question asked again
+        before the index changes (a miss's store after its lookup) is answered from memory."""
+        scope = self._scope(namespace, vector)
+        last = self._last_near
+        if last is not None and last[:3] == (self._generation, scope, vector):
+            return last[3]
+        near = self._index.nearest(scope, vector, _CONTEST_NEIGHBOURS)
+        self._last_near = (self._generation, scope, vector, near)
+        return near
 
     def _expire(self, now: float) -> None:
         """Drops every entry whose TTL has passed."""
@@ -704,6 +717,7 @@ class SemanticCache:
         self._entries[self._next_key] = entry
         self._by_query[(namespace, self._fingerprint, query)] = self._next_key
         self._index.add(self._next_key, self._scope(namespace, vector), vector)
+        self._generation += 1
         self._distinct.setdefault(self._fingerprint, Counter())[query] += 1
         if expires is not None:
             heapq.heappush(self._expiry, (expires, self._next_key))
@@ -717,6 +731,7 @@ class SemanticCache:
     def _drop(self, key: int) -> None:
         entry = self._entries.pop(key)
         self._index.remove(key)
+        self._generation += 1
         counts = self._distinct[entry.fingerprint]
         counts[entry.query] -= 1
         if counts[entry.query] <= 0:
