@@ -60,6 +60,13 @@ CASES: list[tuple[list[str], str, tuple[str, ...]]] = [
     (["merge-adapter", "PKG", "BAD", "--out", "o.evermind"], "argument adapter", ANY_FILE),
     (["distill", "--collected", "BAD", "--package", "PKG", "--out", "o"], "--collected", ANY_FILE),
     (["distill", "--collected", "TXT", "--package", "BAD", "--out", "o"], "--package", PACKAGE),
+    (
+        ["import-hf", "BAD", "--base", "PKG", "--out", "o"],
+        "argument folder",
+        ("missing", "file-for-folder"),
+    ),
+    (["import-hf", ".", "--base", "BAD", "--out", "o"], "--base", PACKAGE),
+    (["import-hf", ".", "--base", "PKG", "--out", "BAD"], "--out", OUTPUT),
     (["ingest", "BAD"], "argument PATH", ("missing",)),
     (["ingest", "--model", "BAD", "TXT"], "--model", PACKAGE),
     (["serve", "--tokens-file", "BAD"], "--tokens-file", TEXT),

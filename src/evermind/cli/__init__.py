@@ -4,16 +4,16 @@ The one exception is the Claude Code hook, :mod:`evermind.mcp.hook`: the install
 it as ``python -m evermind.mcp.hook`` (the fastest start), so it keeps its own parser (which
 ``evermind hook`` reuses) and writes its notes to stderr.
 
-Native-only. Nothing in the library imports this package. One module per group of
-subcommands, each with ``register(subparsers)``: :mod:`~evermind.cli.studio` (studio,
-doctor), :mod:`~evermind.cli.bench` (bench), :mod:`~evermind.cli.train` (train, generate,
-embed, export, tune-embedder, distill-embedder, eval), :mod:`~evermind.cli.affect`
-(train-affect), :mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt,
-merge-adapter), :mod:`~evermind.cli.ingest` (ingest), :mod:`~evermind.cli.serve` (serve, push)
-and :mod:`~evermind.cli.mcp` (mcp, install-mcp, hook); :mod:`~evermind.cli.progress` draws the
-progress bars; :mod:`~evermind.cli.args` holds the file-argument types and the help format
-(every option's default shown). They import their heavy dependencies inside the command
-functions, so that ``evermind --help`` stays fast.
+Native-only. Nothing in the library imports this package. One module per group of subcommands,
+each with ``register(subparsers)``: :mod:`~evermind.cli.studio` (studio, doctor),
+:mod:`~evermind.cli.bench` (bench), :mod:`~evermind.cli.train` (train, generate, embed, export,
+tune-embedder, distill-embedder, eval), :mod:`~evermind.cli.affect` (train-affect),
+:mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt, merge-adapter),
+:mod:`~evermind.cli.hf` (import-hf), :mod:`~evermind.cli.ingest` (ingest),
+:mod:`~evermind.cli.serve` (serve, push) and :mod:`~evermind.cli.mcp` (mcp, install-mcp, hook);
+:mod:`~evermind.cli.progress` draws the progress bars; :mod:`~evermind.cli.args` holds the
+file-argument types and the help format (every option's default shown). They import their heavy
+dependencies inside the command functions, so that ``evermind --help`` stays fast.
 
 Bad input is one line on stderr and exit code 2, never a traceback: a usage error or a bad file
 argument fails in the parser (which names the argument); an :class:`~evermind.errors.EvermindError`,
@@ -31,12 +31,12 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import evermind
-from evermind.cli import adapt, affect, bench, distill, ingest, mcp, serve, studio, train
+from evermind.cli import adapt, affect, bench, distill, hf, ingest, mcp, serve, studio, train
 from evermind.cli.args import TEXT_TYPE_NAMES, HelpFormatter
 from evermind.errors import EvermindError
 
 #: The subcommand modules, in the order ``evermind --help`` lists them.
-COMMAND_MODULES = [studio, bench, train, affect, distill, adapt, ingest, serve, mcp]
+COMMAND_MODULES = [studio, bench, train, affect, distill, adapt, hf, ingest, serve, mcp]
 
 
 class Parser(argparse.ArgumentParser):
