@@ -87,4 +87,11 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   say "npm ci"
   npm ci --no-audit --no-fund --silent
 fi
+# The MCP Inspector's CLI (tests/runtime/test_mcp_inspector.py): test only, its own lockfile.
+inspector=tests/mcp_inspector
+if [ "$MODE" = test ] && { [ ! -f $inspector/node_modules/.package-lock.json ] \
+    || [ $inspector/package-lock.json -nt $inspector/node_modules/.package-lock.json ]; }; then
+  say "npm ci (the MCP Inspector, for the tests)"
+  npm ci --prefix $inspector --no-audit --no-fund --silent
+fi
 .venv/bin/python build/build_web.py
