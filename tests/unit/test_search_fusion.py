@@ -84,3 +84,25 @@ def test_mmr_rescales_relevance_to_the_similarity_scale() -> None:
     assert mmr({}, similarity, 3, 0.5) == []
     # All-zero relevance is taken as it is (no division by zero): ties by id.
     assert mmr({"y": 0.0, "x": 0.0}, similarity, 2, 0.7) == ["x", "y"]
+
+
+def test_top_k_asks_accept_only_about_the_best_and_keeps_the_sorted_order() -> None:
+    from evermind.search.fusion import top_k
+
+    scores = {f"d{i:04d}": float(i % 97) for i in range(3000)}  # many ties: the id breaks them
+    asked: list[str] = []
+
+    def odd(key: str) -> bool:
+        asked.append(key)
+        return int(key[1:]) % 2 == 1
+
+    want = [kv for kv in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])) if odd(kv[0])][:5]
+    asked.clear()
+    assert top_k(scores, 5, odd) == want
+    assert len(asked) <= 20  # not 3,000
+    # Too few pass in the window: it widens to all and still returns them in order.
+    rare = {"d0001", "d2999"}
+    assert [k for k, _ in top_k(scores, 5, rare.__contains__)] == sorted(
+        rare, key=lambda k: (-scores[k], k)
+    )
+    assert top_k(scores, 0) == [] and top_k({}, 3) == []

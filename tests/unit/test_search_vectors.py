@@ -94,3 +94,25 @@ def test_module_works_with_numpy_blocked() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_batched_cosines_equal_the_one_by_one_ones_on_both_paths() -> None:
+    rng = random.Random(5)
+    dim = 24
+    vectors = {f"k{i}": [rng.gauss(0, 1) for _ in range(dim)] for i in range(40)}
+    query = normalise([rng.gauss(0, 1) for _ in range(dim)])
+    keys = ["k3", "missing", "k17", "k3", "k39"]
+    for use_numpy in (True, False):
+        index = VectorIndex(use_numpy=use_numpy)
+        for key, vector in vectors.items():
+            index.add(key, vector)
+        index.remove("k20")  # a moved row is read where it now lives
+        got = index.cosines_to([*keys, "k20"], query)
+        want = [index.cosine_to(key, query) for key in [*keys, "k20"]]
+        assert got[1] is None and got[-1] is None
+        assert got == pytest.approx(want, abs=1e-6)
+        matrix = index.cosine_matrix(keys)
+        for i, a in enumerate(keys):
+            for j, b in enumerate(keys):
+                assert matrix[i][j] == pytest.approx(index.cosine(a, b), abs=1e-6)
+        assert matrix[0][0] == pytest.approx(1.0, abs=1e-6) and matrix[1] == [0.0] * len(keys)

@@ -95,8 +95,8 @@ class _Candidates:
     semantic: list[tuple[str, float]] = field(default_factory=list)
     #: BM25 of every memory sharing a term with the query (fills in semantic-only candidates).
     bm25_all: dict[str, float] = field(default_factory=dict)
-    #: Cosine of the query with a candidate's stored vector (fills in lexical-only ones).
-    cosine_of: Callable[[str], float | None] | None = None
+    #: Cosines of the query with candidates' stored vectors (fills in lexical-only ones).
+    cosine_of: Callable[[Sequence[str]], list[float | None]] | None = None
     base_label: str = ""
     used_vectors: bool = False
     #: The semantic weight of convex fusion (set once the embedder has been used).
@@ -224,7 +224,7 @@ async def _candidates(
             found.semantic = await snapshot.vectors.asearch(query_vector, pool, accept)
             found.used_vectors = True
             found.cosine_of = partial(
-                snapshot.vectors.cosine_to, unit_query=normalise(query_vector)
+                snapshot.vectors.cosines_to, unit_query=normalise(query_vector)
             )
         except EvermindError:
             raise
@@ -298,13 +298,12 @@ def _convex_relevance(
     )
     semantic = dict(found.semantic)
     bm25 = {key: found.bm25_all.get(key, 0.0) for key in keys}
-    cosines: dict[str, float] = {}
-    for key in keys:
-        value = semantic.get(key)
-        if value is None and found.cosine_of is not None:
-            value = found.cosine_of(key)
-        if value is not None:
-            cosines[key] = value
+    cosines: dict[str, float] = dict(found.semantic)
+    missing = [key for key in keys if key not in semantic]
+    if missing and found.cosine_of is not None:
+        for key, value in zip(missing, found.cosine_of(missing), strict=True):
+            if value is not None:
+                cosines[key] = value
     low = min(cosines.values())
     cosine_of = {key: cosines.get(key, low) for key in keys}
     if found.weight > 0:
@@ -326,9 +325,12 @@ def _diverse(
     """MMR over the weighted relevance: similarity the (non-negative) cosine of two stored
     vectors, or without them the Jaccard of two memories' BM25 terms."""
     if use_vectors:
+        keys = list(weighted)
+        position = {key: i for i, key in enumerate(keys)}
+        cosines = snapshot.vectors.cosine_matrix(keys)  # one product, not one per pair
 
         def similarity(a: str, b: str) -> float:
-            return max(0.0, snapshot.vectors.cosine(a, b))
+            return max(0.0, cosines[position[a]][position[b]])
 
     else:
 

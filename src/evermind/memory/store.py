@@ -122,6 +122,8 @@ class MemoryStore:
             )
         self._vectors = vector_index if vector_index is not None else VectorIndex(use_numpy)
         self._vector_hash: dict[str, str] = {}
+        # Keys that may have no vector yet: recall embeds these, not a scan of every record.
+        self._unembedded: set[str] = set()
         self._sync_lock = asyncio.Lock()
 
     @property
@@ -373,6 +375,7 @@ class MemoryStore:
                 return
             version, records = await self.backend.load_all()
             self._records = {r.key: r for r in records}
+            self._unembedded = set(self._records)
             self._bm25 = BM25Index(self.options.bm25_k1, self.options.bm25_b)
             for record in records:
                 self._bm25.add(record.key, record.content)
@@ -397,6 +400,7 @@ class MemoryStore:
             self._bm25.add(record.key, record.content)
             if self._vector_hash.get(record.key) != record.content_hash:
                 self._drop_vector(record.key)
+                self._unembedded.add(record.key)
         self._version = result.version
 
     def _drop_vector(self, key: str) -> None:
@@ -404,18 +408,29 @@ class MemoryStore:
         self._vector_hash.pop(key, None)
 
     async def ensure_vectors(self) -> None:
-        """Embeds (or loads from the cache) every memory not yet in the vector index."""
-        if self._cache is None:
+        """Embeds (or loads from the cache) every memory not yet in the vector index.
+
+        Only the keys written since the last call are looked at (a write or a reload marks
+        them), so a recall on an indexed store does no work here.
+        """
+        if self._cache is None or not self._unembedded:
             return
+        pending = self._unembedded
         todo = [
-            r for r in self._records.values() if not r.archived and r.key not in self._vector_hash
+            r
+            for r in self._records.values()
+            if r.key in pending and not r.archived and r.key not in self._vector_hash
         ]
+        self._unembedded = {r.key for r in todo}  # writes while this awaits add to it
         for start in range(0, len(todo), _EMBED_BATCH):
             batch = todo[start : start + _EMBED_BATCH]
             vectors = await self._cache.vectors([r.content for r in batch])
             for record, vector in zip(batch, vectors, strict=True):
                 self._vectors.add(record.key, vector)
                 self._vector_hash[record.key] = record.content_hash
+                current = self._records.get(record.key)
+                if current is None or current.content_hash == record.content_hash:
+                    self._unembedded.discard(record.key)  # not rewritten meanwhile
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -18,6 +18,7 @@ Browser-safe: standard library and ``evermind`` only.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -38,11 +39,31 @@ TINY = 1e-9
 def top_k(
     scores: Mapping[str, float], k: int, accept: Callable[[str], bool] | None = None
 ) -> list[tuple[str, float]]:
-    """Returns the ``k`` best ``(id, score)`` pairs, best first; ties by id for determinism."""
-    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-    if accept is not None:
-        ranked = [item for item in ranked if accept(item[0])]
-    return ranked[:k]
+    """Returns the ``k`` best ``(id, score)`` pairs, best first; ties by id for determinism.
+
+    ``accept`` is asked only about the best ids until ``k`` pass (a window of the best
+    ``4k``, widened to all when too few of them pass), not about every scored id.
+    """
+    if k <= 0:
+        return []
+    order = lambda item: (-item[1], item[0])  # noqa: E731 - a total order: same as a sort
+    window = max(4 * k, 16)
+    while True:
+        if window < len(scores):
+            ranked = heapq.nsmallest(window, scores.items(), key=order)
+        else:
+            ranked = sorted(scores.items(), key=order)
+        if accept is None:
+            return ranked[:k]
+        out = []
+        for item in ranked:
+            if accept(item[0]):
+                out.append(item)
+                if len(out) == k:
+                    return out
+        if window >= len(scores):
+            return out
+        window = len(scores)
 
 
 def zscores(values: Mapping[str, float], basis: Iterable[str] | None = None) -> dict[str, float]:

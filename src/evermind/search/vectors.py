@@ -26,7 +26,7 @@ from typing import Any
 
 from evermind.errors import ShapeError
 from evermind.search.cosine import exact_dot, normalise
-from evermind.search.rows import cosine_scores
+from evermind.search.rows import cosine_scores, gram
 
 __all__ = ["VectorIndex"]
 
@@ -159,6 +159,39 @@ class VectorIndex:
             np = self._np
             return float(cosine_scores(self._matrix[slot], np.asarray(unit_query, np.float32)))
         return exact_dot(self._rows[slot], unit_query)
+
+    def cosines_to(self, keys: Sequence[str], unit_query: Sequence[float]) -> list[float | None]:
+        """:meth:`cosine_to` of each of ``keys`` at once (one matrix-vector product on numpy):
+        None for a key without a vector."""
+        slots = [self._slot.get(key) for key in keys]
+        if self._np is None:
+            return [None if s is None else exact_dot(self._rows[s], unit_query) for s in slots]
+        np = self._np
+        live = [s for s in slots if s is not None]
+        if not live:
+            return [None] * len(keys)
+        found = iter(cosine_scores(self._matrix[live], np.asarray(unit_query, np.float32)).tolist())
+        return [None if s is None else next(found) for s in slots]
+
+    def cosine_matrix(self, keys: Sequence[str]) -> list[list[float]]:
+        """The cosine of every two of ``keys``' stored vectors (one Gram product on numpy);
+        0.0 where either has none."""
+        slots = [self._slot.get(key) for key in keys]
+        if self._np is None:
+            return [
+                [
+                    0.0 if a is None or b is None else exact_dot(self._rows[a], self._rows[b])
+                    for b in slots
+                ]
+                for a in slots
+            ]
+        np = self._np
+        rows = np.zeros((len(keys), self.dim or 1), np.float32)
+        present = [i for i, s in enumerate(slots) if s is not None]
+        if present:
+            rows[present] = self._matrix[[slots[i] for i in present]]
+        matrix: list[list[float]] = gram(rows).tolist()
+        return matrix
 
     def scores(self, query: Sequence[float]) -> dict[str, float]:
         """Returns the cosine of ``query`` with every stored vector."""
