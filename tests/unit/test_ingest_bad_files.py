@@ -51,15 +51,16 @@ def test_a_deeply_nested_json_fails_alone_with_a_clear_error(tmp_path: Path) -> 
     (docs / "ok.md").write_text("# Fine\n\nthis one is fine\n")
     db = str(tmp_path / "m.db")
 
-    out = evermind_ingest(tmp_path, "docs", "--store", db, "--keep-going")
-    assert out.returncode == 0, out.stderr
+    out = evermind_ingest(tmp_path, "docs", "--store", db)  # by default it fails alone
+    assert out.returncode == 1, out.stderr  # some file failed; the rest is stored
     assert "Traceback" not in out.stderr
     report = json.loads(out.stdout)
-    reason = dict(report["skipped"])["docs/deep.json"]
+    reason = dict(report["failed"])["docs/deep.json"]
     assert reason.startswith("docs/deep.json: nested too deeply to read"), reason
-    assert report["sources"] == 2 and report["added"] >= 1  # ok.md went in
+    assert report["sources"] == 2 and report["ok"] == 1 and report["added"] >= 1  # ok.md went in
+    assert "ingest: 1 ok, 1 failed, 0 skipped" in out.stderr
 
-    out = evermind_ingest(tmp_path, "docs/deep.json", "--store", db)
+    out = evermind_ingest(tmp_path, "docs/deep.json", "--store", db, "--fail-fast")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "error: docs/deep.json: nested too deeply to read" in out.stderr
 
@@ -74,10 +75,10 @@ def test_a_100k_column_csv_is_refused_quickly_with_the_count(tmp_path: Path) -> 
     assert (docs / "wide.csv").stat().st_size > 1_000_000
     (docs / "ok.md").write_text("# Fine\n\nthis one is fine\n")
     started = time.perf_counter()
-    out = evermind_ingest(tmp_path, "docs", "--store", str(tmp_path / "m.db"), "--keep-going")
+    out = evermind_ingest(tmp_path, "docs", "--store", str(tmp_path / "m.db"))
     seconds = time.perf_counter() - started
-    assert out.returncode == 0, out.stderr
-    reason = dict(json.loads(out.stdout)["skipped"])["docs/wide.csv"]
+    assert out.returncode == 1, out.stderr
+    reason = dict(json.loads(out.stdout)["failed"])["docs/wide.csv"]
     assert f"line 1: {columns} columns, over the limit of {MAX_COLUMNS}" in reason
     assert seconds < 60, seconds  # was past 240 s
 
@@ -157,15 +158,15 @@ def test_any_parser_failure_fails_its_file_alone(tmp_path: Path) -> None:
     (tmp_path / "a.brk").write_text("anything")
     (tmp_path / "b.txt").write_text("fine")
     store = MemoryStore(tmp_path / "m.db")
-    report = asyncio.run(
-        ingest.sync(store, [tmp_path], base=tmp_path, registry=registry, errors="skip")
-    )
-    assert dict(report.skipped)["a.brk"] == (
+    report = asyncio.run(ingest.sync(store, [tmp_path], base=tmp_path, registry=registry))
+    assert dict(report.failed)["a.brk"] == (
         "a.brk: the broken parser failed (ZeroDivisionError: division by zero in a plug-in)"
     )
-    assert report.sources == 2
+    assert report.sources == 2 and report.ok == 1
     with pytest.raises(InputError, match=r"a\.brk: the broken parser failed"):
-        asyncio.run(ingest.sync(store, [tmp_path], base=tmp_path, registry=registry))
+        asyncio.run(
+            ingest.sync(store, [tmp_path], base=tmp_path, registry=registry, errors="raise")
+        )
 
 
 def test_max_bytes_must_be_positive(tmp_path: Path) -> None:

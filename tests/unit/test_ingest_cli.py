@@ -20,7 +20,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ingest"
 def ingest(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
     code = main(["ingest", *args])
     out, err = capsys.readouterr()
-    return code, (json.loads(out) if code == 0 else {}), err
+    return code, (json.loads(out) if code in (0, 1) else {}), err  # 1: some file failed
 
 
 def test_cli_ingests_re_ingests_forgets_and_lists(
@@ -67,23 +67,26 @@ def test_cli_errors_exit_2_with_the_file_and_line(
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": nope}\n')
     code, _, err = ingest(
-        capsys, str(bad), "--store", str(tmp_path / "m.db"), "--base", str(tmp_path)
+        capsys, str(bad), "--store", str(tmp_path / "m.db"), "--base", str(tmp_path), "--fail-fast"
     )
     assert code == 2 and "error: bad.jsonl: line 2: bad JSON" in err
     code, _, err = ingest(capsys, "--store", str(tmp_path / "m.db"))
     assert code == 2 and "expected PATH..., --forget SOURCE or --list" in err
-    code, report, err = ingest(
-        capsys,
-        str(tmp_path),
-        "--store",
-        str(tmp_path / "m.db"),
-        "--keep-going",
-        "--base",
-        str(tmp_path),
-    )
-    skipped = dict(report["skipped"])
-    assert code == 0 and "line 2: bad JSON" in skipped["bad.jsonl"]
-    assert skipped["m.db"] == "unknown type .db"  # the store itself is not a document
+    (tmp_path / "good.md").write_text("# Good\n\nthis one is fine\n")
+    for flags in ([], ["--keep-going"]):  # failing alone is the default; the old flag says so
+        code, report, err = ingest(
+            capsys,
+            str(tmp_path),
+            "--store",
+            str(tmp_path / "m.db"),
+            "--base",
+            str(tmp_path),
+            *flags,
+        )
+        failed, skipped = dict(report["failed"]), dict(report["skipped"])
+        assert code == 1 and "line 2: bad JSON" in failed["bad.jsonl"]  # reported by its id
+        assert skipped["m.db"] == "unknown type .db"  # the store itself is not a document
+        assert report["ok"] == 1 and "failed bad.jsonl: " in err
 
 
 def test_store_urls() -> None:

@@ -119,17 +119,24 @@ def test_follow_symlinks_follows_only_links_that_stay_inside(tmp_path: Path) -> 
 def test_a_named_link_or_fifo_is_an_error_naming_it(tmp_path: Path) -> None:
     hostile_folder(tmp_path)
     db = str(tmp_path / "m.db")
-    out = evermind_ingest(tmp_path, "docs/passwd.md", "--store", db)
+    out = evermind_ingest(tmp_path, "docs/passwd.md", "--store", db, "--fail-fast")
     assert out.returncode == 2
     assert "error: docs/passwd.md: cannot ingest: a symbolic link, not followed" in out.stderr
-    out = evermind_ingest(tmp_path, "docs/passwd.md", "--store", db, "--follow-symlinks")
+    out = evermind_ingest(
+        tmp_path, "docs/passwd.md", "--store", db, "--fail-fast", "--follow-symlinks"
+    )
     assert out.returncode == 2 and "a symbolic link to outside its folder docs" in out.stderr
-    out = evermind_ingest(tmp_path, "docs/pipe.md", "--store", db)
+    out = evermind_ingest(tmp_path, "docs/pipe.md", "--store", db, "--fail-fast")
     assert out.returncode == 2 and "a FIFO (named pipe), not a regular file" in out.stderr
-    out = evermind_ingest(tmp_path, "docs/pipe.md", "docs/notes.md", "--store", db, "--keep-going")
+    # By default a refused file named explicitly fails alone (it was asked for: exit 1).
+    out = evermind_ingest(tmp_path, "docs/passwd.md", "--store", db)
+    assert (
+        out.returncode == 1 and "failed docs/passwd.md: a symbolic link, not followed" in out.stderr
+    )
+    out = evermind_ingest(tmp_path, "docs/pipe.md", "docs/notes.md", "--store", db)
     report = json.loads(out.stdout)
-    assert out.returncode == 0 and report["sources"] == 1
-    assert dict(report["skipped"]) == {"docs/pipe.md": "a FIFO (named pipe), not a regular file"}
+    assert out.returncode == 1 and report["sources"] == 1 and report["ok"] == 1
+    assert dict(report["failed"]) == {"docs/pipe.md": "a FIFO (named pipe), not a regular file"}
     # A named link that stays in its folder is read with --follow-symlinks.
     out = evermind_ingest(tmp_path, "docs/alias.md", "--store", db, "--follow-symlinks")
     assert out.returncode == 0 and json.loads(out.stdout)["added"] >= 1, out.stderr

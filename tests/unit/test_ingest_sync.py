@@ -250,17 +250,19 @@ def test_bad_files_stop_the_sync_or_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "c.txt").write_bytes(b"caf\xe9\n")
     store = MemoryStore(tmp_path / "m.db")
     with pytest.raises(InputError, match=r"b\.jsonl: line 2: bad JSON"):
-        run(ingest.sync(store, [tmp_path], base=tmp_path))
-    report = run(ingest.sync(store, [tmp_path], base=tmp_path, errors="skip"))
-    reasons = dict(report.skipped)
+        run(ingest.sync(store, [tmp_path], base=tmp_path, errors="raise"))
+    report = run(ingest.sync(store, [tmp_path], base=tmp_path))  # by default: each alone
+    reasons = dict(report.failed)
     assert "line 2: bad JSON" in reasons["b.jsonl"]
     assert "line 1: undecodable bytes" in reasons["c.txt"]
-    assert report.sources == 3 and keys_of(store, "a.md")
+    assert report.sources == 3 and report.ok == 1 and keys_of(store, "a.md")
     with pytest.raises(InputError, match="no such file or folder"):
         run(ingest.sync(store, [tmp_path / "missing.md"], base=tmp_path))
     with pytest.raises(InputError, match=r"unknown type \.pptx"):
         (tmp_path / "s.pptx").write_text("x")
-        run(ingest.sync(store, [tmp_path / "s.pptx"], base=tmp_path))
+        run(ingest.sync(store, [tmp_path / "s.pptx"], base=tmp_path, errors="raise"))
+    report = run(ingest.sync(store, [tmp_path / "s.pptx"], base=tmp_path))
+    assert dict(report.failed) == {"s.pptx": "unknown type .pptx"} and report.ok == 0
 
 
 def test_a_registered_parser_and_a_forced_parser_are_used(tmp_path: Path) -> None:

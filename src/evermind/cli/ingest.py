@@ -78,7 +78,14 @@ def register(sub: Any) -> None:
     cmd.add_argument("--tag", action="append", default=[], help="extra tag on every chunk")
     cmd.add_argument("--no-prune", action="store_true", help="keep sources gone from a folder")
     cmd.add_argument(
-        "--keep-going", action="store_true", help="skip bad files (reported) instead of stopping"
+        "--fail-fast",
+        action="store_true",
+        help="stop at the first bad file (exit 2) instead of reporting it and going on; by "
+        "default a bad file fails alone, the run continues, and the exit status is 1 when any "
+        "file failed",
+    )
+    cmd.add_argument(
+        "--keep-going", action="store_true", help="the default (kept for older scripts)"
     )
     cmd.add_argument(
         "--max-bytes",
@@ -193,7 +200,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                     parser=args.parser,
                     tags=args.tag,
                     prune=not args.no_prune,
-                    errors="skip" if args.keep_going else "raise",
+                    errors="raise" if args.fail_fast else "skip",
                     max_bytes=args.max_bytes,
                     follow_symlinks=args.follow_symlinks,
                     on_progress=on_progress,
@@ -205,8 +212,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             out["store"], out["namespace"] = str(path), namespace
             return out
 
-    print(json.dumps(asyncio.run(run())))
-    return 0
+    out = asyncio.run(run())
+    print(json.dumps(out))
+    return 1 if out.get("failed") else 0
 
 
 def _manifest_row(manifest: Any) -> dict[str, Any]:
@@ -228,6 +236,12 @@ def _summary(report: Any) -> None:
         f"({report.chunks_per_second():,.0f} chunks/s)",
         file=sys.stderr,
     )
+    print(
+        f"ingest: {report.ok} ok, {len(report.failed)} failed, {len(report.skipped)} skipped",
+        file=sys.stderr,
+    )
+    for path, reason in report.failed:
+        print(f"ingest: failed {path}: {reason}", file=sys.stderr)
     for path, reason in report.skipped:
         print(f"ingest: skipped {path}: {reason}", file=sys.stderr)
     for source in report.forgotten:

@@ -90,6 +90,8 @@ class Selection:
 
     files: list[FileSource] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: Files named explicitly that were refused (with ``errors="skip"``): asked for, not read.
+    failed: list[tuple[str, str]] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)
     present: set[str] = field(default_factory=set)
     unlisted: list[str] = field(default_factory=list)
@@ -250,7 +252,7 @@ class _Walker:
             reason = _reason(err)
             if errors == "raise":
                 raise InputError(f"{shown}: cannot ingest: {reason}") from None
-            self.selection.skipped.append((shown, reason))
+            self.selection.failed.append((shown, reason))
             self.selection.present.add(shown)
             return
         self.selection.present.add(file.source)
@@ -279,7 +281,7 @@ def select_files(
         max_bytes: Larger files are skipped.
         follow_symlinks: Follow symbolic links whose target stays inside their root.
         errors: ``"raise"``: a refused file named explicitly is an error; ``"skip"``: it is
-            reported in ``skipped`` like a file found in a folder.
+            reported in ``failed`` (it was asked for) and the others are still read.
 
     Raises:
         InputError: A path does not exist; a file named explicitly is refused (not a

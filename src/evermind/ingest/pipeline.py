@@ -53,7 +53,7 @@ async def sync(
     tags: Iterable[str] = (),
     importance: float = 0.5,
     prune: bool = True,
-    errors: Literal["raise", "skip"] = "raise",
+    errors: Literal["raise", "skip"] = "skip",
     max_bytes: int = MAX_FILE_BYTES,
     follow_symlinks: bool = False,
     on_progress: OnProgress | None = None,
@@ -75,10 +75,11 @@ async def sync(
         tags: Extra tags for every chunk (``ingest`` is always there).
         importance: Importance of every chunk.
         prune: Forget sources ingested from a synced folder whose file is gone.
-        errors: ``"raise"`` stops at the first bad file (the sources before it are
-            stored); ``"skip"`` reports it in ``skipped`` and goes on. A file found in a
-            folder that is refused (a link, not a regular file, too big) is skipped either
-            way; named explicitly, it is a bad file.
+        errors: ``"skip"`` (the default): a bad file fails alone, reported by its source
+            id in ``failed`` (bad contents) or ``skipped`` (refused, missing), and the run
+            goes on; ``"raise"`` stops at the first bad file (the sources before it are
+            stored). A file found in a folder that is refused (a link, not a regular file,
+            too big) is skipped either way; named explicitly, it is a bad file.
         max_bytes: Larger files are skipped (one that grows past it keeps its stored chunks).
         follow_symlinks: Follow symbolic links whose target resolves inside the folder (or,
             for a file named explicitly, inside its folder).
@@ -88,8 +89,8 @@ async def sync(
         The report.
 
     Raises:
-        InputError: A missing path, a refused file named explicitly, bad contents (with
-            ``errors="raise"``); the message names the file and line.
+        InputError: With ``errors="raise"``: a missing path, a refused file named
+            explicitly, bad contents; the message names the file and line.
         ConfigError: An unknown ``parser``, or ``max_bytes`` not a positive integer.
     """
     started = time.perf_counter()
@@ -107,6 +108,7 @@ async def sync(
     )
     syncer = Syncer(store, chunker or Chunker(), tags, importance)
     syncer.report.skipped.extend(selection.skipped)
+    syncer.report.failed.extend(selection.failed)
     await syncer.load()
     settings = syncer.settings(options)
     total = len(selection.files)
@@ -120,10 +122,12 @@ async def sync(
             if errors == "raise" and file.named:
                 raise
             syncer.report.skipped.append((file.source, err.reason))
-        except EvermindError as err:
+        except EvermindError as err:  # this file fails alone (its stored chunks are kept)
             if errors == "raise":
                 raise
-            syncer.report.skipped.append((file.source, str(err)))
+            syncer.report.failed.append((file.source, str(err)))
+        else:
+            syncer.report.ok += 1
         syncer.report.sources += 1
         if on_progress is not None:
             on_progress(IngestProgress(done, total, file.source, syncer.report.chunks))

@@ -45,7 +45,11 @@ class IngestReport:
         embeds: Texts sent to the embedder (0 without one).
         seconds: Wall time of the sync.
         unit: What chunk sizes were counted in (``tokens`` or ``words``).
-        skipped: ``(path, reason)`` of files left out.
+        skipped: ``(path, reason)`` of files left out by policy (binary, a link, not a
+            regular file, too big, an unknown type): never read.
+        failed: ``(path, reason)`` of files read whose parsing or storing failed; each fails
+            alone, the run goes on (unless ``errors="raise"``), its stored chunks are kept.
+        ok: Sources synced (written, or unchanged) without a failure.
         forgotten: Sources removed because their file is gone from a synced folder.
     """
 
@@ -59,6 +63,8 @@ class IngestReport:
     seconds: float = 0.0
     unit: str = "words"
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    ok: int = 0
     forgotten: list[str] = field(default_factory=list)
 
     @property
@@ -84,6 +90,8 @@ class IngestReport:
             "seconds": round(self.seconds, 4),
             "chunks_per_second": round(self.chunks_per_second(), 1),
             "unit": self.unit,
+            "ok": self.ok,
+            "failed": [list(item) for item in self.failed],
             "skipped": [list(item) for item in self.skipped],
             "forgotten": list(self.forgotten),
         }
