@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import random
+import zlib
 from collections.abc import Sequence
 
 import pytest
@@ -132,21 +135,64 @@ def test_cache_runs_guards_on_l2_hits() -> None:
     assert cache.stats.refusals == {"entity": 1, "l2_unguarded": 1}
 
 
+def _spread(text: str, known: dict[str, tuple[float, ...]]) -> tuple[float, ...]:
+    """16-d vectors: ``known`` texts padded with zeros, any other text a random direction
+    seeded by its crc32 (unrelated texts score low against each other: the cache calibrates)."""
+    if text in known:
+        return (*known[text], *([0.0] * (16 - len(known[text]))))
+    rng = random.Random(zlib.crc32(text.encode()))
+    raw = [rng.gauss(0.0, 1.0) for _ in range(16)]
+    norm = math.sqrt(sum(x * x for x in raw))
+    return tuple(x / norm for x in raw)
+
+
+def _fill_embed(text: str) -> Sequence[float]:
+    return _spread(text, VECTORS)
+
+
+FILL = [f"unrelated stored question number {i}" for i in range(12)]
+
+
 def test_the_verified_cache_judges_l2_hits_with_its_own_decision() -> None:
-    """The default cache (δ 0.01) re-judges an L2 hit with the verifier: a related question
+    """A calibrated L1 (δ 0.01) re-judges an L2 hit with the verifier: a related question
     is refused, and a hit that does not say which question it answers is never served."""
     related = {"response": "yes", "score": 0.8, "query": "Is it cold in Oslo in winter?"}
     near_miss = ok({"hit": related})
     unguardable = ok({"hit": {"response": "rain", "score": 0.99}})
+    stores = [ok({}) for _ in FILL]
     backend = HttpSemanticCacheBackend(
-        "http://rt", "t", transport=Recorded([near_miss, unguardable])
+        "http://rt", "t", transport=Recorded([*stores, near_miss, unguardable])
     )
-    cache = SemanticCache(embed, l2=backend, fingerprint="emb-1")
+    cache = SemanticCache(_fill_embed, l2=backend, fingerprint="emb-1")
+    for question in FILL:
+        cache.store(question, "an answer")
+    assert cache.calibration.unrelated is not None
     first = cache.lookup("Weather in Oslo")
     assert not first.hit and first.refused_by == "verifier"
     assert "shipped bound" in first.reason
     second = cache.lookup("Weather in Oslo")
     assert not second.hit and second.refused_by == "l2_unguarded"
+
+
+def test_an_l1_too_small_to_calibrate_keeps_the_l2s_verified_judgement() -> None:
+    """A fresh L1 (fewer questions than a calibration needs) serves only exact repeats of its
+    own, but an L2 hit was judged by the runtime's verified decision at this δ on the L2's
+    measured calibration: it is served and promoted; one without its question never is."""
+    hit = ok(
+        {"hit": {"response": "cold", "score": 0.97, "query": "What's the weather like in Oslo?"}}
+    )
+    unguardable = ok({"hit": {"response": "rain", "score": 0.99}})
+    transport = Recorded([hit, unguardable])
+    cache = SemanticCache(
+        _fill_embed, l2=HttpSemanticCacheBackend("http://rt", "t", transport=transport)
+    )
+    assert cache.calibration.unrelated is None
+    served = cache.lookup("Weather in Oslo")
+    assert served.hit and served.tier == "l2" and served.response == "cold"
+    assert transport.bodies()[0]["max_error"] == 0.01  # the L2 judged at this cache's δ
+    refused = cache.lookup("Weather in Bergen")  # L1 cannot judge its own entry yet ...
+    assert not refused.hit and len(transport.requests) == 2  # ... and the L2's is unguarded
+    assert cache.stats.refusals["l2_unguarded"] == 1
 
 
 def test_l2_failure_degrades_to_a_miss_and_generate_still_runs() -> None:
@@ -186,18 +232,21 @@ def test_an_entry_l1_refused_is_not_served_through_l2() -> None:
     )
     vectors = {asked: (1.0, 0.0), stored: (0.99, 0.141)}
     same_entry = ok({"hit": {"response": "git revert", "score": 0.99, "query": stored}})
-    transport = Recorded([HttpResponse(204), same_entry])
+    stores = [HttpResponse(204) for _ in range(len(FILL) + 1)]
+    transport = Recorded([*stores, same_entry])
     backend = HttpSemanticCacheBackend("http://rt", "t", transport=transport)
     cache = SemanticCache(
-        vectors.__getitem__,
+        lambda text: _spread(text, vectors),
         l2=backend,
         fingerprint="emb-1",
         verification=Verification(0.01, sample_rate=0.0),
     )
+    for question in FILL:  # enough questions for the cache to calibrate its embedder
+        cache.store(question, "an answer")
     cache.store(stored, "git revert")
     first = cache.lookup(asked)
     assert first.hit and first.tier == "l1"
     cache.record_verification(first, False, sampled=False)  # the upstream answered otherwise
     again = cache.lookup(asked)
-    assert len(transport.requests) == 2  # the L2 was asked, and offered the same entry
+    assert len(transport.requests) == len(stores) + 1  # the L2 was asked, offered the same entry
     assert not again.hit and again.refused_by == "contested", again

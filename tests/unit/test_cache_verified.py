@@ -224,3 +224,36 @@ def test_exact_repeats_ignore_case_spaces_and_the_final_question_mark() -> None:
         verifier=_verifier(-100.0),
     )
     assert found.hit and found.reason == "exact match of a cached query"
+
+
+def test_a_cache_too_small_to_calibrate_serves_only_exact_repeats() -> None:
+    """With fewer stored questions than a calibration needs, a cosine means nothing yet: an
+    embedder that puts every pair at 0.99 (a model with no embedding head) served a wrong
+    answer here before. Only exact repeats are served until the calibration exists."""
+    import random as _random
+
+    from evermind.cache import SemanticCache
+    from evermind.search.calibration import MIN_CALIBRATION
+
+    base = [_random.Random(1).gauss(0, 1) for _ in range(32)]
+
+    def collapsed(text: str) -> list[float]:
+        rng = _random.Random(zlib.crc32(text.encode()))
+        vector = [b + 0.03 * rng.gauss(0, 1) for b in base]
+        norm = math.sqrt(sum(x * x for x in vector))
+        return [x / norm for x in vector]
+
+    questions = [f"How do I configure service number {i} for production?" for i in range(12)]
+    cache = SemanticCache(collapsed)
+    for n, question in enumerate(questions[: MIN_CALIBRATION - 1], start=1):
+        cache.store(question, f"answer {n}")
+        found = cache.lookup("What is the capital of Australia?")
+        assert found.score is not None and found.score > 0.99  # the embedder cannot tell
+        assert not found.hit and found.refused_by == "calibration", found
+        assert "only exact repeats" in found.reason
+        assert cache.lookup(questions[0].lower()).hit  # an exact repeat (folded) is served
+    for question in questions[MIN_CALIBRATION - 1 :]:
+        cache.store(question, "another answer")
+    found = cache.lookup("What is the capital of Australia?")
+    assert not found.hit and found.refused_by == "calibration"
+    assert "does not separate texts" in found.reason  # now measured: collapsed

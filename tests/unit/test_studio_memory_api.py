@@ -93,6 +93,8 @@ def test_cache_verified_by_default_without_a_model() -> None:
     for δ 0.01, and every miss says why (issue 34: one behaviour everywhere)."""
     assert call("cache_store", query="How do I convert USD to EUR?", response="x 0.92")["stored"]
     call("cache_store", query="How to delete a remote git branch", response="git push -d")
+    for i, topic in enumerate(("volcano", "sourdough", "marathon", "violin", "glacier", "orchid")):
+        call("cache_store", query=f"Tell me a {topic} fact", response=f"fact {i}")
     call("cache_store", query="What is the capital of Australia?", response="Canberra")
     same = call("cache_lookup", query="how do i convert usd to eur")  # case and "?" only
     assert same["hit"] and same["response"] == "x 0.92" and same["max_error"] == 0.01

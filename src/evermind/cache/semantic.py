@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from evermind.cache.decide import Candidate, Decision, decide
+from evermind.cache.decide import Candidate, Decision, decide, fold
 from evermind.cache.english import ENGLISH_CHAIN, default_guard
 from evermind.cache.guard import GuardChain, Refusal
 from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
@@ -281,6 +281,9 @@ class SemanticCache:
         # (namespace, fingerprint, query) -> entry key: storing an answer replaces the old
         # one for the same query without scanning every entry.
         self._by_query: dict[tuple[str, str, str], int] = {}
+        # The same, keyed by the folded question (case, spaces, the final ?.!): an exact
+        # repeat is found even when the embedder does not rank its entry among the best.
+        self._by_fold: dict[tuple[str, str, str], int] = {}
         self._index: ScopedIndex = ScanIndex() if index is None else index
         # (expires_at, key) of entries with a TTL: a lookup drops the expired ones without
         # visiting every entry (keys are never reused, so a dropped key's item is skipped).
@@ -392,6 +395,7 @@ class SemanticCache:
         dropped = len(self._entries)
         self._entries.clear()
         self._by_query.clear()
+        self._by_fold.clear()
         self._terms.clear()
         self._index.clear()
         self._generation += 1
@@ -571,6 +575,8 @@ class SemanticCache:
         scored = self._neighbours(tuple(vector), namespace)[:_CANDIDATES]
         candidates = [self._candidate(key, score) for score, key in scored]
         exact = self._by_query.get((namespace, self._fingerprint, query))
+        if exact is None:
+            exact = self._by_fold.get((namespace, self._fingerprint, fold(query)))
         if exact is not None and all(c.key != exact for c in candidates):
             candidates.append(self._candidate(exact, dot(self._entries[exact].vector, vector)))
         found = self._decide(query, candidates)
@@ -716,6 +722,7 @@ class SemanticCache:
         entry.contested = max((score for score, _ in differing), default=None)
         self._entries[self._next_key] = entry
         self._by_query[(namespace, self._fingerprint, query)] = self._next_key
+        self._by_fold[(namespace, self._fingerprint, fold(query))] = self._next_key
         self._index.add(self._next_key, self._scope(namespace, vector), vector)
         self._generation += 1
         self._distinct.setdefault(self._fingerprint, Counter())[query] += 1
@@ -740,6 +747,9 @@ class SemanticCache:
         index_key = (entry.namespace, entry.fingerprint, entry.query)
         if self._by_query.get(index_key) == key:
             del self._by_query[index_key]
+        fold_key = (entry.namespace, entry.fingerprint, fold(entry.query))
+        if self._by_fold.get(fold_key) == key:
+            del self._by_fold[fold_key]
 
     def invalidate_exact(self, query: str, namespace: str) -> None:
         """Drops this fingerprint's entry for exactly ``query`` in ``namespace``, if any."""
@@ -822,6 +832,12 @@ class SemanticCache:
                 miss.threshold,
             )
         found = self._decide(query, [Candidate("l2", hit.score, hit.query, None)])
+        unmeasured = found.refused_by == "calibration" and self.calibration.unrelated is None
+        if not found.hit and unmeasured and self.max_error is not None:
+            # This L1 holds too few questions to measure its embedder yet; the L2 judged the
+            # hit with the same verified decision at this δ on its own, measured calibration
+            # (an unmeasured L2 serves only exact repeats), so its judgement stands.
+            found = replace(found, hit=True)
         if not found.hit:
             if miss.refused_by is not None or found.refused_by is None:
                 return miss

@@ -9,7 +9,10 @@ It replaces the hand-written lexical, residue and language-guard rules of
 2. **The best candidate only.** The embedder proposes; a lower candidate is never served.
 3. **Above unrelated.** Its cosine must exceed what this embedder gives *unrelated* stored
    queries (the cache's calibration, :func:`evermind.search.calibration.calibrate`); on that scale
-   (0 = unrelated, 1 = the same vector) the score is handed to the verifier.
+   (0 = unrelated, 1 = the same vector) the score is handed to the verifier. Until the cache
+   holds enough questions to measure that (:data:`~evermind.search.calibration.MIN_CALIBRATION`),
+   a score means nothing (a collapsed embedder scores every pair 0.99), and only exact repeats
+   are served.
 4. **The learned verifier** (:class:`evermind.cache.verifier.PairVerifier`) reads both
    questions and the score and gives the probability that one answer serves both. A hit
    needs the probability the bound sets for δ: the shipped one (fitted on a calibration split
@@ -39,7 +42,7 @@ from dataclasses import dataclass
 from evermind.cache.decide import Candidate, Decision, fold
 from evermind.cache.verifier import PairVerifier
 from evermind.errors import ConfigError
-from evermind.search.calibration import Calibration
+from evermind.search.calibration import MIN_CALIBRATION, Calibration
 from evermind.search.risk import bounded_threshold, fewest_outcomes
 from evermind.text import normalise
 
@@ -96,6 +99,18 @@ def decide_verified(
     best = ranked[0]
     if calibration.collapsed:
         return Decision(False, best, need, "calibration", calibration.words)
+    if calibration.unrelated is None:
+        # Too few stored questions to measure what this embedder gives unrelated ones: a
+        # score means nothing yet (a collapsed embedder puts every pair at 0.99), so only
+        # exact repeats are served until the calibration exists.
+        return Decision(
+            False,
+            best,
+            need,
+            "calibration",
+            f"fewer than {MIN_CALIBRATION} stored questions: what this embedder gives unrelated "
+            "ones is not measured yet, so only exact repeats are served",
+        )
     if best.query is None:
         return Decision(False, best, need, "verifier", "the cached entry keeps no question text")
     if floor is not None and best.score < floor:
