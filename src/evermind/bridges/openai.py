@@ -199,6 +199,39 @@ class OpenAIBridge:
         data = answers.parse_json(raw, self.provider, "the response", self._secrets)
         return dict(answers.mapping(data, self.provider, "the response", required=True))
 
+    async def forward_events(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> AsyncIterator[streams.SSEEvent]:
+        """The server-sent events of another streamed endpoint of this API (the Responses
+        API's ``POST /responses`` with ``stream: true``), each as it came, unparsed: the
+        caller reads them. At most :func:`~evermind.bridges.answers.body_limit` characters
+        of ``max_answer_chars`` in all, one event at most the parser's limit.
+
+        Raises:
+            UpstreamError: The API refused or failed before its first byte (mapped as in
+                :meth:`generate`), the body broke off (``upstream_stream_cut``), or the
+                stream grew past the limit (``upstream_too_large``).
+        """
+        try:
+            options: Any = {"headers": headers} if headers else {}
+            response: httpx2.Response = await self._client.post(
+                path, body=body, cast_to=httpx2.Response, stream=True, options=options
+            )
+        except openai.APIError as err:
+            raise self._mapped(err) from err
+        parser = streams.SSEParser(self.provider)
+        limit, seen = answers.body_limit(self.max_answer_chars), 0
+        try:
+            async for piece in response.aiter_text():
+                seen += len(piece)
+                answers.check_size(seen, limit, self.provider, "stream (characters)")
+                for event in parser.feed(piece):
+                    yield event
+        except httpx2.HTTPError as err:  # the body broke off mid-stream
+            raise answers.stream_cut(self.provider, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
+
     def _mapped(self, err: openai.APIError) -> UpstreamError:
         if isinstance(err, openai.APIStatusError):
             return answers.upstream_error(

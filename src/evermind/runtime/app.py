@@ -63,6 +63,7 @@ from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.devices import resolve_device
 from evermind.runtime.errors import ApiError, error_body, provider_body, shaped
 from evermind.runtime.gateway import anthropic as gateway_anthropic
+from evermind.runtime.gateway import responses as gateway_responses
 from evermind.runtime.state import Runtime
 
 logger = logging.getLogger(__name__)
@@ -450,6 +451,7 @@ def create_app(config: RuntimeConfig) -> FastAPI:
         routes_openai,
         routes_affect,
         gateway_anthropic,
+        gateway_responses,
         routes_memory,
         routes_cache,
     )

@@ -1,7 +1,8 @@
 """The gateway's conformance suite: provider transcripts replayed through it, diffed field by field.
 
 Each ``*.json`` here is one exchange written from the providers' documented wire formats
-(Anthropic Messages, OpenAI Chat Completions; streams event by event): the client's
+(Anthropic Messages, OpenAI Chat Completions, OpenAI Responses as ``responses_*``; streams
+event by event): the client's
 ``request``, the ``path`` it is sent to, and the upstream's ``response`` (``status`` with
 ``json``, or ``events``: server-sent events). :class:`TranscriptUpstream` is a loopback
 upstream that records what it receives and answers with the transcript; the tests
@@ -69,7 +70,8 @@ class TranscriptUpstream(Upstream):
         for event in events:
             data = event["data"]
             text = data if isinstance(data, str) else json.dumps(data)
-            named = f"event: {event['event']}\n" if protocol == "anthropic" else ""
+            # Anthropic's events are named, and the Responses API's; Chat Completions' not.
+            named = f"event: {event['event']}\n" if "event" in event else ""
             sse.append(f"{named}data: {text}\n\n")
         self.script(response["status"], events=sse)
 
