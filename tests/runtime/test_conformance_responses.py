@@ -95,6 +95,8 @@ def test_a_json_exchange_passes_through_field_by_field(
     if response["status"] < 400:
         assert got.headers["x-evermind-cache"] == "bypass"
     assert diff(response["json"], got.json()) == []
+    # Its Retry-After too (a 503/529 saying when to come back), and none invented.
+    assert got.headers.get("retry-after") == response.get("headers", {}).get("retry-after")
 
 
 @pytest.mark.parametrize(

@@ -19,12 +19,14 @@ any upstream text an error quotes.
 
 Errors map as in :mod:`evermind.bridges.anthropic` (429 → ``upstream_rate_limited`` with
 ``retry_after``; 401/403 → ``upstream_auth``; other 4xx → ``upstream_bad_request``; 5xx,
-connection failures, timeouts → ``upstream_unavailable``).
+connection failures, timeouts → ``upstream_unavailable``; a 5xx keeps its error object only
+when the whole body is OpenAI's well-formed ``{"error": {"message": ...}}``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -238,8 +240,9 @@ class OpenAIBridge:
                 self.provider,
                 err.status_code,
                 err.response.headers,
-                err.body,
+                _whole_body(err),
                 self._secrets,
+                shape="openai",
             )
         if isinstance(err, openai.APIConnectionError):
             kind = "timed out" if isinstance(err, openai.APITimeoutError) else "failed to connect"
@@ -255,3 +258,12 @@ class OpenAIBridge:
         """Closes the SDK client's connections (unless it was passed in)."""
         if self._owned:
             await self._client.close()
+
+
+def _whole_body(err: openai.APIStatusError) -> object:
+    """The error response's whole JSON body (the SDK keeps only its ``error`` object, so its
+    shape could not be judged); the SDK's ``body`` when the response is not JSON."""
+    try:
+        return json.loads(err.response.content)
+    except (ValueError, RecursionError, httpx2.ResponseNotRead):
+        return err.body
