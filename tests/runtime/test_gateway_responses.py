@@ -393,3 +393,53 @@ def test_a_key_split_across_two_stream_deltas_is_scrubbed(
     assert done_event["text"] == text
     assert [n for n, _ in got] == [k for k, _ in events]  # one for one, in order
     assert [d["sequence_number"] for _, d in got] == list(range(len(events)))
+
+
+def test_the_sdks_stream_helper_folds_the_relayed_events(gateway: ServerThread) -> None:
+    """``client.responses.stream`` (the SDK's accumulating helper) reads the relayed events
+    into the final response as it would OpenAI's."""
+    question = "Fold this stream for me"
+    with client(gateway).responses.stream(model=MODEL, input=question) as stream:
+        texts = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(texts) == final.output_text == default_reply(question)
+    assert final.usage is not None and final.usage.output_tokens > 0
+
+
+def test_a_streamed_request_the_upstream_fails_keeps_its_status_and_retry_after(
+    gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
+) -> None:
+    gpt, _ = upstreams
+    gpt.fail("overloaded", retry_after=3)
+    with httpx.Client(base_url=gateway.url, headers=bearer(TOKEN_A), timeout=30) as http:
+        body = {"model": MODEL, "input": "Busy?", "stream": True}
+        answer = http.post("/v1/responses", json=body)
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "3"
+    assert answer.json() == {
+        "error": {
+            "message": "scripted fault: overloaded",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }
+    }
+
+
+def test_an_error_event_of_the_upstream_is_relayed_and_counted(
+    gateway: ServerThread, upstreams: tuple[OpenAIUpstream, AnthropicUpstream]
+) -> None:
+    gpt, _ = upstreams
+    before = metrics(gateway)
+    gpt.fail("stream_error")
+    with client(gateway).responses.create(model=MODEL, input="Fail midway", stream=True) as stream:
+        got = [event.to_dict() for event in stream]
+    assert got[0]["type"] == "response.created"
+    assert got[-1] == {
+        "type": "error",
+        "code": "server_error",
+        "message": "The server had an error mid-stream",
+    }
+    after = metrics(gateway)
+    errors = f'evermind_gateway_errors_total{{{LABEL},code="upstream_unavailable"}}'
+    assert counter(before, after, errors) == 1
+    assert counter(before, after, f'evermind_gateway_tokens_total{{{LABEL},kind="output"}}') == 0
