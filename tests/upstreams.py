@@ -1,4 +1,5 @@
-"""Loopback upstreams that speak the real wire formats: Anthropic Messages and OpenAI Chat.
+"""Loopback upstreams that speak the real wire formats: Anthropic Messages, OpenAI Chat
+Completions and OpenAI Responses.
 
 Real HTTP servers (Starlette on uvicorn, a background thread, a free port on 127.0.0.1) for
 the official SDK clients, the tab's ``fetch`` and the gateway to talk to, with no network::
@@ -29,7 +30,9 @@ What they do, deterministically:
   ``content_block_start``, ``ping``, ``content_block_delta`` (``text_delta`` /
   ``input_json_delta``), ``content_block_stop``, ``message_delta`` (usage), ``message_stop``;
   OpenAI ``chat.completion.chunk`` s, the usage chunk when ``stream_options.include_usage``,
-  then ``data: [DONE]``.
+  then ``data: [DONE]``; the Responses API (``POST /v1/responses``: ``input`` a string or
+  items, ``function_call_output`` items answered like tool results) its named, numbered
+  events from ``response.created`` to ``response.completed``, no ``[DONE]``.
 - Errors have the real bodies: a wrong key → 401 (``authentication_error`` /
   ``invalid_api_key``); Anthropic requires the ``anthropic-version`` header (400 without).
 - Faults, scripted with :meth:`Upstream.fail` for the next N requests: ``rate_limit`` (429
