@@ -1,4 +1,5 @@
-"""Loopback upstreams that speak the real wire formats: Anthropic Messages and OpenAI Chat.
+"""Loopback upstreams that speak the real wire formats: Anthropic Messages, OpenAI Chat
+Completions and OpenAI Responses.
 
 Real HTTP servers (Starlette on uvicorn, a background thread, a free port on 127.0.0.1) for
 the official SDK clients, the tab's ``fetch`` and the gateway to talk to, with no network::
@@ -29,7 +30,9 @@ What they do, deterministically:
   ``content_block_start``, ``ping``, ``content_block_delta`` (``text_delta`` /
   ``input_json_delta``), ``content_block_stop``, ``message_delta`` (usage), ``message_stop``;
   OpenAI ``chat.completion.chunk`` s, the usage chunk when ``stream_options.include_usage``,
-  then ``data: [DONE]``.
+  then ``data: [DONE]``; the Responses API (``POST /v1/responses``: ``input`` a string or
+  items, ``function_call_output`` items answered like tool results) its named, numbered
+  events from ``response.created`` to ``response.completed``, no ``[DONE]``.
 - Errors have the real bodies: a wrong key → 401 (``authentication_error`` /
   ``invalid_api_key``); Anthropic requires the ``anthropic-version`` header (400 without).
 - Faults, scripted with :meth:`Upstream.fail` for the next N requests: ``rate_limit`` (429
@@ -385,8 +388,11 @@ class Upstream:
             self._cache.update(keys)
         return total - last, read, last - read
 
-    async def _paced(self, events: list[bytes], fault: _Fault | None) -> AsyncIterator[bytes]:
-        """Sends ``events``, pausing ``chunk_delay_s`` between them, applying a cut."""
+    async def _paced(
+        self, events: list[bytes], fault: _Fault | None, error_event: bytes | None = None
+    ) -> AsyncIterator[bytes]:
+        """Sends ``events``, pausing ``chunk_delay_s`` between them, applying a cut
+        (``error_event``: the in-band error of a ``stream_error``; the route's default)."""
         half = len(events) // 2 if fault is not None else len(events)
         sent = 0
         try:
@@ -399,7 +405,7 @@ class Upstream:
             with self._lock:
                 self.stream_ends.append("complete" if sent == half else "aborted")
         if fault is not None and fault.kind == "stream_error":
-            yield self._error_event()
+            yield error_event if error_event is not None else self._error_event()
         if fault is not None and fault.kind == "cut":
             await asyncio.sleep(0.05)  # let the first half reach the client
             raise _Cut("scripted fault: the connection is dropped mid-body")
@@ -580,13 +586,18 @@ class AnthropicUpstream(Upstream):
 
 
 class OpenAIUpstream(Upstream):
-    """``POST /v1/chat/completions`` as OpenAI answers it (JSON and SSE ending ``[DONE]``)."""
+    """``POST /v1/chat/completions`` as OpenAI answers it (JSON and SSE ending ``[DONE]``),
+    and ``POST /v1/responses`` as the Responses API does (a ``response`` object; a stream of
+    named events from ``response.created`` to ``response.completed``, no ``[DONE]``)."""
 
     provider = "openai"
     _bad_key = "Incorrect API key provided. You can find your API key at your dashboard."
 
     def _routes(self) -> list[Route]:
-        return [Route("/v1/chat/completions", self._chat, methods=["POST"])]
+        return [
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/responses", self._responses, methods=["POST"]),
+        ]
 
     def _authorised(self, request: Request) -> bool:
         return request.headers.get("authorization") == f"Bearer {self.api_key}"
@@ -608,8 +619,9 @@ class OpenAIUpstream(Upstream):
         return f"data: {json.dumps(data)}\n\n".encode()
 
     def _tool_names(self, body: dict[str, Any]) -> list[str]:
+        # Chat Completions nests the name under "function"; the Responses API does not.
         return [
-            str((t.get("function") or {}).get("name"))
+            str((t.get("function") or t).get("name"))
             for t in body.get("tools") or ()
             if isinstance(t, dict)
         ]
@@ -667,6 +679,81 @@ class OpenAIUpstream(Upstream):
         events = self._chunks(head, message, finish, usage if include_usage else None)
         return StreamingResponse(self._paced(events, fault), media_type="text/event-stream")
 
+    async def _responses(self, request: Request) -> Response:
+        body, fault, error = await self._admit(request)
+        if error is not None:
+            return error
+        if "model" not in body or body.get("input") in (None, "", []):
+            return self._json_error(400, "bad", "Missing required parameter: 'input'.")
+        messages = _response_messages(body["input"])
+        answer = self._answer({**body, "max_tokens": body.get("max_output_tokens")}, messages)
+        prompt = sum(count_tokens(_text_of(m.get("content")) or "") for m in messages)
+        prompt += count_tokens(str(body.get("instructions") or ""))
+        cached = self._prefix_cached(messages)
+        with self._lock:
+            served = self._served
+        if answer.tool is not None:
+            name, arguments = answer.tool
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": f"fc_loopback{served:06d}",
+                "call_id": f"call_{served:06d}",
+                "name": name,
+                "arguments": json.dumps(arguments),
+                "status": "completed",
+            }
+            output = count_tokens(item["arguments"])
+        else:
+            text = {"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}
+            item = {
+                "type": "message",
+                "id": f"msg_loopback{served:06d}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [text],
+            }
+            output = count_tokens(answer.text)
+        response = {
+            "id": f"resp_loopback{served:06d}",
+            "object": "response",
+            "created_at": 1_700_000_000 + served,
+            "status": "incomplete" if answer.truncated else "completed",
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if answer.truncated else None,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "model": body["model"],
+            "output": [item],
+            "parallel_tool_calls": True,
+            "previous_response_id": body.get("previous_response_id"),
+            "reasoning": {"effort": None, "summary": None},
+            "store": body.get("store", True),
+            "temperature": body.get("temperature", 1.0),
+            "text": {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools") or [],
+            "top_p": body.get("top_p", 1.0),
+            "truncation": "disabled",
+            "usage": {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": cached},
+                "output_tokens": output,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + output,
+            },
+            "user": None,
+            "metadata": body.get("metadata") or {},
+        }
+        if not body.get("stream"):
+            return self._body_response(response, fault)
+        error = _response_event(
+            "error", {"code": "server_error", "message": "The server had an error mid-stream"}
+        )
+        return StreamingResponse(
+            self._paced(_response_events(response), fault, error),
+            media_type="text/event-stream",
+        )
+
     def _prefix_cached(self, messages: list[dict[str, Any]]) -> int:
         """Tokens of the longest message prefix seen before (then remembers every prefix)."""
         digest = hashlib.sha256()
@@ -717,6 +804,81 @@ class OpenAIUpstream(Upstream):
             events.append(f"data: {json.dumps(data)}\n\n".encode())
         events.append(b"data: [DONE]\n\n")
         return events
+
+
+def _response_messages(items: object) -> list[dict[str, Any]]:
+    """A Responses API ``input`` as chat messages (for :meth:`Upstream._answer`): a string is
+    one user turn; a ``function_call_output`` item a tool turn; a message item keeps its role,
+    its content parts' text joined."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    messages = []
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call_output":
+            messages.append({"role": "tool", "content": str(item.get("output", ""))})
+        elif "role" in item:
+            content = item.get("content")
+            if isinstance(content, list):
+                content = " ".join(
+                    str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+                )
+            messages.append({"role": item["role"], "content": content or ""})
+    return messages
+
+
+def _response_event(kind: str, data: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def _response_events(response: dict[str, Any]) -> list[bytes]:
+    """A ``response`` as the Responses API streams it: created, in progress, the output item
+    opened, its text (or arguments) in deltas, everything closed, completed; each event
+    named and numbered (``sequence_number``)."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    opened = {**response, "status": "in_progress", "output": [], "usage": None}
+    events += [("response.created", {"response": opened})]
+    events += [("response.in_progress", {"response": opened})]
+    item = response["output"][0]
+    at = {"output_index": 0}
+    if item["type"] == "function_call":
+        events.append(
+            (
+                "response.output_item.added",
+                {**at, "item": {**item, "arguments": "", "status": "in_progress"}},
+            )
+        )
+        raw = item["arguments"]
+        ident = {"item_id": item["id"], **at}
+        for part in (raw[: len(raw) // 2], raw[len(raw) // 2 :]):
+            events.append(("response.function_call_arguments.delta", {**ident, "delta": part}))
+        events.append(
+            (
+                "response.function_call_arguments.done",
+                {**ident, "name": item["name"], "arguments": raw},
+            )
+        )
+    else:
+        part = item["content"][0]
+        empty = {**part, "text": ""}
+        ident = {"item_id": item["id"], **at, "content_index": 0}
+        added = {**item, "status": "in_progress", "content": []}
+        events.append(("response.output_item.added", {**at, "item": added}))
+        events.append(("response.content_part.added", {**ident, "part": empty}))
+        for piece in _pieces(part["text"]):
+            events.append(("response.output_text.delta", {**ident, "delta": piece, "logprobs": []}))
+        events.append(
+            ("response.output_text.done", {**ident, "text": part["text"], "logprobs": []})
+        )
+        events.append(("response.content_part.done", {**ident, "part": part}))
+    events.append(("response.output_item.done", {**at, "item": item}))
+    final = "response.completed" if response["status"] == "completed" else "response.incomplete"
+    events.append((final, {"response": response}))
+    return [
+        _response_event(kind, {**data, "sequence_number": n})
+        for n, (kind, data) in enumerate(events)
+    ]
 
 
 def both() -> Iterator[tuple[AnthropicUpstream, OpenAIUpstream]]:

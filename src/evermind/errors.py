@@ -109,8 +109,10 @@ class UpstreamError(Unavailable):
         code: ``upstream_rate_limited``, ``upstream_auth``, ``upstream_bad_request``,
             ``upstream_unavailable``, ``upstream_stream_cut`` or ``upstream_error``.
         reported: What the upstream's own error object said (``type``, ``message``,
-            ``param``, ``code``; strings, secrets scrubbed, cut), when it said it: a relay in
-            the same protocol answers a refused request with it, as the provider would.
+            ``param``, ``code``; strings, secrets scrubbed, cut), when it said it (on a 5xx:
+            only in its protocol's well-formed error shape): a relay in the same protocol
+            answers a refused request, or the upstream's own 5xx, with it and its status, as
+            the provider would.
     """
 
     def __init__(

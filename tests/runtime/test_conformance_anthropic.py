@@ -113,6 +113,8 @@ def test_a_json_exchange_passes_through_field_by_field(
         # The upstream's error object, word for word (its request_id is its own).
         assert body["type"] == "error"
         assert diff(response["json"]["error"], body["error"]) == []
+        # Its Retry-After too (a 503/529 saying when to come back), and none invented.
+        assert got.headers.get("retry-after") == response.get("headers", {}).get("retry-after")
         return
     expected_down = dict(response["json"])
     if "model" in expected_down:

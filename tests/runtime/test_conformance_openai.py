@@ -102,6 +102,8 @@ def test_a_json_exchange_passes_through_field_by_field(
     if response["status"] >= 400:
         # The upstream's error object, word for word: type, message, param and code.
         assert diff(response["json"], body) == []
+        # Its Retry-After too (a 503/529 saying when to come back), and none invented.
+        assert got.headers.get("retry-after") == response.get("headers", {}).get("retry-after")
         return
     expected_down = {**response["json"], "model": request["model"]}
     assert diff(expected_down, {k: v for k, v in body.items() if k not in ADDED}) == []

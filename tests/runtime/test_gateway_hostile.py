@@ -14,7 +14,9 @@ both upstream protocols, streamed and not. For each:
   answered afresh;
 - the server logs no traceback (and nothing at ERROR).
 
-The counts (inputs tried, 5xx, tracebacks) are printed (``pytest -s``).
+The counts (inputs tried, 5xx, tracebacks) are printed (``pytest -s``). A 5xx in the
+provider's own error shape is no hostile input: its status, error object and Retry-After
+reach the client (the last tests), where a 5xx in no such shape is the gateway's 502.
 """
 
 from __future__ import annotations
@@ -162,6 +164,11 @@ STATUSES: list[tuple[str, int, dict[str, str], Any]] = [
     ("201 empty", 201, {}, b""),
     ("200 error message an object", 200, {}, {"error": {"message": {"a": [1]}}}),
     ("500 nested 100k deep", 500, {}, DEEP.encode()),
+    # JSON 5xx bodies in neither provider's error shape: the gateway's finding, 502.
+    ("500 error without message", 500, {}, {"error": {"type": "server_error"}}),
+    ("503 message without error", 503, {"retry-after": "3"}, {"message": "down"}),
+    ("529 error message empty", 529, {}, {"type": "error", "error": {"message": ""}}),
+    ("500 an array", 500, {}, [{"error": {"message": "x"}}]),
 ]
 
 
@@ -508,3 +515,76 @@ def test_no_hostile_usage_reaches_the_metrics(
         if line.startswith(("evermind_gateway_tokens_total", "evermind_gateway_saved_tokens_total"))
     ]
     assert counts and all(0 <= c < 10**9 for c in counts), counts
+
+
+#: The routes whose clients speak each protocol.
+ROUTE_OF = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+
+
+def _provider_error(protocol: str, status: int, message: str) -> dict[str, Any]:
+    """A 5xx body as each provider documents it (Anthropic's ``type`` by status)."""
+    if protocol == "openai":
+        return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    kind = "overloaded_error" if status == 529 else "api_error"
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_an_upstream_5xx_in_its_providers_shape_keeps_its_status_body_and_retry_after(
+    server: tuple[ServerThread, Captured],
+    upstreams: dict[str, Upstream],
+    protocol: str,
+    stream: bool,
+) -> None:
+    """A 500 without retry-after and the provider's overloaded status (503 / 529) with one:
+    the client of the upstream's own protocol gets that status, the error object word for
+    word (the key it echoed scrubbed), the Retry-After as sent; one upstream call each; and
+    nothing is stored (the same question, asked again of a healthy upstream, is a miss)."""
+    running, _ = server
+    upstream, route = upstreams[protocol], ROUTE_OF[protocol]
+    key = OPENAI_KEY if protocol == "openai" else ANTHROPIC_KEY
+    overloaded = 503 if protocol == "openai" else 529
+    with httpx.Client(base_url=running.url, headers=bearer(TOKEN_A), timeout=30) as http:
+        for status, wait in ((500, None), (overloaded, "7")):
+            question = f"Upstream {status} on {protocol}, stream={stream}: still there?"
+            message = f"The server had an error (request with key {key})"
+            headers = {} if wait is None else {"retry-after": wait}
+            upstream.script(status, _provider_error(protocol, status, message), headers=headers)
+            before = len(upstream.requests)
+            answer = _ask(http, route, protocol, question, stream)
+            assert answer.status_code == status, answer.text
+            scrubbed = message.replace(key, "***")
+            assert answer.json() == _provider_error(protocol, status, scrubbed)
+            assert answer.headers.get("retry-after") == wait
+            assert len(upstream.requests) == before + 1
+            again = _ask(http, route, protocol, question, False)
+            assert again.status_code == 200 and again.headers["x-evermind-cache"] == "miss"
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_across_protocols_an_upstream_5xx_keeps_its_status_in_the_routes_shape(
+    server: tuple[ServerThread, Captured], upstreams: dict[str, Upstream], protocol: str
+) -> None:
+    """An OpenAI client of an Anthropic upstream's 529 (and the reverse, a 503): the status
+    and Retry-After are the upstream's, the body the route's own shape quoting its words."""
+    running, _ = server
+    other = "anthropic" if protocol == "openai" else "openai"
+    status = 529 if other == "anthropic" else 503
+    upstreams[other].script(
+        status, _provider_error(other, status, "Overloaded"), headers={"retry-after": "4"}
+    )
+    with httpx.Client(base_url=running.url, headers=bearer(TOKEN_A), timeout=30) as http:
+        messages = [{"role": "user", "content": f"Across to {other}: busy?"}]
+        body: dict[str, Any] = {"model": MODELS[other], "messages": messages, "max_tokens": 64}
+        answer = http.post(ROUTE_OF[protocol], json=body)
+    assert answer.status_code == status and answer.headers.get("retry-after") == "4"
+    error = answer.json()["error"]
+    assert "Overloaded" in error["message"]
+    if protocol == "anthropic":
+        assert answer.json()["type"] == "error" and error["type"] in (
+            "api_error",
+            "overloaded_error",
+        )
+    else:
+        assert error["type"] == "server_error" and error["code"] == "upstream_unavailable"

@@ -396,6 +396,30 @@ def test_upstream_error_reads_both_bodies_and_retry_after() -> None:
     )
 
 
+def test_a_5xx_keeps_its_error_object_only_in_its_providers_own_shape() -> None:
+    """What decides whether a client gets the upstream's 5xx (its error object kept) or the
+    gateway's 502 (none kept): the whole body, in the bridge's protocol's error shape."""
+    openai_body = {"error": {"message": "down", "type": "server_error", "param": None}}
+    anthropic_body = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    kept = answers.upstream_error("openai", 503, {"retry-after": "2"}, openai_body, shape="openai")
+    assert kept.reported == {"type": "server_error", "message": "down", "param": None, "code": None}
+    assert kept.retry_after == 2.0 and kept.status == 503
+    claude = answers.upstream_error("anthropic", 529, {}, anthropic_body, shape="anthropic")
+    assert claude.reported is not None and claude.reported["type"] == "overloaded_error"
+    refused = [
+        ("anthropic", openai_body),  # no "type": "error" envelope
+        ("openai", {"message": "down"}),  # no "error" object
+        ("openai", {"error": {"message": ""}}),
+        ("openai", "<html>down</html>"),
+        ("openai", [openai_body]),
+        (None, openai_body),  # a bridge that names no shape
+    ]
+    for shape, body in refused:
+        assert answers.upstream_error("p", 500, {}, body, shape=shape).reported is None, body
+    # Below 500 nothing changes: a refusal keeps its error object as before.
+    assert answers.upstream_error("openai", 400, {}, {"message": "bad"}).reported is not None
+
+
 def test_sdk_arguments_split() -> None:
     client = anthropic.AsyncAnthropic(api_key="k")
     accepted = wire.sdk_arguments(client.messages.create)

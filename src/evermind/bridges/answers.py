@@ -285,12 +285,17 @@ def upstream_error(
     headers: Mapping[str, str],
     body: object,
     secrets: Iterable[str] = (),
+    *,
+    shape: str | None = None,
 ) -> UpstreamError:
     """The :class:`UpstreamError` of an HTTP error response (``body``: parsed JSON or text).
 
     The message quotes the upstream's own words (``error.message`` in both protocols), at
     most :data:`EXCERPT_CHARS` of them, with ``secrets`` (the key the request carried)
-    scrubbed before the cut.
+    scrubbed before the cut. ``reported`` (what a relay in the same protocol answers with)
+    is the error object; on a 5xx only when ``body`` is the whole body and a well-formed
+    error of ``shape``'s protocol (:func:`well_formed_error`): then the client gets the
+    upstream's status, otherwise the failure is the gateway's finding (502).
     """
     detail: object = body
     if isinstance(body, Mapping):
@@ -312,8 +317,28 @@ def upstream_error(
         status=status,
         retry_after=retry_after(headers),
         code=code,
-        reported=reported_error(body, secrets),
+        reported=(
+            reported_error(body, secrets)
+            if status is None or status < 500 or well_formed_error(shape, body)
+            else None
+        ),
     )
+
+
+def well_formed_error(shape: str | None, body: object) -> bool:
+    """Whether ``body`` (an error response's whole JSON body) is an error in the form of the
+    ``shape`` protocol: OpenAI's ``{"error": {"message": "...", ...}}``, Anthropic's
+    ``{"type": "error", "error": {"type": "...", "message": "..."}}`` (None: no shape is)."""
+    if not isinstance(body, Mapping) or not isinstance(body.get("error"), Mapping):
+        return False
+    error = body["error"]
+    if not isinstance(error.get("message"), str) or not error["message"]:
+        return False
+    if shape == "openai":
+        return True
+    if shape == "anthropic":
+        return body.get("type") == "error" and isinstance(error.get("type"), str)
+    return False
 
 
 def reported_error(body: object, secrets: Iterable[str] = ()) -> dict[str, str | None] | None:

@@ -16,7 +16,8 @@ other 4xx → ``upstream_bad_request``, 5xx, connection failures and timeouts �
 ``upstream_unavailable``; a stream that ends (or breaks) before ``message_stop`` →
 ``upstream_stream_cut``; a malformed, incomplete or oversized answer →
 ``upstream_malformed`` / ``upstream_too_large``. The key is scrubbed from any upstream text
-an error quotes.
+an error quotes. A 5xx keeps its error object (``reported``: the client then gets its status)
+only when its body is Anthropic's well-formed ``{"type": "error", "error": {...}}``.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ def _mapped(err: anthropic.APIError, secrets: tuple[str, ...]) -> UpstreamError:
         if err.status_code < 400:  # an error object in a 2xx/3xx answer
             return answers.stream_error(PROVIDER, err.body, secrets)
         return answers.upstream_error(
-            PROVIDER, err.status_code, err.response.headers, err.body, secrets
+            PROVIDER, err.status_code, err.response.headers, err.body, secrets, shape="anthropic"
         )
     kind = "timed out" if isinstance(err, anthropic.APITimeoutError) else "failed to connect"
     return UpstreamError(

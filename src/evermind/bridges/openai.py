@@ -19,12 +19,14 @@ any upstream text an error quotes.
 
 Errors map as in :mod:`evermind.bridges.anthropic` (429 → ``upstream_rate_limited`` with
 ``retry_after``; 401/403 → ``upstream_auth``; other 4xx → ``upstream_bad_request``; 5xx,
-connection failures, timeouts → ``upstream_unavailable``).
+connection failures, timeouts → ``upstream_unavailable``; a 5xx keeps its error object only
+when the whole body is OpenAI's well-formed ``{"error": {"message": ...}}``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -199,14 +201,48 @@ class OpenAIBridge:
         data = answers.parse_json(raw, self.provider, "the response", self._secrets)
         return dict(answers.mapping(data, self.provider, "the response", required=True))
 
+    async def forward_events(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> AsyncIterator[streams.SSEEvent]:
+        """The server-sent events of another streamed endpoint of this API (the Responses
+        API's ``POST /responses`` with ``stream: true``), each as it came, unparsed: the
+        caller reads them. At most :func:`~evermind.bridges.answers.body_limit` characters
+        of ``max_answer_chars`` in all, one event at most the parser's limit.
+
+        Raises:
+            UpstreamError: The API refused or failed before its first byte (mapped as in
+                :meth:`generate`), the body broke off (``upstream_stream_cut``), or the
+                stream grew past the limit (``upstream_too_large``).
+        """
+        try:
+            options: Any = {"headers": headers} if headers else {}
+            response: httpx2.Response = await self._client.post(
+                path, body=body, cast_to=httpx2.Response, stream=True, options=options
+            )
+        except openai.APIError as err:
+            raise self._mapped(err) from err
+        parser = streams.SSEParser(self.provider)
+        limit, seen = answers.body_limit(self.max_answer_chars), 0
+        try:
+            async for piece in response.aiter_text():
+                seen += len(piece)
+                answers.check_size(seen, limit, self.provider, "stream (characters)")
+                for event in parser.feed(piece):
+                    yield event
+        except httpx2.HTTPError as err:  # the body broke off mid-stream
+            raise answers.stream_cut(self.provider, f"{type(err).__name__}: {err}") from err
+        finally:
+            await response.aclose()
+
     def _mapped(self, err: openai.APIError) -> UpstreamError:
         if isinstance(err, openai.APIStatusError):
             return answers.upstream_error(
                 self.provider,
                 err.status_code,
                 err.response.headers,
-                err.body,
+                _whole_body(err),
                 self._secrets,
+                shape="openai",
             )
         if isinstance(err, openai.APIConnectionError):
             kind = "timed out" if isinstance(err, openai.APITimeoutError) else "failed to connect"
@@ -222,3 +258,12 @@ class OpenAIBridge:
         """Closes the SDK client's connections (unless it was passed in)."""
         if self._owned:
             await self._client.close()
+
+
+def _whole_body(err: openai.APIStatusError) -> object:
+    """The error response's whole JSON body (the SDK keeps only its ``error`` object, so its
+    shape could not be judged); the SDK's ``body`` when the response is not JSON."""
+    try:
+        return json.loads(err.response.content)
+    except (ValueError, RecursionError, httpx2.ResponseNotRead):
+        return err.body

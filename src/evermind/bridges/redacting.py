@@ -101,6 +101,11 @@ class StreamScrubber:
         self._pending = buffered[len(buffered) - keep :] if keep else ""
         return buffered[: len(buffered) - keep]
 
+    @property
+    def holding(self) -> bool:
+        """Whether some text is held back (it may begin a key)."""
+        return bool(self._pending)
+
     def flush(self) -> str:
         """What is still held back (the stream ended: it begins no key)."""
         rest, self._pending = self._pending, ""

@@ -63,6 +63,7 @@ from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.devices import resolve_device
 from evermind.runtime.errors import ApiError, error_body, provider_body, shaped
 from evermind.runtime.gateway import anthropic as gateway_anthropic
+from evermind.runtime.gateway import responses as gateway_responses
 from evermind.runtime.state import Runtime
 
 logger = logging.getLogger(__name__)
@@ -98,7 +99,9 @@ HTTP_STATUS: tuple[tuple[type[EvermindError], int, str], ...] = (
 #: An upstream's failure by its code, where 502 Bad Gateway is not the answer: its rate
 #: limit passes through (with its Retry-After), a timeout is 504, a request it refused is
 #: the caller's 4xx: the upstream's own status (400, 404, 413, 422, ...; see
-#: :func:`upstream_status`). Auth failures (the server's key), 5xx and cut streams: 502.
+#: :func:`upstream_status`), and so is its 5xx with a well-formed error body (500, 503,
+#: 529, ...: the SDKs' retries read it). Auth failures (the server's key), a 5xx without
+#: the provider's error shape, refused connections and cut or malformed answers: 502.
 UPSTREAM_STATUS = {
     "upstream_rate_limited": 429,
     "upstream_timeout": 504,
@@ -109,7 +112,7 @@ UPSTREAM_STATUS = {
 def upstream_status(err: UpstreamError) -> int:
     """The status a client gets for an upstream's failure: :data:`UPSTREAM_STATUS`, with a
     refused request keeping the upstream's own 4xx (never 401/403: those are the server's
-    key, not the client's, and are 502)."""
+    key, not the client's, and are 502) and a relayed 5xx its own (:func:`relayed_5xx`)."""
     status = UPSTREAM_STATUS.get(err.code) or (429 if err.status == 429 else 502)
     if (
         err.code == "upstream_bad_request"
@@ -118,7 +121,15 @@ def upstream_status(err: UpstreamError) -> int:
         and err.status not in (401, 403)
     ):
         return err.status
+    if err.status is not None and relayed_5xx(err):
+        return err.status
     return status
+
+
+def relayed_5xx(err: UpstreamError) -> bool:
+    """Whether the upstream answered a 5xx in its provider's own error shape (the bridge
+    then kept its error object, ``reported``): the client gets that status, not 502."""
+    return err.status is not None and 500 <= err.status <= 599 and err.reported is not None
 
 
 #: The challenge a 401 answer carries (RFC 6750).
@@ -140,7 +151,8 @@ def as_api_error(err: EvermindError) -> ApiError:
     elif isinstance(err, UpstreamError):
         status = upstream_status(err)
         wait = err.retry_after
-        if status == 429 and wait is not None and math.isfinite(wait) and wait >= 0:
+        waits = status == 429 or relayed_5xx(err)  # a 503 or 529 may say when to come back
+        if waits and wait is not None and math.isfinite(wait) and wait >= 0:
             headers = {"Retry-After": str(max(1, math.ceil(min(wait, MAX_RETRY_AFTER_S))))}
     return ApiError(status, str(err), err.code or code, headers)
 
@@ -399,8 +411,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def evermind_error(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, EvermindError)
         answer = as_api_error(err)
-        if isinstance(err, UpstreamError) and err.code == "upstream_bad_request":
-            # A request the upstream refused: in its own words, as the provider answers it.
+        if isinstance(err, UpstreamError) and (
+            err.code == "upstream_bad_request" or relayed_5xx(err)
+        ):
+            # A request the upstream refused, or its own failure: in its own words, as the
+            # provider answers it.
             relayed = provider_body(request.url.path, answer.status, err.provider, err.reported)
             if relayed is not None:
                 return JSONResponse(relayed, status_code=answer.status, headers=answer.headers)
@@ -450,6 +465,7 @@ def create_app(config: RuntimeConfig) -> FastAPI:
         routes_openai,
         routes_affect,
         gateway_anthropic,
+        gateway_responses,
         routes_memory,
         routes_cache,
     )

@@ -97,6 +97,7 @@ ROUTE_PROTOCOLS = {
     "/v1/messages": "anthropic",
     "/v1/messages/count_tokens": "anthropic",
     "/v1/chat/completions": "openai",
+    "/v1/responses": "openai",
 }
 
 

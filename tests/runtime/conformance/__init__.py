@@ -1,16 +1,16 @@
 """The gateway's conformance suite: provider transcripts replayed through it, diffed field by field.
 
 Each ``*.json`` here is one exchange written from the providers' documented wire formats
-(Anthropic Messages, OpenAI Chat Completions; streams event by event): the client's
-``request``, the ``path`` it is sent to, and the upstream's ``response`` (``status`` with
-``json``, or ``events``: server-sent events). :class:`TranscriptUpstream` is a loopback
-upstream that records what it receives and answers with the transcript; the tests
-(``tests/runtime/test_conformance_*.py``) send the request with the official SDK through the
-gateway and diff what the upstream received against what the client sent, and what the
-client received against what the upstream sent, apart from what the gateway documents it
-changes (docs/gateway.md, "Pass-through"): ``model`` (the client's id back, the upstream's
-name up), the ``evermind`` field it adds, and on a stream the SDK's own
-``stream_options.include_usage`` upstream.
+(Anthropic Messages, OpenAI Chat Completions, OpenAI Responses as ``responses_*``; streams
+event by event): the client's ``request``, the ``path`` it is sent to, and the upstream's
+``response`` (``status`` with ``json`` and any ``headers``, or ``events``: server-sent
+events). :class:`TranscriptUpstream` is a loopback upstream that records what it receives
+and answers with the transcript; the tests (``tests/runtime/test_conformance_*.py``) send
+the request with the official SDK through the gateway and diff what the upstream received
+against what the client sent, and what the client received against what the upstream sent,
+apart from what the gateway documents it changes (docs/gateway.md, "Pass-through"):
+``model`` (the client's id back, the upstream's name up), the ``evermind`` field it adds,
+and on a stream the SDK's own ``stream_options.include_usage`` upstream.
 """
 
 from __future__ import annotations
@@ -63,13 +63,14 @@ class TranscriptUpstream(Upstream):
         """Queues a transcript's ``response`` for the next request."""
         events = response.get("events")
         if events is None:
-            self.script(response["status"], response["json"])
+            self.script(response["status"], response["json"], headers=response.get("headers"))
             return
         sse = []
         for event in events:
             data = event["data"]
             text = data if isinstance(data, str) else json.dumps(data)
-            named = f"event: {event['event']}\n" if protocol == "anthropic" else ""
+            # Anthropic's events are named, and the Responses API's; Chat Completions' not.
+            named = f"event: {event['event']}\n" if "event" in event else ""
             sse.append(f"{named}data: {text}\n\n")
         self.script(response["status"], events=sse)
 

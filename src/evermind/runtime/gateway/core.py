@@ -45,7 +45,13 @@ from evermind.bridges.base import Bridge, ChatRequest, Completion, Delta
 from evermind.bridges.caching import CachingBridge, TermEmbedder
 from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.pricing import PriceTable
-from evermind.bridges.redacting import RedactingBridge, scrub_value, scrubbed_error
+from evermind.bridges.redacting import (
+    RedactingBridge,
+    StreamScrubber,
+    scrub_value,
+    scrubbed_error,
+)
+from evermind.bridges.streams import SSEEvent
 from evermind.cache import SemanticCache
 from evermind.cache.l2 import JSONValue, L2Hit
 from evermind.cache.l2_sqlite import CacheStore
@@ -464,13 +470,7 @@ class Gateway:
             UpstreamError: The upstream refused or failed (counted, keys scrubbed).
         """
         upstream = resolved.upstream
-        sdk = self._sdks.get((resolved.tenant, upstream.name))
-        forward = getattr(sdk, "forward", None)
-        if forward is None:
-            raise NotFound(
-                f"upstream {upstream.name!r} ({upstream.protocol}) cannot answer {path}",
-                code="not_found",
-            )
+        forward = self._forwarder(resolved, "forward", path)
         try:
             answer = await within(
                 upstream.timeout, upstream.protocol, forward(method, path, body, headers)
@@ -480,6 +480,67 @@ class Gateway:
             raise self.clean(err) from None
         scrubbed: dict[str, Any] = scrub_value(answer, self._secrets)
         return scrubbed
+
+    def _forwarder(self, resolved: Resolved, method: str, path: str) -> Any:
+        """The SDK bridge's ``method`` for ``resolved`` (``forward``, ``forward_events``).
+
+        Raises:
+            NotFound: The upstream's bridge has none (a router, a custom protocol).
+        """
+        upstream = resolved.upstream
+        sdk = self._sdks.get((resolved.tenant, upstream.name))
+        found = getattr(sdk, method, None)
+        if found is None:
+            raise NotFound(
+                f"upstream {upstream.name!r} ({upstream.protocol}) cannot answer {path}",
+                code="not_found",
+            )
+        return found
+
+    async def open_events(
+        self, resolved: Resolved, path: str, body: dict[str, Any]
+    ) -> tuple[SSEEvent | None, AsyncIterator[SSEEvent]]:
+        """Another streamed endpoint of ``resolved``'s upstream, opened up to its first event
+        (within the upstream's deadline), for a relay event by event (:meth:`events`). Not
+        cached; the caller scrubs and counts what it relays.
+
+        Raises:
+            NotFound: The upstream's bridge cannot forward.
+            UpstreamError: The upstream refused or failed before its first event (counted,
+                keys scrubbed).
+        """
+        upstream = resolved.upstream
+        events = self._forwarder(resolved, "forward_events", path)(path, body)
+        try:
+            first = await within(upstream.timeout, upstream.protocol, anext(events, None))
+        except UpstreamError as err:
+            await events.aclose()
+            self.failed(resolved.tenant, upstream.name, err)
+            raise self.clean(err) from None
+        return first, events
+
+    async def events(
+        self, resolved: Resolved, first: SSEEvent | None, events: AsyncIterator[SSEEvent]
+    ) -> AsyncGenerator[SSEEvent, None]:
+        """The events of an opened stream, ``first`` included, each later one within the
+        upstream's deadline; then ``events`` is closed.
+
+        Raises:
+            UpstreamError: Timed out or failed (not counted: the caller, which also judges
+                the events, counts every failure once; keys scrubbed).
+        """
+        upstream = resolved.upstream
+        event = first
+        try:
+            while event is not None:
+                yield event
+                event = await within(upstream.timeout, upstream.protocol, anext(events, None))
+        except UpstreamError as err:
+            raise self.clean(err) from None
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
 
     def _auto(self, principal: Principal) -> Resolved:
         """The tenant's ``evermind/auto`` (built once per tenant)."""
@@ -620,6 +681,15 @@ class Gateway:
     def scrub(self, text: str) -> str:
         """``text`` with every configured key replaced by ``***``."""
         return scrub(text, self._secrets)
+
+    def stream_scrubber(self) -> StreamScrubber:
+        """A scrubber of the configured keys for text that arrives in pieces."""
+        return StreamScrubber(self._secrets)
+
+    def scrub_value(self, value: Any) -> Any:
+        """``value`` (JSON-like) with every configured key replaced by ``***`` in every
+        string."""
+        return scrub_value(value, self._secrets)
 
     def clean(self, err: UpstreamError) -> UpstreamError:
         """The error with any key scrubbed from its message (upstreams echo keys back)."""
