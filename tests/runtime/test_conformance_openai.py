@@ -174,6 +174,22 @@ def test_a_stream_passes_through_chunk_by_chunk(
     assert all(c["model"] == request["model"] for c in got)
     if asked:  # every chunk before the usage chunk says usage: null, as the upstream's do
         assert all("usage" in c and c["usage"] is None for c in got[:-1]), got
+    # Event for event: the upstream's own chunks (ids, system_fingerprint, logprobs, every
+    # tool-call piece), ``model`` the client's id; without the client's include_usage (the
+    # gateway asked for it upstream) no usage key and no usage chunk; ``evermind`` on the last.
+    expected_chunks = []
+    for chunk in upstream_chunks:
+        relayed = {**chunk, "model": request["model"]}
+        if not asked and "usage" in relayed:
+            if not relayed["choices"]:
+                continue
+            del relayed["usage"]
+        expected_chunks.append(relayed)
+    assert "evermind" in got[-1] and not any("evermind" in c for c in got[:-1])
+    have_chunks = [{k: v for k, v in c.items() if k != "evermind"} for c in got]
+    assert len(have_chunks) == len(expected_chunks)
+    for want_chunk, have_chunk in zip(expected_chunks, have_chunks, strict=True):
+        assert diff(want_chunk, have_chunk) == [], (want_chunk, have_chunk)
 
 
 def test_the_model_list_carries_the_upstreams_own(

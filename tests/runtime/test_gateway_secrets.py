@@ -221,3 +221,59 @@ def test_a_key_in_a_mid_stream_error_is_scrubbed(
     upstreams[protocol].script(200, events=events)
     answer = ask(server, protocol, "Break with my key", stream=True)
     assert '"error"' in answer.text and leaks(seen(answer), key) == []
+
+
+def test_an_openai_stream_relayed_chunk_for_chunk_leaks_no_piece_of_a_key(
+    server: ServerThread, upstreams: dict[str, Upstream]
+) -> None:
+    """The upstream's own chunks go on one for one (their logprobs too); a key split across
+    two chunks' content, or across two pieces of a tool call's arguments, is scrubbed: the
+    held-back piece moves to the next chunk, and a chunk whose text was held back or replaced
+    loses its logprobs (tokens are pieces of the text)."""
+    key = KEYS["openai"]
+
+    def chunk(delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return f"data: {json.dumps({'id': 'up-1', 'model': 'm', 'choices': [choice]})}\n\n"
+
+    def lp(token: str) -> dict[str, Any]:
+        return {"content": [{"token": token, "logprob": -0.5, "bytes": None, "top_logprobs": []}]}
+
+    texts = ["Plain words. ", "Key: " + key[:12], key[12:] + ".", " Done."]
+    call_args = ['{"token": "' + key[:20], key[20:] + '"}']
+    events = [
+        *(chunk({"content": t}, lp(t)) for t in texts),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "save", "arguments": call_args[0]},
+                    }
+                ]
+            }
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": call_args[1]}}]}),
+        chunk({}, None, "tool_calls"),
+        "data: [DONE]\n\n",
+    ]
+    upstreams["openai"].script(200, events=events)
+    answer = ask(server, "openai", "Relay my key chunk by chunk", stream=True)
+    assert answer.status_code == 200 and leaks(seen(answer), key) == []
+    chunks = [
+        json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: {")
+    ]
+    assert len(chunks) == len(events) - 1  # one for one ([DONE] aside)
+    assert all(c["id"] == "up-1" for c in chunks)  # the upstream's own, not rebuilt
+    choices = [c["choices"][0] for c in chunks]
+    content = [ch["delta"].get("content") for ch in choices[:4]]
+    assert "".join(content) == "Plain words. Key: ***. Done."
+    assert choices[0]["logprobs"] == lp(texts[0])  # nothing held: the upstream's logprobs
+    assert choices[1]["logprobs"] is None and choices[2]["logprobs"] is None  # held/replaced
+    arguments = "".join(
+        ch["delta"]["tool_calls"][0]["function"]["arguments"] for ch in choices[4:6]
+    )
+    assert json.loads(arguments) == {"token": "***"}
+    assert choices[-1]["finish_reason"] == "tool_calls" and "evermind" in chunks[-1]

@@ -258,12 +258,16 @@ class Delta:
     ``message_start``: the input side), so a relay can say it as early as the provider does.
     ``event``: the upstream's own event of a content block the contract has no field for
     (Anthropic's ``thinking``), for a relay in that same protocol to pass on; others skip it.
+    ``chunk``: the upstream's own Chat Completions chunk this delta came from (every field:
+    its id, ``logprobs``, tool-call pieces, ``usage``), for a relay in that same protocol to
+    pass on event for event; its ``text`` is the chunk's content. Others read ``text`` only.
     """
 
     text: str = ""
     completion: Completion | None = None
     usage: Usage | None = None
     event: dict[str, Any] | None = None
+    chunk: dict[str, Any] | None = None
 
 
 @runtime_checkable

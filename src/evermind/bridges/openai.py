@@ -135,9 +135,8 @@ class OpenAIBridge:
                     if not event.data:
                         continue
                     data = answers.parse_json(event.data, self.provider, "an event", secrets)
-                    text = state.feed(data)
-                    if text:
-                        yield Delta(text=text)
+                    text = state.feed(data)  # checked: a mapping, not an error chunk
+                    yield Delta(text=text, chunk=data)  # every chunk, for a same-protocol relay
                 if state.done:
                     break
         except httpx2.HTTPError as err:  # the body broke off mid-stream

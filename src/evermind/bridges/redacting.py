@@ -13,6 +13,11 @@ holds a configured key reaches a client or the cache:
   until the next delta shows it is not one (at most the longest key's length, minus one);
   the completion's text is exactly what was streamed;
 - the upstream's raw answer (``Completion.raw``), every string at any depth;
+- a stream's own chunks (``Delta.chunk``, relayed one for one in the same protocol), through
+  :class:`ChunkScrubber`: the content and each tool call's arguments through stream
+  scrubbers (what a chunk's content says is what its delta's text says), every other string
+  whole; a chunk's ``logprobs`` (tokens are pieces of the text) are passed on only while no
+  text is held back or replaced, else ``null``;
 - an :class:`~evermind.errors.UpstreamError`'s message.
 
 Each key is replaced by ``***``. Messages are scrubbed whole, before any cut: a cut first
@@ -122,6 +127,77 @@ class StreamScrubber:
         return longest
 
 
+class ChunkScrubber:
+    """Scrubs a stream's Chat Completions chunks one for one (see the module docstring).
+
+    Args:
+        secrets: The keys to replace by ``***``.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = tuple(secrets)
+        self._arguments: dict[object, StreamScrubber] = {}
+
+    def scrub(self, chunk: dict[str, Any], text: str, released: str, holding: bool) -> Any:
+        """``chunk`` scrubbed, key order kept; choice 0's content becomes ``released`` (the
+        text scrubber's output for the chunk's ``text``: a held-back tail moves to a later
+        chunk, so the chunks stay one for one)."""
+        clean = text == released and not holding
+        out: dict[str, Any] = {}
+        for key, value in chunk.items():
+            if key == "choices" and isinstance(value, list):
+                out[key] = [self._choice(c, released, clean) for c in value]
+            else:
+                out[scrub(str(key), self.secrets)] = scrub_value(value, self.secrets)
+        return out
+
+    def flush(self) -> list[tuple[object, str]]:
+        """Each tool call's arguments still held back at the end: ``(index, text)``."""
+        rest = [(index, scrubber.flush()) for index, scrubber in self._arguments.items()]
+        return [(index, text) for index, text in rest if text]
+
+    def _choice(self, choice: Any, released: str, clean: bool) -> Any:
+        if not isinstance(choice, dict):
+            return scrub_value(choice, self.secrets)
+        first = choice.get("index", 0) == 0
+        out: dict[str, Any] = {}
+        for key, value in choice.items():
+            if key == "delta" and isinstance(value, dict):
+                out[key] = self._delta(value, released if first else None)
+            elif key == "logprobs":
+                out[key] = scrub_value(value, self.secrets) if clean or not first else None
+            else:
+                out[key] = scrub_value(value, self.secrets)
+        return out
+
+    def _delta(self, delta: dict[str, Any], released: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in delta.items():
+            if key == "content" and released is not None and isinstance(value, str):
+                out[key] = released
+            elif key == "tool_calls" and isinstance(value, list):
+                out[key] = [self._call(call) for call in value]
+            else:
+                out[scrub(str(key), self.secrets)] = scrub_value(value, self.secrets)
+        return out
+
+    def _call(self, call: Any) -> Any:
+        if not isinstance(call, dict):
+            return scrub_value(call, self.secrets)
+        function = call.get("function")
+        out = scrub_value({k: v for k, v in call.items()}, self.secrets)
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            index = call.get("index", 0)
+            scrubber = self._arguments.setdefault(
+                index if isinstance(index, int) else 0, StreamScrubber(self.secrets)
+            )
+            out["function"] = {
+                **out["function"],
+                "arguments": scrubber.feed(function["arguments"]),
+            }
+        return out
+
+
 class RedactingBridge:
     """``bridge`` with every one of ``secrets`` scrubbed from what it returns or raises.
 
@@ -152,6 +228,8 @@ class RedactingBridge:
         """The inner bridge's deltas, scrubbed (a key split across deltas included)."""
         scrubber = StreamScrubber(self.secrets)
         thinking = StreamScrubber(self.secrets)
+        chunks = ChunkScrubber(self.secrets)
+        last: dict[str, Any] | None = None
         sent: list[str] = []
         pieces = self.bridge.stream(request)
         try:
@@ -162,12 +240,19 @@ class RedactingBridge:
                     continue
                 if delta.completion is not None:
                     rest = scrubber.flush()
-                    if rest:
+                    calls = chunks.flush()
+                    if rest or calls:  # held back to the end: one more chunk carries it
                         sent.append(rest)
-                        yield Delta(text=rest)
+                        tail = _tail_chunk(last, rest, calls) if last is not None else None
+                        yield Delta(text=rest, chunk=tail)
                     yield Delta(completion=self._scrubbed(delta.completion, "".join(sent)))
                     return
                 text = scrubber.feed(delta.text)
+                if delta.chunk is not None:  # one for one, whatever it carries
+                    sent.append(text)
+                    last = chunks.scrub(delta.chunk, delta.text, text, scrubber.holding)
+                    yield Delta(text=text, usage=delta.usage, chunk=last)
+                    continue
                 if text or delta.usage is not None:
                     sent.append(text)
                     yield Delta(text=text, usage=delta.usage)
@@ -196,3 +281,18 @@ class RedactingBridge:
     async def aclose(self) -> None:
         """Closes the inner bridge."""
         await self.bridge.aclose()
+
+
+def _tail_chunk(
+    last: dict[str, Any], text: str, calls: list[tuple[object, str]]
+) -> dict[str, Any]:
+    """A chunk shaped like the stream's last one (its id, created, model) carrying what was
+    held back to the end: the text's tail and the tool calls' argument tails."""
+    delta: dict[str, Any] = {}
+    if text:
+        delta["content"] = text
+    if calls:
+        delta["tool_calls"] = [{"index": i, "function": {"arguments": a}} for i, a in calls]
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    keep = {k: v for k, v in last.items() if k in ("id", "object", "created", "model")}
+    return {**keep, "choices": [choice]}

@@ -16,7 +16,10 @@ server-sent events. Every answer says how the cache served it:
 A client of an OpenAI-protocol upstream is passed through: its body goes upstream as sent
 (``ChatRequest.passthrough``: every field and content part; :data:`READ_FIELDS` are the ones
 the gateway reads, the others are part of the cache key; no ``max_tokens`` is invented) and a
-JSON answer is the upstream's own (``model`` set to the client's id, ``evermind`` added).
+JSON answer is the upstream's own (``model`` set to the client's id, ``evermind`` added), and
+so is a stream: the upstream's chunks one for one (their id, ``logprobs``, tool-call pieces;
+``usage`` only when the client asked for it), ``evermind`` on the last. A stream served from
+the cache is written by the gateway.
 Towards a Messages API upstream the body is translated; the fields it cannot carry are named in
 ``x-evermind-dropped``.
 
@@ -361,19 +364,43 @@ async def _events(
         base = {**base, "usage": None}
     role = {"role": "assistant"}
     completion: Completion | None = None
+    # An upstream of this protocol: its own chunks go on one for one (ids, logprobs,
+    # tool-call pieces, usage), the last held back to carry the ``evermind`` field.
+    same = upstream.protocol == "openai"
+    held: dict[str, Any] | None = None
+    relayed_any = False
     try:
         async with aclosing(gateway.relay(tenant, upstream, first, deltas)) as relayed:
             async for delta in relayed:
-                if delta.text:
+                if same and delta.chunk is not None:
+                    chunk = _relayed_chunk(delta.chunk, base["model"], include_usage)
+                    if chunk is None:
+                        continue
+                    if held is not None:
+                        yield sse(held)
+                    held, relayed_any = chunk, True
+                elif delta.text:
+                    if held is not None:
+                        yield sse(held)
+                        held = None
                     yield sse(_chunk(base, {**role, "content": delta.text}, None))
                     role = {}
                 completion = delta.completion
     except EvermindError as err:  # headers are gone: report in the stream, OpenAI style
+        if held is not None:
+            yield sse(held)
         error = {"message": gateway.scrub(str(err)), "type": "server_error", "code": err.code}
         yield sse({"error": error})
         return
     assert completion is not None  # the relay ends on the completion or raises
     gateway.account(tenant, upstream.name, status, completion)
+    if relayed_any:
+        if held is None:  # the last relayed chunk went out before a rebuilt tail
+            held = {**base, "choices": []}
+        held["evermind"] = evermind_field(completion, status, detail)
+        yield sse(held)
+        yield sse("[DONE]")
+        return
     delta_json: dict[str, Any] = dict(role)
     if completion.tool_calls:
         calls = _tool_call_json(completion.tool_calls)
@@ -384,6 +411,20 @@ async def _events(
     if include_usage:
         yield sse({**base, "choices": [], "usage": _usage(completion.usage)})
     yield sse("[DONE]")
+
+
+def _relayed_chunk(
+    chunk: dict[str, Any], model: str, include_usage: bool
+) -> dict[str, Any] | None:
+    """The upstream's chunk as the client gets it: ``model`` is the client's id; without the
+    client's ``include_usage`` (the gateway asks for usage upstream to count it) the
+    ``usage`` key goes, and the usage-only chunk (no choices) is not sent (None)."""
+    out = {key: (model if key == "model" else value) for key, value in chunk.items()}
+    if not include_usage and "usage" in out:
+        if not out.get("choices"):
+            return None
+        del out["usage"]
+    return out
 
 
 def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
