@@ -92,3 +92,14 @@ def test_counts_are_english(called: tuple[list[str], set[str], list[str]]) -> No
     assert "1 item)" in hit and "1 items" not in hit, hit
     assert "of 1 memory for" in hit, hit
     assert "(1 memory searched)" in miss, miss
+
+
+def test_the_skill_s_tool_list_is_written_from_the_server_s() -> None:
+    """The sentence is generated, not kept in step by hand: another tool list, another text."""
+    from evermind.mcp.hook_install import tool_sentence
+    from evermind.mcp.tools import READ_TOOLS, WRITE_TOOLS
+
+    assert tool_sentence(READ_TOOLS, WRITE_TOOLS) in skill_text()
+    assert "{{tools}}" not in skill_text()
+    grown = tool_sentence((*READ_TOOLS, "memory_list"), WRITE_TOOLS)
+    assert "eight tools" in grown and "`memory_list`" in grown and "first four" in grown

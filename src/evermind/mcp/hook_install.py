@@ -23,6 +23,7 @@ import json
 import shlex
 import shutil
 import sys
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from evermind.mcp.hook import EVENTS
 from evermind.mcp.hosts import HostEnv
 from evermind.mcp.installer import HostResult, InvalidConfig, _decode, _dump_json, _write_atomic
+from evermind.mcp.tools import READ_TOOLS, WRITE_TOOLS
 
 #: What marks a hook command as ours.
 MARKER = "evermind.mcp.hook"
@@ -49,8 +51,28 @@ def skill_path(env: HostEnv) -> Path:
 
 
 def skill_text() -> str:
-    """The packaged skill file."""
-    return resources.files("evermind.mcp").joinpath("data/SKILL.md").read_text(encoding="utf-8")
+    """The packaged skill file, its tool list written from the server's own
+    (:data:`~evermind.mcp.tools.READ_TOOLS`, :data:`~evermind.mcp.tools.WRITE_TOOLS`), so the
+    skill never names a tool the server lacks or misses one it has."""
+    template = resources.files("evermind.mcp").joinpath("data/SKILL.md").read_text(encoding="utf-8")
+    return template.replace("{{tools}}", tool_sentence(READ_TOOLS, WRITE_TOOLS))
+
+
+#: Small counts in words, as the skill says them.
+_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def tool_sentence(read: Sequence[str], write: Sequence[str]) -> str:
+    """``The `evermind` MCP server gives you N tools: …`` (read-only ones first)."""
+    names = [*read, *write]
+    count = _WORDS[len(names)] if len(names) < len(_WORDS) else str(len(names))
+    read_count = _WORDS[len(read)] if len(read) < len(_WORDS) else str(len(read))
+    listed = ", ".join(f"`{name}`" for name in names)
+    first = "the first one" if len(read) == 1 else f"the first {read_count}"
+    return (
+        f"The `evermind` MCP server gives you {count} tools:\n{listed} "
+        f"(a read-only token gets {first})."
+    )
 
 
 def hook_commands(memory_file: Path, python: str | None = None) -> dict[str, str]:
