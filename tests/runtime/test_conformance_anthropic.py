@@ -150,6 +150,8 @@ def _fold(events: list[dict[str, Any]]) -> dict[str, Any]:
                 block["thinking"] += delta["thinking"]
             elif delta["type"] == "signature_delta":
                 block["signature"] += delta["signature"]
+            elif delta["type"] == "citations_delta":
+                block.setdefault("citations", []).append(delta["citation"])
             else:
                 block["partial_json"] += delta["partial_json"]
         elif kind == "message_delta":
@@ -188,6 +190,17 @@ def test_a_stream_passes_through_event_by_event(
     assert diff(expected_up, received) == []
     upstream_events = [e["data"] for e in response["events"]]
     assert diff(_fold(upstream_events), _fold(got)) == []
+    # Event for event: the upstream's own events (its message id, pings, every delta as it
+    # came), ``message_start``'s model the client's id, ``evermind`` on ``message_delta``.
+    relayed = [e for e in upstream_events if e["type"] != "ping"]  # the SDK skips pings
+    assert len(got) == len(relayed), [e["type"] for e in got]
+    for want, have in zip(relayed, got, strict=True):
+        if want["type"] == "message_start":
+            want = {**want, "message": {**want["message"], "model": request["model"]}}
+        if want["type"] == "message_delta":
+            assert "evermind" in have
+            have = {k: v for k, v in have.items() if k != "evermind"}
+        assert diff(want, have) == [], (want, have)
     assert (
         got[0]["message"]["usage"]["input_tokens"]
         == upstream_events[0]["message"]["usage"]["input_tokens"]
@@ -271,3 +284,31 @@ def test_a_long_conversation_is_the_providers_to_refuse(
         messages=[{"role": "user", "content": long_turn}],
     )
     assert upstream.requests[-1].body["messages"][0]["content"] == long_turn
+
+
+def test_a_stream_s_raw_events_are_the_upstream_s_pings_and_all(
+    gateway: ServerThread, upstream: TranscriptUpstream
+) -> None:
+    """Below the SDK (which skips pings): the SSE event names and data lines on the wire are
+    the upstream's, one for one, ``model`` and ``evermind`` aside."""
+    transcript = TRANSCRIPTS["anthropic_stream_citations"]
+    upstream.reset()
+    upstream.answer(transcript["response"], "anthropic")
+    with httpx.Client(timeout=30) as client:
+        answer = client.post(
+            gateway.url + "/v1/messages",
+            json=transcript["request"],
+            headers={"x-api-key": TOKEN_A, "anthropic-version": "2023-06-01"},
+        )
+    assert answer.status_code == 200
+    names = [line[7:] for line in answer.text.splitlines() if line.startswith("event: ")]
+    datas = [json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: ")]
+    upstream_events = transcript["response"]["events"]
+    assert names == [e["event"] for e in upstream_events]
+    for want, have in zip(upstream_events, datas, strict=True):
+        have = {k: v for k, v in have.items() if k != "evermind"}
+        if want["event"] == "message_start":
+            assert have["message"].pop("model") == transcript["request"]["model"]
+            want = {"data": {**want["data"], "message": dict(want["data"]["message"])}}
+            want["data"]["message"].pop("model")
+        assert have == want["data"]

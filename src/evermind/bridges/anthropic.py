@@ -128,14 +128,17 @@ class AnthropicBridge:
                     if not event.data:
                         continue
                     data = answers.parse_json(event.data, PROVIDER, "an event", secrets)
-                    text = state.feed(data)
-                    if text:
-                        yield Delta(text=text)
-                    elif state.other is not None:  # a thinking block's event, as it came
-                        yield Delta(event=state.other)
-                    elif isinstance(data, dict) and data.get("type") == "message_start":
-                        # The input tokens, as early as Anthropic says them.
-                        yield Delta(usage=state.usage_so_far())
+                    text = state.feed(data)  # checked: a mapping, not an error event
+                    start = isinstance(data, dict) and data.get("type") == "message_start"
+                    # One delta per event: its text, a thinking block's event as it came, the
+                    # input tokens as early as Anthropic says them, and the event itself for
+                    # a relay in this same protocol.
+                    yield Delta(
+                        text=text,
+                        event=None if text else state.other,
+                        usage=state.usage_so_far() if start else None,
+                        chunk=data,
+                    )
                 if state.done:
                     break
         except httpx2.HTTPError as err:  # the body broke off while it was read

@@ -198,6 +198,86 @@ class ChunkScrubber:
         return out
 
 
+class EventScrubber:
+    """Scrubs a Messages stream's events one for one: text, thinking and tool-input deltas
+    through stream scrubbers (a key split across deltas is caught; what a block still holds
+    at its end goes out in one more delta of that block, just before its
+    ``content_block_stop``), every other string whole.
+
+    Args:
+        secrets: The keys to replace by ``***``.
+        text: The stream's text scrubber (its output is the completion's text).
+    """
+
+    def __init__(self, secrets: Iterable[str], text: StreamScrubber) -> None:
+        self.secrets = tuple(secrets)
+        self.text = text
+        self._kinds: dict[object, str] = {}
+        self._held: dict[object, StreamScrubber] = {}
+
+    def scrub(self, event: dict[str, Any], released: str) -> list[tuple[str, dict[str, Any]]]:
+        """``(text, event)`` pairs for one upstream event (``released``: the text scrubber's
+        output for its text delta); usually one, two at a block's end that held text back."""
+        kind = event.get("type")
+        index = event.get("index")
+        if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            self._kinds[index] = str(event["content_block"].get("type"))
+        delta = event.get("delta")
+        if kind == "content_block_delta" and isinstance(delta, dict):
+            field = {"text_delta": "text", "thinking_delta": "thinking"}.get(
+                str(delta.get("type")), "partial_json"
+            )
+            if isinstance(delta.get(field), str):
+                if field == "text":
+                    value, said = released, released
+                else:
+                    scrubber = self._held.setdefault(index, StreamScrubber(self.secrets))
+                    value, said = scrubber.feed(delta[field]), ""
+                clean = self._whole(event, "delta")
+                clean["delta"] = {**self._whole(delta, field), field: value}
+                return [(said, _ordered(event, clean))]
+        if kind == "content_block_stop":
+            out = self._tail(index)
+            return [*out, ("", scrub_value(event, self.secrets))]
+        return [("", scrub_value(event, self.secrets))]
+
+    def _tail(self, index: object) -> list[tuple[str, dict[str, Any]]]:
+        block = self._kinds.pop(index, "")
+        if block == "text":
+            rest, kind, field = self.text.flush(), "text_delta", "text"
+        else:
+            held = self._held.pop(index, None)
+            rest = "" if held is None else held.flush()
+            kind, field = (
+                ("thinking_delta", "thinking")
+                if block == "thinking"
+                else (
+                    "input_json_delta",
+                    "partial_json",
+                )
+            )
+        if not rest:
+            return []
+        event = {
+            "type": "content_block_delta",
+            "index": index,
+            "delta": {"type": kind, field: rest},
+        }
+        return [(rest if block == "text" else "", event)]
+
+    def _whole(self, value: dict[str, Any], skip: str) -> dict[str, Any]:
+        return {
+            scrub(str(k), self.secrets): scrub_value(v, self.secrets)
+            for k, v in value.items()
+            if k != skip
+        }
+
+
+def _ordered(original: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` in ``original``'s key order (the keys ``values`` has)."""
+    return {k: values[k] for k in original if k in values}
+
+
 class RedactingBridge:
     """``bridge`` with every one of ``secrets`` scrubbed from what it returns or raises.
 
@@ -229,11 +309,19 @@ class RedactingBridge:
         scrubber = StreamScrubber(self.secrets)
         thinking = StreamScrubber(self.secrets)
         chunks = ChunkScrubber(self.secrets)
+        events = EventScrubber(self.secrets, scrubber)
         last: dict[str, Any] | None = None
         sent: list[str] = []
         pieces = self.bridge.stream(request)
         try:
             async for delta in pieces:
+                if delta.chunk is not None and self.provider == "anthropic":
+                    released = scrubber.feed(delta.text)
+                    for said, event in events.scrub(delta.chunk, released):
+                        sent.append(said)
+                        passed = event if delta.event is not None else None
+                        yield Delta(text=said, event=passed, usage=delta.usage, chunk=event)
+                    continue
                 if delta.event is not None:
                     for event in _scrubbed_events(delta.event, thinking, self.secrets):
                         yield Delta(event=event)
@@ -283,9 +371,7 @@ class RedactingBridge:
         await self.bridge.aclose()
 
 
-def _tail_chunk(
-    last: dict[str, Any], text: str, calls: list[tuple[object, str]]
-) -> dict[str, Any]:
+def _tail_chunk(last: dict[str, Any], text: str, calls: list[tuple[object, str]]) -> dict[str, Any]:
     """A chunk shaped like the stream's last one (its id, created, model) carrying what was
     held back to the end: the text's tail and the tool calls' argument tails."""
     delta: dict[str, Any] = {}

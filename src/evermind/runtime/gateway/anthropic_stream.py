@@ -146,6 +146,10 @@ async def events(
     """
     upstream = resolved.upstream
     status, detail = opened
+    if upstream.protocol == "anthropic" and first is not None and first.chunk is not None:
+        async for out in _relayed(gateway, resolved, request, opened, message, deltas, first):
+            yield out
+        return
     usage = first.usage if first is not None else None
     start_usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
     if usage is not None:  # the upstream's own count, as its message_start says it
@@ -188,6 +192,51 @@ async def events(
         },
     )
     yield sse("message_stop", {"type": "message_stop"})
+
+
+async def _relayed(
+    gateway: Gateway,
+    resolved: Resolved,
+    request: ChatRequest,
+    opened: tuple[str, str],
+    message: dict[str, Any],
+    deltas: AsyncIterator[Delta],
+    first: Delta,
+) -> AsyncIterator[bytes]:
+    """A miss from a Messages upstream: its own events one for one (its message id, pings,
+    every block as it came: citations, thinking, tool input pieces), keys scrubbed,
+    ``message_start``'s ``model`` the client's id, and ``message_delta`` (held with
+    ``message_stop`` until the call's completion is in and checked: a malformed answer ends
+    in an ``error`` event, never a stop) carrying the ``evermind`` field."""
+    upstream = resolved.upstream
+    status, detail = opened
+    held: list[dict[str, Any]] = []  # from message_delta on: they wait for the completion
+    completion: Completion | None = None
+    try:
+        async with aclosing(gateway.relay(request.tenant, upstream, first, deltas)) as relayed:
+            async for delta in relayed:
+                completion = delta.completion
+                event = delta.chunk
+                if event is None:
+                    continue
+                kind = str(event.get("type"))
+                if kind == "message_start" and isinstance(event.get("message"), dict):
+                    event = {**event, "message": {**event["message"], "model": message["model"]}}
+                if held or kind in ("message_delta", "message_stop"):
+                    held.append(event)
+                    continue
+                yield sse(kind, event)
+    except EvermindError as err:  # headers are gone: an error event, as Anthropic sends
+        # What was held (the stop) is not sent: a client must not read a failed call as done.
+        error = {"type": "api_error", "message": gateway.scrub(str(err))}
+        yield sse("error", {"type": "error", "error": error})
+        return
+    assert completion is not None  # the relay ends on the completion or raises
+    gateway.account(request.tenant, upstream.name, status, completion)
+    for event in held:
+        if event.get("type") == "message_delta":
+            event = {**event, "evermind": evermind_field(completion, status, detail)}
+        yield sse(str(event.get("type")), event)
 
 
 __all__ = ["STOP_REASON", "Blocks", "events", "sse", "tool_blocks", "usage_json"]

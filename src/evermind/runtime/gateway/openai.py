@@ -387,7 +387,10 @@ async def _events(
                     role = {}
                 completion = delta.completion
     except EvermindError as err:  # headers are gone: report in the stream, OpenAI style
-        if held is not None:
+        finished = held is not None and any(
+            isinstance(c, dict) and c.get("finish_reason") for c in held.get("choices") or []
+        )
+        if held is not None and not finished:  # a failed call never reads as finished
             yield sse(held)
         error = {"message": gateway.scrub(str(err)), "type": "server_error", "code": err.code}
         yield sse({"error": error})
