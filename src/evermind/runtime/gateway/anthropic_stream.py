@@ -2,7 +2,9 @@
 
 Owns what a Messages client reads back: ``stop_reason`` (:data:`STOP_REASON`), the four
 usage fields (:func:`usage_json`), ``tool_use`` blocks (:func:`tool_blocks`), and
-:func:`events`, the server-sent event sequence of a streamed call, as Anthropic sends it:
+:func:`events`, the server-sent event sequence of a streamed call. A miss from a Messages
+upstream is that upstream's own events, one for one (:func:`_relayed`); a cache hit, or an
+answer from an upstream of another protocol, is written here, as Anthropic sends it:
 
 - ``message_start``, with the upstream's own input usage when its stream said it first (a
   :class:`~evermind.bridges.base.Delta` carrying ``usage``; zero on a cache hit: nothing paid);
