@@ -136,7 +136,15 @@ export class StudioApp extends EventTarget {
       h("div", { class: "sidebar-inner" }, list, h("details", { class: "runtime-facts" }, h("summary", { text: "Runtime" }), factList)),
     );
     this.gpuBanner = h("p", { id: "no-gpu-banner", class: "banner warning no-gpu", role: "alert", hidden: true });
-    this.main = h("main", { class: "panels" }, this.gpuBanner, this.bootCard, ...this.panels.map((p) => p.element));
+    // What a reload brought back from this browser's storage (or dropped, and why).
+    this.restoreText = h("span", { id: "restore-notice-text" });
+    this.restoreNotice = h(
+      "p",
+      { id: "restore-notice", class: "banner", role: "status", hidden: true },
+      this.restoreText,
+      h("button", { type: "button", text: "Dismiss", onclick: () => { this.restoreNotice.hidden = true; } }),
+    );
+    this.main = h("main", { class: "panels" }, this.gpuBanner, this.restoreNotice, this.bootCard, ...this.panels.map((p) => p.element));
     this.shell = h("div", { class: "studio", dataset: { phase: "booting" } }, header, h("div", { class: "layout" }, nav, this.main));
     this.root.append(this.shell);
     this.show(this.panels[0].id, { focus: false });
@@ -367,6 +375,12 @@ export class StudioApp extends EventTarget {
     const embedder = await this.call("embedder_info").catch(() => null);
     if (embedder?.method) patch.embedder = { ...embedder, why: embedder.reason || (embedder.teacher ? `distilled from ${embedder.teacher}` : embedder.method) };
     this.setState(patch, { share: false });
+    if (back.notice) {
+      this.restoreText.textContent = back.notice;
+      this.restoreNotice.dataset.kind = back.notice_kind ?? "restored";
+      this.restoreNotice.classList.toggle("warning", back.notice_kind === "dropped");
+      this.restoreNotice.hidden = false;
+    }
     if (back.restored) this.dispatchEvent(new CustomEvent("restored", { detail: back }));
   }
 

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from evermind import gpu
-from evermind.errors import ConfigError, DeviceLostError, NoAdapterError
+from evermind.errors import ConfigError, DeviceLostError, GPUError, NoAdapterError
 from evermind.job import (
     JobConfig,
     export_package,
@@ -43,6 +43,7 @@ from evermind.package.head import EmbedderHead, bag_mean, project
 from evermind.package.tensor import Tensor
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
 from evermind.search.cosine import dot
+from evermind.studio.draft import DRAFT_KEY, DraftError, describe_draft, draft_record, parse_draft
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
 from evermind.train.data import eval_windows
@@ -586,20 +587,91 @@ class Session:
             self._set_head(_head_from_json(stored["head"]), dict(stored["info"]))
         self.state = "finished" if self.trainer.step >= train.steps else "paused"
 
+    async def save_draft(self) -> None:
+        """Stores the corpus and tokenizer (one put) so that a reload before the first
+        checkpoint brings them back; an empty corpus deletes the draft."""
+        kv = await self.kv()
+        if not self.sources:
+            await kv.write("session", deletes=[DRAFT_KEY])
+            return
+        record = draft_record(
+            self.sources, self.tokenizer, self._vocab_requested, self.held_out_fraction
+        )
+        await kv.write("session", puts=[(DRAFT_KEY, record)])
+
+    def _forget_restored(self) -> None:
+        """Back to an empty session after a restore that failed part-way (no half-restore)."""
+        self.sources = {}
+        self.tokenizer = None
+        self.train_ids = self.held_ids = None
+        self.job = self.config = None
+        self.model = self.trainer = None
+        self._decoder = None
+        self._set_head(None, {})
+        self._custom = None
+        self._run_id = ""
+        self._vocab_requested = None
+        self.state = "idle"
+
+    async def _restore_draft(self, kv: KeyValueStore) -> str | None:
+        """Restores the stored draft whole; a damaged one is dropped. The notice's words."""
+        value = await kv.get("session", DRAFT_KEY)
+        if value is None:
+            return None
+        try:
+            draft = parse_draft(value)
+        except DraftError as err:
+            await kv.write("session", deletes=[DRAFT_KEY])
+            return (
+                f"The saved corpus and tokenizer could not be restored ({err}); they were dropped."
+            )
+        self.sources = dict(draft.sources)
+        self.held_out_fraction = draft.held_out_fraction
+        self._vocab_requested = draft.vocab_requested
+        self.tokenizer = draft.tokenizer
+        if self.tokenizer is not None:
+            self.tokenize()
+        return describe_draft(draft)
+
     async def restore(self) -> dict[str, Any]:
         """After a reload: brings the stored run back (corpus, tokenizer, model at its
-        checkpoint, settings) unless this worker already holds one; what came back."""
+        checkpoint, settings) unless this worker already holds one, or before any run the
+        draft (corpus and tokenizer); what came back and a notice in words (``notice``,
+        ``notice_kind``: ``restored`` or ``dropped``)."""
         kv = await self.kv()
         restored = False
+        notice: str | None = None
+        kind = "restored"
         # Several Studios on one page ask at boot: one restores, the others wait for it.
         async with self._restore_lock:
             meta = await kv.get("session", "meta")
             fresh = self.trainer is None and not self.sources and self.state == "idle"
             if fresh and meta and meta.get("checkpoint_step") is not None:
-                await self.restore_from_storage()
-                restored = True
+                try:
+                    await self.restore_from_storage()
+                except GPUError:
+                    self._forget_restored()
+                    raise
+                except Exception as err:  # a damaged run: drop it rather than half-restore
+                    self._forget_restored()
+                    await kv.write("session", deletes=list(RUN_KEYS))
+                    notice = f"The saved run could not be restored ({err}); it was dropped."
+                    kind = "dropped"
+                else:
+                    restored = True
+                    assert self.trainer is not None
+                    notice = (
+                        "Restored from this browser's storage: the corpus, the tokenizer and "
+                        f"the run at step {self.trainer.step}."
+                    )
+            elif fresh:
+                notice = await self._restore_draft(kv)
+                restored = bool(self.sources)
+                kind = "restored" if restored else "dropped"
         return {
             "restored": restored,
+            "notice": notice,
+            "notice_kind": kind,
             "settings": self.settings(),
             "tokenizer": self.tokenizer_info() if self.tokenizer else None,
             "corpus": self.corpus_info() if self.sources else None,

@@ -1,0 +1,130 @@
+"""The Studio a newcomer meets (issue 39, item 3), in Chromium.
+
+One page on one browser profile (IndexedDB survives its reloads) is shared by the tests of
+this module, which run in order: the corpus and tokenizer come back after a reload before
+any training checkpoint, with a notice saying so; a damaged saved draft is dropped whole,
+with a notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.browser.conftest import BOOT_TIMEOUT_MS, ROOT, RecordedPage, show, wait_text
+from tests.factories import TEXT
+
+SHOTS = ROOT / "test-results" / "studio-newcomer"
+CORPUS = "\n\n".join(f"Note {i}. {TEXT[: 300 + 7 * i]}" for i in range(30))
+
+
+class Studio(RecordedPage):
+    def wait_ready(self) -> None:
+        self.page.wait_for_function("window.__done === true", timeout=BOOT_TIMEOUT_MS)
+        boot = self.page.evaluate("window.__evermind")
+        assert boot["ok"], f"studio failed to boot: {boot}\n" + "\n".join(self.console[-20:])
+
+    def reload(self) -> None:
+        self.page.reload()
+        self.wait_ready()
+
+    def text(self, selector: str) -> str:
+        return self.page.locator(selector).inner_text()
+
+
+@pytest.fixture(scope="module")
+def studio(browser, server) -> Iterator[Studio]:
+    rec = Studio(browser)
+    rec.page.set_viewport_size({"width": 1280, "height": 800})
+    rec.page.goto(server.url + "index.html")
+    rec.wait_ready()
+    yield rec
+    rec.close()
+
+
+def shot(rec: Studio, name: str) -> None:
+    """A screenshot for a human to look at (git-ignored)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    rec.page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+#: Rewrites the stored draft in the page's IndexedDB with `change(draft)` (one transaction).
+EDIT_DRAFT = """(change) => new Promise((resolve, reject) => {
+  const open = indexedDB.open('evermind-studio');
+  open.onerror = () => reject(open.error);
+  open.onsuccess = () => {
+    const db = open.result;
+    const tx = db.transaction('session', 'readwrite');
+    const store = tx.objectStore('session');
+    const get = store.get('draft');
+    get.onsuccess = () => {
+      const draft = get.result;
+      if (!draft) { reject(new Error('no draft stored')); return; }
+      new Function('draft', change)(draft);
+      store.put(draft, 'draft');
+    };
+    tx.oncomplete = () => { db.close(); resolve(true); };
+    tx.onerror = () => reject(tx.error);
+  };
+})"""
+
+HAS_DRAFT = """() => new Promise((resolve, reject) => {
+  const open = indexedDB.open('evermind-studio');
+  open.onsuccess = () => {
+    const db = open.result;
+    const get = db.transaction('session').objectStore('session').get('draft');
+    get.onsuccess = () => { db.close(); resolve(get.result !== undefined); };
+    get.onerror = () => reject(get.error);
+  };
+  open.onerror = () => reject(open.error);
+})"""
+
+
+def test_a_reload_before_any_checkpoint_brings_back_corpus_and_tokenizer(studio: Studio) -> None:
+    page = studio.page
+    assert page.locator("#restore-notice").is_hidden()
+    show(studio, "data")
+    page.fill("#panel-data textarea[name=paste-text]", CORPUS)
+    page.fill("#panel-data input[name=paste-name]", "notes.txt")
+    page.locator("#panel-data button", has_text="Add pasted text").click()
+    wait_text(studio, "#panel-data .sources", r"notes\.txt")
+    show(studio, "tokenizer")
+    page.fill("#panel-tokenizer input[name=vocab-size]", "300")
+    page.click("#tokenizer-train")
+    wait_text(studio, "#panel-tokenizer .message", r"Trained")
+    vocab = studio.text("#step-tokenizer")
+
+    studio.reload()
+    notice = page.locator("#restore-notice")
+    assert notice.is_visible() and notice.get_attribute("data-kind") == "restored"
+    words = studio.text("#restore-notice-text")
+    assert "corpus (1 source," in words and "tokenizer (" in words, words
+    assert page.locator("#step-data").get_attribute("data-status") == "done"
+    assert page.locator("#step-tokenizer").get_attribute("data-status") == "done"
+    assert studio.text("#step-tokenizer") == vocab
+    show(studio, "data")
+    assert "notes.txt" in studio.text("#panel-data .sources")
+    # The restored tokenizer is usable: Train is no longer gated on it.
+    show(studio, "train")
+    assert page.locator("#train-start").is_enabled()
+    shot(studio, "restored-draft")
+
+
+def test_a_damaged_draft_is_dropped_whole_with_a_notice(studio: Studio) -> None:
+    page = studio.page
+    # A partial write: the corpus text cut in half (the tokenizer itself is intact).
+    page.evaluate(EDIT_DRAFT, "draft.sources[0][1] = draft.sources[0][1].slice(0, 100);")
+    studio.reload()
+    notice = page.locator("#restore-notice")
+    assert notice.is_visible() and notice.get_attribute("data-kind") == "dropped"
+    words = studio.text("#restore-notice-text")
+    assert "could not be restored" in words and "dropped" in words, words
+    # Nothing of it came back: neither the corpus nor the tokenizer.
+    assert page.locator("#step-data").get_attribute("data-status") == "todo"
+    assert page.locator("#step-tokenizer").get_attribute("data-status") == "todo"
+    assert page.evaluate(HAS_DRAFT) is False
+    shot(studio, "dropped-draft")
+    # The next reload starts empty and quietly.
+    studio.reload()
+    assert page.locator("#restore-notice").is_hidden()
