@@ -8,6 +8,7 @@ with a notice.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -128,3 +129,71 @@ def test_a_damaged_draft_is_dropped_whole_with_a_notice(studio: Studio) -> None:
     # The next reload starts empty and quietly.
     studio.reload()
     assert page.locator("#restore-notice").is_hidden()
+
+
+#: Polls the shadow DOM every 50 ms: the Train panel's messages, the embedder progress shown,
+#: and every moment the page said "Finished" while the model could not be used.
+WATCH = """() => {
+  const root = document.querySelector('evermind-studio').shadowRoot;
+  const q = (s) => root.querySelector(s);
+  window.__watch = { violations: [], progress: [], messages: [], why: [] };
+  const add = (list, text) => { if (text && list[list.length - 1] !== text) list.push(text); };
+  window.__watchTimer = setInterval(() => {
+    const msg = q('#panel-train .message').textContent;
+    add(window.__watch.messages, msg);
+    const tryStep = q('#step-try').textContent;
+    if (/Finished/.test(msg) && (q('#try-generate').disabled || /needs a model/.test(tryStep)))
+      add(window.__watch.violations, `${msg} | ${tryStep}`);
+    const p = q('#embedder-progress');
+    if (!p.hidden) {
+      add(window.__watch.progress, p.textContent);
+      add(window.__watch.why, `${q('#try-generate').title} | ${tryStep}`);
+    }
+  }, 50);
+}"""
+
+
+def add_corpus_and_tokenizer(studio: Studio) -> None:
+    page = studio.page
+    show(studio, "data")
+    page.fill("#panel-data textarea[name=paste-text]", CORPUS)
+    page.fill("#panel-data input[name=paste-name]", "notes.txt")
+    page.locator("#panel-data button", has_text="Add pasted text").click()
+    wait_text(studio, "#panel-data .sources", r"notes\.txt")
+    show(studio, "tokenizer")
+    page.fill("#panel-tokenizer input[name=vocab-size]", "300")
+    page.click("#tokenizer-train")
+    wait_text(studio, "#panel-tokenizer .message", r"Trained")
+
+
+def test_b_finished_only_when_the_model_is_usable_and_centring_shows_progress(
+    studio: Studio,
+) -> None:
+    page = studio.page
+    add_corpus_and_tokenizer(studio)
+    show(studio, "train")
+    for name, value in (("steps", "20"), ("batch_size", "4"), ("seq_len", "32")):
+        page.fill(f"#panel-train input[name={name}]", value)
+    page.evaluate(WATCH)
+    page.click("#train-start")
+    page.locator("#embedder-status[data-method=centre]").wait_for(timeout=180_000)
+    wait_text(studio, "#panel-train .message", r"^Finished at step 20 of 20")
+    page.evaluate("clearInterval(window.__watchTimer)")
+    seen = page.evaluate("window.__watch")
+    print(seen)
+    assert not seen["violations"], seen["violations"]
+    assert any(m.startswith("Trained 20 of 20 steps") for m in seen["messages"]), seen
+    # The centring step counts its sentences as it goes, not "0 / n" until the end.
+    counts = [
+        (int(m.group(1)), int(m.group(2)))
+        for m in (re.match(r"Centring: (\d+) / (\d+)", t) for t in seen["progress"])
+        if m
+    ]
+    assert any(0 < done < total for done, total in counts), seen["progress"]
+    # Meanwhile Generate says why it waits, with the count, and Try is "ready after".
+    assert seen["why"] and all(
+        "embedder phase is running" in w and "ready after the embedder" in w for w in seen["why"]
+    ), seen["why"]
+    assert "ready" in studio.text("#panel-train .message")
+    assert page.locator("#try-generate").is_enabled()
+    assert "model ready" in studio.text("#step-try")

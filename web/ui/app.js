@@ -507,7 +507,7 @@ export class StudioApp extends EventTarget {
       this.setState({ training: summary.state, summary, checkpoint: null });
       this.refreshRuns();
       if (summary.state === "finished") {
-        this.dispatchEvent(new CustomEvent("trained", { detail: summary }));
+        this.dispatchEvent(new CustomEvent("trained", { detail: { ...summary, embedderFollows: Boolean(embedderPhase) } }));
         // The default flow ends with a working embedder (its failure never fails training).
         if (embedderPhase) summary.embedder = await this.embedder(typeof embedderPhase === "object" ? embedderPhase : {}).catch((err) => ({ error: describeError(err) }));
       }
@@ -530,6 +530,14 @@ export class StudioApp extends EventTarget {
 
   async stop() {
     return this.call("train_stop");
+  }
+
+  /** Why the model cannot be used yet while the embedder phase runs (null when it does not). */
+  embedderWait() {
+    if (!this.state.embedderRunning) return null;
+    const p = this.state.embedderProgress;
+    const where = !p ? "" : p.stage === "save" ? " (saving)" : ` (${p.done} of ${p.total})`;
+    return `The embedder phase is running${where}; the model is ready when it ends (step 3).`;
   }
 
   /** Whether a model is in the worker: trained (by this or another Studio) or an opened package. */

@@ -1116,13 +1116,16 @@ class Session:
         dm = self.config.d_model
         total = [0.0] * dm
         ids = [self.tokenizer.encode(t) or [eos] for t in texts]
-        step = raw.batch_size * 8
+        # One event per forward batch: on a software GPU one batch can take seconds, and the
+        # page shows the count while the model is not yet usable.
+        step = raw.batch_size
         for done in range(0, len(ids), step):
             for vector in await raw.embed_ids(ids[done : done + step]):
                 for d in range(dm):
                     total[d] += vector[d]
             self.emit(
                 "embedder-progress",
+                stage="centre",
                 step=min(done + step, len(ids)),
                 steps=len(ids),
                 loss=None,
@@ -1150,6 +1153,7 @@ class Session:
         self._set_head(head, info)
         if self.trainer is None:
             return
+        self.emit("embedder-progress", stage="save", step=0, steps=1, loss=None)
         # The distillation changed the weights: checkpoint them beside their head, so a
         # reload resumes the pair (one transaction).
         blob = await self.trainer.checkpoint()

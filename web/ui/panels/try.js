@@ -7,7 +7,7 @@ import { lossMeaning } from "./train.js";
 const EVALUATE_NEEDS_GPU = "Evaluating needs WebGPU; without it an opened package generates, compares and exports.";
 
 export function tryPanel(app) {
-  const needModel = () => (app.hasModel ? null : app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3), or open a package above.");
+  const needModel = () => (app.hasModel ? null : app.embedderWait() ?? (app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3), or open a package above."));
 
   // Opening a package: verified in the worker; without WebGPU it runs on the CPU.
   const openMessage = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
@@ -163,6 +163,6 @@ export function tryPanel(app) {
       if (e.event === "generate-token" && streaming) outText.textContent += e.text;
     },
     status: () => (app.state.tried ? "done" : app.hasModel ? "active" : "todo"),
-    summary: () => (app.state.opened && app.hasModel ? app.state.opened.ref : app.hasModel ? "model ready" : "needs a model"),
+    summary: () => (app.state.opened && app.hasModel ? app.state.opened.ref : app.hasModel ? "model ready" : app.state.embedderRunning ? "ready after the embedder" : "needs a model"),
   };
 }
