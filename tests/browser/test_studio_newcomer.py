@@ -197,3 +197,74 @@ def test_b_finished_only_when_the_model_is_usable_and_centring_shows_progress(
     assert "ready" in studio.text("#panel-train .message")
     assert page.locator("#try-generate").is_enabled()
     assert "model ready" in studio.text("#step-try")
+
+
+#: What the Try panel calls each verdict, and the colour family it is drawn in.
+LABELS = {
+    "similar": ("Similar", "ok"),
+    "related": ("Related", "ok"),
+    "unclear": ("Can't tell", "warn"),
+    "unrelated": ("Scores like unrelated texts", "err"),
+    "collapsed": ("Not separating yet", "warn"),
+    "uncalibrated": ("Not calibrated", "warn"),
+}
+CSS_COLOUR = """(el) => {
+  const probe = document.createElement('span');
+  el.parentNode.append(probe);
+  const out = {};
+  for (const name of ['ok', 'warn', 'err']) {
+    probe.style.color = `var(--${name})`;
+    out[name] = getComputedStyle(probe).color;
+  }
+  probe.remove();
+  out.label = getComputedStyle(el).color;
+  return out;
+}"""
+
+
+def compare(studio: Studio, a: str, b: str) -> dict:
+    """The worker's numbers for a pair, then the same pair compared through the Try panel."""
+    page = studio.page
+    numbers = page.evaluate("([a, b]) => window.evermind.call('similarity', {a, b})", [a, b])
+    page.fill("#panel-try textarea[name=sim-a]", a)
+    page.fill("#panel-try textarea[name=sim-b]", b)
+    page.click("#try-similarity")
+    shown = wait_text(studio, "#try-cosine", rf"^{numbers['cosine']:.3f}$")
+    wait_text(studio, "#try-sim-meaning", re.escape(numbers["words"][:40]))
+    colours = page.locator("#try-sim-label").evaluate(CSS_COLOUR)
+    return {"shown": shown, "r": numbers, "colours": colours}
+
+
+def test_d_the_compare_label_matches_the_embedders_own_unrelated_scores(studio: Studio) -> None:
+    show(studio, "try")
+    # The pair the user met ("Unrelated" in red at 0.720), and a text with itself.
+    for a, b in (
+        ("Return the absolute value of a number.", "Compute the magnitude of x."),
+        ("Return the absolute value of a number.", "Return the absolute value of a number."),
+    ):
+        got = compare(studio, a, b)
+        r, colours = got["r"], got["colours"]
+        print(a, "|", b, {k: r[k] for k in ("cosine", "verdict", "median", "share", "unrelated")})
+        assert got["shown"] == f"{r['cosine']:.3f}"
+        # The verdict follows from where the cosine falls among unrelated-pair scores.
+        if not r["collapsed"] and r["threshold"] is not None:
+            expected = (
+                "similar"
+                if r["cosine"] >= r["threshold"]
+                else "related"
+                if r["cosine"] > r["unrelated"]
+                else "unclear"
+                if r["cosine"] > r["median"]
+                else "unrelated"
+            )
+            assert r["verdict"] == expected, r
+            assert 0.0 <= r["share"] <= 1.0
+        label, family = LABELS[r["verdict"]]
+        assert studio.text("#try-sim-label") == label
+        assert studio.page.locator("#try-sim-bar").get_attribute("data-verdict") == r["verdict"]
+        assert colours["label"] == colours[family], colours
+        # Red means "scores like unrelated texts", never a score above their median.
+        if colours["label"] == colours["err"]:
+            assert r["cosine"] <= r["median"], r
+        assert studio.text("#try-sim-meaning") == r["words"]
+    shot(studio, "compare-1280")

@@ -44,6 +44,7 @@ from evermind.package.tensor import Tensor
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
 from evermind.search.cosine import dot
 from evermind.studio.draft import DRAFT_KEY, DraftError, describe_draft, draft_record, parse_draft
+from evermind.studio.similarity import similarity_meaning
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
 from evermind.train.data import eval_windows
@@ -169,7 +170,7 @@ class Session:
         self._custom: dict[str, Any] | None = None
         self._run_id = ""
         self._vocab_requested: int | None = None
-        self._similarity: tuple[str, Calibration] | None = None
+        self._similarity: tuple[str, Calibration, list[float]] | None = None
         self._restore_lock = asyncio.Lock()
 
     async def kv(self) -> KeyValueStore:
@@ -1224,7 +1225,9 @@ class Session:
         the threshold a cache hit would need."""
         va, vb = await self.embed([a, b])
         cosine = dot(va, vb)
-        calibration = await self._similarity_calibration()
+        calibration, scores = await self._similarity_calibration()
+        # The verdict places the cosine among this embedder's unrelated-pair scores.
+        meaning = similarity_meaning(cosine, calibration, scores)
         return {
             "cosine": cosine,
             "threshold": calibration.threshold,
@@ -1232,25 +1235,29 @@ class Session:
             "pairs": calibration.pairs,
             "collapsed": calibration.collapsed,
             "calibration": calibration.words.replace("stored queries", "corpus sentences"),
+            **meaning,
         }
 
-    async def _similarity_calibration(self) -> Calibration:
+    async def _similarity_calibration(self) -> tuple[Calibration, list[float]]:
+        """The calibration on the corpus's sentences and the ascending unrelated-pair cosines
+        it was measured on (cached per embedder)."""
         key = self.embedder_fingerprint
         if self._similarity is not None and self._similarity[0] == key:
-            return self._similarity[1]
+            return self._similarity[1], self._similarity[2]
         texts = embedder_texts(self.corpus_text, CALIBRATION_TEXTS)
         calibration = UNCALIBRATED
+        scores: list[float] = []
         if len(texts) >= 2:
             vectors = await self.embed(texts)
-            calibration = measure_calibration(
-                texts,
-                lambda chosen, pairs: [
-                    dot(vectors[chosen[i]], vectors[chosen[j]]) for i, j in pairs
-                ],
-                limit=len(texts),
-            )
-        self._similarity = (key, calibration)
-        return calibration
+
+            def cosines(chosen: list[int], pairs: list[tuple[int, int]]) -> list[float]:
+                scores[:] = [dot(vectors[chosen[i]], vectors[chosen[j]]) for i, j in pairs]
+                return scores
+
+            calibration = measure_calibration(texts, cosines, limit=len(texts))
+        scores = sorted(s for s in scores if math.isfinite(s))
+        self._similarity = (key, calibration, scores)
+        return calibration, scores
 
     @property
     def embedder_fingerprint(self) -> str:
