@@ -268,3 +268,88 @@ def test_d_the_compare_label_matches_the_embedders_own_unrelated_scores(studio: 
             assert r["cosine"] <= r["median"], r
         assert studio.text("#try-sim-meaning") == r["words"]
     shot(studio, "compare-1280")
+
+
+#: Line boxes of an element's text and its text's own width: a word broken letter by letter
+#: ("1.00e-9" stacked) has as many lines as letters and a box narrower than its text.
+LINES = r"""(el) => {
+  const range = document.createRange();
+  range.selectNodeContents(el);
+  const rects = [...range.getClientRects()].filter((r) => r.width > 0);
+  const tops = new Set(rects.map((r) => Math.round(r.top)));
+  const probe = el.cloneNode(true);
+  probe.style.cssText = 'position:absolute;visibility:hidden;white-space:nowrap;width:auto';
+  el.parentNode.append(probe);
+  const natural = probe.getBoundingClientRect().width;
+  let longest = 0;
+  for (const word of el.textContent.split(/\s+/)) {
+    probe.textContent = word;
+    longest = Math.max(longest, probe.getBoundingClientRect().width);
+  }
+  probe.remove();
+  const width = el.getBoundingClientRect().width;
+  return { lines: tops.size, width, natural, longest, text: el.textContent };
+}"""
+#: Each step of the strip: whether its whole box is inside the strip's visible box (not
+#: clipped by a scroller) and inside the viewport.
+STEPS_SEEN = """() => {
+  const root = document.querySelector('evermind-studio').shadowRoot;
+  const strip = root.querySelector('ol.steps').getBoundingClientRect();
+  return [...root.querySelectorAll('button.step')].map((b) => {
+    const r = b.getBoundingClientRect();
+    return { id: b.id, seen: r.left >= strip.left - 0.5 && r.right <= strip.right + 0.5
+      && r.right <= window.innerWidth + 0.5 && r.width > 0 };
+  });
+}"""
+
+
+def one_line(studio: Studio, selector: str) -> dict:
+    box = studio.page.locator(selector).first.evaluate(LINES)
+    assert box["lines"] == 1 and box["width"] + 0.5 >= box["natural"], (selector, box)
+    return box
+
+
+def whole_words(studio: Studio, selector: str) -> dict:
+    """A sentence may wrap between words, never inside one."""
+    box = studio.page.locator(selector).first.evaluate(LINES)
+    words = len(box["text"].split())
+    assert box["width"] + 0.5 >= box["longest"] and box["lines"] <= words, (selector, box)
+    return box
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_e_layout_keys_scores_title_and_steps_stay_whole(studio: Studio, width: int) -> None:
+    page = studio.page
+    page.set_viewport_size({"width": width, "height": 800})
+    # The title is one line, never "Evermin / d Studio".
+    one_line(studio, ".topbar h1")
+    # Every step of the strip is visible (no step hidden behind a silent scroll).
+    hidden = [s["id"] for s in page.evaluate(STEPS_SEEN) if not s["seen"]]
+    assert not hidden, f"steps not visible at {width}px: {hidden}"
+    page.evaluate("window.scrollTo(0, 0)")
+    shot(studio, f"steps-{width}")
+    # A recall card: the key, the score and how it was ranked each stay whole.
+    show(studio, "memory")
+    if not page.locator("#memory-list li[data-key='user.prefers.language']").count():
+        page.fill("#panel-memory input[name=memory-key]", "user.prefers.language")
+        page.fill(
+            "#panel-memory textarea[name=memory-content]",
+            "The user writes Python and prefers short answers.",
+        )
+        page.click("#memory-remember")
+        wait_text(studio, "#memory-list", r"user\.prefers\.language")
+    page.fill("#panel-memory input[name=memory-query]", "Which language does the user write?")
+    page.evaluate(
+        "document.querySelector('evermind-studio').shadowRoot"
+        ".querySelector('#memory-hits').replaceChildren()"
+    )
+    page.click("#memory-recall")
+    page.locator("#memory-hits .hit-head").first.wait_for()
+    card = "#memory-hits li[data-key='user.prefers.language'] .hit-head"
+    boxes = {part: one_line(studio, f"{card} {part}") for part in ("code", ".score")}
+    boxes["ranked-by"] = whole_words(studio, f"{card} .ranked-by")
+    # The score the user saw stacked: the same card with a tiny score's text stays whole.
+    page.locator(f"{card} .score").evaluate("el => { el.textContent = '1.00e-9'; }")
+    boxes["1.00e-9"] = one_line(studio, f"{card} .score")
+    print(width, boxes)
+    shot(studio, f"layout-{width}")
