@@ -10,26 +10,43 @@ function post(message) {
 }
 
 /**
- * Counts the bytes of the boot downloads (Pyodide's wasm, stdlib, lock; our wheel) as they
+ * Counts the bytes of the boot files (Pyodide's wasm, stdlib, lock; our wheel) as they
  * stream in, and posts `boot` events with a `fraction` for the boot bar. Totals are the
  * decoded sizes from build-info.json: with Content-Encoding, Content-Length is the
  * compressed size while a stream reader counts decoded bytes.
+ *
+ * A file already in Cache Storage (where sw.js keeps the boot set; the service worker then
+ * answers from it) is not a download: while every file so far was, the bar says "Starting"
+ * (stage `start`), not "Downloading", as on a visit from the cache or offline. (A probe with
+ * `cache: "only-if-cached"` would also see the HTTP cache, but it crashed Chromium's
+ * renderer under request interception, so it is not used.)
  */
 function trackDownloads(info) {
   const sizes = new Map(Object.entries(info.boot_bytes ?? {}).map(([path, n]) => [new URL(path, base).href, n]));
   const total = [...sizes.values()].reduce((a, b) => a + b, 0);
   let loaded = 0;
+  const from = { cache: [], network: [] };
   const fraction = () => 0.05 + 0.5 * (total ? Math.min(1, loaded / total) : 1);
-  if (!total || !self.ReadableStream) return { fraction, stop: () => {} };
+  if (!total || !self.ReadableStream) return { fraction, from, stop: () => {} };
   let last = 0;
   const report = (force) => {
     const now = performance.now();
     if (!force && now - last < 100) return;
     last = now;
     const mb = (n) => (n / 1e6).toFixed(1);
-    post({ event: { event: "boot", stage: "download", loaded, total, fraction: fraction(), message: `Downloading Python and evermind… ${mb(loaded)} of ${mb(total)} MB` } });
+    const event = from.network.length
+      ? { stage: "download", message: `Downloading Python and evermind… ${mb(loaded)} of ${mb(total)} MB` }
+      : { stage: "start", message: "Starting Python and evermind from this browser's cache…" };
+    post({ event: { event: "boot", ...event, loaded, total, fraction: fraction() } });
   };
   const realFetch = self.fetch;
+  const inCacheStorage = async (href) => {
+    try {
+      return Boolean(self.caches && (await caches.match(href, { ignoreVary: true })));
+    } catch {
+      return false; // no Cache Storage here (e.g. an opaque origin)
+    }
+  };
   // Count a clone's bytes and hand Pyodide the original response: a constructed Response
   // would lose the URL, and with it the browser's compiled-wasm cache on the next visit.
   const count = async (copy) => {
@@ -43,13 +60,16 @@ function trackDownloads(info) {
     report(true);
   };
   self.fetch = async (input, init) => {
-    const response = await realFetch.call(self, input, init);
     const url = new URL(typeof input === "string" || input instanceof URL ? input : input.url, base);
     url.search = "";
-    if (sizes.has(url.href) && response.ok && response.body) count(response.clone()).catch(() => {});
+    if (!sizes.has(url.href)) return realFetch.call(self, input, init);
+    const cached = await inCacheStorage(url.href);
+    const response = await realFetch.call(self, input, init);
+    (cached ? from.cache : from.network).push(url.pathname.split("/").pop());
+    if (response.ok && response.body) count(response.clone()).catch(() => {});
     return response;
   };
-  return { fraction, stop: () => { self.fetch = realFetch; } };
+  return { fraction, from, stop: () => { self.fetch = realFetch; } };
 }
 
 /** Cache Storage of the Python memory snapshot (not the service worker's: it outlives builds, keyed by them). */
@@ -135,6 +155,8 @@ async function boot() {
       install_ms: Math.round(tInstalled - tPython),
       import_ms: Math.round(tWheel - tInstalled),
       snapshot: snapshotState,
+      // Which boot files came from a cache and which from the network.
+      files: downloads.from,
     },
   };
 }

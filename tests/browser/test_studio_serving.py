@@ -121,6 +121,25 @@ def test_boot_bar_reports_real_byte_progress(visits, info) -> None:
     assert "MB" in downloads[-1]["message"]
 
 
+def test_the_boot_bar_says_starting_when_nothing_downloads(visits, info) -> None:
+    """Issue 39: a visit from the cache, or offline, said "Downloading… 19.4 of 22.2 MB"."""
+    first = visits["first"]
+    assert any(e["message"].startswith("Downloading") for e in first["events"])
+    for name in ("second", "offline"):
+        events = visits[name]["events"]
+        said = [e["message"] for e in events]
+        assert not [m for m in said if "Download" in m], (name, said)
+        assert any(m.startswith("Starting Python and evermind") for m in said), (name, said)
+        starts = [e for e in events if e.get("stage") == "start"]
+        assert starts and starts[-1]["loaded"] == starts[-1]["total"], starts[-1:]
+        files = visits[name]["boot"]["boot"]["files"]
+        assert files["network"] == [] and len(files["cache"]) == len(info["boot_bytes"]), files
+    # Which files the first visit downloaded: all of them.
+    assert sorted(first["boot"]["boot"]["files"]["network"]) == sorted(
+        p.rsplit("/", 1)[-1] for p in info["boot_bytes"]
+    )
+
+
 def test_second_visit_comes_from_the_cache(visits) -> None:
     second = visits["second"]
     assert second["sw"] == "controlled"

@@ -66,6 +66,9 @@ def text_of(rec: Studio, selector: str) -> str:
     return rec.page.locator(selector).inner_text()
 
 
+#: The Compare verdicts (evermind.studio.similarity).
+VERDICTS = ("similar", "related", "unclear", "unrelated", "collapsed", "uncalibrated")
+
 #: Steps between step-based checkpoints in the reload test (``checkpoint-every``).
 EVERY = 1000
 
@@ -192,7 +195,7 @@ def test_numbers_come_with_their_meaning(studio: Studio) -> None:
     page.click("#try-similarity")
     wait_text(studio, "#try-cosine", r"^-?\d\.\d{3}$")
     verdict = bar.get_attribute("data-verdict")
-    assert verdict in ("similar", "related", "unrelated", "uncalibrated"), verdict
+    assert verdict in VERDICTS, verdict
     words = text_of(studio, "#try-sim-meaning")
     assert re.search(r"cache hit needs|Not calibrated|does not separate", words), words
     shot(studio, "try-meaning")

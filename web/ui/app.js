@@ -136,7 +136,15 @@ export class StudioApp extends EventTarget {
       h("div", { class: "sidebar-inner" }, list, h("details", { class: "runtime-facts" }, h("summary", { text: "Runtime" }), factList)),
     );
     this.gpuBanner = h("p", { id: "no-gpu-banner", class: "banner warning no-gpu", role: "alert", hidden: true });
-    this.main = h("main", { class: "panels" }, this.gpuBanner, this.bootCard, ...this.panels.map((p) => p.element));
+    // What a reload brought back from this browser's storage (or dropped, and why).
+    this.restoreText = h("span", { id: "restore-notice-text" });
+    this.restoreNotice = h(
+      "p",
+      { id: "restore-notice", class: "banner", role: "status", hidden: true },
+      this.restoreText,
+      h("button", { type: "button", text: "Dismiss", onclick: () => { this.restoreNotice.hidden = true; } }),
+    );
+    this.main = h("main", { class: "panels" }, this.gpuBanner, this.restoreNotice, this.bootCard, ...this.panels.map((p) => p.element));
     this.shell = h("div", { class: "studio", dataset: { phase: "booting" } }, header, h("div", { class: "layout" }, nav, this.main));
     this.root.append(this.shell);
     this.show(this.panels[0].id, { focus: false });
@@ -367,6 +375,12 @@ export class StudioApp extends EventTarget {
     const embedder = await this.call("embedder_info").catch(() => null);
     if (embedder?.method) patch.embedder = { ...embedder, why: embedder.reason || (embedder.teacher ? `distilled from ${embedder.teacher}` : embedder.method) };
     this.setState(patch, { share: false });
+    if (back.notice) {
+      this.restoreText.textContent = back.notice;
+      this.restoreNotice.dataset.kind = back.notice_kind ?? "restored";
+      this.restoreNotice.classList.toggle("warning", back.notice_kind === "dropped");
+      this.restoreNotice.hidden = false;
+    }
     if (back.restored) this.dispatchEvent(new CustomEvent("restored", { detail: back }));
   }
 
@@ -493,7 +507,7 @@ export class StudioApp extends EventTarget {
       this.setState({ training: summary.state, summary, checkpoint: null });
       this.refreshRuns();
       if (summary.state === "finished") {
-        this.dispatchEvent(new CustomEvent("trained", { detail: summary }));
+        this.dispatchEvent(new CustomEvent("trained", { detail: { ...summary, embedderFollows: Boolean(embedderPhase) } }));
         // The default flow ends with a working embedder (its failure never fails training).
         if (embedderPhase) summary.embedder = await this.embedder(typeof embedderPhase === "object" ? embedderPhase : {}).catch((err) => ({ error: describeError(err) }));
       }
@@ -516,6 +530,14 @@ export class StudioApp extends EventTarget {
 
   async stop() {
     return this.call("train_stop");
+  }
+
+  /** Why the model cannot be used yet while the embedder phase runs (null when it does not). */
+  embedderWait() {
+    if (!this.state.embedderRunning) return null;
+    const p = this.state.embedderProgress;
+    const where = !p ? "" : p.stage === "save" ? " (saving)" : ` (${p.done} of ${p.total})`;
+    return `The embedder phase is running${where}; the model is ready when it ends (step 3).`;
   }
 
   /** Whether a model is in the worker: trained (by this or another Studio) or an opened package. */

@@ -124,6 +124,7 @@ async def corpus_default(max_bytes: int = DEFAULT_CORPUS_BYTES) -> dict[str, Any
     text, description = default_corpus(int(max_bytes))
     s = session()
     s.add_source("Python standard library docstrings", text, description)
+    await s.save_draft()
     return s.corpus_info()
 
 
@@ -142,6 +143,7 @@ async def corpus_add(
     extracted = extract_text(name, data, column)
     s = session()
     s.add_source(name, extracted, f"{name} ({len(extracted.encode('utf-8')):,} bytes)")
+    await s.save_draft()
     return s.corpus_info()
 
 
@@ -152,6 +154,7 @@ async def corpus_remove(name: str) -> dict[str, Any]:
     if s.sources.pop(name, None) is None:
         raise ConfigError(f"no corpus source named {name!r}")
     s.tokenizer, s.train_ids, s.held_ids = None, None, None
+    await s.save_draft()
     return s.corpus_info()
 
 
@@ -164,7 +167,11 @@ async def corpus_info() -> dict[str, Any]:
 @handler
 async def tokenizer_train(vocab_size: int = 2048) -> dict[str, Any]:
     """Trains the byte-level BPE tokenizer on the corpus (``tokenizer-progress`` events)."""
-    return session().train_tokenizer(int(vocab_size))
+    s = session()
+    result = s.train_tokenizer(int(vocab_size))
+    # Saved with the corpus, so that a reload before any checkpoint keeps both.
+    await s.save_draft()
+    return result
 
 
 @handler
@@ -271,7 +278,8 @@ async def session_status() -> dict[str, Any]:
 @handler
 async def session_restore() -> dict[str, Any]:
     """After a reload: restores the stored run (corpus, tokenizer, model, settings) unless the
-    worker holds one; ``{restored, settings, tokenizer, corpus, summary, runs}``."""
+    worker holds one, or the corpus and tokenizer saved before any run;
+    ``{restored, notice, notice_kind, settings, tokenizer, corpus, summary, runs}``."""
     return await session().restore()
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from evermind import gpu
-from evermind.errors import ConfigError, DeviceLostError, NoAdapterError
+from evermind.errors import ConfigError, DeviceLostError, GPUError, NoAdapterError
 from evermind.job import (
     JobConfig,
     export_package,
@@ -43,6 +43,8 @@ from evermind.package.head import EmbedderHead, bag_mean, project
 from evermind.package.tensor import Tensor
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
 from evermind.search.cosine import dot
+from evermind.studio.draft import DRAFT_KEY, DraftError, describe_draft, draft_record, parse_draft
+from evermind.studio.similarity import similarity_meaning
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
 from evermind.train.data import eval_windows
@@ -168,7 +170,7 @@ class Session:
         self._custom: dict[str, Any] | None = None
         self._run_id = ""
         self._vocab_requested: int | None = None
-        self._similarity: tuple[str, Calibration] | None = None
+        self._similarity: tuple[str, Calibration, list[float]] | None = None
         self._restore_lock = asyncio.Lock()
 
     async def kv(self) -> KeyValueStore:
@@ -586,20 +588,91 @@ class Session:
             self._set_head(_head_from_json(stored["head"]), dict(stored["info"]))
         self.state = "finished" if self.trainer.step >= train.steps else "paused"
 
+    async def save_draft(self) -> None:
+        """Stores the corpus and tokenizer (one put) so that a reload before the first
+        checkpoint brings them back; an empty corpus deletes the draft."""
+        kv = await self.kv()
+        if not self.sources:
+            await kv.write("session", deletes=[DRAFT_KEY])
+            return
+        record = draft_record(
+            self.sources, self.tokenizer, self._vocab_requested, self.held_out_fraction
+        )
+        await kv.write("session", puts=[(DRAFT_KEY, record)])
+
+    def _forget_restored(self) -> None:
+        """Back to an empty session after a restore that failed part-way (no half-restore)."""
+        self.sources = {}
+        self.tokenizer = None
+        self.train_ids = self.held_ids = None
+        self.job = self.config = None
+        self.model = self.trainer = None
+        self._decoder = None
+        self._set_head(None, {})
+        self._custom = None
+        self._run_id = ""
+        self._vocab_requested = None
+        self.state = "idle"
+
+    async def _restore_draft(self, kv: KeyValueStore) -> str | None:
+        """Restores the stored draft whole; a damaged one is dropped. The notice's words."""
+        value = await kv.get("session", DRAFT_KEY)
+        if value is None:
+            return None
+        try:
+            draft = parse_draft(value)
+        except DraftError as err:
+            await kv.write("session", deletes=[DRAFT_KEY])
+            return (
+                f"The saved corpus and tokenizer could not be restored ({err}); they were dropped."
+            )
+        self.sources = dict(draft.sources)
+        self.held_out_fraction = draft.held_out_fraction
+        self._vocab_requested = draft.vocab_requested
+        self.tokenizer = draft.tokenizer
+        if self.tokenizer is not None:
+            self.tokenize()
+        return describe_draft(draft)
+
     async def restore(self) -> dict[str, Any]:
         """After a reload: brings the stored run back (corpus, tokenizer, model at its
-        checkpoint, settings) unless this worker already holds one; what came back."""
+        checkpoint, settings) unless this worker already holds one, or before any run the
+        draft (corpus and tokenizer); what came back and a notice in words (``notice``,
+        ``notice_kind``: ``restored`` or ``dropped``)."""
         kv = await self.kv()
         restored = False
+        notice: str | None = None
+        kind = "restored"
         # Several Studios on one page ask at boot: one restores, the others wait for it.
         async with self._restore_lock:
             meta = await kv.get("session", "meta")
             fresh = self.trainer is None and not self.sources and self.state == "idle"
             if fresh and meta and meta.get("checkpoint_step") is not None:
-                await self.restore_from_storage()
-                restored = True
+                try:
+                    await self.restore_from_storage()
+                except GPUError:
+                    self._forget_restored()
+                    raise
+                except Exception as err:  # a damaged run: drop it rather than half-restore
+                    self._forget_restored()
+                    await kv.write("session", deletes=list(RUN_KEYS))
+                    notice = f"The saved run could not be restored ({err}); it was dropped."
+                    kind = "dropped"
+                else:
+                    restored = True
+                    assert self.trainer is not None
+                    notice = (
+                        "Restored from this browser's storage: the corpus, the tokenizer and "
+                        f"the run at step {self.trainer.step}."
+                    )
+            elif fresh:
+                notice = await self._restore_draft(kv)
+                restored = bool(self.sources)
+                kind = "restored" if restored else "dropped"
         return {
             "restored": restored,
+            "notice": notice,
+            "notice_kind": kind,
             "settings": self.settings(),
             "tokenizer": self.tokenizer_info() if self.tokenizer else None,
             "corpus": self.corpus_info() if self.sources else None,
@@ -1044,13 +1117,16 @@ class Session:
         dm = self.config.d_model
         total = [0.0] * dm
         ids = [self.tokenizer.encode(t) or [eos] for t in texts]
-        step = raw.batch_size * 8
+        # One event per forward batch: on a software GPU one batch can take seconds, and the
+        # page shows the count while the model is not yet usable.
+        step = raw.batch_size
         for done in range(0, len(ids), step):
             for vector in await raw.embed_ids(ids[done : done + step]):
                 for d in range(dm):
                     total[d] += vector[d]
             self.emit(
                 "embedder-progress",
+                stage="centre",
                 step=min(done + step, len(ids)),
                 steps=len(ids),
                 loss=None,
@@ -1078,6 +1154,7 @@ class Session:
         self._set_head(head, info)
         if self.trainer is None:
             return
+        self.emit("embedder-progress", stage="save", step=0, steps=1, loss=None)
         # The distillation changed the weights: checkpoint them beside their head, so a
         # reload resumes the pair (one transaction).
         blob = await self.trainer.checkpoint()
@@ -1148,7 +1225,9 @@ class Session:
         the threshold a cache hit would need."""
         va, vb = await self.embed([a, b])
         cosine = dot(va, vb)
-        calibration = await self._similarity_calibration()
+        calibration, scores = await self._similarity_calibration()
+        # The verdict places the cosine among this embedder's unrelated-pair scores.
+        meaning = similarity_meaning(cosine, calibration, scores)
         return {
             "cosine": cosine,
             "threshold": calibration.threshold,
@@ -1156,25 +1235,29 @@ class Session:
             "pairs": calibration.pairs,
             "collapsed": calibration.collapsed,
             "calibration": calibration.words.replace("stored queries", "corpus sentences"),
+            **meaning,
         }
 
-    async def _similarity_calibration(self) -> Calibration:
+    async def _similarity_calibration(self) -> tuple[Calibration, list[float]]:
+        """The calibration on the corpus's sentences and the ascending unrelated-pair cosines
+        it was measured on (cached per embedder)."""
         key = self.embedder_fingerprint
         if self._similarity is not None and self._similarity[0] == key:
-            return self._similarity[1]
+            return self._similarity[1], self._similarity[2]
         texts = embedder_texts(self.corpus_text, CALIBRATION_TEXTS)
         calibration = UNCALIBRATED
+        scores: list[float] = []
         if len(texts) >= 2:
             vectors = await self.embed(texts)
-            calibration = measure_calibration(
-                texts,
-                lambda chosen, pairs: [
-                    dot(vectors[chosen[i]], vectors[chosen[j]]) for i, j in pairs
-                ],
-                limit=len(texts),
-            )
-        self._similarity = (key, calibration)
-        return calibration
+
+            def cosines(chosen: list[int], pairs: list[tuple[int, int]]) -> list[float]:
+                scores[:] = [dot(vectors[chosen[i]], vectors[chosen[j]]) for i, j in pairs]
+                return scores
+
+            calibration = measure_calibration(texts, cosines, limit=len(texts))
+        scores = sorted(s for s in scores if math.isfinite(s))
+        self._similarity = (key, calibration, scores)
+        return calibration, scores
 
     @property
     def embedder_fingerprint(self) -> str:

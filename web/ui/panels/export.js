@@ -16,7 +16,7 @@ export function saveBlob(blob, filename, container) {
 }
 
 export function exportPanel(app) {
-  const needModel = () => (app.hasModel ? null : app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3).");
+  const needModel = () => (app.hasModel ? null : app.embedderWait() ?? (app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3)."));
   const message = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
   const name = field("Name", h("input", { type: "text", name: "package-name", value: "evermind-studio", autocomplete: "off" }), "Lower-case letters, digits, . _ -");
   const version = field("Version", h("input", { type: "text", name: "package-version", value: "0.1.0", autocomplete: "off" }));

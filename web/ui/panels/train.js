@@ -150,13 +150,20 @@ export function trainPanel(app) {
     const recoverable = isRecoverable(err);
     app.say(message, describeError(err) + (recoverable && app.state.checkpoint ? ` Saved at step ${app.state.checkpoint.step}.` : ""), "error");
   };
+  const losses = (summary) => `loss ${formatNumber(summary.initial_loss, 3)} → ${formatNumber(summary.final_loss, 3)}${summary.eval_loss != null ? `, held-out ${formatNumber(summary.eval_loss, 3)}` : ""}`;
   const finished = (summary) => {
     if (!summary) return;
     const words = { finished: "Finished", paused: "Paused", stopped: "Stopped" }[summary.state] ?? summary.state;
-    app.say(message, `${words} at step ${summary.step} of ${summary.steps}: loss ${formatNumber(summary.initial_loss, 3)} → ${formatNumber(summary.final_loss, 3)}${summary.eval_loss != null ? `, held-out ${formatNumber(summary.eval_loss, 3)}` : ""}.`, "ok");
+    const ready = summary.state === "finished" ? " The model is ready: try it in step 4." : "";
+    app.say(message, `${words} at step ${summary.step} of ${summary.steps}: ${losses(summary)}.${ready}`, "ok");
   };
-  // Said when training finishes, before the embedder phase that follows it.
-  app.addEventListener("trained", (e) => finished(e.detail));
+  // Said when the steps are done, before the embedder phase that follows: the model is not
+  // usable until that phase ends, so this never says "Finished".
+  app.addEventListener("trained", (e) => {
+    const s = e.detail;
+    if (!e.detail.embedderFollows) return finished(s);
+    app.say(message, `Trained ${s.step} of ${s.steps} steps: ${losses(s)}. Now fitting the embedder (progress below); the model is ready to try when it ends.`);
+  });
   startButton.addEventListener("click", () => {
     app.say(message, "");
     const saved = (app.state.runs ?? []).find((r) => r.current);
@@ -285,12 +292,12 @@ export function trainPanel(app) {
     ),
   );
 
-  const STAGES = { teacher: "Asking the teacher", train: "Distilling on the GPU", centre: "Centring" };
+  const STAGES = { teacher: "Asking the teacher", train: "Distilling on the GPU", vocab: "Asking the teacher for the vocabulary", centre: "Centring", save: "Saving the model with its embedder" };
   function updateEmbedder() {
     const s = app.state;
     const p = s.embedderProgress;
     embedderProgress.hidden = !(s.embedderRunning && p);
-    if (p) embedderProgress.textContent = `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}`;
+    if (p) embedderProgress.textContent = p.stage === "save" ? `${STAGES.save}…` : `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}`;
     const e = s.embedder;
     if (s.embedderRunning) app.say(embedderStatus, "Embedder phase running…");
     else if (e?.error) app.say(embedderStatus, `Embedder phase failed: ${e.error}`, "error");
@@ -326,8 +333,10 @@ export function trainPanel(app) {
     m.tps.textContent = p?.tokens_per_second || sum?.tokens_per_second ? formatCount(p?.tokens_per_second ?? sum.tokens_per_second) : "–";
     m.eta.textContent = s.training === "running" && p ? formatDuration(p.eta_s) : "–";
     m.params.textContent = formatCount(sum?.n_params ?? s.nParams ?? NaN);
-    m.state.textContent = s.training;
-    m.state.dataset.state = s.training;
+    // The steps are done but the model is not usable until the embedder phase ends.
+    const shown = s.embedderRunning && s.training === "finished" ? "fitting embedder" : s.training;
+    m.state.textContent = shown;
+    m.state.dataset.state = shown;
     const a = s.device?.adapter;
     adapter.textContent = s.device?.gpu === false ? "GPU: none (training is off)" : a ? `GPU: ${[a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(" · ") || "unnamed adapter"}` : "";
     updateEmbedder();
@@ -362,7 +371,7 @@ export function trainPanel(app) {
         if (e.state === "recovering") app.say(message, `${e.message ?? "The GPU device was lost."} Recovering from the last checkpoint…`, "error");
         app.setState({ training: state }, { share: false });
       } else if (e.event === "embedder-progress") {
-        app.setState({ embedderProgress: { stage: e.loss == null ? "centre" : "train", done: e.step, total: e.steps, loss: e.loss } }, { share: false });
+        app.setState({ embedderProgress: { stage: e.stage ?? (e.loss == null ? "centre" : "train"), done: e.step, total: e.steps, loss: e.loss } }, { share: false });
       } else if (e.event === "train-checkpoint") {
         m.state.title = `checkpoint saved at step ${e.step}`;
         savedStep = e.step;
@@ -377,6 +386,7 @@ export function trainPanel(app) {
     summary: () => {
       const p = app.state.progress;
       if (app.state.training === "running" && p) return `step ${p.step}/${p.steps} · loss ${formatNumber(p.loss, 3)}`;
+      if (app.state.embedderRunning && app.state.summary) return `fitting embedder · step ${app.state.summary.step}`;
       if (app.state.summary) return `${app.state.summary.state} · step ${app.state.summary.step}`;
       if (app.state.checkpoint) return `checkpoint at step ${app.state.checkpoint.step}`;
       return "no model yet";

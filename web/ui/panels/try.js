@@ -7,7 +7,7 @@ import { lossMeaning } from "./train.js";
 const EVALUATE_NEEDS_GPU = "Evaluating needs WebGPU; without it an opened package generates, compares and exports.";
 
 export function tryPanel(app) {
-  const needModel = () => (app.hasModel ? null : app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3), or open a package above.");
+  const needModel = () => (app.hasModel ? null : app.embedderWait() ?? (app.state.training === "running" ? "Wait for training to pause or finish." : "Train a model first (step 3), or open a package above."));
 
   // Opening a package: verified in the worker; without WebGPU it runs on the CPU.
   const openMessage = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
@@ -66,19 +66,19 @@ export function tryPanel(app) {
   textB.input.value = "Compute the magnitude of x.";
   const simButton = app.gate(h("button", { type: "button", id: "try-similarity", text: "Compare" }), needModel);
   const simValue = h("span", { class: "big-number", id: "try-cosine", text: "–" });
-  // Empty until a comparison; then coloured by the embedder's calibration on the corpus
-  // (the cache's rules): red up to what unrelated sentences score, amber below what a cache
-  // hit needs, green above it.
+  // Empty until a comparison; then coloured by where the cosine falls among this embedder's
+  // own scores of unrelated corpus sentence pairs (evermind.studio.similarity): red at or
+  // below their median, amber up to what a cache hit needs, green above it.
   const simBar = h("meter", { id: "try-sim-bar", min: 0, max: 1, value: 0, "aria-label": "cosine similarity", dataset: { verdict: "none" } });
+  const simLabel = h("strong", { id: "try-sim-label", class: "sim-label" });
   const simMeaning = h("p", { class: "hint", id: "try-sim-meaning", text: "Compare two texts: the bar fills and is coloured by what this embedder scores unrelated texts." });
+  const LABELS = { similar: "Similar", related: "Related", unclear: "Can't tell", unrelated: "Scores like unrelated texts", collapsed: "Not separating yet", uncalibrated: "Not calibrated" };
   simButton.addEventListener("click", () => app.run(simButton, async () => {
     const r = await app.call("similarity", { a: textA.input.value, b: textB.input.value });
     simValue.textContent = r.cosine.toFixed(3);
-    const threshold = r.threshold ?? null;
-    const unrelated = r.unrelated ?? null;
-    if (threshold != null && unrelated != null && !r.collapsed) {
-      simBar.low = Math.max(0, unrelated);
-      simBar.high = Math.min(1, threshold);
+    if (r.median != null && r.threshold != null) {
+      simBar.low = Math.max(0, r.median);
+      simBar.high = Math.min(1, r.threshold);
       simBar.optimum = 1;
     } else {
       simBar.removeAttribute("low");
@@ -86,19 +86,10 @@ export function tryPanel(app) {
       simBar.removeAttribute("optimum");
     }
     simBar.value = Math.max(0, Math.min(1, r.cosine));
-    let verdict = "uncalibrated";
-    let words;
-    if (r.collapsed) {
-      words = `This embedder does not separate texts yet (${r.calibration}), so the score says little; train longer or run the embedder phase.`;
-    } else if (threshold == null || unrelated == null) {
-      words = `Not calibrated (${r.calibration}): add more corpus text to measure what unrelated texts score.`;
-    } else {
-      verdict = r.cosine >= threshold ? "similar" : r.cosine > unrelated ? "related" : "unrelated";
-      const head = { similar: `Similar: at or above the ${threshold.toFixed(3)} a cache hit needs`, related: `Somewhat related: above what unrelated texts score (${unrelated.toFixed(3)}) but below the ${threshold.toFixed(3)} a cache hit needs`, unrelated: `Unrelated: no higher than unrelated corpus sentences score (up to ${unrelated.toFixed(3)})` }[verdict];
-      words = `${head}. Calibrated on ${formatCount(r.pairs)} pairs of corpus sentences that share no word.`;
-    }
-    simBar.dataset.verdict = verdict;
-    simMeaning.textContent = words;
+    simBar.dataset.verdict = r.verdict;
+    simLabel.textContent = LABELS[r.verdict] ?? r.verdict;
+    simLabel.dataset.verdict = r.verdict;
+    simMeaning.textContent = r.words;
   }, simMessage));
 
   // Evaluation.
@@ -150,7 +141,7 @@ export function tryPanel(app) {
     h(
       "div",
       { class: "grid-2" },
-      h("section", { class: "sub-card" }, h("h3", { text: "Embedding similarity" }), textA.field, textB.field, h("div", { class: "row" }, simButton, simValue, simBar), simMeaning, simMessage),
+      h("section", { class: "sub-card" }, h("h3", { text: "Embedding similarity" }), textA.field, textB.field, h("div", { class: "row" }, simButton, simValue, simBar, simLabel), simMeaning, simMessage),
       h("section", { class: "sub-card" }, h("h3", { text: "Evaluate" }), evalText.field, h("div", { class: "row" }, evalButton, evalHint), evalStats, evalMeaning, evalMessage),
     ),
   );
@@ -163,6 +154,6 @@ export function tryPanel(app) {
       if (e.event === "generate-token" && streaming) outText.textContent += e.text;
     },
     status: () => (app.state.tried ? "done" : app.hasModel ? "active" : "todo"),
-    summary: () => (app.state.opened && app.hasModel ? app.state.opened.ref : app.hasModel ? "model ready" : "needs a model"),
+    summary: () => (app.state.opened && app.hasModel ? app.state.opened.ref : app.hasModel ? "model ready" : app.state.embedderRunning ? "ready after the embedder" : "needs a model"),
   };
 }
