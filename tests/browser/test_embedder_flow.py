@@ -23,6 +23,19 @@ from tests.browser.conftest import open_studio
 from tests.browser.test_studio_e2e import TINY, call
 from tests.browser.test_studio_ui import show, wait_text
 
+#: Unrelated questions stored first, so the cache can measure its embedder.
+CALIBRATION_TOPICS = (
+    "volcanoes",
+    "sourdough bread",
+    "marathon training",
+    "violin strings",
+    "glaciers",
+    "orchid care",
+    "tax deadlines",
+    "chess openings",
+    "bicycle gears",
+    "coral reefs",
+)
 STORED = "how do I convert 100 US dollars to euros"
 ANSWER = "Multiply by the exchange rate: about 92 euros."
 PARAPHRASE = "convert 100 US dollars into euros"
@@ -149,7 +162,12 @@ def test_the_default_flow_distils_the_runtime_teacher_and_the_cache_uses_it(
             status = wait_text(rec, "#embedder-status", r"Distilled embedder")
             assert "teacher/all-minilm-l6-v2" in status and runtime.url in status
 
-            # The Cache panel, through its inputs and buttons.
+            # Enough stored questions for the cache to calibrate this embedder (with fewer it
+            # serves only repeats), then the Cache panel, through its inputs and buttons.
+            for i, topic in enumerate(CALIBRATION_TOPICS):
+                call(
+                    rec, "cache_store", query=f"What should I know about {topic}?", response=f"{i}"
+                )
             show(rec, "cache")
             page = rec.page
             page.fill("#panel-cache input[name=cache-store-query]", STORED)
