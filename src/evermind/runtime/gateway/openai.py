@@ -416,9 +416,7 @@ async def _events(
     yield sse("[DONE]")
 
 
-def _relayed_chunk(
-    chunk: dict[str, Any], model: str, include_usage: bool
-) -> dict[str, Any] | None:
+def _relayed_chunk(chunk: dict[str, Any], model: str, include_usage: bool) -> dict[str, Any] | None:
     """The upstream's chunk as the client gets it: ``model`` is the client's id; without the
     client's ``include_usage`` (the gateway asks for usage upstream to count it) the
     ``usage`` key goes, and the usage-only chunk (no choices) is not sent (None)."""
