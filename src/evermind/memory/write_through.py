@@ -1,0 +1,427 @@
+"""Write-through cognition: every remember is reconciled with what memory already holds.
+
+The one pipeline behind MCP ``memory_remember`` and HTTP ``POST /v1/memory/remember``.
+:func:`remember_through` finds the *incumbent* — the live memory about the same subject —
+and decides, saying what happened in one line (:attr:`Outcome.summary`):
+
+1. incumbent, first match wins: the exact key; a key that folds to the same subject
+   (:func:`evermind.memory.subject.fold_key`); a key declared or learned as an alias (the
+   ``aliases`` argument; a supersede across keys records the old key as an alias of the
+   new one); else the store's own recall of the new text, each hit accepted only under the
+   bounded rule of :func:`evermind.memory.subject.same_subject`.
+2. decision:
+
+   - no incumbent: **augment** (stored as given);
+   - the same text (normalised): **confirm** (the incumbent's ``updated_at`` moves to now);
+   - found by key, fold or alias (the caller named the subject): **supersede** unless
+     evidence is against it (**reject**);
+   - found by recall (a guess): evidence for it **supersedes**, evidence against **rejects**,
+     no evidence keeps both and marks the new memory **contested** (``meta.cognition``).
+
+   A superseded memory is archived under ``<key>@<updated_at>`` (never recalled, listed by
+   :func:`history`); the new one lists its predecessors in ``meta.cognition.history``.
+3. ``mode="put"`` skips all of it: the plain key-value overwrite of ``MemoryStore.remember``.
+
+Concurrency: the decision and the write run under one lock per store, and the write is
+applied only if the namespace's version has not moved since the decision read it (else
+the decision is taken again, at most :data:`MAX_ATTEMPTS` times). A writer in another
+process can still land between that check and the write (the backends have no conditional
+write); then both writes are kept, nothing is lost. Tenants: only ``store`` (one tenant's
+namespace) is ever read. Browser-safe: standard library and ``evermind`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from evermind.errors import ConfigError
+from evermind.memory.cognition import Fact, normalise
+from evermind.memory.evidence import Evidence, EvidenceGatherer
+from evermind.memory.records import (
+    MAX_QUERY_CHARS,
+    MemoryRecord,
+    normalise_tags,
+    validate_content,
+    validate_importance,
+    validate_key,
+    validate_meta,
+    validate_ttl,
+)
+from evermind.memory.store import MemoryStore
+from evermind.memory.subject import SubjectMatch, fold_key, same_subject, values
+
+Action = Literal["augment", "confirm", "supersede", "contested", "reject", "put"]
+Mode = Literal["reconcile", "put"]
+MODES = ("reconcile", "put")
+
+#: The meta field write-through owns on the records it writes.
+META = "cognition"
+#: Recall hits looked at for an incumbent by meaning.
+CANDIDATES = 5
+#: Decisions retaken when another writer moved the namespace in between.
+MAX_ATTEMPTS = 3
+#: Longest history :func:`history` returns.
+MAX_HISTORY = 50
+
+_locks: weakref.WeakKeyDictionary[MemoryStore, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What :func:`remember_through` did.
+
+    Attributes:
+        action: ``augment``, ``confirm``, ``supersede``, ``contested``, ``reject`` or ``put``.
+        key: The key written (on a confirm: the incumbent's; on a reject: the one asked for).
+        summary: One line a person or a model reads.
+        record: The record now stored (None on a reject).
+        incumbent: The memory the write was compared with (None: there was none).
+        archived_key: Where a superseded incumbent was archived.
+        evidence: What the gatherer found (None when none was asked).
+    """
+
+    action: Action
+    key: str
+    summary: str
+    record: MemoryRecord | None = None
+    incumbent: MemoryRecord | None = None
+    archived_key: str | None = None
+    evidence: Evidence | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the HTTP route returns under ``cognition``."""
+        return {
+            "action": self.action,
+            "key": self.key,
+            "summary": self.summary,
+            "incumbent": None if self.incumbent is None else self.incumbent.key,
+            "archived_key": self.archived_key,
+            "evidence": None
+            if self.evidence is None
+            else {"supports": self.evidence.supports, "detail": self.evidence.detail},
+        }
+
+
+@dataclass(frozen=True)
+class _Found:
+    record: MemoryRecord
+    how: Literal["key", "fold", "alias", "recall"]
+    match: SubjectMatch | None = None
+
+
+@dataclass(frozen=True)
+class Remember:
+    """One write request, validated.
+
+    Attributes:
+        key: Where the caller wants it.
+        content: The text.
+        tags: Labels.
+        importance: 0 … 1.
+        ttl: Lifetime in seconds, or None.
+        meta: The caller's extra fields (``cognition`` is write-through's own).
+        aliases: Other keys the caller declares to name the same subject.
+    """
+
+    key: str
+    content: str
+    tags: tuple[str, ...] = ()
+    importance: float = 0.5
+    ttl: float | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        key: str,
+        content: str,
+        tags: Iterable[str] = (),
+        importance: float = 0.5,
+        ttl: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+        aliases: Iterable[str] = (),
+    ) -> Remember:
+        """Validates every field (``ConfigError`` naming the bad one)."""
+        checked = dict(validate_meta(meta))
+        if META in checked:
+            raise ConfigError(
+                f"remember: meta.{META} is written by the server, not the caller; hint: use "
+                "another field name"
+            )
+        return cls(
+            validate_key(key),
+            validate_content(content),
+            normalise_tags(tags),
+            validate_importance(importance),
+            validate_ttl(ttl),
+            checked,
+            tuple(dict.fromkeys(validate_key(a) for a in aliases)),
+        )
+
+
+def _own(record: MemoryRecord) -> Mapping[str, Any]:
+    value = record.meta.get(META)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+async def _find(store: MemoryStore, request: Remember) -> _Found | None:
+    """The incumbent: exact key, folded key, alias, then recall by meaning."""
+    exact = await store.get(request.key)
+    if exact is not None and not exact.archived:
+        return _Found(exact, "key")
+    await store.refresh()
+    snapshot = store.snapshot()
+    wanted = fold_key(request.key)
+    declared = {fold_key(a) for a in request.aliases}
+    now = snapshot.now
+    live = [r for r in snapshot.records.values() if not r.archived and not r.is_expired(now)]
+    for record in sorted(live, key=lambda r: r.key):
+        if fold_key(record.key) == wanted:
+            return _Found(record, "fold")
+    for record in sorted(live, key=lambda r: r.key):
+        learned = {fold_key(a) for a in _strings(_own(record).get("aliases"))}
+        if fold_key(record.key) in declared or wanted in learned:
+            return _Found(record, "alias")
+    query = f"{' '.join(fold_key(request.key).split())} {request.content}"[:MAX_QUERY_CHARS]
+    for hit in await store.recall(query, top_k=CANDIDATES):
+        candidate = await store.get(hit.key)
+        if candidate is None or candidate.archived:
+            continue
+        match = same_subject(request.key, request.content, candidate.key, candidate.content)
+        if match is not None:
+            return _Found(candidate, "recall", match)
+    return None
+
+
+def _record(request: Remember, now: float, cognition: Mapping[str, Any]) -> MemoryRecord:
+    return MemoryRecord(
+        key=request.key,
+        content=request.content,
+        tags=request.tags,
+        importance=request.importance,
+        created_at=now,
+        updated_at=now,
+        expires_at=None if request.ttl is None else now + request.ttl,
+        meta={**request.meta, META: dict(cognition)},
+    )
+
+
+def _change(old: MemoryRecord, new_text: str, match: SubjectMatch | None) -> str:
+    if match is None:
+        gone = sorted(values(old.content) - values(new_text))
+        came = sorted(values(new_text) - values(old.content))
+    else:
+        gone, came = list(match.old_values), list(match.new_values)
+    if gone or came:
+        return f"{', '.join(gone) or '-'} → {', '.join(came) or '-'}"
+    return "text changed"
+
+
+async def _decide_and_write(
+    store: MemoryStore,
+    request: Remember,
+    gatherer: EvidenceGatherer | None,
+    version: int | None,
+) -> Outcome | None:
+    """One attempt; None when another writer moved the namespace from ``version`` meanwhile.
+
+    ``version`` None writes whatever happened meanwhile.
+    """
+    found = await _find(store, request)
+    now = store.clock()
+    if found is None:
+        record = _record(request, now, {"action": "augment"})
+        return await _commit(store, version, [record], [], "augment", request.key, record)
+    old = found.record
+    if normalise(old.content) == normalise(request.content):
+        meta = {**old.meta, META: {**_own(old), "action": "confirm", "confirmed_at": now}}
+        kept = replace(
+            old, updated_at=now, importance=max(old.importance, request.importance), meta=meta
+        )
+        where = "" if old.key == request.key else f" (already stored under {old.key!r})"
+        summary = f"confirmed {old.key!r}: the same fact again{where}"
+        return await _commit(store, version, [kept], [], "confirm", old.key, kept, old, summary)
+    fact = Fact(request.content, subject=request.key, source="agent")
+    evidence = None if gatherer is None else await gatherer.gather(fact, old)
+    change = _change(old, request.content, found.match)
+    said = "" if evidence is None else f" (evidence: {evidence.detail})"
+    if evidence is not None and evidence.supports is False:
+        summary = (
+            f"rejected: {request.key!r} would change {old.key!r} {change}, but the evidence "
+            f"is against it: {evidence.detail}; nothing written"
+        )
+        return Outcome("reject", request.key, summary, None, old, None, evidence)
+    supported = evidence is not None and evidence.supports is True
+    if found.how == "recall" and not supported:
+        assert found.match is not None
+        held = ", ".join(found.match.old_values) or "another value"
+        detail = "no evidence either way" if evidence is None else evidence.detail
+        cognition = {
+            "action": "contested",
+            "contested_with": old.key,
+            "incumbent_values": list(found.match.old_values),
+            "evidence": detail,
+        }
+        record = _record(request, now, cognition)
+        marked = replace(old, meta={**old.meta, META: {**_own(old), "contested_by": request.key}})
+        summary = (
+            f"contested: {old.key!r} holds {held}; kept both, {request.key!r} marked contested "
+            f"({detail})"
+        )
+        return await _commit(
+            store,
+            version,
+            [marked, record],
+            [],
+            "contested",
+            request.key,
+            record,
+            old,
+            summary,
+            evidence=evidence,
+        )
+    archived = f"{old.key}@{old.updated_at:.6f}"
+    old_own = _own(old)
+    history = [archived, *_strings(old_own.get("history"))][:MAX_HISTORY]
+    aliases = _strings(old_own.get("aliases"))
+    if old.key != request.key:
+        aliases = [old.key, *aliases]
+    wanted = fold_key(request.key)
+    aliases = [a for a in dict.fromkeys([*aliases, *request.aliases]) if fold_key(a) != wanted]
+    cognition = {"action": "supersede", "history": history, "aliases": aliases}
+    if evidence is not None:
+        cognition["evidence"] = evidence.detail
+    record = _record(request, now, cognition)
+    record = replace(record, importance=max(request.importance, old.importance))
+    moved = replace(
+        old,
+        key=archived,
+        archived=True,
+        meta={**old.meta, "superseded_by": request.key, "superseded_at": now},
+    )
+    summary = f"superseded {old.key!r} {change}{said}"
+    if old.key != request.key:
+        summary = f"superseded {old.key!r} by {request.key!r} {change}{said}"
+    # Deleting the keys first makes the new record's created_at the one stored.
+    forget = list(dict.fromkeys([old.key, request.key]))
+    return await _commit(
+        store,
+        version,
+        [moved, record],
+        forget,
+        "supersede",
+        request.key,
+        record,
+        old,
+        summary,
+        archived,
+        evidence,
+    )
+
+
+async def _commit(
+    store: MemoryStore,
+    version: int | None,
+    puts: list[MemoryRecord],
+    forget: list[str],
+    action: Action,
+    key: str,
+    record: MemoryRecord,
+    incumbent: MemoryRecord | None = None,
+    summary: str | None = None,
+    archived_key: str | None = None,
+    evidence: Evidence | None = None,
+) -> Outcome | None:
+    if version is not None and await store.version() != version:
+        return None
+    result = await store.write(puts, forget)
+    stored = {r.key: r for r in result.stored}.get(record.key, record)
+    if summary is None:
+        summary = f"augmented: remembered {key!r} (a new fact)"
+    return Outcome(action, key, summary, stored, incumbent, archived_key, evidence)
+
+
+async def remember_through(
+    store: MemoryStore,
+    request: Remember,
+    gatherer: EvidenceGatherer | None = None,
+    mode: Mode = "reconcile",
+) -> Outcome:
+    """Writes ``request`` into ``store`` after reconciling it (see the module docstring).
+
+    Args:
+        store: One tenant's namespace.
+        request: The validated write (:meth:`Remember.of`).
+        gatherer: Asked on a conflict; None: no evidence is ever available.
+        mode: ``"reconcile"`` (the pipeline) or ``"put"`` (the plain overwrite by key).
+
+    Raises:
+        ConfigError: A bad ``mode``.
+        StorageError: The backend failed; nothing was written.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"remember: mode must be one of {MODES}, got {mode!r}")
+    if mode == "put":
+        previous = await store.get(request.key)
+        record = await store.remember(
+            request.key,
+            request.content,
+            request.tags,
+            request.importance,
+            request.ttl,
+            meta=request.meta,
+        )
+        verb = "replaced" if previous is not None else "remembered"
+        return Outcome("put", request.key, f"put: {verb} {request.key!r}", record, previous)
+    lock = _locks.setdefault(store, asyncio.Lock())
+    async with lock:
+        for _ in range(MAX_ATTEMPTS):
+            version = await store.version()
+            outcome = await _decide_and_write(store, request, gatherer, version)
+            if outcome is not None:
+                return outcome
+        # Others keep writing: decide once more and write regardless (nothing is lost).
+        outcome = await _decide_and_write(store, request, gatherer, None)
+        assert outcome is not None  # no version to check: always written
+        return outcome
+
+
+async def history(store: MemoryStore, key: str) -> list[MemoryRecord]:
+    """The superseded versions of ``key``, newest first (archived records, never recalled).
+
+    Follows ``meta.cognition.history`` of the live record (at most :data:`MAX_HISTORY`);
+    a key with no live record has no history to show.
+    """
+    current = await store.get(validate_key(key))
+    names: list[str] = []
+    if current is not None:
+        names = _strings(_own(current).get("history"))
+    found = []
+    for name in names[:MAX_HISTORY]:
+        record = await store.get(name)
+        if record is not None:
+            found.append(record)
+    return found
+
+
+__all__ = [
+    "CANDIDATES",
+    "MAX_ATTEMPTS",
+    "META",
+    "MODES",
+    "Action",
+    "Mode",
+    "Outcome",
+    "Remember",
+    "history",
+    "remember_through",
+]
