@@ -94,6 +94,16 @@ def test_drift_over_mcp_contested_then_superseded_with_history(tmp_path: Path) -
             )
             assert put == "put: replaced 'deploy.staging.port'", put
 
+            # The same key with a changed value supersedes; forgetting it forgets its history.
+            for text in ("Niamh uses Neovim.", "Niamh uses Helix."):
+                await client.call_tool("memory_remember", {"key": "editor", "content": text})
+            got = text_of(
+                await client.call_tool("memory_get", {"key": "editor", "include_history": True})
+            )
+            assert "Helix" in got and "Neovim" in got, got
+            gone = text_of(await client.call_tool("memory_forget", {"key": "editor"}))
+            assert gone == "forgot 'editor' and 1 superseded version", gone
+
     anyio.run(scenario)
     with SyncMemoryStore(memory_file, namespace="default/default") as store:
         rows = {row["key"]: row for row in store.export()}

@@ -150,7 +150,8 @@ def test_same_key_rewrite_supersedes_confirm_and_put() -> None:
         assert refused.action == "reject"
         put = await remember_through(memory, Remember.of("editor", "Niamh uses Emacs"), mode="put")
         assert put.action == "put" and put.summary == "put: replaced 'editor'"
-        assert len(await history(memory, "editor")) == 0  # a put keeps no history
+        # A put archives nothing, but the key's earlier history stays linked.
+        assert [r.content for r in await history(memory, "editor")] == ["Niamh uses Neovim"]
         with pytest.raises(ConfigError, match="mode"):
             await remember_through(memory, Remember.of("k", "v"), mode="merge")  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match=r"meta\.cognition"):

@@ -35,15 +35,11 @@ from evermind.mcp.render import (
 from evermind.memory import MemoryStore
 from evermind.memory.archive import StubResolver
 from evermind.memory.compaction import forget
-from evermind.memory.evidence import (
-    AllGatherers,
-    EvidenceGatherer,
-    HttpProbeGatherer,
-    WorkspacePresenceGatherer,
-)
+from evermind.memory.evidence import EvidenceGatherer, configured
 from evermind.memory.records import MAX_QUERY_CHARS, validate_memory_text
 from evermind.memory.sanitize import inline
-from evermind.memory.write_through import Remember, history, remember_through
+from evermind.memory.write_through import Remember, forget_history, history, remember_through
+from evermind.text import counted
 
 READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag")
 WRITE_TOOLS = ("memory_remember", "memory_forget", "memory_compact", "memory_restore")
@@ -135,8 +131,9 @@ def _describe(config: ServerConfig) -> dict[str, str]:
             f"no reconcile. Content is at most {config.max_content_chars} characters."
         ),
         "memory_forget": (
-            "Delete one memory by its exact key. Call this when the user asks you to forget "
-            "something or a memory is wrong and should not be replaced."
+            "Delete one memory by its exact key, with the versions it superseded. Call this "
+            "when the user asks you to forget something or a memory is wrong and should not "
+            "be replaced."
         ),
     }
 
@@ -161,7 +158,11 @@ class MemoryTools:
         self.store = store
         self.config = config
         self.compaction = CompactTools(store, model, config.max_content_chars)
-        self.evidence = evidence if evidence is not None else gatherer_for(config)
+        self.evidence = (
+            evidence
+            if evidence is not None
+            else configured(config.workspace_root, config.probe_http)
+        )
 
     async def recall(self, query: Query, top_k: Count | None = None) -> str:
         """Ranked recall, capped at ``max_results`` hits and ``max_chars`` per preview."""
@@ -243,22 +244,14 @@ class MemoryTools:
     async def forget(self, key: Key) -> str:
         """Deletes ``key``; says whether it existed."""
         try:
+            versions = await forget_history(self.store, key)
             existed = await forget(self.store, key)
         except EvermindError as err:
             raise ToolError(f"memory_forget failed: {err}") from err
-        return f"forgot {key!r}" if existed else f"no memory had the key {key!r}; nothing deleted"
-
-
-def gatherer_for(config: ServerConfig) -> EvidenceGatherer | None:
-    """The evidence ``memory_remember`` may use: the workspace's files, URLs when allowed."""
-    gatherers: list[EvidenceGatherer] = []
-    if config.workspace_root is not None:
-        gatherers.append(WorkspacePresenceGatherer(config.workspace_root))
-    if config.probe_http:
-        gatherers.append(HttpProbeGatherer())
-    if not gatherers:
-        return None
-    return gatherers[0] if len(gatherers) == 1 else AllGatherers(gatherers)
+        if not existed:
+            return f"no memory had the key {key!r}; nothing deleted"
+        also = f" and {counted(versions, 'superseded version')}" if versions else ""
+        return f"forgot {key!r}{also}"
 
 
 def register_tools(server: MCPServer[Any] | ToolManager, tools: MemoryTools) -> list[str]:
@@ -339,7 +332,6 @@ __all__ = [
     "READ_TOOLS",
     "WRITE_TOOLS",
     "MemoryTools",
-    "gatherer_for",
     "register_tools",
     "tool_specs",
 ]

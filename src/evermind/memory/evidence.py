@@ -178,6 +178,18 @@ class AllGatherers:
         return Evidence(None, "; ".join(e.detail for e in found) or "no evidence gatherer")
 
 
+def configured(workspace_root: str | Path | None, probe_http: bool) -> EvidenceGatherer | None:
+    """The gatherer a server's settings ask for: workspace files, URLs when allowed, or None."""
+    gatherers: list[EvidenceGatherer] = []
+    if workspace_root is not None:
+        gatherers.append(WorkspacePresenceGatherer(workspace_root))
+    if probe_http:
+        gatherers.append(HttpProbeGatherer())
+    if not gatherers:
+        return None
+    return gatherers[0] if len(gatherers) == 1 else AllGatherers(gatherers)
+
+
 __all__ = [
     "MAX_READ_BYTES",
     "AllGatherers",
@@ -185,4 +197,5 @@ __all__ = [
     "EvidenceGatherer",
     "HttpProbeGatherer",
     "WorkspacePresenceGatherer",
+    "configured",
 ]

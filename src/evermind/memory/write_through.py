@@ -20,7 +20,8 @@ and decides, saying what happened in one line (:attr:`Outcome.summary`):
 
    A superseded memory is archived under ``<key>@<updated_at>`` (never recalled, listed by
    :func:`history`); the new one lists its predecessors in ``meta.cognition.history``.
-3. ``mode="put"`` skips all of it: the plain key-value overwrite of ``MemoryStore.remember``.
+3. ``mode="put"`` skips all of it: the plain key-value overwrite of ``MemoryStore.remember``
+   (the value it replaces is not archived; the key's earlier history stays linked).
 
 Concurrency: the decision and the write run under one lock per store, and the write is
 applied only if the namespace's version has not moved since the decision read it (else
@@ -350,6 +351,21 @@ async def _commit(
     return Outcome(action, key, summary, stored, incumbent, archived_key, evidence)
 
 
+async def _put(store: MemoryStore, request: Remember) -> Outcome:
+    """The plain overwrite by key; the key's history (if any) stays linked to it."""
+    previous = await store.get(request.key)
+    kept = (
+        {}
+        if previous is None
+        else {k: v for k, v in _own(previous).items() if k in ("history", "aliases")}
+    )
+    record = _record(request, store.clock(), {"action": "put", **kept})
+    result = await store.write([record])
+    stored = result.stored[0] if result.stored else record
+    verb = "replaced" if previous is not None else "remembered"
+    return Outcome("put", request.key, f"put: {verb} {request.key!r}", stored, previous)
+
+
 async def remember_through(
     store: MemoryStore,
     request: Remember,
@@ -371,17 +387,7 @@ async def remember_through(
     if mode not in MODES:
         raise ConfigError(f"remember: mode must be one of {MODES}, got {mode!r}")
     if mode == "put":
-        previous = await store.get(request.key)
-        record = await store.remember(
-            request.key,
-            request.content,
-            request.tags,
-            request.importance,
-            request.ttl,
-            meta=request.meta,
-        )
-        verb = "replaced" if previous is not None else "remembered"
-        return Outcome("put", request.key, f"put: {verb} {request.key!r}", record, previous)
+        return await _put(store, request)
     lock = _locks.setdefault(store, asyncio.Lock())
     async with lock:
         for _ in range(MAX_ATTEMPTS):
@@ -413,6 +419,19 @@ async def history(store: MemoryStore, key: str) -> list[MemoryRecord]:
     return found
 
 
+async def forget_history(store: MemoryStore, key: str) -> int:
+    """Deletes the superseded versions of ``key`` (call it before forgetting ``key``).
+
+    Forgetting a memory forgets what it replaced too: a user who asks to forget a secret
+    must not leave its older values in the archive. Returns how many versions went.
+    """
+    names = [r.key for r in await history(store, key)]
+    if not names:
+        return 0
+    result = await store.write([], names)
+    return len(result.deleted)
+
+
 __all__ = [
     "CANDIDATES",
     "MAX_ATTEMPTS",
@@ -422,6 +441,7 @@ __all__ = [
     "Mode",
     "Outcome",
     "Remember",
+    "forget_history",
     "history",
     "remember_through",
 ]
