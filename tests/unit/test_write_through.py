@@ -298,3 +298,26 @@ def test_http_probe_gatherer_on_loopback(loopback: str) -> None:
     assert gather("no address here").supports is None
     both = AllGatherers([Verdict(True, "file ok"), probe])
     assert run(both.gather(Fact(f"see {loopback}/nope", "k"), None)).supports is False
+
+
+def test_folded_keys_found_after_own_and_foreign_writes() -> None:
+    """The subject index follows our writes and rebuilds after another writer's."""
+
+    async def body() -> None:
+        hub = InMemoryHub()
+        mine = MemoryStore(InMemoryBackend("t/ns", hub))
+        theirs = MemoryStore(InMemoryBackend("t/ns", hub))
+        await remember_through(mine, Remember.of("Staging_Port", OLD))
+        folded = await remember_through(mine, Remember.of("staging.port", NEW))
+        assert folded.action == "supersede" and folded.incumbent is not None
+        assert folded.incumbent.key == "Staging_Port"
+        await theirs.remember("editor-choice", "Niamh uses Neovim")
+        found = await remember_through(mine, Remember.of("Editor Choice", "Niamh uses Helix"))
+        assert found.action == "supersede" and found.incumbent is not None
+        assert found.incumbent.key == "editor-choice"
+        await theirs.remember("short-lived", "gone soon", ttl=0.05)
+        await asyncio.sleep(0.1)
+        expired = await remember_through(mine, Remember.of("short.lived", "still here"))
+        assert expired.action == "augment"
+
+    run(body())

@@ -45,6 +45,7 @@ from evermind.memory.evidence import Evidence, EvidenceGatherer
 from evermind.memory.records import (
     MAX_QUERY_CHARS,
     MemoryRecord,
+    WriteResult,
     normalise_tags,
     validate_content,
     validate_importance,
@@ -174,24 +175,90 @@ def _strings(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
+class _SubjectIndex:
+    """Folded keys and learned aliases of one store's live memories, each to its keys.
+
+    Rebuilt from the store's snapshot when its version moved under someone else's write;
+    kept up to date after our own writes, so a write does not fold every key of the store.
+    """
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+        self.folds: dict[str, set[str]] = {}
+        self.aliases: dict[str, set[str]] = {}
+        self._entries: dict[str, tuple[str, list[str]]] = {}
+
+    def rebuild(self, records: Iterable[MemoryRecord], version: int) -> None:
+        self.folds, self.aliases, self._entries = {}, {}, {}
+        for record in records:
+            self.add(record)
+        self.version = version
+
+    def add(self, record: MemoryRecord) -> None:
+        self.remove(record.key)
+        if record.archived:
+            return
+        folded = fold_key(record.key)
+        learned = [fold_key(a) for a in _strings(_own(record).get("aliases"))]
+        self.folds.setdefault(folded, set()).add(record.key)
+        for alias in learned:
+            self.aliases.setdefault(alias, set()).add(record.key)
+        self._entries[record.key] = (folded, learned)
+
+    def remove(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return
+        self.folds.get(entry[0], set()).discard(key)
+        for alias in entry[1]:
+            self.aliases.get(alias, set()).discard(key)
+
+    def absorb(self, result: WriteResult, before: int | None) -> None:
+        """Applies our own write, or forgets everything if another writer came in between."""
+        if self.version is None or before != self.version or result.version != before + 1:
+            self.version = None
+            return
+        for key in (*result.deleted, *result.evicted):
+            self.remove(key)
+        for record in result.stored:
+            self.add(record)
+        self.version = result.version
+
+
+_indexes: weakref.WeakKeyDictionary[MemoryStore, _SubjectIndex] = weakref.WeakKeyDictionary()
+
+
+async def _subject_index(store: MemoryStore) -> _SubjectIndex:
+    index = _indexes.setdefault(store, _SubjectIndex())
+    version = await store.version()
+    if index.version != version:
+        await store.refresh()  # at least as new as ``version``: a later write rebuilds again
+        index.rebuild(store.snapshot().records.values(), version)
+    return index
+
+
+async def _first_live(store: MemoryStore, keys: Iterable[str]) -> MemoryRecord | None:
+    for key in sorted(keys):
+        record = await store.get(key)
+        if record is not None and not record.archived:
+            return record
+    return None
+
+
 async def _find(store: MemoryStore, request: Remember) -> _Found | None:
     """The incumbent: exact key, folded key, alias, then recall by meaning."""
     exact = await store.get(request.key)
     if exact is not None and not exact.archived:
         return _Found(exact, "key")
-    await store.refresh()
-    snapshot = store.snapshot()
+    index = await _subject_index(store)
     wanted = fold_key(request.key)
-    declared = {fold_key(a) for a in request.aliases}
-    now = snapshot.now
-    live = [r for r in snapshot.records.values() if not r.archived and not r.is_expired(now)]
-    for record in sorted(live, key=lambda r: r.key):
-        if fold_key(record.key) == wanted:
-            return _Found(record, "fold")
-    for record in sorted(live, key=lambda r: r.key):
-        learned = {fold_key(a) for a in _strings(_own(record).get("aliases"))}
-        if fold_key(record.key) in declared or wanted in learned:
-            return _Found(record, "alias")
+    folded = await _first_live(store, index.folds.get(wanted, ()))
+    if folded is not None:
+        return _Found(folded, "fold")
+    declared = {k for a in request.aliases for k in index.folds.get(fold_key(a), ())}
+    aliased = await _first_live(store, declared | index.aliases.get(wanted, set()))
+    if aliased is not None:
+        return _Found(aliased, "alias")
     query = f"{' '.join(fold_key(request.key).split())} {request.content}"[:MAX_QUERY_CHARS]
     for hit in await store.recall(query, top_k=CANDIDATES):
         candidate = await store.get(hit.key)
@@ -345,6 +412,7 @@ async def _commit(
     if version is not None and await store.version() != version:
         return None
     result = await store.write(puts, forget)
+    _indexes.setdefault(store, _SubjectIndex()).absorb(result, version)
     stored = {r.key: r for r in result.stored}.get(record.key, record)
     if summary is None:
         summary = f"augmented: remembered {key!r} (a new fact)"
@@ -361,6 +429,7 @@ async def _put(store: MemoryStore, request: Remember) -> Outcome:
     )
     record = _record(request, store.clock(), {"action": "put", **kept})
     result = await store.write([record])
+    _indexes.setdefault(store, _SubjectIndex()).absorb(result, None)
     stored = result.stored[0] if result.stored else record
     verb = "replaced" if previous is not None else "remembered"
     return Outcome("put", request.key, f"put: {verb} {request.key!r}", stored, previous)
@@ -429,6 +498,7 @@ async def forget_history(store: MemoryStore, key: str) -> int:
     if not names:
         return 0
     result = await store.write([], names)
+    _indexes.setdefault(store, _SubjectIndex()).absorb(result, None)
     return len(result.deleted)
 
 
