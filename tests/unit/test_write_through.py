@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from evermind.errors import ConfigError
+from evermind.errors import ConfigError, VersionConflict
 from evermind.memory import InMemoryBackend, InMemoryHub, MemoryRecord, MemoryStore
 from evermind.memory.cognition import Fact
 from evermind.memory.evidence import (
@@ -24,8 +24,13 @@ from evermind.memory.evidence import (
     HttpProbeGatherer,
     WorkspacePresenceGatherer,
 )
+from evermind.memory.kv_backend import KVMemoryBackend
+from evermind.memory.sqlite_backend import SQLiteBackend
 from evermind.memory.subject import fold_key, same_subject, values
+from evermind.memory.vector_backend import SIGNATURE_DIM, VectorStoreBackend
 from evermind.memory.write_through import Remember, history, remember_through
+from evermind.studio.storage import MemoryKV
+from evermind.vectorstore import open_store
 from tests.unit.test_memory_helpers import run
 
 
@@ -319,5 +324,38 @@ def test_folded_keys_found_after_own_and_foreign_writes() -> None:
         await asyncio.sleep(0.1)
         expired = await remember_through(mine, Remember.of("short.lived", "still here"))
         assert expired.action == "augment"
+
+    run(body())
+
+
+@pytest.mark.parametrize("kind", ["inmemory", "sqlite", "kv", "vector"])
+def test_a_write_expecting_a_stale_version_writes_nothing(kind: str, tmp_path: Path) -> None:
+    """The compare-and-set write-through relies on, in each transactional backend."""
+
+    async def body() -> None:
+        if kind == "sqlite":
+            mine = MemoryStore(SQLiteBackend(tmp_path / "m.db", "t/ns"))
+            theirs = MemoryStore(SQLiteBackend(tmp_path / "m.db", "t/ns"))  # another connection
+        elif kind == "vector":
+            engine = await open_store("memory://", dim=SIGNATURE_DIM)
+            mine = MemoryStore(VectorStoreBackend(engine, "ns", tenant="t"))
+            theirs = MemoryStore(VectorStoreBackend(engine, "ns", tenant="t"))
+        elif kind == "kv":
+            kv = MemoryKV()
+            mine, theirs = MemoryStore(KVMemoryBackend(kv)), MemoryStore(KVMemoryBackend(kv))
+        else:
+            hub = InMemoryHub()
+            mine = MemoryStore(InMemoryBackend("t/ns", hub))
+            theirs = MemoryStore(InMemoryBackend("t/ns", hub))
+        seen = await mine.version()
+        await theirs.remember("other", "written in between")
+        with pytest.raises(VersionConflict, match="expected version"):
+            await mine.write([MemoryRecord("k", "stale decision")], expect_version=seen)
+        assert await mine.get("k") is None
+        fresh = await mine.version()
+        result = await mine.write([MemoryRecord("k", "fresh decision")], expect_version=fresh)
+        assert result.version == fresh + 1
+        await mine.close()
+        await theirs.close()
 
     run(body())

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from evermind.errors import ConfigError, StorageError
-from evermind.memory.backend import select_evictions
+from evermind.memory.backend import check_version, select_evictions
 from evermind.memory.records import MemoryRecord, WriteResult
 
 logger = logging.getLogger(__name__)
@@ -249,6 +249,7 @@ class SQLiteBackend:
         *,
         capacity: int | None = None,
         now: float = 0.0,
+        expect_version: int | None = None,
     ) -> WriteResult:
         """Writes, deletes and evicts in one ``BEGIN IMMEDIATE`` transaction."""
         puts = list(puts)
@@ -256,6 +257,7 @@ class SQLiteBackend:
 
         def work(conn: sqlite3.Connection) -> WriteResult:
             def body() -> WriteResult:
+                check_version(self.namespace, expect_version, self._read_version(conn))
                 deleted = []
                 for key in deletes:
                     gone = conn.execute(

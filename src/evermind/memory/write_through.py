@@ -23,12 +23,15 @@ and decides, saying what happened in one line (:attr:`Outcome.summary`):
 3. ``mode="put"`` skips all of it: the plain key-value overwrite of ``MemoryStore.remember``
    (the value it replaces is not archived; the key's earlier history stays linked).
 
-Concurrency: the decision and the write run under one lock per store, and the write is
-applied only if the namespace's version has not moved since the decision read it (else
-the decision is taken again, at most :data:`MAX_ATTEMPTS` times). A writer in another
-process can still land between that check and the write (the backends have no conditional
-write); then both writes are kept, nothing is lost. Tenants: only ``store`` (one tenant's
-namespace) is ever read. Browser-safe: standard library and ``evermind`` only.
+Concurrency: the decision and the write run under one lock per store (writers in this
+process), and the write is a compare-and-set on the namespace's version
+(``MemoryStore.write(expect_version=…)``, checked inside the backend's transaction: SQLite's
+``BEGIN IMMEDIATE``, the in-memory and key-value backends' lock), so a writer in another
+process that lands after the decision read the store makes the write fail and the decision
+is taken again on a fresh read, at most :data:`MAX_ATTEMPTS` times, then once more written
+unconditionally (nothing is lost either way). The vector-store backend checks the version
+under its in-process lock only (its port has no transactions). Tenants: only ``store`` (one
+tenant's namespace) is ever read. Browser-safe: standard library and ``evermind`` only.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from evermind.errors import ConfigError
+from evermind.errors import ConfigError, VersionConflict
 from evermind.memory.cognition import Fact, normalise
 from evermind.memory.evidence import Evidence, EvidenceGatherer
 from evermind.memory.records import (
@@ -409,9 +412,10 @@ async def _commit(
     archived_key: str | None = None,
     evidence: Evidence | None = None,
 ) -> Outcome | None:
-    if version is not None and await store.version() != version:
+    try:
+        result = await store.write(puts, forget, expect_version=version)
+    except VersionConflict:
         return None
-    result = await store.write(puts, forget)
     _indexes.setdefault(store, _SubjectIndex()).absorb(result, version)
     stored = {r.key: r for r in result.stored}.get(record.key, record)
     if summary is None:
