@@ -165,6 +165,22 @@ def test_same_key_rewrite_supersedes_confirm_and_put() -> None:
     run(body())
 
 
+def test_the_same_text_under_another_key_confirms_instead_of_a_copy() -> None:
+    async def body() -> None:
+        memory = store()
+        await remember_through(memory, Remember.of("pkg-manager", "We use uv, not pip."))
+        again = await remember_through(
+            memory, Remember.of("instruction-3fa9", "we use uv, not pip")
+        )
+        assert again.action == "confirm" and again.key == "pkg-manager"
+        assert again.summary == (
+            "confirmed 'pkg-manager': the same fact again (already stored under 'pkg-manager')"
+        )
+        assert await memory.count() == 1
+
+    run(body())
+
+
 def test_declared_alias_supersedes_without_evidence() -> None:
     async def body() -> None:
         memory = store()

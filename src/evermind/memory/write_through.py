@@ -8,7 +8,8 @@ and decides, saying what happened in one line (:attr:`Outcome.summary`):
    (:func:`evermind.memory.subject.fold_key`); a key declared or learned as an alias (the
    ``aliases`` argument; a supersede across keys records the old key as an alias of the
    new one); else the store's own recall of the new text, each hit accepted only under the
-   bounded rule of :func:`evermind.memory.subject.same_subject`.
+   bounded rule of :func:`evermind.memory.subject.same_subject` (or holding the very same
+   text: then it is confirmed, not stored twice).
 2. decision:
 
    - no incumbent: **augment** (stored as given);
@@ -267,6 +268,8 @@ async def _find(store: MemoryStore, request: Remember) -> _Found | None:
         candidate = await store.get(hit.key)
         if candidate is None or candidate.archived:
             continue
+        if normalise(candidate.content) == normalise(request.content):
+            return _Found(candidate, "recall")  # the same text under another key: a confirm
         match = same_subject(request.key, request.content, candidate.key, candidate.content)
         if match is not None:
             return _Found(candidate, "recall", match)
