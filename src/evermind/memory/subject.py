@@ -2,7 +2,7 @@
 
 Write-through cognition (:mod:`evermind.memory.write_through`) must tell whether a new memory
 restates, corrects or merely sits beside one already stored. This module owns the pure,
-deterministic part of that judgement (browser-safe: standard library only):
+deterministic part of that judgement (browser-safe: standard library and ``evermind`` only):
 
 - :func:`fold_key` folds a key to its subject: case, and the separators ``.`` ``-`` ``_`` and
   spaces (``Staging_Port``, ``staging-port`` and ``staging.port`` are one subject). Word
@@ -12,6 +12,8 @@ deterministic part of that judgement (browser-safe: standard library only):
   their dots and colons (ports, versions, times: ``9090``, ``3.11``, ``10:30``), quoted or
   backticked spans, and capitalised words that do not start a sentence (names: ``Neovim``).
 - :func:`terms` is what is left: the content words, case-folded (one-letter words dropped).
+- :class:`SubjectIndex` maps the folded keys and learned aliases of a store's live memories
+  to their keys, so a write finds its subject without folding every key.
 - :func:`same_subject` is the bounded rule that links a new memory to an incumbent found by
   recall under *another* key. Both must hold:
 
@@ -32,7 +34,14 @@ cheap by design: without evidence it only marks the new memory *contested* (both
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from evermind.memory.records import MemoryRecord, WriteResult
+
+#: The meta field write-through cognition owns on the records it writes (aliases, history).
+META = "cognition"
 
 _KEY_SEPARATORS = re.compile(r"[\s._\-]+")
 _URL = re.compile(r"https?://[^\s<>\"'`]+")
@@ -175,13 +184,78 @@ def same_subject(new_key: str, new_text: str, old_key: str, old_text: str) -> Su
     )
 
 
+def own_meta(record: MemoryRecord) -> Mapping[str, Any]:
+    """``record.meta[META]`` when it is a mapping, else an empty one."""
+    value = record.meta.get(META)
+    return value if isinstance(value, Mapping) else {}
+
+
+def strings(value: Any) -> list[str]:
+    """The strings of ``value`` when it is a list (a meta field read back from JSON), else []."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+class SubjectIndex:
+    """Folded keys and learned aliases of one store's live memories, each to its keys.
+
+    Rebuilt from the store's snapshot when its version moved under someone else's write;
+    kept up to date after our own writes, so a write does not fold every key of the store.
+    """
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+        self.folds: dict[str, set[str]] = {}
+        self.aliases: dict[str, set[str]] = {}
+        self._entries: dict[str, tuple[str, list[str]]] = {}
+
+    def rebuild(self, records: Iterable[MemoryRecord], version: int) -> None:
+        self.folds, self.aliases, self._entries = {}, {}, {}
+        for record in records:
+            self.add(record)
+        self.version = version
+
+    def add(self, record: MemoryRecord) -> None:
+        self.remove(record.key)
+        if record.archived:
+            return
+        folded = fold_key(record.key)
+        learned = [fold_key(a) for a in strings(own_meta(record).get("aliases"))]
+        self.folds.setdefault(folded, set()).add(record.key)
+        for alias in learned:
+            self.aliases.setdefault(alias, set()).add(record.key)
+        self._entries[record.key] = (folded, learned)
+
+    def remove(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return
+        self.folds.get(entry[0], set()).discard(key)
+        for alias in entry[1]:
+            self.aliases.get(alias, set()).discard(key)
+
+    def absorb(self, result: WriteResult, before: int | None) -> None:
+        """Applies our own write, or forgets everything if another writer came in between."""
+        if self.version is None or before != self.version or result.version != before + 1:
+            self.version = None
+            return
+        for key in (*result.deleted, *result.evicted):
+            self.remove(key)
+        for record in result.stored:
+            self.add(record)
+        self.version = result.version
+
+
 __all__ = [
+    "META",
+    "SubjectIndex",
     "SubjectMatch",
     "fold_key",
     "key_terms",
     "key_values",
+    "own_meta",
     "path_values",
     "same_subject",
+    "strings",
     "terms",
     "values",
 ]

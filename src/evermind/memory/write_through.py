@@ -49,7 +49,6 @@ from evermind.memory.evidence import Evidence, EvidenceGatherer
 from evermind.memory.records import (
     MAX_QUERY_CHARS,
     MemoryRecord,
-    WriteResult,
     normalise_tags,
     validate_content,
     validate_importance,
@@ -58,14 +57,21 @@ from evermind.memory.records import (
     validate_ttl,
 )
 from evermind.memory.store import MemoryStore
-from evermind.memory.subject import SubjectMatch, fold_key, same_subject, values
+from evermind.memory.subject import (
+    META,
+    SubjectIndex,
+    SubjectMatch,
+    fold_key,
+    own_meta,
+    same_subject,
+    strings,
+    values,
+)
 
 Action = Literal["augment", "confirm", "supersede", "contested", "reject", "put"]
 Mode = Literal["reconcile", "put"]
 MODES = ("reconcile", "put")
 
-#: The meta field write-through owns on the records it writes.
-META = "cognition"
 #: Recall hits looked at for an incumbent by meaning.
 CANDIDATES = 5
 #: Decisions retaken when another writer moved the namespace in between.
@@ -170,70 +176,11 @@ class Remember:
         )
 
 
-def _own(record: MemoryRecord) -> Mapping[str, Any]:
-    value = record.meta.get(META)
-    return value if isinstance(value, Mapping) else {}
+_indexes: weakref.WeakKeyDictionary[MemoryStore, SubjectIndex] = weakref.WeakKeyDictionary()
 
 
-def _strings(value: Any) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-class _SubjectIndex:
-    """Folded keys and learned aliases of one store's live memories, each to its keys.
-
-    Rebuilt from the store's snapshot when its version moved under someone else's write;
-    kept up to date after our own writes, so a write does not fold every key of the store.
-    """
-
-    def __init__(self) -> None:
-        self.version: int | None = None
-        self.folds: dict[str, set[str]] = {}
-        self.aliases: dict[str, set[str]] = {}
-        self._entries: dict[str, tuple[str, list[str]]] = {}
-
-    def rebuild(self, records: Iterable[MemoryRecord], version: int) -> None:
-        self.folds, self.aliases, self._entries = {}, {}, {}
-        for record in records:
-            self.add(record)
-        self.version = version
-
-    def add(self, record: MemoryRecord) -> None:
-        self.remove(record.key)
-        if record.archived:
-            return
-        folded = fold_key(record.key)
-        learned = [fold_key(a) for a in _strings(_own(record).get("aliases"))]
-        self.folds.setdefault(folded, set()).add(record.key)
-        for alias in learned:
-            self.aliases.setdefault(alias, set()).add(record.key)
-        self._entries[record.key] = (folded, learned)
-
-    def remove(self, key: str) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is None:
-            return
-        self.folds.get(entry[0], set()).discard(key)
-        for alias in entry[1]:
-            self.aliases.get(alias, set()).discard(key)
-
-    def absorb(self, result: WriteResult, before: int | None) -> None:
-        """Applies our own write, or forgets everything if another writer came in between."""
-        if self.version is None or before != self.version or result.version != before + 1:
-            self.version = None
-            return
-        for key in (*result.deleted, *result.evicted):
-            self.remove(key)
-        for record in result.stored:
-            self.add(record)
-        self.version = result.version
-
-
-_indexes: weakref.WeakKeyDictionary[MemoryStore, _SubjectIndex] = weakref.WeakKeyDictionary()
-
-
-async def _subject_index(store: MemoryStore) -> _SubjectIndex:
-    index = _indexes.setdefault(store, _SubjectIndex())
+async def _subject_index(store: MemoryStore) -> SubjectIndex:
+    index = _indexes.setdefault(store, SubjectIndex())
     version = await store.version()
     if index.version != version:
         await store.refresh()  # at least as new as ``version``: a later write rebuilds again
@@ -300,6 +247,15 @@ def _change(old: MemoryRecord, new_text: str, match: SubjectMatch | None) -> str
     return "text changed"
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A decision ready to write: the outcome, and the records to put and keys to delete."""
+
+    outcome: Outcome
+    puts: tuple[MemoryRecord, ...] = ()
+    forget: tuple[str, ...] = ()
+
+
 async def _decide_and_write(
     store: MemoryStore,
     request: Remember,
@@ -312,66 +268,96 @@ async def _decide_and_write(
     """
     found = await _find(store, request)
     now = store.clock()
+    plan = await _decide(request, found, gatherer, now)
+    if not plan.puts:
+        return plan.outcome  # a reject: nothing to write
+    try:
+        result = await store.write(plan.puts, plan.forget, expect_version=version)
+    except VersionConflict:
+        return None
+    _indexes.setdefault(store, SubjectIndex()).absorb(result, version)
+    written = plan.outcome.record
+    stored = {r.key: r for r in result.stored}.get(written.key) if written else None
+    return replace(plan.outcome, record=stored or written)
+
+
+async def _decide(
+    request: Remember, found: _Found | None, gatherer: EvidenceGatherer | None, now: float
+) -> _Plan:
+    """The decision for ``request`` against the incumbent ``found`` (see the module docstring)."""
     if found is None:
         record = _record(request, now, {"action": "augment"})
-        return await _commit(store, version, [record], [], "augment", request.key, record)
+        summary = f"augmented: remembered {request.key!r} (a new fact)"
+        return _Plan(Outcome("augment", request.key, summary, record), (record,))
     old = found.record
     if normalise(old.content) == normalise(request.content):
-        meta = {**old.meta, META: {**_own(old), "action": "confirm", "confirmed_at": now}}
-        kept = replace(
-            old, updated_at=now, importance=max(old.importance, request.importance), meta=meta
-        )
-        where = "" if old.key == request.key else f" (already stored under {old.key!r})"
-        summary = f"confirmed {old.key!r}: the same fact again{where}"
-        return await _commit(store, version, [kept], [], "confirm", old.key, kept, old, summary)
+        return _confirm(request, old, now)
     fact = Fact(request.content, subject=request.key, source="agent")
     evidence = None if gatherer is None else await gatherer.gather(fact, old)
     change = _change(old, request.content, found.match)
-    said = "" if evidence is None else f" (evidence: {evidence.detail})"
     if evidence is not None and evidence.supports is False:
         summary = (
             f"rejected: {request.key!r} would change {old.key!r} {change}, but the evidence "
             f"is against it: {evidence.detail}; nothing written"
         )
-        return Outcome("reject", request.key, summary, None, old, None, evidence)
-    supported = evidence is not None and evidence.supports is True
-    if found.how == "recall" and not supported:
-        assert found.match is not None
-        held = ", ".join(found.match.old_values) or "another value"
-        detail = "no evidence either way" if evidence is None else evidence.detail
-        cognition = {
-            "action": "contested",
-            "contested_with": old.key,
-            "incumbent_values": list(found.match.old_values),
-            "evidence": detail,
-        }
-        record = _record(request, now, cognition)
-        marked = replace(old, meta={**old.meta, META: {**_own(old), "contested_by": request.key}})
-        summary = (
-            f"contested: {old.key!r} holds {held}; kept both, {request.key!r} marked contested "
-            f"({detail})"
-        )
-        return await _commit(
-            store,
-            version,
-            [marked, record],
-            [],
-            "contested",
-            request.key,
-            record,
-            old,
-            summary,
-            evidence=evidence,
-        )
+        return _Plan(Outcome("reject", request.key, summary, None, old, None, evidence))
+    if found.how == "recall" and (evidence is None or evidence.supports is not True):
+        assert found.match is not None  # a recall link without the same text has a match
+        return _contest(request, old, found.match, evidence, now)
+    return _supersede(request, old, change, evidence, now)
+
+
+def _confirm(request: Remember, old: MemoryRecord, now: float) -> _Plan:
+    meta = {**old.meta, META: {**own_meta(old), "action": "confirm", "confirmed_at": now}}
+    kept = replace(
+        old,
+        tags=normalise_tags([*old.tags, *request.tags]),
+        importance=max(old.importance, request.importance),
+        updated_at=now,
+        meta=meta,
+    )
+    where = "" if old.key == request.key else f" (already stored under {old.key!r})"
+    summary = f"confirmed {old.key!r}: the same fact again{where}"
+    return _Plan(Outcome("confirm", old.key, summary, kept, old), (kept,))
+
+
+def _contest(
+    request: Remember,
+    old: MemoryRecord,
+    match: SubjectMatch,
+    evidence: Evidence | None,
+    now: float,
+) -> _Plan:
+    held = ", ".join(match.old_values) or "another value"
+    detail = "no evidence either way" if evidence is None else evidence.detail
+    cognition = {
+        "action": "contested",
+        "contested_with": old.key,
+        "incumbent_values": list(match.old_values),
+        "evidence": detail,
+    }
+    record = _record(request, now, cognition)
+    marked = replace(old, meta={**old.meta, META: {**own_meta(old), "contested_by": request.key}})
+    summary = (
+        f"contested: {old.key!r} holds {held}; kept both, {request.key!r} marked contested "
+        f"({detail})"
+    )
+    outcome = Outcome("contested", request.key, summary, record, old, None, evidence)
+    return _Plan(outcome, (marked, record))
+
+
+def _supersede(
+    request: Remember, old: MemoryRecord, change: str, evidence: Evidence | None, now: float
+) -> _Plan:
     archived = f"{old.key}@{old.updated_at:.6f}"
-    old_own = _own(old)
-    history = [archived, *_strings(old_own.get("history"))][:MAX_HISTORY]
-    aliases = _strings(old_own.get("aliases"))
+    old_own = own_meta(old)
+    history = [archived, *strings(old_own.get("history"))][:MAX_HISTORY]
+    aliases = strings(old_own.get("aliases"))
     if old.key != request.key:
         aliases = [old.key, *aliases]
     wanted = fold_key(request.key)
     aliases = [a for a in dict.fromkeys([*aliases, *request.aliases]) if fold_key(a) != wanted]
-    cognition = {"action": "supersede", "history": history, "aliases": aliases}
+    cognition: dict[str, Any] = {"action": "supersede", "history": history, "aliases": aliases}
     if evidence is not None:
         cognition["evidence"] = evidence.detail
     record = _record(request, now, cognition)
@@ -382,48 +368,12 @@ async def _decide_and_write(
         archived=True,
         meta={**old.meta, "superseded_by": request.key, "superseded_at": now},
     )
-    summary = f"superseded {old.key!r} {change}{said}"
-    if old.key != request.key:
-        summary = f"superseded {old.key!r} by {request.key!r} {change}{said}"
+    said = "" if evidence is None else f" (evidence: {evidence.detail})"
+    by = "" if old.key == request.key else f" by {request.key!r}"
+    summary = f"superseded {old.key!r}{by} {change}{said}"
+    outcome = Outcome("supersede", request.key, summary, record, old, archived, evidence)
     # Deleting the keys first makes the new record's created_at the one stored.
-    forget = list(dict.fromkeys([old.key, request.key]))
-    return await _commit(
-        store,
-        version,
-        [moved, record],
-        forget,
-        "supersede",
-        request.key,
-        record,
-        old,
-        summary,
-        archived,
-        evidence,
-    )
-
-
-async def _commit(
-    store: MemoryStore,
-    version: int | None,
-    puts: list[MemoryRecord],
-    forget: list[str],
-    action: Action,
-    key: str,
-    record: MemoryRecord,
-    incumbent: MemoryRecord | None = None,
-    summary: str | None = None,
-    archived_key: str | None = None,
-    evidence: Evidence | None = None,
-) -> Outcome | None:
-    try:
-        result = await store.write(puts, forget, expect_version=version)
-    except VersionConflict:
-        return None
-    _indexes.setdefault(store, _SubjectIndex()).absorb(result, version)
-    stored = {r.key: r for r in result.stored}.get(record.key, record)
-    if summary is None:
-        summary = f"augmented: remembered {key!r} (a new fact)"
-    return Outcome(action, key, summary, stored, incumbent, archived_key, evidence)
+    return _Plan(outcome, (moved, record), tuple(dict.fromkeys([old.key, request.key])))
 
 
 async def _put(store: MemoryStore, request: Remember) -> Outcome:
@@ -432,11 +382,11 @@ async def _put(store: MemoryStore, request: Remember) -> Outcome:
     kept = (
         {}
         if previous is None
-        else {k: v for k, v in _own(previous).items() if k in ("history", "aliases")}
+        else {k: v for k, v in own_meta(previous).items() if k in ("history", "aliases")}
     )
     record = _record(request, store.clock(), {"action": "put", **kept})
     result = await store.write([record])
-    _indexes.setdefault(store, _SubjectIndex()).absorb(result, None)
+    _indexes.setdefault(store, SubjectIndex()).absorb(result, None)
     stored = result.stored[0] if result.stored else record
     verb = "replaced" if previous is not None else "remembered"
     return Outcome("put", request.key, f"put: {verb} {request.key!r}", stored, previous)
@@ -486,7 +436,7 @@ async def history(store: MemoryStore, key: str) -> list[MemoryRecord]:
     current = await store.get(validate_key(key))
     names: list[str] = []
     if current is not None:
-        names = _strings(_own(current).get("history"))
+        names = strings(own_meta(current).get("history"))
     found = []
     for name in names[:MAX_HISTORY]:
         record = await store.get(name)
@@ -505,7 +455,7 @@ async def forget_history(store: MemoryStore, key: str) -> int:
     if not names:
         return 0
     result = await store.write([], names)
-    _indexes.setdefault(store, _SubjectIndex()).absorb(result, None)
+    _indexes.setdefault(store, SubjectIndex()).absorb(result, None)
     return len(result.deleted)
 
 
