@@ -375,3 +375,30 @@ def test_a_write_expecting_a_stale_version_writes_nothing(kind: str, tmp_path: P
         await theirs.close()
 
     run(body())
+
+
+def test_a_namespace_that_keeps_moving_refuses_the_write() -> None:
+    """Every decision is overtaken by another writer: nothing is written on a stale one."""
+
+    async def body() -> None:
+        hub = InMemoryHub()
+        mine = MemoryStore(InMemoryBackend("t/ns", hub))
+        theirs = MemoryStore(InMemoryBackend("t/ns", hub))
+
+        class Busy:
+            rounds = 0
+
+            async def gather(self, fact: Fact, incumbent: MemoryRecord | None) -> Evidence:
+                self.rounds += 1
+                await theirs.remember(f"noise-{self.rounds}", "another writer")
+                return Evidence(True, "checked")
+
+        await mine.remember("staging-port", OLD)
+        busy = Busy()
+        with pytest.raises(VersionConflict, match="during each of 3 decisions"):
+            await remember_through(mine, Remember.of("staging-port", NEW), busy)
+        assert busy.rounds == 3
+        current = await mine.get("staging-port")
+        assert current is not None and current.content == OLD
+
+    run(body())

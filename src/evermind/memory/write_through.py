@@ -29,9 +29,10 @@ process), and the write is a compare-and-set on the namespace's version
 (``MemoryStore.write(expect_version=…)``, checked inside the backend's transaction: SQLite's
 ``BEGIN IMMEDIATE``, the in-memory and key-value backends' lock), so a writer in another
 process that lands after the decision read the store makes the write fail and the decision
-is taken again on a fresh read, at most :data:`MAX_ATTEMPTS` times, then once more written
-unconditionally (nothing is lost either way). The vector-store backend checks the version
-under its in-process lock only (its port has no transactions). Tenants: only ``store`` (one
+is taken again on a fresh read, at most :data:`MAX_ATTEMPTS` times; then the write is
+refused (``VersionConflict``) rather than applied on a stale decision. The vector-store
+backend checks the version under its in-process lock only (its port has no transactions).
+Tenants: only ``store`` (one
 tenant's namespace) is ever read. Browser-safe: standard library and ``evermind`` only.
 """
 
@@ -260,12 +261,9 @@ async def _decide_and_write(
     store: MemoryStore,
     request: Remember,
     gatherer: EvidenceGatherer | None,
-    version: int | None,
+    version: int,
 ) -> Outcome | None:
-    """One attempt; None when another writer moved the namespace from ``version`` meanwhile.
-
-    ``version`` None writes whatever happened meanwhile.
-    """
+    """One attempt; None when another writer moved the namespace from ``version`` meanwhile."""
     found = await _find(store, request)
     now = store.clock()
     plan = await _decide(request, found, gatherer, now)
@@ -408,6 +406,7 @@ async def remember_through(
 
     Raises:
         ConfigError: A bad ``mode``.
+        VersionConflict: Other writers changed the namespace during every attempt.
         StorageError: The backend failed; nothing was written.
     """
     if mode not in MODES:
@@ -421,10 +420,11 @@ async def remember_through(
             outcome = await _decide_and_write(store, request, gatherer, version)
             if outcome is not None:
                 return outcome
-        # Others keep writing: decide once more and write regardless (nothing is lost).
-        outcome = await _decide_and_write(store, request, gatherer, None)
-        assert outcome is not None  # no version to check: always written
-        return outcome
+    # A write on a stale decision could delete what another writer just stored: refuse.
+    raise VersionConflict(
+        f"remember {request.key!r}: other writers changed namespace {store.backend.namespace!r} "
+        f"during each of {MAX_ATTEMPTS} decisions; nothing written; hint: retry the write"
+    )
 
 
 async def history(store: MemoryStore, key: str) -> list[MemoryRecord]:
