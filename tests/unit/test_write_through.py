@@ -345,7 +345,7 @@ def test_folded_keys_found_after_own_and_foreign_writes() -> None:
 
 
 @pytest.mark.parametrize("kind", ["inmemory", "sqlite", "kv", "vector"])
-def test_a_write_expecting_a_stale_version_writes_nothing(kind: str, tmp_path: Path) -> None:
+def test_a_write_expecting_a_stale_version_or_key_writes_nothing(kind: str, tmp_path: Path) -> None:
     """The compare-and-set write-through relies on, in each transactional backend."""
 
     async def body() -> None:
@@ -368,6 +368,13 @@ def test_a_write_expecting_a_stale_version_writes_nothing(kind: str, tmp_path: P
         with pytest.raises(VersionConflict, match="expected version"):
             await mine.write([MemoryRecord("k", "stale decision")], expect_version=seen)
         assert await mine.get("k") is None
+        # Per key: another key written meanwhile does not matter, the key itself does.
+        await mine.write([MemoryRecord("k", "decided on keys")], expect_keys={"k": None})
+        written = await mine.get("k")
+        assert written is not None
+        await theirs.write([MemoryRecord("k", "theirs", updated_at=written.updated_at + 1)])
+        with pytest.raises(VersionConflict, match="key 'k'"):
+            await mine.write([MemoryRecord("k", "stale")], expect_keys={"k": written.updated_at})
         fresh = await mine.version()
         result = await mine.write([MemoryRecord("k", "fresh decision")], expect_version=fresh)
         assert result.version == fresh + 1
@@ -389,16 +396,40 @@ def test_a_namespace_that_keeps_moving_refuses_the_write() -> None:
             rounds = 0
 
             async def gather(self, fact: Fact, incumbent: MemoryRecord | None) -> Evidence:
-                self.rounds += 1
-                await theirs.remember(f"noise-{self.rounds}", "another writer")
+                self.rounds += 1  # another writer rewrites the very memory being replaced
+                await theirs.remember("staging-port", f"staging deploys on port {self.rounds}")
                 return Evidence(True, "checked")
 
         await mine.remember("staging-port", OLD)
         busy = Busy()
-        with pytest.raises(VersionConflict, match="during each of 3 decisions"):
+        with pytest.raises(VersionConflict, match="during each of 6 decisions"):
             await remember_through(mine, Remember.of("staging-port", NEW), busy)
-        assert busy.rounds == 3
+        assert busy.rounds == 6
         current = await mine.get("staging-port")
-        assert current is not None and current.content == OLD
+        assert current is not None and current.content == "staging deploys on port 6"
+
+    run(body())
+
+
+def test_unrelated_writers_in_other_connections_never_refuse_a_write(tmp_path: Path) -> None:
+    """Three SQLite connections write at once: every write lands (keys, not the namespace)."""
+
+    async def body() -> None:
+        path = tmp_path / "m.db"
+        stores = [MemoryStore(SQLiteBackend(path, "t/ns")) for _ in range(3)]
+
+        async def writer(n: int, memory: MemoryStore) -> list[str]:
+            actions = []
+            for i in range(40):
+                text = f"writer {n} wrote memory {i}"
+                outcome = await remember_through(memory, Remember.of(f"w{n}-{i:03d}", text))
+                actions.append(outcome.action)
+            return actions
+
+        results = await asyncio.gather(*(writer(n, s) for n, s in enumerate(stores)))
+        assert all(a == "augment" for actions in results for a in actions)
+        assert len(await stores[0].export()) == 120
+        for memory in stores:
+            await memory.close()
 
     run(body())

@@ -35,6 +35,8 @@ class MemoryBackend(Protocol):
     - ``apply(..., expect_version=v)`` writes only if the namespace's version is ``v`` when
       the transaction starts, else raises ``VersionConflict`` and writes nothing (a
       compare-and-set: what write-through cognition decides on is what it writes over).
+      ``expect_keys={key: updated_at or None}`` is the same per key: each key must hold a
+      record written at that time (None: no live record), whatever else changed.
     """
 
     namespace: str
@@ -47,11 +49,13 @@ class MemoryBackend(Protocol):
         capacity: int | None = None,
         now: float = 0.0,
         expect_version: int | None = None,
+        expect_keys: Mapping[str, float | None] | None = None,
     ) -> WriteResult:
         """Deletes ``deletes``, writes ``puts`` and evicts to ``capacity`` in one transaction.
 
         Raises:
-            VersionConflict: ``expect_version`` is set and is not the namespace's version.
+            VersionConflict: ``expect_version`` is set and is not the namespace's version, or
+                a key of ``expect_keys`` holds another record than expected.
         """
         ...
 
@@ -93,6 +97,30 @@ def check_version(namespace: str, expected: int | None, actual: int) -> None:
             f"memory namespace {namespace!r}: expected version {expected}, found {actual}; "
             "hint: another writer came in between, read again and decide again"
         )
+
+
+def check_keys(
+    namespace: str,
+    expected: Mapping[str, float | None] | None,
+    current: Mapping[str, MemoryRecord],
+    now: float,
+) -> None:
+    """Raises :class:`VersionConflict` when a key of ``expected`` holds another record.
+
+    Args:
+        namespace: For the message.
+        expected: Key -> the ``updated_at`` of the record read, or None (no live record).
+        current: The records stored now under (some of) those keys.
+        now: An expired record counts as absent.
+    """
+    for key, wanted in (expected or {}).items():
+        record = current.get(key)
+        found = None if record is None or record.is_expired(now) else record.updated_at
+        if found != wanted:
+            raise VersionConflict(
+                f"memory namespace {namespace!r}: key {key!r} was written at {found!r}, "
+                f"expected {wanted!r}; hint: another writer came in between, read again"
+            )
 
 
 def eviction_key(record: MemoryRecord, now: float) -> tuple[bool, float, float, str]:

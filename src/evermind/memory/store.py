@@ -192,6 +192,7 @@ class MemoryStore:
         forget: Sequence[str] = (),
         *,
         expect_version: int | None = None,
+        expect_keys: Mapping[str, float | None] | None = None,
     ) -> WriteResult:
         """Deletes ``forget`` and stores ``records`` as one transaction (all or nothing).
 
@@ -205,10 +206,12 @@ class MemoryStore:
             forget: Keys to delete first.
             expect_version: Write only if the namespace's version (:meth:`version`) is still
                 this when the transaction starts.
+            expect_keys: Write only if each key still holds the record written at that
+                ``updated_at`` (None: no live record), whatever else changed.
 
         Raises:
-            VersionConflict: ``expect_version`` was set and another write came in between;
-                nothing was written.
+            VersionConflict: An expectation failed: another write came in between; nothing
+                was written.
         """
         texts = [r.content for r in records if not r.archived]
         if self._cache is not None and texts:
@@ -224,6 +227,7 @@ class MemoryStore:
             capacity=self.capacity,
             now=self.clock(),
             expect_version=expect_version,
+            expect_keys=expect_keys,
         )
         self._absorb(result)
         if result.evicted:

@@ -25,13 +25,16 @@ and decides, saying what happened in one line (:attr:`Outcome.summary`):
    (the value it replaces is not archived; the key's earlier history stays linked).
 
 Concurrency: the decision and the write run under one lock per store (writers in this
-process), and the write is a compare-and-set on the namespace's version
-(``MemoryStore.write(expect_version=…)``, checked inside the backend's transaction: SQLite's
-``BEGIN IMMEDIATE``, the in-memory and key-value backends' lock), so a writer in another
-process that lands after the decision read the store makes the write fail and the decision
-is taken again on a fresh read, at most :data:`MAX_ATTEMPTS` times; then the write is
-refused (``VersionConflict``) rather than applied on a stale decision. The vector-store
-backend checks the version under its in-process lock only (its port has no transactions).
+process), and the write is a compare-and-set checked inside the backend's transaction
+(SQLite's ``BEGIN IMMEDIATE``, the in-memory and key-value backends' lock;
+``MemoryStore.write(expect_version=…, expect_keys=…)``). First the whole namespace must be
+unchanged since the decision read it; if other writers keep moving it (another process
+writing other memories), after :data:`MAX_ATTEMPTS` tries only the records the write
+replaces (the incumbent, the key written, the archive key) must be unchanged, another
+:data:`MAX_ATTEMPTS` tries; then the write is refused (``VersionConflict``) rather than
+applied on a stale decision. In that second mode a same-subject memory written under
+another key by another process at the same moment can be missed (both are then kept). The
+vector-store backend checks under its in-process lock only (its port has no transactions).
 Tenants: only ``store`` (one
 tenant's namespace) is ever read. Browser-safe: standard library and ``evermind`` only.
 """
@@ -75,7 +78,8 @@ MODES = ("reconcile", "put")
 
 #: Recall hits looked at for an incumbent by meaning.
 CANDIDATES = 5
-#: Decisions retaken when another writer moved the namespace in between.
+#: Decisions retaken when another writer moved the namespace in between (then as many
+#: again, conditioned only on the keys written over).
 MAX_ATTEMPTS = 3
 #: Longest history :func:`history` returns.
 MAX_HISTORY = 50
@@ -197,11 +201,18 @@ async def _first_live(store: MemoryStore, keys: Iterable[str]) -> MemoryRecord |
     return None
 
 
-async def _find(store: MemoryStore, request: Remember) -> _Found | None:
-    """The incumbent: exact key, folded key, alias, then recall by meaning."""
+async def _find(store: MemoryStore, request: Remember) -> tuple[_Found | None, float | None]:
+    """The incumbent (exact key, folded key, alias, then recall by meaning), and when the
+    record under ``request.key`` was written as read (None: there is none)."""
     exact = await store.get(request.key)
+    at = None if exact is None else exact.updated_at
     if exact is not None and not exact.archived:
-        return _Found(exact, "key")
+        return _Found(exact, "key"), at
+    return await _find_elsewhere(store, request), at
+
+
+async def _find_elsewhere(store: MemoryStore, request: Remember) -> _Found | None:
+    """The incumbent under another key: folded key, alias, then recall by meaning."""
     index = await _subject_index(store)
     wanted = fold_key(request.key)
     folded = await _first_live(store, index.folds.get(wanted, ()))
@@ -255,22 +266,29 @@ class _Plan:
     outcome: Outcome
     puts: tuple[MemoryRecord, ...] = ()
     forget: tuple[str, ...] = ()
+    expect: Mapping[str, float | None] = field(default_factory=dict)
 
 
 async def _decide_and_write(
     store: MemoryStore,
     request: Remember,
     gatherer: EvidenceGatherer | None,
-    version: int,
+    version: int | None,
 ) -> Outcome | None:
-    """One attempt; None when another writer moved the namespace from ``version`` meanwhile."""
-    found = await _find(store, request)
+    """One attempt; None when another writer moved what the decision read meanwhile.
+
+    The write expects the records it replaces to be the ones read (always) and, with
+    ``version``, the whole namespace to be unchanged.
+    """
+    found, at = await _find(store, request)
     now = store.clock()
-    plan = await _decide(request, found, gatherer, now)
+    plan = await _decide(request, found, at, gatherer, now)
     if not plan.puts:
         return plan.outcome  # a reject: nothing to write
     try:
-        result = await store.write(plan.puts, plan.forget, expect_version=version)
+        result = await store.write(
+            plan.puts, plan.forget, expect_version=version, expect_keys=plan.expect
+        )
     except VersionConflict:
         return None
     _indexes.setdefault(store, SubjectIndex()).absorb(result, version)
@@ -280,13 +298,21 @@ async def _decide_and_write(
 
 
 async def _decide(
-    request: Remember, found: _Found | None, gatherer: EvidenceGatherer | None, now: float
+    request: Remember,
+    found: _Found | None,
+    at: float | None,
+    gatherer: EvidenceGatherer | None,
+    now: float,
 ) -> _Plan:
-    """The decision for ``request`` against the incumbent ``found`` (see the module docstring)."""
+    """The decision for ``request`` against the incumbent ``found`` (see the module docstring).
+
+    ``at``: when the record under ``request.key`` was written, as read (None: none).
+    """
     if found is None:
         record = _record(request, now, {"action": "augment"})
         summary = f"augmented: remembered {request.key!r} (a new fact)"
-        return _Plan(Outcome("augment", request.key, summary, record), (record,))
+        outcome = Outcome("augment", request.key, summary, record)
+        return _Plan(outcome, (record,), expect={request.key: at})
     old = found.record
     if normalise(old.content) == normalise(request.content):
         return _confirm(request, old, now)
@@ -301,8 +327,10 @@ async def _decide(
         return _Plan(Outcome("reject", request.key, summary, None, old, None, evidence))
     if found.how == "recall" and (evidence is None or evidence.supports is not True):
         assert found.match is not None  # a recall link without the same text has a match
-        return _contest(request, old, found.match, evidence, now)
-    return _supersede(request, old, change, evidence, now)
+        plan = _contest(request, old, found.match, evidence, now)
+    else:
+        plan = _supersede(request, old, change, evidence, now)
+    return replace(plan, expect={request.key: at, **plan.expect})
 
 
 def _confirm(request: Remember, old: MemoryRecord, now: float) -> _Plan:
@@ -316,7 +344,7 @@ def _confirm(request: Remember, old: MemoryRecord, now: float) -> _Plan:
     )
     where = "" if old.key == request.key else f" (already stored under {old.key!r})"
     summary = f"confirmed {old.key!r}: the same fact again{where}"
-    return _Plan(Outcome("confirm", old.key, summary, kept, old), (kept,))
+    return _Plan(Outcome("confirm", old.key, summary, kept, old), (kept,), (), _held(old))
 
 
 def _contest(
@@ -341,7 +369,7 @@ def _contest(
         f"({detail})"
     )
     outcome = Outcome("contested", request.key, summary, record, old, None, evidence)
-    return _Plan(outcome, (marked, record))
+    return _Plan(outcome, (marked, record), (), _held(old))
 
 
 def _supersede(
@@ -371,7 +399,13 @@ def _supersede(
     summary = f"superseded {old.key!r}{by} {change}{said}"
     outcome = Outcome("supersede", request.key, summary, record, old, archived, evidence)
     # Deleting the keys first makes the new record's created_at the one stored.
-    return _Plan(outcome, (moved, record), tuple(dict.fromkeys([old.key, request.key])))
+    forget = tuple(dict.fromkeys([old.key, request.key]))
+    return _Plan(outcome, (moved, record), forget, {**_held(old), archived: None})
+
+
+def _held(old: MemoryRecord) -> dict[str, float | None]:
+    """The expectation that ``old`` is still what its key holds."""
+    return {old.key: old.updated_at}
 
 
 async def _put(store: MemoryStore, request: Remember) -> Outcome:
@@ -420,10 +454,15 @@ async def remember_through(
             outcome = await _decide_and_write(store, request, gatherer, version)
             if outcome is not None:
                 return outcome
+        # The namespace keeps moving under other writers: settle for the keys written over.
+        for _ in range(MAX_ATTEMPTS):
+            outcome = await _decide_and_write(store, request, gatherer, None)
+            if outcome is not None:
+                return outcome
     # A write on a stale decision could delete what another writer just stored: refuse.
     raise VersionConflict(
-        f"remember {request.key!r}: other writers changed namespace {store.backend.namespace!r} "
-        f"during each of {MAX_ATTEMPTS} decisions; nothing written; hint: retry the write"
+        f"remember {request.key!r}: other writers changed the memories it would replace "
+        f"during each of {2 * MAX_ATTEMPTS} decisions; nothing written; hint: retry the write"
     )
 
 
