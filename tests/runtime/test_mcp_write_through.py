@@ -9,12 +9,14 @@ the old value the write is rejected and nothing changes; ``mode='put'`` still ov
 
 from __future__ import annotations
 
+import http.server
+import threading
 from pathlib import Path
 
 import anyio
 
 from evermind.memory.sync import SyncMemoryStore
-from tests.runtime.test_mcp_server import stdio_client, text_of
+from tests.runtime.test_mcp_server import free_port, stdio_client, text_of
 
 OLD = "Staging deploys on port 8080 (deploy/staging.env)."
 NEW = "Staging now deploys on 9090, see deploy/staging.env."
@@ -111,3 +113,52 @@ def test_drift_over_mcp_contested_then_superseded_with_history(tmp_path: Path) -
     assert "staging.deploy.port" not in rows  # the rejected write left nothing
     archived = [row for row in rows.values() if row["archived"]]
     assert [row["content"] for row in archived] == [OLD]  # nothing silently lost
+
+
+def test_probe_http_over_mcp_rejects_a_dead_url_and_supersedes_with_a_live_one(
+    tmp_path: Path,
+) -> None:
+    """``--probe-http``: the URL a changed fact names must answer (a loopback server here)."""
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    live = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=live.serve_forever, daemon=True).start()
+    dead = free_port()
+    old = "Staging health is served at http://127.0.0.1:1/health"
+    try:
+
+        async def scenario() -> None:
+            async with stdio_client(tmp_path / "m.db", "--probe-http") as client:
+                await client.call_tool("memory_remember", {"key": "staging-health", "content": old})
+                refused = text_of(
+                    await client.call_tool(
+                        "memory_remember",
+                        {
+                            "key": "Staging_Health",
+                            "content": f"Staging health moved to http://127.0.0.1:{dead}/health",
+                        },
+                    )
+                )
+                assert refused.startswith("rejected: 'Staging_Health' would change"), refused
+                assert "did not answer" in refused, refused
+                url = f"http://127.0.0.1:{live.server_address[1]}/health"
+                moved = text_of(
+                    await client.call_tool(
+                        "memory_remember",
+                        {"key": "Staging_Health", "content": f"Staging health moved to {url}"},
+                    )
+                )
+                assert moved.startswith("superseded 'staging-health' by 'Staging_Health'"), moved
+                assert f"(evidence: {url} answered 200)" in moved, moved
+
+        anyio.run(scenario)
+    finally:
+        live.shutdown()
+        live.server_close()
