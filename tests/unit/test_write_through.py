@@ -433,3 +433,7 @@ def test_unrelated_writers_in_other_connections_never_refuse_a_write(tmp_path: P
             await memory.close()
 
     run(body())
+
+
+def test_values_skip_sentence_starts_and_the_one_letter_pronoun() -> None:
+    assert values("Then I moved staging to 9090 with Bob. Next week too") == {"9090", "bob"}

@@ -10,7 +10,7 @@ deterministic part of that judgement (browser-safe: standard library and ``everm
 - :func:`values` picks the *value tokens* of a text by their shape, never by a word list:
   URLs, paths and dotted names (``config/app.yaml``, ``db.example.com``), numbers with
   their dots and colons (ports, versions, times: ``9090``, ``3.11``, ``10:30``), quoted or
-  backticked spans, and capitalised words that do not start a sentence (names: ``Neovim``).
+  backticked spans, and capitalised words (2+ letters) not starting a sentence (names: ``Neovim``).
 - :func:`terms` is what is left: the content words, case-folded (one-letter words dropped).
 - :class:`SubjectIndex` maps the folded keys and learned aliases of a store's live memories
   to their keys, so a write finds its subject without folding every key.
@@ -51,7 +51,7 @@ _PATH = re.compile(
 )
 _NUMBER = re.compile(r"(?<![\w.])v?\d+(?:[.:]\d+)*(?![\w])")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
-_CAPITALISED = re.compile(r"[A-Z][\w-]*")
+_CAPITALISED = re.compile(r"[A-Z][\w-]+")  # two letters at least: not the pronoun "I"
 _SENTENCE_END = ".!?:;\n"
 _MIN_PREFIX = 4
 
