@@ -4,6 +4,7 @@
   evaluator ``eval_dev.py``);
 - :mod:`evals.memory`: ``MemoryStore.recall`` on ``memory_recall_dev.jsonl``;
 - :mod:`evals.mcp_recall`: the same set through the MCP tool over stdio;
+- :mod:`evals.write_through`: false links of write-through cognition on that set's facts;
 - :mod:`evals.quality`: memory and cache tables, lexical vs Evermind vs hybrid.
 - :mod:`evals.retrieval`: ``EnterpriseRetriever`` on ``retrieval_set.jsonl`` (in the
   repository, over the ingest fixtures): answer and refusal rates, through the harness.

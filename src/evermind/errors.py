@@ -15,7 +15,8 @@ carry domain data); the generic branches are defined here::
     ├── NotFound                 a named thing does not exist
     │   └── ModelNotFound        no such model for this tenant [runtime.registry]
     ├── Conflict                 the request contradicts what is already stored
-    │   └── InstallConflict      the ref is installed with another digest [runtime.installs]
+    │   ├── InstallConflict      the ref is installed with another digest [runtime.installs]
+    │   └── VersionConflict      a conditional memory write found the namespace moved on
     ├── Unavailable              the thing exists but cannot serve now
     │   ├── PackageChanged       an installed package's bytes changed on disk [runtime.registry]
     │   └── UpstreamError        a frontier model's server failed, refused or cut a stream
@@ -93,6 +94,11 @@ class NotFound(EvermindError):
 
 class Conflict(EvermindError):
     """The request contradicts what is already stored (e.g. the same ref, other bytes)."""
+
+
+class VersionConflict(Conflict):
+    """A memory write conditioned on the namespace's version found another version: someone
+    wrote in between. Nothing was written; decide again on a fresh read and retry."""
 
 
 class Unavailable(EvermindError):

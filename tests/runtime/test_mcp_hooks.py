@@ -401,3 +401,27 @@ def test_pre_compact_stores_only_what_the_user_typed(home: HostEnv, tmp_path: Pa
     # The sub-agent's line was the last "user" line; Stop asks about the user's own words only.
     blocked = fire(commands["Stop"], base("Stop", chat, stop_hook_active=False))
     assert blocked.stdout == "", blocked.stdout  # the user's instruction is stored already
+
+
+def test_pre_compact_confirms_what_an_agent_already_stored_under_another_key(
+    home: HostEnv, tmp_path: Path
+) -> None:
+    """The capture goes through write-through cognition: the same text is not stored twice."""
+    memory_file = home.home / "memory.db"
+    install_hooks(memory_file, env=home)
+    commands = registered(home)
+    typed = "From now on, we use uv, not pip."
+
+    async def agent_stores_it() -> None:
+        store = MemoryStore(memory_file, namespace=NAMESPACE)
+        try:
+            await store.remember("pkg-manager", typed.lower())
+        finally:
+            await store.close()
+
+    asyncio.run(agent_stores_it())
+    chat = transcript(tmp_path / "t.jsonl", [claude_user(typed), assistant("ok")])
+    flushed = fire(commands["PreCompact"], base("PreCompact", chat, trigger="auto"))
+    assert flushed.returncode == 0 and flushed.stdout == "", flushed.stderr
+    assert "kept 0 new instruction(s)" in flushed.stderr, flushed.stderr
+    assert stored(memory_file) == {"pkg-manager": typed.lower()}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from evermind.cli.args import package_file, text_file
@@ -30,6 +31,8 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         readonly=args.readonly,
         experience=args.experience or experience_enabled(),
         max_runs=args.max_runs,
+        workspace_root=None if args.workspace_root is None else Path(args.workspace_root),
+        probe_http=args.probe_http,
     )
 
 
@@ -179,6 +182,16 @@ def register(sub: Any) -> None:
     )
     mcp.add_argument(
         "--max-runs", type=int, default=500, help="experience runs kept per tenant (default: 500)"
+    )
+    mcp.add_argument(
+        "--workspace-root",
+        help="folder whose files are evidence when memory_remember meets a conflicting fact "
+        "(never read outside it; default: none)",
+    )
+    mcp.add_argument(
+        "--probe-http",
+        action="store_true",
+        help="let memory_remember GET the URLs a conflicting fact names, as evidence",
     )
     mcp.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP interface (default: 127.0.0.1)")

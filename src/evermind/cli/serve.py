@@ -56,6 +56,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         keep_alive_s=args.keep_alive,
         trusted_proxies=list(args.trusted_proxy or []),
         cache_scope=args.cache_scope,
+        memory_workspace_root=(
+            Path(args.memory_workspace_root) if args.memory_workspace_root else None
+        ),
+        memory_probe_http=args.memory_probe_http,
     )
     config.check_exposure()
     from evermind.runtime.devices import resolve_device
@@ -155,6 +159,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "teacher/all-minilm-l6-v2; repeatable)",
     )
     serve.add_argument("--workers", type=int, default=0, help="worker threads (0: auto)")
+    serve.add_argument(
+        "--memory-workspace-root",
+        help="folder whose files are evidence when a memory write conflicts with a stored "
+        "fact (never read outside it; default: none)",
+    )
+    serve.add_argument(
+        "--memory-probe-http",
+        action="store_true",
+        help="let a conflicting memory write GET the URLs it names, as evidence",
+    )
     serve.add_argument(
         "--max-prompt-tokens", type=int, default=8192, help="longest prompt, in tokens (400 beyond)"
     )

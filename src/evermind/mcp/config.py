@@ -58,6 +58,10 @@ class ServerConfig:
         experience: Serve the experience tools (episodes, skills, runs, ``experience_train``);
             off unless opted in (``--experience`` or ``EVERMIND_EXPERIENCE=1``).
         max_runs: Runs kept per tenant by the experience store; older ones are pruned.
+        workspace_root: The folder ``memory_remember`` checks the files a conflicting fact
+            names in (``--workspace-root``); never read outside it. None: no file evidence.
+        probe_http: Whether ``memory_remember`` GETs the URLs a conflicting fact names
+            (``--probe-http``; off: a write must not make the server fetch arbitrary URLs).
 
     Raises:
         ConfigError: A limit is not a positive integer, or the default exceeds the maximum.
@@ -70,6 +74,8 @@ class ServerConfig:
     readonly: bool = False
     experience: bool = False
     max_runs: int = 500
+    workspace_root: Path | None = None
+    probe_http: bool = False
 
     def __post_init__(self) -> None:
         for name in (

@@ -189,7 +189,13 @@ def pre_compact(payload: dict[str, Any], args: argparse.Namespace) -> dict[str, 
 
 
 async def _remember_all(texts: list[str], payload: dict[str, Any], args: argparse.Namespace) -> int:
+    """Writes each text through write-through cognition; returns how many were new.
+
+    A text already stored under its own key is skipped; one an agent already stored under
+    another key is confirmed there, not copied.
+    """
     from evermind.memory import MemoryStore
+    from evermind.memory.write_through import Remember, remember_through
 
     store = MemoryStore(args.memory_file, namespace=args.store_namespace)
     stored = 0
@@ -202,8 +208,9 @@ async def _remember_all(texts: list[str], payload: dict[str, Any], args: argpars
                 "source": "claude-code PreCompact",
                 "session_id": str(payload.get("session_id")),
             }
-            await store.remember(key, text, INSTRUCTION_TAGS, INSTRUCTION_IMPORTANCE, meta=meta)
-            stored += 1
+            request = Remember.of(key, text, INSTRUCTION_TAGS, INSTRUCTION_IMPORTANCE, meta=meta)
+            outcome = await remember_through(store, request)
+            stored += outcome.action != "confirm"
     finally:
         await store.close()
     return stored

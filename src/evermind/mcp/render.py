@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from evermind.memory import Hit, MemoryRecord, fence
 from evermind.memory.sanitize import inline
@@ -43,6 +44,18 @@ def _key(key: str) -> str:
     return repr(inline(key))
 
 
+def _standing(meta: Mapping[str, Any]) -> str:
+    """`` [contested: …]`` when write-through marked the memory as contested, else ``""``."""
+    own = meta.get("cognition")
+    if not isinstance(own, Mapping):
+        return ""
+    if own.get("action") == "contested":
+        return f" [contested: {_key(str(own.get('contested_with', '?')))} says otherwise]"
+    if own.get("contested_by"):
+        return f" [contested by {_key(str(own['contested_by']))}]"
+    return ""
+
+
 def render_recall(
     hits: Sequence[Hit],
     query: str,
@@ -70,7 +83,8 @@ def render_recall(
             f"{RANKED_BY_PREFIX}nothing matched"
         )
     items = [
-        f"{hit.key} (score {hit.score:.3f}; tags: {_tags(hit.tags)})\n{cut(hit.content, max_chars)}"
+        f"{hit.key} (score {hit.score:.3f}; tags: {_tags(hit.tags)}){_standing(hit.meta)}\n"
+        f"{cut(hit.content, max_chars)}"
         for hit in hits
     ]
     orders = list(dict.fromkeys(hit.ranked_by for hit in hits))
@@ -113,6 +127,25 @@ def render_tagged(
     return f"{header}\n{fence(items, title=f'tag {tag}')}"
 
 
+def render_history(versions: Sequence[MemoryRecord], key: str, max_chars: int) -> str:
+    """The superseded versions ``memory_get(include_history=true)`` appends, newest first."""
+    if not versions:
+        return f"history of {_key(key)}: no superseded versions"
+    items = [
+        f"{r.key} (was {_key(str(r.meta.get('superseded_by', key)))}'s value, superseded "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(_when(r)))})\n"
+        f"{cut(r.content, max_chars)}"
+        for r in versions
+    ]
+    header = f"history of {_key(key)}: {counted(len(versions), 'superseded version')}, newest first"
+    return f"{header}\n{fence(items, title=f'history {key}')}"
+
+
+def _when(record: MemoryRecord) -> float:
+    at = record.meta.get("superseded_at")
+    return float(at) if isinstance(at, int | float) else record.updated_at
+
+
 def render_remembered(record: MemoryRecord, replaced: bool) -> str:
     """The answer of ``memory_remember``."""
     verb = "replaced" if replaced else "remembered"
@@ -130,6 +163,7 @@ __all__ = [
     "ELLIPSIS",
     "RANKED_BY_PREFIX",
     "cut",
+    "render_history",
     "render_recall",
     "render_record",
     "render_remembered",

@@ -14,7 +14,7 @@ server keeps running. Native-only (imports the ``mcp`` SDK).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -25,11 +25,21 @@ from pydantic import Field
 from evermind.errors import ConfigError, EvermindError
 from evermind.mcp.compact_tools import DESCRIPTIONS, CompactTools
 from evermind.mcp.config import ServerConfig
-from evermind.mcp.render import render_recall, render_record, render_remembered, render_tagged
+from evermind.mcp.render import (
+    render_history,
+    render_recall,
+    render_record,
+    render_remembered,
+    render_tagged,
+)
 from evermind.memory import MemoryStore
 from evermind.memory.archive import StubResolver
 from evermind.memory.compaction import forget
+from evermind.memory.evidence import EvidenceGatherer, configured
 from evermind.memory.records import MAX_QUERY_CHARS, validate_memory_text
+from evermind.memory.sanitize import inline
+from evermind.memory.write_through import Remember, forget_history, history, remember_through
+from evermind.text import counted
 
 READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag")
 WRITE_TOOLS = ("memory_remember", "memory_forget", "memory_compact", "memory_restore")
@@ -54,6 +64,23 @@ Tags = Annotated[
 ]
 Importance = Annotated[
     float, Field(ge=0.0, le=1.0, description="0 trivia … 1 critical; 0.5 is neutral.")
+]
+Aliases = Annotated[
+    list[str] | None,
+    Field(
+        description="Other keys naming the same subject, e.g. ['staging-port'] when writing "
+        "'deploy.staging.port': the memory under one of them is superseded by this one."
+    ),
+]
+Mode = Annotated[
+    Literal["reconcile", "put"],
+    Field(
+        description="'reconcile' (default): compare with what memory holds on this subject "
+        "(confirm, supersede keeping history, or mark contested); 'put': plain overwrite by key."
+    ),
+]
+IncludeHistory = Annotated[
+    bool, Field(description="Also list the superseded versions of this memory, newest first.")
 ]
 TtlMs = Annotated[
     int | None,
@@ -83,7 +110,7 @@ def _describe(config: ServerConfig) -> dict[str, str]:
         "memory_get": (
             "Return the full text of one memory by its exact key. Call this after "
             "memory_recall or memory_recall_by_tag when a preview was cut short and you need "
-            "the whole memory."
+            "the whole memory, or with include_history=true to see what it replaced."
         ),
         "memory_recall_by_tag": (
             "List the memories carrying one tag, newest first (previews cut to "
@@ -94,12 +121,19 @@ def _describe(config: ServerConfig) -> dict[str, str]:
             "Store a fact in the user's long-term memory so this and other agents can recall "
             "it later. Call this when the user states a preference, a decision, a fact about "
             "their work or people, or asks you to remember something. Write one "
-            "self-contained fact per memory; reusing a key replaces that memory (use this to "
-            f"correct it). Content is at most {config.max_content_chars} characters."
+            "self-contained fact per memory. The write is reconciled with what memory already "
+            "holds on the same subject (same key, a key differing only in case or separators, "
+            "a declared alias, or a memory found by meaning): the same fact is confirmed, a "
+            "changed value under the same key supersedes the old one (kept as history), and a "
+            "conflicting memory under another key is superseded when evidence supports the "
+            "change, rejected when evidence is against it, else kept beside it marked "
+            "contested. The answer says which in one line. mode='put' overwrites by key with "
+            f"no reconcile. Content is at most {config.max_content_chars} characters."
         ),
         "memory_forget": (
-            "Delete one memory by its exact key. Call this when the user asks you to forget "
-            "something or a memory is wrong and should not be replaced."
+            "Delete one memory by its exact key, with the versions it superseded. Call this "
+            "when the user asks you to forget something or a memory is wrong and should not "
+            "be replaced."
         ),
     }
 
@@ -114,10 +148,21 @@ class MemoryTools:
             ``--model``); None: compaction answers that it needs a model.
     """
 
-    def __init__(self, store: MemoryStore, config: ServerConfig, model: Any = None) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        config: ServerConfig,
+        model: Any = None,
+        evidence: EvidenceGatherer | None = None,
+    ) -> None:
         self.store = store
         self.config = config
         self.compaction = CompactTools(store, model, config.max_content_chars)
+        self.evidence = (
+            evidence
+            if evidence is not None
+            else configured(config.workspace_root, config.probe_http)
+        )
 
     async def recall(self, query: Query, top_k: Count | None = None) -> str:
         """Ranked recall, capped at ``max_results`` hits and ``max_chars`` per preview."""
@@ -138,10 +183,11 @@ class MemoryTools:
             searched=searched,
         )
 
-    async def get(self, key: Key) -> str:
-        """The full record under ``key``."""
+    async def get(self, key: Key, include_history: IncludeHistory = False) -> str:
+        """The full record under ``key`` (and its superseded versions with ``include_history``)."""
         try:
             record = await self.store.get(key)
+            versions = await history(self.store, key) if include_history else []
         except EvermindError as err:
             raise ToolError(f"memory_get failed: {err}") from err
         if record is None:
@@ -149,7 +195,10 @@ class MemoryTools:
                 f"memory_get: no memory has the key {key!r} (or it expired); hint: keys are "
                 "exact, call memory_recall to find the right one"
             )
-        return render_record(StubResolver.of(self.store).shown(record))
+        shown = render_record(StubResolver.of(self.store).shown(record))
+        if not include_history:
+            return shown
+        return f"{shown}\n{render_history(versions, key, self.config.max_chars)}"
 
     async def recall_by_tag(self, tag: Tag, limit: Count | None = None) -> str:
         """The newest memories tagged ``tag``, capped like recall."""
@@ -174,26 +223,35 @@ class MemoryTools:
         tags: Tags = None,
         importance: Importance = 0.5,
         ttl_ms: TtlMs = None,
+        aliases: Aliases = None,
+        mode: Mode = "reconcile",
     ) -> str:
-        """Stores ``content`` under ``key`` (replacing it); ``ttl_ms`` is in milliseconds."""
+        """Reconciles ``content`` with memory and stores it; ``ttl_ms`` is in milliseconds."""
         try:
             content = validate_memory_text(content, self.config.max_content_chars)
+            ttl = None if ttl_ms is None else ttl_ms / 1000.0
+            request = Remember.of(key, content, tags or (), importance, ttl, aliases=aliases or ())
         except ConfigError as err:
             raise ToolError(f"memory_remember: {err}") from err
-        ttl = None if ttl_ms is None else ttl_ms / 1000.0
         try:
-            record = await self.store.remember(key, content, tags or (), importance, ttl)
+            outcome = await remember_through(self.store, request, self.evidence, mode)
         except EvermindError as err:
             raise ToolError(f"memory_remember failed: {err}") from err
-        return render_remembered(record, replaced=record.created_at != record.updated_at)
+        if outcome.record is None or outcome.action != "augment":
+            return inline(outcome.summary)  # values quoted from content: one safe line
+        return "augmented: " + render_remembered(outcome.record, replaced=False)
 
     async def forget(self, key: Key) -> str:
         """Deletes ``key``; says whether it existed."""
         try:
+            versions = await forget_history(self.store, key)
             existed = await forget(self.store, key)
         except EvermindError as err:
             raise ToolError(f"memory_forget failed: {err}") from err
-        return f"forgot {key!r}" if existed else f"no memory had the key {key!r}; nothing deleted"
+        if not existed:
+            return f"no memory had the key {key!r}; nothing deleted"
+        also = f" and {counted(versions, 'superseded version')}" if versions else ""
+        return f"forgot {key!r}{also}"
 
 
 def register_tools(server: MCPServer[Any] | ToolManager, tools: MemoryTools) -> list[str]:

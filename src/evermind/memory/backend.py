@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from evermind.errors import VersionConflict
 from evermind.memory.records import MemoryRecord, WriteResult
 
 
@@ -31,6 +32,11 @@ class MemoryBackend(Protocol):
       the excess is evicted in :func:`eviction_order`, never touching keys put in the same
       call unless the puts alone exceed the capacity.
     - Every ``apply`` and every ``delete_expired`` that removes something bumps ``version``.
+    - ``apply(..., expect_version=v)`` writes only if the namespace's version is ``v`` when
+      the transaction starts, else raises ``VersionConflict`` and writes nothing (a
+      compare-and-set: what write-through cognition decides on is what it writes over).
+      ``expect_keys={key: updated_at or None}`` is the same per key: each key must hold a
+      record written at that time (None: no live record), whatever else changed.
     """
 
     namespace: str
@@ -42,8 +48,15 @@ class MemoryBackend(Protocol):
         *,
         capacity: int | None = None,
         now: float = 0.0,
+        expect_version: int | None = None,
+        expect_keys: Mapping[str, float | None] | None = None,
     ) -> WriteResult:
-        """Deletes ``deletes``, writes ``puts`` and evicts to ``capacity`` in one transaction."""
+        """Deletes ``deletes``, writes ``puts`` and evicts to ``capacity`` in one transaction.
+
+        Raises:
+            VersionConflict: ``expect_version`` is set and is not the namespace's version, or
+                a key of ``expect_keys`` holds another record than expected.
+        """
         ...
 
     async def get(self, key: str) -> MemoryRecord | None:
@@ -75,6 +88,39 @@ class MemoryBackend(Protocol):
     async def close(self) -> None:
         """Releases the backend's resources; the backend is unusable afterwards."""
         ...
+
+
+def check_version(namespace: str, expected: int | None, actual: int) -> None:
+    """Raises :class:`VersionConflict` when ``expected`` is set and differs from ``actual``."""
+    if expected is not None and expected != actual:
+        raise VersionConflict(
+            f"memory namespace {namespace!r}: expected version {expected}, found {actual}; "
+            "hint: another writer came in between, read again and decide again"
+        )
+
+
+def check_keys(
+    namespace: str,
+    expected: Mapping[str, float | None] | None,
+    current: Mapping[str, MemoryRecord],
+    now: float,
+) -> None:
+    """Raises :class:`VersionConflict` when a key of ``expected`` holds another record.
+
+    Args:
+        namespace: For the message.
+        expected: Key -> the ``updated_at`` of the record read, or None (no live record).
+        current: The records stored now under (some of) those keys.
+        now: An expired record counts as absent.
+    """
+    for key, wanted in (expected or {}).items():
+        record = current.get(key)
+        found = None if record is None or record.is_expired(now) else record.updated_at
+        if found != wanted:
+            raise VersionConflict(
+                f"memory namespace {namespace!r}: key {key!r} was written at {found!r}, "
+                f"expected {wanted!r}; hint: another writer came in between, read again"
+            )
 
 
 def eviction_key(record: MemoryRecord, now: float) -> tuple[bool, float, float, str]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from evermind.errors import StorageError
-from evermind.memory.backend import select_evictions
+from evermind.memory.backend import check_keys, check_version, select_evictions
 from evermind.memory.records import MemoryRecord, WriteResult
 
 
@@ -62,10 +62,14 @@ class InMemoryBackend:
         *,
         capacity: int | None = None,
         now: float = 0.0,
+        expect_version: int | None = None,
+        expect_keys: Mapping[str, float | None] | None = None,
     ) -> WriteResult:
         """Writes, deletes and evicts in one step (see ``MemoryBackend.apply``)."""
         async with self._lock:
             table = self._table()
+            check_version(self.namespace, expect_version, self._hub.versions.get(self.namespace, 0))
+            check_keys(self.namespace, expect_keys, table, now)
             staged = dict(table)
             deleted = []
             for key in deletes:

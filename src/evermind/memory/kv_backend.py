@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from evermind.errors import StorageError
-from evermind.memory.backend import select_evictions
+from evermind.memory.backend import check_keys, check_version, select_evictions
 from evermind.memory.inmemory import InMemoryHub
 from evermind.memory.records import MemoryRecord, WriteResult
 
@@ -196,10 +196,14 @@ class KVMemoryBackend:
         *,
         capacity: int | None = None,
         now: float = 0.0,
+        expect_version: int | None = None,
+        expect_keys: Mapping[str, float | None] | None = None,
     ) -> WriteResult:
         """Deletes, writes and evicts in one KV transaction (see ``MemoryBackend.apply``)."""
         async with self._lock:
             mirror = await self._fresh()
+            check_version(self.namespace, expect_version, mirror.versions.get(self.namespace, 0))
+            check_keys(self.namespace, expect_keys, self._table(mirror), now)
             staged = dict(self._table(mirror))
             deleted = [key for key in deletes if staged.pop(key, None) is not None]
             stored: list[MemoryRecord] = []

@@ -24,12 +24,12 @@ import logging
 import os
 import sqlite3
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from evermind.errors import ConfigError, StorageError
-from evermind.memory.backend import select_evictions
+from evermind.memory.backend import check_keys, check_version, select_evictions
 from evermind.memory.records import MemoryRecord, WriteResult
 
 logger = logging.getLogger(__name__)
@@ -249,6 +249,8 @@ class SQLiteBackend:
         *,
         capacity: int | None = None,
         now: float = 0.0,
+        expect_version: int | None = None,
+        expect_keys: Mapping[str, float | None] | None = None,
     ) -> WriteResult:
         """Writes, deletes and evicts in one ``BEGIN IMMEDIATE`` transaction."""
         puts = list(puts)
@@ -256,6 +258,9 @@ class SQLiteBackend:
 
         def work(conn: sqlite3.Connection) -> WriteResult:
             def body() -> WriteResult:
+                check_version(self.namespace, expect_version, self._read_version(conn))
+                if expect_keys:
+                    check_keys(self.namespace, expect_keys, self._rows(conn, expect_keys), now)
                 deleted = []
                 for key in deletes:
                     gone = conn.execute(
@@ -277,6 +282,18 @@ class SQLiteBackend:
             return self._transaction(conn, body)
 
         return await self._run(work)
+
+    def _rows(self, conn: sqlite3.Connection, keys: Iterable[str]) -> dict[str, MemoryRecord]:
+        """The records stored under ``keys`` (inside the caller's transaction)."""
+        found = {}
+        for key in keys:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM memories WHERE namespace = ? AND key = ?",
+                (self.namespace, key),
+            ).fetchone()
+            if row is not None:
+                found[key] = _from_row(row)
+        return found
 
     def _upsert(self, conn: sqlite3.Connection, record: MemoryRecord) -> MemoryRecord:
         row = conn.execute(

@@ -187,7 +187,12 @@ class MemoryStore:
         return result.stored[0] if result.stored else record
 
     async def write(
-        self, records: Sequence[MemoryRecord], forget: Sequence[str] = ()
+        self,
+        records: Sequence[MemoryRecord],
+        forget: Sequence[str] = (),
+        *,
+        expect_version: int | None = None,
+        expect_keys: Mapping[str, float | None] | None = None,
     ) -> WriteResult:
         """Deletes ``forget`` and stores ``records`` as one transaction (all or nothing).
 
@@ -195,6 +200,18 @@ class MemoryStore:
         key is kept. Embeddings of new contents are computed first; if the embedder fails the
         write still happens and recall embeds the text later. Archived records are not
         embedded: recall never ranks them.
+
+        Args:
+            records: What to store.
+            forget: Keys to delete first.
+            expect_version: Write only if the namespace's version (:meth:`version`) is still
+                this when the transaction starts.
+            expect_keys: Write only if each key still holds the record written at that
+                ``updated_at`` (None: no live record), whatever else changed.
+
+        Raises:
+            VersionConflict: An expectation failed: another write came in between; nothing
+                was written.
         """
         texts = [r.content for r in records if not r.archived]
         if self._cache is not None and texts:
@@ -205,7 +222,12 @@ class MemoryStore:
             except Exception:
                 logger.warning("embedding on write failed; recall will retry", exc_info=True)
         result = await self.backend.apply(
-            list(records), list(forget), capacity=self.capacity, now=self.clock()
+            list(records),
+            list(forget),
+            capacity=self.capacity,
+            now=self.clock(),
+            expect_version=expect_version,
+            expect_keys=expect_keys,
         )
         self._absorb(result)
         if result.evicted:

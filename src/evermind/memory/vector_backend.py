@@ -41,7 +41,7 @@ from dataclasses import replace
 from typing import Any
 
 from evermind.errors import ConfigError, StorageError
-from evermind.memory.backend import select_evictions
+from evermind.memory.backend import check_keys, check_version, select_evictions
 from evermind.memory.records import MemoryRecord, WriteResult
 from evermind.vectorstore.clock import SIGNATURE_DIM, WriterClock, fetch_all, item_digest, signature
 from evermind.vectorstore.filters import And, Eq, Filter, In, Range
@@ -155,10 +155,18 @@ class VectorStoreBackend:
         *,
         capacity: int | None = None,
         now: float = 0.0,
+        expect_version: int | None = None,
+        expect_keys: Mapping[str, float | None] | None = None,
     ) -> WriteResult:
         """Deletes, writes and evicts (see ``MemoryBackend.apply``; not atomic, see above)."""
         self._check_open()
         async with self._clock.lock:
+            # Checked under this process's lock; another process's writer is not excluded
+            # (the port has no transactions, see above).
+            check_version(self.namespace, expect_version, await self._clock.version())
+            if expect_keys:
+                seen = await self._records(In("key", tuple(expect_keys)))
+                check_keys(self.namespace, expect_keys, seen, now)
             touched = list(dict.fromkeys([*deletes, *(r.key for r in puts)]))
             existing = await self._records(In("key", tuple(touched))) if touched else {}
             deleted = [key for key in dict.fromkeys(deletes) if key in existing]

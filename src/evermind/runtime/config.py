@@ -90,6 +90,12 @@ class RuntimeConfig:
         trusted_proxies: Addresses of reverse proxies whose ``X-Forwarded-For`` names the
             client (the failed-authentication limiter keys missing credentials on it); empty:
             the header is ignored and the client is the socket's peer.
+        memory_workspace_root: The folder whose files are evidence when a memory write
+            conflicts with a stored fact (``--memory-workspace-root``; read only under it, for
+            every tenant: set it only where the tenants may know what the folder holds).
+            None: no file evidence.
+        memory_probe_http: Whether a conflicting memory write may GET the URLs it names, as
+            evidence (``--memory-probe-http``; off: a write must not make the server fetch).
         otlp_endpoint: Base URL of an OTLP/HTTP collector (``http://host:4318``): GenAI spans
             and metrics are exported there (docs/telemetry.md). None: the standard
             ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable decides; unset, telemetry is off.
@@ -131,6 +137,8 @@ class RuntimeConfig:
     max_connections: int = 1024
     keep_alive_s: int = 5
     trusted_proxies: list[str] = field(default_factory=list)
+    memory_workspace_root: Path | None = None
+    memory_probe_http: bool = False
 
     @property
     def generation_slots(self) -> int:

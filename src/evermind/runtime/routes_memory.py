@@ -3,7 +3,8 @@
 ``namespace`` (default ``default``) picks one of the tenant's memories; ``model`` names one
 of the tenant's models as the embedder for semantic recall (omit it for lexical recall).
 Each store operation runs on the namespace's memory thread (:meth:`MemoryService.run`), never
-on the event loop.
+on the event loop. ``remember`` runs write-through cognition
+(:mod:`evermind.memory.write_through`) unless ``mode`` is ``put``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Query
 
 from evermind.memory import Hit, MemoryStore
+from evermind.memory.evidence import configured
+from evermind.memory.write_through import (
+    Outcome,
+    Remember,
+    forget_history,
+    history,
+    remember_through,
+)
 from evermind.runtime.errors import ApiError
 from evermind.runtime.memory_service import check_namespace
 from evermind.runtime.schemas import RecallRequest, RememberRequest
@@ -61,17 +70,26 @@ def _not_found(key: str, namespace: str | None) -> ApiError:
     )
 
 
-@router.post("/v1/memory/remember", summary="Store a memory")
+@router.post("/v1/memory/remember", summary="Store a memory (reconciled with what memory holds)")
 async def remember(body: RememberRequest, runtime: RuntimeDep, who: Writer) -> dict[str, Any]:
-    """Stores ``content`` under ``key`` (replacing an earlier memory of that key)."""
+    """Reconciles ``content`` with the namespace's memories, then stores it.
 
-    async def work(store: MemoryStore) -> dict[str, Any]:
-        record = await store.remember(
-            body.key, body.content, body.tags, body.importance, body.ttl, meta=body.meta
-        )
-        return {"object": "memory", **record.to_dict()}
+    The answer is the record now stored plus ``cognition`` (``action``, a one-line
+    ``summary``, the ``incumbent`` compared with, ``archived_key``, ``evidence``). A write
+    rejected on evidence is a 409 ``memory_rejected`` whose message is the summary.
+    """
+    request = Remember.of(  # a ConfigError is a 400 (evermind.runtime.app)
+        body.key, body.content, body.tags, body.importance, body.ttl, body.meta, body.aliases
+    )
+    gatherer = configured(runtime.config.memory_workspace_root, runtime.config.memory_probe_http)
 
-    return await _on_store(runtime, who, body.namespace, body.model, work)
+    async def work(store: MemoryStore) -> Outcome:
+        return await remember_through(store, request, gatherer, body.mode)
+
+    outcome = await _on_store(runtime, who, body.namespace, body.model, work)
+    if outcome.record is None:
+        raise ApiError(409, outcome.summary, "memory_rejected")
+    return {"object": "memory", **outcome.record.to_dict(), "cognition": outcome.to_dict()}
 
 
 @router.post("/v1/memory/recall", summary="Recall memories relevant to a query")
@@ -108,12 +126,21 @@ async def get_memory(
     runtime: RuntimeDep,
     who: Reader,
     namespace: Annotated[str | None, Query()] = None,
+    include_history: Annotated[
+        bool, Query(description="Also list the superseded versions, newest first")
+    ] = False,
 ) -> dict[str, Any]:
     """The memory stored under ``key``; 404 when there is none (or it expired)."""
 
     async def work(store: MemoryStore) -> dict[str, Any] | None:
         record = await store.get(key)
-        return None if record is None else {"object": "memory", **record.to_dict()}
+        if record is None:
+            return None
+        found = {"object": "memory", **record.to_dict()}
+        if include_history:
+            versions = await history(store, key)
+            found["history"] = [{"object": "memory", **r.to_dict()} for r in versions]
+        return found
 
     found = await _on_store(runtime, who, namespace, None, work)
     if found is None:
@@ -128,7 +155,12 @@ async def forget_memory(
     who: Writer,
     namespace: Annotated[str | None, Query()] = None,
 ) -> dict[str, Any]:
-    """Deletes the memory ``key``; 404 when there is none."""
-    if not await _on_store(runtime, who, namespace, None, lambda store: store.forget(key)):
+    """Deletes the memory ``key`` and the versions it superseded; 404 when there is none."""
+
+    async def work(store: MemoryStore) -> bool:
+        await forget_history(store, key)
+        return await store.forget(key)
+
+    if not await _on_store(runtime, who, namespace, None, work):
         raise _not_found(key, namespace)
     return {"object": "memory", "key": key, "deleted": True}

@@ -202,6 +202,15 @@ class RememberRequest(_MemoryScope):
     importance: float = Field(0.5, ge=0, le=1)
     ttl: float | None = Field(None, gt=0, description="Lifetime in seconds")
     meta: dict[str, Any] | None = None
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="Other keys naming the same subject; a memory under one is superseded",
+    )
+    mode: Literal["reconcile", "put"] = Field(
+        "reconcile",
+        description="reconcile: write-through cognition (confirm, supersede with history, "
+        "contested, reject); put: plain overwrite by key",
+    )
 
 
 class RecallRequest(_MemoryScope):
