@@ -3,8 +3,8 @@
 Public API::
 
     from evermind.evaluation import (Case, Outcome, Exact, RecallAtK, CitationValidity,
-                                     MinPassRate, GraderMinimum, MaxMeanCost, run_eval,
-                                     check_gates)
+                                     MinPassRate, GraderMinimum, MaxMeanCost, MaxP95Latency,
+                                     run_eval, check_gates)
     report = await run_eval("retrieval", cases, system, [RecallAtK(5), CitationValidity()])
     print(report.render())
     verdict = check_gates(report, [MinPassRate(0.9), GraderMinimum("recall@5", 0.8)])
@@ -14,7 +14,8 @@ Modules: :mod:`~evermind.evaluation.cases` (``Case``, ``Outcome``, ``Grade``, JS
 :mod:`~evermind.evaluation.graders` (exact, contains, regex, recall@k, citation validity),
 :mod:`~evermind.evaluation.judge` (an LLM judge through any bridge),
 :mod:`~evermind.evaluation.harness` (``run_eval``), :mod:`~evermind.evaluation.report`,
-:mod:`~evermind.evaluation.gates` (vacuous gates fail). docs/evaluation.md is the guide.
+:mod:`~evermind.evaluation.gates` (pass rates, cost, latency; vacuous gates fail).
+docs/evaluation.md is the guide.
 Browser-safe: standard library and ``evermind`` only.
 """
 
@@ -26,6 +27,8 @@ from evermind.evaluation.gates import (
     GateResult,
     GraderMinimum,
     MaxMeanCost,
+    MaxMeanLatency,
+    MaxP95Latency,
     MinPassRate,
     Verdict,
     check_gates,
@@ -48,6 +51,8 @@ __all__ = [
     "GraderMinimum",
     "LLMJudge",
     "MaxMeanCost",
+    "MaxMeanLatency",
+    "MaxP95Latency",
     "MinPassRate",
     "Outcome",
     "Rate",
