@@ -14,7 +14,8 @@ Modules: :mod:`~evermind.evaluation.cases` (``Case``, ``Outcome``, ``Grade``, JS
 :mod:`~evermind.evaluation.graders` (exact, contains, regex, recall@k, citation validity),
 :mod:`~evermind.evaluation.judge` (an LLM judge through any bridge),
 :mod:`~evermind.evaluation.harness` (``run_eval``), :mod:`~evermind.evaluation.report`,
-:mod:`~evermind.evaluation.gates` (pass rates, cost, latency; vacuous gates fail).
+:mod:`~evermind.evaluation.gates` (pass rates, cost, latency; vacuous gates fail),
+:mod:`~evermind.evaluation.gatefile` (graders and gates from a TOML file).
 docs/evaluation.md is the guide.
 Browser-safe: standard library and ``evermind`` only.
 """
@@ -22,6 +23,7 @@ Browser-safe: standard library and ``evermind`` only.
 from __future__ import annotations
 
 from evermind.evaluation.cases import Case, Grade, Outcome, Status, load_cases
+from evermind.evaluation.gatefile import GateFile, load_gate_file, parse_gate_file
 from evermind.evaluation.gates import (
     Gate,
     GateResult,
@@ -45,6 +47,7 @@ __all__ = [
     "Contains",
     "Exact",
     "Gate",
+    "GateFile",
     "GateResult",
     "Grade",
     "Grader",
@@ -64,6 +67,8 @@ __all__ = [
     "Verdict",
     "check_gates",
     "load_cases",
+    "load_gate_file",
+    "parse_gate_file",
     "parse_verdict",
     "run_eval",
 ]
