@@ -91,6 +91,8 @@ def _argument_of(parser: argparse.ArgumentParser, args: argparse.Namespace, err:
     command = _subcommand(parser, getattr(args, "command", ""))
     if command is None:
         return ""
+    if getattr(args, "eval_command", None):  # `evermind eval run`: the nested command's own
+        command = _subcommand(command, args.eval_command) or command
     if isinstance(err, OSError) and err.filename is not None:
         wanted = os.path.abspath(os.fsdecode(err.filename))
         for action in command._actions:
