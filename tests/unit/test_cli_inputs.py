@@ -43,6 +43,8 @@ OUTPUT = ("folder", "under-a-file")
 CASES: list[tuple[list[str], str, tuple[str, ...]]] = [
     (["eval", "--model", "PKG", "--text-file", "BAD"], "--text-file", TEXT),
     (["eval", "--model", "BAD", "--text-file", "TXT"], "--model", PACKAGE),
+    (["eval", "run", "BAD", "--gate", "TXT", "--against", "m"], "argument CASES", TEXT),
+    (["eval", "run", "TXT", "--gate", "BAD", "--against", "m"], "--gate", TEXT),
     (["generate", "--model", "BAD", "hello"], "--model", PACKAGE),
     (["embed", "--model", "BAD", "hello"], "--model", PACKAGE),
     (["export", "--model", "BAD", "--out", "o.evermind"], "--model", PACKAGE),
@@ -196,16 +198,26 @@ def _option_blocks(help_text: str) -> dict[str, str]:
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    """Every command by its words (``eval run`` too: a sub-command of ``eval``)."""
     parser = build_parser()
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    commands = dict(action.choices)
+    for name, command in action.choices.items():
+        for nested in command._actions:
+            if isinstance(nested, argparse._SubParsersAction):
+                commands |= {f"{name} {word}": sub for word, sub in nested.choices.items()}
+    return commands
 
 
 def test_every_help_shows_its_defaults() -> None:
     commands = _subcommands()
     with ThreadPoolExecutor(max_workers=4) as pool:
         outputs = dict(
-            zip(commands, pool.map(lambda name: _run(name, "--help"), commands), strict=True)
+            zip(
+                commands,
+                pool.map(lambda name: _run(*name.split(), "--help"), commands),
+                strict=True,
+            )
         )
     missing = []
     for name, command in commands.items():
@@ -227,12 +239,13 @@ def test_every_help_shows_its_defaults() -> None:
 
 def test_a_token_from_the_environment_never_shows_in_help() -> None:
     secret = "s3cret-token-value"
-    out = procs.run(
-        [_evermind(), "train", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "EVERMIND_TOKEN": secret},
-    )
-    assert out.returncode == 0 and secret not in out.stdout
-    assert "(default: $EVERMIND_TOKEN)" in " ".join(out.stdout.split())
+    for command in (["train"], ["eval", "run"]):
+        out = procs.run(
+            [_evermind(), *command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "EVERMIND_TOKEN": secret},
+        )
+        assert out.returncode == 0 and secret not in out.stdout
+        assert "(default: $EVERMIND_TOKEN)" in " ".join(out.stdout.split())

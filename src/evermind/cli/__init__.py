@@ -7,7 +7,8 @@ it as ``python -m evermind.mcp.hook`` (the fastest start), so it keeps its own p
 Native-only. Nothing in the library imports this package. One module per group of subcommands,
 each with ``register(subparsers)``: :mod:`~evermind.cli.studio` (studio, doctor),
 :mod:`~evermind.cli.bench` (bench), :mod:`~evermind.cli.train` (train, generate, embed, export,
-tune-embedder, distill-embedder, eval), :mod:`~evermind.cli.affect` (train-affect),
+tune-embedder, distill-embedder, eval; ``eval run`` is :mod:`~evermind.cli.evaluate`),
+:mod:`~evermind.cli.affect` (train-affect),
 :mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt, merge-adapter),
 :mod:`~evermind.cli.hf` (import-hf), :mod:`~evermind.cli.ingest` (ingest),
 :mod:`~evermind.cli.serve` (serve, push) and :mod:`~evermind.cli.mcp` (mcp, install-mcp, hook);
@@ -91,6 +92,8 @@ def _argument_of(parser: argparse.ArgumentParser, args: argparse.Namespace, err:
     command = _subcommand(parser, getattr(args, "command", ""))
     if command is None:
         return ""
+    if getattr(args, "eval_command", None):  # `evermind eval run`: the nested command's own
+        command = _subcommand(command, args.eval_command) or command
     if isinstance(err, OSError) and err.filename is not None:
         wanted = os.path.abspath(os.fsdecode(err.filename))
         for action in command._actions:

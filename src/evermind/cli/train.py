@@ -1,5 +1,7 @@
 """``evermind train | export | generate | embed | eval | tune-embedder`` (native-only).
 
+``evermind eval run`` (a launch check with gates) is :mod:`evermind.cli.evaluate`.
+
 Parses the arguments, shows progress and prints the summary; the work is the job's
 (:mod:`evermind.job`): natively on wgpu-py or numpy, or (``--headless``) in the Studio page
 in headless Chromium (:mod:`evermind.studio.headless`).
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
@@ -17,6 +20,7 @@ from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evermind.cli import evaluate as evaluate_run
 from evermind.cli.args import corpus_source, output_file, package_file, text_file, texts_source
 
 if TYPE_CHECKING:
@@ -247,12 +251,20 @@ def register(sub: Any) -> None:
     distill.add_argument("--out", required=True, type=output_file, help="output package path")
     distill.set_defaults(func=cmd_distill_embedder)
 
-    evaluate = sub.add_parser("eval", help="bench metrics of a model on a text file (JSON)")
-    evaluate.add_argument("--model", required=True, type=package_file, help="a .evermind package")
-    evaluate.add_argument(
-        "--text-file", required=True, type=text_file, help="UTF-8 text to score the model on"
+    evaluate = sub.add_parser(
+        "eval",
+        help="bench metrics of a model on a text file (JSON); `eval run`: a launch check",
+        usage="evermind eval --model PKG --text-file FILE\n"
+        "       evermind eval run CASES --gate GATES --against MODEL [options]",
     )
-    evaluate.set_defaults(func=cmd_eval)
+    # Not required=True in argparse: `evermind eval run ...` shares this parser and has
+    # neither; cmd_eval asks for both, with argparse's own message.
+    evaluate.add_argument("--model", type=package_file, help="a .evermind package (required)")
+    evaluate.add_argument(
+        "--text-file", type=text_file, help="UTF-8 text to score the model on (required)"
+    )
+    evaluate.set_defaults(func=functools.partial(cmd_eval, parser=evaluate))
+    evaluate_run.register(evaluate)
 
 
 def _job_config(args: argparse.Namespace) -> JobConfig:
@@ -523,7 +535,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def cmd_eval(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    given = (("--model", args.model), ("--text-file", args.text_file))
+    missing = [flag for flag, value in given if value is None]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
     import evermind
 
     model = evermind.load(args.model)

@@ -1,8 +1,9 @@
-"""Gates over a report: minimum pass rate, per-grader minimum, maximum mean cost.
+"""Gates over a report: minimum pass rate, per-grader minimum, maximum mean cost and latency.
 
 A gate that would pass on no evidence is **vacuous**, and a vacuous gate fails: a report
 with no cases; a pass rate over cases every grader skipped; a per-grader minimum for a
-grader that skipped every case (or never ran); a cost ceiling when no case's cost is known.
+grader that skipped every case (or never ran); a cost ceiling when no case's cost is known;
+a latency ceiling when no case's latency was measured.
 A CI job that checks its gates therefore cannot go green because the set failed to load or
 a field was misnamed. ``check_gates`` with no gates is vacuous too. Browser-safe: standard
 library only.
@@ -23,6 +24,8 @@ __all__ = [
     "GateResult",
     "GraderMinimum",
     "MaxMeanCost",
+    "MaxMeanLatency",
+    "MaxP95Latency",
     "MinPassRate",
     "Verdict",
     "check_gates",
@@ -123,6 +126,54 @@ class MaxMeanCost:
         return Verdict(
             self.name, ok, False, f"mean ${mean:.6f} {'≤' if ok else '>'} ${self.maximum:g}"
         )
+
+
+def _maximum_ms(value: float, where: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(
+            f"{where}: maximum must be a finite number of milliseconds > 0, got {value!r}"
+        )
+    return float(value)
+
+
+def _latency_verdict(
+    name: str, report: Report, measured: float | None, what: str, maximum: float
+) -> Verdict:
+    if not report.results:
+        return Verdict(name, False, True, "the report has no cases")
+    if measured is None:
+        return Verdict(name, False, True, "no case's latency was measured")
+    ok = measured <= maximum
+    count = len(report.latencies_ms())
+    detail = f"{what} {measured:.1f} ms over {count} cases {'≤' if ok else '>'} {maximum:g} ms"
+    return Verdict(name, ok, False, detail)
+
+
+class MaxP95Latency:
+    """The 95th-percentile (nearest-rank) latency per case is at most ``maximum`` ms."""
+
+    def __init__(self, maximum: float) -> None:
+        self.maximum = _maximum_ms(maximum, "MaxP95Latency")
+        self.name = f"p95 latency ≤ {self.maximum:g} ms"
+
+    def check(self, report: Report) -> Verdict:
+        return _latency_verdict(self.name, report, report.latency_ms(95), "p95", self.maximum)
+
+
+class MaxMeanLatency:
+    """The mean latency per case is at most ``maximum`` milliseconds."""
+
+    def __init__(self, maximum: float) -> None:
+        self.maximum = _maximum_ms(maximum, "MaxMeanLatency")
+        self.name = f"mean latency ≤ {self.maximum:g} ms"
+
+    def check(self, report: Report) -> Verdict:
+        return _latency_verdict(self.name, report, report.mean_latency_ms(), "mean", self.maximum)
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,17 @@
 ``system(case) -> Outcome`` is any coroutine function. An exception it raises becomes the
 outcome's ``error`` (the case fails; the report lists it) so one bad case does not hide the
 rest of the set; graders do not run on an errored case. ``concurrency`` cases run at once.
+Each case's **latency** is the wall time of its ``system(case)`` call on a monotonic clock
+(``clock``, injectable so tests control it), measured once the case holds its concurrency
+slot (waiting for a slot is not the system's latency) and before grading (a judge's time is
+not the system's either); a case that raised keeps the time it took to raise.
 Browser-safe: standard library only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from evermind.errors import ConfigError
@@ -29,8 +34,18 @@ async def run_eval(
     graders: Sequence[Grader],
     *,
     concurrency: int = 1,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Report:
     """Runs ``system`` on every case and every grader on every outcome.
+
+    Args:
+        name: What is evaluated (the report's title).
+        cases: The labelled set.
+        system: The system under test.
+        graders: Every grader, each run on every outcome (names unique).
+        concurrency: How many cases run at once.
+        clock: Seconds on a monotonic clock; each case's latency is the difference across
+            its ``system`` call, in milliseconds.
 
     Raises:
         ConfigError: Two graders share a name, or ``concurrency`` < 1.
@@ -44,12 +59,16 @@ async def run_eval(
 
     async def one(case: Case) -> CaseResult:
         async with gate:
+            start = clock()
             try:
                 outcome = await system(case)
             except Exception as err:  # the case fails and the report names why
-                return CaseResult(case, Outcome(error=f"{type(err).__name__}: {err}"), ())
+                latency_ms = (clock() - start) * 1000.0
+                failed = Outcome(error=f"{type(err).__name__}: {err}")
+                return CaseResult(case, failed, (), latency_ms)
+            latency_ms = (clock() - start) * 1000.0
             grades: list[Grade] = [await g.grade(case, outcome) for g in graders]
-            return CaseResult(case, outcome, tuple(grades))
+            return CaseResult(case, outcome, tuple(grades), latency_ms)
 
     results = await asyncio.gather(*(one(case) for case in cases))
     return Report(name, tuple(results), tuple(names))

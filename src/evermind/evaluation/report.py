@@ -5,12 +5,16 @@ it **fails** when it raised or any grader failed; it is **skipped** when every g
 skipped. Rates count graded cases only (``passed / (passed + failed)``) and are None when
 there are none: a rate over nothing is unknown, not 100 %. A case's cost is the system's
 cost plus its graders' (an LLM judge's calls); the mean is over the cases whose system cost
-is known. ``to_dict()`` is JSON-ready; ``render()`` is the text table.
+is known. A case's latency is its system call's wall time in milliseconds (measured by
+:func:`~evermind.evaluation.harness.run_eval`); percentiles are nearest-rank over the cases
+whose latency is known, None when none is. ``to_dict()`` is JSON-ready; ``render()`` is the
+text table.
 Browser-safe: standard library only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,16 +22,21 @@ from typing import Any
 from evermind.errors import ConfigError
 from evermind.evaluation.cases import Case, Grade, Outcome, Status
 
-__all__ = ["CaseResult", "Rate", "Report"]
+__all__ = ["CaseResult", "Rate", "Report", "percentile"]
 
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One case, what the system produced, and its grades."""
+    """One case, what the system produced, its grades and how long the system took.
+
+    Attributes:
+        latency_ms: Wall time of the system's call, in milliseconds (None: not measured).
+    """
 
     case: Case
     outcome: Outcome
     grades: tuple[Grade, ...]
+    latency_ms: float | None = None
 
     @property
     def status(self) -> Status:
@@ -67,6 +76,16 @@ class Rate:
             "skipped": self.skipped,
             "rate": self.value,
         }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` percentile (``q`` in (0, 100]) of non-empty ``values``: the
+    smallest value that at least ``q`` % of them do not exceed (p95 of 20 values is the
+    19th smallest), always one of the values, never interpolated."""
+    if not values or not 0.0 < q <= 100.0:
+        raise ConfigError(f"percentile: expected values and q in (0, 100], got {len(values)}, {q}")
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q / 100.0 * len(ordered))) - 1]
 
 
 def _rate(statuses: Iterable[Status]) -> Rate:
@@ -120,7 +139,9 @@ class Report:
             )
         wanted = set(graders)
         results = tuple(
-            CaseResult(r.case, r.outcome, tuple(g for g in r.grades if g.grader in wanted))
+            CaseResult(
+                r.case, r.outcome, tuple(g for g in r.grades if g.grader in wanted), r.latency_ms
+            )
             for r in self.results
         )
         kept = tuple(name for name in self.graders if name in wanted)
@@ -133,6 +154,20 @@ class Report:
     def mean_cost(self) -> float | None:
         """Mean cost per case over the cases whose cost is known (None: none is)."""
         known = [c for c in (r.cost_usd for r in self.results) if c is not None]
+        return sum(known) / len(known) if known else None
+
+    def latencies_ms(self) -> list[float]:
+        """The latencies that are known, in the set's order."""
+        return [r.latency_ms for r in self.results if r.latency_ms is not None]
+
+    def latency_ms(self, q: float) -> float | None:
+        """The nearest-rank ``q`` percentile of the known latencies (None: none is known)."""
+        known = self.latencies_ms()
+        return percentile(known, q) if known else None
+
+    def mean_latency_ms(self) -> float | None:
+        """The mean of the known latencies (None: none is known)."""
+        known = self.latencies_ms()
         return sum(known) / len(known) if known else None
 
     def errors(self) -> list[tuple[str, str]]:
@@ -148,12 +183,19 @@ class Report:
             "graders": {name: self.grader(name).to_dict() for name in self.graders},
             "tags": {tag: self.overall(tag).to_dict() for tag in self.tags()},
             "mean_cost_usd": self.mean_cost(),
+            "latency_ms": {
+                "p50": self.latency_ms(50),
+                "p95": self.latency_ms(95),
+                "mean": self.mean_latency_ms(),
+                "measured": len(self.latencies_ms()),
+            },
             "errors": [{"case": c, "error": e} for c, e in self.errors()],
             "results": [
                 {
                     "case": r.case.id,
                     "status": r.status,
                     "cost_usd": r.cost_usd,
+                    "latency_ms": r.latency_ms,
                     "grades": [
                         {
                             "grader": g.grader,
@@ -181,6 +223,11 @@ class Report:
         lines += [line(f"tag {tag}", self.overall(tag)) for tag in self.tags()]
         lines += [line(f"grader {name}", self.grader(name)) for name in self.graders]
         lines.append(f"  mean cost per case          {'n/a' if cost is None else f'${cost:.6f}'}")
+        p50, p95 = self.latency_ms(50), self.latency_ms(95)
+        if p50 is None or p95 is None:
+            lines.append("  latency p50 / p95           n/a")
+        else:
+            lines.append(f"  latency p50 / p95           {p50:.1f} ms / {p95:.1f} ms")
         failed = [r for r in self.results if r.status == "fail"]
         if failed:
             lines.append(f"failed cases ({len(failed)}, first {min(failures, len(failed))}):")
