@@ -38,6 +38,8 @@ carry domain data); the generic branches are defined here::
     ├── StorageError             the memory / cache storage backend failed
     │   └── StoreUnavailable     a shared store (Postgres) cannot be reached now (also Unavailable)
     ├── BundleError              the offline web bundle could not be built or found
+    ├── DraftError               the Studio's saved draft is of another version, partial or
+    │                            corrupt [studio.draft]
     ├── PushError                the runtime refused a push, or was unreachable [runtime.push]
     └── ApiError                 an HTTP answer the runtime's routes refuse a request with: its
                                  status, OpenAI error fields and headers [runtime.errors]

@@ -236,7 +236,9 @@ def test_the_runtime_connects_again_after_postgres_cut_it_and_is_503_while_it_is
     ):
         assert client.post("/v1/memory/remember", json=memory).status_code == 200
         assert _cut_connections(url) >= 1
-        retro = client.post("/v1/memory/remember", json={**memory, "key": "retro"})
+        # The same text under another key is a plain put here (write-through would confirm
+        # "standup" instead of storing a second copy): this test is about the reconnection.
+        retro = client.post("/v1/memory/remember", json={**memory, "key": "retro", "mode": "put"})
         assert retro.status_code == 200, retro.text
         try:
             assert _cut_connections(url, refuse=True) >= 1

@@ -176,7 +176,9 @@ def test_studio_handlers_rank_with_the_tab_model_on_the_gpu(monkeypatch) -> None
     index = asyncio.run(tab.store()).vector_index
     assert isinstance(index, GpuVectorIndex) and index.gpu_searches == 1 and len(index) == 3
     call("cache_store", query="How do I convert USD to EUR?", response="multiply by 0.92")
-    hit = call("cache_lookup", query="How can I convert USD to EUR?", threshold=0.0)
+    # One stored question is too few to calibrate a paraphrase on (only repeats are served
+    # then): the repeat, folded, is served through the GPU scan.
+    hit = call("cache_lookup", query="how do i convert usd to eur", threshold=0.0)
     assert hit["ranked_by"].startswith("semantic") and hit["scan"] == "gpu"
     assert hit["hit"] and hit["response"] == "multiply by 0.92" and -1 <= hit["score"] <= 1
     refused = call("cache_lookup", query="How do I convert EUR to USD?", threshold=0.0)

@@ -132,7 +132,9 @@ def test_embedder_train_distils_teacher_vectors_on_the_gpu(events) -> None:
     assert len(before[0]) == 16  # the plain pooled embedding before distillation
     out = call("embedder_train", texts=texts, targets=targets, steps=40, lr=1e-2, batch_size=4)
     progress = [e for e in events if e["event"] == "embedder-progress"]
-    assert [p["step"] for p in progress] == list(range(1, 41))
+    steps = [p for p in progress if p.get("stage") is None]  # the distillation's own steps
+    assert [p["step"] for p in steps] == list(range(1, 41))
+    assert progress[-1].get("stage") == "save"  # then the head is saved with its weights
     print(f"embedder loss {out['first_loss']:.4f} -> {out['loss']:.4f}")
     assert out["dim"] == 5 and out["loss"] < 0.5 * out["first_loss"]
     after = call("embed", texts=texts)["vectors"]
