@@ -144,7 +144,7 @@ def cmd_install_mcp(args: argparse.Namespace) -> int:
     if args.uninstall:
         results = uninstall(hosts, name=args.name, dry_run=args.dry_run)
     else:
-        command = server_command(args.memory_file, args.model, args.readonly)
+        command = server_command(args.memory_file, args.model, args.readonly, args.store)
         results = install(hosts, command, name=args.name, dry_run=args.dry_run)
     results += _hooks(args, hosts)
     if not results:
@@ -167,12 +167,15 @@ def _hooks(args: argparse.Namespace, hosts: list[Any]) -> list[Any]:
     """Claude Code's hooks and skill, when Claude Code is among the hosts (not --no-hooks)."""
     if args.no_hooks or not any(host.name == "claude-code" for host in hosts):
         return []
-    from evermind.mcp.config import resolve_memory_file
-    from evermind.mcp.hook_install import install_hooks, uninstall_hooks
+    from evermind.mcp.config import resolve_memory_file, resolve_store
+    from evermind.mcp.hook_install import install_hooks, skip_hooks, uninstall_hooks
 
     if args.uninstall:
         return uninstall_hooks(dry_run=args.dry_run)
-    return install_hooks(resolve_memory_file(args.memory_file), dry_run=args.dry_run)
+    location = resolve_store(args.store) if args.store else resolve_memory_file(args.memory_file)
+    if isinstance(location, str):
+        return skip_hooks(location)
+    return install_hooks(location, dry_run=args.dry_run)
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
@@ -274,6 +277,11 @@ def register(sub: Any) -> None:
     )
     inst.add_argument("--readonly", action="store_true", help="register the read-only server")
     inst.add_argument("--memory-file", help="the memory file every host shares (default: data dir)")
+    inst.add_argument(
+        "--store",
+        help="register `evermind mcp --store URL` instead: postgresql://…, qdrant://…, "
+        "memory:// (no Claude Code hooks then: they read a SQLite file) or sqlite:///PATH",
+    )
     inst.add_argument(
         "--model", type=package_file, help="a .evermind package the server embeds with"
     )
