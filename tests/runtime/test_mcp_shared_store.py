@@ -114,6 +114,13 @@ def test_bad_store_urls_and_refused_combinations_are_one_line(tmp_path: Path) ->
         assert code == 2 and len(lines) == 1, err
         assert "'mysql://db/x' is not a store" in lines[0] and "sqlite:///PATH" in lines[0]
         assert "postgresql://" in lines[0]
+    unreachable = "postgresql://nobody:secret-pw@127.0.0.1:9/none?connect_timeout=3"
+    for args in (
+        ("mcp", "--store", unreachable),
+        ("ingest", str(tmp_path), "--store", unreachable),
+    ):
+        code, err = _cli(*args)
+        assert code == 2 and "cannot connect" in err and "secret-pw" not in err, err
     code, err = _cli("mcp", "--store", "memory://", "--http")
     assert code == 2 and "--http serves a SQLite memory file only" in err, err
     code, err = _cli("mcp", "--store", "memory://", "--experience")
