@@ -4,7 +4,9 @@ Two ``evermind mcp`` stdio servers (two processes, as two machines' agents run t
 Postgres (pgserver, the session's ``postgres`` fixture): what one remembers the other recalls,
 and what one forgets the other no longer finds. ``evermind ingest --store postgresql://…`` of a
 small folder, then ``memory_recall`` through an ``evermind mcp --store`` on the same URL, finds
-an ingested chunk. Bad URLs and the refused combinations are one line and exit status 2.
+an ingested chunk. An ``evermind serve --store`` runtime and an ``evermind mcp --store
+--tenant T`` server on the same URL read each other's memories. Bad URLs and the refused
+combinations are one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import httpx
 from mcp import Client, StdioServerParameters
 
+from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.server import ServerThread
 from tests import procs
+from tests.runtime.helpers import TOKEN_A, bearer, write_tokens
 from tests.runtime.test_mcp_server import text_of
 from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
@@ -96,6 +102,46 @@ def test_ingest_into_postgres_then_recall_through_mcp(
             assert "vault-rotate" in found, found
 
     anyio.run(scenario)
+
+
+def test_runtime_and_mcp_on_one_postgres_are_one_memory(
+    postgres: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """What ``evermind serve --store`` remembers for tenant alpha, ``evermind mcp --store
+    --tenant alpha`` recalls; what the MCP server remembers, the runtime recalls."""
+    config = RuntimeConfig(
+        data_dir=tmp_path / "data",
+        port=0,
+        tokens_file=write_tokens(tmp_path / "tokens.txt"),
+        rate_limit=0,
+        store=postgres,
+    )
+    namespace = {"namespace": "serve-and-mcp"}
+    with (
+        ServerThread(config) as running,
+        httpx.Client(base_url=running.url, headers=bearer(TOKEN_A), timeout=30) as http,
+    ):
+        memory = {"key": "oncall", "content": "The oncall rota changes every Tuesday at nine"}
+        assert http.post("/v1/memory/remember", json={**memory, **namespace}).status_code == 200
+
+        async def scenario() -> None:
+            with anyio.fail_after(60):
+                args = ("--tenant", "alpha", "--namespace", "serve-and-mcp")
+                async with store_client(postgres, *args) as client:
+                    found = text_of(
+                        await client.call_tool("memory_recall", {"query": "oncall rota"})
+                    )
+                    assert "Tuesday" in found, found
+                    done = await client.call_tool(
+                        "memory_remember",
+                        {"key": "standup", "content": "Standup moved to the quiet room"},
+                    )
+                    assert not done.is_error, text_of(done)
+
+        anyio.run(scenario)
+        hits = http.post("/v1/memory/recall", json={"query": "standup quiet room", **namespace})
+        assert "standup" in [hit["key"] for hit in hits.json()["data"]], hits.text
 
 
 def _cli(*args: str) -> tuple[int, str]:
