@@ -256,3 +256,22 @@ def test_cli_installs_everywhere_and_the_written_command_serves(home: HostEnv) -
     assert third.returncode == 1  # one config was invalid: reported, not touched
     assert "invalid" in third.stdout and broken_gemini.read_text() == "{oops"
     assert third.stdout.count("removed") == len(HOSTS) - 1 + 2
+
+
+def test_cli_install_with_a_shared_store_registers_it_and_skips_the_hooks(home: HostEnv) -> None:
+    """``install-mcp --store postgresql://…``: the hosts run ``mcp --store URL``; Claude Code's
+    hooks (which read a SQLite memory file) are not installed, and one line says why."""
+    url = "postgresql://team@db.internal:5432/memory"
+    command = [sys.executable, "-m", "evermind.cli", "install-mcp", "--host", "claude-code"]
+    done = procs.run([*command, "--store", url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    claude = next(host for host in HOSTS if host.name == "claude-code")
+    entry = entry_of(claude, claude.config_path(home)) or {}
+    assert entry["args"][-2:] == ["--store", url]
+    hooks = [line for line in done.stdout.splitlines() if line.startswith("claude-hooks")]
+    assert len(hooks) == 1 and "skipped" in hooks[0], done.stdout
+    assert "hooks read a SQLite memory file; not installed for a postgresql --store" in hooks[0]
+    assert not (home.home / ".claude" / "settings.json").exists()
+
+    bad = procs.run([*command, "--store", "mysql://db/x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "'mysql://db/x' is not a store" in bad.stderr, bad.stderr

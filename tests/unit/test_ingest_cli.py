@@ -92,5 +92,7 @@ def test_cli_errors_exit_2_with_the_file_and_line(
 def test_store_urls() -> None:
     assert store_path("sqlite:////tmp/x.db") == Path("/tmp/x.db")
     assert store_path("sqlite:///rel.db") == Path("rel.db").absolute()
-    with pytest.raises(ConfigError, match="unsupported scheme 'postgresql'"):
-        store_path("postgresql://db/lantern")
+    assert store_path("postgresql://db/lantern") == "postgresql://db/lantern"
+    assert store_path("memory://") == "memory://"
+    with pytest.raises(ConfigError, match=r"'mysql://db/x' is not a store .*sqlite:///PATH"):
+        store_path("mysql://db/x")

@@ -24,9 +24,6 @@ from evermind.cli.args import folder, input_path, package_file
 from evermind.errors import ConfigError
 from evermind.mcp.config import DEFAULT_NAMESPACE, DEFAULT_TENANT
 
-#: The ``--store`` URL schemes understood (a bare path is a SQLite file too).
-STORE_SCHEMES = ("sqlite",)
-
 
 def register(sub: Any) -> None:
     """Adds ``ingest`` to the ``evermind`` command."""
@@ -44,7 +41,8 @@ def register(sub: Any) -> None:
     cmd.add_argument(
         "--store",
         help="a SQLite file or sqlite:///PATH (default: the MCP memory file, "
-        "$EVERMIND_MEMORY_FILE or the data directory's)",
+        "$EVERMIND_MEMORY_FILE or the data directory's), or a shared store: postgresql://…, "
+        "qdrant://host:port, memory://",
     )
     cmd.add_argument(
         "--tenant",
@@ -106,23 +104,15 @@ def register(sub: Any) -> None:
     cmd.set_defaults(func=cmd_ingest)
 
 
-def store_path(value: str | None) -> Path:
-    """The SQLite file ``--store`` names (a path or a ``sqlite:///`` URL).
+def store_path(value: str | None) -> Path | str:
+    """The SQLite file ``--store`` names (a path or ``sqlite:///PATH``), or a shared store's URL.
 
     Raises:
-        ConfigError: Another URL scheme, or a folder.
+        ConfigError: An unknown URL scheme, or a folder.
     """
-    from evermind.mcp.config import resolve_memory_file
+    from evermind.mcp.config import resolve_store
 
-    if value and "://" in value:
-        scheme, _, rest = value.partition("://")
-        if scheme not in STORE_SCHEMES:
-            raise ConfigError(
-                f"--store {value!r}: unsupported scheme {scheme!r}; expected a path or "
-                "sqlite:///PATH"
-            )
-        value = rest[1:] if rest.startswith("/") else rest  # sqlite:///x is x; ////x is /x
-    return resolve_memory_file(value or None)
+    return resolve_store(value)
 
 
 def _names(value: str | None) -> tuple[str, ...] | None:
@@ -184,8 +174,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             bars.append(ProgressBar("ingest", event.total))
         bars[0].update(event.done, f"{event.chunks} chunks")
 
+    def opened() -> Any:
+        if isinstance(path, str):  # a shared store: the tenant's namespace, as serve names it
+            from evermind.memory.shared_memory import shared_memory
+
+            return shared_memory(path, embedder, tenant=args.tenant, namespace=args.namespace)
+        return MemoryStore(path, embedder, namespace=namespace)
+
     async def run() -> dict[str, Any]:
-        async with MemoryStore(path, embedder, namespace=namespace) as store:
+        async with opened() as store:
             if args.list:
                 return {"sources": [_manifest_row(m) for m in await ingest.sources(store)]}
             forgotten = {s: await ingest.forget(store, s) for s in args.forget}
@@ -209,12 +206,25 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 _summary(report)
             if args.forget:
                 out["forgot"] = forgotten
-            out["store"], out["namespace"] = str(path), namespace
+            out["store"], out["namespace"] = _shown(path), namespace
             return out
 
     out = asyncio.run(run())
     print(json.dumps(out))
     return 1 if out.get("failed") else 0
+
+
+def _shown(path: Path | str) -> str:
+    """The store as the report names it: a URL without its password."""
+    if isinstance(path, Path):
+        return str(path)
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(path)
+    if parts.password is None:
+        return path
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _manifest_row(manifest: Any) -> dict[str, Any]:

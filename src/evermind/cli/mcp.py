@@ -40,17 +40,31 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     """Runs the MCP memory server (stdio, or streamable HTTP with ``--http``)."""
     import anyio
 
-    from evermind.mcp.config import resolve_memory_file, resolve_model_file, store_namespace
+    from evermind.mcp.config import resolve_model_file, store_namespace
     from evermind.mcp.experience_tools import ExperienceSettings
     from evermind.mcp.server import build_server, load_embedder, open_store, run_stdio
 
     # stdout is the protocol channel under stdio: everything human-readable goes to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
     config = _server_config(args)
-    memory_file = resolve_memory_file(args.memory_file)
+    location = _memory_location(args, config)
     model_file = resolve_model_file(args.model)
     embedder = load_embedder(model_file)
     model = None if embedder is None else embedder.model  # memory_compact probes with it
+    if isinstance(location, str):  # a shared store's URL (checked): stdio only, for now
+        from evermind.memory.shared_memory import shared_memory
+
+        store_namespace(args.tenant, args.namespace)  # the same rules as a SQLite namespace
+
+        async def serve_shared() -> None:
+            async with shared_memory(
+                location, embedder, tenant=args.tenant, namespace=args.namespace
+            ) as store:
+                await run_stdio(store, config, model, ExperienceSettings())
+
+        anyio.run(serve_shared)
+        return 0
+    memory_file = location
     if not args.http:
         namespace = store_namespace(args.tenant, args.namespace)
         store = open_store(memory_file, embedder, namespace)
@@ -92,6 +106,36 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _memory_location(args: argparse.Namespace, config: ServerConfig) -> Path | str:
+    """The SQLite memory file, or the shared store's URL, that ``--store`` / ``--memory-file``
+    name (one of them; neither: the default memory file).
+
+    Raises:
+        ConfigError: Both are given, a bad URL, or a shared store with ``--http`` or the
+            experience tools (their tables live in the SQLite memory file).
+    """
+    from evermind.errors import ConfigError
+    from evermind.mcp.config import resolve_memory_file, resolve_store
+
+    if args.store and args.memory_file:
+        raise ConfigError("mcp: expected --store or --memory-file, got both; pass one")
+    if not args.store:
+        return resolve_memory_file(args.memory_file)
+    location = resolve_store(args.store)
+    if isinstance(location, str):
+        if args.http:
+            raise ConfigError(
+                "mcp: --http serves a SQLite memory file only; for a shared --store run one "
+                "stdio `evermind mcp --store URL` per agent (or `evermind serve --store URL`)"
+            )
+        if config.experience:
+            raise ConfigError(
+                "mcp: the experience tools keep their tables in a SQLite memory file; "
+                "drop --experience (or $EVERMIND_EXPERIENCE) to serve a shared --store"
+            )
+    return location
+
+
 def cmd_install_mcp(args: argparse.Namespace) -> int:
     """Registers (or with ``--uninstall`` removes) the stdio server in MCP host configs."""
     from evermind.mcp.installer import install, parse_hosts, server_command, uninstall
@@ -100,7 +144,7 @@ def cmd_install_mcp(args: argparse.Namespace) -> int:
     if args.uninstall:
         results = uninstall(hosts, name=args.name, dry_run=args.dry_run)
     else:
-        command = server_command(args.memory_file, args.model, args.readonly)
+        command = server_command(args.memory_file, args.model, args.readonly, args.store)
         results = install(hosts, command, name=args.name, dry_run=args.dry_run)
     results += _hooks(args, hosts)
     if not results:
@@ -123,12 +167,15 @@ def _hooks(args: argparse.Namespace, hosts: list[Any]) -> list[Any]:
     """Claude Code's hooks and skill, when Claude Code is among the hosts (not --no-hooks)."""
     if args.no_hooks or not any(host.name == "claude-code" for host in hosts):
         return []
-    from evermind.mcp.config import resolve_memory_file
-    from evermind.mcp.hook_install import install_hooks, uninstall_hooks
+    from evermind.mcp.config import resolve_memory_file, resolve_store
+    from evermind.mcp.hook_install import install_hooks, skip_hooks, uninstall_hooks
 
     if args.uninstall:
         return uninstall_hooks(dry_run=args.dry_run)
-    return install_hooks(resolve_memory_file(args.memory_file), dry_run=args.dry_run)
+    location = resolve_store(args.store) if args.store else resolve_memory_file(args.memory_file)
+    if isinstance(location, str):
+        return skip_hooks(location)
+    return install_hooks(location, dry_run=args.dry_run)
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
@@ -152,6 +199,11 @@ def register(sub: Any) -> None:
     mcp.add_argument(
         "--memory-file",
         help=f"SQLite memory file (default: ${MEMORY_FILE_ENV}, else runtime.db in the data dir)",
+    )
+    mcp.add_argument(
+        "--store",
+        help="where memory lives instead: a SQLite file (PATH or sqlite:///PATH), or a store "
+        "shared with other machines: postgresql://…, qdrant://host:port, memory:// (stdio)",
     )
     mcp.add_argument(
         "--model",
@@ -225,6 +277,11 @@ def register(sub: Any) -> None:
     )
     inst.add_argument("--readonly", action="store_true", help="register the read-only server")
     inst.add_argument("--memory-file", help="the memory file every host shares (default: data dir)")
+    inst.add_argument(
+        "--store",
+        help="register `evermind mcp --store URL` instead: postgresql://…, qdrant://…, "
+        "memory:// (no Claude Code hooks then: they read a SQLite file) or sqlite:///PATH",
+    )
     inst.add_argument(
         "--model", type=package_file, help="a .evermind package the server embeds with"
     )

@@ -132,6 +132,27 @@ def resolve_memory_file(
     return path
 
 
+def resolve_store(explicit: str | None, env: Mapping[str, str] | None = None) -> Path | str:
+    """What ``--store`` names: a SQLite memory file (a path, ``sqlite:///PATH`` or nothing: the
+    default of :func:`resolve_memory_file`), or the URL of a shared store (``postgresql://…``,
+    ``qdrant://…``, ``memory://``; checked by
+    :func:`~evermind.vectorstore.shared.check_store_url`, the one list of schemes).
+
+    ``sqlite:///rel.db`` is the relative path ``rel.db``; ``sqlite:////abs.db`` is ``/abs.db``.
+
+    Raises:
+        ConfigError: An unknown scheme (one line naming the accepted ones), or a directory.
+    """
+    if explicit and "://" in explicit:
+        scheme, _, rest = explicit.partition("://")
+        if scheme.lower() != "sqlite":
+            from evermind.vectorstore.shared import check_store_url
+
+            return check_store_url(explicit, sqlite_too=True)
+        explicit = rest[1:] if rest.startswith("/") else rest
+    return resolve_memory_file(explicit or None, env)
+
+
 def resolve_model_file(
     explicit: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None
 ) -> Path | None:
@@ -166,5 +187,6 @@ __all__ = [
     "experience_enabled",
     "resolve_memory_file",
     "resolve_model_file",
+    "resolve_store",
     "store_namespace",
 ]

@@ -186,6 +186,19 @@ def install_hooks(
     return [_settings(hook_commands(memory_file), env, dry_run), _skill(True, env, dry_run)]
 
 
+def skip_hooks(url: str, env: HostEnv | None = None) -> list[HostResult]:
+    """What install does for a shared ``--store``: no hooks and no skill, and one line why.
+
+    The hooks answer from the memory file's SQLite side index within their time budget; a
+    shared store (``postgresql://…``, ``qdrant://…``) has no such file, so they are not
+    registered (the MCP tools serve the store; an agent recalls through them).
+    """
+    env = HostEnv.current() if env is None else env
+    engine = url.partition("://")[0]
+    reason = f"the hooks read a SQLite memory file; not installed for a {engine} --store"
+    return [HostResult("claude-hooks", settings_path(env), "skipped", reason)]
+
+
 def uninstall_hooks(*, dry_run: bool = False, env: HostEnv | None = None) -> list[HostResult]:
     """Removes our hooks (only ours) and the skill."""
     env = HostEnv.current() if env is None else env
@@ -200,5 +213,6 @@ __all__ = [
     "settings_path",
     "skill_path",
     "skill_text",
+    "skip_hooks",
     "uninstall_hooks",
 ]

@@ -33,7 +33,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from evermind.errors import ConfigError
-from evermind.mcp.config import resolve_memory_file, resolve_model_file
+from evermind.mcp.config import resolve_memory_file, resolve_model_file, resolve_store
 from evermind.mcp.hosts import HostEnv, HostSpec, select_hosts
 
 DEFAULT_NAME = "evermind"
@@ -85,19 +85,27 @@ def evermind_executable() -> list[str]:
 
 
 def server_command(
-    memory_file: str | None, model: str | None = None, readonly: bool = False
+    memory_file: str | None,
+    model: str | None = None,
+    readonly: bool = False,
+    store: str | None = None,
 ) -> list[str]:
     """The full stdio command the hosts run: executable, ``mcp`` and absolute paths.
 
+    Args:
+        memory_file: The SQLite memory file (None: the default one).
+        model: A ``.evermind`` package to embed with.
+        readonly: Register the read-only server.
+        store: A ``--store`` instead of ``memory_file``: a SQLite path or ``sqlite:///PATH``
+            (registered as ``--memory-file``), or a shared store's URL (registered as is).
+
     Raises:
-        ConfigError: The model file does not exist, or the memory path is a directory.
+        ConfigError: The model file does not exist, the memory path is a directory, or the
+            store URL has a scheme ``--store`` does not take.
     """
-    command = [
-        *evermind_executable(),
-        "mcp",
-        "--memory-file",
-        str(resolve_memory_file(memory_file)),
-    ]
+    location = resolve_store(store) if store else resolve_memory_file(memory_file)
+    flag = "--store" if isinstance(location, str) else "--memory-file"
+    command = [*evermind_executable(), "mcp", flag, str(location)]
     model_file = resolve_model_file(model)
     if model_file is not None:
         command += ["--model", str(model_file)]

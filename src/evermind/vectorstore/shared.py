@@ -36,7 +36,14 @@ from evermind.vectorstore import open_store
 from evermind.vectorstore.clock import SIGNATURE_DIM
 from evermind.vectorstore.port import VectorStore
 
-__all__ = ["CACHE_TABLE", "STORE_SCHEMES", "Lane", "SharedStore", "check_store_url"]
+__all__ = [
+    "CACHE_TABLE",
+    "STORE_SCHEMES",
+    "Lane",
+    "SharedStore",
+    "check_store_url",
+    "open_memory_tables",
+]
 
 _T = TypeVar("_T")
 
@@ -51,8 +58,14 @@ CLOCK_TABLE = "evermind_clocks"
 CACHE_TABLE = "evermind_l2"
 
 
-def check_store_url(url: str) -> str:
+def check_store_url(url: str, *, sqlite_too: bool = False) -> str:
     """Returns ``url`` if ``--store`` can use it.
+
+    Args:
+        url: The ``--store`` value.
+        sqlite_too: The caller (``evermind mcp``, ``evermind ingest``) also takes a SQLite
+            file (a path or ``sqlite:///PATH``) and has handled it before this check; the
+            message says so.
 
     Raises:
         ConfigError: Another scheme (the message names the accepted ones and why the file
@@ -60,14 +73,49 @@ def check_store_url(url: str) -> str:
     """
     scheme = urlsplit(url).scheme.lower() if isinstance(url, str) else ""
     if scheme not in STORE_SCHEMES:
+        shared = (
+            "postgresql://… (shared by every process on it), qdrant://host:port or memory:// "
+            "(this process only)"
+        )
+        if sqlite_too:
+            message = f"expected a SQLite file (a path or sqlite:///PATH), {shared}"
+        else:
+            message = (
+                f"expected {shared}; without --store the runtime keeps memory and cache in its "
+                "own SQLite database, which is what a sqlite:/// store would be"
+            )
         raise ConfigError(
-            f"--store: {url!r} is not a store the runtime can use; expected postgresql://… "
-            "(shared by every runtime on it), qdrant://host:port or memory:// (this process "
-            "only); without --store the runtime keeps memory and cache in its own SQLite "
-            "database, which is what a sqlite:/// store would be",
+            f"--store: {url!r} is not a store the runtime can use; {message}",
             code="bad_store_url",
         )
     return url
+
+
+async def open_memory_tables(url: str) -> tuple[VectorStore, VectorStore]:
+    """Opens the memory table and the writer clocks' table at ``url``, on the running loop.
+
+    What :class:`SharedStore` opens on its lane; ``evermind mcp --store`` and ``evermind ingest
+    --store`` open them on their own loop (one process, one loop: no lane needed).
+
+    Raises:
+        ConfigError: A URL ``--store`` does not take.
+        StorageError: The engine cannot be reached (within :data:`OPEN_TIMEOUT_S`).
+    """
+    check_store_url(url)
+    try:
+        async with asyncio.timeout(OPEN_TIMEOUT_S):
+            memory = await open_store(url, dim=SIGNATURE_DIM, name=MEMORY_TABLE)
+            try:
+                return memory, await open_store(url, dim=SIGNATURE_DIM, name=CLOCK_TABLE)
+            except BaseException:
+                await memory.close()
+                raise
+    except TimeoutError as err:
+        engine = urlsplit(url).scheme.lower()
+        raise StorageError(
+            f"--store: the {engine} store did not answer within {OPEN_TIMEOUT_S:g} s; "
+            "hint: is the server up and the URL's host and port right?"
+        ) from err
 
 
 class Lane:
@@ -129,12 +177,7 @@ class SharedStore:
             raise
 
     async def _open(self) -> tuple[VectorStore, VectorStore]:
-        memory = await open_store(self.url, dim=SIGNATURE_DIM, name=MEMORY_TABLE)
-        try:
-            return memory, await open_store(self.url, dim=SIGNATURE_DIM, name=CLOCK_TABLE)
-        except BaseException:
-            await memory.close()
-            raise
+        return await open_memory_tables(self.url)
 
     @property
     def engine(self) -> str:
