@@ -93,3 +93,21 @@ def test_ask_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "no memory store at" in err and "evermind ingest" in err
     code, _, err = ask(capsys, "anything", "--top-k", "0")
     assert code == 2 and "argument --top-k: expected 1 to 50, got 0" in err
+
+
+def test_ask_embeds_the_question_as_the_chunks_were(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingested and asked with ``--embedder terms``: the same source first, the same refusal."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(FIXTURES, tmp_path / "kb")
+    db = str(tmp_path / "terms.db")
+    assert main(["ingest", "kb", "--store", db, "--embedder", "terms"]) == 0
+    capsys.readouterr()
+    code, out, err = ask(capsys, QUESTION, "--store", db, "--embedder", "terms", "--top-k", "1")
+    assert code == 0, err
+    assert out.startswith("[1] kb/docs/configuration.md:"), out
+    code, out, _ = ask(
+        capsys, "banana smoothie recipe with kale", "--store", db, "--embedder", "terms"
+    )
+    assert (code, out) == (1, "no evidence\n")

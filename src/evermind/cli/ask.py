@@ -1,7 +1,8 @@
 """``evermind ask``: cited passages for a question from what ``evermind ingest`` stored.
 
 Reads the same store and namespace ``evermind ingest`` writes (``--store``, ``--tenant``,
-``--namespace``, the same defaults) and prints the passages
+``--namespace``, the same defaults), embedding the question as ingest embedded the chunks
+(``--model`` / ``--embedder``, the same options; none: lexical recall), and prints the passages
 :func:`evermind.ingest.search_ingested` finds, each with its citation, or as JSON with
 ``--json``. When no chunk clears recall's relevance floor it prints ``no evidence`` and exits
 with status 1. Passages only: no model writes an answer here.
@@ -15,6 +16,7 @@ import json
 import sys
 from typing import Any
 
+from evermind.cli.args import package_file
 from evermind.cli.ingest import store_path
 from evermind.mcp.config import DEFAULT_NAMESPACE, DEFAULT_TENANT
 
@@ -50,20 +52,27 @@ def register(sub: Any) -> None:
         help="a SQLite file or sqlite:///PATH, as for evermind ingest (default: the MCP "
         "memory file, $EVERMIND_MEMORY_FILE or the data directory's)",
     )
+    cmd.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant of the namespace")
+    cmd.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="namespace")
     cmd.add_argument(
-        "--tenant", default=DEFAULT_TENANT, help=f"tenant of the namespace ({DEFAULT_TENANT})"
+        "--model",
+        type=package_file,
+        help="the .evermind package the chunks were embedded with (default: $EVERMIND_MODEL); "
+        "without one recall is lexical",
     )
     cmd.add_argument(
-        "--namespace", default=DEFAULT_NAMESPACE, help=f"namespace ({DEFAULT_NAMESPACE})"
+        "--embedder",
+        choices=["none", "terms"],
+        default="none",
+        help="without --model: none (lexical recall) or terms, as the chunks were ingested",
     )
-    cmd.add_argument(
-        "--top-k", type=_top_k, default=5, help=f"most passages (default 5, at most {MAX_TOP_K})"
-    )
+    cmd.add_argument("--top-k", type=_top_k, default=5, help=f"most passages (at most {MAX_TOP_K})")
     cmd.add_argument("--json", action="store_true", help="print the passages as one JSON object")
     cmd.set_defaults(func=cmd_ask)
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    from evermind.cli.ingest import embedder_for
     from evermind.errors import ConfigError
     from evermind.ingest import NO_EVIDENCE, search_ingested
     from evermind.mcp.config import store_namespace
@@ -73,9 +82,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise ConfigError(f"ask: no memory store at {path}; hint: run evermind ingest first")
     namespace = store_namespace(args.tenant, args.namespace)
+    embedder, _ = embedder_for(args)
 
     async def run() -> list[Any]:
-        async with MemoryStore(path, namespace=namespace) as store:
+        async with MemoryStore(path, embedder, namespace=namespace) as store:
             return await search_ingested(store, args.question, args.top_k)
 
     passages = asyncio.run(run())
