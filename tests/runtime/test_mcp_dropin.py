@@ -80,7 +80,7 @@ def test_the_skill_names_exactly_the_tools_the_server_serves(
     """The installed SKILL.md is checked against the server's own tool list."""
     served = called[1]
     text = skill_text()
-    named = set(re.findall(r"`(memory_[a-z_]+)", text))
+    named = set(re.findall(r"`((?:memory|docs)_[a-z_]+)", text))
     assert named == served, (sorted(named - served), sorted(served - named))
     number = re.search(r"gives you (\w+) tools", text)
     words = {5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
@@ -102,4 +102,4 @@ def test_the_skill_s_tool_list_is_written_from_the_server_s() -> None:
     assert tool_sentence(READ_TOOLS, WRITE_TOOLS) in skill_text()
     assert "{{tools}}" not in skill_text()
     grown = tool_sentence((*READ_TOOLS, "memory_list"), WRITE_TOOLS)
-    assert "eight tools" in grown and "`memory_list`" in grown and "first four" in grown
+    assert "nine tools" in grown and "`memory_list`" in grown and "first five" in grown

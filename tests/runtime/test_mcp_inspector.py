@@ -1,5 +1,5 @@
 """The MCP Inspector's own CLI (the tool people debug MCP servers with) against a real
-``evermind mcp --http``: with the static token header it lists the seven tools and calls them
+``evermind mcp --http``: with the static token header it lists the eight tools and calls them
 with no OAuth dance; a bad argument comes back as one line naming it; without a token the
 server's 401 names its RFC 9728 metadata and the Inspector gets no access.
 

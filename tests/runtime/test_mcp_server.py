@@ -41,12 +41,13 @@ ALL_TOOLS = {
     "memory_recall",
     "memory_get",
     "memory_recall_by_tag",
+    "docs_search",
     "memory_remember",
     "memory_forget",
     "memory_compact",
     "memory_restore",
 }
-READ_TOOLS = {"memory_recall", "memory_get", "memory_recall_by_tag"}
+READ_TOOLS = {"memory_recall", "memory_get", "memory_recall_by_tag", "docs_search"}
 HIT_LINE = re.compile(r"^\[(\d+)\] (\S+) \(score ([0-9.]+); tags: (.*)\)$")
 
 

@@ -124,7 +124,7 @@ def _names(value: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def _embedder(args: argparse.Namespace) -> tuple[Any, Any]:
+def embedder_for(args: argparse.Namespace) -> tuple[Any, Any]:
     """``(embedder, tokenizer)`` the arguments ask for (each may be None)."""
     from evermind.mcp.config import resolve_model_file
 
@@ -164,7 +164,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise ConfigError("ingest: expected PATH..., --forget SOURCE or --list")
     path = store_path(args.store)
     namespace = store_namespace(args.tenant, args.namespace)
-    embedder, tokenizer = _embedder(args) if args.paths else (None, None)
+    embedder, tokenizer = embedder_for(args) if args.paths else (None, None)
     chunker = ingest.Chunker(args.size, args.overlap, tokenizer)
     options = ingest.ParseOptions(fields=_names(args.fields), columns=_names(args.columns))
     bars: list[ProgressBar] = []

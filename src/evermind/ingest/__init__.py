@@ -18,7 +18,8 @@ Modules: :mod:`~evermind.ingest.documents` (``Document``, ``Section``, ``ParseOp
 :mod:`~evermind.ingest.tabular`), :mod:`~evermind.ingest.chunker`,
 :mod:`~evermind.ingest.manifest` (one archived record per source in the store),
 :mod:`~evermind.ingest.files` (folder walking), :mod:`~evermind.ingest.syncer` (the diff of one
-source against its manifest) and :mod:`~evermind.ingest.pipeline` (the sync functions).
+source against its manifest) and :mod:`~evermind.ingest.pipeline` (the sync functions);
+:mod:`~evermind.ingest.passages` reads them back as cited passages for a question.
 docs/ingest.md is the guide. Browser-safe: standard library and ``evermind`` only.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 from evermind.ingest.chunker import Chunk, Chunker
 from evermind.ingest.documents import Document, ParseOptions, Section
 from evermind.ingest.manifest import Manifest
+from evermind.ingest.passages import NO_EVIDENCE, IngestedPassage, search_ingested
 from evermind.ingest.pipeline import (
     INGEST_TAG,
     IngestProgress,
@@ -42,12 +44,14 @@ from evermind.ingest.tabular import parse_rows
 
 __all__ = [
     "INGEST_TAG",
+    "NO_EVIDENCE",
     "PARSERS",
     "Chunk",
     "Chunker",
     "Document",
     "IngestProgress",
     "IngestReport",
+    "IngestedPassage",
     "Manifest",
     "ParseOptions",
     "Parser",
@@ -57,6 +61,7 @@ __all__ = [
     "forget",
     "parse_rows",
     "register_parser",
+    "search_ingested",
     "sources",
     "sync",
     "sync_bytes",

@@ -1,10 +1,11 @@
 """The MCP memory server: any MCP agent recalls and remembers through Evermind (native-only).
 
-``evermind mcp`` serves seven tools over stdio (or streamable HTTP with ``--http``):
-``memory_recall``, ``memory_get``, ``memory_recall_by_tag``, ``memory_remember``,
-``memory_forget``, ``memory_compact`` and ``memory_restore`` (a read-only server: the first
-three), plus the opt-in experience tools, backed by the SQLite memory store (one file shared
-by every host, and by the runtime), with server-side caps so recall saves tokens.
+``evermind mcp`` serves eight tools over stdio (or streamable HTTP with ``--http``):
+``memory_recall``, ``memory_get``, ``memory_recall_by_tag``, ``docs_search`` (cited passages
+from the documents ``evermind ingest`` stored), ``memory_remember``, ``memory_forget``,
+``memory_compact`` and ``memory_restore`` (a read-only server: the first four), plus the
+opt-in experience tools, backed by the SQLite memory store (one file shared by every host,
+and by the runtime), with server-side caps so recall saves tokens.
 ``evermind install-mcp`` registers the server in the MCP hosts' configs. See docs/mcp.md.
 
 Modules, one idea each:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evermind.ingest.passages import NO_EVIDENCE, IngestedPassage
 from evermind.memory import Hit, MemoryRecord, fence
 from evermind.memory.sanitize import inline
 from evermind.text import counted
@@ -94,6 +95,40 @@ def render_recall(
         "Previews are cut; call memory_get(key) for a full text."
     )
     return f"{header}\n{fence(items)}\n{RANKED_BY_PREFIX}{' | '.join(orders)}"
+
+
+def render_passages(
+    passages: Sequence[IngestedPassage],
+    query: str,
+    *,
+    max_chars: int,
+    requested: int,
+    cap: int,
+) -> str:
+    """The answer of ``docs_search``: the ingested passages, each cited by source, or
+    ``no evidence`` when none cleared recall's relevance floor.
+
+    Args:
+        passages: The passages, best first (:func:`evermind.ingest.search_ingested`).
+        query: The caller's query (echoed, cut to ``max_chars``).
+        max_chars: Longest passage text shown.
+        requested: The ``top_k`` the caller asked for.
+        cap: The server's maximum; a larger request was capped to it.
+    """
+    capped = f" (top_k capped at {cap})" if requested > cap else ""
+    if not passages:
+        return f"{NO_EVIDENCE}: no ingested passage matches {_key(cut(query, max_chars))}{capped}."
+    items = [
+        f"{passage.citation} (score {passage.score:.3f}; key {passage.key})\n"
+        f"{cut(passage.text, max_chars)}"
+        for passage in passages
+    ]
+    header = (
+        f"{counted(len(passages), 'passage')} from the ingested documents for "
+        f"{_key(cut(query, max_chars))}{capped}. Cite a passage by its source; passages are "
+        "cut, call memory_get(key) for a full text."
+    )
+    return f"{header}\n{fence(items, title='ingested passages')}"
 
 
 def render_record(record: MemoryRecord, now: float | None = None) -> str:

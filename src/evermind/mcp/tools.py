@@ -23,10 +23,12 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from evermind.errors import ConfigError, EvermindError
+from evermind.ingest.passages import search_ingested
 from evermind.mcp.compact_tools import DESCRIPTIONS, CompactTools
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.render import (
     render_history,
+    render_passages,
     render_recall,
     render_record,
     render_remembered,
@@ -41,7 +43,7 @@ from evermind.memory.sanitize import inline
 from evermind.memory.write_through import Remember, forget_history, history, remember_through
 from evermind.text import counted
 
-READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag")
+READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag", "docs_search")
 WRITE_TOOLS = ("memory_remember", "memory_forget", "memory_compact", "memory_restore")
 
 Key = Annotated[
@@ -117,6 +119,15 @@ def _describe(config: ServerConfig) -> dict[str, str]:
             f"{config.max_chars} characters, at most {config.max_results}). Call this when "
             "the user asks for a category, e.g. all their preferences, rather than a question."
         ),
+        "docs_search": (
+            "Search the documents ingested with `evermind ingest` (guides, FAQs, tickets, "
+            "notes) and return the passages that answer the query, best first, each cited by "
+            "its source file, line and section. Call this for questions about the user's "
+            "documentation or knowledge base; quote or cite the sources you use. Answers 'no "
+            "evidence' when no passage is relevant enough: then say you do not have it "
+            f"rather than guess. Passages are cut to {config.max_chars} characters "
+            f"(memory_get(key) gives a full one); top_k is capped at {config.max_results}."
+        ),
         "memory_remember": (
             "Store a fact in the user's long-term memory so this and other agents can recall "
             "it later. Call this when the user states a preference, a decision, a fact about "
@@ -181,6 +192,22 @@ class MemoryTools:
             requested=requested,
             cap=self.config.max_results,
             searched=searched,
+        )
+
+    async def docs_search(self, query: Query, top_k: Count | None = None) -> str:
+        """The ingested passages for ``query``, cited, capped like recall; or no evidence."""
+        requested = self.config.default_results if top_k is None else top_k
+        limit = min(requested, self.config.max_results)
+        try:
+            passages = await search_ingested(self.store, query, limit)
+        except EvermindError as err:
+            raise ToolError(f"docs_search failed: {err}") from err
+        return render_passages(
+            passages,
+            query,
+            max_chars=self.config.max_chars,
+            requested=requested,
+            cap=self.config.max_results,
         )
 
     async def get(self, key: Key, include_history: IncludeHistory = False) -> str:
@@ -269,6 +296,7 @@ def register_tools(server: MCPServer[Any] | ToolManager, tools: MemoryTools) -> 
         ("memory_recall", tools.recall, read_only),
         ("memory_get", tools.get, read_only),
         ("memory_recall_by_tag", tools.recall_by_tag, read_only),
+        ("docs_search", tools.docs_search, read_only),
     ]
     if not tools.config.readonly:
         table += [

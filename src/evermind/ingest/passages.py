@@ -1,0 +1,95 @@
+"""Cited passages from the ingested chunks of a ``MemoryStore`` (the files-to-answers path).
+
+:func:`search_ingested` is what ``evermind ask`` and the MCP ``docs_search`` tool both call:
+the store's own recall, restricted to the ``ingest`` tag, so they read exactly what
+``evermind ingest`` wrote (no second loader). Recall's relevance floor decides refusal: a
+question no chunk clears the floor for returns no passages, which the surfaces say as
+"no evidence" (``evermind.memory.recall``; docs/retrieval.md "cites or refuses").
+Browser-safe: standard library and ``evermind`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from evermind.ingest.pipeline import INGEST_TAG
+from evermind.memory import MemoryStore
+from evermind.memory.records import Hit
+
+#: What every surface says when no chunk clears recall's relevance floor.
+NO_EVIDENCE = "no evidence"
+
+
+@dataclass(frozen=True)
+class IngestedPassage:
+    """One ingested chunk recalled for a question, with what cites it.
+
+    Attributes:
+        number: Its rank, from 1 (the ``[n]`` a citation uses).
+        source: The source id the chunk came from (a path relative to ``--base``).
+        line: The line its text starts on in the source (0 when unknown).
+        breadcrumb: Its section path (``Guide > Install > Linux``), "" when none.
+        score: Recall's final relevance in (0, 1].
+        key: The chunk's memory key.
+        text: The chunk's stored content.
+    """
+
+    number: int
+    source: str
+    line: int
+    breadcrumb: str
+    score: float
+    key: str
+    text: str
+
+    @property
+    def citation(self) -> str:
+        """``source:line (breadcrumb)``, the line and breadcrumb left out when unknown."""
+        place = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{place} ({self.breadcrumb})" if self.breadcrumb else place
+
+    def to_dict(self) -> dict[str, Any]:
+        """The passage as JSON-ready fields (``citation`` included)."""
+        return {
+            "n": self.number,
+            "source": self.source,
+            "line": self.line,
+            "breadcrumb": self.breadcrumb,
+            "citation": self.citation,
+            "score": round(self.score, 4),
+            "key": self.key,
+            "text": self.text,
+        }
+
+
+async def search_ingested(store: MemoryStore, query: str, top_k: int) -> list[IngestedPassage]:
+    """The ingested chunks best matching ``query``, best first; empty means no evidence.
+
+    Args:
+        store: The memory store ``evermind ingest`` wrote (one namespace).
+        query: The question.
+        top_k: How many passages at most.
+
+    Raises:
+        ConfigError: A bad query or ``top_k`` (recall's own checks).
+    """
+    hits = await store.recall(query, top_k=top_k, tags=[INGEST_TAG])
+    return [_passage(number, hit) for number, hit in enumerate(hits, start=1)]
+
+
+def _passage(number: int, hit: Hit) -> IngestedPassage:
+    meta = hit.meta
+    line = meta.get("line")
+    return IngestedPassage(
+        number=number,
+        source=str(meta.get("source") or hit.key),
+        line=line if isinstance(line, int) and not isinstance(line, bool) else 0,
+        breadcrumb=str(meta.get("breadcrumb") or ""),
+        score=hit.score,
+        key=hit.key,
+        text=hit.content,
+    )
+
+
+__all__ = ["NO_EVIDENCE", "IngestedPassage", "search_ingested"]
