@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from evermind.cli.args import package_file
@@ -79,13 +80,20 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from evermind.memory import MemoryStore
 
     path = store_path(args.store)
-    if not path.is_file():
+    if isinstance(path, Path) and not path.is_file():
         raise ConfigError(f"ask: no memory store at {path}; hint: run evermind ingest first")
     namespace = store_namespace(args.tenant, args.namespace)
     embedder, _ = embedder_for(args)
 
+    def opened() -> Any:
+        if isinstance(path, str):  # a shared store: the tenant's namespace, as ingest writes it
+            from evermind.memory.shared_memory import shared_memory
+
+            return shared_memory(path, embedder, tenant=args.tenant, namespace=args.namespace)
+        return MemoryStore(path, embedder, namespace=namespace)
+
     async def run() -> list[Any]:
-        async with MemoryStore(path, embedder, namespace=namespace) as store:
+        async with opened() as store:
             return await search_ingested(store, args.question, args.top_k)
 
     passages = asyncio.run(run())
