@@ -138,8 +138,13 @@ def test_bad_shapes_are_refused_with_the_name() -> None:
 
 
 def test_forward_and_aux_loss_equal_transformers_qwen2_moe() -> None:
-    torch = pytest.importorskip("torch")
-    qwen = pytest.importorskip("transformers.models.qwen2_moe.modeling_qwen2_moe")
+    torch = pytest.importorskip(
+        "torch", reason="the Qwen2-MoE reference runs on torch (test extra)"
+    )
+    qwen = pytest.importorskip(
+        "transformers.models.qwen2_moe.modeling_qwen2_moe",
+        reason="the MoE block is checked against transformers' Qwen2-MoE (test extra)",
+    )
     from transformers import Qwen2MoeConfig
 
     m, d, e, f, s, k = 9, 8, 5, 3, 6, 2

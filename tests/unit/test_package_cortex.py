@@ -71,7 +71,9 @@ def test_config_json_says_no_transformers_class_loads_it(package, tmp_path) -> N
     assert written["architectures"] == ["EvermindMambaMoeForCausalLM"]
     assert written["transformers_class"] is None and written["norm_topk_prob"] is False
     assert written["num_experts"] == 4 and written["moe_intermediate_size"] == 12
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip(
+        "transformers", reason="checks that transformers refuses the cortex (test extra)"
+    )
     with pytest.raises((ValueError, KeyError)):  # we do not pretend to be a transformers model
         transformers.AutoConfig.from_pretrained(tmp_path / "unzipped")
 

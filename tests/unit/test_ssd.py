@@ -114,7 +114,10 @@ def test_extreme_inputs_stay_finite_and_agree() -> None:
 
 def test_matches_transformers_mamba2_chunk_scan() -> None:
     torch = pytest.importorskip("torch", reason="torch is the interop reference (test extra)")
-    modeling = pytest.importorskip("transformers.models.mamba2.modeling_mamba2")
+    modeling = pytest.importorskip(
+        "transformers.models.mamba2.modeling_mamba2",
+        reason="the SSD scan is checked against transformers' Mamba-2 (test extra)",
+    )
     args = _inputs(5, 2, 11, 4, 2, 2, 3)
     t = {k: torch.from_numpy(v) for k, v in args.items()}
     theirs, final = modeling.mamba2_chunk_scan(
