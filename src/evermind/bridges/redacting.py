@@ -67,27 +67,6 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
     return value
 
 
-def _scrubbed_events(
-    event: dict[str, Any], thinking: StreamScrubber, secrets: tuple[str, ...]
-) -> list[dict[str, Any]]:
-    """A passed-on block event (Anthropic's thinking), scrubbed: a thinking text through its
-    own :class:`StreamScrubber` (a key split across deltas is held back, and flushed before
-    the block's stop), any other string as a whole."""
-    delta = event.get("delta")
-    if isinstance(delta, dict) and delta.get("type") == "thinking_delta":
-        text = thinking.feed(str(delta.get("thinking", "")))
-        return [{**event, "delta": {**delta, "thinking": text}}] if text else []
-    events = []
-    if event.get("type") == "content_block_stop":
-        rest = thinking.flush()
-        if rest:
-            held = {"type": "thinking_delta", "thinking": rest}
-            events.append(
-                {"type": "content_block_delta", "index": event.get("index"), "delta": held}
-            )
-    return [*events, scrub_value(event, secrets)]
-
-
 class StreamScrubber:
     """Scrubs secrets from text that arrives in pieces (a key may span two pieces).
 
@@ -307,7 +286,6 @@ class RedactingBridge:
     async def stream(self, request: ChatRequest) -> AsyncIterator[Delta]:
         """The inner bridge's deltas, scrubbed (a key split across deltas included)."""
         scrubber = StreamScrubber(self.secrets)
-        thinking = StreamScrubber(self.secrets)
         chunks = ChunkScrubber(self.secrets)
         events = EventScrubber(self.secrets, scrubber)
         last: dict[str, Any] | None = None
@@ -322,8 +300,8 @@ class RedactingBridge:
                         passed = event if delta.event is not None else None
                         yield Delta(text=said, event=passed, usage=delta.usage, chunk=event)
                     continue
-                if delta.event is not None:
-                    for event in _scrubbed_events(delta.event, thinking, self.secrets):
+                if delta.event is not None:  # a passed-on block's event alone (thinking)
+                    for _, event in events.scrub(delta.event, ""):
                         yield Delta(event=event)
                     continue
                 if delta.completion is not None:
