@@ -24,7 +24,14 @@ def _random_unit(rng: random.Random, dim: int) -> tuple[float, ...]:
     return _unit([rng.gauss(0.0, 1.0) for _ in range(dim)])
 
 
-def test_nearest_is_identical_with_ties_near_ties_and_removals() -> None:
+@pytest.mark.parametrize("sequential", [True, False], ids=["cumsum", "per-entry-dot"])
+def test_nearest_is_identical_with_ties_near_ties_and_removals(
+    sequential: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both rescoring paths: the vectorised one (Python < 3.12) and the per-entry one.
+    import evermind.search.matrix as matrix_module
+
+    monkeypatch.setattr(matrix_module, "_SEQUENTIAL_SUM", sequential)
     rng = random.Random(7)
     dim = 37  # not a power of two
     scan, matrix = ScanIndex(), MatrixIndex()

@@ -78,9 +78,8 @@ class MatrixIndex:
 
     def __init__(self) -> None:
         self._scopes: dict[Scope, _Rows] = {}
-        # key -> (scope, row) and key -> the cache's own vector (rescoring is exact on it).
+        # key -> (scope, row); each scope's float64 rows hold the cache's own vectors exactly.
         self._where: dict[int, tuple[Scope, int]] = {}
-        self._vectors: dict[int, Vector] = {}
 
     def __len__(self) -> int:
         return len(self._where)
@@ -96,12 +95,10 @@ class MatrixIndex:
         rows.put(used, key, vector)
         rows.keys.append(key)
         self._where[key] = (scope, used)
-        self._vectors[key] = vector
 
     def remove(self, key: int) -> None:
         """See :meth:`~evermind.search.scoped.ScopedIndex.remove`."""
         scope, row = self._where.pop(key)
-        del self._vectors[key]
         rows = self._scopes[scope]
         last = len(rows.keys) - 1
         if row != last:  # the last row fills the hole: the used rows stay contiguous
@@ -119,7 +116,6 @@ class MatrixIndex:
         """See :meth:`~evermind.search.scoped.ScopedIndex.clear`."""
         self._scopes.clear()
         self._where.clear()
-        self._vectors.clear()
 
     def nearest(self, scope: Scope, vector: Vector, k: int) -> list[tuple[float, int]]:
         """See :meth:`~evermind.search.scoped.ScopedIndex.nearest` (same result as the scan)."""
@@ -134,7 +130,8 @@ class MatrixIndex:
             kth = np.partition(scores, n - k)[n - k]
             close = np.flatnonzero(scores >= kth - selection_margin(scope[2]))
         if not _SEQUENTIAL_SUM:
-            scored = [(dot(self._vectors[rows.keys[i]], vector), rows.keys[i]) for i in close]
+            # The float64 rows hold the cache's own values exactly.
+            scored = [(dot(rows.exact[i].tolist(), vector), rows.keys[i]) for i in close]
             scored.sort(reverse=True)
             return scored[:k]
         products = rows.exact[close] * np.asarray(vector, np.float64)  # (c, D)
