@@ -177,8 +177,7 @@ class MemoryTools:
 
     async def recall(self, query: Query, top_k: Count | None = None) -> str:
         """Ranked recall, capped at ``max_results`` hits and ``max_chars`` per preview."""
-        requested = self.config.default_results if top_k is None else top_k
-        limit = min(requested, self.config.max_results)
+        requested, limit = self._counts(top_k)
         try:
             hits = await self.store.recall(query, top_k=limit)
             searched = await self.store.count()
@@ -194,10 +193,15 @@ class MemoryTools:
             searched=searched,
         )
 
+    def _counts(self, asked: int | None) -> tuple[int, int]:
+        """``(requested, served)``: the count asked for (the default when none) and that count
+        capped at ``max_results``."""
+        requested = self.config.default_results if asked is None else asked
+        return requested, min(requested, self.config.max_results)
+
     async def docs_search(self, query: Query, top_k: Count | None = None) -> str:
         """The ingested passages for ``query``, cited, capped like recall; or no evidence."""
-        requested = self.config.default_results if top_k is None else top_k
-        limit = min(requested, self.config.max_results)
+        requested, limit = self._counts(top_k)
         try:
             passages = await search_ingested(self.store, query, limit)
         except EvermindError as err:
@@ -229,8 +233,7 @@ class MemoryTools:
 
     async def recall_by_tag(self, tag: Tag, limit: Count | None = None) -> str:
         """The newest memories tagged ``tag``, capped like recall."""
-        requested = self.config.default_results if limit is None else limit
-        capped = min(requested, self.config.max_results)
+        requested, capped = self._counts(limit)
         try:
             records = await self.store.recall_by_tag(tag, limit=capped)
         except EvermindError as err:
