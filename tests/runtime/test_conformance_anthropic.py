@@ -25,6 +25,7 @@ from tests.runtime.conformance import (
     TranscriptUpstream,
     diff,
     gateway_over,
+    received_one,
     transcripts,
     upstream_name,
 )
@@ -74,18 +75,6 @@ def _call(
     return raw(**named, extra_body=extra or None, extra_headers=headers or None)
 
 
-def _upstream_side(
-    upstream: TranscriptUpstream, before: int, path: str, headers: dict[str, str]
-) -> Any:
-    """The body the upstream received for the call (its one request), after checking that
-    the client's protocol headers came with it."""
-    received = upstream.requests[before:]
-    assert len(received) == 1, [r.path for r in received]
-    assert received[0].path == path
-    assert {k: received[0].headers.get(k) for k in headers} == headers
-    return received[0].body
-
-
 @pytest.mark.parametrize(
     "name", sorted(n for n, t in TRANSCRIPTS.items() if "events" not in t["response"])
 )
@@ -104,7 +93,7 @@ def test_a_json_exchange_passes_through_field_by_field(
         got = raised.value.response
     else:
         got = _call(_client(gateway, sent), transcript["path"], request, headers).http_response
-    received = _upstream_side(upstream, before, transcript["path"], headers)
+    received = received_one(upstream, before, transcript["path"], headers)
     expected_up = {**sent.bodies[0], "model": upstream_name(request["model"], UPSTREAMS)}
     assert diff(expected_up, received) == [], "the upstream did not receive the client's body"
     assert got.status_code == response["status"], got.text
@@ -185,7 +174,7 @@ def test_a_stream_passes_through_event_by_event(
         **named, stream=True, extra_body=extra or None, extra_headers=headers or None
     ) as stream:
         got = [event.to_dict() for event in stream]
-    received = _upstream_side(upstream, before, transcript["path"], headers)
+    received = received_one(upstream, before, transcript["path"], headers)
     expected_up = {**sent.bodies[0], "model": upstream_name(request["model"], UPSTREAMS)}
     assert diff(expected_up, received) == []
     upstream_events = [e["data"] for e in response["events"]]

@@ -25,6 +25,7 @@ from tests.runtime.conformance import (
     TranscriptUpstream,
     diff,
     gateway_over,
+    received_one,
     transcripts,
     upstream_name,
 )
@@ -67,13 +68,6 @@ def _split(request: dict[str, Any], create: Any) -> tuple[dict[str, Any], dict[s
     )
 
 
-def _received(upstream: TranscriptUpstream, before: int, path: str) -> Any:
-    received = upstream.requests[before:]
-    assert len(received) == 1, [r.path for r in received]
-    assert received[0].path == path
-    return received[0].body
-
-
 @pytest.mark.parametrize(
     "name", sorted(n for n, t in TRANSCRIPTS.items() if "events" not in t["response"])
 )
@@ -93,7 +87,7 @@ def test_a_json_exchange_passes_through_field_by_field(
         got = raised.value.response
     else:
         got = chat.with_raw_response.create(**named, extra_body=extra or None).http_response
-    received = _received(upstream, before, transcript["path"])
+    received = received_one(upstream, before, transcript["path"])
     expected_up = {**sent.bodies[0], "model": upstream_name(request["model"], UPSTREAMS)}
     assert diff(expected_up, received) == [], "the upstream did not receive the client's body"
     assert "max_tokens" not in received or "max_tokens" in request  # none is invented
@@ -157,7 +151,7 @@ def test_a_stream_passes_through_chunk_by_chunk(
     chat = _client(gateway, sent).chat.completions
     named, extra = _split(request, chat.create)
     got = [chunk.to_dict() for chunk in chat.create(**named, extra_body=extra or None)]
-    received = _received(upstream, before, transcript["path"])
+    received = received_one(upstream, before, transcript["path"])
     options = {**(sent.bodies[0].get("stream_options") or {}), "include_usage": True}
     expected_up = {
         **sent.bodies[0],

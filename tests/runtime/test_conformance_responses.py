@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import openai
@@ -25,6 +24,7 @@ from tests.runtime.conformance import (
     TranscriptUpstream,
     diff,
     gateway_over,
+    received_one,
     transcripts,
     upstream_name,
 )
@@ -54,13 +54,6 @@ def _client(gateway: ServerThread, sent: Sent) -> openai.OpenAI:
     )
 
 
-def _received(upstream: TranscriptUpstream, before: int, path: str) -> Any:
-    received = upstream.requests[before:]
-    assert len(received) == 1, [r.path for r in received]
-    assert received[0].path == path
-    return received[0].body
-
-
 @pytest.mark.parametrize(
     "name", sorted(n for n, t in TRANSCRIPTS.items() if "events" not in t["response"])
 )
@@ -88,7 +81,7 @@ def test_a_json_exchange_passes_through_field_by_field(
             for part in item["content"]
         )
         assert parsed.output_text == expected_text  # the SDK reads it as from OpenAI
-    received = _received(upstream, before, transcript["path"])
+    received = received_one(upstream, before, transcript["path"])
     expected_up = {**sent.bodies[0], "model": upstream_name(request["model"], UPSTREAMS)}
     assert diff(expected_up, received) == [], "the upstream did not receive the client's body"
     assert got.status_code == response["status"], got.text
@@ -112,7 +105,7 @@ def test_a_stream_passes_through_event_for_event(
     sent, before = Sent(), len(upstream.requests)
     with _client(gateway, sent).responses.create(**request) as stream:
         got = [event.to_dict() for event in stream]
-    received = _received(upstream, before, transcript["path"])
+    received = received_one(upstream, before, transcript["path"])
     expected_up = {**sent.bodies[0], "model": upstream_name(request["model"], UPSTREAMS)}
     assert diff(expected_up, received) == []
     # The SDK's typed events say what the upstream's did (its models read created_at as a

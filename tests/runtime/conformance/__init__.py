@@ -108,6 +108,19 @@ def upstream_name(model: str, upstreams: set[str]) -> str:
     return name if slash and prefix in upstreams else model
 
 
+def received_one(
+    upstream: TranscriptUpstream, before: int, path: str, headers: dict[str, str] | None = None
+) -> Any:
+    """The body of the one request the upstream received since ``before`` requests, after
+    checking its path (and that ``headers`` came with it)."""
+    received = upstream.requests[before:]
+    assert len(received) == 1, [r.path for r in received]
+    assert received[0].path == path
+    if headers:
+        assert {k: received[0].headers.get(k) for k in headers} == headers
+    return received[0].body
+
+
 KEY = "sk-conformance-upstream-7d41c2"
 
 
