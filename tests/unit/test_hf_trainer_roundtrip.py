@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import evermind
+from tests import procs
 from tests.factories import TEXT, tiny_package
 
 torch = pytest.importorskip("torch", reason="torch is the interop reference (test extra)")
@@ -29,14 +30,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m evermind.cli ARGS`` in its own process group (killed whole on timeout)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-    return subprocess.run(
+    return procs.run(
         [sys.executable, "-m", "evermind.cli", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
-        check=False,
     )
 
 
