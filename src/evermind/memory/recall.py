@@ -296,10 +296,9 @@ def _convex_relevance(
     keys = list(
         dict.fromkeys([key for key, _ in found.lexical] + [key for key, _ in found.semantic])
     )
-    semantic = dict(found.semantic)
     bm25 = {key: found.bm25_all.get(key, 0.0) for key in keys}
     cosines: dict[str, float] = dict(found.semantic)
-    missing = [key for key in keys if key not in semantic]
+    missing = [key for key in keys if key not in cosines]
     if missing and found.cosine_of is not None:
         for key, value in zip(missing, found.cosine_of(missing), strict=True):
             if value is not None:
