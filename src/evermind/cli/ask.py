@@ -5,7 +5,10 @@ Reads the same store and namespace ``evermind ingest`` writes (``--store``, ``--
 (``--model`` / ``--embedder``, the same options; none: lexical recall), and prints the passages
 :func:`evermind.ingest.search_ingested` finds, each with its citation, or as JSON with
 ``--json``. When no chunk clears recall's relevance floor it prints ``no evidence`` and exits
-with status 1. Passages only: no model writes an answer here.
+with status 1. With ``--answer-with MODEL`` a model answers from the passages through
+``--base-url`` (the local ``evermind serve`` by default, whose gateway reaches Claude, GPT and
+any OpenAI-compatible server), citing them as ``[n]`` (:mod:`evermind.ingest.answer`); the
+model is not asked when there is no evidence.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,10 @@ from evermind.mcp.config import DEFAULT_NAMESPACE, DEFAULT_TENANT
 
 #: The most passages one question asks for.
 MAX_TOP_K = 50
+#: Where ``--answer-with`` reaches the model by default: the local ``evermind serve``.
+DEFAULT_ANSWER_URL = "http://127.0.0.1:8377/v1"
+#: The longest answer ``--max-tokens`` may ask for.
+MAX_ANSWER_TOKENS = 8192
 
 
 def _top_k(value: str) -> int:
@@ -35,16 +43,26 @@ def _top_k(value: str) -> int:
     return number
 
 
+def _max_tokens(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if not 1 <= number <= MAX_ANSWER_TOKENS:
+        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_ANSWER_TOKENS}, got {number}")
+    return number
+
+
 def register(sub: Any) -> None:
     """Adds ``ask`` to the ``evermind`` command."""
     cmd = sub.add_parser(
         "ask",
-        help="cited passages for a question from the ingested files (or 'no evidence')",
+        help="cited passages, or a cited answer, for a question from the ingested files",
         description=(
             "Find the passages answering QUESTION among the chunks `evermind ingest` stored, "
-            "each cited by source, line and section. Passages only: no model writes an "
-            "answer. Exit status 1 with 'no evidence' when no passage clears recall's "
-            "relevance floor."
+            "each cited by source, line and section; with --answer-with MODEL, a model "
+            "answers from them, citing each claim as [n]. Exit status 1 with 'no evidence' "
+            "when no passage clears recall's relevance floor (no model is asked then)."
         ),
     )
     cmd.add_argument("question", metavar="QUESTION", help="the question, in plain words")
@@ -69,6 +87,30 @@ def register(sub: Any) -> None:
     )
     cmd.add_argument("--top-k", type=_top_k, default=5, help=f"most passages (at most {MAX_TOP_K})")
     cmd.add_argument("--json", action="store_true", help="print the passages as one JSON object")
+    answer = cmd.add_argument_group(
+        "answer",
+        "with --answer-with, a model answers from the passages, citing them as [n]; "
+        "'I don't have that.' when they do not hold the answer (exit 1)",
+    )
+    answer.add_argument(
+        "--answer-with",
+        metavar="MODEL",
+        help="the model that answers (e.g. openai/gpt-4o-mini or anthropic/claude-sonnet-4-5 "
+        "through evermind serve's gateway); default: passages only",
+    )
+    answer.add_argument(
+        "--base-url",
+        default=DEFAULT_ANSWER_URL,
+        help="the OpenAI-compatible API the model is reached through (evermind serve)",
+    )
+    answer.add_argument(
+        "--token",
+        default=os.environ.get("EVERMIND_TOKEN"),
+        help="bearer token for that API (default: $EVERMIND_TOKEN)",
+    )
+    answer.add_argument(
+        "--max-tokens", type=_max_tokens, default=512, help="the answer's length limit"
+    )
     cmd.set_defaults(func=cmd_ask)
 
 
@@ -97,6 +139,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
             return await search_ingested(store, args.question, args.top_k)
 
     passages = asyncio.run(run())
+    if args.answer_with:
+        return _answer(args, passages)
     if args.json:
         print(
             json.dumps(
@@ -116,3 +160,46 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(NO_EVIDENCE, file=sys.stderr if args.json else sys.stdout)
         return 1
     return 0
+
+
+def _answer(args: argparse.Namespace, passages: list[Any]) -> int:
+    """Prints the model's answer over ``passages`` and the sources it cites (or, with
+    ``--json``, one object); exit 1 when it refused, before or after asking the model."""
+    from evermind.bridges import answers, protocols
+    from evermind.ingest.answer import answer_ingested, answer_json
+
+    async def run() -> Any:
+        bridge = protocols.lookup("openai", "ask --answer-with").sdk(
+            api_key=args.token or "evermind",
+            base_url=args.base_url,
+            max_retries=1,
+            timeout=120.0,
+            max_answer_chars=answers.MAX_ANSWER_CHARS,
+        )
+        try:
+            return await answer_ingested(
+                args.question,
+                passages,
+                bridge,
+                model=args.answer_with,
+                max_tokens=args.max_tokens,
+                tenant=args.tenant,
+            )
+        finally:
+            await bridge.aclose()
+
+    answer = asyncio.run(run())
+    if args.json:
+        print(json.dumps(answer_json(answer, passages)))
+    else:
+        print(answer.text.strip())
+        if answer.citations:
+            print("\nSources:")
+            for citation in answer.citations:
+                print(f"[{citation.number}] {passages[citation.number - 1].citation}")
+    if answer.invalid:
+        numbers = ", ".join(f"[{n}]" for n in answer.invalid)
+        print(f"warning: the answer cites {numbers}, which name no passage", file=sys.stderr)
+    elif not answer.refused and not answer.citations:
+        print("warning: the answer cites no passage", file=sys.stderr)
+    return 1 if answer.refused else 0

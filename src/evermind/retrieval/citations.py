@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from evermind.bridges.base import ChatRequest, Completion, Message
+from evermind.bridges.base import Bridge, ChatRequest, Completion, Message
 from evermind.retrieval.passages import Passage, SearchResult
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "SYSTEM_PROMPT",
     "Answer",
     "Citation",
+    "answer_over",
     "build_request",
     "format_sources",
     "is_refusal",
@@ -161,3 +162,24 @@ def read_answer(result: SearchResult, completion: Completion) -> Answer:
         passages,
         completion,
     )
+
+
+async def answer_over(
+    result: SearchResult, bridge: Bridge, *, model: str, max_tokens: int = 512, tenant: str
+) -> Answer:
+    """The grounded answer to ``result``'s question over its passages, through ``bridge``.
+
+    A refused search is answered with the refusal and ``bridge`` is not called; otherwise the
+    model gets the numbered passages (:func:`build_request`) and its reply's citations are
+    checked (:func:`read_answer`). ``EnterpriseRetriever.answer`` and
+    ``evermind ask --answer-with`` both answer through here.
+
+    Raises:
+        UpstreamError: The bridge failed.
+    """
+    if result.refused or not result.passages:
+        return refused(result)
+    request = build_request(
+        result.question, result.passages, model=model, max_tokens=max_tokens, tenant=tenant
+    )
+    return read_answer(result, await bridge.generate(request))

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from evermind.bridges.base import Bridge
 from evermind.errors import ConfigError, InputError, ShapeError
 from evermind.memory.embedder import as_embedder
-from evermind.retrieval.citations import Answer, build_request, read_answer, refused
+from evermind.retrieval.citations import Answer, answer_over, refused
 from evermind.retrieval.lexical import LexicalArm
 from evermind.retrieval.passages import Passage, RelevanceFloor, SearchResult, source_of
 from evermind.search.fusion import fuse_convex, fuse_rrf, unit_scale
@@ -181,10 +181,9 @@ class EnterpriseRetriever:
         if result.refused:
             return refused(result)
         assert scope is not None  # search checked it
-        request = build_request(
-            question, result.passages, model=model, max_tokens=max_tokens, tenant=scope.tenant
+        return await answer_over(
+            result, bridge, model=model, max_tokens=max_tokens, tenant=scope.tenant
         )
-        return read_answer(result, await bridge.generate(request))
 
     async def _dense(
         self, question: str, pool: int, filter: object, scope: AccessScope
