@@ -18,6 +18,13 @@ citation plumbing (prompt → reply → ``[n]`` → chunk → source), not an LL
     PYTHONPATH=src .venv/bin/python -m evals.retrieval            # the default floor
     PYTHONPATH=src .venv/bin/python -m evals.retrieval --sweep    # answer/refusal vs floor
     PYTHONPATH=src .venv/bin/python -m evals.retrieval --fusion rrf --json out.json
+    PYTHONPATH=src .venv/bin/python -m evals.retrieval --path ask     # evermind ask's path
+
+``--path ask`` measures what ``evermind ingest`` and ``evermind ask --answer-with`` do instead:
+the fixtures synced into a ``MemoryStore`` (``evermind.ingest.sync``, hashed content terms as the
+embedder, as ``--embedder terms``), passages from ``search_ingested`` (the store's recall and its
+relevance floor: ``--floor`` and ``--fusion`` do not apply) and the answer from
+``answer_ingested``, the same prompt and citation checks.
 
 Reported: the **answer rate** (answerable questions answered, every citation valid, citing
 the expected source), the **refusal rate** (unanswerable questions refused), how many
@@ -239,9 +246,70 @@ async def measure(
     return report, {"floor": floor, **rates(report), "gates_passed": gates.passed}, gates
 
 
+async def evaluate_ask(bridge: Any, cases: Sequence[Case], k: int = 5) -> tuple[Report, int]:
+    """Every case through ``evermind ask --answer-with``'s path (see the module docstring);
+    returns the report and how many chunks the fixtures made."""
+    import tempfile
+
+    from evermind.cli.ingest import TermsEmbedder
+    from evermind.ingest import search_ingested, sync
+    from evermind.ingest.answer import answer_ingested
+    from evermind.memory import MemoryStore
+
+    with tempfile.TemporaryDirectory() as folder:
+        async with MemoryStore(Path(folder) / "memory.db", TermsEmbedder()) as store:
+            ingested = await sync(store, [FIXTURES], base=FIXTURES)
+
+            async def system(case: Case) -> Outcome:
+                passages = await search_ingested(store, case.input, k)
+                answer = await answer_ingested(
+                    case.input, passages, bridge, model="extractive-test", tenant=TENANT
+                )
+                called = answer.completion is not None
+                values = {
+                    "answer": answer.text,
+                    "refused": answer.refused,
+                    "refused_before_model": answer.refused and not called,
+                    "citations": None
+                    if answer.refused
+                    else [c.number for c in answer.citations] + list(answer.invalid),
+                    "offered": len(answer.passages),
+                    "cited_sources": list(answer.cited_sources),
+                    "retrieved_sources": list(dict.fromkeys(p.source for p in passages)),
+                }
+                cost = answer.completion.cost_usd if called and answer.completion else 0.0
+                return Outcome(values, cost)
+
+            report = await run_eval("evermind ask --answer-with", cases, system, graders(k))
+    return report, ingested.chunks
+
+
+async def run_ask(args: argparse.Namespace, cases: Sequence[Case]) -> dict[str, Any]:
+    """``--path ask``: one run through the ingest store and ``answer_ingested``."""
+    with OpenAIUpstream(reply=extractive_reply) as server:
+        bridge = OpenAIBridge(api_key=server.api_key, base_url=server.url + "/v1", max_retries=0)
+        try:
+            report, chunks = await evaluate_ask(bridge, cases, args.k)
+        finally:
+            await bridge.aclose()
+    gates = check_gates(report, GATES)
+    summary = {"path": "ask", **rates(report), "gates_passed": gates.passed}
+    print(report.render())
+    print(gates.render())
+    print(
+        f"evermind ask: answer rate {summary['answer_rate']:.3f}, refusal rate "
+        f"{summary['refusal_rate']:.3f} ({summary['false_refusals']} false refusals, "
+        f"{summary['refused_before_model']} refused before the model), "
+        f"recall@{args.k} {summary['graders'][f'recall@{args.k}']:.3f}"
+    )
+    return {"chunks": chunks, "cases": len(cases), "runs": [summary]}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Indexes the fixtures, starts the extractive test server, measures each floor."""
     cases = load_cases(args.set, input_field="question")
+    if args.path == "ask":
+        return await run_ask(args, cases)
     setup = await index_fixtures()
     floors = SWEEP if args.sweep else (args.floor,)
     out: dict[str, Any] = {"chunks": setup.chunks, "cases": len(cases), "runs": []}
@@ -278,6 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help=f"run every floor of {SWEEP}")
     parser.add_argument("--fusion", choices=("convex", "rrf"), default="convex")
     parser.add_argument("-k", type=int, default=5, help="passages offered per question")
+    parser.add_argument(
+        "--path",
+        choices=("retriever", "ask"),
+        default="retriever",
+        help="EnterpriseRetriever over a vector store, or evermind ingest + ask --answer-with",
+    )
     parser.add_argument("--json", type=Path, help="write the numbers here")
     args = parser.parse_args(argv)
     out = asyncio.run(run(args))

@@ -90,7 +90,7 @@ def test_the_answer_cites_the_passage_that_holds_it(
     assert cited["n"] == number and "workers_max" in cited["text"]
     assert answer["answer"] == f"The lease limit is set by workers_max [{number}]."
     # What the model was sent: the grounding instructions, every passage numbered in the
-    # order printed, headed by its citation, then the question.
+    # order printed, headed by its source, then the question.
     [request] = model.requests
     assert request.path == "/v1/chat/completions"
     assert request.headers["authorization"] == f"Bearer {model.api_key}"
@@ -100,7 +100,7 @@ def test_the_answer_cites_the_passage_that_holds_it(
     user = body["messages"][-1]["content"]
     assert user.endswith(f"Question: {QUESTION}")
     for passage in answer["passages"]:
-        assert f"[{passage['n']}] (source: {passage['citation']})" in user
+        assert f"[{passage['n']}] (source: {passage['source']})\n" in user
 
 
 def test_the_plain_output_lists_the_cited_sources(

@@ -7,8 +7,8 @@ reply. The prompt, the parsing and the refusal are the retriever's
 store the passages came from. No passage (recall's relevance floor refused them all) is the
 refusal, and the model is not called.
 
-Each source is shown to the model by its citation (``source:line (section)``), so the model
-reads where a passage comes from as a person would.
+Each passage is shown to the model headed by its source id, as the retriever shows its own; the
+line and section are what ``evermind ask`` prints beside each cited number.
 
 Browser-safe: standard library and ``evermind`` only.
 """
@@ -32,7 +32,7 @@ def as_search_result(question: str, passages: Sequence[IngestedPassage]) -> Sear
     found = tuple(
         Passage(
             id=p.key,
-            source=p.citation,
+            source=p.source,
             text=p.text,
             score=p.score,
             cosine=None,
