@@ -12,7 +12,8 @@ test: bootstrap
 	./scripts/check
 	# One BLAS thread per process: the suite runs many small numpy models side by side, and on
 	# busy cores OpenBLAS's spinning threads made them many times slower (measured 7x).
-	OPENBLAS_NUM_THREADS=1 $(PYTEST) tests -q
+	# --durations: the slowest tests are named in every run, so the suite's time stays visible.
+	OPENBLAS_NUM_THREADS=1 $(PYTEST) tests -q --durations=30
 
 bootstrap:
 	./scripts/bootstrap.sh test
