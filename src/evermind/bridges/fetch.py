@@ -62,9 +62,10 @@ class FetchBridge:
         """The usage of the most recent finished call (None before one)."""
         return self._last_usage
 
-    def _endpoint(self) -> tuple[str, dict[str, str]]:
+    def _endpoint(self, request: ChatRequest, stream: bool) -> tuple[str, dict[str, str]]:
         headers = {"content-type": "application/json", **self.wire_protocol.headers(self.api_key)}
-        return f"{self.base_url}{self.wire_protocol.path}", headers
+        path = self.wire_protocol.request_path(request.model, stream)
+        return f"{self.base_url}{path}", headers
 
     def _body(self, request: ChatRequest, stream: bool) -> dict[str, Any]:
         return self.wire_protocol.body(request, stream)
@@ -73,7 +74,7 @@ class FetchBridge:
         """The fetch response of ``request``; raises the mapped error on an HTTP error."""
         from pyodide.http import pyfetch  # browser-only: lazily, so the module imports anywhere
 
-        url, headers = self._endpoint()
+        url, headers = self._endpoint(request, stream)
         body = json.dumps(self._body(request, stream))
         try:
             response = await pyfetch(url, method="POST", headers=headers, body=body)

@@ -2,11 +2,12 @@
 
 A *protocol* is everything that differs between two ways of talking to a language-model API:
 where a request goes and with which headers, the request body, how a response and a streamed
-response are read, how a stream ends, and which official SDK speaks it natively. Two are
-registered here: ``anthropic`` (the Messages API) and ``openai`` (Chat Completions, spoken by
-OpenAI and every OpenAI-compatible server). Their bodies and parsers are the pure functions
-of :mod:`evermind.bridges.wire` and :mod:`evermind.bridges.streams`; this module only says
-which belong together.
+response are read, how a stream ends, and which official SDK speaks it natively. Three are
+registered here: ``anthropic`` (the Messages API), ``openai`` (Chat Completions, spoken by
+OpenAI and every OpenAI-compatible server) and ``vertex`` (Gemini's ``generateContent``, on
+the Gemini API or Vertex AI). Their bodies and parsers are the pure functions of
+:mod:`evermind.bridges.wire`, :mod:`evermind.bridges.streams` and
+:mod:`evermind.bridges.gemini_wire`; this module only says which belong together.
 
 Everything that takes a protocol name reads this registry and nothing else:
 
@@ -26,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from evermind.bridges import answers, streams, wire
+from evermind.bridges import answers, gemini_wire, streams, wire
 from evermind.bridges.base import Bridge, ChatRequest, Completion
 from evermind.errors import ConfigError
 
@@ -97,6 +98,9 @@ class WireProtocol:
         on_done: Called with the fold on a ``data: [DONE]`` line, for a protocol that ends
             its streams with one (OpenAI); None: the line is not the protocol's and is
             skipped.
+        endpoint: ``endpoint(model, stream)``: the request path, for a protocol whose path
+            names the model and the kind of call (Gemini's
+            ``/v1beta/models/{model}:generateContent``); None: :attr:`path`, always.
     """
 
     name: str
@@ -108,6 +112,11 @@ class WireProtocol:
     stream_end: str
     sdk: SdkConnect
     on_done: Callable[[Any], None] | None = None
+    endpoint: Callable[[str, bool], str] | None = None
+
+    def request_path(self, model: str, stream: bool) -> str:
+        """The path a request for ``model`` goes to (:attr:`endpoint`'s, else :attr:`path`)."""
+        return self.path if self.endpoint is None else self.endpoint(model, stream)
 
     def read_event(self, fold: StreamFold, data: str, provider: str = "") -> str:
         """Feeds one server-sent event's ``data`` to ``fold``; returns the text it adds.
@@ -174,7 +183,7 @@ def lookup(name: object, where: str) -> WireProtocol:
     return found
 
 
-# ---------------------------------------------------------------------- the two built in
+# ---------------------------------------------------------------------- the built-in ones
 
 
 def _anthropic_headers(api_key: str) -> dict[str, str]:
@@ -274,5 +283,55 @@ register(
         stream_end="data: [DONE]",
         sdk=_openai_sdk,
         on_done=_openai_done,
+    )
+)
+
+
+def _vertex_headers(api_key: str) -> dict[str, str]:
+    return {"x-goog-api-key": api_key}
+
+
+def _vertex_body(request: ChatRequest, stream: bool) -> dict[str, Any]:
+    return gemini_wire.gemini_body(request, stream=stream)
+
+
+def _vertex_stream(provider: str) -> StreamFold:
+    return gemini_wire.GeminiStream(provider)
+
+
+def _vertex_endpoint(model: str, stream: bool) -> str:
+    return gemini_wire.gemini_path(model, stream)
+
+
+def _vertex_sdk(
+    *,
+    api_key: str,
+    base_url: str | None,
+    max_retries: int,
+    timeout: float,
+    max_answer_chars: int = answers.MAX_ANSWER_CHARS,
+) -> Bridge:
+    from evermind.bridges.vertex import VertexBridge  # native-only: on first use
+
+    return VertexBridge(
+        api_key=api_key,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=timeout,
+        max_answer_chars=max_answer_chars,
+    )
+
+
+register(
+    WireProtocol(
+        name="vertex",
+        path="/v1beta/models/{model}:generateContent",
+        headers=_vertex_headers,
+        body=_vertex_body,
+        completion=gemini_wire.gemini_completion,
+        stream=_vertex_stream,
+        stream_end="a candidate's finishReason",
+        sdk=_vertex_sdk,
+        endpoint=_vertex_endpoint,
     )
 )
