@@ -73,7 +73,11 @@ L2_TENANT = "~gateway"
 
 #: The SDK bridge module of each built-in protocol: imported at start-up, off the first
 #: request's path (``anthropic`` alone takes ~1.5 s to import on a busy 2-core machine).
-SDK_MODULES = {"anthropic": "evermind.bridges.anthropic", "openai": "evermind.bridges.openai"}
+SDK_MODULES = {
+    "anthropic": "evermind.bridges.anthropic",
+    "openai": "evermind.bridges.openai",
+    "vertex": "evermind.bridges.vertex",
+}
 
 #: Where each protocol's API lists its models, relative to the SDK's base URL.
 MODEL_LIST_PATHS = {"anthropic": "/v1/models", "openai": "/models"}
