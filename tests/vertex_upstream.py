@@ -185,7 +185,7 @@ class GeminiUpstream(Upstream):
             return error
         contents = body.get("contents")
         if not isinstance(contents, list) or not contents:
-            return self._json_error(400, "bad", "* GenerateContentRequest.contents: contents is not specified")
+            return self._json_error(400, "bad", "* GenerateContentRequest.contents: required")
         refused = self._check_turns(body, contents)
         if refused is not None:
             return self._json_error(400, "bad", refused)
@@ -309,7 +309,7 @@ class GeminiUpstream(Upstream):
         return out
 
     async def _embed(self, request: Request, method: str) -> Response:
-        body, fault, error = await self._admit(request)
+        body, _, error = await self._admit(request)
         if error is not None:
             return error
         requests = body.get("requests") if method == "batchEmbedContents" else [body]

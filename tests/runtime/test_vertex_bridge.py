@@ -255,10 +255,15 @@ def test_a_wrong_key_is_an_auth_error_and_no_key_reaches_a_message(
     [
         (b"<html>not json</html>", "upstream_malformed"),
         ({"candidates": []}, "upstream_malformed"),
-        ({"candidates": [{"content": {"parts": [{"text": "hi"}]}, "index": 0}]}, "upstream_malformed"),
         (
-            {"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}],
-             "usageMetadata": {"promptTokenCount": -3}},
+            {"candidates": [{"content": {"parts": [{"text": "hi"}]}, "index": 0}]},
+            "upstream_malformed",
+        ),
+        (
+            {
+                "candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": "STOP"}],
+                "usageMetadata": {"promptTokenCount": -3},
+            },
             "upstream_malformed",
         ),
         ({"promptFeedback": {"blockReason": "SAFETY"}}, "upstream_bad_request"),
@@ -371,4 +376,6 @@ def test_the_vertex_protocol_speaks_gemini_over_plain_http(gemini: GeminiUpstrea
             ]
     assert fold.done and "".join(texts) == fold.completion().text == completion.text
     assert gemini.last.path == f"/v1beta/models/{MODEL}:streamGenerateContent"
-    assert json.loads(json.dumps(gemini.last.body))["systemInstruction"]["parts"][0]["text"] == SYSTEM
+    assert (
+        json.loads(json.dumps(gemini.last.body))["systemInstruction"]["parts"][0]["text"] == SYSTEM
+    )

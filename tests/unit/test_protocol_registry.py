@@ -130,7 +130,9 @@ def test_the_gateway_config_takes_a_registered_protocol_and_only_those(acme: Any
     assert config.upstreams["acme"].protocol == "acme"  # the default: the upstream's name
     assert config.upstreams["rockets"].protocol == "acme"
     protocols.unregister("acme")
-    with pytest.raises(ConfigError, match=r"protocol must be one of \('anthropic', 'openai', 'vertex'\)"):
+    with pytest.raises(
+        ConfigError, match=r"protocol must be one of \('anthropic', 'openai', 'vertex'\)"
+    ):
         GatewayConfig.parse(raw, "up.toml", {})
 
 

@@ -1,10 +1,11 @@
-"""Bridges to language models: Claude, GPT or any OpenAI-compatible server, and Evermind itself.
+"""Bridges to language models: Claude, GPT or any OpenAI-compatible server, Gemini, and Evermind.
 
 See :mod:`evermind.bridges.base` for the one contract (:class:`Bridge`, :class:`ChatRequest`,
 :class:`Completion`) and docs/bridges.md. Exported here: what runs anywhere (the contract,
 :class:`InstrumentedBridge`, :class:`PriceTable`). The bridges themselves are imported from
 their modules: ``bridges.anthropic.AnthropicBridge``, ``bridges.openai.OpenAIBridge``,
-``bridges.evermind.EvermindBridge`` (native-only) and ``bridges.fetch.FetchBridge`` (the tab).
+``bridges.vertex.VertexBridge``, ``bridges.evermind.EvermindBridge`` (native-only) and
+``bridges.fetch.FetchBridge`` (the tab).
 """
 
 from evermind.bridges.base import (

@@ -1,8 +1,8 @@
 """Claude or any OpenAI-compatible server from the tab, over ``fetch`` (browser-only).
 
 The browser cannot load the SDKs, so :class:`FetchBridge` speaks the wire protocols itself:
-any protocol of the registry (:mod:`evermind.bridges.protocols`: ``anthropic``, ``openai``
-and whatever else is registered) gives the endpoint, headers, body and parsers, built on
+any protocol of the registry (:mod:`evermind.bridges.protocols`: ``anthropic``, ``openai``,
+``vertex`` and whatever else is registered) gives the endpoint, headers, body and parsers, built on
 :mod:`evermind.bridges.wire` (the error mapping the SDK bridges use too), over
 ``pyodide.http.pyfetch``; ``pyodide`` is imported lazily, on the first call.
 
@@ -38,9 +38,12 @@ class FetchBridge:
         protocol: A name in :mod:`evermind.bridges.protocols`: ``anthropic`` (Messages API:
             ``POST {base_url}/v1/messages``), ``openai`` (Chat Completions:
             ``POST {base_url}/chat/completions``, ``base_url`` ending in ``/v1`` as for the
-            ``openai`` SDK) or any other registered one.
+            ``openai`` SDK), ``vertex`` (Gemini:
+            ``POST {base_url}/v1beta/models/{model}:generateContent``) or any other
+            registered one.
         base_url: The API's base URL.
-        api_key: The key (``x-api-key`` for Anthropic, a bearer token for OpenAI).
+        api_key: The key (``x-api-key`` for Anthropic, a bearer token for OpenAI,
+            ``x-goog-api-key`` for Gemini).
         provider: The name completions and errors carry (default: the protocol's).
 
     Raises:

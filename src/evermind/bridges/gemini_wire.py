@@ -184,12 +184,12 @@ def _contents(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     names: dict[str, str] = {}  # call id -> function name, from the assistant turns so far
     for i, message in enumerate(messages):
         if message.role == "tool":
-            part = {"functionResponse": _function_response(message, names, i)}
+            result = {"functionResponse": _function_response(message, names, i)}
             previous = out[-1] if out else None
             if previous is not None and previous.get("_results"):
-                previous["parts"].append(part)  # a turn's results answer together
+                previous["parts"].append(result)  # a turn's results answer together
             else:
-                out.append({"role": "user", "parts": [part], "_results": True})
+                out.append({"role": "user", "parts": [result], "_results": True})
             continue
         parts = _parts(message.content, i)
         if message.role == "assistant":
@@ -199,7 +199,7 @@ def _contents(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 function: dict[str, Any] = {"name": call.name, "args": dict(call.arguments)}
                 if own:
                     function["id"] = own
-                part = {"functionCall": function}
+                part: dict[str, Any] = {"functionCall": function}
                 if signature:
                     part["thoughtSignature"] = signature
                 parts.append(part)

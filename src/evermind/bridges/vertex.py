@@ -289,8 +289,10 @@ def _mapped(err: BaseException, secrets: Sequence[str]) -> UpstreamError:
         status = err.code if isinstance(err.code, int) and 400 <= err.code <= 599 else None
         body = err.details if isinstance(err.details, dict) else {"error": {"message": err.message}}
         return gemini_wire.gemini_error(PROVIDER, status, dict(headers), body, secrets)
-    kind = "timed out" if isinstance(err, httpx.TimeoutException | httpx2.TimeoutException) else (
-        "failed to connect"
+    kind = (
+        "timed out"
+        if isinstance(err, httpx.TimeoutException | httpx2.TimeoutException)
+        else ("failed to connect")
     )
     return UpstreamError(
         f"{PROVIDER} upstream {kind} or dropped the connection: "

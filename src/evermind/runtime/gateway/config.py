@@ -25,8 +25,9 @@
     tenant_names = false        # /metrics labels tenants by a hash unless true
 
     [upstreams.anthropic]       # model "anthropic/<name>"
-    protocol = "anthropic"      # or "openai" (any OpenAI-compatible server): a protocol of
-                                # evermind.bridges.protocols (default: the upstream's name)
+    protocol = "anthropic"      # or "openai" (any OpenAI-compatible server), "vertex" (Gemini):
+                                # a protocol of evermind.bridges.protocols (default: the
+                                # upstream's name)
     base_url = "https://api.anthropic.com"
     api_key = "env:ANTHROPIC_API_KEY"   # a literal, or env:VAR (read at start-up)
     models = ["claude-sonnet-4-5"]      # allowed models (default: any)
@@ -195,7 +196,8 @@ class UpstreamConfig:
     Attributes:
         name: Model ids ``<name>/<model>`` go to it.
         protocol: A name in :mod:`evermind.bridges.protocols`: ``anthropic`` (Messages
-            API), ``openai`` (Chat Completions) or any other registered one.
+            API), ``openai`` (Chat Completions), ``vertex`` (Gemini ``generateContent``) or
+            any other registered one.
         base_url: Its root URL (None: the provider's public API).
         api_key: The key for tenants without their own (empty: those tenants are refused).
         tenant_keys: Per-tenant keys.
