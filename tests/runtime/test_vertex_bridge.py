@@ -379,3 +379,61 @@ def test_the_vertex_protocol_speaks_gemini_over_plain_http(gemini: GeminiUpstrea
     assert (
         json.loads(json.dumps(gemini.last.body))["systemInstruction"]["parts"][0]["text"] == SYSTEM
     )
+
+
+def _event(data: Any) -> str:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\r\n\r\n"
+
+
+PIECE = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Half"}]}, "index": 0}]}
+
+
+@pytest.mark.parametrize(
+    ("events", "code"),
+    [
+        ([_event(PIECE), _event("{not json")], "upstream_malformed"),
+        # google-genai's converter drops a candidates that is no list: no finishReason came.
+        ([_event(PIECE), _event({"candidates": "no list"})], "upstream_stream_cut"),
+        ([_event({"candidates": [{"index": "zero"}]})], "upstream_malformed"),
+        ([_event(PIECE)], "upstream_stream_cut"),  # ends cleanly, no finishReason
+        ([], "upstream_stream_cut"),
+        (
+            [_event(PIECE), _event({"error": {"code": 429, "message": "slow", "status": "X"}})],
+            "upstream_rate_limited",
+        ),
+        (
+            [_event({"error": {"message": "no code", "status": "INTERNAL", "details": 5}})],
+            "upstream_malformed",  # the SDK itself fails on an error without a code
+        ),
+    ],
+)
+def test_hostile_streams_never_become_completions(
+    gemini: GeminiUpstream, events: list[str], code: str
+) -> None:
+    gemini.script(200, events=events)
+    with pytest.raises(UpstreamError) as caught:
+        call(gemini, lambda b: _deltas(b, ask("hello")))
+    assert caught.value.code == code, caught.value
+
+
+def test_an_error_object_in_a_200_answer_is_mapped(gemini: GeminiUpstream) -> None:
+    gemini.script(200, {"error": {"message": "quota", "status": "RESOURCE_EXHAUSTED"}})
+    with pytest.raises(UpstreamError) as caught:
+        call(gemini, lambda b: b.generate(ask("hello")))
+    assert caught.value.code == "upstream_rate_limited" and "quota" in str(caught.value)
+    assert "HTTP None" not in str(caught.value)
+
+
+def test_an_answer_past_max_answer_chars_is_refused(gemini: GeminiUpstream) -> None:
+    with pytest.raises(UpstreamError) as caught:
+        call(gemini, lambda b: b.generate(ask("a question")), max_answer_chars=5)
+    assert caught.value.code == "upstream_too_large"
+    with pytest.raises(UpstreamError) as caught:
+        call(gemini, lambda b: _deltas(b, ask("a question")), max_answer_chars=5)
+    assert caught.value.code == "upstream_too_large"
+
+
+def test_the_sdk_retries_a_5xx_when_asked(gemini: GeminiUpstream) -> None:
+    gemini.fail("server_error")
+    completion = call(gemini, lambda b: b.generate(ask("retry me")), max_retries=1)
+    assert completion.text == default_reply("retry me") and len(gemini.requests) == 2

@@ -490,7 +490,8 @@ def gemini_error(
     google = str(error.get("status") or "")
     reasons = {google}
     wait = answers.retry_after(headers)
-    for detail in error.get("details") or ():
+    details = error.get("details")
+    for detail in details if isinstance(details, list) else ():
         if isinstance(detail, Mapping):
             reasons.add(str(detail.get("reason") or ""))
             delay = _DELAY.match(str(detail.get("retryDelay") or ""))
@@ -501,6 +502,8 @@ def gemini_error(
     err = answers.upstream_error(provider, status, headers, body, secrets)
     kind = "upstream_auth" if reasons & _AUTH else err.code
     message = str(err)
+    if status is None:  # an error object in a 200 answer, with no code of its own
+        message = str(answers.stream_error(provider, body, secrets))
     if kind == "upstream_auth" and err.code != kind:
         message = message.rsplit("; hint:", 1)[0] + "; hint: check the API key"
     if google:

@@ -65,6 +65,10 @@ DEFAULT_EMBEDDING_MODEL = "gemini-embedding-001"
 EMBED_BATCH = 100
 _VERSIONS = ("v1", "v1beta", "v1beta1", "v1alpha")
 _TRANSPORT_ERRORS = (httpx.HTTPError, httpx2.HTTPError)
+#: What the SDK's own code raises on an answer it cannot read (a chunk's ``error`` without a
+#: ``code`` is a ``TypeError`` inside it; a field of the wrong type a pydantic error, which is
+#: a ``ValueError``): an upstream that does not speak the protocol, never a crash above.
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError)
 
 
 def client_for(
@@ -200,6 +204,8 @@ class VertexBridge:
             )
         except (genai_errors.APIError, *_TRANSPORT_ERRORS) as err:
             raise _mapped(err, secrets) from err
+        except _UNREADABLE as err:
+            raise _unreadable(err, "the response", secrets) from err
         raw = response.sdk_http_response.body if response.sdk_http_response else None
         body = raw or ""
         answers.check_size(
@@ -239,10 +245,8 @@ class VertexBridge:
             raise _mapped(err, secrets) from err
         except _TRANSPORT_ERRORS as err:  # the body broke off mid-stream
             raise answers.stream_cut(PROVIDER, f"{type(err).__name__}: {err}") from err
-        except (pydantic.ValidationError, ValueError) as err:  # a chunk the SDK cannot read
-            raise answers.malformed(
-                PROVIDER, answers.excerpt(f"a stream chunk: {err}", secrets=secrets)
-            ) from err
+        except _UNREADABLE as err:  # a chunk the SDK cannot read
+            raise _unreadable(err, "a stream chunk", secrets) from err
         if not state.done:
             raise answers.stream_cut(PROVIDER, "no candidate with a finishReason")
         completion = state.completion()
@@ -279,6 +283,12 @@ def _typed(
     if raw:
         config.should_return_http_response = True
     return contents, config
+
+
+def _unreadable(err: Exception, what: str, secrets: Sequence[str]) -> UpstreamError:
+    """The ``upstream_malformed`` error of an answer the SDK failed to read."""
+    detail = answers.excerpt(f"{type(err).__name__}: {err}", 300, secrets)
+    return answers.malformed(PROVIDER, f"the SDK could not read {what}: {detail}")
 
 
 def _mapped(err: BaseException, secrets: Sequence[str]) -> UpstreamError:
@@ -390,8 +400,8 @@ class VertexEmbedder:
                 )
             except (genai_errors.APIError, *_TRANSPORT_ERRORS) as err:
                 raise _mapped(err, secrets) from err
-            except pydantic.ValidationError as err:
-                raise answers.malformed(PROVIDER, f"the embeddings answer: {err}") from err
+            except _UNREADABLE as err:
+                raise _unreadable(err, "the embeddings answer", secrets) from err
             self.calls += 1
             vectors += _vectors(response, len(batch))
         if vectors and len({len(v) for v in vectors}) != 1:
