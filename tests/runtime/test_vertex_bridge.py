@@ -374,11 +374,16 @@ def test_the_vertex_protocol_speaks_gemini_over_plain_http(gemini: GeminiUpstrea
                 for piece in streamed.iter_text()
                 for event in parser.feed(piece)
             ]
+        refused = client.post(
+            wire.request_path(MODEL, False),
+            json=wire.body(request, False),
+            headers={"x-goog-api-key": "AIza-not-the-key"},
+        )
+        err = wire.http_error("vertex", refused.status_code, refused.headers, refused.json())
+        assert (refused.status_code, err.code) == (400, "upstream_auth")
     assert fold.done and "".join(texts) == fold.completion().text == completion.text
-    assert gemini.last.path == f"/v1beta/models/{MODEL}:streamGenerateContent"
-    assert (
-        json.loads(json.dumps(gemini.last.body))["systemInstruction"]["parts"][0]["text"] == SYSTEM
-    )
+    assert gemini.requests[1].path == f"/v1beta/models/{MODEL}:streamGenerateContent"
+    assert gemini.requests[1].body["systemInstruction"]["parts"][0]["text"] == SYSTEM
 
 
 def _event(data: Any) -> str:

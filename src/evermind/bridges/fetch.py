@@ -94,7 +94,7 @@ class FetchBridge:
                 detail: object = json.loads(text)
             except (ValueError, RecursionError):
                 detail = text
-            raise answers.upstream_error(
+            raise self.wire_protocol.http_error(
                 self.provider, response.status, response.headers, detail, (self.api_key,)
             )
         return response

@@ -23,16 +23,17 @@ called, so this module imports in the tab.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from evermind.bridges import answers, gemini_wire, streams, wire
 from evermind.bridges.base import Bridge, ChatRequest, Completion
-from evermind.errors import ConfigError
+from evermind.errors import ConfigError, UpstreamError
 
 __all__ = [
     "ANTHROPIC_VERSION",
+    "HttpError",
     "SdkConnect",
     "StreamFold",
     "WireProtocol",
@@ -64,6 +65,19 @@ class StreamFold(Protocol):
     def completion(self) -> Completion:
         """The completion of the events fed."""
         ...
+
+
+class HttpError(Protocol):
+    """Maps an HTTP error response to the error a bridge raises."""
+
+    def __call__(
+        self,
+        provider: str,
+        status: int | None,
+        headers: Mapping[str, str],
+        body: object,
+        secrets: Iterable[str] = (),
+    ) -> UpstreamError: ...
 
 
 class SdkConnect(Protocol):
@@ -101,6 +115,9 @@ class WireProtocol:
         endpoint: ``endpoint(model, stream)``: the request path, for a protocol whose path
             names the model and the kind of call (Gemini's
             ``/v1beta/models/{model}:generateContent``); None: :attr:`path`, always.
+        http_error: ``http_error(provider, status, headers, body, secrets)``: the
+            :class:`~evermind.errors.UpstreamError` of an HTTP error response (``body``: its
+            JSON, or its text); default :func:`~evermind.bridges.answers.upstream_error`.
     """
 
     name: str
@@ -113,6 +130,7 @@ class WireProtocol:
     sdk: SdkConnect
     on_done: Callable[[Any], None] | None = None
     endpoint: Callable[[str, bool], str] | None = None
+    http_error: HttpError = answers.upstream_error
 
     def request_path(self, model: str, stream: bool) -> str:
         """The path a request for ``model`` goes to (:attr:`endpoint`'s, else :attr:`path`)."""
@@ -333,5 +351,6 @@ register(
         stream_end="a candidate's finishReason",
         sdk=_vertex_sdk,
         endpoint=_vertex_endpoint,
+        http_error=gemini_wire.gemini_error,
     )
 )
