@@ -239,3 +239,35 @@ def test_metrics_count_gemini_tokens_and_cost(gateway: ServerThread) -> None:
     assert value(f'evermind_gateway_tokens_total{{{label},kind="output"}}') > 0
     assert value(f"evermind_gateway_cost_usd_total{{{label}}}") > 0  # gemini-2.5-flash is priced
     assert KEY not in metrics
+
+
+def test_a_streamed_tool_call_reaches_both_clients(gateway: ServerThread) -> None:
+    question = "Stream a weather call for Oslo"
+    chunks = list(
+        gpt(gateway).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": question}],
+            tools=[WEATHER_OPENAI],
+            stream=True,
+        )
+    )
+    pieces = [
+        call
+        for chunk in chunks
+        if chunk.choices
+        for call in chunk.choices[0].delta.tool_calls or ()
+    ]
+    assert pieces and pieces[0].function is not None and pieces[0].function.name == "weather"
+    arguments = "".join(p.function.arguments or "" for p in pieces if p.function is not None)
+    assert json.loads(arguments) == {"query": question}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    with claude(gateway).messages.stream(
+        model=MODEL,
+        max_tokens=100,
+        tools=[WEATHER_ANTHROPIC],  # type: ignore[list-item]
+        messages=[{"role": "user", "content": question}],
+    ) as stream:
+        final = stream.get_final_message()
+    (use,) = [b for b in final.content if b.type == "tool_use"]
+    assert use.name == "weather" and use.input == {"query": question}
+    assert final.stop_reason == "tool_use"
