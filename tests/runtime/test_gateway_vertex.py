@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from evermind.runtime.server import ServerThread
-from tests.runtime.helpers import TOKEN_A, bearer, gateway_config
+from tests.runtime.helpers import TOKEN_A, ServerProcess, bearer, gateway_config, write_tokens
 from tests.upstreams import count_tokens, default_reply
 from tests.vertex_upstream import SIGNATURE, GeminiUpstream
 
@@ -271,3 +272,48 @@ def test_a_streamed_tool_call_reaches_both_clients(gateway: ServerThread) -> Non
     (use,) = [b for b in final.content if b.type == "tool_use"]
     assert use.name == "weather" and use.input == {"query": question}
     assert final.stop_reason == "tool_use"
+
+
+def test_evermind_serve_reads_a_vertex_upstream_from_a_toml_file(
+    tmp_path: Path, gemini: GeminiUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI itself: ``evermind serve --upstreams upstreams.toml`` in a subprocess, the key
+    read from ``GEMINI_API_KEY``, answering both clients."""
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    upstreams = tmp_path / "upstreams.toml"
+    upstreams.write_text(
+        "[cache]\n"
+        'embedder = "none"\n'
+        "[upstreams.gemini]\n"
+        'protocol = "vertex"\n'
+        f'base_url = "{gemini.url}"\n'
+        'api_key = "env:GEMINI_API_KEY"\n'
+        "max_retries = 0\n"
+        "[default_upstreams]\n"
+        'anthropic = "gemini"\n'
+        'openai = "gemini"\n'
+    )
+    server = ServerProcess(
+        tmp_path / "data",
+        write_tokens(tmp_path / "tokens.txt"),
+        tmp_path / "serve.log",
+        args=("--upstreams", str(upstreams)),
+    ).start()
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=TOKEN_A, max_retries=0)
+        text = "Which protocol answers this?"
+        answer = client.chat.completions.create(
+            model="gemini-2.5-flash",  # a bare id: the openai route's default upstream
+            messages=[{"role": "user", "content": text}],
+        )
+        assert answer.choices[0].message.content == default_reply(text)
+        message = anthropic.Anthropic(
+            base_url=server.url, api_key=TOKEN_A, max_retries=0
+        ).messages.create(
+            model="gemini-2.5-flash", max_tokens=50, messages=[{"role": "user", "content": text}]
+        )
+        assert message.content[0].type == "text" and message.content[0].text == default_reply(text)
+        assert gemini.last.headers["x-goog-api-key"] == KEY
+    finally:
+        server.stop()
+    assert KEY not in (tmp_path / "serve.log").read_text()
