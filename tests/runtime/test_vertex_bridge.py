@@ -5,6 +5,7 @@ server speaking Gemini's documented REST format (:mod:`tests.vertex_upstream`), 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -302,6 +303,19 @@ def test_vertex_ai_modes_use_their_paths(gemini: GeminiUpstream) -> None:
     )
     assert gemini.last.headers["authorization"] == f"Bearer {gemini.token}"
     assert project.text == express.text
+    # Credentials that cannot refresh (expired, no refresh token): an auth error, not a crash.
+    expired = Credentials(token="old", expiry=datetime.datetime(2000, 1, 1))
+    with pytest.raises(UpstreamError) as caught:
+        call(
+            gemini,
+            lambda b: b.generate(ask("hello")),
+            api_key=None,
+            vertexai=True,
+            project="demo-project",
+            location="europe-west4",
+            credentials=expired,
+        )
+    assert caught.value.code == "upstream_auth"
 
 
 def test_a_base_url_with_a_version_sets_it(gemini: GeminiUpstream) -> None:

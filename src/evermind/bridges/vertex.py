@@ -51,6 +51,7 @@ import httpx
 import httpx2
 import pydantic
 from google import genai
+from google.auth import exceptions as auth_errors
 from google.genai import errors as genai_errors
 from google.genai import types
 
@@ -64,7 +65,7 @@ DEFAULT_EMBEDDING_MODEL = "gemini-embedding-001"
 #: Texts per ``batchEmbedContents`` call (the Gemini API takes at most 100).
 EMBED_BATCH = 100
 _VERSIONS = ("v1", "v1beta", "v1beta1", "v1alpha")
-_TRANSPORT_ERRORS = (httpx.HTTPError, httpx2.HTTPError)
+_TRANSPORT_ERRORS = (httpx.HTTPError, httpx2.HTTPError, auth_errors.GoogleAuthError)
 #: What the SDK's own code raises on an answer it cannot read (a chunk's ``error`` without a
 #: ``code`` is a ``TypeError`` inside it; a field of the wrong type a pydantic error, which is
 #: a ``ValueError``): an upstream that does not speak the protocol, never a crash above.
@@ -127,8 +128,11 @@ def client_for(
             credentials=credentials,
             http_options=types.HttpOptions(**options),
         )
-    except ValueError as err:  # the SDK's own refusal (no key, no project)
-        raise ConfigError(f"vertex: {err}; hint: pass api_key, or project and location") from err
+    except (ValueError, auth_errors.GoogleAuthError) as err:  # no key, project or credentials
+        raise ConfigError(
+            f"vertex: {err}; hint: pass api_key, or project and location with credentials "
+            "(or application default credentials)"
+        ) from err
 
 
 class VertexBridge:
@@ -299,11 +303,16 @@ def _mapped(err: BaseException, secrets: Sequence[str]) -> UpstreamError:
         status = err.code if isinstance(err.code, int) and 400 <= err.code <= 599 else None
         body = err.details if isinstance(err.details, dict) else {"error": {"message": err.message}}
         return gemini_wire.gemini_error(PROVIDER, status, dict(headers), body, secrets)
-    kind = (
-        "timed out"
-        if isinstance(err, httpx.TimeoutException | httpx2.TimeoutException)
-        else ("failed to connect")
-    )
+    if isinstance(err, auth_errors.GoogleAuthError):  # OAuth credentials that cannot refresh
+        return UpstreamError(
+            f"{PROVIDER} upstream: the Google credentials failed: "
+            f"{answers.excerpt(f'{type(err).__name__}: {err}', secrets=secrets)}; "
+            "hint: check the credentials (gcloud auth application-default login)",
+            provider=PROVIDER,
+            code="upstream_auth",
+        )
+    timed_out = isinstance(err, httpx.TimeoutException | httpx2.TimeoutException)
+    kind = "timed out" if timed_out else "failed to connect"
     return UpstreamError(
         f"{PROVIDER} upstream {kind} or dropped the connection: "
         f"{answers.excerpt(f'{type(err).__name__}: {err}', secrets=secrets)}; "
