@@ -18,7 +18,7 @@ from evermind.bridges.base import ChatRequest, Completion, Delta, Message
 from evermind.bridges.gemini_wire import call_parts
 from evermind.bridges.streams import SSEParser
 from evermind.bridges.vertex import VertexBridge, VertexEmbedder
-from evermind.errors import InputError, UpstreamError
+from evermind.errors import ConfigError, InputError, UpstreamError
 from evermind.memory.embedder import as_embedder
 from tests.upstreams import count_tokens, default_reply
 from tests.vertex_upstream import SIGNATURE, GeminiUpstream, embedding_of
@@ -318,9 +318,18 @@ def test_vertex_ai_modes_use_their_paths(gemini: GeminiUpstream) -> None:
     assert caught.value.code == "upstream_auth"
 
 
-def test_a_base_url_with_a_version_sets_it(gemini: GeminiUpstream) -> None:
+def test_a_base_url_with_a_version_sets_it_and_a_bad_one_is_refused(
+    gemini: GeminiUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
     call(gemini, lambda b: b.generate(ask("hello")), base_url=gemini.url + "/v1")
     assert gemini.last.path == f"/v1/models/{MODEL}:generateContent"
+    for bad in ("ftp://example.com", "http://[::1", "http://"):
+        with pytest.raises(ConfigError, match="base_url must be an http"):
+            VertexBridge(api_key="k", base_url=bad)
+    for variable in ("GOOGLE_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ConfigError, match="vertex: "):
+        VertexBridge(api_key=None, vertexai=False)  # no key anywhere
 
 
 def test_the_embedder_batches_and_fits_the_memory(gemini: GeminiUpstream) -> None:

@@ -101,9 +101,14 @@ def client_for(
     Raises:
         ConfigError: ``base_url`` is not an http(s) URL, or the SDK refuses the settings.
     """
-    host = urlsplit(base_url).hostname or "" if base_url else ""
-    if base_url is not None and not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"vertex: base_url must be an http(s) URL, got {base_url!r}")
+    host = ""
+    if base_url is not None:
+        try:
+            host = urlsplit(base_url).hostname or ""
+        except ValueError:  # a malformed authority ("http://[::1")
+            host = ""
+        if not base_url.startswith(("http://", "https://")) or not host:
+            raise ConfigError(f"vertex: base_url must be an http(s) URL, got {base_url!r}")
     if vertexai is None:
         vertexai = bool(project) or host.endswith("aiplatform.googleapis.com")
     options: dict[str, Any] = {
