@@ -465,3 +465,27 @@ def test_the_sdk_retries_a_5xx_when_asked(gemini: GeminiUpstream) -> None:
     gemini.fail("server_error")
     completion = call(gemini, lambda b: b.generate(ask("retry me")), max_retries=1)
     assert completion.text == default_reply("retry me") and len(gemini.requests) == 2
+
+
+def test_an_unreachable_upstream_is_unavailable_not_a_cut_stream() -> None:
+    from evermind.runtime.server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+    async def both() -> list[str]:
+        bridge = VertexBridge(api_key="k", base_url=url, max_retries=0, timeout=5)
+        codes = []
+        try:
+            for streamed in (False, True):
+                try:
+                    if streamed:
+                        await _deltas(bridge, ask("hello"))
+                    else:
+                        await bridge.generate(ask("hello"))
+                except UpstreamError as err:
+                    codes.append(err.code)
+        finally:
+            await bridge.aclose()
+        return codes
+
+    assert asyncio.run(both()) == ["upstream_unavailable", "upstream_unavailable"]

@@ -240,11 +240,14 @@ class VertexBridge:
         contents, config = _typed(gemini_wire.gemini_body(request), raw=False)
         secrets = self._secrets
         state = gemini_wire.GeminiStream(PROVIDER, self.max_answer_chars, secrets)
+        chunks: Any = None
+        received = False
         try:
             chunks = await self._client.aio.models.generate_content_stream(
                 model=request.model, contents=contents, config=config
             )
             async for chunk in chunks:
+                received = True
                 data = chunk.model_dump(
                     mode="json", by_alias=True, exclude_none=True, exclude={"sdk_http_response"}
                 )
@@ -252,10 +255,15 @@ class VertexBridge:
                 yield Delta(text=text, chunk=data)
         except genai_errors.APIError as err:
             raise _mapped(err, secrets) from err
-        except _TRANSPORT_ERRORS as err:  # the body broke off mid-stream
+        except _TRANSPORT_ERRORS as err:
+            if not received:  # no answer at all: refused, unreachable, credentials
+                raise _mapped(err, secrets) from err
             raise answers.stream_cut(PROVIDER, f"{type(err).__name__}: {err}") from err
         except _UNREADABLE as err:  # a chunk the SDK cannot read
             raise _unreadable(err, "a stream chunk", secrets) from err
+        finally:
+            if chunks is not None:  # the SDK's generator releases the connection when closed
+                await chunks.aclose()
         if not state.done:
             raise answers.stream_cut(PROVIDER, "no candidate with a finishReason")
         completion = state.completion()
