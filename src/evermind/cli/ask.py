@@ -6,6 +6,11 @@ Reads the same store and namespace ``evermind ingest`` writes (``--store``, ``--
 :func:`evermind.ingest.search_ingested` finds, each with its citation, or as JSON with
 ``--json``. When no chunk clears recall's relevance floor it prints ``no evidence`` and exits
 with status 1. Passages only: no model writes an answer here.
+
+``--where 'status = "open" and priority_rank <= 2'`` (:func:`evermind.vectorstore.where.
+parse_where`) or ``--where-json '{"eq": ["status", "open"]}'`` keeps only chunks whose row
+fields the filter admits, inside recall (before the top-k cut). A filter that does not parse
+is one line naming the position and what was expected, exit status 2, nothing searched.
 """
 
 from __future__ import annotations
@@ -69,6 +74,19 @@ def register(sub: Any) -> None:
     )
     cmd.add_argument("--top-k", type=_top_k, default=5, help=f"most passages (at most {MAX_TOP_K})")
     cmd.add_argument("--json", action="store_true", help="print the passages as one JSON object")
+    where = cmd.add_mutually_exclusive_group()
+    where.add_argument(
+        "--where",
+        metavar="EXPR",
+        help='only rows whose fields match, e.g. \'status = "open" and (priority = "P1" or '
+        "age >= 30)'; operators = != < <= > >= in (...) not in (...), exists FIELD, not, "
+        "and, or, parentheses; values: numbers, quoted strings, true, false",
+    )
+    where.add_argument(
+        "--where-json",
+        metavar="JSON",
+        help='the same filter in its JSON form, e.g. \'{"eq": ["status", "open"]}\'',
+    )
     cmd.set_defaults(func=cmd_ask)
 
 
@@ -79,6 +97,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from evermind.mcp.config import store_namespace
     from evermind.memory import MemoryStore
 
+    where = _where(args)  # a bad filter stops here: nothing is opened or searched
     path = store_path(args.store)
     if isinstance(path, Path) and not path.is_file():
         raise ConfigError(f"ask: no memory store at {path}; hint: run evermind ingest first")
@@ -94,7 +113,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     async def run() -> list[Any]:
         async with opened() as store:
-            return await search_ingested(store, args.question, args.top_k)
+            return await search_ingested(store, args.question, args.top_k, where)
 
     passages = asyncio.run(run())
     if args.json:
@@ -116,3 +135,25 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(NO_EVIDENCE, file=sys.stderr if args.json else sys.stdout)
         return 1
     return 0
+
+
+def _where(args: argparse.Namespace) -> Any:
+    """The filter ``--where`` or ``--where-json`` gives, or None.
+
+    Raises:
+        InputError: It does not parse (the message names the position, or the bad part).
+    """
+    from evermind.errors import InputError
+    from evermind.vectorstore.where import parse_where, parse_where_json
+
+    if args.where is not None:
+        return parse_where(args.where)
+    if args.where_json is not None:
+        try:
+            spec = json.loads(args.where_json)
+        except json.JSONDecodeError as err:
+            raise InputError(
+                f"--where-json: not JSON ({err.msg} at position {err.pos + 1})", code="bad_filter"
+            ) from err
+        return parse_where_json(spec)
+    return None

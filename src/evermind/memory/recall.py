@@ -110,6 +110,7 @@ async def run_recall(
     tags: set[str] | None,
     opts: RecallOptions,
     embed_query: QueryEmbedder | None = None,
+    select: Callable[[MemoryRecord], bool] | None = None,
 ) -> list[Hit]:
     """Ranks the snapshot's live memories for ``query`` (see ``MemoryStore.recall``).
 
@@ -121,6 +122,9 @@ async def run_recall(
         opts: The recall options.
         embed_query: Embeds the query for the semantic step; None ranks lexically
             ("no embedder").
+        select: Only memories this admits, asked inside candidate selection (so matches
+            ranked low among all memories are kept); with it, the relevance floor weighs
+            the selected memories' terms only.
     """
     now = snapshot.now
     records = snapshot.records
@@ -129,11 +133,15 @@ async def run_recall(
         record = records.get(key)
         if record is None or record.archived or record.is_expired(now):
             return False
-        return tags is None or tags.issubset(record.tags)
+        if tags is not None and not tags.issubset(record.tags):
+            return False
+        return select is None or select(record)
 
     pool = max(opts.candidate_pool, k)
     found = await _candidates(snapshot, embed_query, query, pool, accept, opts)
     lexical = found.bm25_all if found.bm25_all else snapshot.bm25.scores(query)
+    if select is not None:  # a term only unselected memories share is no evidence
+        lexical = {key: score for key, score in lexical.items() if accept(key)}
 
     def floor() -> float | None:
         measured = calibration(snapshot)
