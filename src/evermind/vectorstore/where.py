@@ -116,9 +116,7 @@ def _tokens(text: str) -> list[_Token]:
         word = match.group(kind)
         i = match.end()
         if kind == "number":
-            number: MetaValue = (
-                float(word) if any(c in word for c in ".eE") else int(word)
-            )
+            number: MetaValue = float(word) if any(c in word for c in ".eE") else int(word)
             tokens.append(_Token("number", word, number, at))
         elif kind == "name" and word.lower() in _KEYWORDS:
             tokens.append(_Token("keyword", word.lower(), None, at))
@@ -278,11 +276,11 @@ def parse_where_json(spec: object) -> Filter | None:
     if spec is None:
         return None
     count = 0
-    stack: list[tuple[object, int]] = [(spec, 0)]
+    stack: list[tuple[object, int]] = [(spec, 0)]  # (part, objects above it)
     while stack:
         node, depth = stack.pop()
         count += 1
-        if depth > 2 * MAX_DEPTH:  # each level of the algebra is an object and a list
+        if depth > MAX_DEPTH:  # depth counts objects (operators), not their lists
             raise InputError(
                 f"where: the filter nests deeper than {MAX_DEPTH} levels", code="bad_filter"
             )
@@ -293,5 +291,5 @@ def parse_where_json(spec: object) -> Filter | None:
         if isinstance(node, dict):
             stack.extend((value, depth + 1) for value in node.values())
         elif isinstance(node, list | tuple):
-            stack.extend((value, depth + 1) for value in node)
+            stack.extend((value, depth) for value in node)
     return parse_filter(spec)
