@@ -58,7 +58,7 @@ def test_expressions_become_the_algebra() -> None:
     ],
 )
 def test_mistakes_name_the_position_and_what_was_expected(text: str, message: str) -> None:
-    with pytest.raises(InputError, match="^where: ") as caught:
+    with pytest.raises(InputError, match=r"^where: ") as caught:
         parse_where(text)
     assert message in str(caught.value) and "\n" not in str(caught.value)
 

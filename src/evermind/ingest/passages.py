@@ -21,8 +21,8 @@ Browser-safe: standard library and ``evermind`` only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from evermind.ingest.pipeline import INGEST_TAG

@@ -2,8 +2,8 @@
 
 Each record (a JSON object, a JSONL line, a CSV row, a mapping) becomes one section: the
 chosen text fields or columns, joined by blank lines, are its text; every other field is its
-``meta["fields"]``, which filters read (:func:`evermind.ingest.passages.search_ingested`'s ``where``). Records whose text
-is empty are skipped.
+``meta["fields"]``, which ``where`` filters read (:mod:`evermind.ingest.passages`). Records
+whose text is empty are skipped.
 
 **Typed cells.** A CSV/TSV cell is text; :func:`typed_cell` gives it the type it plainly has, so
 ``priority_rank < 3`` compares numbers: a decimal integer (``"3"``, ``"-12"``; no leading
