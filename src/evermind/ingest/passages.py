@@ -22,7 +22,7 @@ Browser-safe: standard library and ``evermind`` only.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evermind.ingest.pipeline import INGEST_TAG
@@ -57,7 +57,7 @@ class IngestedPassage:
     score: float
     key: str
     text: str
-    fields: Mapping[str, MetaValue]
+    fields: Mapping[str, MetaValue] = field(default_factory=dict, hash=False)
 
     @property
     def citation(self) -> str:
