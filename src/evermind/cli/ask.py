@@ -9,6 +9,11 @@ with status 1. With ``--answer-with MODEL`` a model answers from the passages th
 ``--base-url`` (the local ``evermind serve`` by default, whose gateway reaches Claude, GPT and
 any OpenAI-compatible server), citing them as ``[n]`` (:mod:`evermind.ingest.answer`); the
 model is not asked when there is no evidence.
+
+``--where 'status = "open" and priority_rank <= 2'`` (:func:`evermind.vectorstore.where.
+parse_where`) or ``--where-json '{"eq": ["status", "open"]}'`` keeps only chunks whose row
+fields the filter admits, inside recall (before the top-k cut). A filter that does not parse
+is one line naming the position and what was expected, exit status 2, nothing searched.
 """
 
 from __future__ import annotations
@@ -87,6 +92,19 @@ def register(sub: Any) -> None:
     )
     cmd.add_argument("--top-k", type=_top_k, default=5, help=f"most passages (at most {MAX_TOP_K})")
     cmd.add_argument("--json", action="store_true", help="print the passages as one JSON object")
+    where = cmd.add_mutually_exclusive_group()
+    where.add_argument(
+        "--where",
+        metavar="EXPR",
+        help='only rows whose fields match, e.g. \'status = "open" and (priority = "P1" or '
+        "age >= 30)'; operators = != < <= > >= in (...) not in (...), exists FIELD, not, "
+        "and, or, parentheses; values: numbers, quoted strings, true, false",
+    )
+    where.add_argument(
+        "--where-json",
+        metavar="JSON",
+        help='the same filter in its JSON form, e.g. \'{"eq": ["status", "open"]}\'',
+    )
     answer = cmd.add_argument_group(
         "answer",
         "with --answer-with, a model answers from the passages, citing them as [n]; "
@@ -121,6 +139,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from evermind.mcp.config import store_namespace
     from evermind.memory import MemoryStore
 
+    where = _where(args)  # a bad filter stops here: nothing is opened or searched
     path = store_path(args.store)
     if isinstance(path, Path) and not path.is_file():
         raise ConfigError(f"ask: no memory store at {path}; hint: run evermind ingest first")
@@ -136,7 +155,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     async def run() -> list[Any]:
         async with opened() as store:
-            return await search_ingested(store, args.question, args.top_k)
+            return await search_ingested(store, args.question, args.top_k, where)
 
     passages = asyncio.run(run())
     if args.answer_with:
@@ -203,3 +222,25 @@ def _answer(args: argparse.Namespace, passages: list[Any]) -> int:
     elif not answer.refused and not answer.citations:
         print("warning: the answer cites no passage", file=sys.stderr)
     return 1 if answer.refused else 0
+
+
+def _where(args: argparse.Namespace) -> Any:
+    """The filter ``--where`` or ``--where-json`` gives, or None.
+
+    Raises:
+        InputError: It does not parse (the message names the position, or the bad part).
+    """
+    from evermind.errors import InputError
+    from evermind.vectorstore.where import parse_where, parse_where_json
+
+    if args.where is not None:
+        return parse_where(args.where)
+    if args.where_json is not None:
+        try:
+            spec = json.loads(args.where_json)
+        except json.JSONDecodeError as err:
+            raise InputError(
+                f"--where-json: not JSON ({err.msg} at position {err.pos + 1})", code="bad_filter"
+            ) from err
+        return parse_where_json(spec)
+    return None

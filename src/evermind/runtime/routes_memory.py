@@ -2,6 +2,10 @@
 
 ``namespace`` (default ``default``) picks one of the tenant's memories; ``model`` names one
 of the tenant's models as the embedder for semantic recall (omit it for lexical recall).
+``POST /v1/retrieve`` reads the chunks ``evermind ingest`` stored in a namespace (the
+runtime database's ``<tenant>/<namespace>``, or the ``--store`` engine's) as cited passages,
+the same data as ``evermind ask --json``, optionally filtered on the rows' fields (``where``,
+the JSON form of :mod:`evermind.vectorstore.filters`; a bad one is a 400 naming the problem).
 Each store operation runs on the namespace's memory thread (:meth:`MemoryService.run`), never
 on the event loop. ``remember`` runs write-through cognition
 (:mod:`evermind.memory.write_through`) unless ``mode`` is ``put``.
@@ -14,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query
 
+from evermind.ingest import NO_EVIDENCE, search_ingested
 from evermind.memory import Hit, MemoryStore
 from evermind.memory.evidence import configured
 from evermind.memory.write_through import (
@@ -25,9 +30,10 @@ from evermind.memory.write_through import (
 )
 from evermind.runtime.errors import ApiError
 from evermind.runtime.memory_service import check_namespace
-from evermind.runtime.schemas import RecallRequest, RememberRequest
+from evermind.runtime.schemas import RecallRequest, RememberRequest, RetrieveRequest
 from evermind.runtime.state import Reader, Runtime, RuntimeDep, Writer
 from evermind.tokens import Principal
+from evermind.vectorstore.where import parse_where_json
 
 router = APIRouter(tags=["memory"])
 
@@ -99,6 +105,27 @@ async def recall(body: RecallRequest, runtime: RuntimeDep, who: Reader) -> dict[
     async def work(store: MemoryStore) -> dict[str, Any]:
         hits = await store.recall(body.query, body.top_k, body.tags)
         return {"object": "list", "data": [_hit(h) for h in hits]}
+
+    return await _on_store(runtime, who, body.namespace, body.model, work)
+
+
+@router.post("/v1/retrieve", summary="Cited passages of the ingested documents for a question")
+async def retrieve(body: RetrieveRequest, runtime: RuntimeDep, who: Reader) -> dict[str, Any]:
+    """The ingested passages answering ``question``, best first, each with its citation and
+    row fields; ``refused: true`` with no passages and ``reason: "no evidence"`` when none
+    clears recall's relevance floor (or none passes ``where``)."""
+    where = parse_where_json(body.where)  # a bad filter is a 400 before the store is touched
+
+    async def work(store: MemoryStore) -> dict[str, Any]:
+        passages = await search_ingested(store, body.question, body.top_k, where)
+        return {
+            "object": "retrieval",
+            "question": body.question,
+            "namespace": check_namespace(body.namespace),
+            "refused": not passages,
+            "reason": None if passages else NO_EVIDENCE,
+            "passages": [p.to_dict() for p in passages],
+        }
 
     return await _on_store(runtime, who, body.namespace, body.model, work)
 

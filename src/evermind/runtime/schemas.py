@@ -213,6 +213,19 @@ class RememberRequest(_MemoryScope):
     )
 
 
+class RetrieveRequest(_MemoryScope):
+    """``POST /v1/retrieve``: cited passages of the ingested documents for a question."""
+
+    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    top_k: int = Field(5, ge=1, le=50)
+    where: dict[str, Any] | None = Field(
+        None,
+        description='Only rows whose fields this filter admits, in the JSON form: {"eq": '
+        '["status", "open"]}, {"in": [field, [values]]}, {"range": [field, {"gte": 1}]}, '
+        '{"exists": field}, {"and": [...]}, {"or": [...]}, {"not": filter}',
+    )
+
+
 class RecallRequest(_MemoryScope):
     """``POST /v1/memory/recall``."""
 
