@@ -226,6 +226,18 @@ class RetrieveRequest(_MemoryScope):
     )
 
 
+class AnswerRequest(RetrieveRequest):
+    """``POST /v1/answer``: a model's answer from the ingested passages, citing them."""
+
+    answer_with: str = Field(
+        min_length=1,
+        max_length=256,
+        description="The model that answers: an upstream model of the gateway "
+        "(openai/…, anthropic/…, or a bare id the default upstream serves)",
+    )
+    max_tokens: int = Field(512, ge=1, le=8192)
+
+
 class RecallRequest(_MemoryScope):
     """``POST /v1/memory/recall``."""
 
