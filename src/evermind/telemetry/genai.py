@@ -254,6 +254,12 @@ class Telemetry:
         """
         raise NotImplementedError
 
+    def span(self, name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:
+        """An INTERNAL span (not a GenAI operation: one step of an app, a Studio call),
+        current inside the block, ended after it; an exception out of the block marks it
+        failed. Yields the span."""
+        raise NotImplementedError
+
     def finish_server(self, span: Any, status: int) -> None:
         """Records the response status on a :meth:`serve` span (5xx marks it an error, as the
         HTTP conventions ask of a server; a 4xx is the client's error, not the server's)."""

@@ -102,9 +102,22 @@ class OtelTelemetry(Telemetry):
             kind=self.trace_api.SpanKind.SERVER,
             attributes={HTTP_METHOD: method, HTTP_ROUTE: route, URL_PATH: path},
         )
-        token = self.context_api.attach(self.trace_api.set_span_in_context(span, parent))
-        try:
+        with self._current(span, self.trace_api.set_span_in_context(span, parent)):
             yield span
+
+    @contextmanager
+    def span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
+        kind = self.trace_api.SpanKind.INTERNAL
+        span = self.tracer.start_span(name, kind=kind, attributes=dict(attributes))
+        with self._current(span, self.trace_api.set_span_in_context(span)):
+            yield span
+
+    @contextmanager
+    def _current(self, span: Any, context: Any) -> Iterator[None]:
+        """``context`` (holding ``span``) attached inside the block; the span ends after it."""
+        token = self.context_api.attach(context)
+        try:
+            yield
         except BaseException as err:
             self.set_error(span, type(err).__name__, err)
             raise

@@ -28,12 +28,18 @@ import threading
 import time
 import urllib.request
 from collections.abc import Mapping
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from evermind import __version__
 from evermind.errors import ConfigError
 from evermind.telemetry.genai import Telemetry, activate, install
-from evermind.telemetry.otlp_json import CONTENT_TYPE, METRICS_PATH, TRACES_PATH, JsonExport
+from evermind.telemetry.otlp_json import (
+    CONTENT_TYPE,
+    METRICS_PATH,
+    TRACES_PATH,
+    JsonExport,
+    check_endpoint,
+)
 from evermind.telemetry.tracing import NativeTelemetry
 
 logger = logging.getLogger(__name__)
@@ -47,26 +53,6 @@ DEFAULT_SERVICE = "evermind-runtime"
 #: Seconds one export may take (the SDK's default is 10): a dead collector must not hold a
 #: shutting-down server for long.
 EXPORT_TIMEOUT_S = 5.0
-
-
-def check_endpoint(url: str) -> str:
-    """``url`` without a trailing slash, if it is an ``http(s)://host[:port][/path]`` URL.
-
-    Raises:
-        ConfigError: Anything else (the exporter would fail on every export, silently).
-    """
-    try:
-        parts = urlsplit(url.strip())
-        parts.port  # noqa: B018 (parsing the port raises on a bad one)
-    except ValueError as err:
-        raise ConfigError(f"OTLP endpoint {url!r}: {err}; expected http(s)://host:port") from err
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
-        raise ConfigError(
-            f"OTLP endpoint {url!r}: expected an http(s)://host[:port] base URL (the collector's "
-            "OTLP/HTTP receiver, e.g. http://127.0.0.1:4318); /v1/traces and /v1/metrics are "
-            "appended"
-        )
-    return url.strip().rstrip("/")
 
 
 def wanted_endpoint(

@@ -24,8 +24,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from evermind import __version__
+from evermind.errors import ConfigError
 from evermind.telemetry.genai import INSTRUMENTATION, INSTRUMENTS, SCHEMA_URL, Measurement
 
 CONTENT_TYPE = "application/json"
@@ -40,6 +42,26 @@ KIND_INTERNAL, KIND_SERVER, KIND_CLIENT = 1, 2, 3
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
 #: ``AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE``.
 CUMULATIVE = 2
+
+
+def check_endpoint(url: str) -> str:
+    """``url`` without a trailing slash, if it is an ``http(s)://host[:port][/path]`` URL.
+
+    Raises:
+        ConfigError: Anything else (the exporter would fail on every export, silently).
+    """
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 (parsing the port raises on a bad one)
+    except ValueError as err:
+        raise ConfigError(f"OTLP endpoint {url!r}: {err}; expected http(s)://host:port") from err
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+        raise ConfigError(
+            f"OTLP endpoint {url!r}: expected an http(s)://host[:port] base URL (the collector's "
+            "OTLP/HTTP receiver, e.g. http://127.0.0.1:4318); /v1/traces and /v1/metrics are "
+            "appended"
+        )
+    return url.strip().rstrip("/")
 
 
 @dataclass

@@ -83,6 +83,12 @@ _current: ContextVar[tuple[NativeSpan, bool] | None] = ContextVar(
 )
 
 
+def _current_ids() -> tuple[str, str] | None:
+    """``(trace_id, span_id)`` of the current span; None when there is none."""
+    current = _current.get()
+    return None if current is None else (current[0].data.trace_id, current[0].data.span_id)
+
+
 class NativeTelemetry(Telemetry):
     """Spans and metrics recorded into a :class:`JsonExport` (the standard library only).
 
@@ -104,9 +110,8 @@ class NativeTelemetry(Telemetry):
         return span
 
     def start_span(self, name: str, local: bool, attributes: Mapping[str, Any]) -> NativeSpan:
-        current = _current.get()
-        parent = None if current is None else (current[0].data.trace_id, current[0].data.span_id)
-        return self._span(name, KIND_INTERNAL if local else KIND_CLIENT, attributes, parent)
+        kind = KIND_INTERNAL if local else KIND_CLIENT
+        return self._span(name, kind, attributes, _current_ids())
 
     def inside_operation(self) -> bool:
         current = _current.get()
@@ -145,9 +150,21 @@ class NativeTelemetry(Telemetry):
         parent = parse_traceparent(headers.get("traceparent"))
         attributes = {HTTP_METHOD: method, HTTP_ROUTE: route, URL_PATH: path}
         span = self._span(f"{method} {route}", KIND_SERVER, attributes, parent)
+        with self._current(span):
+            yield span
+
+    @contextmanager
+    def span(self, name: str, attributes: Mapping[str, Any]) -> Iterator[NativeSpan]:
+        span = self._span(name, KIND_INTERNAL, attributes, _current_ids())
+        with self._current(span):
+            yield span
+
+    @contextmanager
+    def _current(self, span: NativeSpan) -> Iterator[None]:
+        """``span`` current (not as an operation's) inside the block; it ends after it."""
         token = _current.set((span, False))
         try:
-            yield span
+            yield
         except BaseException as err:
             self.set_error(span, type(err).__name__, err)
             raise
