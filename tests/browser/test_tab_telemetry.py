@@ -109,3 +109,49 @@ def test_the_tab_posts_its_spans_as_otlp_json(browser, server) -> None:
     totals = {attributes_of(p.attributes)["gen_ai.token.type"]: p.sum for p in usage}
     assert totals == {"input": prompt, "output": out["usage"]["output_tokens"]}
     print(f"tab telemetry: {time.monotonic() - start:.1f} s")
+
+
+def test_the_elements_otlp_endpoint_attribute(browser, server) -> None:
+    """``<evermind-studio otlp-endpoint>``: set on a running element, the Studio's own worker
+    posts the spans of its calls; removed, telemetry is off again."""
+    start = time.monotonic()
+    rec = RecordedPage(browser)
+    with running_receiver() as receiver:
+        try:
+            rec.page.goto(server.url + "examples/embed.html")
+            result = rec.page.evaluate(
+                """async (collector) => {
+                     await customElements.whenDefined('evermind-studio');
+                     const a = document.getElementById('a');
+                     await a.ready;
+                     const off = await a.telemetry.status();
+                     a.setAttribute('otlp-endpoint', collector);
+                     let on = await a.telemetry.status();
+                     for (let i = 0; i < 100 && !on.enabled; i++) {  // the change is async
+                       await new Promise(r => setTimeout(r, 50));
+                       on = await a.telemetry.status();
+                     }
+                     const listed = await a.memory.list();
+                     const flushed = await a.telemetry.flush();
+                     a.removeAttribute('otlp-endpoint');
+                     let after = await a.telemetry.status();
+                     for (let i = 0; i < 100 && after.enabled; i++) {
+                       await new Promise(r => setTimeout(r, 50));
+                       after = await a.telemetry.status();
+                     }
+                     return {off, on, listed, flushed, after};
+                   }""",
+                receiver.url,
+            )
+            rec.assert_offline()
+        finally:
+            rec.close()
+    assert result["off"] == {"enabled": False} and result["after"] == {"enabled": False}
+    assert result["on"]["enabled"] is True and result["on"]["collector"] == receiver.url
+    assert result["flushed"]["failed"] == 0 and isinstance(result["listed"], list)
+    spans = receiver.wait_for(
+        lambda: [s for _, s in receiver.spans() if s.name == "studio memory_list"], "the span"
+    )
+    assert attributes_of(spans[0].attributes) == {"evermind.studio.call": "memory_list"}
+    assert receiver.preflights >= 1 and receiver.content_types == {"application/json"}
+    print(f"element otlp-endpoint: {time.monotonic() - start:.1f} s")
