@@ -30,7 +30,8 @@ from evermind import telemetry
 from evermind.errors import ConfigError
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
-from evermind.telemetry.otlp import check_endpoint, wanted_endpoint
+from evermind.telemetry.otlp import wanted_endpoint
+from evermind.telemetry.otlp_json import check_endpoint
 from tests import procs
 from tests.factories import tiny_package
 from tests.otlp_receiver import attributes_of, running_receiver

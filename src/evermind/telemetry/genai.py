@@ -4,9 +4,9 @@ This module imports only the standard library: it holds the semantic conventions
 :class:`Operation` the bridges and the runtime measure a call with, the :class:`Telemetry`
 backend interface and the one derivation of the metrics from a finished operation's span
 (:func:`operation_measurements`). Two backends record: :mod:`evermind.telemetry.otel` on the
-OpenTelemetry API (:func:`install`, with any providers: the SDK's in tests and for OTLP
+OpenTelemetry API (its ``install``, with any providers: the SDK's in tests and for OTLP
 protobuf) and :mod:`evermind.telemetry.tracing` on the standard library (the OTLP/HTTP JSON
-export natively without the SDK, and in the tab). Until one is installed
+export natively without the SDK, and in the tab). Until one is activated
 :func:`start_operation` returns :data:`NOOP`, whose methods do nothing, so a bridge pays one
 global lookup per call.
 
@@ -343,17 +343,6 @@ def activate(telemetry: Telemetry) -> Telemetry:
     global _active
     _active = telemetry
     return telemetry
-
-
-def install(tracer_provider: Any, meter_provider: Any) -> Telemetry:
-    """Turns telemetry on for this process with these OpenTelemetry providers.
-
-    The SDK's in-memory exporter and reader make this the test set-up; the OTLP set-up is
-    :func:`evermind.telemetry.otlp.configure`.
-    """
-    from evermind.telemetry.otel import OtelTelemetry
-
-    return activate(OtelTelemetry(tracer_provider, meter_provider))
 
 
 def uninstall(telemetry: Telemetry | None = None) -> None:

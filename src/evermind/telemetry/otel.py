@@ -1,6 +1,6 @@
 """The telemetry backend on the OpenTelemetry API: any tracer and meter providers.
 
-:func:`evermind.telemetry.genai.install` builds it from providers (the SDK's in-memory
+:func:`install` builds it from providers (the SDK's in-memory
 exporter in tests; the SDK with the OTLP protobuf exporters in
 :func:`evermind.telemetry.otlp.configure`). OpenTelemetry is imported when one is built, never
 at load time, so the module itself is browser-safe (the tab uses
@@ -22,6 +22,7 @@ from evermind.telemetry.genai import (
     URL_PATH,
     Measurement,
     Telemetry,
+    activate,
 )
 
 
@@ -131,3 +132,12 @@ class OtelTelemetry(Telemetry):
             stop = getattr(provider, "shutdown", None)
             if stop is not None:
                 stop()
+
+
+def install(tracer_provider: Any, meter_provider: Any) -> Telemetry:
+    """Turns telemetry on for this process with these OpenTelemetry providers.
+
+    The SDK's in-memory exporter and reader make this the test set-up; the OTLP set-up is
+    :func:`evermind.telemetry.otlp.configure`.
+    """
+    return activate(OtelTelemetry(tracer_provider, meter_provider))

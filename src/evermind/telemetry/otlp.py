@@ -7,7 +7,7 @@
 - with the OpenTelemetry SDK installed (the ``telemetry`` extra, ``pip install
   'evermind-memory[telemetry]'``): an SDK ``TracerProvider`` with a batch span processor and a
   ``MeterProvider`` with a periodic reader, exporting protobuf, installed with
-  :func:`evermind.telemetry.genai.install`; the SDK is imported only here, only then;
+  :func:`evermind.telemetry.otel.install`; the SDK is imported only here, only then;
 - without it, or with ``OTEL_EXPORTER_OTLP_PROTOCOL=http/json``: :func:`configure_json`,
   the standard library's :class:`~evermind.telemetry.tracing.NativeTelemetry` with
   :class:`JsonPoster` posting OTLP JSON (:mod:`evermind.telemetry.otlp_json`) from a thread.
@@ -32,7 +32,8 @@ from urllib.parse import unquote
 
 from evermind import __version__
 from evermind.errors import ConfigError
-from evermind.telemetry.genai import Telemetry, activate, install
+from evermind.telemetry.genai import Telemetry, activate
+from evermind.telemetry.otel import install
 from evermind.telemetry.otlp_json import (
     CONTENT_TYPE,
     METRICS_PATH,
