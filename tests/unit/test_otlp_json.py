@@ -30,7 +30,13 @@ from evermind.errors import ConfigError
 from evermind.telemetry import genai
 from evermind.telemetry.otel import OtelTelemetry
 from evermind.telemetry.otlp import JsonPoster, configure, configure_json, parse_headers
-from evermind.telemetry.otlp_json import JsonExport, SpanData, any_value
+from evermind.telemetry.otlp_json import (
+    MAX_SERIES,
+    JsonExport,
+    SpanData,
+    any_value,
+    key_values,
+)
 from evermind.telemetry.tracing import NativeTelemetry, parse_traceparent
 from tests.otlp_receiver import attributes_of, decode_json, running_receiver
 
@@ -184,6 +190,7 @@ def test_a_full_queue_drops_and_counts_and_batches_are_bounded() -> None:
 
 
 def test_values_and_traceparents() -> None:
+    assert key_values({"gone": None, "kept": 1}) == [{"key": "kept", "value": {"intValue": "1"}}]
     assert any_value(True) == {"boolValue": True}
     assert any_value(2**40) == {"intValue": str(2**40)}
     assert any_value(0.5) == {"doubleValue": 0.5}
@@ -249,3 +256,28 @@ def test_the_poster_delivers_and_survives_a_dead_collector() -> None:
         receiver.wait_for(lambda: len(receiver.spans()) >= 6 and receiver.metrics, "an export")
         poster.close()
     assert poster.failed == 0 and receiver.content_types == {"application/json"}
+
+
+def test_metric_series_are_capped_and_ended_spans_frozen() -> None:
+    export = JsonExport({"service.name": "unit"}, max_queue=MAX_SERIES + 100)
+    backend = NativeTelemetry(export)
+    genai.activate(backend)
+    try:
+        for i in range(MAX_SERIES + 50):  # a client naming a new model every time
+            telemetry.start_operation("chat", "openai", f"model-{i}", {}).finish()
+        late = telemetry.start_operation("chat", "openai", "late", {})
+        late.finish(input_tokens=3)
+        late.set({genai.RESPONSE_MODEL: "after-the-end", "none": None})
+    finally:
+        genai.uninstall(backend)
+    decoded = decode_json(export.metrics_body() or b"", ExportMetricsServiceRequest)
+    metrics = {m.name: m for m in decoded.resource_metrics[0].scope_metrics[0].metrics}
+    duration = metrics[genai.OPERATION_DURATION]
+    points = duration.histogram.data_points
+    assert len(points) == MAX_SERIES
+    overflow = [p for p in points if attributes_of(p.attributes) == {"otel.metric.overflow": True}]
+    assert len(overflow) == 1 and overflow[0].count == 52  # every call still counted
+    assert sum(p.count for p in points) == MAX_SERIES + 51
+    traces = decode_json(export.trace_body(limit=5000) or b"", ExportTraceServiceRequest)
+    spans = {s.name: s for s in traces.resource_spans[0].scope_spans[0].spans}
+    assert "gen_ai.response.model" not in attributes_of(spans["chat late"].attributes)

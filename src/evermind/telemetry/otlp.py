@@ -248,10 +248,13 @@ class JsonPoster:
     def _run(self) -> None:
         next_metrics = time.monotonic() + self.metric_interval_s
         while not self._stop.wait(self.span_delay_s):
-            self.flush_spans()
-            if time.monotonic() >= next_metrics:
-                next_metrics = time.monotonic() + self.metric_interval_s
-                self.flush_metrics()
+            try:
+                self.flush_spans()
+                if time.monotonic() >= next_metrics:
+                    next_metrics = time.monotonic() + self.metric_interval_s
+                    self.flush_metrics()
+            except Exception:  # a bug must not end the export for the process's lifetime
+                logger.exception("telemetry: OTLP/HTTP JSON export failed")
 
     def flush_spans(self) -> None:
         """Posts every waiting span (in batches)."""

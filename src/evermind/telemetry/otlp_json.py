@@ -42,6 +42,11 @@ KIND_INTERNAL, KIND_SERVER, KIND_CLIENT = 1, 2, 3
 STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
 #: ``AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE``.
 CUMULATIVE = 2
+#: Attribute sets kept per metric (the SDK's default cardinality limit); later ones are
+#: counted in one overflow series marked ``otel.metric.overflow``, as the SDK does, so a
+#: client sending ever new model names cannot grow the memory without bound.
+MAX_SERIES = 2000
+OVERFLOW = (("otel.metric.overflow", True),)
 
 
 def check_endpoint(url: str) -> str:
@@ -112,8 +117,12 @@ def any_value(value: Any) -> dict[str, Any]:
 
 
 def key_values(attributes: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Attributes as a list of ``KeyValue``."""
-    return [{"key": key, "value": any_value(value)} for key, value in attributes.items()]
+    """Attributes as a list of ``KeyValue`` (a None value is left out, as the SDK does)."""
+    return [
+        {"key": key, "value": any_value(value)}
+        for key, value in attributes.items()
+        if value is not None
+    ]
 
 
 def _scope() -> dict[str, Any]:
@@ -198,6 +207,8 @@ class MetricsAggregator:
                 buckets = INSTRUMENTS[name].buckets
                 labels = tuple(sorted((k, _hashable(v)) for k, v in attributes.items()))
                 series = self._series.setdefault(name, {})
+                if labels not in series and len(series) >= MAX_SERIES - 1:
+                    labels = OVERFLOW
                 state = series.get(labels)
                 if state is None:
                     state = series[labels] = _Series(len(buckets))

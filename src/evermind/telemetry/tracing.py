@@ -64,6 +64,9 @@ class NativeSpan:
         self._on_end = on_end
 
     def set_attribute(self, key: str, value: Any) -> None:
+        """Sets one attribute; ignored once the span ended (it may be being exported)."""
+        if self.data.end_ns:
+            return
         self.data.attributes[key] = list(value) if isinstance(value, tuple) else value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
@@ -126,6 +129,8 @@ class NativeTelemetry(Telemetry):
             _current.reset(token)
 
     def set_error(self, span: NativeSpan, description: str, error: BaseException | None) -> None:
+        if span.data.end_ns:
+            return
         span.data.status_code = STATUS_ERROR
         span.data.status_message = description
         if error is not None:
