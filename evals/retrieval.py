@@ -253,8 +253,8 @@ async def evaluate_ask(bridge: Any, cases: Sequence[Case], k: int = 5) -> tuple[
 
     from evermind.cli.ingest import TermsEmbedder
     from evermind.ingest import search_ingested, sync
-    from evermind.ingest.answer import answer_ingested
     from evermind.memory import MemoryStore
+    from evermind.retrieval.ingested import answer_ingested
 
     with tempfile.TemporaryDirectory() as folder:
         async with MemoryStore(Path(folder) / "memory.db", TermsEmbedder()) as store:

@@ -7,7 +7,7 @@ Reads the same store and namespace ``evermind ingest`` writes (``--store``, ``--
 ``--json``. When no chunk clears recall's relevance floor it prints ``no evidence`` and exits
 with status 1. With ``--answer-with MODEL`` a model answers from the passages through
 ``--base-url`` (the local ``evermind serve`` by default, whose gateway reaches Claude, GPT and
-any OpenAI-compatible server), citing them as ``[n]`` (:mod:`evermind.ingest.answer`); the
+any OpenAI-compatible server), citing them as ``[n]`` (:mod:`evermind.retrieval.ingested`); the
 model is not asked when there is no evidence.
 
 ``--where 'status = "open" and priority_rank <= 2'`` (:func:`evermind.vectorstore.where.
@@ -185,7 +185,7 @@ def _answer(args: argparse.Namespace, passages: list[Any]) -> int:
     """Prints the model's answer over ``passages`` and the sources it cites (or, with
     ``--json``, one object); exit 1 when it refused, before or after asking the model."""
     from evermind.bridges import answers, protocols
-    from evermind.ingest.answer import answer_ingested, answer_json
+    from evermind.retrieval.ingested import answer_ingested, answer_json
 
     async def run() -> Any:
         bridge = protocols.lookup("openai", "ask --answer-with").sdk(

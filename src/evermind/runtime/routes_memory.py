@@ -24,7 +24,6 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Query
 
 from evermind.ingest import NO_EVIDENCE, search_ingested
-from evermind.ingest.answer import answer_json, as_search_result
 from evermind.memory import Hit, MemoryStore
 from evermind.memory.evidence import configured
 from evermind.memory.write_through import (
@@ -35,6 +34,7 @@ from evermind.memory.write_through import (
     remember_through,
 )
 from evermind.retrieval.citations import build_request, read_answer, refused
+from evermind.retrieval.ingested import answer_json, as_search_result
 from evermind.runtime.errors import ApiError
 from evermind.runtime.memory_service import check_namespace
 from evermind.runtime.schemas import (
