@@ -1,11 +1,14 @@
-"""One suite, every engine: the in-process store (memory and SQLite), Postgres + pgvector, Qdrant.
+"""One suite, every engine: the in-process store (memory and SQLite), Postgres + pgvector, Qdrant,
+and the Pinecone REST dialect.
 
 Each test runs once per engine and must give the same answer on all of them: exact top-k equal
 to a numpy scan, every filter operator equal to the Python evaluator, tenancy enforced (a
 Hypothesis property over random items, ACLs, scopes and filters), bad input refused with the
 same error. Postgres is a real server (pgserver: PostgreSQL 16 with pgvector), started once
 for the session in a temporary folder and stopped at the end; Qdrant runs in qdrant-client's
-local mode. Each test gets its own table / collection.
+local mode; Pinecone is a loopback server speaking its documented data-plane API
+(``tests/runtime/pinecone_server.py``), one index for the session. Each test gets its own
+table / collection / namespace.
 """
 
 from __future__ import annotations
@@ -47,10 +50,12 @@ from evermind.vectorstore import (
     visible,
 )
 from tests import procs
+from tests.runtime.pinecone_server import PineconeServer
 
 T = TypeVar("T")
 DIM = 12
-ENGINES = ["memory", "sqlite", "pgvector", "qdrant"]
+ENGINES = ["memory", "sqlite", "pgvector", "qdrant", "pinecone"]
+PINECONE_KEY = "pc-test-key-0123456789"
 SCOPE = AccessScope("acme", frozenset({"alice"}), 1)
 ACL = Acl("acme", frozenset({"alice"}), 0)
 
@@ -102,6 +107,16 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert not left, f"postgres processes left behind: {left}"
 
 
+@pytest.fixture(scope="session")
+def pinecone() -> Iterator[PineconeServer]:
+    """ONE loopback Pinecone index of dimension ``DIM`` for the session (stopped at the end)."""
+    server = PineconeServer(DIM, api_key=PINECONE_KEY)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(params=ENGINES)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     engine = request.param
@@ -111,6 +126,9 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path}/vectors.db"
     if engine == "pgvector":
         return str(request.getfixturevalue("postgres"))
+    if engine == "pinecone":
+        server = request.getfixturevalue("pinecone")
+        return f"pinecone+http://:{PINECONE_KEY}@127.0.0.1:{server.port}"
     return f"qdrant+local:///{tmp_path}/qdrant"
 
 
