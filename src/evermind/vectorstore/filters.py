@@ -39,6 +39,7 @@ __all__ = [
     "Or",
     "Range",
     "evaluate",
+    "filter_json",
     "parse_filter",
     "residual_top_k",
     "split",
@@ -163,6 +164,22 @@ def parse_filter(spec: object) -> Filter | None:
         raise InputError(
             f"filter: bad operand for {op!r}: {arg!r} ({err})", code="bad_filter"
         ) from err
+
+
+def filter_json(node: Filter) -> dict[str, Any]:
+    """``node`` in the JSON form :func:`parse_filter` reads (``parse_filter(filter_json(f)) ==
+    f``)."""
+    if isinstance(node, And | Or):
+        return {"and" if isinstance(node, And) else "or": [filter_json(p) for p in node.parts]}
+    if isinstance(node, Not):
+        return {"not": filter_json(node.part)}
+    if isinstance(node, Eq):
+        return {"eq": [node.field, node.value]}
+    if isinstance(node, In):
+        return {"in": [node.field, list(node.values)]}
+    if isinstance(node, Range):
+        return {"range": [node.field, dict(node.bounds())]}
+    return {"exists": node.field}
 
 
 def _checked(node: Filter) -> Filter:

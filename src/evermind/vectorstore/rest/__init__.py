@@ -4,7 +4,8 @@ A URL ``<dialect>+https://host[:port]`` (or ``+http`` for a store on this machin
 Pinecone Local) names a dialect in :data:`DIALECTS` and the store's address; the port's
 ``name`` becomes the dialect's namespace. The API key comes from the URL's userinfo
 (``pinecone+https://:KEY@host``; a bare ``KEY@host`` too) or else from the dialect's
-environment variable (``PINECONE_API_KEY``; ``?key_env=NAME`` names another); errors print the
+environment variable (``PINECONE_API_KEY``, ``EVERMIND_TOKEN``; ``?key_env=NAME`` names
+another); errors print the
 address without it. See docs/vectorstore.md, "REST dialects".
 
 This module and the dialects are standard library only; the HTTP (httpx) is imported by
@@ -21,6 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from evermind.errors import ConfigError
 from evermind.vectorstore.rest.dialect import Dialect
+from evermind.vectorstore.rest.evermind import EvermindDialect
 from evermind.vectorstore.rest.pinecone import PineconeDialect
 
 if TYPE_CHECKING:
@@ -49,6 +51,9 @@ class DialectSpec:
 DIALECTS: dict[str, DialectSpec] = {
     "pinecone": DialectSpec(
         "pinecone", "PINECONE_API_KEY", "pinecone+https://INDEX_HOST", PineconeDialect
+    ),
+    "evermind": DialectSpec(
+        "evermind", "EVERMIND_TOKEN", "evermind+http://host:port", EvermindDialect
     ),
 }
 #: The URL schemes of the REST dialects: ``<dialect>+https`` and ``<dialect>+http``.
