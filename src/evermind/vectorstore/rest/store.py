@@ -145,11 +145,15 @@ class RestStore:
         status = response.status_code
         said = self._said(response)
         head = f"{self.where}: {what} answered HTTP {status}"
-        if status in (401, 403):
+        if status == 401:
             return StorageError(
-                f"{head} (the API key was refused{said}); hint: set the store's key "
+                f"{head} (the key was refused{said}); hint: set the store's key "
                 "(docs/vectorstore.md, REST dialects)",
                 code="store_unauthorized",
+            )
+        if status == 403:
+            return StorageError(
+                f"{head} (the key may not do this{said})", code="store_unauthorized"
             )
         if status == 429 or status >= 500:
             return StoreUnavailable(f"{head}{said}; retry later")
