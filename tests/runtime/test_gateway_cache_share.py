@@ -27,9 +27,10 @@ import pytest
 from evermind.cache.gateway_client import GatewayCacheClient
 from evermind.cache.l2 import HttpRequest, HttpResponse, Transport
 from evermind.errors import StorageError
+from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
 from evermind.studio import api, memory_api, rpc
-from tests.runtime.helpers import TOKEN_A, TOKEN_B, gateway_config
+from tests.runtime.helpers import TOKEN_A, TOKEN_A_READ, TOKEN_B, gateway_config, write_tokens
 from tests.upstreams import OpenAIUpstream
 
 MODEL = "openai/gpt-4o-mini"
@@ -186,6 +187,21 @@ def test_failures_leave_the_client_with_one_line(runtime: ServerThread) -> None:
         json={"model": MODEL, "query": "", "response": 3},
     )
     assert answer.status_code == 400 and "query" in answer.json()["error"]["message"]
+
+
+def test_a_runtime_without_a_gateway_says_so(tmp_path: Any) -> None:
+    config = RuntimeConfig(
+        data_dir=tmp_path / "data", port=0, tokens_file=write_tokens(tmp_path / "tokens.txt")
+    )
+    with ServerThread(config) as plain:
+        with pytest.raises(StorageError, match="HTTP 404: this runtime has no gateway cache"):
+            asyncio.run(client(plain).lookup("anything"))
+        answer = httpx.post(
+            f"{plain.url}/v1/gateway/cache/store",
+            headers={"Authorization": f"Bearer {TOKEN_A_READ}"},
+            json={"model": MODEL, "query": "q", "response": "a"},
+        )
+        assert answer.status_code == 403, answer.text  # storing needs write access
 
 
 # --- the Studio's handlers natively: the tab's cache with the runtime as L2 ---------------
