@@ -204,6 +204,33 @@ def test_a_runtime_without_a_gateway_says_so(tmp_path: Any) -> None:
         assert answer.status_code == 403, answer.text  # storing needs write access
 
 
+def test_a_tenant_in_a_shared_group_may_look_up_but_not_store(
+    tmp_path: Any, upstream: OpenAIUpstream
+) -> None:
+    config = gateway_config(
+        tmp_path,
+        {
+            "cache": {"embedder": "terms", "shared": {"alpha": "team", "bravo": "team"}},
+            "upstreams": {
+                "openai": {
+                    "protocol": "openai",
+                    "base_url": upstream.url + "/v1",
+                    "api_key": OPENAI_KEY,
+                    "max_retries": 0,
+                }
+            },
+        },
+    )
+    with ServerThread(config) as grouped:
+        question = "Where is the team's shared calendar?"
+        answer, status = agent_asks(grouped, question, TOKEN_B)  # bravo pays for it
+        assert status == "miss"
+        hit, words = asyncio.run(client(grouped).lookup(question))  # alpha, same group
+        assert hit is not None and hit.response == answer and hit.query is None, words
+        with pytest.raises(StorageError, match="HTTP 403: tenant 'alpha' shares"):
+            asyncio.run(client(grouped).store("Who is on call?", "Nobody, ever."))
+
+
 # --- the Studio's handlers natively: the tab's cache with the runtime as L2 ---------------
 
 

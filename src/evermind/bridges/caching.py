@@ -454,12 +454,15 @@ class CachingBridge:
     async def peek(self, request: ChatRequest) -> CacheOutcome:
         """Looks ``request`` up without ever calling the upstream: a hit, or a miss that
         starts no flight (a client that keeps its own answers, such as the Studio's tab,
-        asks the cache only). A hit counts in :attr:`stats` as :meth:`open`'s do."""
+        asks the cache only). It counts in :attr:`stats` as :meth:`open`'s lookups do."""
+        self.stats.requests += 1
         key, upstream, refused = self._key(request)
         if key is None:
             detail = "not cacheable by the policy"
             return CacheOutcome(upstream, None, None, refused, detail, summary=detail)
         hit, reason, detail, summary, found = await self._lookup(key)
+        if hit is None:
+            self.stats.miss(reason)
         return CacheOutcome(upstream, key, hit, reason, detail, summary=summary, lookup=found)
 
     async def put(self, request: ChatRequest, text: str) -> str | None:

@@ -24,7 +24,7 @@ from fastapi import APIRouter
 
 from evermind.bridges.base import ChatRequest
 from evermind.bridges.caching import CachingBridge
-from evermind.errors import NotFound
+from evermind.errors import AccessError, NotFound
 from evermind.runtime import schemas
 from evermind.runtime.gateway.openai import chat_request
 from evermind.runtime.memory_service import check_namespace
@@ -149,8 +149,19 @@ async def gateway_cache_store(
     who: Writer,
 ) -> dict[str, Any]:
     """``{"stored": true}``, or ``{"stored": false, "reason"}`` when the scope is not
-    cacheable (e.g. a temperature above 0) or the cache failed."""
+    cacheable (e.g. a temperature above 0) or the cache failed. A tenant whose cache is
+    shared with a group (``[cache.shared]``) may not store: 403."""
     bridge, request = _gateway_scope(runtime, who, body)
+    policy = bridge.policy
+    if policy.scope == "group" and who.tenant in policy.shared:
+        # The gateway's own entries are upstream answers; an answer written here would be
+        # served to the other tenants of the group, who never chose this writer's answers.
+        raise AccessError(
+            f"tenant {who.tenant!r} shares the gateway's cache with its group "
+            f"{policy.namespace(who.tenant)!r}, so it may look answers up here but not store "
+            "them; hint: give the tenant a cache of its own (leave it out of [cache.shared])",
+            code="gateway_cache_shared",
+        )
     refused = await bridge.put(request, body.response)
     if refused is not None:
         return {"stored": False, "reason": refused}
