@@ -368,6 +368,7 @@ class TabCache:
             "response": hit.response,
             "score": hit.score,
             "tier": "l2",
+            "probability": None,  # L1's verifier judged another question; the runtime's is its own
             "refused_by": None,
             "reason": (
                 f"served from l2: the runtime's gateway cache judged it with its own embedder "
