@@ -27,7 +27,7 @@ export function cachePanel(app) {
   const agentModel = field(
     "Agents' model",
     h("input", { type: "text", name: "cache-agent-model", autocomplete: "off", placeholder: "openai/gpt-4o-mini" }),
-    "Share answers with agents that ask this model through the runtime's gateway (the runtime URL and token are the Export panel's). Empty: this tab only.",
+    "The gateway model id your agents ask; the runtime URL and token are the Export panel's.",
   );
   const sharing = h("p", { class: "hint", id: "cache-sharing" });
   /** The runtime a cache call shares with ({url, token, model}), or undefined: L1 only. */
