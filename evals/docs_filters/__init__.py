@@ -70,7 +70,7 @@ def recall_at_k(returned: list[str], expected: list[str]) -> float:
     return len(set(returned[:TOP_K]) & set(expected)) / min(TOP_K, len(expected))
 
 
-async def run(embedder_name: str) -> dict[str, Any]:
+async def run(embedder_name: str, min_coverage: float | None = None) -> dict[str, Any]:
     """Ingests the tickets and asks every question; the report as a dict."""
     questions = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
     rows = rows_by_line(TICKETS)
@@ -90,7 +90,9 @@ async def run(embedder_name: str) -> dict[str, Any]:
             for item in questions:
                 where: Filter = parse_where(item["where"])
                 started = time.perf_counter()
-                passages = await search_ingested(store, item["question"], TOP_K, where)
+                passages = await search_ingested(
+                    store, item["question"], TOP_K, where, min_coverage=min_coverage
+                )
                 latencies.append(time.perf_counter() - started)
                 plain = await search_ingested(store, item["question"], TOP_K)
                 returned = [str(rows[p.line]["id"]) for p in passages]
@@ -113,6 +115,7 @@ async def run(embedder_name: str) -> dict[str, Any]:
     latencies.sort()
     return {
         "embedder": embedder_name,
+        "min_coverage": min_coverage,
         "questions": n,
         "rows": len(rows),
         "recall@5": round(sum(q["recall@5"] for q in per_question) / n, 3),
@@ -127,9 +130,12 @@ async def run(embedder_name: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.docs_filters", description=__doc__)
     parser.add_argument("--embedder", choices=["none", "terms"], default="none")
+    parser.add_argument(
+        "--min-coverage", type=float, default=None, help="as evermind ask --min-coverage"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the full report here")
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args.embedder))
+    report = asyncio.run(run(args.embedder, args.min_coverage))
     summary = {k: v for k, v in report.items() if k != "per_question"}
     print(json.dumps(summary, indent=2))
     for item in report["per_question"]:

@@ -29,6 +29,7 @@ from typing import Any
 from evermind.cli.args import package_file
 from evermind.cli.ingest import store_path
 from evermind.mcp.config import DEFAULT_NAMESPACE, DEFAULT_TENANT
+from evermind.search.terms import MIN_COVERAGE
 
 #: The most passages one question asks for.
 MAX_TOP_K = 50
@@ -45,6 +46,16 @@ def _top_k(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
     if not 1 <= number <= MAX_TOP_K:
         raise argparse.ArgumentTypeError(f"expected 1 to {MAX_TOP_K}, got {number}")
+    return number
+
+
+def _share(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}") from None
+    if not 0.0 < number <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}")
     return number
 
 
@@ -92,6 +103,15 @@ def register(sub: Any) -> None:
     )
     cmd.add_argument("--top-k", type=_top_k, default=5, help=f"most passages (at most {MAX_TOP_K})")
     cmd.add_argument("--json", action="store_true", help="print the passages as one JSON object")
+    cmd.add_argument(
+        "--min-coverage",
+        type=_share,
+        default=None,
+        metavar="SHARE",
+        help="also refuse passages holding less than this IDF-weighted share of the "
+        f"question's content terms (the retriever's floor is {MIN_COVERAGE}); default: "
+        "recall's floor alone",
+    )
     where = cmd.add_mutually_exclusive_group()
     where.add_argument(
         "--where",
@@ -155,7 +175,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     async def run() -> list[Any]:
         async with opened() as store:
-            return await search_ingested(store, args.question, args.top_k, where)
+            return await search_ingested(
+                store, args.question, args.top_k, where, min_coverage=args.min_coverage
+            )
 
     passages = asyncio.run(run())
     if args.answer_with:

@@ -28,6 +28,7 @@ from typing import Any
 from evermind.ingest.pipeline import INGEST_TAG
 from evermind.memory import MemoryStore
 from evermind.memory.records import Hit, MemoryRecord
+from evermind.search.terms import coverage, term_set
 from evermind.vectorstore.filters import Filter, evaluate
 from evermind.vectorstore.port import MetaValue
 
@@ -96,7 +97,11 @@ def row_fields(meta: Mapping[str, Any]) -> dict[str, MetaValue]:
 
 
 async def search_ingested(
-    store: MemoryStore, query: str, top_k: int, where: Filter | None = None
+    store: MemoryStore,
+    query: str,
+    top_k: int,
+    where: Filter | None = None,
+    min_coverage: float | None = None,
 ) -> list[IngestedPassage]:
     """The ingested chunks best matching ``query``, best first; empty means no evidence.
 
@@ -105,6 +110,13 @@ async def search_ingested(
         query: The question.
         top_k: How many passages at most.
         where: Only chunks whose :func:`row_fields` it admits (None: every chunk).
+        min_coverage: The retriever's relevance floor on top of recall's (``ask
+            --min-coverage``): a passage must contain this weighted share of the question's
+            content terms, each weighted by its IDF among the namespace's memories
+            (:func:`evermind.search.terms.coverage`; the retriever's default is
+            :data:`~evermind.search.terms.MIN_COVERAGE`); None, the default: recall's floor
+            alone. It refuses more unanswerable questions and loses reworded ones (measured
+            in docs/ingest.md).
 
     Raises:
         ConfigError: A bad query or ``top_k`` (recall's own checks).
@@ -117,6 +129,10 @@ async def search_ingested(
 
         select = admitted
     hits = await store.recall(query, top_k=top_k, tags=[INGEST_TAG], select=select)
+    if min_coverage is not None:
+        asked = term_set(query)
+        weight = store.snapshot().bm25.idf
+        hits = [h for h in hits if coverage(asked, term_set(h.content), weight) >= min_coverage]
     return [_passage(number, hit) for number, hit in enumerate(hits, start=1)]
 
 
