@@ -246,22 +246,24 @@ async def measure(
     return report, {"floor": floor, **rates(report), "gates_passed": gates.passed}, gates
 
 
-async def evaluate_ask(bridge: Any, cases: Sequence[Case], k: int = 5) -> tuple[Report, int]:
+async def evaluate_ask(
+    bridge: Any, cases: Sequence[Case], k: int = 5, min_coverage: float | None = None
+) -> tuple[Report, int]:
     """Every case through ``evermind ask --answer-with``'s path (see the module docstring);
     returns the report and how many chunks the fixtures made."""
     import tempfile
 
     from evermind.cli.ingest import TermsEmbedder
     from evermind.ingest import search_ingested, sync
-    from evermind.ingest.answer import answer_ingested
     from evermind.memory import MemoryStore
+    from evermind.retrieval.ingested import answer_ingested
 
     with tempfile.TemporaryDirectory() as folder:
         async with MemoryStore(Path(folder) / "memory.db", TermsEmbedder()) as store:
             ingested = await sync(store, [FIXTURES], base=FIXTURES)
 
             async def system(case: Case) -> Outcome:
-                passages = await search_ingested(store, case.input, k)
+                passages = await search_ingested(store, case.input, k, min_coverage=min_coverage)
                 answer = await answer_ingested(
                     case.input, passages, bridge, model="extractive-test", tenant=TENANT
                 )
@@ -289,11 +291,16 @@ async def run_ask(args: argparse.Namespace, cases: Sequence[Case]) -> dict[str, 
     with OpenAIUpstream(reply=extractive_reply) as server:
         bridge = OpenAIBridge(api_key=server.api_key, base_url=server.url + "/v1", max_retries=0)
         try:
-            report, chunks = await evaluate_ask(bridge, cases, args.k)
+            report, chunks = await evaluate_ask(bridge, cases, args.k, args.min_coverage)
         finally:
             await bridge.aclose()
     gates = check_gates(report, GATES)
-    summary = {"path": "ask", **rates(report), "gates_passed": gates.passed}
+    summary = {
+        "path": "ask",
+        "min_coverage": args.min_coverage,
+        **rates(report),
+        "gates_passed": gates.passed,
+    }
     print(report.render())
     print(gates.render())
     print(
@@ -351,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("retriever", "ask"),
         default="retriever",
         help="EnterpriseRetriever over a vector store, or evermind ingest + ask --answer-with",
+    )
+    parser.add_argument(
+        "--min-coverage",
+        type=float,
+        default=None,
+        help="--path ask: as evermind ask --min-coverage (default: recall's floor alone)",
     )
     parser.add_argument("--json", type=Path, help="write the numbers here")
     args = parser.parse_args(argv)

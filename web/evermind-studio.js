@@ -3,7 +3,9 @@
 // relative to this file, never to the host page. Several elements share one Pyodide runtime.
 //
 // Attributes: preset (nano|small|base), corpus-url (text to train on instead of the default
-// corpus), runtime-url (pre-fills Push). JS API and events: see docs/studio.md.
+// corpus), runtime-url (pre-fills Push), otlp-endpoint (a collector's OTLP/HTTP base URL: the
+// tab's spans go there as OTLP JSON; unset, nothing is sent). JS API and events: see
+// docs/studio.md.
 import { sharedRuntime } from "./evermind-client.js";
 import { StudioApp } from "./ui/app.js";
 import { describeError } from "./ui/errors.js";
@@ -17,7 +19,7 @@ const BUNDLE_ORIGIN = new URL(import.meta.url).origin;
 const NETWORK_FAILURE = /fetch|network|load|import|worker failed|cors/i;
 
 class EvermindStudioElement extends HTMLElement {
-  static observedAttributes = ["preset", "corpus-url", "runtime-url"];
+  static observedAttributes = ["preset", "corpus-url", "runtime-url", "otlp-endpoint"];
 
   constructor() {
     super();
@@ -38,6 +40,12 @@ class EvermindStudioElement extends HTMLElement {
     this.cache = {
       lookup: (query, { threshold = null, maxError = null } = {}) => this._call("cache_lookup", { query, ...(threshold === null ? {} : { threshold }), ...(maxError === null ? {} : { max_error: maxError }) }),
       store: async (query, response) => (await this._call("cache_store", { query, response })).stored,
+    };
+    // Telemetry (docs/telemetry.md): off unless a collector is named.
+    this.telemetry = {
+      configure: (url, { serviceName = "evermind-studio", headers = null } = {}) => this._call("telemetry_configure", { collector_url: url || "", service_name: serviceName, headers }),
+      flush: () => this._call("telemetry_flush", {}),
+      status: () => this._call("telemetry_status", {}),
     };
     // Every API method reports its failure as `evermind-error` as well as rejecting.
     for (const name of API_METHODS) {
@@ -72,6 +80,8 @@ class EvermindStudioElement extends HTMLElement {
     app.addEventListener("error", (e) => this._emit("evermind-error", e.detail));
     app.ready.then((result) => {
       if (!result.ok) this._explainCrossOrigin(result.error);
+      const collector = this.getAttribute("otlp-endpoint");
+      if (result.ok && collector) this.telemetry.configure(collector).catch(() => {});
       return result.ok ? this._settle.resolve(result) : this._settle.reject(Object.assign(new Error(result.error), { name: result.name || "Error" }));
     });
   }
@@ -99,6 +109,8 @@ class EvermindStudioElement extends HTMLElement {
       app.panels.find((p) => p.id === "export")?.setRuntimeUrl(value);
     } else if (name === "corpus-url") {
       app.options.corpusUrl = value;
+    } else if (name === "otlp-endpoint") {
+      app.ready.then((result) => result.ok && this.telemetry.configure(value || "").catch(() => {}));
     } else if (name === "preset") {
       app.options.preset = value || "nano";
       const select = this.shadowRoot.querySelector("select[name=preset]");

@@ -36,7 +36,8 @@ carry domain data); the generic branches are defined here::
     ├── TokenizerError           tokenizer training/loading/encoding failed
     ├── PackageError             a `.evermind` package is invalid, corrupt or unsafe
     ├── StorageError             the memory / cache storage backend failed
-    │   └── StoreUnavailable     a shared store (Postgres) cannot be reached now (also Unavailable)
+    │   └── StoreUnavailable     a shared store (Postgres, a REST store) cannot serve now (also
+    │                            Unavailable)
     ├── BundleError              the offline web bundle could not be built or found
     ├── DraftError               the Studio's saved draft is of another version, partial or
     │                            corrupt [studio.draft]
@@ -231,8 +232,9 @@ class StorageError(EvermindError):
 
 
 class StoreUnavailable(StorageError, Unavailable):
-    """A shared store (a Postgres server) cannot be reached now: the connection failed or was
-    cut. The next call connects again, so retrying later may help (HTTP 503, Retry-After)."""
+    """A shared store (a Postgres server, a REST vector store) cannot serve now: the connection
+    failed or was cut, or the store answered 429 / 5xx. The next call connects again, so retrying
+    later may help (HTTP 503, Retry-After)."""
 
     code = "store_unavailable"
 

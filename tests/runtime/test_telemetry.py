@@ -30,9 +30,11 @@ from evermind import telemetry
 from evermind.errors import ConfigError
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
-from evermind.telemetry.otlp import check_endpoint, wanted_endpoint
+from evermind.telemetry.otlp import wanted_endpoint
+from evermind.telemetry.otlp_json import check_endpoint
 from tests import procs
 from tests.factories import tiny_package
+from tests.otlp_receiver import attributes_of, running_receiver
 from tests.runtime.helpers import TOKEN_A, bearer, gateway_config
 from tests.upstreams import AnthropicUpstream, OpenAIUpstream
 
@@ -351,7 +353,7 @@ def test_off_is_a_no_op_and_endpoints_are_checked() -> None:
         RuntimeConfig(data_dir=Path("unused"), otlp_endpoint="localhost:4318")
 
 
-#: Without OpenTelemetry importable at all: the bridges work, and asking for export says why not.
+#: Without OpenTelemetry importable at all: the bridges work, and export runs natively (JSON).
 _WITHOUT_OTEL = """
 import asyncio, sys
 class Block:
@@ -359,34 +361,46 @@ class Block:
         if name == "opentelemetry" or name.startswith("opentelemetry."):
             raise ImportError(f"blocked: {name}")
 sys.meta_path.insert(0, Block())
-from evermind.bridges.base import ChatRequest, Completion, Message
+from evermind.bridges.base import ChatRequest, Completion, Message, Usage
 from evermind.bridges.instrumented import InstrumentedBridge
-from evermind.errors import ConfigError
 from evermind.telemetry import otlp
 
 class Echo:
     provider = "openai"
     last_usage = None
     async def generate(self, request):
-        return Completion(text="ok", model=request.model, provider="openai")
+        usage = Usage(input_tokens=7, output_tokens=2)
+        return Completion(text="ok", model=request.model, provider="openai", usage=usage)
     async def aclose(self):
         pass
 
 request = ChatRequest(model="gpt-4o-mini", messages=(Message("user", "hi"),))
 print(asyncio.run(InstrumentedBridge(Echo()).generate(request)).text)
-try:
-    otlp.configure("http://127.0.0.1:4318")
-except ConfigError as err:
-    print("refused:", err)
+installed = otlp.configure(sys.argv[1])
+print(type(installed).__name__)
+print(asyncio.run(InstrumentedBridge(Echo()).generate(request)).text)
+installed.shutdown()
 print(any(name.startswith("opentelemetry") for name in sys.modules))
 """
 
 
-def test_without_opentelemetry_installed_the_bridges_work() -> None:
-    result = procs.run([sys.executable, "-c", _WITHOUT_OTEL], capture_output=True, text=True,
-                       timeout=60)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == "ok"
-    assert lines[1].startswith("refused:") and "evermind-memory[telemetry]" in lines[1]
-    assert lines[2] == "False"
+def test_without_opentelemetry_installed_export_runs_natively() -> None:
+    with running_receiver() as receiver:
+        result = procs.run([sys.executable, "-c", _WITHOUT_OTEL, receiver.url],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == ["ok", "NativeTelemetry", "ok", "False"]
+        assert receiver.content_types == {"application/json"}
+        (resource, span), *more = receiver.spans()
+        assert not more and span.name == "chat gpt-4o-mini" and span.kind == 3  # CLIENT
+        assert resource["service.name"] == "evermind-runtime"
+        attributes = attributes_of(span.attributes)
+        assert attributes["gen_ai.usage.input_tokens"] == 7
+        assert attributes["gen_ai.request.model"] == "gpt-4o-mini"
+        usage = receiver.metric_names()["gen_ai.client.token.usage"].histogram
+        assert {
+            attributes_of(p.attributes)["gen_ai.token.type"]: p.sum for p in usage.data_points
+        } == {
+            "input": 7,
+            "output": 2,
+        }

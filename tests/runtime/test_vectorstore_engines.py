@@ -1,11 +1,14 @@
-"""One suite, every engine: the in-process store (memory and SQLite), Postgres + pgvector, Qdrant.
+"""One suite, every engine: the in-process store (memory and SQLite), Postgres + pgvector, Qdrant,
+and the Pinecone REST dialect.
 
 Each test runs once per engine and must give the same answer on all of them: exact top-k equal
 to a numpy scan, every filter operator equal to the Python evaluator, tenancy enforced (a
 Hypothesis property over random items, ACLs, scopes and filters), bad input refused with the
 same error. Postgres is a real server (pgserver: PostgreSQL 16 with pgvector), started once
 for the session in a temporary folder and stopped at the end; Qdrant runs in qdrant-client's
-local mode. Each test gets its own table / collection.
+local mode; Pinecone is a loopback server speaking its documented data-plane API
+(``tests/runtime/pinecone_server.py``), one index for the session. Each test gets its own
+table / collection / namespace.
 """
 
 from __future__ import annotations
@@ -47,10 +50,14 @@ from evermind.vectorstore import (
     visible,
 )
 from tests import procs
+from tests.runtime.helpers import ServerProcess
+from tests.runtime.pinecone_server import PineconeServer
 
 T = TypeVar("T")
 DIM = 12
-ENGINES = ["memory", "sqlite", "pgvector", "qdrant"]
+ENGINES = ["memory", "sqlite", "pgvector", "qdrant", "pinecone", "evermind"]
+EVERMIND_TOKEN = "tok-acme-vectors-5e1f"
+PINECONE_KEY = "pc-test-key-0123456789"
 SCOPE = AccessScope("acme", frozenset({"alice"}), 1)
 ACL = Acl("acme", frozenset({"alice"}), 0)
 
@@ -102,6 +109,37 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert not left, f"postgres processes left behind: {left}"
 
 
+@pytest.fixture(scope="session")
+def pinecone() -> Iterator[PineconeServer]:
+    """ONE loopback Pinecone index of dimension ``DIM`` for the session (stopped at the end)."""
+    server = PineconeServer(DIM, api_key=PINECONE_KEY)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def evermind_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """ONE ``evermind serve`` for the session (its /v1/vectors routes; tenant acme's token)."""
+    root = tmp_path_factory.mktemp("evermind-vectors")
+    tokens = root / "tokens.txt"
+    tokens.write_text(f"{EVERMIND_TOKEN} acme write\n", encoding="utf-8")
+    server = ServerProcess(root / "data", tokens, root / "serve.log").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _one_tenant(url: str) -> None:
+    """The evermind dialect's URL carries one tenant's token: a test storing items of several
+    tenants in one store does not apply (tests/runtime/test_vectors_route.py proves the
+    runtime's tenant isolation instead)."""
+    if url.startswith("evermind+"):
+        pytest.skip("one evermind store URL is one tenant's token")
+
+
 @pytest.fixture(params=ENGINES)
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     engine = request.param
@@ -111,6 +149,12 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path}/vectors.db"
     if engine == "pgvector":
         return str(request.getfixturevalue("postgres"))
+    if engine == "evermind":
+        runtime = request.getfixturevalue("evermind_runtime")
+        return f"evermind+http://:{EVERMIND_TOKEN}@127.0.0.1:{runtime.port}"
+    if engine == "pinecone":
+        server = request.getfixturevalue("pinecone")
+        return f"pinecone+http://:{PINECONE_KEY}@127.0.0.1:{server.port}"
     return f"qdrant+local:///{tmp_path}/qdrant"
 
 
@@ -256,7 +300,8 @@ def test_every_filter_gives_the_evaluator_s_ids(store: Any, loop: Loop) -> None:
 # -- tenancy --------------------------------------------------------------------------------
 
 
-def test_a_tenant_never_sees_another_s_items(store: Any, loop: Loop) -> None:
+def test_a_tenant_never_sees_another_s_items(store: Any, loop: Loop, url: str) -> None:
+    _one_tenant(url)
     ours = _items(10, seed=5, acl=Acl("acme", frozenset({"alice", "bob"}), 0))
     theirs = [
         VectorItem(f"other-{i}", it.vector, "secret", {}, Acl("globex", frozenset({"alice"}), 0))
@@ -327,11 +372,13 @@ SCOPES = st.builds(AccessScope, st.sampled_from(["acme", "globex"]), PRINCIPALS,
 def test_property_no_engine_serves_what_the_scope_may_not_see(
     store: Any,
     loop: Loop,
+    url: str,
     acls: list[tuple[Acl, dict[str, Any]]],
     scope: AccessScope,
     node: Filter | None,
     seed: int,
 ) -> None:
+    _one_tenant(url)
     vectors = _vectors(len(acls), seed)
     items = [
         VectorItem(f"p-{seed}-{i}", vectors[i].tolist(), "", meta, acl)

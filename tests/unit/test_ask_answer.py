@@ -168,3 +168,20 @@ def test_bad_max_tokens_is_a_usage_error(
     code = main(["ask", QUESTION, "--store", str(store), "--answer-with", "m", "--max-tokens", bad])
     assert code == 2
     assert "--max-tokens" in capsys.readouterr().err
+
+
+def test_min_coverage_refuses_an_on_topic_question_the_documents_do_not_answer(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The fixtures never mention SAML: recall alone offers passages sharing "Lanternfish" and
+    # "support"; the retriever's coverage floor refuses them and keeps a question they answer.
+    question = "Does Lanternfish support single sign-on with SAML?"
+    assert main(["ask", question, "--store", str(store)]) == 0
+    assert capsys.readouterr().out.startswith("[1] ")
+    assert main(["ask", question, "--store", str(store), "--min-coverage", "0.6"]) == 1
+    assert capsys.readouterr().out == "no evidence\n"
+    assert main(["ask", QUESTION, "--store", str(store), "--min-coverage", "0.6"]) == 0
+    assert "workers_max" in capsys.readouterr().out
+    for bad in ("0", "1.5", "most"):
+        assert main(["ask", QUESTION, "--store", str(store), "--min-coverage", bad]) == 2
+        assert "--min-coverage" in capsys.readouterr().err

@@ -53,7 +53,17 @@ def test_ask_json_shape(store: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert answer["question"] == QUESTION and answer["refused"] is False
     assert 1 <= len(answer["passages"]) <= 2
     first = answer["passages"][0]
-    assert set(first) == {"n", "source", "line", "breadcrumb", "citation", "score", "key", "text"}
+    assert set(first) == {
+        "n",
+        "source",
+        "line",
+        "breadcrumb",
+        "citation",
+        "score",
+        "key",
+        "text",
+        "fields",
+    }
     assert first["n"] == 1 and first["source"] == "kb/docs/configuration.md"
     assert first["line"] > 0 and first["breadcrumb"] == "Configuration > Server"
     assert first["citation"] == f"kb/docs/configuration.md:{first['line']} (Configuration > Server)"

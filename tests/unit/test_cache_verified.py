@@ -145,6 +145,37 @@ def test_pair_features_are_symmetric_and_see_a_swapped_order() -> None:
     assert dict(pair_features(a, b, 0.9))["reordered"] == 1.0
 
 
+def test_conflicting_numbers_are_one_feature_and_one_edit_bucket() -> None:
+    # Each side names a number the other does not: a conflict. Spelling a number out, or
+    # naming it twice, is not one (paraphrases do both).
+    conflict = dict(pair_features("what is 15 percent of 80?", "what is 15 percent of 90?", 1.0))
+    assert conflict["numbers_conflict"] == 1.0
+    spelled = dict(pair_features("scale to 5 replicas", "scale to five replicas", 1.0))
+    assert spelled["numbers_conflict"] == 0.0 and spelled["numbers_one_side"] == 1.0
+    repeated = dict(pair_features("python 3.9: is 3.9 too old?", "is python 3.9 too old", 1.0))
+    assert repeated["numbers_conflict"] == 0.0 and repeated["numbers_differ"] == 1.0
+    # Which digits changed does not pick the bucket: every number is one edited "word".
+    one = {k for k, v in pair_features("number 300144 means?", "number 100056 means?", 1.0) if v}
+    other = {k for k, v in pair_features("number 15681 means?", "number 68579 means?", 1.0) if v}
+    assert {k for k in one if k.startswith("edit:")} == {k for k in other if k.startswith("edit:")}
+
+
+def test_two_questions_that_differ_only_by_their_numbers_are_not_served() -> None:
+    # The gateway's overhead probes ("what does the number 15681 mean?") differ only in their
+    # numbers; the model-free embedder drops numbers, so every pair of them scores 1.0. The
+    # shipped verifier must not serve one's answer for the other at the default δ.
+    shipped = default_verifier()
+    need = shipped.threshold(0.01)
+    pairs = [
+        ("Overhead probe 300144: what does the number 15681 mean?",
+         "Overhead probe 100056: what does the number 68579 mean?"),
+        ("What is 15 percent of 80?", "What is 15 percent of 90?"),
+        ("Scale the deployment to 3 replicas", "Scale the deployment to 5 replicas"),
+    ]  # fmt: skip
+    for query, cached in pairs:
+        assert shipped.probability(query, cached, 1.0) < need, (query, cached)
+
+
 def test_the_shipped_verifier_loads_and_weights_mean_something() -> None:
     shipped = default_verifier()
     assert set(shipped.thresholds) >= {"0.01", "0.05"} and shipped.trained_on

@@ -141,7 +141,7 @@ def test_csv_errors_name_the_line() -> None:
 def test_tsv_and_row_iterables() -> None:
     doc = PARSERS.get("tsv")("title\tscore\nhello world\t3\n", "t.tsv", NO_OPTIONS)
     assert doc.kind == "tsv" and doc.sections == (
-        Section("hello world", (), 2, {"fields": {"score": "3"}}),
+        Section("hello world", (), 2, {"fields": {"score": 3}}),  # a typed cell
     )
     rows = [{"title": "Disk full", "n": 3, "when": object}, {"title": "", "n": 4}]
     doc = parse_rows(rows, "query-1", columns=["title"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -107,13 +108,23 @@ def _no_string_ranges(leaf: Leaf) -> bool:
 
 
 @settings(max_examples=200, deadline=None)
-@given(node=TREES, meta=st.dictionaries(st.sampled_from(FIELDS), VALUES))
-def test_split_keeps_the_meaning(node: Filter, meta: dict[str, Any]) -> None:
-    """An item passes the filter exactly when it passes the pushed part and the residual."""
-    pushed, residual = split(node, _no_string_ranges)
+@given(node=TREES, meta=st.dictionaries(st.sampled_from(FIELDS), VALUES), can_negate=st.booleans())
+def test_split_keeps_the_meaning(node: Filter, meta: dict[str, Any], can_negate: bool) -> None:
+    """An item passes the filter exactly when it passes the pushed part and the residual; an
+    engine without negation (``can_negate=False``, Pinecone) is pushed no ``Not``."""
+    pushed, residual = split(node, _no_string_ranges, can_negate=can_negate)
     assert evaluate(node, meta) == (evaluate(pushed, meta) and evaluate(residual, meta))
     if pushed is not None:
         assert all(_no_string_ranges(leaf) for leaf in _leaves(pushed))
+        assert can_negate or "Not(" not in repr(pushed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(node=TREES)
+def test_the_json_form_round_trips(node: Filter) -> None:
+    from evermind.vectorstore.filters import filter_json, parse_filter
+
+    assert parse_filter(json.loads(json.dumps(filter_json(node)))) == node
 
 
 def _leaves(node: Filter) -> list[Leaf]:

@@ -451,6 +451,32 @@ class CachingBridge:
             self._flights.tie(flight, outcome)
         return outcome
 
+    async def peek(self, request: ChatRequest) -> CacheOutcome:
+        """Looks ``request`` up without ever calling the upstream: a hit, or a miss that
+        starts no flight (a client that keeps its own answers, such as the Studio's tab,
+        asks the cache only). It counts in :attr:`stats` as :meth:`open`'s lookups do."""
+        self.stats.requests += 1
+        key, upstream, refused = self._key(request)
+        if key is None:
+            detail = "not cacheable by the policy"
+            return CacheOutcome(upstream, None, None, refused, detail, summary=detail)
+        hit, reason, detail, summary, found = await self._lookup(key)
+        if hit is None:
+            self.stats.miss(reason)
+        return CacheOutcome(upstream, key, hit, reason, detail, summary=summary, lookup=found)
+
+    async def put(self, request: ChatRequest, text: str) -> str | None:
+        """Stores ``text`` as the answer to ``request``, as if the upstream had given it (no
+        usage, no cost): a later cacheable request of the same scope is served it. Returns
+        None when stored, else why not (the policy's refusal, or ``cache_error``)."""
+        key, _, refused = self._key(request)
+        if key is None:
+            return refused
+        completion = Completion(text, request.model, self.provider, cost_usd=0.0)
+        before = self.stats.stores
+        await self._store(key, completion)
+        return None if self.stats.stores > before else "cache_error"
+
     async def _coalesced(
         self, key: _Key, refresh: bool = False
     ) -> tuple[tuple[Completion | None, str, str, str, CacheLookup | None], bool]:

@@ -30,10 +30,13 @@ The features are generic, not a word list:
 - the *edit* between the two token sequences: how many tokens each side adds, whether the
   change is a single substitution or insertion (a near-miss is usually a small, deliberate
   edit; a paraphrase rewords), whether the same words come in another order (a swapped
-  direction or role), whether numbers disagree;
+  direction or role), whether numbers disagree, and whether they *conflict*: each side names
+  a number the other does not (``80`` against ``90``), as opposed to one side spelling a
+  number out or leaving it implicit, which paraphrases do;
 - the edited tokens themselves, hashed into :data:`BUCKETS` buckets whose weights are
   learned: the model learns which kinds of words change meaning when swapped ("to"/"from",
-  "more", "without") from data.
+  "more", "without") from data. Every number token shares one bucket (:data:`NUMBER_WORD`):
+  which digits were edited says nothing general, that a number was edited does.
 
 Browser-safe: standard library only.
 """
@@ -64,7 +67,9 @@ __all__ = [
 #: Hash buckets for the edited tokens.
 BUCKETS = 256
 #: The version of the feature layout; a weights file of another version is refused.
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3
+#: What every number token is hashed as in the edit buckets.
+NUMBER_WORD = "#number"
 #: The interactions with the score: ``score_x_<name>`` is the score times feature ``<base>``.
 SCORE_PRODUCTS = {"small_edit": "small_edit_any", "jaccard": "jaccard", "edit_share": "edit_share"}
 #: Every feature that depends on the score.
@@ -94,8 +99,16 @@ def _numbers(text: str) -> Counter[float]:
     return Counter(t.number for t in tokenize(text) if t.kind == "number" and t.number is not None)
 
 
+def _number_words(text: str) -> set[str]:
+    """The words of :func:`_words` that are number tokens."""
+    return {t.low for t in tokenize(normalise(text)) if t.kind == "number"}
+
+
 def _bucket(word: str) -> int:
     return zlib.crc32(word.encode("utf-8")) % BUCKETS
+
+
+_NUMBER_BUCKET = _bucket(NUMBER_WORD)
 
 
 def _discordance(a: Sequence[str], b: Sequence[str]) -> float:
@@ -141,6 +154,7 @@ def pair_features_ref(query: str, cached: str, score: float) -> tuple[tuple[str,
     small, large = sorted((add_a, add_b))
     same_bag = not only_a and not only_b
     nums_a, nums_b = _numbers(query), _numbers(cached)
+    numeric = _number_words(query) | _number_words(cached)
     s = max(-1.0, min(1.0, score))
     feats: dict[str, float] = {
         "bias": 1.0,
@@ -160,6 +174,7 @@ def pair_features_ref(query: str, cached: str, score: float) -> tuple[tuple[str,
         "discordance": _discordance(a, b),
         "numbers_differ": float(bool(nums_a or nums_b) and nums_a != nums_b),
         "numbers_one_side": float(bool(nums_a) != bool(nums_b)),
+        "numbers_conflict": float(bool(nums_a.keys() - nums_b) and bool(nums_b.keys() - nums_a)),
         "length": math.log1p(len(a) + len(b)),
         "length_gap": abs(math.log1p(len(a)) - math.log1p(len(b))),
     }
@@ -172,11 +187,11 @@ def pair_features_ref(query: str, cached: str, score: float) -> tuple[tuple[str,
     for name, base in SCORE_PRODUCTS.items():
         feats[f"score_x_{name}"] = s * feats[base]
     for word, count in (only_a + only_b).items():
-        key = f"edit:{_bucket(word)}"
+        key = f"edit:{_bucket(NUMBER_WORD if word in numeric else word)}"
         feats[key] = feats.get(key, 0.0) + count / (small + large)
     if small + large <= 4:  # the few words of a small edit, once more: they carry the meaning
         for word in only_a + only_b:
-            key = f"small_edit:{_bucket(word)}"
+            key = f"small_edit:{_bucket(NUMBER_WORD if word in numeric else word)}"
             feats[key] = 1.0
     return tuple(sorted(feats.items()))
 
@@ -195,6 +210,7 @@ class TextProfile(NamedTuple):
         content_order: The same, in order of first occurrence.
         numbers: The numbers the raw text names, with their counts (all positive, so
             plain dict equality is :class:`~collections.Counter` equality).
+        numeric: The words that are number tokens (hashed as :data:`NUMBER_WORD`).
         length_log: ``log1p(len(words))``.
     """
 
@@ -204,6 +220,7 @@ class TextProfile(NamedTuple):
     content: frozenset[str]
     content_order: tuple[str, ...]
     numbers: dict[float, int]
+    numeric: frozenset[str]
     length_log: float
 
 
@@ -213,9 +230,8 @@ def text_profile(text: str) -> TextProfile:
     :data:`PROFILE_CACHE` texts (a stored question is compared with many incoming ones)."""
     # The reference's ``_words`` and ``_numbers`` from the same tokeniser, without building
     # its Token objects (a new question is seen once; that was most of its cost).
-    words = tuple(
-        stem(low) if kind == "word" else low for kind, low in token_words(normalise(text))
-    )
+    tokens = token_words(normalise(text))
+    words = tuple(stem(low) if kind == "word" else low for kind, low in tokens)
     counts: dict[str, int] = {}
     first: dict[str, int] = {}
     for i, word in enumerate(words):
@@ -235,6 +251,7 @@ def text_profile(text: str) -> TextProfile:
         frozenset(content_order),
         content_order,
         numbers,
+        frozenset(low for kind, low in tokens if kind == "number"),
         math.log1p(len(words)),
     )
 
@@ -309,6 +326,7 @@ def pair_features(query: str, cached: str, score: float) -> tuple[tuple[str, flo
         "discordance": _discordance_of(pa, pb),
         "numbers_differ": float(bool(nums_a or nums_b) and nums_a != nums_b),
         "numbers_one_side": float(bool(nums_a) != bool(nums_b)),
+        "numbers_conflict": float(bool(nums_a.keys() - nums_b) and bool(nums_b.keys() - nums_a)),
         "length": math.log1p(len_a + len_b),
         "length_gap": abs(pa.length_log - pb.length_log),
         "small_edit_any": float(large <= 2 and large > 0),
@@ -319,15 +337,17 @@ def pair_features(query: str, cached: str, score: float) -> tuple[tuple[str, flo
         (wa,), (wb,) = only_a, only_b
         feats["substitution_spelling"] = _spelling(wa, wb)
     edited = small + large
+    numeric = pa.numeric | pb.numeric
     # The reference walks ``only_a + only_b``: only_a's words, then only_b's (disjoint).
     for only in (only_a, only_b):
         for word, count in only.items():
-            key = _EDIT_KEYS[_word_bucket(word)]
+            key = _EDIT_KEYS[_NUMBER_BUCKET if word in numeric else _word_bucket(word)]
             feats[key] = feats.get(key, 0.0) + count / edited
     if edited <= 4:
         for only in (only_a, only_b):
             for word in only:
-                feats[_SMALL_EDIT_KEYS[_word_bucket(word)]] = 1.0
+                bucket = _NUMBER_BUCKET if word in numeric else _word_bucket(word)
+                feats[_SMALL_EDIT_KEYS[bucket]] = 1.0
     return tuple(sorted(feats.items()))
 
 

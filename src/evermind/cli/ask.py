@@ -7,8 +7,13 @@ Reads the same store and namespace ``evermind ingest`` writes (``--store``, ``--
 ``--json``. When no chunk clears recall's relevance floor it prints ``no evidence`` and exits
 with status 1. With ``--answer-with MODEL`` a model answers from the passages through
 ``--base-url`` (the local ``evermind serve`` by default, whose gateway reaches Claude, GPT and
-any OpenAI-compatible server), citing them as ``[n]`` (:mod:`evermind.ingest.answer`); the
+any OpenAI-compatible server), citing them as ``[n]`` (:mod:`evermind.retrieval.ingested`); the
 model is not asked when there is no evidence.
+
+``--where 'status = "open" and priority_rank <= 2'`` (:func:`evermind.vectorstore.where.
+parse_where`) or ``--where-json '{"eq": ["status", "open"]}'`` keeps only chunks whose row
+fields the filter admits, inside recall (before the top-k cut). A filter that does not parse
+is one line naming the position and what was expected, exit status 2, nothing searched.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from evermind.cli.args import package_file
 from evermind.cli.ingest import store_path
 from evermind.mcp.config import DEFAULT_NAMESPACE, DEFAULT_TENANT
+from evermind.search.terms import MIN_COVERAGE
 
 #: The most passages one question asks for.
 MAX_TOP_K = 50
@@ -40,6 +46,16 @@ def _top_k(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
     if not 1 <= number <= MAX_TOP_K:
         raise argparse.ArgumentTypeError(f"expected 1 to {MAX_TOP_K}, got {number}")
+    return number
+
+
+def _share(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}") from None
+    if not 0.0 < number <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value!r}")
     return number
 
 
@@ -87,6 +103,28 @@ def register(sub: Any) -> None:
     )
     cmd.add_argument("--top-k", type=_top_k, default=5, help=f"most passages (at most {MAX_TOP_K})")
     cmd.add_argument("--json", action="store_true", help="print the passages as one JSON object")
+    cmd.add_argument(
+        "--min-coverage",
+        type=_share,
+        default=None,
+        metavar="SHARE",
+        help="also refuse passages holding less than this IDF-weighted share of the "
+        f"question's content terms (the retriever's floor is {MIN_COVERAGE}); default: "
+        "recall's floor alone",
+    )
+    where = cmd.add_mutually_exclusive_group()
+    where.add_argument(
+        "--where",
+        metavar="EXPR",
+        help='only rows whose fields match, e.g. \'status = "open" and (priority = "P1" or '
+        "age >= 30)'; operators = != < <= > >= in (...) not in (...), exists FIELD, not, "
+        "and, or, parentheses; values: numbers, quoted strings, true, false",
+    )
+    where.add_argument(
+        "--where-json",
+        metavar="JSON",
+        help='the same filter in its JSON form, e.g. \'{"eq": ["status", "open"]}\'',
+    )
     answer = cmd.add_argument_group(
         "answer",
         "with --answer-with, a model answers from the passages, citing them as [n]; "
@@ -121,6 +159,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from evermind.mcp.config import store_namespace
     from evermind.memory import MemoryStore
 
+    where = _where(args)  # a bad filter stops here: nothing is opened or searched
     path = store_path(args.store)
     if isinstance(path, Path) and not path.is_file():
         raise ConfigError(f"ask: no memory store at {path}; hint: run evermind ingest first")
@@ -136,7 +175,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     async def run() -> list[Any]:
         async with opened() as store:
-            return await search_ingested(store, args.question, args.top_k)
+            return await search_ingested(
+                store, args.question, args.top_k, where, min_coverage=args.min_coverage
+            )
 
     passages = asyncio.run(run())
     if args.answer_with:
@@ -166,7 +207,7 @@ def _answer(args: argparse.Namespace, passages: list[Any]) -> int:
     """Prints the model's answer over ``passages`` and the sources it cites (or, with
     ``--json``, one object); exit 1 when it refused, before or after asking the model."""
     from evermind.bridges import answers, protocols
-    from evermind.ingest.answer import answer_ingested, answer_json
+    from evermind.retrieval.ingested import answer_ingested, answer_json
 
     async def run() -> Any:
         bridge = protocols.lookup("openai", "ask --answer-with").sdk(
@@ -203,3 +244,25 @@ def _answer(args: argparse.Namespace, passages: list[Any]) -> int:
     elif not answer.refused and not answer.citations:
         print("warning: the answer cites no passage", file=sys.stderr)
     return 1 if answer.refused else 0
+
+
+def _where(args: argparse.Namespace) -> Any:
+    """The filter ``--where`` or ``--where-json`` gives, or None.
+
+    Raises:
+        InputError: It does not parse (the message names the position, or the bad part).
+    """
+    from evermind.errors import InputError
+    from evermind.vectorstore.where import parse_where, parse_where_json
+
+    if args.where is not None:
+        return parse_where(args.where)
+    if args.where_json is not None:
+        try:
+            spec = json.loads(args.where_json)
+        except json.JSONDecodeError as err:
+            raise InputError(
+                f"--where-json: not JSON ({err.msg} at position {err.pos + 1})", code="bad_filter"
+            ) from err
+        return parse_where_json(spec)
+    return None

@@ -215,8 +215,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--otlp-endpoint",
         metavar="URL",
         help="export GenAI traces and metrics over OTLP/HTTP to this collector base URL, e.g. "
-        "http://127.0.0.1:4318 (default: $OTEL_EXPORTER_OTLP_ENDPOINT; unset: off; needs the "
-        "telemetry extra); see docs/telemetry.md",
+        "http://127.0.0.1:4318 (default: $OTEL_EXPORTER_OTLP_ENDPOINT; unset: off; protobuf with "
+        "the telemetry extra, else OTLP JSON); see docs/telemetry.md",
     )
     serve.add_argument(
         "--cache-scope",

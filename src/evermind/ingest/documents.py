@@ -79,6 +79,9 @@ class ParseOptions:
             "fields": None if self.fields is None else list(self.fields),
             "columns": None if self.columns is None else list(self.columns),
             "delimiter": self.delimiter,
+            # CSV cells are typed (numbers, bools; empty cells absent): a store written
+            # before they were re-ingests once, so its rows' fields become filterable.
+            "cells": "typed",
         }
 
 

@@ -2,7 +2,16 @@
 
 Each record (a JSON object, a JSONL line, a CSV row, a mapping) becomes one section: the
 chosen text fields or columns, joined by blank lines, are its text; every other field is its
-``meta["fields"]``. Records whose text is empty are skipped. A record's line is where it
+``meta["fields"]``, which ``where`` filters read (:mod:`evermind.ingest.passages`). Records
+whose text is empty are skipped.
+
+**Typed cells.** A CSV/TSV cell is text; :func:`typed_cell` gives it the type it plainly has, so
+``priority_rank < 3`` compares numbers: a decimal integer (``"3"``, ``"-12"``; no leading
+zero, so ids such as ``"007"`` stay strings; at most 2**53) becomes an int, a decimal number
+(``"2.5"``, ``"1e3"``, ``".5"``) a float (``"nan"``/``"inf"`` stay strings), ``true`` /
+``false`` in any case a bool, and anything else stays the string it is (surrounding spaces
+trimmed). An empty cell, and a JSON or row value of ``null``/None, is absent from the
+fields (``exists field`` is false). JSON values keep their JSON types. A record's line is where it
 starts in the file (its row number for row iterables), so a chunk can be cited.
 
 Tables are bounded: at most :data:`MAX_COLUMNS` columns (a wider header is refused with the
@@ -15,6 +24,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +59,28 @@ def _as_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+_INT_RE = re.compile(r"^[+-]?(0|[1-9][0-9]*)$")
+_FLOAT_RE = re.compile(r"^[+-]?(([1-9][0-9]*|0)?\.[0-9]+|([1-9][0-9]*|0)\.?)([eE][+-]?[0-9]+)?$")
+_MAX_SAFE_INT = 2**53
+
+
+def typed_cell(cell: str) -> str | int | float | bool | None:
+    """A CSV/TSV cell as the value it plainly is (see the module docstring); None when empty."""
+    text = cell.strip()
+    if not text:
+        return None
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if _INT_RE.match(text):
+        number = int(text)
+        return number if abs(number) <= _MAX_SAFE_INT else text
+    if _FLOAT_RE.match(text):
+        value = float(text)
+        return value if math.isfinite(value) else text
+    return text
+
+
 def _jsonable(value: Any) -> Any:
     """A row's value as JSON can hold it: scalars as they are, anything else as its text."""
     if value is None or isinstance(value, str | int | float | bool):
@@ -68,7 +101,7 @@ def _record_section(record: Mapping[str, Any], chosen: Sequence[str], line: int)
                 texts.append(text)
     if not texts:
         return None
-    rest = {k: v for k, v in record.items() if k not in used}
+    rest = {k: v for k, v in record.items() if k not in used and v is not None}
     return Section("\n\n".join(texts), (), line, {"fields": rest} if rest else {})
 
 
@@ -201,13 +234,20 @@ def _rows_document(
     else:
         chosen = _text_columns(header, [r for _, r in rows])
     text_columns = frozenset(chosen)  # a set: the rest of a row in time linear in its width
+    cells = kind in ("csv", "tsv")  # text cells get their plain type; rows keep theirs
     sections = []
     for line, row in rows:
         texts = [_as_text(row.get(name)) for name in chosen]
         text = "\n\n".join(t for t in texts if t)
         if not text:
             continue
-        rest = {k: _jsonable(v) for k, v in row.items() if k not in text_columns}
+        rest = {}
+        for name, value in row.items():
+            if name in text_columns:
+                continue
+            kept = typed_cell(value) if cells and isinstance(value, str) else _jsonable(value)
+            if kept is not None:
+                rest[name] = kept
         sections.append(Section(text, (), line, {"fields": rest} if rest else {}))
     return Document(source, kind, tuple(sections), None, {"text_columns": chosen})
 
@@ -281,4 +321,12 @@ def parse_rows(
     return _rows_document(list(header), table, source, "rows", options)
 
 
-__all__ = ["MAX_COLUMNS", "parse_csv", "parse_json", "parse_jsonl", "parse_rows", "parse_tsv"]
+__all__ = [
+    "MAX_COLUMNS",
+    "parse_csv",
+    "parse_json",
+    "parse_jsonl",
+    "parse_rows",
+    "parse_tsv",
+    "typed_cell",
+]

@@ -42,6 +42,7 @@ from evermind.memory.records import MAX_QUERY_CHARS, validate_memory_text
 from evermind.memory.sanitize import inline
 from evermind.memory.write_through import Remember, forget_history, history, remember_through
 from evermind.text import counted
+from evermind.vectorstore.where import parse_where_json
 
 READ_TOOLS = ("memory_recall", "memory_get", "memory_recall_by_tag", "docs_search")
 WRITE_TOOLS = ("memory_remember", "memory_forget", "memory_compact", "memory_restore")
@@ -59,6 +60,15 @@ Query = Annotated[
     ),
 ]
 Count = Annotated[int, Field(ge=1, description="How many results at most.")]
+Where = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description="Only rows (of ingested CSV/TSV/JSON tables) whose fields this filter "
+        'admits, e.g. {"eq": ["status", "open"]}, {"in": ["priority", ["P1", "P2"]]}, '
+        '{"range": ["age", {"gte": 30}]}, {"exists": "owner"}, and {"and": [...]}, '
+        '{"or": [...]}, {"not": {...}} around them.'
+    ),
+]
 Tag = Annotated[str, Field(min_length=1, description="One tag, e.g. 'preference'.")]
 Content = Annotated[str, Field(description="The fact to remember, self-contained.")]
 Tags = Annotated[
@@ -126,7 +136,9 @@ def _describe(config: ServerConfig) -> dict[str, str]:
             "documentation or knowledge base; quote or cite the sources you use. Answers 'no "
             "evidence' when no passage is relevant enough: then say you do not have it "
             f"rather than guess. Passages are cut to {config.max_chars} characters "
-            f"(memory_get(key) gives a full one); top_k is capped at {config.max_results}."
+            f"(memory_get(key) gives a full one); top_k is capped at {config.max_results}. "
+            "For tables (CSV, TSV, JSON rows) pass where to keep only rows whose fields match, "
+            'e.g. {"and": [{"eq": ["status", "open"]}, {"range": ["age", {"gte": 30}]}]}.'
         ),
         "memory_remember": (
             "Store a fact in the user's long-term memory so this and other agents can recall "
@@ -199,11 +211,17 @@ class MemoryTools:
         requested = self.config.default_results if asked is None else asked
         return requested, min(requested, self.config.max_results)
 
-    async def docs_search(self, query: Query, top_k: Count | None = None) -> str:
-        """The ingested passages for ``query``, cited, capped like recall; or no evidence."""
+    async def docs_search(
+        self, query: Query, top_k: Count | None = None, where: Where = None
+    ) -> str:
+        """The ingested passages for ``query``, cited, capped like recall; or no evidence.
+
+        ``where`` keeps only rows whose fields it admits (the JSON filter form); a bad one
+        is a one-line tool error naming the problem.
+        """
         requested, limit = self._counts(top_k)
         try:
-            passages = await search_ingested(self.store, query, limit)
+            passages = await search_ingested(self.store, query, limit, parse_where_json(where))
         except EvermindError as err:
             raise ToolError(f"docs_search failed: {err}") from err
         return render_passages(

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -110,6 +110,7 @@ async def run_recall(
     tags: set[str] | None,
     opts: RecallOptions,
     embed_query: QueryEmbedder | None = None,
+    select: Callable[[MemoryRecord], bool] | None = None,
 ) -> list[Hit]:
     """Ranks the snapshot's live memories for ``query`` (see ``MemoryStore.recall``).
 
@@ -121,25 +122,40 @@ async def run_recall(
         opts: The recall options.
         embed_query: Embeds the query for the semantic step; None ranks lexically
             ("no embedder").
+        select: Only memories this admits, asked inside candidate selection (so matches
+            ranked low among all memories are kept); with it, the relevance floor weighs
+            the selected memories' terms only.
     """
     now = snapshot.now
     records = snapshot.records
+
+    selected: dict[str, bool] = {}  # select's answers, asked once per key in this recall
 
     def accept(key: str) -> bool:
         record = records.get(key)
         if record is None or record.archived or record.is_expired(now):
             return False
-        return tags is None or tags.issubset(record.tags)
+        if tags is not None and not tags.issubset(record.tags):
+            return False
+        if select is None:
+            return True
+        admitted = selected.get(key)
+        if admitted is None:
+            admitted = selected[key] = select(record)
+        return admitted
 
     pool = max(opts.candidate_pool, k)
     found = await _candidates(snapshot, embed_query, query, pool, accept, opts)
     lexical = found.bm25_all if found.bm25_all else snapshot.bm25.scores(query)
+    evidence: Iterable[float] = lexical.values()
+    if select is not None:  # a term only unselected memories share is no evidence
+        evidence = (score for key, score in lexical.items() if score > 0 and accept(key))
 
     def floor() -> float | None:
         measured = calibration(snapshot)
         return None if measured is None else measured.floor
 
-    if below_floor(lexical.values(), [score for _, score in found.semantic], floor):
+    if below_floor(evidence, [score for _, score in found.semantic], floor):
         return []
     if found.used_vectors:
         found.weight = _weight(snapshot, opts)

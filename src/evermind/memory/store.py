@@ -340,6 +340,7 @@ class MemoryStore:
         tags: Iterable[str] | None = None,
         *,
         options: RecallOptions | None = None,
+        select: Callable[[MemoryRecord], bool] | None = None,
     ) -> list[Hit]:
         """Returns the memories most relevant to ``query``, best first.
 
@@ -348,6 +349,10 @@ class MemoryStore:
             top_k: How many hits at most.
             tags: Only memories carrying *all* of these tags (None: no filter).
             options: Overrides the store's default ``RecallOptions`` for this call.
+            select: Only memories this admits (e.g. a filter over their metadata). It runs
+                inside candidate selection, before ranking is cut to ``top_k``, so a match
+                ranked below ``top_k`` among all memories is still found; it only narrows
+                what the namespace and ``tags`` already admit.
 
         Returns:
             Scored hits; each hit's ``ranked_by`` names the steps that ranked it. Expired and
@@ -367,7 +372,7 @@ class MemoryStore:
         await self.refresh()
         embed_query = None if self._cache is None else self._embed_query
         return await run_recall(
-            self.snapshot(), query, top_k, wanted, options or self.options, embed_query
+            self.snapshot(), query, top_k, wanted, options or self.options, embed_query, select
         )
 
     async def _embed_query(self, query: str) -> Sequence[float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from evermind.errors import ConfigError
+from evermind.search.terms import MIN_COVERAGE
 from evermind.vectorstore.port import MetaValue
 
 __all__ = ["Passage", "RelevanceFloor", "SearchResult", "source_of"]
@@ -37,7 +38,7 @@ class RelevanceFloor:
             own labelled set); None: the cosine alone never admits.
     """
 
-    min_coverage: float | None = 0.6
+    min_coverage: float | None = MIN_COVERAGE
     min_cosine: float | None = None
 
     def __post_init__(self) -> None:

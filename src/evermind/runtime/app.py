@@ -58,6 +58,7 @@ from evermind.runtime import (
     routes_memory,
     routes_models,
     routes_openai,
+    routes_vectors,
 )
 from evermind.runtime.config import RuntimeConfig, is_loopback
 from evermind.runtime.devices import resolve_device
@@ -468,6 +469,7 @@ def create_app(config: RuntimeConfig) -> FastAPI:
         gateway_responses,
         routes_memory,
         routes_cache,
+        routes_vectors,
     )
     for module in routers:
         app.include_router(module.router)

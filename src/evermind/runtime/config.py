@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evermind.errors import ConfigError
 from evermind.paths import data_dir
-from evermind.telemetry.otlp import check_endpoint
+from evermind.telemetry.otlp_json import check_endpoint
 from evermind.train.teachers import LOCAL_TEACHERS
 from evermind.vectorstore.shared import check_store_url
 

@@ -2,6 +2,14 @@
 
 ``namespace`` (default ``default``) picks one of the tenant's memories; ``model`` names one
 of the tenant's models as the embedder for semantic recall (omit it for lexical recall).
+``POST /v1/retrieve`` reads the chunks ``evermind ingest`` stored in a namespace (the
+runtime database's ``<tenant>/<namespace>``, or the ``--store`` engine's) as cited passages,
+the same data as ``evermind ask --json``, optionally filtered on the rows' fields (``where``,
+the JSON form of :mod:`evermind.vectorstore.filters`; a bad one is a 400 naming the problem).
+``POST /v1/answer`` has a model answer from those passages, citing them as ``[n]``
+(:func:`evermind.retrieval.citations.answer_over`, as ``evermind ask --answer-with`` does): the
+model is an upstream of the gateway, called through it (its cache, routing, usage and cost), and
+not called at all when there is no evidence.
 Each store operation runs on the namespace's memory thread (:meth:`MemoryService.run`), never
 on the event loop. ``remember`` runs write-through cognition
 (:mod:`evermind.memory.write_through`) unless ``mode`` is ``put``.
@@ -10,10 +18,12 @@ on the event loop. ``remember`` runs write-through cognition
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query
 
+from evermind.ingest import NO_EVIDENCE, search_ingested
 from evermind.memory import Hit, MemoryStore
 from evermind.memory.evidence import configured
 from evermind.memory.write_through import (
@@ -23,11 +33,19 @@ from evermind.memory.write_through import (
     history,
     remember_through,
 )
+from evermind.retrieval.citations import build_request, read_answer, refused
+from evermind.retrieval.ingested import answer_json, as_search_result
 from evermind.runtime.errors import ApiError
 from evermind.runtime.memory_service import check_namespace
-from evermind.runtime.schemas import RecallRequest, RememberRequest
+from evermind.runtime.schemas import (
+    AnswerRequest,
+    RecallRequest,
+    RememberRequest,
+    RetrieveRequest,
+)
 from evermind.runtime.state import Reader, Runtime, RuntimeDep, Writer
 from evermind.tokens import Principal
+from evermind.vectorstore.where import parse_where_json
 
 router = APIRouter(tags=["memory"])
 
@@ -101,6 +119,75 @@ async def recall(body: RecallRequest, runtime: RuntimeDep, who: Reader) -> dict[
         return {"object": "list", "data": [_hit(h) for h in hits]}
 
     return await _on_store(runtime, who, body.namespace, body.model, work)
+
+
+@router.post("/v1/retrieve", summary="Cited passages of the ingested documents for a question")
+async def retrieve(body: RetrieveRequest, runtime: RuntimeDep, who: Reader) -> dict[str, Any]:
+    """The ingested passages answering ``question``, best first, each with its citation and
+    row fields; ``refused: true`` with no passages and ``reason: "no evidence"`` when none
+    clears recall's relevance floor (or none passes ``where``)."""
+    where = parse_where_json(body.where)  # a bad filter is a 400 before the store is touched
+
+    async def work(store: MemoryStore) -> dict[str, Any]:
+        passages = await search_ingested(store, body.question, body.top_k, where)
+        return {
+            "object": "retrieval",
+            "question": body.question,
+            "namespace": check_namespace(body.namespace),
+            "refused": not passages,
+            "reason": None if passages else NO_EVIDENCE,
+            "passages": [p.to_dict() for p in passages],
+        }
+
+    return await _on_store(runtime, who, body.namespace, body.model, work)
+
+
+@router.post("/v1/answer", summary="A model's cited answer from the ingested documents")
+async def answer(body: AnswerRequest, runtime: RuntimeDep, who: Reader) -> dict[str, Any]:
+    """The answer of ``answer_with`` to ``question`` from the passages ``/v1/retrieve`` finds,
+    its ``[n]`` citations checked; ``refused: true`` when there is no evidence (the model is
+    not called) or the model replied that the passages do not hold the answer."""
+    from evermind.runtime.routes_openai import gateway_route
+
+    where = parse_where_json(body.where)
+    gateway = runtime.gateway
+    routed = None if gateway is None else gateway_route(runtime, body.answer_with, who)
+    if gateway is None or routed is None:
+        raise ApiError(
+            400,
+            f"answer_with: {body.answer_with!r} is not a model of the gateway's upstreams; "
+            "answers come from an upstream model (start evermind serve with --upstreams); "
+            "hint: POST /v1/retrieve gives the passages for any other model",
+            "invalid_model",
+        )
+
+    async def work(store: MemoryStore) -> list[Any]:
+        return await search_ingested(store, body.question, body.top_k, where)
+
+    passages = await _on_store(runtime, who, body.namespace, body.model, work)
+    result = as_search_result(body.question, passages)
+    cost = 0.0
+    if result.refused:
+        found = refused(result)
+    else:
+        request = build_request(
+            body.question,
+            result.passages,
+            model=routed.model,
+            max_tokens=body.max_tokens,
+            tenant=who.tenant,
+        )
+        opened = await gateway.open_call(routed, replace(request, user=who.user), False)
+        assert opened.completion is not None  # not streamed
+        found = read_answer(result, opened.completion)
+        cost = opened.completion.cost_usd or 0.0
+    return {
+        "object": "answer",
+        "model": body.answer_with,
+        "namespace": check_namespace(body.namespace),
+        **answer_json(found, passages),
+        "cost_usd": cost,
+    }
 
 
 @router.get("/v1/memory", summary="List memories (by tag, or the most recent)")

@@ -263,7 +263,7 @@ async def chat_completions(
             "invalid_affect",
         )
     gateway = runtime.gateway
-    routed = None if gateway is None else _gateway_route(runtime, body.model, who)
+    routed = None if gateway is None else gateway_route(runtime, body.model, who)
     if gateway is not None and routed is not None:
         if want_affect:
             raise ApiError(
@@ -341,7 +341,7 @@ async def chat_completions(
     return JSONResponse(reply)
 
 
-def _gateway_route(runtime: Runtime, model_id: str, who: Principal) -> Resolved | None:
+def gateway_route(runtime: Runtime, model_id: str, who: Principal) -> Resolved | None:
     """Where the gateway sends ``model_id`` (None: a local model). A bare id that is no
     installed model of the tenant goes to the ``openai`` default upstream, if any."""
     gateway = runtime.gateway

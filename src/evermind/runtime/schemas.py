@@ -186,6 +186,24 @@ class CacheStoreRequest(_Body):
     query: str | None = Field(None, max_length=100_000)
 
 
+class GatewayCacheLookup(_Body):
+    """``POST /v1/gateway/cache/lookup``: the question and the scope of the agent request
+    it stands for (the OpenAI chat body an agent sends: model, optional system prompt,
+    temperature, max_tokens), judged by the gateway's own cache."""
+
+    model: str = Field(min_length=1, max_length=256, description="A gateway model id")
+    query: str = Field(min_length=1, max_length=100_000, description="The user's question")
+    system: str | None = Field(None, max_length=100_000)
+    temperature: float | None = Field(0.0, ge=0, le=2, description="0: cacheable")
+    max_tokens: int | None = Field(None, ge=1)
+
+
+class GatewayCacheStore(GatewayCacheLookup):
+    """``POST /v1/gateway/cache/store``: the answer to serve for that question and scope."""
+
+    response: str = Field(min_length=1, max_length=1_000_000, description="The answer text")
+
+
 class _MemoryScope(_Body):
     namespace: str | None = Field(None, max_length=256, description="Default: 'default'")
     model: str | None = Field(
@@ -211,6 +229,31 @@ class RememberRequest(_MemoryScope):
         description="reconcile: write-through cognition (confirm, supersede with history, "
         "contested, reject); put: plain overwrite by key",
     )
+
+
+class RetrieveRequest(_MemoryScope):
+    """``POST /v1/retrieve``: cited passages of the ingested documents for a question."""
+
+    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    top_k: int = Field(5, ge=1, le=50)
+    where: dict[str, Any] | None = Field(
+        None,
+        description='Only rows whose fields this filter admits, in the JSON form: {"eq": '
+        '["status", "open"]}, {"in": [field, [values]]}, {"range": [field, {"gte": 1}]}, '
+        '{"exists": field}, {"and": [...]}, {"or": [...]}, {"not": filter}',
+    )
+
+
+class AnswerRequest(RetrieveRequest):
+    """``POST /v1/answer``: a model's answer from the ingested passages, citing them."""
+
+    answer_with: str = Field(
+        min_length=1,
+        max_length=256,
+        description="The model that answers: an upstream model of the gateway "
+        "(openai/…, anthropic/…, or a bare id the default upstream serves)",
+    )
+    max_tokens: int = Field(512, ge=1, le=8192)
 
 
 class RecallRequest(_MemoryScope):

@@ -31,6 +31,7 @@ from evermind.runtime.metrics import Metrics
 from evermind.runtime.registry import ModelRegistry
 from evermind.runtime.scheduler import Scheduler
 from evermind.runtime.telemetry import close_export, open_export
+from evermind.runtime.vector_collections import VectorCollections
 from evermind.telemetry import Telemetry
 from evermind.tokens import Principal
 from evermind.vectorstore.shared import SharedStore
@@ -53,6 +54,8 @@ class Runtime:
     memory: MemoryService
     metrics: Metrics
     started_at: float
+    #: The tenants' vector collections (``/v1/vectors``), in ``<data>/vectors``.
+    vectors: VectorCollections
     #: Loaded local teachers by model id (``teacher/...``), filled on first use.
     teachers: dict[str, Any] = field(default_factory=dict)
     #: The caching gateway to frontier models (None without ``--upstreams``).
@@ -111,6 +114,7 @@ class Runtime:
             metrics=metrics,
             started_at=time.time(),
             shared=shared,
+            vectors=VectorCollections(config.data_dir / "vectors"),
         )
         if upstreams is not None:
 
@@ -143,6 +147,7 @@ class Runtime:
         if self.gateway is not None:
             await self.gateway.aclose()
         await self.memory.close()
+        await self.vectors.close()
         self.cache.close()
         if self.shared is not None:
             await self.shared.close()

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from evermind.text import terms
 
 __all__ = [
+    "MIN_COVERAGE",
     "MIN_IDF_ENTRIES",
     "TermStats",
     "Tokenizer",
@@ -138,6 +139,11 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 def term_set(text: str) -> frozenset[str]:
     """The content terms of ``text`` (:func:`evermind.text.terms`) as a set."""
     return frozenset(terms(text))
+
+
+#: The least weighted share of a question's content terms a passage must contain to be offered
+#: as evidence (:func:`coverage`): the retriever's relevance floor and ``evermind ask``'s.
+MIN_COVERAGE = 0.6
 
 
 def coverage(

@@ -26,7 +26,7 @@ from evermind import gpu
 from evermind.errors import ConfigError, EvermindError, NoAdapterError
 from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
-from evermind.studio import affect_api, bench_api, ingest_api, memory_api
+from evermind.studio import affect_api, bench_api, ingest_api, memory_api, telemetry_api
 from evermind.studio.inputs import check_csv, check_text_bytes
 from evermind.studio.rpc import Handler, Router, emit, merge, session, set_emitter
 from evermind.studio.session import CHECKPOINT_S, EMBEDDER_TEXTS, FIRST_CHECKPOINT_S
@@ -55,7 +55,11 @@ async def call(name: str, kwargs_json: str = "{}") -> str:
         kwargs = json.loads(kwargs_json) if kwargs_json else {}
         if not isinstance(kwargs, dict):
             raise ConfigError(f"studio call {name!r}: arguments must be a JSON object")
-        result = await fn(**kwargs)
+        try:
+            with telemetry_api.call_span(name):
+                result = await fn(**kwargs)
+        finally:
+            telemetry_api.after_call()
         return json.dumps({"ok": True, "result": result})
     except EvermindError as err:
         return json.dumps({"ok": False, "error": {"type": type(err).__name__, "message": str(err)}})
@@ -457,9 +461,14 @@ async def export_package(
 
 
 #: Every RPC handler by name: this module's, the Memory tab's, Data → Memory's, the affect
-#: head's and the benchmarks'.
+#: head's, the benchmarks' and the telemetry export's.
 HANDLERS: dict[str, Handler] = merge(
-    router, memory_api.router, ingest_api.router, affect_api.router, bench_api.router
+    router,
+    memory_api.router,
+    ingest_api.router,
+    affect_api.router,
+    bench_api.router,
+    telemetry_api.router,
 )
 
 __all__ = ["HANDLERS", "call", "emit", "session", "set_emitter"]

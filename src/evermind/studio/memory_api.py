@@ -6,13 +6,18 @@ import, export and benchmarks) run on the worker's session (the memory calls in 
 they name, ``"studio"`` by default): IndexedDB storage, the tab's model as
 embedder when one is ready (lexical ranking otherwise) and the GPU cosine scan. Every recall
 and lookup result says how it was ranked (``ranked_by``) and which scan ran (``scan``).
+``cache_lookup`` and ``cache_store`` take an optional ``runtime`` (:func:`runtime_cache`): the
+runtime's gateway cache as L2 (:mod:`evermind.cache.gateway_client`).
 Registered on this module's ``router``, which :mod:`evermind.studio.api` merges. Browser-safe.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from evermind.cache.gateway_client import DEFAULT_TIMEOUT_S, GatewayCacheClient, fetch_transport
+from evermind.cache.l2 import Transport
 from evermind.cache.verified import DEFAULT_MAX_ERROR
 from evermind.errors import ConfigError
 from evermind.studio.rpc import Router, session
@@ -21,6 +26,10 @@ from evermind.studio.tab_memory import TabMemory
 router = Router()
 handler = router.handler
 _tab: TabMemory | None = None
+#: The fields of a cache call's ``runtime`` object.
+RUNTIME_FIELDS = frozenset(
+    {"url", "token", "model", "system", "temperature", "max_tokens", "timeout_s"}
+)
 
 
 def tab_memory() -> TabMemory:
@@ -114,21 +123,71 @@ async def memory_list(limit: int = 50, namespace: str | None = None) -> dict[str
     }
 
 
+#: The runtime cache's transport: the worker's ``fetch`` (a native test passes httpx).
+runtime_transport: Callable[[], Transport] = fetch_transport
+
+
+def runtime_cache(runtime: object) -> GatewayCacheClient | None:
+    """The runtime's gateway cache a cache call names: ``{"url", "model", "token"?,
+    "system"?, "temperature"?, "max_tokens"?, "timeout_s"?}``; None (or no ``url``): L1 only.
+
+    Raises:
+        ConfigError: Not an object, unknown fields, or a bad URL, model or timeout.
+    """
+    if runtime is None:
+        return None
+    if not isinstance(runtime, dict) or not set(runtime) <= RUNTIME_FIELDS:
+        raise ConfigError(
+            f"runtime: expected an object with fields {sorted(RUNTIME_FIELDS)}, got "
+            f"{str(runtime)[:120]!r}; hint: {{'url': 'http://127.0.0.1:8080', "
+            "'model': 'openai/gpt-4o-mini', 'token': '...'}"
+        )
+    if not runtime.get("url"):
+        return None
+    temperature = runtime.get("temperature", 0.0)
+    max_tokens = runtime.get("max_tokens")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, int | float)
+    ):
+        raise ConfigError(f"runtime.temperature: expected a number or null, got {temperature!r}")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise ConfigError(f"runtime.max_tokens: expected an integer or null, got {max_tokens!r}")
+    return GatewayCacheClient(
+        runtime["url"],
+        str(runtime.get("token") or ""),
+        runtime.get("model", ""),
+        transport=runtime_transport(),
+        system=str(runtime["system"]) if runtime.get("system") else None,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        timeout_s=runtime.get("timeout_s", DEFAULT_TIMEOUT_S),
+    )
+
+
 @handler
 async def cache_lookup(
-    query: str, threshold: float | None = None, max_error: float | str = DEFAULT_MAX_ERROR
+    query: str,
+    threshold: float | None = None,
+    max_error: float | str = DEFAULT_MAX_ERROR,
+    runtime: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Tries the semantic cache: hit or miss, tier, score, the verifier's probability and why
-    (``max_error``: δ, default 0.01, or ``"off"`` for the rule-based decision)."""
+    (``max_error``: δ, default 0.01, or ``"off"`` for the rule-based decision). With
+    ``runtime`` (:func:`runtime_cache`), an L1 miss asks the runtime's gateway cache (L2)."""
+    l2 = runtime_cache(runtime)
     cache = await tab_memory().cache()
-    return await cache.lookup(query, threshold, max_error)
+    return await cache.lookup(query, threshold, max_error, l2)
 
 
 @handler
-async def cache_store(query: str, response: Any) -> dict[str, Any]:
-    """Caches ``response`` as the answer to ``query``."""
+async def cache_store(
+    query: str, response: Any, runtime: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Caches ``response`` as the answer to ``query``; with ``runtime``, in the runtime's
+    gateway cache too (text answers)."""
+    l2 = runtime_cache(runtime)
     cache = await tab_memory().cache()
-    return await cache.store(query, response)
+    return await cache.store(query, response, l2)
 
 
 @handler

@@ -19,6 +19,14 @@
   :func:`evermind.cache.decide.decide` (calibrated threshold, lexical evidence, the guards of
   :data:`evermind.cache.DEFAULT_CHAIN`), which has no error bound.
 
+With a runtime (``l2``: a :class:`~evermind.cache.gateway_client.GatewayCacheClient`), a
+lookup that L1 does not serve asks the runtime's gateway cache (L2) by question text, and a
+store writes a text answer through to it, so a question answered in the tab is served to an
+agent through the gateway and back. The two sides embed differently (the tab: its model or
+trigrams; the gateway: its own embedder), so no vector crosses: the runtime embeds and
+judges the question itself. A runtime that cannot be asked leaves the tab on L1 alone, and
+the result's ``l2`` says why.
+
 The embedder is re-chosen on every call: when the session's fingerprint changes (more
 training, a reload, a new model) or the model starts or stops training, store and cache are
 rebuilt around the new embedder; stored rows stay, vectors are re-embedded lazily (memory
@@ -41,9 +49,10 @@ from typing import TYPE_CHECKING, Any
 
 from evermind.cache import DEFAULT_CHAIN
 from evermind.cache.decide import Candidate, contested_of, decide
+from evermind.cache.gateway_client import GatewayCacheClient
 from evermind.cache.verified import DEFAULT_MAX_ERROR, decide_verified, parse_max_error
 from evermind.cache.verifier import default_verifier
-from evermind.errors import ConfigError, InputError
+from evermind.errors import ConfigError, InputError, StorageError
 from evermind.memory import MemoryStore
 from evermind.memory.kv_backend import KVMemoryBackend
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration, stale
@@ -249,8 +258,27 @@ class TabCache:
             self.index.add(key, vector)
         self._loaded = True
 
-    async def store(self, query: str, response: Any) -> dict[str, Any]:
-        """Caches ``response`` for ``query`` (one transaction, evicting the oldest if full)."""
+    async def store(
+        self, query: str, response: Any, l2: GatewayCacheClient | None = None
+    ) -> dict[str, Any]:
+        """Caches ``response`` for ``query`` (one transaction, evicting the oldest if full);
+        with ``l2``, writes a text answer through to the runtime's gateway cache as well
+        (``l2`` in the result says whether it went there, and why not)."""
+        stored = await self._store_l1(query, response)
+        if l2 is None:
+            return stored
+        if not isinstance(response, str) or not response.strip():
+            return {**stored, "l2": "not shared: the gateway caches text answers only"}
+        try:
+            refused = await l2.store(query, response)
+        except StorageError as err:
+            log.warning("cache: the runtime's cache failed, stored in L1 only: %s", err)
+            return {**stored, "l2": f"L1 only: {err}"}
+        if refused is not None:
+            return {**stored, "l2": f"L1 only: the runtime did not store it ({refused})"}
+        return {**stored, "l2": "stored in the runtime's gateway cache too"}
+
+    async def _store_l1(self, query: str, response: Any) -> dict[str, Any]:
         query = _check_query(query)
         await self.load()
         key = "q/" + hashlib.sha256(query.encode("utf-8")).hexdigest()
@@ -307,15 +335,56 @@ class TabCache:
         query: str,
         threshold: float | None = None,
         max_error: float | str | None = DEFAULT_MAX_ERROR,
+        l2: GatewayCacheClient | None = None,
     ) -> dict[str, Any]:
-        """Serves a cached answer when the decision for ``max_error`` says so.
+        """Serves a cached answer when the decision for ``max_error`` says so: from L1 (this
+        tab), else, with ``l2``, from the runtime's gateway cache (L2).
 
         Args:
             query: The question.
             threshold: A cosine the best candidate must also reach (None: none with the
                 verified decision; the calibrated default with the rule-based one).
             max_error: δ in (0, 1), or ``"off"``/None for the rule-based decision.
+            l2: The runtime's gateway cache, asked on an L1 miss. It judges the question
+                with its own embedder and decision; a hit is kept in L1 too. When it cannot
+                be asked the result is L1's, with ``l2`` saying why (the tab never fails).
         """
+        found = await self._lookup_l1(query, threshold, max_error)
+        if l2 is None or found["hit"]:
+            if l2 is not None:
+                found["l2"] = "not asked: L1 served it"
+            return found
+        try:
+            hit, words = await l2.lookup(query)
+        except StorageError as err:
+            log.warning("cache: the runtime's cache failed, L1 only: %s", err)
+            return {**found, "l2": f"L1 only: {err}"}
+        if hit is None:
+            return {**found, "l2": f"the runtime had no answer either ({words})"}
+        await self._store_l1(query, hit.response)  # kept in L1: a repeat is served here
+        return {
+            **found,
+            "hit": True,
+            "response": hit.response,
+            "score": hit.score,
+            "tier": "l2",
+            "probability": None,  # L1's verifier judged another question; the runtime's is its own
+            "refused_by": None,
+            "reason": (
+                f"served from l2: the runtime's gateway cache judged it with its own embedder "
+                f"(its {hit.tier}, score {hit.score:.3f}); kept in L1 too"
+            ),
+            "cached_query": hit.query,
+            "l2": words,
+        }
+
+    async def _lookup_l1(
+        self,
+        query: str,
+        threshold: float | None,
+        max_error: float | str | None,
+    ) -> dict[str, Any]:
+        """The L1 half of :meth:`lookup`."""
         query = _check_query(query)
         bound = None if max_error is None else parse_max_error(max_error, "cache_lookup")
         explicit = None if threshold is None else _check_threshold(threshold)

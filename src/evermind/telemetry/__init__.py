@@ -1,27 +1,31 @@
 """OpenTelemetry traces and metrics of every model call, with the GenAI semantic conventions.
 
-Off by default and browser-safe: nothing here imports OpenTelemetry until telemetry is turned
-on, by :func:`install` (any providers: the SDK's in-memory exporter in tests) or by
+Off by default and browser-safe: nothing here imports OpenTelemetry. Telemetry is turned on
+by :func:`install` (any OpenTelemetry providers: the SDK's in-memory exporter in tests), by
 :func:`evermind.telemetry.otlp.configure` (OTLP/HTTP, what ``evermind serve --otlp-endpoint``
-does). The bridges and the runtime call :func:`start_operation` on every call; while off it
-returns :data:`NOOP`. What is measured, and under which names: docs/telemetry.md.
+does: the SDK's protobuf, or OTLP JSON on the standard library when the SDK is absent), or in
+the tab by :func:`evermind.telemetry.tab.enable`. The bridges and the runtime call
+:func:`start_operation` on every call; while off it returns :data:`NOOP`. What is measured,
+and under which names: docs/telemetry.md.
 """
 
 from evermind.telemetry.genai import (
     NOOP,
     Operation,
     Telemetry,
+    activate,
     active,
     error_type,
-    install,
     start_operation,
     uninstall,
 )
+from evermind.telemetry.otel import install
 
 __all__ = [
     "NOOP",
     "Operation",
     "Telemetry",
+    "activate",
     "active",
     "error_type",
     "install",

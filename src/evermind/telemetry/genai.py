@@ -1,18 +1,23 @@
-"""GenAI spans and metrics on the OpenTelemetry API, off unless installed (browser-safe).
+"""GenAI operations, the spans and metrics they record, off unless installed (browser-safe).
 
-This module imports only the standard library at load time: the OpenTelemetry API is touched
-by :class:`Telemetry` alone, which a caller builds from its providers (``install``) or the
-OTLP setup builds (:mod:`evermind.telemetry.otlp`). Until then :func:`start_operation` returns
-:data:`NOOP`, whose methods do nothing, so a bridge pays one global lookup per call.
+This module imports only the standard library: it holds the semantic conventions' names, the
+:class:`Operation` the bridges and the runtime measure a call with, the :class:`Telemetry`
+backend interface and the one derivation of the metrics from a finished operation's span
+(:func:`operation_measurements`). Two backends record: :mod:`evermind.telemetry.otel` on the
+OpenTelemetry API (its ``install``, with any providers: the SDK's in tests and for OTLP
+protobuf) and :mod:`evermind.telemetry.tracing` on the standard library (the OTLP/HTTP JSON
+export natively without the SDK, and in the tab). Until one is activated
+:func:`start_operation` returns :data:`NOOP`, whose methods do nothing, so a bridge pays one
+global lookup per call.
 
 One *operation* is one call to a model, as the OpenTelemetry GenAI semantic conventions see
 it (``gen_ai.*``: the span ``{operation} {model}``, kind CLIENT, or INTERNAL for a model in
 this process). Operations nest: the caching bridge's ``chat`` span is the parent of the
 instrumented bridge's on a miss. Only the outermost operation records the metrics
 (``gen_ai.client.token.usage``, ``gen_ai.client.operation.duration``,
-``gen_ai.client.operation.time_to_first_chunk``, ``evermind.client.cost``), with what it
-finally knew (the cache outcome, the tokens paid), so a call is counted once however many
-layers measured it.
+``gen_ai.client.operation.time_to_first_chunk``, ``evermind.client.cost``), derived from its
+span's final attributes (the cache outcome, the tokens paid), so a call is counted once however
+many layers measured it, and both backends count it alike.
 
 The runtime also opens one SERVER span per HTTP request (:meth:`Telemetry.serve`,
 ``{method} {route}`` with the HTTP semantic conventions' ``http.*`` attributes), continuing
@@ -27,9 +32,9 @@ stream) and detaches it after, so an async generator never leaks its span to its
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, NamedTuple
 
 #: Attribute names of the GenAI semantic conventions (v1.37+ names; ``gen_ai.system`` is
 #: the older name of ``gen_ai.provider.name``, sent too for backends that still group by it).
@@ -90,10 +95,9 @@ class Operation:
 
     recording = False
 
-    @contextmanager
-    def current(self) -> Iterator[None]:
+    def current(self) -> AbstractContextManager[None]:
         """Makes this operation's span the parent of operations started inside the block."""
-        yield
+        return nullcontext()
 
     def set(self, attributes: Attributes) -> None:
         """Adds attributes to the span (and to the metrics, for those in ``METRIC_KEYS``)."""
@@ -134,93 +138,127 @@ def error_type(error: BaseException | str) -> str:
     return code if isinstance(code, str) and code else type(error).__name__
 
 
-class Telemetry:
-    """Tracer and instruments from OpenTelemetry providers (SDK or any API implementation).
+class Measurement(NamedTuple):
+    """One value for one instrument (a metric name of :data:`INSTRUMENTS`), with its labels."""
+
+    instrument: str
+    value: float
+    attributes: dict[str, Any]
+
+
+class Instrument(NamedTuple):
+    """How a metric is declared: ``histogram`` (with bucket boundaries) or ``counter``."""
+
+    kind: str
+    unit: str
+    description: str
+    buckets: tuple[float, ...] = ()
+
+
+#: Every metric an operation records, by name: what both exporters declare.
+INSTRUMENTS: dict[str, Instrument] = {
+    TOKEN_USAGE: Instrument(
+        "histogram", "{token}", "Number of input and output tokens used.", TOKEN_BUCKETS
+    ),
+    OPERATION_DURATION: Instrument("histogram", "s", "GenAI operation duration.", DURATION_BUCKETS),
+    TIME_TO_FIRST_CHUNK: Instrument(
+        "histogram",
+        "s",
+        "Time to receive the first chunk of a streamed response.",
+        DURATION_BUCKETS,
+    ),
+    COST: Instrument("counter", "USD", "Dollars paid for GenAI operations (priced calls)."),
+}
+
+
+def operation_measurements(
+    attributes: Mapping[str, Any], duration_s: float, first_chunk_s: float | None = None
+) -> list[Measurement]:
+    """The metrics of one finished outermost operation, derived from its span (the one source).
 
     Args:
-        tracer_provider: An ``opentelemetry.trace.TracerProvider``.
-        meter_provider: An ``opentelemetry.metrics.MeterProvider``.
+        attributes: The span's final attributes (``error.type`` set: it failed).
+        duration_s: Seconds from its start to its end.
+        first_chunk_s: Seconds to the first chunk of a stream; None when not streamed.
+
+    Returns:
+        Its duration; and unless it failed, its time to first chunk, its billable tokens by
+        ``gen_ai.token.type`` (a cache hit used none: nothing to record) and its cost.
     """
+    labels = {key: attributes[key] for key in METRIC_KEYS if key in attributes}
+    found = [Measurement(OPERATION_DURATION, duration_s, labels)]
+    if ERROR_TYPE in attributes:
+        return found
+    if first_chunk_s is not None:
+        found.append(Measurement(TIME_TO_FIRST_CHUNK, first_chunk_s, labels))
+    for kind, key in (("input", USAGE_INPUT_TOKENS), ("output", USAGE_OUTPUT_TOKENS)):
+        count = attributes.get(key)
+        if count:
+            found.append(Measurement(TOKEN_USAGE, count, {**labels, TOKEN_TYPE: kind}))
+    cost = attributes.get(COST_USD)
+    if cost:
+        found.append(Measurement(COST, cost, labels))
+    return found
 
-    def __init__(self, tracer_provider: Any, meter_provider: Any) -> None:
-        from opentelemetry import context, trace
 
-        self.context_api = context
-        self.trace_api = trace
-        self.tracer_provider = tracer_provider
-        self.meter_provider = meter_provider
-        self.tracer = tracer_provider.get_tracer(INSTRUMENTATION, schema_url=SCHEMA_URL)
-        meter = meter_provider.get_meter(INSTRUMENTATION, schema_url=SCHEMA_URL)
-        self.token_usage = meter.create_histogram(
-            TOKEN_USAGE,
-            unit="{token}",
-            description="Number of input and output tokens used.",
-            explicit_bucket_boundaries_advisory=list(TOKEN_BUCKETS),
-        )
-        self.duration = meter.create_histogram(
-            OPERATION_DURATION,
-            unit="s",
-            description="GenAI operation duration.",
-            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
-        )
-        self.time_to_first_chunk = meter.create_histogram(
-            TIME_TO_FIRST_CHUNK,
-            unit="s",
-            description="Time to receive the first chunk of a streamed response.",
-            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
-        )
-        self.cost = meter.create_counter(
-            COST, unit="USD", description="Dollars paid for GenAI operations (priced calls)."
-        )
-        #: The context key that marks "inside a GenAI operation" (nested ones skip metrics).
-        self.inside = context.create_key("evermind-genai-operation")
+class Telemetry:
+    """Where operations are recorded: spans and the metrics derived from them.
+
+    Two backends implement the hooks: :class:`evermind.telemetry.otel.OtelTelemetry` on the
+    OpenTelemetry API (any providers, the SDK's in tests and for OTLP protobuf) and
+    :class:`evermind.telemetry.tracing.NativeTelemetry` (the standard library only: the OTLP
+    JSON export, natively without the SDK and in the tab). A span object of either has
+    ``set_attribute``, ``set_attributes`` and ``end``.
+    """
 
     def start(
         self, operation: str, provider: str, model: str, attributes: Attributes, local: bool
     ) -> Operation:
         """A started operation (its span's parent: the current span, if any)."""
-        kind = self.trace_api.SpanKind.INTERNAL if local else self.trace_api.SpanKind.CLIENT
-        base = {OPERATION_NAME: operation, PROVIDER_NAME: provider, SYSTEM: provider}
+        base: dict[str, Any] = {OPERATION_NAME: operation, PROVIDER_NAME: provider}
+        base[SYSTEM] = provider
         if model:
             base[REQUEST_MODEL] = model
-        span = self.tracer.start_span(
-            f"{operation} {model}".strip(), kind=kind, attributes={**base, **attributes}
-        )
-        nested = self.context_api.get_value(self.inside) is True
-        return _Live(self, span, {**base, **attributes}, nested)
+        merged = {**base, **attributes}
+        span = self.start_span(f"{operation} {model}".strip(), local, merged)
+        return _Live(self, span, merged, self.inside_operation())
 
-    @contextmanager
+    def start_span(self, name: str, local: bool, attributes: Mapping[str, Any]) -> Any:
+        """A started span (kind INTERNAL when ``local``, else CLIENT), child of the current."""
+        raise NotImplementedError
+
+    def inside_operation(self) -> bool:
+        """Whether the current context is inside an operation (a nested one skips metrics)."""
+        raise NotImplementedError
+
+    def operation_context(self, span: Any) -> AbstractContextManager[None]:
+        """Makes ``span`` current, marked as an operation's, inside the block."""
+        raise NotImplementedError
+
+    def set_error(self, span: Any, description: str, error: BaseException | None) -> None:
+        """Marks ``span`` failed (status ERROR), recording ``error`` as an exception event."""
+        raise NotImplementedError
+
+    def record(self, measurements: Sequence[Measurement]) -> None:
+        """Adds an operation's measurements to the metrics."""
+        raise NotImplementedError
+
     def serve(
         self, method: str, route: str, path: str, headers: Mapping[str, str]
-    ) -> Iterator[Any]:
+    ) -> AbstractContextManager[Any]:
         """A SERVER span for one HTTP request, current inside the block; yields the span.
 
-        Its parent is the trace context the request carries (``traceparent`` /
-        ``tracestate``, read by the global propagator: W3C trace context unless
-        ``OTEL_PROPAGATORS`` says otherwise), else none (a new trace). The caller sets
-        ``http.response.status_code`` with :func:`finish_server`; the span ends with the block.
+        Its parent is the trace context the request carries (a W3C ``traceparent``), else
+        none (a new trace). The caller sets ``http.response.status_code`` with
+        :meth:`finish_server`; the span ends with the block.
         """
-        from opentelemetry import propagate
+        raise NotImplementedError
 
-        parent = propagate.extract(dict(headers))
-        span = self.tracer.start_span(
-            f"{method} {route}",
-            context=parent,
-            kind=self.trace_api.SpanKind.SERVER,
-            attributes={HTTP_METHOD: method, HTTP_ROUTE: route, URL_PATH: path},
-        )
-        token = self.context_api.attach(self.trace_api.set_span_in_context(span, parent))
-        try:
-            yield span
-        except BaseException as err:
-            span.record_exception(err)
-            span.set_status(
-                self.trace_api.Status(self.trace_api.StatusCode.ERROR, type(err).__name__)
-            )
-            raise
-        finally:
-            self.context_api.detach(token)
-            span.end()
+    def span(self, name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[Any]:
+        """An INTERNAL span (not a GenAI operation: one step of an app, a Studio call),
+        current inside the block, ended after it; an exception out of the block marks it
+        failed. Yields the span."""
+        raise NotImplementedError
 
     def finish_server(self, span: Any, status: int) -> None:
         """Records the response status on a :meth:`serve` span (5xx marks it an error, as the
@@ -228,14 +266,10 @@ class Telemetry:
         span.set_attribute(HTTP_STATUS, status)
         if status >= 500:
             span.set_attribute(ERROR_TYPE, str(status))
-            span.set_status(self.trace_api.Status(self.trace_api.StatusCode.ERROR))
+            self.set_error(span, "", None)
 
     def shutdown(self) -> None:
-        """Flushes and stops both providers (what they export is sent now)."""
-        for provider in (self.tracer_provider, self.meter_provider):
-            stop = getattr(provider, "shutdown", None)
-            if stop is not None:
-                stop()
+        """Flushes what is buffered and stops exporting."""
 
 
 class _Live(Operation):
@@ -246,25 +280,18 @@ class _Live(Operation):
     def __init__(self, telemetry: Telemetry, span: Any, attributes: Attributes, nested: bool):
         self._telemetry = telemetry
         self._span = span
-        self._metric_attributes = {k: v for k, v in attributes.items() if k in METRIC_KEYS}
+        self._attributes: dict[str, Any] = dict(attributes)
         self._nested = nested
         self._start = time.perf_counter()
         self._first: float | None = None
         self._ended = False
 
-    @contextmanager
-    def current(self) -> Iterator[None]:
-        context, trace = self._telemetry.context_api, self._telemetry.trace_api
-        parent = trace.set_span_in_context(self._span)
-        token = context.attach(context.set_value(self._telemetry.inside, True, parent))
-        try:
-            yield
-        finally:
-            context.detach(token)
+    def current(self) -> AbstractContextManager[None]:
+        return self._telemetry.operation_context(self._span)
 
     def set(self, attributes: Attributes) -> None:
         self._span.set_attributes(dict(attributes))
-        self._metric_attributes.update({k: v for k, v in attributes.items() if k in METRIC_KEYS})
+        self._attributes.update(attributes)
 
     def first_chunk(self) -> None:
         if self._first is None:
@@ -289,48 +316,33 @@ class _Live(Operation):
         if cost_usd is not None:
             done[COST_USD] = cost_usd
         self.set(done)
-        self._span.end()
-        if self._nested:
-            return
-        labels = dict(self._metric_attributes)
-        telemetry = self._telemetry
-        telemetry.duration.record(time.perf_counter() - self._start, labels)
-        if self._first is not None:
-            telemetry.time_to_first_chunk.record(self._first, labels)
-        for kind, count in (("input", input_tokens), ("output", output_tokens)):
-            if count:  # a cache hit used (and was billed) no tokens: nothing to record
-                telemetry.token_usage.record(count, {**labels, TOKEN_TYPE: kind})
-        if cost_usd:
-            telemetry.cost.add(cost_usd, labels)
+        self._end()
 
     def fail(self, error: BaseException | str) -> None:
         if self._ended:
             return
         self._ended = True
-        kind = error_type(error)
-        self.set({ERROR_TYPE: kind})
-        trace = self._telemetry.trace_api
-        self._span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)[:200]))
-        if isinstance(error, BaseException):
-            self._span.record_exception(error)
+        self.set({ERROR_TYPE: error_type(error)})
+        cause = error if isinstance(error, BaseException) else None
+        self._telemetry.set_error(self._span, str(error)[:200], cause)
+        self._end()
+
+    def _end(self) -> None:
+        """Ends the span; the outermost operation records the metrics derived from it."""
         self._span.end()
         if not self._nested:
             elapsed = time.perf_counter() - self._start
-            self._telemetry.duration.record(elapsed, dict(self._metric_attributes))
+            self._telemetry.record(operation_measurements(self._attributes, elapsed, self._first))
 
 
 _active: Telemetry | None = None
 
 
-def install(tracer_provider: Any, meter_provider: Any) -> Telemetry:
-    """Turns telemetry on for this process with these providers (replacing any before).
-
-    The SDK's in-memory exporter and reader make this the test set-up; the OTLP set-up is
-    :func:`evermind.telemetry.otlp.configure`.
-    """
+def activate(telemetry: Telemetry) -> Telemetry:
+    """Turns telemetry on for this process with this backend (replacing any before)."""
     global _active
-    _active = Telemetry(tracer_provider, meter_provider)
-    return _active
+    _active = telemetry
+    return telemetry
 
 
 def uninstall(telemetry: Telemetry | None = None) -> None:

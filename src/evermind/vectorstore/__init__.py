@@ -7,7 +7,12 @@
   relative to the current directory, ``sqlite:////abs/path.db`` absolute);
 - ``postgresql://…`` (or ``postgres://…``): a table in Postgres with pgvector;
 - ``qdrant://host:port``: a Qdrant server; ``qdrant+local:///path`` (the same slash rule;
-  ``qdrant+local://`` for memory only): qdrant-client's local mode in this process.
+  ``qdrant+local://`` for memory only): qdrant-client's local mode in this process;
+- ``pinecone+https://INDEX_HOST`` (``+http`` for Pinecone Local): a REST dialect
+  (:mod:`~evermind.vectorstore.rest`), the port's ``name`` its namespace.
+
+:data:`ENGINES` is the one list of these schemes: ``open_store`` and ``--store``'s check
+(:mod:`~evermind.vectorstore.shared`, :data:`STORE_SCHEMES`) both read it.
 
 The engines import their drivers only when opened, so this package imports anywhere; the
 port (:mod:`~evermind.vectorstore.port`) and the filter algebra
@@ -16,6 +21,7 @@ port (:mod:`~evermind.vectorstore.port`) and the filter algebra
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -41,12 +47,16 @@ from evermind.vectorstore.port import (
     VectorStore,
     visible,
 )
+from evermind.vectorstore.rest import DIALECTS, open_rest_store
 
 __all__ = [
+    "ENGINES",
     "SCHEMES",
+    "STORE_SCHEMES",
     "AccessScope",
     "Acl",
     "And",
+    "Engine",
     "Eq",
     "Exists",
     "Filter",
@@ -61,10 +71,45 @@ __all__ = [
     "evaluate",
     "open_store",
     "parse_filter",
+    "redacted",
     "visible",
 ]
 
-SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "qdrant", "qdrant+local")
+
+@dataclass(frozen=True)
+class Engine:
+    """One URL scheme :func:`open_store` takes.
+
+    Attributes:
+        scheme: The URL's scheme (lower case).
+        form: The URL form errors and docs show.
+        store_flag: Whether ``--store`` (a runtime's memory and L2 cache) takes it: the engines
+            several processes share with read-after-write consistency, and ``memory://``.
+    """
+
+    scheme: str
+    form: str
+    store_flag: bool
+
+
+#: Every scheme :func:`open_store` takes, in the order errors list them (the one list).
+ENGINES = (
+    Engine("memory", "memory://", True),
+    Engine("sqlite", "sqlite:///path", False),
+    Engine("postgresql", "postgresql://…", True),
+    Engine("postgres", "postgres://…", True),
+    Engine("qdrant", "qdrant://host:port", True),
+    Engine("qdrant+local", "qdrant+local:///path", False),
+    # Pinecone is eventually consistent: the writer clocks --store keeps need read-your-writes.
+    *(
+        Engine(f"{spec.name}+{transport}", f"{spec.name}+{transport}://host", False)
+        for spec in DIALECTS.values()
+        for transport in ("https", "http")
+    ),
+)
+SCHEMES = tuple(e.scheme for e in ENGINES)
+#: The schemes ``--store`` takes.
+STORE_SCHEMES = tuple(e.scheme for e in ENGINES if e.store_flag)
 
 
 async def open_store(url: str, *, dim: int, name: str = "evermind_vectors") -> VectorStore:
@@ -112,8 +157,19 @@ async def open_store(url: str, *, dim: int, name: str = "evermind_vectors") -> V
 
         local = path if path not in ("", ":memory:") else None
         return await QdrantStore.open(dim=dim, collection=name, path=local)
+    if scheme in SCHEMES:  # the REST dialects (the only schemes left)
+        return await open_rest_store(url, dim=dim, name=name)
+    forms = ", ".join(e.form for e in ENGINES if e.scheme != "postgres")
     raise ConfigError(
-        f"vector store: unknown URL scheme {parts.scheme!r} in {url!r}; expected one of "
-        "memory://, sqlite:///path, postgresql://…, qdrant://host:port, qdrant+local:///path",
+        f"vector store: unknown URL scheme {parts.scheme!r} in {redacted(url)!r}; expected one "
+        f"of {forms}",
         code="unknown_store_scheme",
     )
+
+
+def redacted(url: str) -> str:
+    """``url`` without its userinfo (a password or key is never printed)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()

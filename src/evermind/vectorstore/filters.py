@@ -39,6 +39,7 @@ __all__ = [
     "Or",
     "Range",
     "evaluate",
+    "filter_json",
     "parse_filter",
     "residual_top_k",
     "split",
@@ -165,6 +166,22 @@ def parse_filter(spec: object) -> Filter | None:
         ) from err
 
 
+def filter_json(node: Filter) -> dict[str, Any]:
+    """``node`` in the JSON form :func:`parse_filter` reads (``parse_filter(filter_json(f)) ==
+    f``)."""
+    if isinstance(node, And | Or):
+        return {"and" if isinstance(node, And) else "or": [filter_json(p) for p in node.parts]}
+    if isinstance(node, Not):
+        return {"not": filter_json(node.part)}
+    if isinstance(node, Eq):
+        return {"eq": [node.field, node.value]}
+    if isinstance(node, In):
+        return {"in": [node.field, list(node.values)]}
+    if isinstance(node, Range):
+        return {"range": [node.field, dict(node.bounds())]}
+    return {"exists": node.field}
+
+
 def _checked(node: Filter) -> Filter:
     """``node`` with every field and value checked (recursively)."""
     if isinstance(node, And | Or):
@@ -256,13 +273,15 @@ def _leaves(node: Filter) -> list[Leaf]:
 
 
 def split(
-    node: Filter | None, can_push: Callable[[Leaf], bool]
+    node: Filter | None, can_push: Callable[[Leaf], bool], *, can_negate: bool = True
 ) -> tuple[Filter | None, Filter | None]:
     """``(pushed, residual)``: what an engine runs itself and what is applied after.
 
     An item passes ``node`` exactly when it passes both. ``And`` splits part by part; an
     ``Or`` or ``Not`` with any leaf the engine cannot express goes to the residual whole
-    (pushing a piece of a disjunction would drop items the residual should keep).
+    (pushing a piece of a disjunction would drop items the residual should keep). An engine
+    whose language has no exact negation (``can_negate=False``: Pinecone's ``$ne`` over an
+    absent field is undocumented) sends every part holding a ``Not`` to the residual too.
     """
     if node is None:
         return None, None
@@ -270,7 +289,7 @@ def split(
         pushed: list[Filter] = []
         residual: list[Filter] = []
         for part in node.parts:
-            p, r = split(part, can_push)
+            p, r = split(part, can_push, can_negate=can_negate)
             if p is not None:
                 pushed.append(p)
             if r is not None:
@@ -278,9 +297,15 @@ def split(
         return (And(tuple(pushed)) if pushed else None), (
             And(tuple(residual)) if residual else None
         )
-    if all(can_push(leaf) for leaf in _leaves(node)):
+    if all(can_push(leaf) for leaf in _leaves(node)) and (can_negate or not _negates(node)):
         return node, None
     return None, node
+
+
+def _negates(node: Filter) -> bool:
+    if isinstance(node, Not):
+        return True
+    return isinstance(node, And | Or) and any(_negates(p) for p in node.parts)
 
 
 def fields_of(node: Filter | None) -> Sequence[str]:

@@ -202,6 +202,15 @@ class InProcessStore:
                 self._remove(i)
             return len(gone)
 
+    def __len__(self) -> int:
+        """How many items the store holds (every tenant's)."""
+        return len(self._ids)
+
+    async def fetch(self, ids: Sequence[str]) -> dict[str, VectorItem]:
+        """The stored items with these ids (missing ones left out); the caller scopes them."""
+        with self._lock:
+            return {i: self._items[i] for i in dict.fromkeys(ids) if i in self._items}
+
     def _admitted(self, filter: object, scope: AccessScope) -> list[int]:
         """Rows of the items ``scope`` may see and ``filter`` admits, ascending."""
         node = parse_filter(filter)

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from evermind.errors import ConfigError, StorageError
-from evermind.vectorstore import open_store
+from evermind.vectorstore import STORE_SCHEMES, open_store, redacted
 from evermind.vectorstore.clock import SIGNATURE_DIM
 from evermind.vectorstore.port import VectorStore
 
@@ -47,8 +47,6 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-#: What ``--store`` accepts: engines several runtimes can share, and ``memory://``.
-STORE_SCHEMES = ("postgresql", "postgres", "qdrant", "memory")
 #: How long start-up waits for the engine.
 OPEN_TIMEOUT_S = 60.0
 MEMORY_TABLE = "evermind_memory"
@@ -85,7 +83,7 @@ def check_store_url(url: str, *, sqlite_too: bool = False) -> str:
                 "own SQLite database, which is what a sqlite:/// store would be"
             )
         raise ConfigError(
-            f"--store: {url!r} is not a store the runtime can use; {message}",
+            f"--store: {redacted(url)!r} is not a store the runtime can use; {message}",
             code="bad_store_url",
         )
     return url

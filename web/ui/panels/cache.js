@@ -1,5 +1,7 @@
 // Cache panel: try a query against the semantic cache (hit or miss, tier, score, and which
-// guard refused a near-miss and why), and store a response for a query.
+// guard refused a near-miss and why), and store a response for a query. With a runtime URL
+// (the Export panel's) and the agents' gateway model set here, a lookup goes L1 (this tab)
+// then L2 (the runtime's gateway cache), and a store writes through to it.
 import { h, field, formatNumber } from "../dom.js";
 
 export function cachePanel(app) {
@@ -22,9 +24,30 @@ export function cachePanel(app) {
   );
   for (const input of [storeQuery.input, storeResponse.input]) input.addEventListener("input", () => app.refresh());
 
+  const agentModel = field(
+    "Agents' model",
+    h("input", { type: "text", name: "cache-agent-model", autocomplete: "off", placeholder: "openai/gpt-4o-mini" }),
+    "The gateway model id your agents ask; the runtime URL and token are the Export panel's.",
+  );
+  const sharing = h("p", { class: "hint", id: "cache-sharing" });
+  /** The runtime a cache call shares with ({url, token, model}), or undefined: L1 only. */
+  const runtime = () => {
+    const { url, token } = app.runtimeSettings();
+    const model = agentModel.input.value.trim();
+    return url && model ? { url, token, model } : undefined;
+  };
+  const showSharing = () => {
+    const r = runtime();
+    sharing.textContent = r ? `Sharing with ${r.model} agents at ${r.url}: L1 (this tab), then L2 (the runtime).` : "This tab only (L1): set a runtime URL in Export and an agents' model to share.";
+  };
+  agentModel.input.addEventListener("input", showSharing);
+  showSharing();
+  const tierWords = (tier) => (tier === "l1" ? "L1 (this tab)" : tier === "l2" ? "L2 (the runtime)" : "–");
+
   const doLookup = () => app.run(lookup, async () => {
-    const kwargs = { query: query.input.value };
+    const kwargs = { query: query.input.value, runtime: runtime() };
     if (threshold.input.value !== "") kwargs.threshold = Number(threshold.input.value);
+    showSharing();
     const r = await app.call("cache_lookup", kwargs);
     const row = (label, value, cls = "") => [h("dt", { text: label }), h("dd", { class: cls, text: value })];
     verdict.replaceChildren(
@@ -32,24 +55,28 @@ export function cachePanel(app) {
       h(
         "dl",
         { class: "facts" },
-        row("Tier", r.tier ?? "–"),
+        row("Tier", tierWords(r.tier)),
         row("Score", formatNumber(r.score, 3)),
         row("Ranked by", r.ranked_by ?? "–"),
         ...(r.probability != null ? row("Same question (verifier)", formatNumber(r.probability, 3)) : []),
         ...(r.max_error != null ? row("Error bound δ", String(r.max_error)) : []),
         ...(r.refused_by ? row("Refused by", r.refused_by, "mono") : []),
         ...(r.reason ? row("Reason", r.reason) : []),
+        ...(r.l2 ? row("Runtime", r.l2) : []),
         ...(r.hit ? row("Response", r.response ?? "") : []),
       ),
     );
     verdict.dataset.hit = String(Boolean(r.hit));
+    verdict.dataset.tier = r.tier ?? "";
   }, message);
   lookup.addEventListener("click", doLookup);
   query.input.addEventListener("keydown", (e) => { if (e.key === "Enter" && !lookup.disabled) doLookup(); });
 
   store.addEventListener("click", () => app.run(store, async () => {
-    const r = await app.call("cache_store", { query: storeQuery.input.value, response: storeResponse.input.value });
-    app.say(message, r.stored ? "Stored. Look up a paraphrase to see it hit." : "Not stored.", r.stored ? "ok" : "");
+    showSharing();
+    const r = await app.call("cache_store", { query: storeQuery.input.value, response: storeResponse.input.value, runtime: runtime() });
+    const shared = r.l2 ? ` Runtime: ${r.l2}.` : "";
+    app.say(message, r.stored ? `Stored.${shared} Look up a paraphrase to see it hit.` : "Not stored.", r.stored ? (r.l2 && r.l2.startsWith("L1 only") ? "" : "ok") : "");
     if (!query.input.value) query.input.value = storeQuery.input.value;
     app.refresh();
   }, message));
@@ -65,6 +92,7 @@ export function cachePanel(app) {
       h("section", { class: "sub-card" }, h("h3", { text: "Look up" }), h("div", { class: "row align-end" }, query.field, threshold.field, lookup), verdict),
       h("section", { class: "sub-card" }, h("h3", { text: "Store a response" }), storeQuery.field, storeResponse.field, h("div", { class: "row" }, store, storeHint), lastStored),
     ),
+    h("section", { class: "sub-card" }, h("h3", { text: "Share with agents" }), agentModel.field, sharing),
   );
 
   return {

@@ -1,4 +1,5 @@
-"""Grounded answers over what ``evermind ingest`` stored (``evermind ask --answer-with``).
+"""Grounded answers over what ``evermind ingest`` stored (``evermind ask --answer-with``,
+``POST /v1/answer``).
 
 :func:`search_ingested` finds the passages; :func:`answer_ingested` hands them, numbered, to a
 model through any :class:`~evermind.bridges.Bridge` and checks the ``[n]`` citations of its
