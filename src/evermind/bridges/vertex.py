@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -140,6 +141,13 @@ def client_for(
         ) from err
 
 
+def keys_of(api_key: str | None) -> tuple[str, ...]:
+    """The keys a client may send: ``api_key``, and the ones the SDK reads from the
+    environment when it has none (``GOOGLE_API_KEY``, ``GEMINI_API_KEY``): what errors scrub."""
+    found = [api_key, os.environ.get("GOOGLE_API_KEY"), os.environ.get("GEMINI_API_KEY")]
+    return tuple(key.strip() for key in found if key and key.strip())
+
+
 class VertexBridge:
     """A :class:`~evermind.bridges.base.Bridge` to Gemini (the Gemini API or Vertex AI).
 
@@ -185,6 +193,7 @@ class VertexBridge:
         )
         self.max_answer_chars = max_answer_chars
         self._last_usage: Usage | None = None
+        self._keys = keys_of(api_key)
 
     @property
     def last_usage(self) -> Usage | None:
@@ -193,9 +202,8 @@ class VertexBridge:
 
     @property
     def _secrets(self) -> tuple[str, ...]:
-        """The key this bridge sends (scrubbed from any upstream text an error quotes)."""
-        key = self._client._api_client.api_key  # the SDK keeps the key it resolved here
-        return (key,) if key else ()
+        """The keys this bridge may send (scrubbed from any upstream text an error quotes)."""
+        return self._keys
 
     async def generate(self, request: ChatRequest) -> Completion:
         """One completion of ``request``.
@@ -394,6 +402,7 @@ class VertexEmbedder:
             location=location,
             credentials=credentials,
         )
+        self._keys = keys_of(api_key)
         self.fingerprint = ":".join(
             str(part) for part in ("vertex", model, output_dimensionality, task_type) if part
         )
@@ -410,7 +419,7 @@ class VertexEmbedder:
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise InputError("VertexEmbedder.embed: expected a list of strings")
         vectors: list[list[float]] = []
-        secrets = tuple(k for k in (self._client._api_client.api_key,) if k)
+        secrets = self._keys
         config = types.EmbedContentConfig(
             output_dimensionality=self.output_dimensionality, task_type=self.task_type
         )
