@@ -27,6 +27,7 @@ T = TypeVar("T")
 MODEL = "gemini-2.5-flash"
 SYSTEM = "You are a careful assistant who answers in one short sentence."
 FACTS = "The user's name is Ada. Ada lives in Lyon."
+SAFETY = {"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}
 WEATHER = {
     "name": "weather",
     "description": "The weather in a city.",
@@ -115,10 +116,13 @@ def test_multi_turn_turns_become_user_and_model_contents(gemini: GeminiUpstream)
         ),
         max_tokens=3,
         stop=("\n\n",),
+        extra={"top_p": 0.5, "safetySettings": [SAFETY]},  # Gemini's own fields pass through
     )
     completion = call(gemini, lambda b: b.generate(request))
     assert [c["role"] for c in gemini.last.body["contents"]] == ["user", "model", "user"]
-    assert gemini.last.body["generationConfig"]["stopSequences"] == ["\n\n"]
+    config = gemini.last.body["generationConfig"]
+    assert (config["stopSequences"], config["topP"]) == (["\n\n"], 0.5)
+    assert gemini.last.body["safetySettings"] == [SAFETY]
     # Cut to maxOutputTokens words: MAX_TOKENS is the contract's "length".
     assert completion.finish_reason == "length" and count_tokens(completion.text) == 3
 
