@@ -9,22 +9,28 @@ returns :data:`NOOP`. What is measured, and under which names: docs/telemetry.md
 
 from evermind.telemetry.genai import (
     NOOP,
+    NOOP_SPAN,
     Operation,
+    Span,
     Telemetry,
     active,
     error_type,
     install,
     start_operation,
+    start_span,
     uninstall,
 )
 
 __all__ = [
     "NOOP",
+    "NOOP_SPAN",
     "Operation",
+    "Span",
     "Telemetry",
     "active",
     "error_type",
     "install",
     "start_operation",
+    "start_span",
     "uninstall",
 ]

@@ -319,6 +319,83 @@ class _Live(Operation):
             self._telemetry.duration.record(elapsed, dict(self._metric_attributes))
 
 
+class Span:
+    """A plain span (not a model call: an agent run, one node of a graph); this base class
+    records nothing (:data:`NOOP_SPAN`). Call :meth:`end` once; later calls are ignored."""
+
+    recording = False
+
+    @contextmanager
+    def current(self) -> Iterator[None]:
+        """Makes this span the parent of spans and operations started inside the block."""
+        yield
+
+    def set(self, attributes: Attributes) -> None:
+        """Adds attributes to the span."""
+
+    def end(self, error: BaseException | None = None) -> None:
+        """Ends the span; with ``error``, marked failed (its ``error.type`` and the exception)."""
+
+
+#: The span returned while telemetry is off.
+NOOP_SPAN = Span()
+
+
+class _LiveSpan(Span):
+    recording = True
+
+    def __init__(self, telemetry: Telemetry, span: Any) -> None:
+        self._telemetry = telemetry
+        self._span = span
+        self._ended = False
+
+    @contextmanager
+    def current(self) -> Iterator[None]:
+        context, trace = self._telemetry.context_api, self._telemetry.trace_api
+        token = context.attach(trace.set_span_in_context(self._span))
+        try:
+            yield
+        finally:
+            context.detach(token)
+
+    def set(self, attributes: Attributes) -> None:
+        self._span.set_attributes(dict(attributes))
+
+    def end(self, error: BaseException | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if error is not None:
+            trace = self._telemetry.trace_api
+            self._span.set_attribute(ERROR_TYPE, error_type(error))
+            self._span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)[:200]))
+            self._span.record_exception(error)
+        self._span.end()
+
+
+def start_span(name: str, attributes: Attributes | None = None, parent: Span | None = None) -> Span:
+    """Starts an INTERNAL span (:data:`NOOP_SPAN` while telemetry is off); not made current.
+
+    Args:
+        name: The span's name (``invoke_agent {graph}``, ``node {name}``).
+        attributes: Its attributes.
+        parent: Its parent (default: the current span, if any).
+    """
+    telemetry = _active
+    if telemetry is None:
+        return NOOP_SPAN
+    context = None
+    if isinstance(parent, _LiveSpan):
+        context = telemetry.trace_api.set_span_in_context(parent._span)
+    span = telemetry.tracer.start_span(
+        name,
+        context=context,
+        kind=telemetry.trace_api.SpanKind.INTERNAL,
+        attributes=dict(attributes or {}),
+    )
+    return _LiveSpan(telemetry, span)
+
+
 _active: Telemetry | None = None
 
 
