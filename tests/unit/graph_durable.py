@@ -3,7 +3,7 @@
 START -> plan -> (fast, slow in parallel) -> review -> END. Every node appends
 ``<node> <step> <pid>`` to ``$GRAPH_LOG`` when it starts (the side effect the proof counts).
 With ``GRAPH_HANG=1`` the ``slow`` node waits until ``fast``'s update is in the checkpoint
-database ``$GRAPH_DB`` (so the step is half done), writes ``$GRAPH_LOG.ready`` and sleeps: the
+store ``$GRAPH_STORE`` (so the step is half done), writes ``$GRAPH_LOG.ready`` and sleeps: the
 test kills the process there. ``review`` asks a human when the input says ``approve: true``.
 """
 
@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import operator
 import os
-import sqlite3
 import time
 from pathlib import Path
 from typing import Annotated, TypedDict
 
-from evermind.agent.graph import END, START, AgentGraph, NodeContext, interrupt
+from evermind.agent.graph import (
+    END,
+    START,
+    AgentGraph,
+    Checkpointer,
+    NodeContext,
+    interrupt,
+    open_checkpointer,
+)
 
 
 class Work(TypedDict):
@@ -41,20 +48,21 @@ def fast(state: Work, ctx: NodeContext) -> dict:
     return {"notes": ["fast"]}
 
 
-def _fast_is_written() -> bool:
-    with sqlite3.connect(os.environ["GRAPH_DB"]) as db:
-        rows = db.execute(
-            "SELECT 1 FROM graph_writes WHERE node = 'fast' AND kind = 'update'"
-        ).fetchall()
-    return bool(rows)
+def _fast_is_written(store: Checkpointer, ctx: NodeContext) -> bool:
+    latest = store.latest(ctx.thread_id)
+    assert latest is not None
+    found = store.writes(ctx.thread_id, latest.checkpoint_id)
+    return any(w.node == "fast" and w.kind == "update" for w in found)
 
 
 def slow(state: Work, ctx: NodeContext) -> dict:
     _log(ctx)
     if os.environ.get("GRAPH_HANG") == "1":
+        store = open_checkpointer(os.environ["GRAPH_STORE"])  # a second connection
         deadline = time.monotonic() + 60
-        while not _fast_is_written() and time.monotonic() < deadline:
+        while not _fast_is_written(store, ctx) and time.monotonic() < deadline:
             time.sleep(0.02)
+        store.close()
         Path(os.environ["GRAPH_LOG"] + ".ready").write_text("ready")
         time.sleep(120)  # killed here
     return {"notes": ["slow"]}

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests import procs
 
@@ -26,7 +27,6 @@ def _env(tmp_path: Path, **more: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{ROOT / 'src'}{os.pathsep}{ROOT}"
     env["GRAPH_LOG"] = str(tmp_path / "log")
-    env["GRAPH_DB"] = str(tmp_path / "runs.db")
     env.update(more)
     return env
 
@@ -40,15 +40,13 @@ def _log(tmp_path: Path) -> list[tuple[str, int, int]]:
     return [(n, int(s), int(p)) for n, s, p in (line.split() for line in lines if line)]
 
 
-def test_a_run_killed_mid_superstep_resumes_with_no_step_lost_or_run_twice(
-    tmp_path: Path,
-) -> None:
-    store = f"sqlite:///{tmp_path / 'runs.db'}"
+def kill_mid_superstep_and_resume(tmp_path: Path, store: str) -> list[dict[str, Any]]:
+    """The proof, on the checkpoint store ``store``; returns the thread's history rows."""
     run = procs.popen(
         _cli("run", str(GRAPH), "--thread", "T", "--checkpoint", store,
              "--input", '{"topic": "kill", "approve": false}'),
-        env=_env(tmp_path, GRAPH_HANG="1"), stdout=procs.subprocess.PIPE,
-        stderr=procs.subprocess.PIPE,
+        env=_env(tmp_path, GRAPH_HANG="1", GRAPH_STORE=store), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
         ready = tmp_path / "log.ready"
@@ -62,9 +60,8 @@ def test_a_run_killed_mid_superstep_resumes_with_no_step_lost_or_run_twice(
         procs.kill_group(run)
     assert run.returncode == -signal.SIGKILL
     killed_pid = run.pid
-    with sqlite3.connect(tmp_path / "runs.db") as db:
-        steps = [r[0] for r in db.execute("SELECT step FROM graph_checkpoints ORDER BY seq")]
-    assert steps == [-1, 0]  # input, plan; step 1 (fast + slow) was cut
+    before = _history(tmp_path, store)
+    assert [r["step"] for r in before] == [0, -1]  # plan, input; step 1 (fast + slow) was cut
 
     resumed = procs.run(
         _cli("resume", "T", "--checkpoint", store), env=_env(tmp_path),
@@ -84,16 +81,28 @@ def test_a_run_killed_mid_superstep_resumes_with_no_step_lost_or_run_twice(
     assert runs["slow"][0][1] == killed_pid and runs["slow"][1][1] != killed_pid
     # ... and what follows runs once, in the new process.
     assert [step for step, _ in runs["review"]] == [2]
+    rows = _history(tmp_path, store)
+    assert [(r["step"], r["source"]) for r in rows] == [
+        (2, "loop"), (1, "loop"), (0, "loop"), (-1, "input"),
+    ]  # fmt: skip
+    assert rows[1]["writes"] == {"fast": {"notes": ["fast"]}, "slow": {"notes": ["slow"]}}
+    assert rows[2:] == before  # the checkpoints written before the kill are as they were
+    return rows
+
+
+def _history(tmp_path: Path, store: str) -> list[dict[str, Any]]:
     history = procs.run(
         _cli("history", "T", "--json", "--checkpoint", store), env=_env(tmp_path),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert history.returncode == 0, history.stderr
-    rows = [json.loads(line) for line in history.stdout.splitlines()]
-    assert [(r["step"], r["source"]) for r in rows] == [
-        (2, "loop"), (1, "loop"), (0, "loop"), (-1, "input"),
-    ]  # fmt: skip
-    assert rows[1]["writes"] == {"fast": {"notes": ["fast"]}, "slow": {"notes": ["slow"]}}
+    return [json.loads(line) for line in history.stdout.splitlines()]
+
+
+def test_a_run_killed_mid_superstep_resumes_with_no_step_lost_or_run_twice(
+    tmp_path: Path,
+) -> None:
+    kill_mid_superstep_and_resume(tmp_path, f"sqlite:///{tmp_path / 'runs.db'}")
 
 
 def test_the_cli_waits_for_approval_resumes_and_forks(tmp_path: Path) -> None:
