@@ -79,7 +79,13 @@ class StateSchema:
                 f"state schema {getattr(schema, '__name__', schema)!r} is not a TypedDict or a "
                 "dataclass; declare the state as `class State(TypedDict): ...`"
             )
-        hints = typing.get_type_hints(schema, include_extras=True)
+        try:
+            hints = typing.get_type_hints(schema, include_extras=True)
+        except NameError as err:
+            raise ConfigError(
+                f"state schema {schema.__name__!r}: an annotation does not resolve ({err}); "
+                "import the names it uses in the schema's module"
+            ) from err
         if not hints:
             raise ConfigError(f"state schema {schema.__name__!r} has no keys")
         defaults: dict[str, Callable[[], Any]] = {}
