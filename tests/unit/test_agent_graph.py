@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +37,8 @@ from evermind.agent.graph import (
     open_checkpointer,
 )
 from evermind.errors import ConfigError, Conflict, GraphError, InputError, NotFound
+from tests import procs
+from tests.unit.test_memory_helpers import SRC
 
 
 class Notes(TypedDict):
@@ -412,3 +416,46 @@ def test_sqlite_threads_survive_a_new_graph_object_and_refuse_a_second_writer(
         reopened.put(stale)
     with pytest.raises(ConfigError, match="unknown checkpoint store"):
         open_checkpointer("redis://x")
+
+
+def test_a_thread_resumed_by_a_graph_without_its_next_node_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    g = AgentGraph(Notes)
+    g.add_node("one", lambda s: {"notes": ["one"]}).add_node("two", lambda s: None)
+    g.add_edge(START, "one").add_edge("one", "two").add_edge("two", END)
+    g.compile(store, interrupt_before=["two"]).invoke({"topic": "t"}, thread_id="old")
+    changed = AgentGraph(Notes)
+    changed.add_node("one", lambda s: None).add_edge(START, "one").add_edge("one", END)
+    with pytest.raises(GraphError, match="runs 'two' next, which this graph has no node of"):
+        changed.compile(store).resume("old")
+
+
+def test_the_graph_runs_where_sqlite3_is_not_loaded() -> None:
+    """The tab's Pyodide loads sqlite3 only on request: the graph core does not need it."""
+    code = textwrap.dedent(
+        """
+        import sys
+        for blocked in ("numpy", "sqlite3", "_sqlite3", "wgpu", "psycopg"):
+            sys.modules[blocked] = None
+        from evermind.agent.graph import END, START, AgentGraph, interrupt
+        from typing import TypedDict
+
+        class S(TypedDict):
+            n: int
+
+        g = AgentGraph(S)
+        g.add_node("ask", lambda s: {"n": interrupt("n?")})
+        g.add_edge(START, "ask").add_edge("ask", END)
+        compiled = g.compile()
+        compiled.invoke({"n": 0}, thread_id="t")
+        print(compiled.resume("t", 7).values)
+        """
+    )
+    out = procs.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "{'n': 7}"

@@ -144,6 +144,12 @@ def test_the_cli_waits_for_approval_resumes_and_forks(tmp_path: Path) -> None:
     again = procs.run(_cli("history", "A", "--json", "--checkpoint", store), env=env,
                       capture_output=True, text=True, timeout=60)  # fmt: skip
     assert [json.loads(line) for line in again.stdout.splitlines()] == rows  # untouched
+    listed = procs.run(_cli("list", "--checkpoint", store), env=env, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    threads = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert threads == [new_thread, "A"] and all(line.endswith("done") for line in
+                                                listed.stdout.splitlines())  # fmt: skip
 
 
 def test_the_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ tune-embedder, distill-embedder, eval; ``eval run`` is :mod:`~evermind.cli.evalu
 :mod:`~evermind.cli.affect` (train-affect),
 :mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt, merge-adapter),
 :mod:`~evermind.cli.hf` (import-hf), :mod:`~evermind.cli.ingest` (ingest),
-:mod:`~evermind.cli.ask` (ask), :mod:`~evermind.cli.agent` (agent run, resume, history, fork),
+:mod:`~evermind.cli.ask` (ask), :mod:`~evermind.cli.agent` (agent run, resume, history, list, fork),
 :mod:`~evermind.cli.serve` (serve, push) and :mod:`~evermind.cli.mcp` (mcp, install-mcp, hook);
 :mod:`~evermind.cli.progress` draws the progress bars; :mod:`~evermind.cli.args` holds the
 file-argument types and the help format (every option's default shown). They import their heavy

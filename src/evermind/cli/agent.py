@@ -5,7 +5,8 @@ an :class:`~evermind.agent.graph.AgentGraph`, compiled or not), binds it to the 
 store ``--checkpoint`` names (default: ``agent-runs.db`` in the data directory), runs it and
 prints a line per superstep on stderr, the thread id to resume with, and the final state as
 JSON on stdout. ``resume`` goes on after a crash, a pause or a question (``--value``);
-``history`` lists a thread's checkpoints; ``fork`` starts a new thread from one of them.
+``history`` lists a thread's checkpoints, ``list`` the threads; ``fork`` starts a new thread
+from one of them.
 Exit status: 0 done, 3 waiting for a human, 2 bad input or a failed node (one line).
 """
 
@@ -15,6 +16,7 @@ import argparse
 import json
 import runpy
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +40,10 @@ def _default_store() -> str:
 
 
 def register(sub: Any) -> None:
-    """Adds ``agent`` (run, resume, history, fork) to the ``evermind`` command."""
+    """Adds ``agent`` (run, resume, history, list, fork) to the ``evermind`` command."""
     cmd = sub.add_parser(
         "agent",
-        help="run an agent graph durably: run, resume, history, fork",
+        help="run an agent graph durably: run, resume, history, list, fork",
         description="Run an AgentGraph defined in a Python file, checkpointed every superstep.",
     )
     group = cmd.add_subparsers(dest="agent_command", metavar="ACTION")
@@ -76,6 +78,10 @@ def register(sub: Any) -> None:
     history.add_argument("--json", action="store_true", help="print JSON lines")
     history.add_argument("--checkpoint", default=None, help=store_help)
     history.set_defaults(func=_history)
+
+    listing = group.add_parser("list", help="the threads in the store, newest first")
+    listing.add_argument("--checkpoint", default=None, help=store_help)
+    listing.set_defaults(func=_list)
 
     fork = group.add_parser("fork", help="a new thread from one checkpoint of a thread")
     fork.add_argument("thread", metavar="ID", help="the thread id")
@@ -232,6 +238,27 @@ def _history(args: argparse.Namespace) -> int:
                 f"{c.checkpoint_id}  step {c.step:>3}  {source:<6} {wrote or '-'} -> "
                 f"{', '.join(c.next) or 'END'}  ${step_cost(c):.6f}{note}"
             )
+        return 0
+    finally:
+        checkpointer.close()
+
+
+def _list(args: argparse.Namespace) -> int:
+    from evermind.agent.graph.runner import pending_interrupts, step_cost
+
+    checkpointer = _store(args)
+    try:
+        for thread in checkpointer.threads():
+            history = checkpointer.history(thread)
+            latest = history[0]
+            waits = pending_interrupts(checkpointer.writes(thread, latest.checkpoint_id))
+            if waits:
+                status = "waiting: " + ", ".join(f"{w.node} ({w.kind})" for w in waits)
+            else:
+                status = f"next: {', '.join(latest.next)}" if latest.next else "done"
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(latest.created_at))
+            cost = sum(step_cost(c) for c in history)
+            print(f"{thread}  step {latest.step:>3}  {when} UTC  ${cost:.6f}  {status}")
         return 0
     finally:
         checkpointer.close()

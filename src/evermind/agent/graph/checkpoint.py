@@ -19,16 +19,18 @@ processes resuming one thread cannot both go on. A fork starts a new thread.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evermind.errors import Conflict, StorageError
+
+if TYPE_CHECKING:
+    import sqlite3
 
 #: Kinds of pending write.
 UPDATE, INTERRUPT, RESUME, PAUSE = "update", "interrupt", "resume", "pause"
@@ -151,11 +153,14 @@ class MemoryCheckpointer:
         return [_copy(c) for c in reversed(self._checkpoints.get(thread_id, []))]
 
     def put_write(self, write: PendingWrite) -> None:
+        kept = PendingWrite(
+            write.thread_id, write.checkpoint_id, write.node, write.kind, write.index,
+            json.loads(dumps(write.value)),
+        )  # fmt: skip
         with self._lock:
             slot = self._writes.setdefault((write.thread_id, write.checkpoint_id), {})
             slot.pop((write.node, write.kind, write.index), None)
-            slot[(write.node, write.kind, write.index)] = write
-            json.loads(dumps(write.value))
+            slot[(write.node, write.kind, write.index)] = kept
 
     def writes(self, thread_id: str, checkpoint_id: str) -> list[PendingWrite]:
         return list(self._writes.get((thread_id, checkpoint_id), {}).values())
@@ -246,6 +251,9 @@ class SQLiteCheckpointer:
     """
 
     def __init__(self, path: str | Path) -> None:
+        import sqlite3  # here: the rest of the package runs where sqlite3 is not loaded
+
+        self._error = sqlite3.Error
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -270,14 +278,14 @@ class SQLiteCheckpointer:
                     self._conn.execute("ROLLBACK")
                     raise
                 self._conn.execute("COMMIT")
-            except sqlite3.Error as err:
+            except self._error as err:
                 raise StorageError(f"checkpoint database {str(self.path)!r}: {err}") from err
 
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
                 return self._conn.execute(sql, args).fetchall()
-            except sqlite3.Error as err:
+            except self._error as err:
                 raise StorageError(f"checkpoint database {str(self.path)!r}: {err}") from err
 
     def put(self, checkpoint: Checkpoint) -> None:

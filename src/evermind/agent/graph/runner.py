@@ -297,6 +297,12 @@ class CompiledGraph:
         """Runs the nodes ``start.next`` names and writes the checkpoint after them; or
         stops (pauses, questions) and returns why."""
         thread, step = start.thread_id, start.step + 1
+        unknown = [n for n in start.next if n not in self.graph.nodes]
+        if unknown:
+            raise GraphError(
+                f"thread {thread!r} runs {unknown[0]!r} next, which this graph has no node of "
+                "(the graph changed since the thread ran?); resume it with the graph it ran"
+            )
         writes = await _io(self.checkpointer.writes, thread, start.checkpoint_id)
         done = {w.node: w.value for w in writes if w.kind == UPDATE}
         paused = {w.node for w in writes if w.kind == PAUSE}
