@@ -1,12 +1,15 @@
 """AgentGraph's telemetry and cost, with real model calls: the OpenAI SDK bridge over a
-loopback OpenAI-protocol server, priced by InstrumentedBridge; and the 20-line example of
+loopback OpenAI-protocol server, priced by InstrumentedBridge; ``evermind agent run
+--otlp-endpoint`` exporting to a loopback OTLP receiver; and the 20-line example of
 docs/agents.md, run as written.
 """
 
 from __future__ import annotations
 
 import operator
+import os
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -17,7 +20,9 @@ from evermind.agent.graph import END, START, AgentGraph, NodeContext, interrupt
 from evermind.bridges.base import ChatRequest, Message
 from evermind.bridges.instrumented import InstrumentedBridge
 from evermind.bridges.openai import OpenAIBridge
+from tests import procs
 from tests.runtime.test_telemetry import Recorded, recorded  # noqa: F401
+from tests.runtime.test_telemetry_otlp import Receiver, attributes_of, receiver  # noqa: F401
 from tests.upstreams import OpenAIUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,3 +136,38 @@ def test_the_docs_example_runs_as_written(
     assert namespace["result"].status == "interrupted"
     assert graph.get_state_history("t1")[0].metadata["source"] == "loop"
     assert sum(s.cost_usd for s in graph.get_state_history("t1")) == pytest.approx(bridge.cost_usd)
+
+
+def test_evermind_agent_run_exports_its_spans_over_otlp(
+    tmp_path: Path,
+    receiver: Receiver,  # noqa: F811 - the imported fixture
+) -> None:
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "GRAPH_LOG": str(tmp_path / "log"),
+        "OTEL_SERVICE_NAME": "agent-under-test",
+    })  # fmt: skip
+    graph = ROOT / "tests" / "unit" / "graph_durable.py"
+    done = procs.run(
+        [sys.executable, "-m", "evermind.cli", "agent", "run", str(graph), "--thread", "O",
+         "--checkpoint", str(tmp_path / "runs.db"), "--otlp-endpoint", receiver.url,
+         "--input", '{"topic": "otlp", "approve": false}'],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    wanted = {"invoke_agent durable", "node plan", "node fast", "node slow", "node review"}
+
+    def arrived() -> dict[str, Any]:
+        found = {span.name: (resource, span) for resource, span in receiver.spans()}
+        return found if wanted <= set(found) else {}
+
+    spans = receiver.wait_for(arrived, "agent spans")
+    resource, run_span = spans["invoke_agent durable"]
+    assert resource["service.name"] == "agent-under-test"
+    run_attributes = attributes_of(run_span.attributes)
+    assert run_attributes["evermind.graph.thread_id"] == "O"
+    assert run_attributes["evermind.graph.step"] == 3
+    for name in ("plan", "fast", "slow", "review"):
+        _, span = spans[f"node {name}"]
+        assert span.parent_span_id == run_span.span_id
+        assert attributes_of(span.attributes)["evermind.graph.node"] == name

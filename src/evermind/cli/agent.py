@@ -17,6 +17,8 @@ import json
 import runpy
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,11 @@ def register(sub: Any) -> None:
         "checkpoint store: sqlite:///PATH, a SQLite file, postgresql://… or memory:// "
         "(default: agent-runs.db in the data directory)"
     )
+    otlp_help = (
+        "export the run's spans (one per node, with cost) and its model calls' GenAI telemetry "
+        "over OTLP/HTTP to this collector, e.g. http://127.0.0.1:4318 (default: "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT; unset: off; needs the telemetry extra)"
+    )
 
     run = group.add_parser("run", help="run a graph file (or go on with --resume)")
     run.add_argument("file", metavar="FILE", help="a Python file that defines `graph`")
@@ -61,6 +68,7 @@ def register(sub: Any) -> None:
         "--resume", action="store_true", help="go on with --thread from its latest checkpoint"
     )
     run.add_argument("--checkpoint", default=None, help=store_help)
+    run.add_argument("--otlp-endpoint", metavar="URL", default=None, help=otlp_help)
     run.set_defaults(func=_run)
 
     resume = group.add_parser("resume", help="go on with a thread (after a crash or a question)")
@@ -71,6 +79,7 @@ def register(sub: Any) -> None:
         "--graph", default=None, help="the graph file (default: the one the thread ran)"
     )
     resume.add_argument("--checkpoint", default=None, help=store_help)
+    resume.add_argument("--otlp-endpoint", metavar="URL", default=None, help=otlp_help)
     resume.set_defaults(func=_resume)
 
     history = group.add_parser("history", help="a thread's checkpoints, newest first")
@@ -90,6 +99,21 @@ def register(sub: Any) -> None:
     fork.add_argument("--graph", default=None, help="the graph file (default: the thread's)")
     fork.add_argument("--checkpoint", default=None, help=store_help)
     fork.set_defaults(func=_fork)
+
+
+@contextmanager
+def _telemetry(endpoint: str | None) -> Iterator[None]:
+    """OTLP export while the block runs (when asked for), flushed at its end."""
+    from evermind import telemetry
+    from evermind.telemetry import otlp
+
+    installed = otlp.configure(endpoint, service_name="evermind-agent")
+    try:
+        yield
+    finally:
+        if installed is not None:
+            telemetry.uninstall(installed)
+            installed.shutdown()
 
 
 def _store(args: argparse.Namespace) -> Any:
@@ -189,10 +213,11 @@ def _run(args: argparse.Namespace) -> int:
         compiled = load_graph(args.file, checkpointer)
         thread = args.thread or new_id()
         metadata = {"graph_file": str(Path(args.file).resolve())}
-        events = compiled.stream(
-            None if args.resume else (args.input or {}), thread_id=thread, metadata=metadata
-        )
-        return _print_run(events, thread, announce=True)
+        with _telemetry(args.otlp_endpoint):
+            events = compiled.stream(
+                None if args.resume else (args.input or {}), thread_id=thread, metadata=metadata
+            )
+            return _print_run(events, thread, announce=True)
     finally:
         checkpointer.close()
 
@@ -204,8 +229,9 @@ def _resume(args: argparse.Namespace) -> int:
     try:
         compiled = load_graph(args.graph or _graph_file_of(checkpointer, args.thread), checkpointer)
         value = NOTHING if args.value is None else args.value
-        events = compiled.stream(None, thread_id=args.thread, resume=value, node=args.node)
-        return _print_run(events, args.thread, announce=False)
+        with _telemetry(args.otlp_endpoint):
+            events = compiled.stream(None, thread_id=args.thread, resume=value, node=args.node)
+            return _print_run(events, args.thread, announce=False)
     finally:
         checkpointer.close()
 

@@ -154,8 +154,8 @@ class CompiledGraph:
                     )
                 outcome = await self._superstep(latest, run_id, span) if latest.next else []
                 if isinstance(outcome, list):
-                    yield await self._result(latest, run_id, steps, cost, outcome)
-                    return
+                    result = await self._result(latest, run_id, steps, cost, outcome)
+                    break
                 event, latest = outcome
                 steps += 1
                 cost += event.cost_usd
@@ -166,6 +166,8 @@ class CompiledGraph:
         finally:
             span.set({STEP: steps, COST_USD: cost})
             span.end(failure if isinstance(failure, Exception) else None)
+        # After the span's end: a consumer that stops at the result still sees it exported.
+        yield result
 
     async def ainvoke(
         self,
