@@ -200,7 +200,7 @@ def _print_run(events: Any, thread: str, announce: bool) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from evermind.agent.graph.runner import new_id
+    from evermind.agent.graph.history import new_id
 
     if args.resume and not args.thread:
         raise InputError("--resume needs --thread ID (the thread to go on with)")
@@ -237,7 +237,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from evermind.agent.graph.runner import pending_interrupts, step_cost
+    from evermind.agent.graph.history import pending_interrupts, step_cost
 
     checkpointer = _store(args)
     try:
@@ -270,7 +270,7 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from evermind.agent.graph.runner import pending_interrupts, step_cost
+    from evermind.agent.graph.history import pending_interrupts, step_cost
 
     checkpointer = _store(args)
     try:
