@@ -459,3 +459,19 @@ def test_the_graph_runs_where_sqlite3_is_not_loaded() -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "{'n': 7}"
+
+
+def test_a_postgres_url_without_psycopg_names_the_extra() -> None:
+    code = (
+        "import sys\nsys.modules['psycopg'] = None\n"
+        "from evermind.agent.graph import open_checkpointer\n"
+        "try:\n    open_checkpointer('postgresql://u@127.0.0.1/db')\n"
+        "except Exception as err:\n    print(type(err).__name__, err)\n"
+    )
+    out = procs.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ConfigError a Postgres checkpoint store needs psycopg")
+    assert "evermind-memory[store]" in out.stdout

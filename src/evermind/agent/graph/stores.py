@@ -19,8 +19,13 @@ def open_checkpointer(url: str) -> Checkpointer:
     if url == "memory://":
         return MemoryCheckpointer()
     if url.startswith(("postgresql://", "postgres://")):
-        from evermind.agent.graph.postgres import PostgresCheckpointer
-
+        try:
+            from evermind.agent.graph.postgres import PostgresCheckpointer
+        except ImportError as err:
+            raise ConfigError(
+                f"a Postgres checkpoint store needs psycopg ({err}); hint: "
+                "pip install 'evermind-memory[store]'"
+            ) from err
         return PostgresCheckpointer(url)
     if url.startswith("sqlite:///"):
         return SQLiteCheckpointer(url.removeprefix("sqlite:///"))
