@@ -475,3 +475,15 @@ def test_a_postgres_url_without_psycopg_names_the_extra() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ConfigError a Postgres checkpoint store needs psycopg")
     assert "evermind-memory[store]" in out.stdout
+
+
+def test_a_bad_update_is_not_kept_so_the_fixed_node_resumes(store: Any) -> None:
+    fixed = {"on": False}
+    g = AgentGraph(Notes)
+    g.add_node("n", lambda s: {"seen": "ok"} if fixed["on"] else {"typo": 1})
+    g.add_edge(START, "n").add_edge("n", END)
+    compiled = g.compile(store)
+    with pytest.raises(InvalidUpdate, match="wrote 'typo'"):
+        compiled.invoke({"topic": "t"}, thread_id="b")
+    fixed["on"] = True
+    assert compiled.resume("b").values["seen"] == "ok"

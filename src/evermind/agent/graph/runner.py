@@ -351,6 +351,7 @@ class CompiledGraph(ThreadHistory):
                     if inspect.isawaitable(result):
                         result = await result
             update = as_update(name, result)
+            self.state.check_keys(name, update)  # before it is kept: a bad one is not resumed
         except GraphInterrupt as asked:
             span.set({"evermind.graph.interrupted": True})
             await _io(self.checkpointer.put_write, PendingWrite(

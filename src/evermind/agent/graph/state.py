@@ -130,6 +130,15 @@ class StateSchema:
         mine = copy.deepcopy(dict(values))
         return self.schema(**mine) if self.is_dataclass else mine
 
+    def check_keys(self, node: str, update: Mapping[str, Any]) -> None:
+        """Raises InvalidUpdate when ``update`` names a key the state does not have."""
+        for key in update:
+            if key not in self.channels:
+                raise InvalidUpdate(
+                    f"node {node!r} wrote {key!r}, which is not a key of {self.name} "
+                    f"(keys: {', '.join(self.channels)})"
+                )
+
     def merge(
         self, values: Mapping[str, Any], writes: Sequence[tuple[str, Mapping[str, Any]]]
     ) -> dict[str, Any]:
@@ -140,12 +149,8 @@ class StateSchema:
         """
         writers: dict[str, list[str]] = {}
         for node, update in writes:
+            self.check_keys(node, update)
             for key in update:
-                if key not in self.channels:
-                    raise InvalidUpdate(
-                        f"node {node!r} wrote {key!r}, which is not a key of {self.name} "
-                        f"(keys: {', '.join(self.channels)})"
-                    )
                 writers.setdefault(key, []).append(node)
         for key, nodes in writers.items():
             if len(nodes) > 1 and self.channels[key].reducer is None:
