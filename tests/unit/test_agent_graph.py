@@ -487,3 +487,20 @@ def test_a_bad_update_is_not_kept_so_the_fixed_node_resumes(store: Any) -> None:
         compiled.invoke({"topic": "t"}, thread_id="b")
     fixed["on"] = True
     assert compiled.resume("b").values["seen"] == "ok"
+
+
+def test_interrupt_after_checkpoints_the_step_then_pauses(store: Any) -> None:
+    ran: list[str] = []
+    g = AgentGraph(Notes)
+    for name in ("draft", "send"):
+        g.add_node(name, lambda s, n=name: ran.append(n) or {"notes": [n]})
+    g.add_edge(START, "draft").add_edge("draft", "send").add_edge("send", END)
+    compiled = g.compile(store, interrupt_after=["draft", "send"])
+    paused = compiled.invoke({"topic": "t"}, thread_id="after")
+    assert paused.status == "interrupted" and ran == ["draft"]
+    assert [(i.node, i.kind) for i in paused.interrupts] == [("draft", "after")]
+    assert paused.values["notes"] == ["draft"] and paused.next == ["send"]
+    done = compiled.resume("after")  # after the last node: done, no pause
+    assert done.status == "done" and ran == ["draft", "send"] and done.interrupts == []
+    with pytest.raises(ConfigError, match="interrupt_after names 'zz'"):
+        g.compile(interrupt_after=["zz"])

@@ -145,6 +145,7 @@ def load_graph(path: str, checkpointer: Any) -> Any:
         return CompiledGraph(
             graph.graph, checkpointer,
             interrupt_before=graph.interrupt_before, recursion_limit=graph.recursion_limit,
+            interrupt_after=graph.interrupt_after,
         )  # fmt: skip
     raise InputError(
         f"{path} defines no `graph` (found {type(graph).__name__}); expected an AgentGraph, "
@@ -181,8 +182,8 @@ def _print_run(events: Any, thread: str, announce: bool) -> int:
             continue
         if event.status == "interrupted":
             for wait in event.interrupts:
-                if wait.kind == "before":
-                    print(f"paused before {wait.node!r}", file=sys.stderr)
+                if wait.kind in ("before", "after"):
+                    print(f"paused {wait.kind} {wait.node!r}", file=sys.stderr)
                     print(f"resume: evermind agent resume {thread}", file=sys.stderr)
                 else:
                     payload = json.dumps(wait.payload)

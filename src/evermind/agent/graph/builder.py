@@ -140,7 +140,9 @@ class AgentGraph:
             found |= branch.targets if branch.targets is not None else {*self.nodes, END}
         return found
 
-    def validate(self, interrupt_before: Sequence[str] = ()) -> None:
+    def validate(
+        self, interrupt_before: Sequence[str] = (), interrupt_after: Sequence[str] = ()
+    ) -> None:
         """Raises ConfigError naming the first problem of the graph's shape."""
         known = {*self.nodes, START, END}
         pairs = [(s, t) for s, ts in self.edges.items() for t in ts]
@@ -178,12 +180,13 @@ class AgentGraph:
                     f"no path from {node!r} to END: a run that enters it never finishes; "
                     f"add add_edge(..., END) on its way"
                 )
-        for name in interrupt_before:
-            if name not in self.nodes:
-                raise ConfigError(
-                    f"interrupt_before names {name!r}, which is not a node; "
-                    f"nodes: {', '.join(self.nodes)}"
-                )
+        for option, names in (("before", interrupt_before), ("after", interrupt_after)):
+            for name in names:
+                if name not in self.nodes:
+                    raise ConfigError(
+                        f"interrupt_{option} names {name!r}, which is not a node; "
+                        f"nodes: {', '.join(self.nodes)}"
+                    )
 
     @staticmethod
     def _reachable(start: str, successors: Callable[[str], set[str]]) -> set[str]:
@@ -201,6 +204,7 @@ class AgentGraph:
         checkpointer: Checkpointer | None = None,
         *,
         interrupt_before: Sequence[str] = (),
+        interrupt_after: Sequence[str] = (),
         recursion_limit: int = DEFAULT_RECURSION_LIMIT,
     ) -> CompiledGraph:
         """Checks the graph and returns what runs it.
@@ -208,12 +212,14 @@ class AgentGraph:
         Args:
             checkpointer: Where supersteps are written (default: in memory, this process).
             interrupt_before: Nodes to pause before (the run stops; ``resume`` goes on).
+            interrupt_after: Nodes to pause after: the step they ran in is checkpointed,
+                then the run stops (unless it is done).
             recursion_limit: Supersteps one ``invoke`` / ``resume`` may run.
 
         Raises:
             ConfigError: The graph's shape is wrong (see :meth:`validate`).
         """
-        self.validate(interrupt_before)
+        self.validate(interrupt_before, interrupt_after)
         if recursion_limit < 1:
             raise ConfigError(f"recursion_limit must be at least 1, got {recursion_limit}")
         return CompiledGraph(
@@ -221,4 +227,5 @@ class AgentGraph:
             checkpointer if checkpointer is not None else MemoryCheckpointer(),
             interrupt_before=tuple(interrupt_before),
             recursion_limit=recursion_limit,
+            interrupt_after=tuple(interrupt_after),
         )

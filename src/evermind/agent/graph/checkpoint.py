@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 #: Kinds of pending write.
 UPDATE, INTERRUPT, RESUME, PAUSE = "update", "interrupt", "resume", "pause"
+#: The index of a pause write: before the node, or after it.
+BEFORE, AFTER = 0, 1
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,9 @@ class PendingWrite:
         node: The node.
         kind: ``update`` (the node finished: ``value`` is ``{"update": ..., "cost_usd": ...}``),
             ``interrupt`` (it asked: ``value`` is the payload), ``resume`` (the human's
-            answer to interrupt ``index``), ``pause`` (the run stopped before it).
-        index: Which interrupt of the node (0 for the other kinds).
+            answer to interrupt ``index``), ``pause`` (the run stopped before the node, index
+            ``BEFORE``, or after it, ``AFTER``; ``value`` says whether it was approved).
+        index: Which interrupt of the node; BEFORE or AFTER for a pause; 0 for an update.
         value: JSON.
     """
 

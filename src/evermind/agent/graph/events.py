@@ -15,14 +15,15 @@ class Interrupt:
 
     Attributes:
         node: The node.
-        kind: ``before`` (``interrupt_before`` paused the run before it: resume with no
-            value) or ``ask`` (the node called ``interrupt(payload)``: resume with a value).
-        index: Which ``interrupt()`` call of the node (0 for ``before``).
+        kind: ``before`` / ``after`` (``interrupt_before`` / ``interrupt_after`` paused the
+            run before or after it: resume with no value) or ``ask`` (the node called
+            ``interrupt(payload)``: resume with a value).
+        index: Which ``interrupt()`` call of the node (0 for a pause).
         payload: What the node showed (None for ``before``).
     """
 
     node: str
-    kind: Literal["before", "ask"]
+    kind: Literal["before", "after", "ask"]
     index: int = 0
     payload: Any = None
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evermind.agent.graph.checkpoint import (
+    AFTER,
     INTERRUPT,
     PAUSE,
     RESUME,
@@ -42,7 +43,7 @@ def pending_interrupts(writes: Sequence[PendingWrite]) -> list[Interrupt]:
         if w.node in finished:
             continue
         if w.kind == PAUSE and not w.value.get("approved"):
-            found.append(Interrupt(w.node, "before"))
+            found.append(Interrupt(w.node, "after" if w.index == AFTER else "before"))
         elif w.kind == INTERRUPT and (w.node, w.index) not in answered:
             found.append(Interrupt(w.node, "ask", w.index, w.value))
     return found
@@ -132,7 +133,7 @@ class ThreadHistory:
         for w in self.checkpointer.writes(thread_id, latest.checkpoint_id):
             if w.kind == PAUSE:
                 self.checkpointer.put_write(PendingWrite(
-                    thread_id, checkpoint.checkpoint_id, w.node, PAUSE, 0, w.value
+                    thread_id, checkpoint.checkpoint_id, w.node, PAUSE, w.index, w.value
                 ))  # fmt: skip
         return checkpoint.checkpoint_id
 

@@ -25,6 +25,8 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mappi
 from typing import Any, TypeVar
 
 from evermind.agent.graph.checkpoint import (
+    AFTER,
+    BEFORE,
     INTERRUPT,
     PAUSE,
     RESUME,
@@ -67,11 +69,13 @@ class CompiledGraph(ThreadHistory):
         *,
         interrupt_before: tuple[str, ...],
         recursion_limit: int,
+        interrupt_after: tuple[str, ...] = (),
     ) -> None:
         self.graph = graph
         self.state = graph.state
         self.checkpointer = checkpointer
         self.interrupt_before = interrupt_before
+        self.interrupt_after = interrupt_after
         self.recursion_limit = recursion_limit
         self.name = graph.name
 
@@ -261,10 +265,11 @@ class CompiledGraph(ThreadHistory):
             raise InputError(
                 f"node {ask.node!r} of thread {thread!r} asks {ask.payload!r}; resume with a value"
             )
-        for pause in (i for i in waiting if i.kind == "before"):
-            await _io(self.checkpointer.put_write, PendingWrite(
-                thread, latest.checkpoint_id, pause.node, PAUSE, 0, {"approved": True}
-            ))  # fmt: skip
+        for w in writes:
+            if w.kind == PAUSE and not w.value.get("approved"):
+                await _io(self.checkpointer.put_write, PendingWrite(
+                    thread, latest.checkpoint_id, w.node, PAUSE, w.index, {"approved": True}
+                ))  # fmt: skip
         return latest
 
     async def _superstep(
@@ -281,14 +286,20 @@ class CompiledGraph(ThreadHistory):
             )
         writes = await _io(self.checkpointer.writes, thread, start.checkpoint_id)
         done = {w.node: w.value for w in writes if w.kind == UPDATE}
-        paused = {w.node for w in writes if w.kind == PAUSE}
+        after = [
+            w.node for w in writes
+            if w.kind == PAUSE and w.index == AFTER and not w.value.get("approved")
+        ]  # fmt: skip
+        if after:
+            return [Interrupt(name, "after") for name in after]
+        paused = {w.node for w in writes if w.kind == PAUSE and w.index == BEFORE}
         to_pause = [
             n for n in start.next if n in self.interrupt_before and n not in {*done, *paused}
         ]
         if to_pause:
             for name in to_pause:
                 await _io(self.checkpointer.put_write, PendingWrite(
-                    thread, start.checkpoint_id, name, PAUSE, 0, {"approved": False}
+                    thread, start.checkpoint_id, name, PAUSE, BEFORE, {"approved": False}
                 ))  # fmt: skip
             return [Interrupt(name, "before") for name in to_pause]
         answers: dict[str, dict[int, Any]] = {}
@@ -322,6 +333,11 @@ class CompiledGraph(ThreadHistory):
             time.time(),
         )  # fmt: skip
         await _io(self.checkpointer.put, checkpoint)
+        if nxt:  # the next superstep stops at these until resumed
+            for name in (n for n in start.next if n in self.interrupt_after):
+                await _io(self.checkpointer.put_write, PendingWrite(
+                    thread, checkpoint.checkpoint_id, name, PAUSE, AFTER, {"approved": False}
+                ))  # fmt: skip
         event = StepEvent(
             thread, run_id, step, dict(updates), nxt, checkpoint.checkpoint_id, sum(costs.values())
         )
