@@ -384,6 +384,8 @@ def test_unknown_threads_and_a_resume_without_thread() -> None:
         compiled.get_state("x")
     with pytest.raises(InputError, match="nothing to run"):
         compiled.invoke(None)
+    with pytest.raises(InputError, match="an input starts a run"):
+        compiled.invoke({"topic": "x"}, resume="yes")
     with pytest.raises(InputError, match="not a key of Notes"):
         compiled.invoke({"bogus": True})
 

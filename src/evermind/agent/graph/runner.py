@@ -113,6 +113,8 @@ class CompiledGraph(ThreadHistory):
         """
         if input is None and not thread_id:
             raise InputError("nothing to run: give an input, or the thread_id to resume")
+        if input is not None and (resume is not NOTHING or node is not None):
+            raise InputError("an input starts a run; resume= and node= answer a waiting one")
         thread = thread_id or new_id()
         run_id = new_id()
         span = start_span(f"invoke_agent {self.name}", {
