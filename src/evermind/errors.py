@@ -26,6 +26,12 @@ carry domain data); the generic branches are defined here::
     │   ├── RateLimited          the tenant's request budget is spent [auth]
     │   └── ScopeRequired        a vector-store query or count came without an AccessScope
     │                            [vectorstore.port]
+    ├── GraphError               an agent graph's run cannot go on
+    │   ├── NodeError            a node (or its router) raised; carries node and step
+    │   │                        [agent.graph.errors]
+    │   ├── InvalidUpdate        a node's update does not fit the state: an unknown key, two
+    │   │                        writes to a key without a reducer, not JSON [agent.graph.errors]
+    │   └── GraphRecursionError  a run took more supersteps than its limit [agent.graph.errors]
     ├── TrainingDiverged         a training run's loss became non-finite
     ├── CheckpointError          a training checkpoint is truncated, of another format
     │                            version, or inconsistent [train.checkpoint]
@@ -167,6 +173,10 @@ def _upstream_error(
 
 class AccessError(EvermindError):
     """The caller may not do this now (no credentials, too little access, over its rate)."""
+
+
+class GraphError(EvermindError):
+    """An agent graph's run cannot go on (:mod:`evermind.agent.graph` defines the branches)."""
 
 
 class TrainingDiverged(EvermindError):

@@ -4,6 +4,8 @@
   per request, with the reason;
 - :class:`SSMAgent` (:mod:`~evermind.agent.ssm_agent`): an agent loop over any bridge that
   injects recalled facts and writes new ones back through :mod:`evermind.memory.cognition`;
+- :class:`~evermind.agent.graph.AgentGraph` (:mod:`~evermind.agent.graph`): durable agent
+  graphs, run in supersteps and checkpointed every step (docs/agents.md);
 - ``DistillationEngine`` (:mod:`~evermind.agent.distillation`, native-only: numpy): frontier
   answers collected per tenant become fine-tuning data for the SSM, with rollback.
 

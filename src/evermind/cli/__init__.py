@@ -11,7 +11,7 @@ tune-embedder, distill-embedder, eval; ``eval run`` is :mod:`~evermind.cli.evalu
 :mod:`~evermind.cli.affect` (train-affect),
 :mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt, merge-adapter),
 :mod:`~evermind.cli.hf` (import-hf), :mod:`~evermind.cli.ingest` (ingest),
-:mod:`~evermind.cli.ask` (ask),
+:mod:`~evermind.cli.ask` (ask), :mod:`~evermind.cli.agent` (agent run, resume, history, list, fork),
 :mod:`~evermind.cli.serve` (serve, push) and :mod:`~evermind.cli.mcp` (mcp, install-mcp, hook);
 :mod:`~evermind.cli.progress` draws the progress bars; :mod:`~evermind.cli.args` holds the
 file-argument types and the help format (every option's default shown). They import their heavy
@@ -33,12 +33,25 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import evermind
-from evermind.cli import adapt, affect, ask, bench, distill, hf, ingest, mcp, serve, studio, train
+from evermind.cli import (
+    adapt,
+    affect,
+    agent,
+    ask,
+    bench,
+    distill,
+    hf,
+    ingest,
+    mcp,
+    serve,
+    studio,
+    train,
+)
 from evermind.cli.args import TEXT_TYPE_NAMES, HelpFormatter
 from evermind.errors import EvermindError
 
 #: The subcommand modules, in the order ``evermind --help`` lists them.
-COMMAND_MODULES = [studio, bench, train, affect, distill, adapt, hf, ingest, ask, serve, mcp]
+COMMAND_MODULES = [studio, bench, train, affect, distill, adapt, hf, ingest, ask, agent, serve, mcp]
 
 
 class Parser(argparse.ArgumentParser):

@@ -11,24 +11,30 @@ and under which names: docs/telemetry.md.
 
 from evermind.telemetry.genai import (
     NOOP,
+    NOOP_SPAN,
     Operation,
+    Span,
     Telemetry,
     activate,
     active,
     error_type,
     start_operation,
+    start_span,
     uninstall,
 )
 from evermind.telemetry.otel import install
 
 __all__ = [
     "NOOP",
+    "NOOP_SPAN",
     "Operation",
+    "Span",
     "Telemetry",
     "activate",
     "active",
     "error_type",
     "install",
     "start_operation",
+    "start_span",
     "uninstall",
 ]

@@ -260,6 +260,15 @@ class Telemetry:
         failed. Yields the span."""
         raise NotImplementedError
 
+    def start_internal(self, name: str, attributes: Mapping[str, Any], parent: Any) -> Any:
+        """A started INTERNAL span under ``parent`` (a span of this backend), or under the
+        current span when ``parent`` is None; not made current (:meth:`span_context`)."""
+        raise NotImplementedError
+
+    def span_context(self, span: Any) -> AbstractContextManager[None]:
+        """Makes ``span`` current (not as an operation's) inside the block; it does not end."""
+        raise NotImplementedError
+
     def finish_server(self, span: Any, status: int) -> None:
         """Records the response status on a :meth:`serve` span (5xx marks it an error, as the
         HTTP conventions ask of a server; a 4xx is the client's error, not the server's)."""
@@ -333,6 +342,66 @@ class _Live(Operation):
         if not self._nested:
             elapsed = time.perf_counter() - self._start
             self._telemetry.record(operation_measurements(self._attributes, elapsed, self._first))
+
+
+class Span:
+    """A plain span (not a model call: an agent run, one node of a graph); this base class
+    records nothing (:data:`NOOP_SPAN`). Call :meth:`end` once; later calls are ignored."""
+
+    recording = False
+
+    def current(self) -> AbstractContextManager[None]:
+        """Makes this span the parent of spans and operations started inside the block."""
+        return nullcontext()
+
+    def set(self, attributes: Attributes) -> None:
+        """Adds attributes to the span."""
+
+    def end(self, error: BaseException | None = None) -> None:
+        """Ends the span; with ``error``, marked failed (its ``error.type`` and the exception)."""
+
+
+#: The span returned while telemetry is off.
+NOOP_SPAN = Span()
+
+
+class _LiveSpan(Span):
+    recording = True
+
+    def __init__(self, telemetry: Telemetry, span: Any) -> None:
+        self._telemetry = telemetry
+        self._span = span
+        self._ended = False
+
+    def current(self) -> AbstractContextManager[None]:
+        return self._telemetry.span_context(self._span)
+
+    def set(self, attributes: Attributes) -> None:
+        self._span.set_attributes(dict(attributes))
+
+    def end(self, error: BaseException | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if error is not None:
+            self._span.set_attribute(ERROR_TYPE, error_type(error))
+            self._telemetry.set_error(self._span, str(error)[:200], error)
+        self._span.end()
+
+
+def start_span(name: str, attributes: Attributes | None = None, parent: Span | None = None) -> Span:
+    """Starts an INTERNAL span (:data:`NOOP_SPAN` while telemetry is off); not made current.
+
+    Args:
+        name: The span's name (``invoke_agent {graph}``, ``node {name}``).
+        attributes: Its attributes.
+        parent: Its parent (default: the current span, if any).
+    """
+    telemetry = _active
+    if telemetry is None:
+        return NOOP_SPAN
+    under = parent._span if isinstance(parent, _LiveSpan) else None
+    return _LiveSpan(telemetry, telemetry.start_internal(name, dict(attributes or {}), under))
 
 
 _active: Telemetry | None = None

@@ -113,6 +113,19 @@ class OtelTelemetry(Telemetry):
         with self._current(span, self.trace_api.set_span_in_context(span)):
             yield span
 
+    def start_internal(self, name: str, attributes: Mapping[str, Any], parent: Any) -> Any:
+        context = None if parent is None else self.trace_api.set_span_in_context(parent)
+        kind = self.trace_api.SpanKind.INTERNAL
+        return self.tracer.start_span(name, context=context, kind=kind, attributes=dict(attributes))
+
+    @contextmanager
+    def span_context(self, span: Any) -> Iterator[None]:
+        token = self.context_api.attach(self.trace_api.set_span_in_context(span))
+        try:
+            yield
+        finally:
+            self.context_api.detach(token)
+
     @contextmanager
     def _current(self, span: Any, context: Any) -> Iterator[None]:
         """``context`` (holding ``span``) attached inside the block; the span ends after it."""

@@ -164,6 +164,20 @@ class NativeTelemetry(Telemetry):
         with self._current(span):
             yield span
 
+    def start_internal(
+        self, name: str, attributes: Mapping[str, Any], parent: NativeSpan | None
+    ) -> NativeSpan:
+        ids = _current_ids() if parent is None else (parent.data.trace_id, parent.data.span_id)
+        return self._span(name, KIND_INTERNAL, attributes, ids)
+
+    @contextmanager
+    def span_context(self, span: NativeSpan) -> Iterator[None]:
+        token = _current.set((span, False))
+        try:
+            yield
+        finally:
+            _current.reset(token)
+
     @contextmanager
     def _current(self, span: NativeSpan) -> Iterator[None]:
         """``span`` current (not as an operation's) inside the block; it ends after it."""
