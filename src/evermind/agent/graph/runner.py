@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
@@ -61,7 +62,10 @@ class CompiledGraph(ThreadHistory):
     """A checked graph with its checkpointer: ``invoke``, ``stream``, ``resume``, time travel.
 
     Every method has an async twin (``ainvoke``, ``astream``, ``aresume``); the sync ones
-    run their own event loop and may not be called from inside one.
+    run on an event loop of the graph's own, the same one for every sync call (a client a
+    node keeps, such as an SDK bridge's connection pool, belongs to the loop it was first
+    used on), one call at a time, and may not be called from inside a running loop.
+    :meth:`close` closes that loop.
     """
 
     def __init__(
@@ -80,6 +84,8 @@ class CompiledGraph(ThreadHistory):
         self.interrupt_after = interrupt_after
         self.recursion_limit = recursion_limit
         self.name = graph.name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sync_lock = threading.Lock()
 
     # -- running ------------------------------------------------------------------------
 
@@ -181,12 +187,12 @@ class CompiledGraph(ThreadHistory):
         resume: Any = NOTHING,
         node: str | None = None,
     ) -> RunResult:
-        """:meth:`ainvoke` on its own event loop."""
-        return _run_sync(self.ainvoke(input, thread_id=thread_id, resume=resume, node=node))
+        """:meth:`ainvoke` on the graph's event loop."""
+        return self._run_sync(self.ainvoke(input, thread_id=thread_id, resume=resume, node=node))
 
     def resume(self, thread_id: str, value: Any = NOTHING, *, node: str | None = None) -> RunResult:
-        """:meth:`aresume` on its own event loop."""
-        return _run_sync(self.aresume(thread_id, value, node=node))
+        """:meth:`aresume` on the graph's event loop."""
+        return self._run_sync(self.aresume(thread_id, value, node=node))
 
     def stream(
         self,
@@ -197,22 +203,41 @@ class CompiledGraph(ThreadHistory):
         node: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Iterator[StepEvent | RunResult]:
-        """:meth:`astream` on its own event loop, one superstep at a time."""
+        """:meth:`astream` on the graph's event loop, one superstep at a time."""
         _no_running_loop()
-        loop = asyncio.new_event_loop()
         events = self.astream(
             input, thread_id=thread_id, resume=resume, node=node, metadata=metadata
         )
         try:
             while True:
                 try:
-                    yield loop.run_until_complete(anext(events))
+                    yield self._run_sync(anext(events))
                 except StopAsyncIteration:
                     return
         finally:
-            loop.run_until_complete(events.aclose())
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
+            self._run_sync(events.aclose())
+
+    def _run_sync(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """``coroutine`` run to its end on the graph's event loop (made on first use)."""
+        try:
+            _no_running_loop()
+        except GraphError:
+            coroutine.close()
+            raise
+        with self._sync_lock:
+            loop = self._loop
+            if loop is None or loop.is_closed():
+                loop = self._loop = asyncio.new_event_loop()
+            return loop.run_until_complete(coroutine)
+
+    def close(self) -> None:
+        """Closes the event loop the sync methods run on (a later sync call makes another)."""
+        with self._sync_lock:
+            loop, self._loop = self._loop, None
+            if loop is not None and not loop.is_closed():
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.close()
 
     async def _start(
         self, thread: str, run_id: str, input: Mapping[str, Any], metadata: Mapping[str, Any]
@@ -477,12 +502,3 @@ def _no_running_loop() -> None:
     except RuntimeError:
         return
     raise GraphError("the sync graph API was called inside an event loop; await ainvoke/aresume")
-
-
-def _run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    try:
-        _no_running_loop()
-    except GraphError:
-        coroutine.close()
-        raise
-    return asyncio.run(coroutine)
