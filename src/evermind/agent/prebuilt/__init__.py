@@ -16,6 +16,8 @@ like any other (docs/agents.md, "Prebuilt agents"):
 
 from evermind.agent.prebuilt.messages import user
 from evermind.agent.prebuilt.react import ReactState, create_react_agent
+from evermind.agent.prebuilt.reflection import ReflectionState, approved, create_reflection_agent
+from evermind.agent.prebuilt.supervisor import SupervisorState, create_supervisor
 from evermind.agent.prebuilt.tools import (
     Tool,
     ToolResult,
@@ -27,9 +29,14 @@ from evermind.agent.prebuilt.tools import (
 
 __all__ = [
     "ReactState",
+    "ReflectionState",
+    "SupervisorState",
     "Tool",
     "ToolResult",
+    "approved",
     "create_react_agent",
+    "create_reflection_agent",
+    "create_supervisor",
     "docs_search_tool",
     "memory_recall_tool",
     "memory_remember_tool",

@@ -149,7 +149,7 @@ def schema_of(fn: Callable[..., Any], arg_docs: Mapping[str, str] | None = None)
     label = getattr(fn, "__name__", repr(fn))
     try:
         signature = inspect.signature(fn)
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)
     except (TypeError, ValueError, NameError) as err:
         raise ConfigError(f"tool {label!r}: its signature cannot be read ({err})") from err
     properties: dict[str, Any] = {}
