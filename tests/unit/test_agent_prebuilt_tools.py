@@ -20,6 +20,8 @@ from evermind.errors import ConfigError, InputError
 from evermind.ingest.pipeline import sync_bytes
 from evermind.memory import InMemoryBackend, MemoryStore
 from evermind.memory.sanitize import FENCE_OPEN
+from evermind.vectorstore import AccessScope
+from tests.unit.test_retriever import SCOPE, build
 
 
 def book(
@@ -171,5 +173,22 @@ def test_docs_search_cites_ingested_passages_or_says_no_evidence() -> None:
         assert none.startswith("no evidence")
         with pytest.raises(ConfigError, match="expected a MemoryStore or an EnterpriseRetriever"):
             docs_search_tool(object())
+
+    asyncio.run(main())
+
+
+def test_docs_search_over_the_enterprise_retriever_sees_only_its_scope() -> None:
+    async def main() -> None:
+        retriever = await build()
+        search = docs_search_tool(retriever, scope=SCOPE, top_k=2)
+        found = await search.run({"query": "which port does the server listen on"})
+        assert "(source: kb/config.md)" in found and "port 7420" in found, found
+        outsider = docs_search_tool(retriever, scope=AccessScope("other", frozenset({"user:x"})))
+        refused = await outsider.run({"query": "which port does the server listen on"})
+        assert refused.startswith("no evidence")
+        unscoped = await run_calls(
+            {"docs_search": docs_search_tool(retriever)}, [("c", "docs_search", {"query": "port"})]
+        )
+        assert unscoped[0].is_error and "ScopeRequired" in unscoped[0].content
 
     asyncio.run(main())
