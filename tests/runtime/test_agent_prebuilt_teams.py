@@ -21,7 +21,7 @@ from evermind.agent.prebuilt import (
 )
 from evermind.bridges.anthropic import AnthropicBridge
 from evermind.bridges.openai import OpenAIBridge
-from evermind.errors import ConfigError
+from evermind.errors import ConfigError, GraphError
 from tests.runtime.test_agent_prebuilt_react import bridge_of, upstream  # noqa: F401
 from tests.upstreams import AnthropicUpstream, Conversation, OpenAIUpstream, Upstream
 
@@ -173,3 +173,45 @@ def test_supervisor_configuration_errors(upstream: Upstream) -> None:  # noqa: F
         create_supervisor(bridge, "m", {"w": 3})  # type: ignore[dict-item]
     with pytest.raises(ConfigError, match="tool name 'transfer_to_two words'"):
         create_supervisor(bridge, "m", {"two words": lambda task: task})
+
+
+def test_a_worker_run_is_reused_or_resumed_by_its_thread_and_never_left_waiting() -> None:
+    """A supervisor step that runs again (after a crash) finds its worker's thread: finished,
+    its output is reused; paused, it is resumed; a worker that stops at an interrupt is a
+    clear error of the step, not a silent result."""
+    looked_up: list[str] = []
+
+    def lookup_population(city: str) -> str:
+        """The population of a city."""
+        looked_up.append(city)
+        return "545,000"
+
+    def think(c: Conversation) -> str | list[tuple[str, dict[str, Any]]]:
+        tools = [t.text for t in c.turns if t.role == "tool"]
+        if "lookup_population" in c.tools:
+            return [("lookup_population", {"city": "Lisbon"})] if not tools else tools[0]
+        if not tools:
+            return [("transfer_to_researcher", {"task": "Lisbon"})]
+        return f"Done: {tools[0]}"
+
+    async def main(gpt: OpenAIUpstream) -> None:
+        bridge = OpenAIBridge(api_key=gpt.api_key, base_url=gpt.url + "/v1", max_retries=0)
+        researcher = create_react_agent(bridge, "m", [lookup_population])
+        # The loopback numbers its calls: the supervisor's first is call_000001. A finished
+        # run of the researcher is already in the thread the supervisor would use.
+        gpt.think = lambda c: "from before the crash"
+        await researcher.ainvoke({"messages": ["Lisbon"]}, thread_id="s:researcher:call_000002")
+        gpt.think = think
+        boss = create_supervisor(bridge, "m", {"researcher": researcher})
+        done = await boss.ainvoke({"messages": ["How big is Lisbon?"]}, thread_id="s")
+        assert done.values["answer"] == "Done: from before the crash" and looked_up == []
+
+        # A researcher that pauses before its tools: the supervisor's step fails clearly.
+        paused = create_react_agent(bridge, "m", [lookup_population], interrupt_before=["tools"])
+        strict = create_supervisor(bridge, "m", {"researcher": paused})
+        with pytest.raises(GraphError, match="worker 'researcher' stopped at an interrupt"):
+            await strict.ainvoke({"messages": ["How big is Lisbon?"]}, thread_id="p")
+        await bridge.aclose()
+
+    with OpenAIUpstream() as gpt:
+        asyncio.run(main(gpt))

@@ -17,8 +17,9 @@ Browser-safe (standard library and ``evermind`` only). The graph::
   re-run after a crash resumes or reuses it instead of starting over.
 - A call of a name that is no worker (``transfer_to_nobody``, any other tool) gets an error
   result naming the workers, from the ``unknown_worker`` node; a worker's failure is an
-  error result too. ``max_handoffs`` bounds the transfers of one run (``stop_reason``
-  ``max_handoffs``; calls past it are answered "not run").
+  error result too; a worker graph that stops at an interrupt stops the run (a
+  ``GraphError`` naming its thread). ``max_handoffs`` bounds the transfers of one run
+  (``stop_reason`` ``max_handoffs``; calls past it are answered "not run").
 
 State (:class:`SupervisorState`): ``messages`` (appended), ``handoffs`` (worker results this
 run), ``answer``, ``stop_reason``, ``facts``.
@@ -117,9 +118,9 @@ def output_of(values: Mapping[str, Any]) -> str:
 
 async def _run_graph(
     worker: CompiledGraph, name: str, task: str, ctx: NodeContext, call_id: str, make: Any
-) -> str:
+) -> str | None:
     """The worker graph's output for ``task``, in its own thread (resumed or reused if a
-    crash re-runs the step)."""
+    crash re-runs the step); None when the worker stopped at an interrupt."""
     thread = f"{ctx.thread_id}:{name}:{call_id}"
     try:
         snapshot = await asyncio.to_thread(worker.get_state, thread)
@@ -132,12 +133,7 @@ async def _run_graph(
     else:
         result = await worker.aresume(thread)
     ctx.cost_usd += result.cost_usd
-    if result.status != "done":
-        raise GraphError(
-            f"worker {name!r} stopped at an interrupt in thread {thread!r}; a supervisor's "
-            "workers must run to the end (resume that thread, or give the worker no pauses)"
-        )
-    return output_of(result.values)
+    return output_of(result.values) if result.status == "done" else None
 
 
 def create_supervisor(
@@ -243,6 +239,7 @@ def create_supervisor(
         if not isinstance(task, str) or not task.strip():
             note = f"error: {tool_name} needs a non-empty 'task' string, got {task!r}"
             return ToolResult(call_id, tool_name, note, True)
+        text: str | None
         try:
             if isinstance(worker, CompiledGraph):
                 text = await _run_graph(
@@ -257,6 +254,12 @@ def create_supervisor(
         except Exception as err:  # the supervisor reads the failure and decides
             note = f"error: worker {worker_name!r} failed: {type(err).__name__}: {err}"
             return ToolResult(call_id, tool_name, note, True)
+        if text is None:  # not an answer: a human's question would be lost in an error result
+            raise GraphError(
+                f"worker {worker_name!r} stopped at an interrupt in thread "
+                f"'{ctx.thread_id}:{worker_name}:{call_id}'; a supervisor's workers must run to "
+                "the end (answer it there and resume the supervisor, or give the worker no pauses)"
+            )
         return ToolResult(call_id, tool_name, text)
 
     def unknown(state: dict[str, Any]) -> dict[str, Any]:
