@@ -117,6 +117,7 @@ def create_react_agent(
     on_text: Callable[[str], Any] | None = None,
     checkpointer: Checkpointer | None = None,
     interrupt_before: Sequence[str] = (),
+    interrupt_after: Sequence[str] = (),
     name: str = "react_agent",
     tenant: str = "default",
     **request_options: Any,
@@ -140,6 +141,7 @@ def create_react_agent(
         checkpointer: Where the run's steps are written (default: in memory).
         interrupt_before: e.g. ``["tools"]``: stop before running tools, for a human to
             approve (``resume``) or answer a call with ``update_state`` first.
+        interrupt_after: Nodes to pause after (``agent``: see each model turn).
         name: The graph's name (telemetry, ``evermind agent list``).
         tenant: ``ChatRequest.tenant``.
         **request_options: Other ``ChatRequest`` fields (``temperature``, ``extra``).
@@ -202,5 +204,8 @@ def create_react_agent(
     graph.add_edge(START, "agent").add_edge("tools", "agent")
     graph.add_conditional_edges("agent", route, {"tools": "tools", END: END})
     return graph.compile(
-        checkpointer, interrupt_before=interrupt_before, recursion_limit=2 * max_steps + 1
+        checkpointer,
+        interrupt_before=interrupt_before,
+        interrupt_after=interrupt_after,
+        recursion_limit=2 * max_steps + 1,
     )

@@ -70,6 +70,7 @@ def create_reflection_agent(
     max_tokens: int = 1024,
     checkpointer: Checkpointer | None = None,
     interrupt_before: Sequence[str] = (),
+    interrupt_after: Sequence[str] = (),
     name: str = "reflection_agent",
     tenant: str = "default",
 ) -> CompiledGraph:
@@ -88,6 +89,7 @@ def create_reflection_agent(
         max_tokens: ``ChatRequest.max_tokens`` of each call.
         checkpointer: Where the run's steps are written (default: in memory).
         interrupt_before: Nodes to pause before (``revise``: a human sees each critique).
+        interrupt_after: Nodes to pause after.
         name: The graph's name.
         tenant: ``ChatRequest.tenant``.
 
@@ -159,5 +161,8 @@ def create_reflection_agent(
     graph.add_edge("revise", "critique")
     graph.add_conditional_edges("critique", route, {"revise": "revise", END: END})
     return graph.compile(
-        checkpointer, interrupt_before=interrupt_before, recursion_limit=2 * max_rounds + 1
+        checkpointer,
+        interrupt_before=interrupt_before,
+        interrupt_after=interrupt_after,
+        recursion_limit=2 * max_rounds + 1,
     )

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, TypedDict
 
 from evermind.agent.graph import END, START, AgentGraph, CompiledGraph, NodeContext
@@ -147,7 +147,8 @@ def create_supervisor(
     max_handoffs: int = 8,
     max_tokens: int = 1024,
     checkpointer: Checkpointer | None = None,
-    interrupt_before: list[str] | tuple[str, ...] = (),
+    interrupt_before: Sequence[str] = (),
+    interrupt_after: Sequence[str] = (),
     name: str = "supervisor",
     tenant: str = "default",
 ) -> CompiledGraph:
@@ -165,6 +166,7 @@ def create_supervisor(
         max_tokens: ``ChatRequest.max_tokens`` of each call.
         checkpointer: Where the run's steps are written (default: in memory).
         interrupt_before: Nodes to pause before (a worker's name: approve the handoff).
+        interrupt_after: Nodes to pause after (``supervisor``: see each decision).
         name: The graph's name.
         tenant: ``ChatRequest.tenant``.
 
@@ -291,5 +293,8 @@ def create_supervisor(
     graph.add_edge(START, "supervisor").add_edge(UNKNOWN, "supervisor")
     graph.add_conditional_edges("supervisor", route, [*workers, UNKNOWN, END])
     return graph.compile(
-        checkpointer, interrupt_before=interrupt_before, recursion_limit=2 * max_handoffs + 3
+        checkpointer,
+        interrupt_before=interrupt_before,
+        interrupt_after=interrupt_after,
+        recursion_limit=2 * max_handoffs + 3,
     )
