@@ -125,7 +125,7 @@ def create_react_agent(
     """A compiled AgentGraph that answers by calling tools until it can answer.
 
     Args:
-        bridge: Any :class:`~evermind.bridges.Bridge` (Anthropic, OpenAI, Vertex, local).
+        bridge: Any :class:`~evermind.bridges.Bridge` whose model calls tools.
         model: The upstream's model name.
         tools: :class:`Tool` s or plain functions (made tools with :func:`tool`).
         memory: A :class:`~evermind.memory.MemoryStore`: facts recalled into each call, and
