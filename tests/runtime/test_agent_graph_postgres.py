@@ -20,13 +20,14 @@ from evermind.agent.graph.postgres import PostgresCheckpointer
 from evermind.errors import Conflict, StoreUnavailable
 from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 from tests.unit.test_agent_graph import (  # noqa: F401 - collected again with our fixture
+    test_a_bad_update_is_not_kept_so_the_fixed_node_resumes,
     test_a_failed_node_keeps_its_siblings_work_for_the_resume,
     test_a_join_waits_for_its_slowest_branch,
+    test_a_node_is_retried_in_its_step_and_then_fails,
     test_a_router_may_fan_out_through_a_mapping,
     test_a_superstep_runs_its_nodes_on_the_state_at_its_start,
     test_conditional_edges_route_on_the_merged_state,
     test_fork_from_a_checkpoint_diverges_without_touching_the_original,
-    test_a_bad_update_is_not_kept_so_the_fixed_node_resumes,
     test_interrupt_after_checkpoints_the_step_then_pauses,
     test_interrupt_asks_a_human_and_resume_answers,
     test_interrupt_before_pauses_and_resume_goes_on,

@@ -384,6 +384,8 @@ def test_unknown_threads_and_a_resume_without_thread() -> None:
         compiled.get_state("x")
     with pytest.raises(InputError, match="nothing to run"):
         compiled.invoke(None)
+    with pytest.raises(InputError, match="an input starts a run"):
+        compiled.invoke({"topic": "x"}, resume="yes")
     with pytest.raises(InputError, match="not a key of Notes"):
         compiled.invoke({"bogus": True})
 
@@ -504,3 +506,27 @@ def test_interrupt_after_checkpoints_the_step_then_pauses(store: Any) -> None:
     assert done.status == "done" and ran == ["draft", "send"] and done.interrupts == []
     with pytest.raises(ConfigError, match="interrupt_after names 'zz'"):
         g.compile(interrupt_after=["zz"])
+
+
+def test_a_node_is_retried_in_its_step_and_then_fails(store: Any) -> None:
+    calls: list[int] = []
+
+    def flaky(state: Notes, ctx: NodeContext) -> dict[str, Any]:
+        calls.append(ctx.step)
+        if len(calls) < 3:
+            raise TimeoutError("upstream slow")
+        return {"seen": f"after {len(calls)} attempts"}
+
+    g = AgentGraph(Notes)
+    g.add_node("flaky", flaky, retries=2, retry_backoff_s=0.001)
+    g.add_edge(START, "flaky").add_edge("flaky", END)
+    assert g.compile(store).invoke({"topic": "t"}).values["seen"] == "after 3 attempts"
+    assert calls == [0, 0, 0]
+
+    g2 = AgentGraph(Notes)
+    g2.add_node("down", lambda s: 1 / 0, retries=1, retry_backoff_s=0)
+    g2.add_edge(START, "down").add_edge("down", END)
+    with pytest.raises(NodeError, match="ZeroDivisionError"):
+        g2.compile(store).invoke({"topic": "t"})
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        g2.add_node("bad", lambda s: None, retries=-1)

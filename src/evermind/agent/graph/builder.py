@@ -76,19 +76,33 @@ class AgentGraph:
         self.joins: list[tuple[tuple[str, ...], str]] = []
         self.branches: dict[str, list[Branch]] = {}
 
-    def add_node(self, name: str, node: Any) -> AgentGraph:
+    def add_node(
+        self, name: str, node: Any, *, retries: int = 0, retry_backoff_s: float = 0.5
+    ) -> AgentGraph:
         """Adds a node: a function (sync or async) ``state -> update dict`` (or ``(state,
         ctx)``), or an object with such a ``run`` / ``invoke`` method, or any callable.
 
+        Args:
+            name: The node's name.
+            node: What runs.
+            retries: How often an exception it raises is retried in the same step (a
+                question, ``interrupt()``, and graph errors are not retried).
+            retry_backoff_s: Seconds before the first retry, doubling after each.
+
         Raises:
-            ConfigError: A reserved or taken name, or nothing callable.
+            ConfigError: A reserved or taken name, nothing callable, a negative retry count.
         """
+        if retries < 0 or retry_backoff_s < 0:
+            raise ConfigError(
+                f"node {name!r}: retries ({retries}) and retry_backoff_s ({retry_backoff_s}) "
+                "must be >= 0"
+            )
         if not isinstance(name, str) or not name or name in (START, END):
             raise ConfigError(f"node name {name!r} is reserved or empty; choose another")
         if name in self.nodes:
             raise ConfigError(f"node {name!r} is already in the graph")
         fn = _callable_of(name, node)
-        self.nodes[name] = Node(name, fn, _takes_context(fn))
+        self.nodes[name] = Node(name, fn, _takes_context(fn), retries, retry_backoff_s)
         return self
 
     def add_edge(self, source: str | Sequence[str], target: str) -> AgentGraph:

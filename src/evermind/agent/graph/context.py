@@ -45,6 +45,10 @@ class NodeContext:
         self._answers = list(answers)
         self._asked = 0
 
+    def restart(self) -> None:
+        """A new attempt of the node: its ``interrupt()`` calls count from the first again."""
+        self._asked = 0
+
     def interrupt(self, payload: Any = None) -> Any:
         """Asks a human: the first run stops here (the payload shown by ``get_state``); after
         ``resume(thread_id, value)`` the node runs again from its start and this call returns

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
@@ -39,12 +40,13 @@ from evermind.agent.graph.context import NodeContext, enter
 from evermind.agent.graph.errors import GraphInterrupt, GraphRecursionError, NodeError
 from evermind.agent.graph.events import Interrupt, RunResult, StepEvent
 from evermind.agent.graph.history import ThreadHistory, new_id, pending_interrupts, step_cost
-from evermind.agent.graph.shape import END, START, GraphShape
+from evermind.agent.graph.shape import END, START, GraphShape, Node
 from evermind.agent.graph.state import as_update
 from evermind.errors import Conflict, GraphError, InputError, NotFound
 from evermind.telemetry import Span, start_span
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 #: ``resume``'s "no value given".
 NOTHING: Any = object()
 #: The span attributes of a graph run.
@@ -111,6 +113,8 @@ class CompiledGraph(ThreadHistory):
         """
         if input is None and not thread_id:
             raise InputError("nothing to run: give an input, or the thread_id to resume")
+        if input is not None and (resume is not NOTHING or node is not None):
+            raise InputError("an input starts a run; resume= and node= answer a waiting one")
         thread = thread_id or new_id()
         run_id = new_id()
         span = start_span(f"invoke_agent {self.name}", {
@@ -359,13 +363,7 @@ class CompiledGraph(ThreadHistory):
         failure: BaseException | None = None
         try:
             with span.current():
-                args = (self.state.view(start.values), ctx)[: 2 if node.takes_context else 1]
-                if _is_async(node.fn):
-                    result = await node.fn(*args)
-                else:
-                    result = await asyncio.to_thread(node.fn, *args)
-                    if inspect.isawaitable(result):
-                        result = await result
+                result = await self._attempts(node, start.values, ctx, span)
             update = as_update(name, result)
             self.state.check_keys(name, update)  # before it is kept: a bad one is not resumed
         except GraphInterrupt as asked:
@@ -392,6 +390,30 @@ class CompiledGraph(ThreadHistory):
             thread, start.checkpoint_id, name, UPDATE, 0, value
         ))  # fmt: skip
         return value
+
+    async def _attempts(
+        self, node: Node, values: dict[str, Any], ctx: NodeContext, span: Span
+    ) -> Any:
+        """The node's result, after up to ``node.retries`` retries of a raised exception
+        (not a question, not a graph error), waiting ``retry_backoff_s`` doubling between."""
+        for attempt in range(node.retries + 1):
+            ctx.restart()
+            span.set({"evermind.graph.attempts": attempt + 1})
+            args = (self.state.view(values), ctx)[: 2 if node.takes_context else 1]
+            try:
+                if _is_async(node.fn):
+                    return await node.fn(*args)
+                result = await asyncio.to_thread(node.fn, *args)
+                return await result if inspect.isawaitable(result) else result
+            except (GraphInterrupt, GraphError):
+                raise
+            except Exception as err:
+                if attempt == node.retries:
+                    raise
+                logger.warning("node %r failed (%s: %s); retrying", node.name,
+                               type(err).__name__, err)  # fmt: skip
+                await asyncio.sleep(node.retry_backoff_s * 2**attempt)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _route(
         self, sources: list[str], values: dict[str, Any], waiting: dict[str, list[str]], step: int

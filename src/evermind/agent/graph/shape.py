@@ -21,11 +21,14 @@ DEFAULT_RECURSION_LIMIT = 25
 
 @dataclass(frozen=True)
 class Node:
-    """A node: its name, what runs, and whether it takes the :class:`NodeContext` too."""
+    """A node: its name, what runs, whether it takes the :class:`NodeContext` too, and how
+    often an exception it raises is retried (waiting ``retry_backoff_s``, doubling)."""
 
     name: str
     fn: Callable[..., Any]
     takes_context: bool
+    retries: int = 0
+    retry_backoff_s: float = 0.5
 
 
 @dataclass(frozen=True)
