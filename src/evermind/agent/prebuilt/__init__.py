@@ -10,22 +10,21 @@ like any other (docs/agents.md, "Prebuilt agents"):
   critique, revise, until the critic approves or the bound;
 - :func:`create_supervisor` (:mod:`~evermind.agent.prebuilt.supervisor`): a model routes a
   task between worker agents with ``transfer_to_<name>`` tool calls;
-- tools (:mod:`~evermind.agent.prebuilt.tools`): :func:`tool` (any Python function),
-  :func:`memory_recall_tool`, :func:`memory_remember_tool`, :func:`docs_search_tool`.
+- tools: :func:`tool` (any Python function; :mod:`~evermind.agent.prebuilt.tools`),
+  :func:`memory_recall_tool`, :func:`memory_remember_tool`, :func:`docs_search_tool`
+  (:mod:`~evermind.agent.prebuilt.memory_tools`).
 """
 
+from evermind.agent.prebuilt.memory_tools import (
+    docs_search_tool,
+    memory_recall_tool,
+    memory_remember_tool,
+)
 from evermind.agent.prebuilt.messages import user
 from evermind.agent.prebuilt.react import ReactState, create_react_agent
 from evermind.agent.prebuilt.reflection import ReflectionState, approved, create_reflection_agent
 from evermind.agent.prebuilt.supervisor import SupervisorState, create_supervisor
-from evermind.agent.prebuilt.tools import (
-    Tool,
-    ToolResult,
-    docs_search_tool,
-    memory_recall_tool,
-    memory_remember_tool,
-    tool,
-)
+from evermind.agent.prebuilt.tools import Tool, ToolResult, tool
 
 __all__ = [
     "ReactState",

@@ -33,6 +33,7 @@ from typing import Annotated, Any, TypedDict
 
 from evermind.agent.graph import END, START, AgentGraph, CompiledGraph, NodeContext
 from evermind.agent.graph.checkpoint import Checkpointer
+from evermind.agent.prebuilt.memory_tools import memory_remember_tool
 from evermind.agent.prebuilt.messages import (
     add_messages,
     assistant_turn,
@@ -43,13 +44,7 @@ from evermind.agent.prebuilt.messages import (
     tool_turn,
     unanswered_calls,
 )
-from evermind.agent.prebuilt.tools import (
-    Tool,
-    ToolResult,
-    as_tools,
-    memory_remember_tool,
-    run_calls,
-)
+from evermind.agent.prebuilt.tools import Tool, ToolResult, as_tools, run_calls
 from evermind.agent.ssm_agent import facts_block, recall_facts
 from evermind.bridges.base import Bridge, ChatRequest, Completion
 from evermind.errors import ConfigError, InputError, UpstreamError
