@@ -19,6 +19,13 @@ What they do, deterministically:
 - Tools: when the request offers tools and the last user text names one, the model calls
   it with ``{"query": <that text>}``; when the last turn is a tool result, the answer is
   ``"Tool said: <result>"``.
+- A scripted model, for multi-step tool use (``think=``, or set :attr:`Upstream.think`):
+  ``think(conversation)`` sees the request as a :class:`Conversation` (the system text,
+  prompt and facts joined; the turns, tool results as ``tool`` turns; the tools offered)
+  and returns the answer's text, or a list of ``(tool name, arguments)`` calls (several:
+  parallel calls in one turn), which each route answers in its own wire format (Anthropic
+  ``tool_use`` blocks, Chat Completions ``tool_calls``, Responses ``function_call`` items),
+  streamed or not. It replaces the two rules above.
 - Prompt caching is simulated so usage fields mean something: Anthropic caches the prefix
   up to each ``cache_control`` breakpoint (tools, then system, then messages, the API's
   order): a breakpoint whose prefix was seen before is read from the cache
@@ -110,6 +117,44 @@ def _text_of(content: object) -> str:
     return ""
 
 
+def _conversation(
+    body: dict[str, Any], messages: list[dict[str, Any]], tools: list[str]
+) -> Conversation:
+    """A request in any of the three wire formats as the scripted model sees it."""
+    system = body.get("system")
+    parts = [system] if isinstance(system, str) else [_text_of(system)]
+    parts.append(str(body.get("instructions") or ""))
+    turns: list[Turn] = []
+    for message in messages:
+        role, content = str(message.get("role")), message.get("content")
+        if role in ("system", "developer"):
+            parts.append(_text_of(content))
+        elif role == "tool":
+            turns.append(Turn("tool", _text_of(content)))
+        elif isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+        ):
+            turns += [
+                Turn("tool", _text_of([b]))
+                for b in content
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            ]
+        else:
+            calls = [
+                str((c.get("function") or {}).get("name"))
+                for c in message.get("tool_calls") or ()
+                if isinstance(c, dict)
+            ]
+            if isinstance(content, list):
+                calls += [
+                    str(b.get("name"))
+                    for b in content
+                    if isinstance(b, dict) and b.get("type") == "tool_use"
+                ]
+            turns.append(Turn(role, _text_of(content), tuple(calls)))
+    return Conversation("\n".join(p for p in parts if p), tuple(turns), tuple(tools))
+
+
 class _Cut(Exception):
     """Raised inside a response body: uvicorn then drops the connection mid-body."""
 
@@ -130,11 +175,39 @@ class _Fault:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One turn of a :class:`Conversation`: ``role`` user, assistant or tool (a tool's
+    result), its text, and the names of the tools an assistant turn called."""
+
+    role: str
+    text: str
+    tool_calls: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A request as the scripted model (:attr:`Upstream.think`) sees it, whatever the wire
+    format: the system text (prompt and facts joined), the turns, the tool names offered."""
+
+    system: str
+    turns: tuple[Turn, ...]
+    tools: tuple[str, ...]
+
+    @property
+    def last(self) -> Turn:
+        return self.turns[-1] if self.turns else Turn("user", "")
+
+
+#: A scripted model: the answer's text, or tool calls ``[(name, arguments), ...]``.
+Think = Callable[[Conversation], "str | list[tuple[str, dict[str, Any]]]"]
+
+
+@dataclass(frozen=True)
 class _Answer:
-    """What the model says: text, or one tool call; and why it stopped."""
+    """What the model says: text, or tool calls (usually one); and why it stopped."""
 
     text: str
-    tool: tuple[str, dict[str, Any]] | None
+    tools: tuple[tuple[str, dict[str, Any]], ...]
     truncated: bool
 
 
@@ -144,6 +217,7 @@ class Upstream:
     Args:
         api_key: The one key it accepts.
         reply: The answer to a last user turn's text.
+        think: A scripted model (see the module docstring).
         latency_s: Delay before each response's first byte.
         chunk_delay_s: Delay between streamed events.
     """
@@ -155,11 +229,14 @@ class Upstream:
         api_key: str = "sk-loopback-test",
         *,
         reply: Callable[[str], str] = default_reply,
+        think: Think | None = None,
         latency_s: float = 0.0,
         chunk_delay_s: float = 0.0,
     ) -> None:
         self.api_key = api_key
         self.reply = reply
+        #: The scripted model (None: the default rules); see the module docstring.
+        self.think = think
         self.latency_s = latency_s
         self.chunk_delay_s = chunk_delay_s
         self.requests: list[Recorded] = []
@@ -345,6 +422,13 @@ class Upstream:
         return JSONResponse(self._error(status, kind, message), status, headers=headers)
 
     def _answer(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> _Answer:
+        limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 30)
+        if self.think is not None:
+            said = self.think(_conversation(body, messages, self._tool_names(body)))
+            if isinstance(said, list):
+                return _Answer("", tuple((str(n), dict(a)) for n, a in said), False)
+            words = _pieces(said)
+            return _Answer("".join(words[:limit]).strip(), (), len(words) > limit)
         last = messages[-1] if messages else {}
         content = last.get("content")
         tool_result = last.get("role") == "tool" or (
@@ -357,11 +441,10 @@ class Upstream:
         else:
             for name in self._tool_names(body):
                 if name in text:
-                    return _Answer("", (name, {"query": text}), False)
+                    return _Answer("", ((name, {"query": text}),), False)
             reply = self.reply(text)
         words = _pieces(reply)
-        limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1 << 30)
-        return _Answer("".join(words[:limit]).strip(), None, len(words) > limit)
+        return _Answer("".join(words[:limit]).strip(), (), len(words) > limit)
 
     def _tool_names(self, body: dict[str, Any]) -> list[str]:
         raise NotImplementedError
@@ -485,17 +568,18 @@ class AnthropicUpstream(Upstream):
         }
         with self._lock:
             message_id = f"msg_loopback_{self._served:06d}"
-        if answer.tool is not None:
-            name, arguments = answer.tool
+        if answer.tools:
             content: list[dict[str, Any]] = [
                 {
                     "type": "tool_use",
-                    "id": f"toolu_{self._served:06d}",
+                    "id": f"toolu_{self._served:06d}" + (f"_{i}" if i else ""),
                     "name": name,
                     "input": arguments,
                 }
+                for i, (name, arguments) in enumerate(answer.tools)
             ]
-            stop, output = "tool_use", count_tokens(json.dumps(arguments))
+            stop = "tool_use"
+            output = sum(count_tokens(json.dumps(b["input"])) for b in content)
         else:
             content = [{"type": "text", "text": answer.text}]
             stop = "max_tokens" if answer.truncated else "end_turn"
@@ -639,15 +723,18 @@ class OpenAIUpstream(Upstream):
         with self._lock:
             ident, served = f"chatcmpl-loopback{self._served:06d}", self._served
         created = 1_700_000_000 + served
-        if answer.tool is not None:
-            name, arguments = answer.tool
-            call = {
-                "id": f"call_{served:06d}",
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(arguments)},
-            }
-            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
-            finish, output = "tool_calls", count_tokens(json.dumps(arguments))
+        if answer.tools:
+            calls = [
+                {
+                    "id": f"call_{served:06d}" + (f"_{i}" if i else ""),
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+                for i, (name, arguments) in enumerate(answer.tools)
+            ]
+            message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": calls}
+            finish = "tool_calls"
+            output = sum(count_tokens(c["function"]["arguments"]) for c in calls)
         else:
             message = {"role": "assistant", "content": answer.text, "refusal": None}
             finish = "length" if answer.truncated else "stop"
@@ -692,26 +779,31 @@ class OpenAIUpstream(Upstream):
         cached = self._prefix_cached(messages)
         with self._lock:
             served = self._served
-        if answer.tool is not None:
-            name, arguments = answer.tool
-            item: dict[str, Any] = {
-                "type": "function_call",
-                "id": f"fc_loopback{served:06d}",
-                "call_id": f"call_{served:06d}",
-                "name": name,
-                "arguments": json.dumps(arguments),
-                "status": "completed",
-            }
-            output = count_tokens(item["arguments"])
+        items: list[dict[str, Any]]
+        if answer.tools:
+            items = [
+                {
+                    "type": "function_call",
+                    "id": f"fc_loopback{served:06d}" + (f"_{i}" if i else ""),
+                    "call_id": f"call_{served:06d}" + (f"_{i}" if i else ""),
+                    "name": name,
+                    "arguments": json.dumps(arguments),
+                    "status": "completed",
+                }
+                for i, (name, arguments) in enumerate(answer.tools)
+            ]
+            output = sum(count_tokens(item["arguments"]) for item in items)
         else:
             text = {"type": "output_text", "text": answer.text, "annotations": [], "logprobs": []}
-            item = {
-                "type": "message",
-                "id": f"msg_loopback{served:06d}",
-                "status": "completed",
-                "role": "assistant",
-                "content": [text],
-            }
+            items = [
+                {
+                    "type": "message",
+                    "id": f"msg_loopback{served:06d}",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [text],
+                }
+            ]
             output = count_tokens(answer.text)
         response = {
             "id": f"resp_loopback{served:06d}",
@@ -723,7 +815,7 @@ class OpenAIUpstream(Upstream):
             "instructions": body.get("instructions"),
             "max_output_tokens": body.get("max_output_tokens"),
             "model": body["model"],
-            "output": [item],
+            "output": items,
             "parallel_tool_calls": True,
             "previous_response_id": body.get("previous_response_id"),
             "reasoning": {"effort": None, "summary": None},
@@ -783,20 +875,19 @@ class OpenAIUpstream(Upstream):
             return f"data: {json.dumps(data)}\n\n".encode()
 
         events = [chunk({"role": "assistant", "content": "", "refusal": None})]
-        if message.get("tool_calls"):
-            call = message["tool_calls"][0]
+        for index, call in enumerate(message.get("tool_calls") or ()):
             raw = call["function"]["arguments"]
             opening = {
                 **call,
-                "index": 0,
+                "index": index,
                 "function": {"name": call["function"]["name"], "arguments": ""},
             }
             events.append(chunk({"tool_calls": [opening]}))
             for part in (raw[: len(raw) // 2], raw[len(raw) // 2 :]):
                 events.append(
-                    chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
+                    chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
                 )
-        else:
+        if not message.get("tool_calls"):
             events += [chunk({"content": piece}) for piece in _pieces(message["content"])]
         events.append(chunk({}, finish))
         if usage is not None:
@@ -840,39 +931,41 @@ def _response_events(response: dict[str, Any]) -> list[bytes]:
     opened = {**response, "status": "in_progress", "output": [], "usage": None}
     events += [("response.created", {"response": opened})]
     events += [("response.in_progress", {"response": opened})]
-    item = response["output"][0]
-    at = {"output_index": 0}
-    if item["type"] == "function_call":
-        events.append(
-            (
-                "response.output_item.added",
-                {**at, "item": {**item, "arguments": "", "status": "in_progress"}},
+    for index, item in enumerate(response["output"]):
+        at = {"output_index": index}
+        if item["type"] == "function_call":
+            events.append(
+                (
+                    "response.output_item.added",
+                    {**at, "item": {**item, "arguments": "", "status": "in_progress"}},
+                )
             )
-        )
-        raw = item["arguments"]
-        ident = {"item_id": item["id"], **at}
-        for part in (raw[: len(raw) // 2], raw[len(raw) // 2 :]):
-            events.append(("response.function_call_arguments.delta", {**ident, "delta": part}))
-        events.append(
-            (
-                "response.function_call_arguments.done",
-                {**ident, "name": item["name"], "arguments": raw},
+            raw = item["arguments"]
+            ident = {"item_id": item["id"], **at}
+            for part in (raw[: len(raw) // 2], raw[len(raw) // 2 :]):
+                events.append(("response.function_call_arguments.delta", {**ident, "delta": part}))
+            events.append(
+                (
+                    "response.function_call_arguments.done",
+                    {**ident, "name": item["name"], "arguments": raw},
+                )
             )
-        )
-    else:
-        part = item["content"][0]
-        empty = {**part, "text": ""}
-        ident = {"item_id": item["id"], **at, "content_index": 0}
-        added = {**item, "status": "in_progress", "content": []}
-        events.append(("response.output_item.added", {**at, "item": added}))
-        events.append(("response.content_part.added", {**ident, "part": empty}))
-        for piece in _pieces(part["text"]):
-            events.append(("response.output_text.delta", {**ident, "delta": piece, "logprobs": []}))
-        events.append(
-            ("response.output_text.done", {**ident, "text": part["text"], "logprobs": []})
-        )
-        events.append(("response.content_part.done", {**ident, "part": part}))
-    events.append(("response.output_item.done", {**at, "item": item}))
+        else:
+            part = item["content"][0]
+            empty = {**part, "text": ""}
+            ident = {"item_id": item["id"], **at, "content_index": 0}
+            added = {**item, "status": "in_progress", "content": []}
+            events.append(("response.output_item.added", {**at, "item": added}))
+            events.append(("response.content_part.added", {**ident, "part": empty}))
+            for piece in _pieces(part["text"]):
+                events.append(
+                    ("response.output_text.delta", {**ident, "delta": piece, "logprobs": []})
+                )
+            events.append(
+                ("response.output_text.done", {**ident, "text": part["text"], "logprobs": []})
+            )
+            events.append(("response.content_part.done", {**ident, "part": part}))
+        events.append(("response.output_item.done", {**at, "item": item}))
     final = "response.completed" if response["status"] == "completed" else "response.incomplete"
     events.append((final, {"response": response}))
     return [

@@ -61,6 +61,36 @@ _BLOCK = re.compile(r"<remember>(?P<body>.*?)</remember>", re.IGNORECASE | re.DO
 _PRONOUN = re.compile(r"\bmy\b", re.IGNORECASE)
 
 
+async def recall_facts(
+    store: MemoryStore,
+    text: str,
+    max_facts: int = 8,
+    budget_tokens: int = 512,
+    count_tokens: Callable[[str], int] | None = None,
+) -> list[Hit]:
+    """The recall-each-turn rule: the top ``max_facts`` memories for ``text`` by the store's
+    ``recall``, kept in rank order while their tokens (``count_tokens``, default
+    :func:`~evermind.agent.router.approx_tokens`) fit ``budget_tokens``; none for empty text.
+    """
+    if max_facts == 0 or not text.strip():
+        return []
+    count = count_tokens or approx_tokens
+    chosen: list[Hit] = []
+    used = 0
+    for hit in await store.recall(text[:8192], top_k=max_facts):
+        cost = count(hit.content)
+        if used + cost > budget_tokens:
+            continue  # a shorter, lower-ranked fact may still fit
+        chosen.append(hit)
+        used += cost
+    return chosen
+
+
+def facts_block(hits: Sequence[Hit]) -> str | None:
+    """The fenced block ``ChatRequest.facts`` carries for ``hits`` (None: no facts)."""
+    return fence([h.content for h in hits], FACTS_TITLE) if hits else None
+
+
 def extract_facts(user_text: str) -> list[Fact]:
     """The facts a user message states (see the module docstring for the patterns)."""
     facts: list[Fact] = []
@@ -170,17 +200,9 @@ class SSMAgent:
 
     async def recall(self, text: str) -> list[Hit]:
         """The facts for ``text``: top ``max_facts`` by recall, within the token budget."""
-        if self.max_facts == 0 or not text.strip():
-            return []
-        chosen: list[Hit] = []
-        used = 0
-        for hit in await self.store.recall(text[:8192], top_k=self.max_facts):
-            cost = self.count_tokens(hit.content)
-            if used + cost > self.fact_budget_tokens:
-                continue  # a shorter, lower-ranked fact may still fit
-            chosen.append(hit)
-            used += cost
-        return chosen
+        return await recall_facts(
+            self.store, text, self.max_facts, self.fact_budget_tokens, self.count_tokens
+        )
 
     def _bounded_history(self) -> list[Message]:
         kept = self.history[-self.max_history :] if self.max_history else []
@@ -191,7 +213,7 @@ class SSMAgent:
     async def turn(self, user_text: str) -> AgentTurn:
         """One exchange: recall, call the bridge, write back, extend the history."""
         facts = await self.recall(user_text)
-        block = fence([h.content for h in facts], FACTS_TITLE) if facts else None
+        block = facts_block(facts)
         message = Message("user", user_text)
         request = ChatRequest(
             model=self.model,
@@ -217,4 +239,12 @@ class SSMAgent:
         return [await self.turn(text) for text in turns]
 
 
-__all__ = ["FACTS_TITLE", "AgentTurn", "SSMAgent", "extract_facts", "split_model_facts"]
+__all__ = [
+    "FACTS_TITLE",
+    "AgentTurn",
+    "SSMAgent",
+    "extract_facts",
+    "facts_block",
+    "recall_facts",
+    "split_model_facts",
+]
