@@ -144,7 +144,7 @@ def test_another_tenants_rows_are_never_returned(server: ServerThread) -> None:
         ({"eq": ["a b", 1]}, "'a b' is not an identifier"),
         ({"eq": ["status", None]}, "status"),
         ({"eq": ["status", {"x": 1}]}, "status"),
-        ({"in": ["priority", 5]}, "bad operand for 'in'"),
+        ({"in": ["priority", 5]}, "'in' needs a list of values"),
         ({"range": ["age", {"gte": 1, "lt": "z"}]}, "all numbers or all strings"),
         ({"range": ["age", {"about": 3}]}, "unknown range bound"),
         ({"range": ["age", {}]}, "give at least one of"),

@@ -76,6 +76,8 @@ def test_json_form_parses_to_the_same_tree() -> None:
         ({"eq": ["n", [1]]}, "not a metadata value"),
         ({"eq": ["n", float("nan")]}, "not a finite number"),
         ({"eq": ["n", 1], "in": ["n", [1]]}, "expected one"),
+        ({"in": ["color", "red"]}, "'in' needs a list of values"),
+        ({"in": ["n", 3]}, "'in' needs a list of values"),
         ("color = red", "expected one"),
     ],
 )

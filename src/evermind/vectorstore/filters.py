@@ -139,6 +139,12 @@ def parse_filter(spec: object) -> Filter | None:
             return _checked(Eq(name, value))
         if op == "in":
             name, values = arg
+            if not isinstance(values, list | tuple):
+                raise InputError(
+                    f"filter: 'in' needs a list of values, got {values!r}; e.g. "
+                    '{"in": ["status", ["open", "pending"]]}',
+                    code="bad_filter",
+                )
             return _checked(In(name, tuple(values)))
         if op == "range":
             name, bounds = arg
