@@ -24,7 +24,9 @@ one, the model calls it (a ``functionCall`` part, ``{"query": <that text>}``, wi
 ``thoughtSignature`` as a thinking model signs it; ``finishReason`` ``STOP``, as Gemini ends a
 call); when the last turn holds ``functionResponse`` parts, the answer is ``"Tool said:
 <output>"``. A ``functionResponse`` whose ``name`` names no declared function, or a model
-turn's first call part sent back without its signature, is Google's 400 ``INVALID_ARGUMENT``.
+turn's first call part sent back without its signature, or a turn of function responses that
+answers a different number of calls than the turn before it made, is Google's 400
+``INVALID_ARGUMENT``.
 
 A scripted model (``think=``, or set :attr:`~tests.upstreams.Upstream.think`), as on the other
 loopbacks: ``think(conversation)`` sees the request as a :class:`tests.upstreams.Conversation`
@@ -92,6 +94,11 @@ def _text(parts: object) -> str:
     if not isinstance(parts, list):
         return ""
     return " ".join(str(p["text"]) for p in parts if isinstance(p, dict) and "text" in p)
+
+
+def _count(content: dict[str, Any], kind: str) -> int:
+    """How many ``kind`` parts (``functionCall``, ``functionResponse``) a content holds."""
+    return sum(1 for p in content.get("parts") or () if isinstance(p, dict) and kind in p)
 
 
 def _output(response: object) -> str:
@@ -296,6 +303,14 @@ class GeminiUpstream(Upstream):
         for i, content in enumerate(contents):
             if not isinstance(content, dict) or content.get("role") not in ("user", "model"):
                 return f"* GenerateContentRequest.contents[{i}].role: must be user or model"
+            calls = _count(content, "functionCall")
+            following = contents[i + 1] if i + 1 < len(contents) else None
+            if calls and isinstance(following, dict) and _count(following, "functionResponse"):
+                if _count(following, "functionResponse") != calls:
+                    return (
+                        "Please ensure that the number of function response parts is equal to "
+                        "the number of function call parts of the function call turn."
+                    )
             first_call = True
             for j, part in enumerate(content.get("parts") or ()):
                 if not isinstance(part, dict):

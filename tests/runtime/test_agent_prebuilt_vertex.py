@@ -6,8 +6,9 @@ parts sent back by name, the facts in ``systemInstruction``), streamed or not; p
 (only the first signed, as Google signs them) and failures the model reads; a pause before
 tools answered by a human; a call of a function the agent lacks, which Gemini refuses; a
 supervisor delegates to two workers through ``transfer_to_<worker>`` calls; reflection stops
-on the critic's approval. Gemini gives calls no ids: the bridge's ids (carrying each call's
-``thoughtSignature``) are what the agents key on."""
+on the critic's approval; the step bound answers every call, as Gemini requires. Gemini gives
+calls no ids: the bridge's ids (carrying each call's ``thoughtSignature``) are what the agents
+key on."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from evermind.agent.prebuilt import (
     create_reflection_agent,
     create_supervisor,
 )
+from evermind.bridges.base import ChatRequest, Message, ToolCall
 from evermind.bridges.gemini_wire import CALL_ID_PREFIX
 from evermind.bridges.vertex import VertexBridge
 from evermind.errors import UpstreamError
@@ -318,3 +320,50 @@ def test_react_a_pause_before_tools_is_answered_by_a_human(
     assert parts_of(gemini.requests[-1].body)[-1] == (
         "user", "functionResponse", "weather", {"output": "the operator says: rain"}
     )  # fmt: skip
+
+
+def test_react_the_step_bound_answers_every_call_and_the_thread_goes_on(
+    gemini: GeminiUpstream,
+) -> None:
+    """Gemini wants as many responses as the turn made calls: the calls the step bound
+    leaves unrun are answered "not run", so the thread's next turn is accepted."""
+    gemini.think = lambda c: [("offsite_date", {"city": "Lisbon"}), ("weather", {"city": "X"})]
+
+    async def main() -> None:
+        bridge = vertex_express(gemini)
+        agent = create_react_agent(bridge, MODEL, [offsite_date, weather], max_steps=2)
+        result = await agent.ainvoke({"messages": ["loop forever"]}, thread_id="t")
+        assert result.values["stop_reason"] == "max_steps" and result.values["steps"] == 2
+        gemini.think = lambda c: "fine"
+        again = await agent.ainvoke({"messages": ["again"]}, thread_id="t")
+        assert again.values["answer"] == "fine"
+        await bridge.aclose()
+
+    asyncio.run(main())
+    last = gemini.requests[-1].body["contents"]
+    responses = [p["functionResponse"] for p in last[4]["parts"]]
+    assert [r["name"] for r in responses] == ["offsite_date", "weather"]
+    assert all(r["response"]["output"].startswith("not run") for r in responses)
+    assert last[5] == {"role": "user", "parts": [{"text": "again"}]}
+
+
+def test_the_loopback_refuses_fewer_responses_than_calls(gemini: GeminiUpstream) -> None:
+    """What the test above relies on: the loopback checks the count, as Google does."""
+    calls = (ToolCall("a", "offsite_date", {"city": "Lisbon"}), ToolCall("b", "weather", {}))
+    request = ChatRequest(
+        model=MODEL,
+        messages=(
+            Message("user", "go"),
+            Message("assistant", "", tool_calls=calls),
+            Message("tool", "12-14 May", tool_call_id="a"),
+        ),
+        tools=({"name": "offsite_date"}, {"name": "weather"}),
+    )
+
+    async def main() -> None:
+        bridge = vertex_express(gemini)
+        with pytest.raises(UpstreamError, match="number of function response parts"):
+            await bridge.generate(request)
+        await bridge.aclose()
+
+    asyncio.run(main())
