@@ -305,12 +305,12 @@ class GeminiUpstream(Upstream):
                 return f"* GenerateContentRequest.contents[{i}].role: must be user or model"
             calls = _count(content, "functionCall")
             following = contents[i + 1] if i + 1 < len(contents) else None
-            if calls and isinstance(following, dict) and _count(following, "functionResponse"):
-                if _count(following, "functionResponse") != calls:
-                    return (
-                        "Please ensure that the number of function response parts is equal to "
-                        "the number of function call parts of the function call turn."
-                    )
+            answered = _count(following, "functionResponse") if isinstance(following, dict) else 0
+            if calls and answered and answered != calls:
+                return (
+                    "Please ensure that the number of function response parts is equal to "
+                    "the number of function call parts of the function call turn."
+                )
             first_call = True
             for j, part in enumerate(content.get("parts") or ()):
                 if not isinstance(part, dict):
