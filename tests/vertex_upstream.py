@@ -23,8 +23,19 @@ request declares functions (``tools[].functionDeclarations``) and the last user 
 one, the model calls it (a ``functionCall`` part, ``{"query": <that text>}``, with a
 ``thoughtSignature`` as a thinking model signs it; ``finishReason`` ``STOP``, as Gemini ends a
 call); when the last turn holds ``functionResponse`` parts, the answer is ``"Tool said:
-<output>"``. A ``functionResponse`` whose ``name`` names no declared function, or a call
-part sent back without its signature, is Google's 400 ``INVALID_ARGUMENT``.
+<output>"``. A ``functionResponse`` whose ``name`` names no declared function, or a model
+turn's first call part sent back without its signature, or a turn of function responses that
+answers a different number of calls than the turn before it made, is Google's 400
+``INVALID_ARGUMENT``.
+
+A scripted model (``think=``, or set :attr:`~tests.upstreams.Upstream.think`), as on the other
+loopbacks: ``think(conversation)`` sees the request as a :class:`tests.upstreams.Conversation`
+(:func:`gemini_conversation`: the ``systemInstruction`` text; the turns, each
+``functionResponse`` part a ``tool`` turn, a ``model`` turn an ``assistant`` turn with the
+names of its ``functionCall`` parts; the declared functions) and returns the answer's text or
+a list of ``(name, args)`` calls: one ``functionCall`` part each, in one candidate, the first
+signed (Google signs only the first of parallel calls), streamed in one chunk. It replaces the
+two rules above.
 
 ``usageMetadata``: ``promptTokenCount`` (system instruction and every text, as words),
 ``cachedContentTokenCount`` (Gemini's implicit cache, simulated: the longest prefix of
@@ -52,7 +63,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.upstreams import Upstream, _Fault, _pieces, count_tokens
+from tests.upstreams import Conversation, Turn, Upstream, _Fault, _pieces, count_tokens
 
 SIGNATURE = "c2lnbmVkLWJ5LWxvb3BiYWNr"  # base64 of "signed-by-loopback"
 DEFAULT_DIMENSIONS = 8
@@ -83,6 +94,35 @@ def _text(parts: object) -> str:
     if not isinstance(parts, list):
         return ""
     return " ".join(str(p["text"]) for p in parts if isinstance(p, dict) and "text" in p)
+
+
+def _count(content: dict[str, Any], kind: str) -> int:
+    """How many ``kind`` parts (``functionCall``, ``functionResponse``) a content holds."""
+    return sum(1 for p in content.get("parts") or () if isinstance(p, dict) and kind in p)
+
+
+def _output(response: object) -> str:
+    """A ``functionResponse.response`` as text: its ``output``, else its JSON."""
+    if isinstance(response, dict) and "output" in response:
+        return str(response["output"])
+    return json.dumps(response)
+
+
+def gemini_conversation(body: dict[str, Any], tools: list[str]) -> Conversation:
+    """A ``generateContent`` request as the scripted model sees it (see the module
+    docstring)."""
+    system = _text((body.get("systemInstruction") or {}).get("parts"))
+    turns: list[Turn] = []
+    for content in body.get("contents") or ():
+        parts = [p for p in content.get("parts") or () if isinstance(p, dict)]
+        results = [p["functionResponse"] for p in parts if "functionResponse" in p]
+        if results:
+            turns += [Turn("tool", _output(r.get("response"))) for r in results]
+            continue
+        calls = tuple(str(p["functionCall"].get("name")) for p in parts if "functionCall" in p)
+        role = "assistant" if content.get("role") == "model" else "user"
+        turns.append(Turn(role, _text(parts), calls))
+    return Conversation(system, tuple(turns), tuple(tools))
 
 
 class GeminiUpstream(Upstream):
@@ -194,18 +234,20 @@ class GeminiUpstream(Upstream):
         results = [p["functionResponse"] for p in parts if "functionResponse" in p]
         config = body.get("generationConfig") or {}
         limit = int(config.get("maxOutputTokens") or 1 << 30)
-        call: dict[str, Any] | None = None
-        if results:
-            outputs = [r.get("response", {}) for r in results]
-            said = " ".join(
-                str(o.get("output")) if "output" in o else json.dumps(o) for o in outputs
-            )
+        calls: list[dict[str, Any]] = []
+        if self.think is not None:
+            said = self.think(gemini_conversation(body, self._tool_names(body)))
+            if isinstance(said, list):
+                calls = [{"name": str(n), "args": dict(a)} for n, a in said]
+            words = _pieces(said) if isinstance(said, str) else []
+        elif results:
+            said = " ".join(_output(r.get("response", {})) for r in results)
             words = _pieces(f"Tool said: {said}")
         else:
             text = _text(last.get("parts"))
             named = [n for n in self._tool_names(body) if n in text]
             if named:
-                call = {"name": named[0], "args": {"query": text}}
+                calls = [{"name": named[0], "args": {"query": text}}]
             words = _pieces(self.reply(text))
         words, truncated = words[:limit], len(words) > limit
         system = _text((body.get("systemInstruction") or {}).get("parts"))
@@ -215,7 +257,11 @@ class GeminiUpstream(Upstream):
             if isinstance(c, dict)
         )
         cached = min(self._prefix_cached(system, contents), prompt)
-        output = count_tokens(json.dumps(call["args"])) if call else count_tokens("".join(words))
+        output = (
+            sum(count_tokens(json.dumps(c["args"])) for c in calls)
+            if calls
+            else count_tokens("".join(words))
+        )
         usage = {
             "promptTokenCount": prompt,
             "candidatesTokenCount": output,
@@ -227,10 +273,11 @@ class GeminiUpstream(Upstream):
         with self._lock:
             ident = f"loopback-{self._served:06d}"
         head = {"modelVersion": model, "responseId": ident}
-        finish = "MAX_TOKENS" if truncated and call is None else "STOP"
-        if call is not None:
+        finish = "MAX_TOKENS" if truncated and not calls else "STOP"
+        if calls:  # Google signs the first of parallel calls only
             final_parts: list[dict[str, Any]] = [
-                {"functionCall": call, "thoughtSignature": SIGNATURE}
+                {"functionCall": c, **({"thoughtSignature": SIGNATURE} if not i else {})}
+                for i, c in enumerate(calls)
             ]
         else:
             final_parts = [{"text": "".join(words).strip()}]
@@ -247,7 +294,7 @@ class GeminiUpstream(Upstream):
                 **head,
             }
             return self._body_response(payload, fault)
-        chunks = self._chunks(head, final_parts if call else None, words, finish, usage)
+        chunks = self._chunks(head, final_parts if calls else None, words, finish, usage)
         return StreamingResponse(self._paced(chunks, fault), media_type="text/event-stream")
 
     def _check_turns(self, body: dict[str, Any], contents: list[Any]) -> str | None:
@@ -256,10 +303,22 @@ class GeminiUpstream(Upstream):
         for i, content in enumerate(contents):
             if not isinstance(content, dict) or content.get("role") not in ("user", "model"):
                 return f"* GenerateContentRequest.contents[{i}].role: must be user or model"
+            calls = _count(content, "functionCall")
+            following = contents[i + 1] if i + 1 < len(contents) else None
+            answered = _count(following, "functionResponse") if isinstance(following, dict) else 0
+            if calls and answered and answered != calls:
+                return (
+                    "Please ensure that the number of function response parts is equal to "
+                    "the number of function call parts of the function call turn."
+                )
+            first_call = True
             for j, part in enumerate(content.get("parts") or ()):
                 if not isinstance(part, dict):
                     continue
-                if "functionCall" in part and part.get("thoughtSignature") != SIGNATURE:
+                if "functionCall" in part and first_call:
+                    first_call = False
+                    if part.get("thoughtSignature") == SIGNATURE:
+                        continue
                     return (
                         f"Function call is missing a thought_signature in functionCall parts. "
                         f"contents[{i}].parts[{j}]"
