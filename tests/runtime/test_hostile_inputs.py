@@ -60,6 +60,8 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
     "/v1/memory/recall": {"query": "hi"},
     "/v1/semantic-cache/store": {"embedding": [1.0, 0.0], "response": "r", "query": "q"},
     "/v1/semantic-cache/lookup": {"embedding": [1.0, 0.0], "query": "q"},
+    "/v1/retrieve": {"question": "hi"},
+    "/v1/answer": {"question": "hi", "answer_with": "m"},
 }
 
 
@@ -72,6 +74,9 @@ ENDPOINTS: dict[str, dict[str, Any]] = {
         ("/v1/memory/remember", "content"),
         ("/v1/memory/recall", "query"),
         ("/v1/semantic-cache/store", "query"),
+        ("/v1/retrieve", "question"),
+        ("/v1/answer", "question"),
+        ("/v1/answer", "answer_with"),
     ],
 )
 def test_a_lone_surrogate_is_refused_naming_the_field(
