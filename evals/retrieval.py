@@ -167,6 +167,23 @@ def graders(k: int) -> list[Any]:
     ]
 
 
+def outcome(answer: Any) -> Outcome:
+    """What the graders read of one :class:`~evermind.retrieval.Answer`, and its cost."""
+    called = answer.completion is not None
+    values = {
+        "answer": answer.text,
+        "refused": answer.refused,
+        "refused_before_model": answer.refused and not called,
+        "citations": None
+        if answer.refused
+        else [c.number for c in answer.citations] + list(answer.invalid),
+        "offered": len(answer.passages),
+        "cited_sources": list(answer.cited_sources),
+        "retrieved_sources": list(dict.fromkeys(p.source for p in answer.passages)),
+    }
+    return Outcome(values, answer.completion.cost_usd if called else 0.0)
+
+
 async def evaluate(
     setup: Setup,
     bridge: Any,
@@ -186,21 +203,9 @@ async def evaluate(
     )
 
     async def system(case: Case) -> Outcome:
-        answer = await retriever.answer(case.input, bridge, SCOPE, model="extractive-test", k=k)
-        called = answer.completion is not None
-        values = {
-            "answer": answer.text,
-            "refused": answer.refused,
-            "refused_before_model": answer.refused and not called,
-            "citations": None
-            if answer.refused
-            else [c.number for c in answer.citations] + list(answer.invalid),
-            "offered": len(answer.passages),
-            "cited_sources": list(answer.cited_sources),
-            "retrieved_sources": list(dict.fromkeys(p.source for p in answer.passages)),
-        }
-        cost = answer.completion.cost_usd if answer.completion is not None else 0.0
-        return Outcome(values, cost)
+        return outcome(
+            await retriever.answer(case.input, bridge, SCOPE, model="extractive-test", k=k)
+        )
 
     name = f"retrieval ({fusion}, floor {retriever.floor.min_coverage})"
     return await run_eval(name, cases, system, graders(k))
@@ -264,23 +269,11 @@ async def evaluate_ask(
 
             async def system(case: Case) -> Outcome:
                 passages = await search_ingested(store, case.input, k, min_coverage=min_coverage)
-                answer = await answer_ingested(
-                    case.input, passages, bridge, model="extractive-test", tenant=TENANT
+                return outcome(
+                    await answer_ingested(
+                        case.input, passages, bridge, model="extractive-test", tenant=TENANT
+                    )
                 )
-                called = answer.completion is not None
-                values = {
-                    "answer": answer.text,
-                    "refused": answer.refused,
-                    "refused_before_model": answer.refused and not called,
-                    "citations": None
-                    if answer.refused
-                    else [c.number for c in answer.citations] + list(answer.invalid),
-                    "offered": len(answer.passages),
-                    "cited_sources": list(answer.cited_sources),
-                    "retrieved_sources": list(dict.fromkeys(p.source for p in passages)),
-                }
-                cost = answer.completion.cost_usd if called and answer.completion else 0.0
-                return Outcome(values, cost)
 
             report = await run_eval("evermind ask --answer-with", cases, system, graders(k))
     return report, ingested.chunks

@@ -16,7 +16,8 @@ from evermind.retrieval.citations import REFUSAL, SYSTEM_PROMPT
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
 from tests.runtime.helpers import TOKEN_A, TOKEN_B, assert_error, bearer, gateway_config
-from tests.unit.test_ask_answer import FIXTURES, QUESTION, cite_the_one_holding
+from tests.unit.test_ask_answer import cite_the_one_holding
+from tests.unit.test_ask_cli import FIXTURES, QUESTION
 from tests.upstreams import OpenAIUpstream
 
 

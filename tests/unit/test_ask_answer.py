@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,23 +17,12 @@ import pytest
 
 from evermind.cli import main
 from evermind.retrieval.citations import REFUSAL, SYSTEM_PROMPT
+from tests.unit import test_ask_cli
+from tests.unit.test_ask_cli import QUESTION
 from tests.upstreams import OpenAIUpstream
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ingest"
-QUESTION = "How many workers may hold a lease at once?"
-
-
-@pytest.fixture
-def store(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    """The ingest fixtures, ingested by ``evermind ingest`` into a fresh store."""
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(FIXTURES, tmp_path / "kb")
-    db = tmp_path / "memory.db"
-    assert main(["ingest", "kb", "--store", str(db), "--columns", "subject,body"]) == 0
-    capsys.readouterr()
-    return db
+#: The ingest fixtures, ingested by ``evermind ingest`` into a fresh store (test_ask_cli's).
+store = test_ask_cli.store
 
 
 def cite_the_one_holding(needle: str) -> Callable[[str], str]:
