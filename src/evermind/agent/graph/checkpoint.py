@@ -242,7 +242,61 @@ def checkpoint_row(c: Checkpoint) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-class SQLiteCheckpointer:
+class SqlReads:
+    """The reads every SQL checkpointer runs alike: the same queries, in its driver's
+    placeholder style (:attr:`placeholder`), through its own :meth:`_select`."""
+
+    #: The driver's parameter placeholder (``?`` for sqlite3, ``%s`` for psycopg).
+    placeholder = "?"
+
+    def _select(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _rows(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self._select(sql.replace("{p}", self.placeholder), args)
+
+    def latest(self, thread_id: str) -> Checkpoint | None:
+        rows = self._rows(
+            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = {{p}} "
+            "ORDER BY seq DESC LIMIT 1",
+            (thread_id,),
+        )
+        return row_checkpoint(rows[0]) if rows else None
+
+    def get(self, thread_id: str, checkpoint_id: str) -> Checkpoint | None:
+        rows = self._rows(
+            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = {{p}} "
+            "AND checkpoint_id = {p}",
+            (thread_id, checkpoint_id),
+        )
+        return row_checkpoint(rows[0]) if rows else None
+
+    def history(self, thread_id: str) -> list[Checkpoint]:
+        rows = self._rows(
+            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = {{p}} ORDER BY seq DESC",
+            (thread_id,),
+        )
+        return [row_checkpoint(r) for r in rows]
+
+    def writes(self, thread_id: str, checkpoint_id: str) -> list[PendingWrite]:
+        rows = self._rows(
+            "SELECT node, kind, idx, value_json FROM graph_writes WHERE thread_id = {p} AND "
+            "checkpoint_id = {p} ORDER BY seq",
+            (thread_id, checkpoint_id),
+        )
+        return [
+            PendingWrite(thread_id, checkpoint_id, n, k, int(i), json.loads(v))
+            for n, k, i, v in rows
+        ]
+
+    def threads(self) -> list[str]:
+        rows = self._rows(
+            "SELECT thread_id FROM graph_checkpoints GROUP BY thread_id ORDER BY MAX(seq) DESC", ()
+        )
+        return [r[0] for r in rows]
+
+
+class SQLiteCheckpointer(SqlReads):
     """Checkpoints in one SQLite file (WAL; ``synchronous=FULL``: a written step survives a
     crash of the process and of the machine).
 
@@ -284,7 +338,7 @@ class SQLiteCheckpointer:
             except self._error as err:
                 raise StorageError(f"checkpoint database {str(self.path)!r}: {err}") from err
 
-    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    def _select(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
                 return self._conn.execute(sql, args).fetchall()
@@ -305,28 +359,6 @@ class SQLiteCheckpointer:
                 checkpoint_row(checkpoint),
             )
 
-    def latest(self, thread_id: str) -> Checkpoint | None:
-        rows = self._read(
-            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = ? ORDER BY seq DESC "
-            "LIMIT 1",
-            (thread_id,),
-        )
-        return row_checkpoint(rows[0]) if rows else None
-
-    def get(self, thread_id: str, checkpoint_id: str) -> Checkpoint | None:
-        rows = self._read(
-            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = ? AND checkpoint_id = ?",
-            (thread_id, checkpoint_id),
-        )
-        return row_checkpoint(rows[0]) if rows else None
-
-    def history(self, thread_id: str) -> list[Checkpoint]:
-        rows = self._read(
-            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = ? ORDER BY seq DESC",
-            (thread_id,),
-        )
-        return [row_checkpoint(r) for r in rows]
-
     def put_write(self, write: PendingWrite) -> None:
         with self._transaction() as conn:
             conn.execute(
@@ -335,24 +367,6 @@ class SQLiteCheckpointer:
                 (write.thread_id, write.checkpoint_id, write.node, write.kind, write.index,
                  dumps(write.value)),
             )  # fmt: skip
-
-    def writes(self, thread_id: str, checkpoint_id: str) -> list[PendingWrite]:
-        rows = self._read(
-            "SELECT node, kind, idx, value_json FROM graph_writes WHERE thread_id = ? AND "
-            "checkpoint_id = ? ORDER BY seq",
-            (thread_id, checkpoint_id),
-        )
-        return [
-            PendingWrite(thread_id, checkpoint_id, n, k, int(i), json.loads(v))
-            for n, k, i, v in rows
-        ]
-
-    def threads(self) -> list[str]:
-        rows = self._read(
-            "SELECT thread_id FROM graph_checkpoints GROUP BY thread_id ORDER BY MAX(seq) DESC",
-            (),
-        )
-        return [r[0] for r in rows]
 
     def close(self) -> None:
         with self._lock:

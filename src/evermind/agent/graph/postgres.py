@@ -8,7 +8,6 @@ checkpoint, ``UNIQUE (thread_id, parent_id)`` so two processes cannot both exten
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
@@ -18,10 +17,10 @@ from evermind.agent.graph.checkpoint import (
     COLUMNS,
     Checkpoint,
     PendingWrite,
+    SqlReads,
     checkpoint_row,
     dumps,
     moved_on,
-    row_checkpoint,
 )
 from evermind.errors import StoreUnavailable
 
@@ -53,7 +52,7 @@ CREATE TABLE IF NOT EXISTS graph_writes (
 """
 
 
-class PostgresCheckpointer:
+class PostgresCheckpointer(SqlReads):
     """Checkpoints in Postgres.
 
     Args:
@@ -74,6 +73,11 @@ class PostgresCheckpointer:
                 self._conn.execute(_SCHEMA)
         except psycopg.Error as err:
             raise StoreUnavailable(f"cannot open the checkpoint store: {_short(err)}") from err
+
+    placeholder = "%s"
+
+    def _select(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self._run(sql, args)
 
     def _run(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -108,28 +112,6 @@ class PostgresCheckpointer:
             except psycopg.Error as err:
                 raise StoreUnavailable(f"checkpoint store: {_short(err)}") from err
 
-    def latest(self, thread_id: str) -> Checkpoint | None:
-        rows = self._run(
-            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = %s "
-            "ORDER BY seq DESC LIMIT 1",
-            (thread_id,),
-        )
-        return row_checkpoint(rows[0]) if rows else None
-
-    def get(self, thread_id: str, checkpoint_id: str) -> Checkpoint | None:
-        rows = self._run(
-            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = %s AND checkpoint_id = %s",
-            (thread_id, checkpoint_id),
-        )
-        return row_checkpoint(rows[0]) if rows else None
-
-    def history(self, thread_id: str) -> list[Checkpoint]:
-        rows = self._run(
-            f"SELECT {COLUMNS} FROM graph_checkpoints WHERE thread_id = %s ORDER BY seq DESC",
-            (thread_id,),
-        )
-        return [row_checkpoint(r) for r in rows]
-
     def put_write(self, write: PendingWrite) -> None:
         self._run(
             "INSERT INTO graph_writes (thread_id, checkpoint_id, node, kind, idx, value_json) "
@@ -138,23 +120,6 @@ class PostgresCheckpointer:
             (write.thread_id, write.checkpoint_id, write.node, write.kind, write.index,
              dumps(write.value)),
         )  # fmt: skip
-
-    def writes(self, thread_id: str, checkpoint_id: str) -> list[PendingWrite]:
-        rows = self._run(
-            "SELECT node, kind, idx, value_json FROM graph_writes WHERE thread_id = %s AND "
-            "checkpoint_id = %s ORDER BY seq",
-            (thread_id, checkpoint_id),
-        )
-        return [
-            PendingWrite(thread_id, checkpoint_id, n, k, int(i), json.loads(v))
-            for n, k, i, v in rows
-        ]
-
-    def threads(self) -> list[str]:
-        rows = self._run(
-            "SELECT thread_id FROM graph_checkpoints GROUP BY thread_id ORDER BY MAX(seq) DESC", ()
-        )
-        return [r[0] for r in rows]
 
     def close(self) -> None:
         with self._lock:
