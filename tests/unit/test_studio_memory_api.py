@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from evermind.memory.write_through import history
 from evermind.search.calibration import FLOOR
 from evermind.studio import api, memory_api, rpc
-from evermind.memory.write_through import history
 from evermind.studio.tab_memory import LEXICAL_THRESHOLD
 
 
