@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from evermind.memory.write_through import history
 from evermind.search.calibration import FLOOR
 from evermind.studio import api, memory_api, rpc
 from evermind.studio.tab_memory import LEXICAL_THRESHOLD
@@ -171,3 +172,51 @@ def test_bulk_import_export_and_cache_import() -> None:
     got = call("cache_lookup", query="What is the capital of country 17?")
     assert got["hit"] and got["response"] == 17
     assert error("cache_import", entries=[{"response": 1}])["type"] == "ConfigError"
+
+
+def test_remember_runs_write_through_cognition_with_history() -> None:
+    first = call(
+        "memory_remember", key="deploy.staging.port", content="Staging listens on port 8080"
+    )
+    assert (first["action"], first["key"]) == ("augment", "deploy.staging.port")
+    assert first["summary"] == "augmented: remembered 'deploy.staging.port' (a new fact)"
+    # A contradicting write under another phrasing of the key and the text: superseded.
+    second = call(
+        "memory_remember", key="Deploy_Staging_Port", content="The staging server now uses 9090"
+    )
+    assert (second["action"], second["key"]) == ("supersede", "Deploy_Staging_Port")
+    assert second["summary"] == (
+        "superseded 'deploy.staging.port' by 'Deploy_Staging_Port' 8080 → 9090"
+    )
+    archived = second["archived_key"]
+    assert archived.startswith("deploy.staging.port@")
+    listed = call("memory_list")
+    assert [(i["key"], i["content"]) for i in listed["items"]] == [
+        ("Deploy_Staging_Port", "The staging server now uses 9090")
+    ]
+    assert listed["count"] == 1  # the old value is archived: never listed nor recalled
+
+    async def versions() -> list[str]:
+        store = await memory_api.tab_memory().store()
+        return [r.content for r in await history(store, "Deploy_Staging_Port")]
+
+    assert asyncio.run(versions()) == ["Staging listens on port 8080"]
+    # The same fact again is confirmed, not stored twice.
+    again = call(
+        "memory_remember", key="deploy-staging-port", content="The staging server now uses 9090."
+    )
+    assert (again["action"], again["key"]) == ("confirm", "Deploy_Staging_Port")
+    assert call("memory_list")["count"] == 1
+    # Forgetting a memory forgets what it replaced too.
+    assert call("memory_forget", key="Deploy_Staging_Port") == {"forgotten": True}
+    assert asyncio.run(versions()) == []
+
+    async def archive() -> object:
+        store = await memory_api.tab_memory().store()
+        return await store.get(archived)
+
+    assert asyncio.run(archive()) is None
+    put = call("memory_remember", key="k", content="plain value", mode="put")
+    assert put["action"] == "put" and put["summary"] == "put: remembered 'k'"
+    assert "mode" in error("memory_remember", key="k", content="x", mode="sideways")["message"]
+    assert "aliases" in error("memory_remember", key="k", content="x", aliases="a")["message"]

@@ -3,7 +3,8 @@
 - :class:`InferenceRouter` (:mod:`~evermind.agent.router`): the local SSM or a frontier model,
   per request, with the reason;
 - :class:`SSMAgent` (:mod:`~evermind.agent.ssm_agent`): an agent loop over any bridge that
-  injects recalled facts and writes new ones back through :mod:`evermind.memory.cognition`;
+  injects recalled facts and writes new ones back through write-through cognition
+  (:func:`evermind.memory.write_through.remember_fact`);
 - :class:`~evermind.agent.graph.AgentGraph` (:mod:`~evermind.agent.graph`): durable agent
   graphs, run in supersteps and checkpointed every step (docs/agents.md);
 - ``DistillationEngine`` (:mod:`~evermind.agent.distillation`, native-only: numpy): frontier

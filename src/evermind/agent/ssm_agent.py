@@ -14,8 +14,10 @@ and a :class:`~evermind.memory.MemoryStore`. Each :meth:`~SSMAgent.turn`:
 3. **call**: the bounded history (the last ``max_history`` messages, starting at a user
    turn) plus the new message, through the bridge;
 4. **write back**: the facts the user stated and the facts the model returned in a marked
-   block go through :func:`evermind.memory.cognition.write_back` (augment, confirm,
-   supersede, reject — each decision is returned with the turn).
+   block go through write-through cognition
+   (:func:`evermind.memory.write_through.remember_fact`: the fact gate, then the pipeline
+   every remember runs — augment, confirm, supersede with history, contested, reject; each
+   :class:`~evermind.memory.write_through.Outcome` is returned with the turn).
 
 The extractor (:func:`extract_facts`) is deliberately simple and predictable:
 
@@ -40,10 +42,12 @@ from typing import Any
 from evermind.agent.router import approx_tokens
 from evermind.bridges.base import Bridge, ChatRequest, Completion, Message
 from evermind.errors import ConfigError
-from evermind.memory.cognition import CognitionConfig, Decision, Fact, write_back
+from evermind.memory.cognition import CognitionConfig, Fact
+from evermind.memory.evidence import EvidenceGatherer
 from evermind.memory.records import Hit
 from evermind.memory.sanitize import fence
 from evermind.memory.store import MemoryStore
+from evermind.memory.write_through import Outcome, remember_fact
 
 #: The title of the fenced facts block.
 FACTS_TITLE = "facts about the user and this conversation"
@@ -131,14 +135,16 @@ class AgentTurn:
         completion: The bridge's completion, as it came.
         facts: The memories injected, in rank order.
         facts_block: The fenced block sent as ``ChatRequest.facts`` (None: no facts).
-        decisions: The write-back decision of each fact stated this turn.
+        decisions: What write-through cognition did with each fact stated this turn
+            (``outcome.action``: augment, confirm, supersede, contested or reject;
+            ``outcome.summary``: one line).
     """
 
     reply: str
     completion: Completion
     facts: list[Hit] = field(default_factory=list)
     facts_block: str | None = None
-    decisions: list[tuple[Fact, Decision]] = field(default_factory=list)
+    decisions: list[tuple[Fact, Outcome]] = field(default_factory=list)
 
 
 class SSMAgent:
@@ -153,7 +159,8 @@ class SSMAgent:
         fact_budget_tokens: The facts' total tokens (by ``count_tokens``) stay within this.
         max_history: Messages of history kept (oldest dropped first).
         count_tokens: Tokens of a text (default: about four characters a token).
-        cognition: Thresholds of the write-back decision.
+        cognition: The fact gate's thresholds and a written fact's importance.
+        gatherer: Asked for evidence when a fact conflicts with a memory (None: none).
         write_facts: Whether stated facts are written back at all.
         tenant: Sent as ``ChatRequest.tenant``.
         request_options: Other ``ChatRequest`` fields (``max_tokens``, ``temperature``, ...).
@@ -171,6 +178,7 @@ class SSMAgent:
         max_history: int = 20,
         count_tokens: Callable[[str], int] | None = None,
         cognition: CognitionConfig | None = None,
+        gatherer: EvidenceGatherer | None = None,
         write_facts: bool = True,
         tenant: str = "default",
         **request_options: Any,
@@ -189,6 +197,7 @@ class SSMAgent:
         self.max_history = max_history
         self.count_tokens = count_tokens or approx_tokens
         self.cognition = cognition
+        self.gatherer = gatherer
         self.write_facts = write_facts
         self.tenant = tenant
         self.request_options = request_options
@@ -228,7 +237,8 @@ class SSMAgent:
         decisions = []
         if self.write_facts:
             for fact in [*extract_facts(user_text), *model_facts]:
-                decisions.append((fact, await write_back(self.store, fact, self.cognition)))
+                outcome = await remember_fact(self.store, fact, self.cognition, self.gatherer)
+                decisions.append((fact, outcome))
         self.history.extend([message, Message("assistant", reply)])
         if len(self.history) > self.max_history:
             self.history = self.history[len(self.history) - self.max_history :]

@@ -1,6 +1,8 @@
 """Write-through cognition: every remember is reconciled with what memory already holds.
 
-The one pipeline behind MCP ``memory_remember`` and HTTP ``POST /v1/memory/remember``.
+The one pipeline behind every memory write: MCP ``memory_remember``, HTTP
+``POST /v1/memory/remember``, the Claude Code hooks' captures, the Studio's Memory panel
+and the facts :class:`~evermind.agent.ssm_agent.SSMAgent` learns (:func:`remember_fact`).
 :func:`remember_through` finds the *incumbent* — the live memory about the same subject —
 and decides, saying what happened in one line (:attr:`Outcome.summary`):
 
@@ -48,7 +50,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from evermind.errors import ConfigError, VersionConflict
-from evermind.memory.cognition import Fact, normalise
+from evermind.memory.cognition import (
+    FACT_TAG,
+    CognitionConfig,
+    Fact,
+    fact_key,
+    normalise,
+    refusal,
+)
 from evermind.memory.evidence import Evidence, EvidenceGatherer
 from evermind.memory.records import (
     MAX_QUERY_CHARS,
@@ -466,6 +475,39 @@ async def remember_through(
     )
 
 
+async def remember_fact(
+    store: MemoryStore,
+    fact: Fact,
+    config: CognitionConfig | None = None,
+    gatherer: EvidenceGatherer | None = None,
+    *,
+    tags: Iterable[str] = (),
+) -> Outcome:
+    """Writes a fact an agent learned through :func:`remember_through`.
+
+    The fact passes :func:`evermind.memory.cognition.refusal` first (a refused one is a
+    ``reject`` outcome, nothing written); then it is remembered under
+    :func:`~evermind.memory.cognition.fact_key`, tagged ``fact`` (plus ``tags``), with its
+    ``source`` and ``subject`` in the meta, and reconciled like any other remember.
+    """
+    cfg = config or CognitionConfig()
+    key = fact_key(fact)
+    why = refusal(fact, cfg)
+    if why is not None:
+        return Outcome("reject", key, f"rejected: {key!r} {why}; nothing written")
+    try:
+        request = Remember.of(
+            key,
+            fact.text.strip(),
+            tags=(FACT_TAG, *tags),
+            importance=cfg.importance,
+            meta={"source": fact.source, "subject": fact.subject},
+        )
+    except ConfigError as exc:
+        return Outcome("reject", key, f"rejected: {key!r} {exc}; nothing written")
+    return await remember_through(store, request, gatherer)
+
+
 async def history(store: MemoryStore, key: str) -> list[MemoryRecord]:
     """The superseded versions of ``key``, newest first (archived records, never recalled).
 
@@ -509,5 +551,6 @@ __all__ = [
     "Remember",
     "forget_history",
     "history",
+    "remember_fact",
     "remember_through",
 ]

@@ -8,6 +8,9 @@ embedder when one is ready (lexical ranking otherwise) and the GPU cosine scan. 
 and lookup result says how it was ranked (``ranked_by``) and which scan ran (``scan``).
 ``cache_lookup`` and ``cache_store`` take an optional ``runtime`` (:func:`runtime_cache`): the
 runtime's gateway cache as L2 (:mod:`evermind.cache.gateway_client`).
+``memory_remember`` runs write-through cognition (:mod:`evermind.memory.write_through`, the
+pipeline of MCP ``memory_remember`` and HTTP remember; no evidence gatherer in the tab) and
+answers its outcome; ``memory_forget`` forgets the key's superseded versions too.
 Registered on this module's ``router``, which :mod:`evermind.studio.api` merges. Browser-safe.
 """
 
@@ -20,6 +23,7 @@ from evermind.cache.gateway_client import DEFAULT_TIMEOUT_S, GatewayCacheClient,
 from evermind.cache.l2 import Transport
 from evermind.cache.verified import DEFAULT_MAX_ERROR
 from evermind.errors import ConfigError
+from evermind.memory.write_through import Remember, forget_history, remember_through
 from evermind.studio.rpc import Router, session
 from evermind.studio.tab_memory import TabMemory
 
@@ -57,13 +61,33 @@ async def memory_remember(
     importance: float = 0.5,
     ttl: float | None = None,
     namespace: str | None = None,
+    aliases: list[str] | None = None,
+    mode: str = "reconcile",
 ) -> dict[str, Any]:
-    """Remembers ``content`` under ``key`` in the tab's IndexedDB (one transaction)."""
-    store = await tab_memory().store(namespace)
-    record = await store.remember(
-        key, content, _strings(tags, "memory_remember: tags"), importance, ttl
+    """Remembers ``content`` under ``key`` in the tab's IndexedDB through write-through
+    cognition: ``action`` (augment, confirm, supersede, contested, reject or put),
+    ``summary`` (one line), the ``key`` written (a confirm: the incumbent's), and the
+    superseded version's ``archived_key``. ``mode="put"``: the plain overwrite by key."""
+    request = Remember.of(
+        key,
+        content,
+        _strings(tags, "memory_remember: tags"),
+        importance,
+        ttl,
+        None,
+        _strings(aliases, "memory_remember: aliases"),
     )
-    return {"key": record.key, "tags": list(record.tags), "updated_at": record.updated_at}
+    store = await tab_memory().store(namespace)
+    outcome = await remember_through(store, request, None, mode)  # type: ignore[arg-type]
+    record = outcome.record
+    return {
+        "key": outcome.key,
+        "action": outcome.action,
+        "summary": outcome.summary,
+        "archived_key": outcome.archived_key,
+        "tags": [] if record is None else list(record.tags),
+        "updated_at": None if record is None else record.updated_at,
+    }
 
 
 @handler
@@ -97,8 +121,9 @@ async def memory_recall(
 
 @handler
 async def memory_forget(key: str, namespace: str | None = None) -> dict[str, Any]:
-    """Deletes the memory ``key``; says whether it existed."""
+    """Deletes the memory ``key`` and its superseded versions; says whether it existed."""
     store = await tab_memory().store(namespace)
+    await forget_history(store, key)
     return {"forgotten": await store.forget(key)}
 
 

@@ -5,6 +5,15 @@
 import { h, field, formatNumber } from "../dom.js";
 
 const splitTags = (text) => text.split(",").map((t) => t.trim()).filter(Boolean);
+// What write-through cognition did with a remember, in plain words (the summary follows).
+const OUTCOME = {
+  augment: "Remembered as a new memory",
+  confirm: "Already known, confirmed",
+  supersede: "Replaced an older memory (the old value is kept in its history)",
+  contested: "Kept both: this may contradict another memory",
+  reject: "Not remembered",
+  put: "Saved",
+};
 
 export function memoryPanel(app) {
   const message = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
@@ -53,8 +62,9 @@ export function memoryPanel(app) {
 
   remember.addEventListener("click", () => app.run(remember, async () => {
     const k = key.input.value.trim();
-    await app.call("memory_remember", { key: k, content: content.input.value, tags: splitTags(tags.input.value), importance: Number(importance.input.value), namespace: namespace() });
-    app.say(message, `Remembered ${k}.`, "ok");
+    const r = await app.call("memory_remember", { key: k, content: content.input.value, tags: splitTags(tags.input.value), importance: Number(importance.input.value), namespace: namespace() });
+    app.say(message, `${OUTCOME[r.action] ?? "Done"}. ${r.summary}`, r.action === "reject" || r.action === "contested" ? "" : "ok");
+    if (r.action === "reject") return;
     key.input.value = "";
     content.input.value = "";
     tags.input.value = "";
