@@ -13,6 +13,10 @@
 - :mod:`evals.cache_corpus`: the cache's development corpus (in the repository: written
   triples, public pairs when licensed, a fixed sha256 tune/report split) and its check,
   ``python -m evals.cache_corpus.check``; the report split is never read case by case.
+- :mod:`evals.conversation_memory`: long multi-session dialogues written for this project (in
+  the repository, a fixed sha256 tune/report split by dialogue), ``MemoryStore.recall``'s
+  recall@5/@10, MRR and stale@1 per question kind; its check is
+  ``python -m evals.conversation_memory.check``.
 
 Run each as ``python -m evals.<name> --help`` from the checkout's root (or by its file path).
 The sets are not in the repository: every script finds them with :func:`find` /

@@ -268,7 +268,9 @@ def overlap_stats(report: Report) -> dict[str, dict[str, float]]:
         if not question["gold_turns"]:
             continue
         asked = term_set(question["question"])
-        gold = frozenset().union(*(term_set(report.turns[t]["text"]) for t in question["gold_turns"]))
+        gold = frozenset().union(
+            *(term_set(report.turns[t]["text"]) for t in question["gold_turns"])
+        )
         covered = len(asked & gold) / len(asked) if asked else 0.0
         for bucket in ("all", question["kind"]):
             rows[bucket].append((jaccard(asked, gold), covered))
