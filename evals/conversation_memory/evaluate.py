@@ -23,7 +23,8 @@ Runs lexical-only (no embedder) always and, for every ``--embedder`` given, the 
 (``RecallOptions(lexical=False)``) and hybrid; embedders as in :mod:`evals.memory`
 (:func:`evals.embedders.resolve`: ``minilm``, ``package:PATH``, ``module:function``). These
 are development numbers; report them on the ``report`` split, as aggregates only (this
-script never prints a question).
+script never prints a question). The ms/query it prints is recall's own work: every turn
+and question is embedded in one batch first (the embedder is memoised).
 
 Usage:
     .venv/bin/python -m evals.conversation_memory --set report
