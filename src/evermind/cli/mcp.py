@@ -173,7 +173,7 @@ def _hooks(args: argparse.Namespace, hosts: list[Any]) -> list[Any]:
     if args.uninstall:
         return uninstall_hooks(dry_run=args.dry_run)
     location = resolve_store(args.store) if args.store else resolve_memory_file(args.memory_file)
-    if isinstance(location, str):
+    if isinstance(location, str) and location.lower().startswith("memory:"):
         return skip_hooks(location)
     return install_hooks(location, dry_run=args.dry_run)
 
@@ -279,8 +279,8 @@ def register(sub: Any) -> None:
     inst.add_argument("--memory-file", help="the memory file every host shares (default: data dir)")
     inst.add_argument(
         "--store",
-        help="register `evermind mcp --store URL` instead: postgresql://…, qdrant://…, "
-        "memory:// (no Claude Code hooks then: they read a SQLite file) or sqlite:///PATH",
+        help="register `evermind mcp --store URL` (and the hooks on it) instead: "
+        "postgresql://…, qdrant://…, sqlite:///PATH, memory:// (no hooks: one process only)",
     )
     inst.add_argument(
         "--model", type=package_file, help="a .evermind package the server embeds with"

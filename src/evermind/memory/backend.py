@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from evermind.errors import VersionConflict
+from evermind.memory.prompt_recall import PromptMatch
 from evermind.memory.records import MemoryRecord, WriteResult
 
 
@@ -87,6 +88,22 @@ class MemoryBackend(Protocol):
 
     async def close(self) -> None:
         """Releases the backend's resources; the backend is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class PromptRecallBackend(Protocol):
+    """A backend that answers the hooks' prompt recall from a text index of its own.
+
+    Optional: ``MemoryStore.recall_prompt`` asks a backend that has this method, and ranks its
+    in-memory snapshot itself for one that has not (or that answers None).
+    """
+
+    async def prompt_matches(self, query: str, pool: int, now: float) -> list[PromptMatch] | None:
+        """The live (unexpired, unarchived) memories among the ``pool`` best lexical matches
+        of ``query`` that clear the relevance floor (:mod:`evermind.memory.prompt_recall`),
+        each with its raw lexical score (higher is better); None when this backend has no
+        text index to answer from (the store then ranks its snapshot)."""
         ...
 
 
