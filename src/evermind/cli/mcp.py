@@ -96,13 +96,13 @@ def _serve_http(
     owner = args.experience_owner or (None if tokens.enabled else OPEN_TENANT)
     resources: Any = None
     if isinstance(location, str):
-        from evermind.memory.shared_memory import SharedMemory
+        from evermind.memory.shared_memory import memory_source
         from evermind.vectorstore import redacted
 
-        _check_reachable(location)
-        shared = SharedMemory(location, embedder, namespace=args.namespace)
-        resources, where = shared, f"store {redacted(location)}"
-        tenant_store: Any = shared.store
+        _check_reachable(location, args.namespace)
+        source = memory_source(location, embedder, namespace=args.namespace)
+        resources, where = source, f"store {redacted(location)}"
+        tenant_store: Any = source.store
         owner_namespace = None  # no experience tools (nor a private model) on a shared store
     else:
         memory_file, where = location, f"memory {location}"
@@ -133,20 +133,21 @@ def _serve_http(
     return 0
 
 
-def _check_reachable(url: str) -> None:
-    """Opens and closes the shared store's tables once, so a bad URL or an unreachable server
-    is one error line before the server listens (the server opens them again on its loop).
+def _check_reachable(location: str, namespace: str) -> None:
+    """Opens the shared store (or the host's backend, for tenant ``default``) once and closes
+    it, so a bad URL, an unreachable server or a backend that is no ``MemoryBackend`` is one
+    error line before the server listens (the server opens it again on its own loop).
 
     Raises:
-        ConfigError: A URL ``--store`` does not take.
+        ConfigError: A URL ``--store`` does not take, or a bad backend factory.
         StorageError: The engine cannot be reached.
     """
     import anyio
 
-    from evermind.memory.shared_memory import SharedMemory
+    from evermind.memory.shared_memory import shared_memory
 
     async def probe() -> None:
-        async with SharedMemory(url, None, namespace="default"):
+        async with shared_memory(location, None, tenant="default", namespace=namespace):
             pass
 
     anyio.run(probe)
@@ -243,7 +244,8 @@ def register(sub: Any) -> None:
     mcp.add_argument(
         "--store",
         help="where memory lives instead: a SQLite file (PATH or sqlite:///PATH), or a store "
-        "shared with other machines: postgresql://…, qdrant://host:port, memory://",
+        "shared with other machines: postgresql://…, qdrant://host:port, memory://, or your "
+        "own backend: python:package.module:factory",
     )
     mcp.add_argument(
         "--model",

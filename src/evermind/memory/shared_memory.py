@@ -11,6 +11,8 @@ belongs to the loop that opened it: a server opens them inside its own loop, at 
 hands out one ``MemoryStore`` per tenant over them. Tenancy is the runtime's: the tenant is
 every item's ACL and the scope of every read, inside the engine's own query, so one tenant's
 store cannot return another tenant's memory even when their namespaces are named alike.
+:func:`memory_source` picks it, or a host's own backend (:class:`~evermind.memory.plugin.
+PluginMemory`, ``--store python:package.module:factory``), by what ``--store`` names.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from evermind.errors import StorageError
+from evermind.memory.plugin import PluginMemory, is_plugin
 from evermind.memory.store import MemoryStore
 from evermind.memory.vector_backend import VectorStoreBackend
 from evermind.vectorstore.port import VectorStore
 from evermind.vectorstore.shared import open_memory_tables
 
-__all__ = ["SharedMemory", "shared_memory"]
+__all__ = ["MemorySource", "SharedMemory", "memory_source", "shared_memory"]
 
 
 class SharedMemory:
@@ -77,6 +80,22 @@ class SharedMemory:
         return MemoryStore(backend, self.embedder)
 
 
+#: What ``--store`` opens besides a SQLite file: the engine at a URL, or a host's factory.
+MemorySource = SharedMemory | PluginMemory
+
+
+def memory_source(location: str, embedder: Any, *, namespace: str) -> MemorySource:
+    """The source of per-tenant stores ``location`` names: a host's factory
+    (``python:package.module:factory``, :mod:`evermind.memory.plugin`) or a shared store's URL.
+
+    Raises:
+        ConfigError: A malformed factory spec.
+    """
+    if is_plugin(location):
+        return PluginMemory(location, embedder, namespace=namespace)
+    return SharedMemory(location, embedder, namespace=namespace)
+
+
 @contextlib.asynccontextmanager
 async def shared_memory(
     url: str, embedder: Any, *, tenant: str, namespace: str
@@ -84,17 +103,19 @@ async def shared_memory(
     """The memory store of ``tenant``'s ``namespace`` on the store at ``url``; closed on exit.
 
     Args:
-        url: A shared ``--store`` URL (``postgresql://…``, ``qdrant://…``, ``memory://``).
+        url: A shared ``--store`` URL (``postgresql://…``, ``qdrant://…``, ``memory://``) or a
+            host's factory (``python:package.module:factory``).
         embedder: What the store embeds with (None: lexical recall only).
         tenant: The tenant, as ``evermind serve`` names it (every item's ACL).
         namespace: The tenant's namespace (``default`` unless named).
 
     Raises:
-        ConfigError: A URL ``--store`` does not take.
+        ConfigError: A URL ``--store`` does not take, or a factory that fails or makes no
+            ``MemoryBackend``.
         StorageError: The engine cannot be reached.
     """
     async with (
-        SharedMemory(url, embedder, namespace=namespace) as shared,
-        shared.store(tenant) as store,
+        memory_source(url, embedder, namespace=namespace) as source,
+        source.store(tenant) as store,
     ):
         yield store
