@@ -163,3 +163,32 @@ def test_unreachable_store_is_one_line_and_exit_zero(home: HostEnv, tmp_path: Pa
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("evermind hook: "), result.stderr
     assert "secret-pw" not in result.stderr
+
+
+def test_postgres_prompt_recall_leaves_out_history_and_expired_and_takes_odd_text(
+    database: str,
+) -> None:
+    """``MemoryStore.recall_prompt`` on Postgres: a superseded version (archived history) and
+    an expired memory are never returned; quotes and backslashes in a prompt are only text."""
+    from evermind.memory.write_through import Remember, remember_through
+
+    async def scenario() -> None:
+        async with shared_memory(database, None, tenant="default", namespace="odd") as store:
+            await store.remember("obrien", "O'Brien keeps the C:\\deploy\\keys folder.")
+            await store.remember("gone", "The kiosk password rotates hourly.", ttl=0.05)
+            await store.remember("plants", "The office plants are watered on Mondays.")
+            await store.remember("lunch", "Lunch is ordered from the noodle place.")
+            first = Remember.of("editor", "Niamh uses Neovim as her editor.")
+            await remember_through(store, first)
+            await remember_through(store, Remember.of("editor", "Niamh uses Helix as her editor."))
+            await asyncio.sleep(0.1)
+            keys = [h.key for h in await store.recall_prompt("Which editor does Niamh use?")]
+            assert keys == ["editor"], keys  # not its archived Neovim version
+            hits = await store.recall_prompt("Which editor does Niamh use?")
+            assert "Helix" in hits[0].content
+            assert await store.recall_prompt("kiosk password") == []  # expired
+            odd = await store.recall_prompt("where are O'Brien's \\deploy\\ keys? ' | & ! :*")
+            assert [h.key for h in odd] == ["obrien"], odd
+            assert await store.recall_prompt("' | & ! :* \\") == []
+
+    asyncio.run(scenario())
