@@ -279,3 +279,44 @@ def test_check_backend_names_a_wrong_namespace() -> None:
 
     with pytest.raises(ConfigError, match=r"namespace attribute 'a/b' \(has 'x'\)"):
         check_backend(DictBackend("x", DictHub()), "python:m:f", "a/b")
+
+
+def test_the_http_server_serves_each_tenant_from_its_own_backend_namespace(
+    tmp_path: Path,
+) -> None:
+    """``evermind mcp --http --store python:…``: one backend per token's tenant, namespace
+    ``<tenant>/default``, so bob never reads what alice wrote."""
+    import secrets
+
+    from tests.runtime.test_mcp_server import free_port, http_client, wait_healthy
+
+    tokens = {name: secrets.token_urlsafe(24) for name in ("alice", "bob")}
+    tokens_file = tmp_path / "tokens.txt"
+    tokens_file.write_text(f"{tokens['alice']} alice write\n{tokens['bob']} bob write\n")
+    port = free_port()
+    command = [sys.executable, "-m", "evermind.cli", "mcp", "--http", "--port", str(port)]
+    command += ["--store", f"python:{MODULE}:factory", "--tokens-file", str(tokens_file)]
+    env = {**os.environ, LOG_ENV: str(tmp_path / "made.log")}
+
+    async def scenario(url: str) -> None:
+        with anyio.fail_after(60):
+            async with http_client(url, tokens["alice"]) as alice:
+                said = await alice.call_tool(
+                    "memory_remember", {"key": "vault", "content": "The vault opens at dawn."}
+                )
+                assert not said.is_error, text_of(said)
+                found = text_of(await alice.call_tool("memory_recall", {"query": "vault dawn"}))
+                assert "vault" in found, found
+            async with http_client(url, tokens["bob"]) as bob:
+                other = text_of(await bob.call_tool("memory_recall", {"query": "vault dawn"}))
+                assert "opens at dawn" not in other and "0 memories searched" in other, other
+
+    with (tmp_path / "server.log").open("wb") as log:
+        process = procs.popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", process, timeout=60)
+            anyio.run(scenario, f"http://127.0.0.1:{port}/mcp")
+        finally:
+            procs.stop_group(process, grace_s=10)
+    made = set((tmp_path / "made.log").read_text(encoding="utf-8").split())
+    assert {"alice/default", "bob/default"} <= made, made
