@@ -6,8 +6,13 @@ also keeps a per-namespace *version* counter that every transaction bumps, so a 
 tell whether someone else (another process, another tab) wrote since it last looked.
 
 Implementations: ``InMemoryBackend`` (``evermind.memory.inmemory``, pure Python, the reference),
-``SQLiteBackend`` (``evermind.memory.sqlite_backend``, native) and the IndexedDB backend of
-the browser host. Browser-safe: standard library only.
+``SQLiteBackend`` (``evermind.memory.sqlite_backend``, native), ``VectorStoreBackend`` (any
+vector-store engine: Postgres, Qdrant, in process), the IndexedDB backend of the browser host,
+and a host's own, loaded by ``--store python:package.module:factory``
+(:mod:`evermind.memory.plugin` checks it against this protocol; docs/mcp.md, "Your own
+backend"). :class:`PromptRecallBackend` is an optional extra: a backend that answers the
+hooks' prompt recall from its own text index. Browser-safe: standard library and ``evermind``
+only.
 """
 
 from __future__ import annotations
