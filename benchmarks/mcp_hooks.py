@@ -8,6 +8,11 @@ UserPromptSubmit (which builds the side index), ``--runs`` more with different p
 (p50, p95, max), one after a write (incremental re-index), SessionStart and Stop; and
 ``evermind hook`` (the console script, which loads the whole CLI) once for comparison. No
 model. Run as ``python -m benchmarks.mcp_hooks``; it measures, it asserts nothing.
+
+``--store URL`` (e.g. a ``postgresql://…`` of a scratch database) writes the memories there
+instead (tenant ``default``, namespace ``default``) and fires the hooks with ``--store URL``:
+UserPromptSubmit is then answered by Postgres's own text search, SessionStart loads the
+namespace. The token comparison is made for the memory file only.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 NAMESPACE = "default/default"
 
@@ -32,9 +38,10 @@ def _vocabulary(rng: random.Random, size: int) -> list[str]:
     return sorted(words)
 
 
-def build(memory_file: Path, count: int, seed: int) -> list[str]:
-    """Writes ``count`` memories; returns the vocabulary (Zipf-ranked)."""
+def build(memory_file: Path, count: int, seed: int, store_url: str | None = None) -> list[str]:
+    """Writes ``count`` memories (to ``store_url`` when given); returns the vocabulary."""
     from evermind.memory import MemoryStore
+    from evermind.memory.shared_memory import shared_memory
 
     rng = random.Random(seed)
     vocab = _vocabulary(rng, 6000)
@@ -53,6 +60,13 @@ def build(memory_file: Path, count: int, seed: int) -> list[str]:
     ]
 
     async def write() -> None:
+        if store_url is not None:
+            async with shared_memory(
+                store_url, None, tenant="default", namespace="default"
+            ) as shared:
+                for start in range(0, len(entries), 500):  # a put's key check is one IN list
+                    await shared.import_(entries[start : start + 500])
+            return
         store = MemoryStore(memory_file, namespace=NAMESPACE)
         await store.import_(entries)
         await store.close()
@@ -95,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--store", help="a store URL to write to and hook on (not a file)")
     args = parser.parse_args(argv)
     rng = random.Random(args.seed + 1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         transcript.write_text(
             json.dumps({"type": "user", "message": {"role": "user", "content": "hello"}}) + "\n"
         )
-        vocab = build(memory_file, args.memories, args.seed)
+        vocab = build(memory_file, args.memories, args.seed, args.store)
         hook = [sys.executable, "-m", "evermind.mcp.hook"]
-        tail = ["--memory-file", str(memory_file)]
+        tail = ["--store", args.store] if args.store else ["--memory-file", str(memory_file)]
         common = {"session_id": "bench", "transcript_path": str(transcript), "cwd": tmp}
 
         def prompt() -> dict[str, object]:
@@ -117,12 +132,18 @@ def main(argv: list[str] | None = None) -> int:
         fired = [fire(ups, prompt()) for _ in range(args.runs)]
         times = sorted(elapsed for elapsed, _ in fired)
         p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
-        print(f"memories: {args.memories}; runs: {args.runs}; python {sys.version.split()[0]}")
-        print(f"UserPromptSubmit first (builds the side index): {first * 1000:.0f} ms")
+        where = "a store URL" if args.store else "a memory file"
+        version = sys.version.split()[0]
+        print(f"memories: {args.memories} in {where}; runs: {args.runs}; python {version}")
+        print(f"UserPromptSubmit first (a file: builds the side index): {first * 1000:.0f} ms")
         print(
             f"UserPromptSubmit: p50 {statistics.median(times) * 1000:.0f} ms, "
             f"p95 {p95 * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms"
         )
+        hits = sum(1 for _, out in fired if out.strip())
+        print(f"prompts that injected memories: {hits} of {len(fired)}")
+        if args.store:
+            return _rest_on_store(args, hook, tail, common, ups, prompt)
         report_tokens(memory_file, [out for _, out in fired])
         from evermind.memory.sync import SyncMemoryStore
 
@@ -139,6 +160,22 @@ def main(argv: list[str] | None = None) -> int:
         if script.is_file():
             via_cli, _ = fire([str(script), "hook", "user-prompt-submit", *tail], prompt())
             print(f"UserPromptSubmit via the evermind console script: {via_cli * 1000:.0f} ms")
+    return 0
+
+
+def _rest_on_store(
+    args: argparse.Namespace,
+    hook: list[str],
+    tail: list[str],
+    common: dict[str, object],
+    ups: list[str],
+    prompt: Any,
+) -> int:
+    """SessionStart and Stop on a store URL (no side index, no token comparison)."""
+    start, _ = fire([*hook, "session-start", *tail], {**common, "source": "startup"})
+    print(f"SessionStart (digest: loads the namespace): {start * 1000:.0f} ms")
+    stop, _ = fire([*hook, "stop", *tail], {**common, "stop_hook_active": False})
+    print(f"Stop (transcript check): {stop * 1000:.0f} ms")
     return 0
 
 

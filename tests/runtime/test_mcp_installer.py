@@ -258,9 +258,10 @@ def test_cli_installs_everywhere_and_the_written_command_serves(home: HostEnv) -
     assert third.stdout.count("removed") == len(HOSTS) - 1 + 2
 
 
-def test_cli_install_with_a_shared_store_registers_it_and_skips_the_hooks(home: HostEnv) -> None:
-    """``install-mcp --store postgresql://…``: the hosts run ``mcp --store URL``; Claude Code's
-    hooks (which read a SQLite memory file) are not installed, and one line says why."""
+def test_cli_install_with_a_shared_store_registers_it_and_its_hooks(home: HostEnv) -> None:
+    """``install-mcp --store postgresql://…``: the hosts run ``mcp --store URL`` and Claude
+    Code's hooks read the same URL (tests/runtime/test_mcp_hooks_shared_store.py runs them);
+    a ``memory://`` store lives in one process, so no hook is installed for it."""
     url = "postgresql://team@db.internal:5432/memory"
     command = [sys.executable, "-m", "evermind.cli", "install-mcp", "--host", "claude-code"]
     done = procs.run([*command, "--store", url], capture_output=True, text=True, timeout=60)
@@ -269,9 +270,17 @@ def test_cli_install_with_a_shared_store_registers_it_and_skips_the_hooks(home: 
     entry = entry_of(claude, claude.config_path(home)) or {}
     assert entry["args"][-2:] == ["--store", url]
     hooks = [line for line in done.stdout.splitlines() if line.startswith("claude-hooks")]
-    assert len(hooks) == 1 and "skipped" in hooks[0], done.stdout
-    assert "hooks read a SQLite memory file; not installed for a postgresql --store" in hooks[0]
-    assert not (home.home / ".claude" / "settings.json").exists()
+    assert len(hooks) == 1 and "created" in hooks[0], done.stdout
+    settings = (home.home / ".claude" / "settings.json").read_text(encoding="utf-8")
+    assert f"--store {url}" in settings
+
+    local = procs.run(
+        [*command, "--store", "memory://", "--uninstall"], capture_output=True, text=True
+    )
+    assert local.returncode == 0, local.stderr
+    again = procs.run([*command, "--store", "memory://"], capture_output=True, text=True)
+    hooks = [line for line in again.stdout.splitlines() if line.startswith("claude-hooks")]
+    assert len(hooks) == 1 and "skipped" in hooks[0] and "one process" in hooks[0], again.stdout
 
     bad = procs.run([*command, "--store", "mysql://db/x"], capture_output=True, text=True)
     assert bad.returncode == 2 and "'mysql://db/x' is not a store" in bad.stderr, bad.stderr

@@ -4,9 +4,10 @@ Two ``evermind mcp`` stdio servers (two processes, as two machines' agents run t
 Postgres (pgserver, the session's ``postgres`` fixture): what one remembers the other recalls,
 and what one forgets the other no longer finds. ``evermind ingest --store postgresql://…`` of a
 small folder, then ``memory_recall`` through an ``evermind mcp --store`` on the same URL, finds
-an ingested chunk. An ``evermind serve --store`` runtime and an ``evermind mcp --store
---tenant T`` server on the same URL read each other's memories. Bad URLs and the refused
-combinations are one line and exit status 2.
+an ingested chunk. Two ``evermind mcp --http --store`` servers on the same URL (official SDK
+client over streamable HTTP) see each other's writes, tenant by tenant. An ``evermind serve
+--store`` runtime and an ``evermind mcp --store --tenant T`` server on the same URL read each
+other's memories. Bad URLs and the refused combinations are one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -27,7 +29,7 @@ from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
 from tests import procs
 from tests.runtime.helpers import TOKEN_A, bearer, write_tokens
-from tests.runtime.test_mcp_server import text_of
+from tests.runtime.test_mcp_server import free_port, http_client, text_of, wait_healthy
 from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 
@@ -167,9 +169,71 @@ def test_bad_store_urls_and_refused_combinations_are_one_line(tmp_path: Path) ->
     ):
         code, err = _cli(*args)
         assert code == 2 and "cannot connect" in err and "secret-pw" not in err, err
-    code, err = _cli("mcp", "--store", "memory://", "--http")
-    assert code == 2 and "--http serves a SQLite memory file only" in err, err
+    code, err = _cli("mcp", "--store", unreachable, "--http", "--port", "1")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "cannot connect" in err, err  # before listening
+    assert "secret-pw" not in err
     code, err = _cli("mcp", "--store", "memory://", "--experience")
     assert code == 2 and "experience tools" in err, err
     code, err = _cli("mcp", "--store", "memory://", "--memory-file", str(tmp_path / "m.db"))
     assert code == 2 and "got both" in err, err
+
+
+@contextlib.contextmanager
+def http_mcp(url: str, tokens_file: Path, log: Path) -> Iterator[str]:
+    """A real ``evermind mcp --http --store URL`` subprocess; yields its ``/mcp`` URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "evermind.cli", "mcp", "--http", "--port", str(port)]
+    command += ["--store", url, "--namespace", "team-http", "--tokens-file", str(tokens_file)]
+    with log.open("wb") as out:
+        process = procs.popen(command, stdout=out, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(base, process, timeout=60)
+            yield base + "/mcp"
+        finally:
+            procs.stop_group(process, grace_s=10)
+
+
+def test_two_http_mcp_servers_on_one_postgres_share_memory_per_tenant(
+    postgres: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Two streamable-HTTP servers (two processes, one tokens file) on one Postgres: what
+    alice remembers through one, alice recalls through the other, both ways; bob, another
+    tenant on the same servers and namespace, sees none of it."""
+    tokens = {name: secrets.token_urlsafe(24) for name in ("alice", "bob")}
+    tokens_file = tmp_path / "tokens.txt"
+    tokens_file.write_text(f"{tokens['alice']} alice write\n{tokens['bob']} bob write\n")
+
+    async def scenario(one: str, two: str) -> None:
+        with anyio.fail_after(90):
+            async with http_client(one, tokens["alice"]) as first:
+                remembered = await first.call_tool(
+                    "memory_remember",
+                    {"key": "release-train", "content": "The release train leaves on Wednesdays"},
+                )
+                assert not remembered.is_error, text_of(remembered)
+            async with http_client(two, tokens["alice"]) as second:
+                found = text_of(await second.call_tool("memory_recall", {"query": "release train"}))
+                assert "release-train" in found and "Wednesdays" in found, found
+                answered = await second.call_tool(
+                    "memory_remember",
+                    {"key": "freeze", "content": "Code freeze starts the Monday before release"},
+                )
+                assert not answered.is_error, text_of(answered)
+            async with http_client(one, tokens["alice"]) as first:
+                got = text_of(await first.call_tool("memory_get", {"key": "freeze"}))
+                assert "Code freeze" in got, got
+            for url in (one, two):
+                async with http_client(url, tokens["bob"]) as bob:
+                    other = text_of(await bob.call_tool("memory_recall", {"query": "release"}))
+                    assert "release-train" not in other and "freeze" not in other, other
+                    missing = await bob.call_tool("memory_get", {"key": "freeze"})
+                    assert "Code freeze" not in text_of(missing)
+
+    with (
+        http_mcp(postgres, tokens_file, tmp_path / "one.log") as one,
+        http_mcp(postgres, tokens_file, tmp_path / "two.log") as two,
+    ):
+        anyio.run(scenario, one, two)

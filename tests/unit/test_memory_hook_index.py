@@ -124,3 +124,31 @@ def test_the_floor_counts_the_memories_of_the_store(tmp_path: Path) -> None:
     with HookIndex(pair, NAMESPACE) as index:
         assert index.recall("use", 5) == []
         assert [h.key for h in index.recall("use pnpm", 5)] == ["pnpm"]
+
+
+def test_every_store_answers_the_hooks_question_with_the_same_floor(tmp_path: Path) -> None:
+    """``MemoryStore.recall_prompt``: a SQLite store answers from the FTS5 side index (what
+    the hooks read), an in-process store from its snapshot; both keep the relevance floor."""
+    from evermind.memory import InMemoryBackend
+
+    memory_file = tmp_path / "memory.db"
+    remember(memory_file, USE_EVERYWHERE)
+
+    async def ask(store: MemoryStore) -> dict[str, list[str]]:
+        try:
+            for key, content, tags, importance in USE_EVERYWHERE:
+                if await store.get(key) is None:
+                    await store.remember(key, content, tags, importance)
+            prompts = ["Which port does the staging deploy use?", "What should I use?"]
+            prompts += ["How do I indent Go code?"]
+            return {p: [h.key for h in await store.recall_prompt(p, 5)] for p in prompts}
+        finally:
+            await store.close()
+
+    on_file = run(ask(MemoryStore(memory_file, namespace=NAMESPACE)))
+    in_process = run(ask(MemoryStore(InMemoryBackend(NAMESPACE))))
+    with HookIndex(memory_file, NAMESPACE) as index:
+        hooks = {p: [h.key for h in index.recall(p, 5)] for p in on_file}
+    assert on_file == hooks == in_process, (on_file, hooks, in_process)
+    assert on_file["What should I use?"] == []
+    assert side_path(memory_file, NAMESPACE).is_file()  # the store's answer built the side index

@@ -42,19 +42,20 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     from evermind.mcp.config import resolve_model_file, store_namespace
     from evermind.mcp.experience_tools import ExperienceSettings
-    from evermind.mcp.server import build_server, load_embedder, open_store, run_stdio
+    from evermind.mcp.server import load_embedder, open_store, run_stdio
 
     # stdout is the protocol channel under stdio: everything human-readable goes to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
     config = _server_config(args)
     location = _memory_location(args, config)
+    store_namespace(args.tenant, args.namespace)  # the same rules for every store
     model_file = resolve_model_file(args.model)
     embedder = load_embedder(model_file)
     model = None if embedder is None else embedder.model  # memory_compact probes with it
-    if isinstance(location, str):  # a shared store's URL (checked): stdio only, for now
+    if args.http:
+        return _serve_http(args, config, location, embedder, model_file)
+    if isinstance(location, str):  # a shared store's URL (checked)
         from evermind.memory.shared_memory import shared_memory
-
-        store_namespace(args.tenant, args.namespace)  # the same rules as a SQLite namespace
 
         async def serve_shared() -> None:
             async with shared_memory(
@@ -64,41 +65,67 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
         anyio.run(serve_shared)
         return 0
-    memory_file = location
-    if not args.http:
-        namespace = store_namespace(args.tenant, args.namespace)
-        store = open_store(memory_file, embedder, namespace)
-        # Over stdio the one tenant served is the local user: the private model is theirs.
-        anyio.run(run_stdio, store, config, model, ExperienceSettings(model_file=model_file))
-        return 0
+    namespace = store_namespace(args.tenant, args.namespace)
+    store = open_store(location, embedder, namespace)
+    # Over stdio the one tenant served is the local user: the private model is theirs.
+    anyio.run(run_stdio, store, config, model, ExperienceSettings(model_file=model_file))
+    return 0
 
+
+def _serve_http(
+    args: argparse.Namespace,
+    config: ServerConfig,
+    location: Path | str,
+    embedder: Any,
+    model_file: Path | None,
+) -> int:
+    """``evermind mcp --http``: one MCP server per token's tenant, on a SQLite memory file
+    (each tenant its namespace ``<tenant>/<namespace>``) or a shared store (each tenant its own
+    items, the tenant every item's ACL, as ``evermind serve --store`` keeps them)."""
     from dataclasses import replace
 
     from evermind.auth import RateLimiter, TokenTable
+    from evermind.mcp.config import store_namespace
+    from evermind.mcp.experience_tools import ExperienceSettings
     from evermind.mcp.http import OPEN_TENANT, build_http_app, serve_http
+    from evermind.mcp.server import build_server, open_store
 
+    model = None if embedder is None else embedder.model
     tokens = TokenTable.from_file(args.tokens_file)  # no file: the open loopback mode
     # The private model is trained (and its path shown) only for the tenant that owns it.
     owner = args.experience_owner or (None if tokens.enabled else OPEN_TENANT)
-    owner_namespace = None if owner is None else store_namespace(owner, args.namespace)
+    resources: Any = None
+    if isinstance(location, str):
+        from evermind.memory.shared_memory import memory_source
+        from evermind.vectorstore import redacted
 
-    def tenant_store(tenant: str) -> Any:
-        # Tenants share the memory file; each is its own namespace, as in the runtime.
-        return open_store(memory_file, embedder, store_namespace(tenant, args.namespace))
+        _check_reachable(location, args.namespace)
+        source = memory_source(location, embedder, namespace=args.namespace)
+        resources, where = source, f"store {redacted(location)}"
+        tenant_store: Any = source.store
+        owner_namespace = None  # no experience tools (nor a private model) on a shared store
+    else:
+        memory_file, where = location, f"memory {location}"
+        owner_namespace = None if owner is None else store_namespace(owner, args.namespace)
+
+        def tenant_store(tenant: str) -> Any:
+            # Tenants share the memory file; each is its own namespace, as in the runtime.
+            return open_store(memory_file, embedder, store_namespace(tenant, args.namespace))
 
     def build(store: Any, readonly: bool) -> Any:
-        owns = store.backend.namespace == owner_namespace
+        owns = owner_namespace is not None and store.backend.namespace == owner_namespace
         experience = ExperienceSettings(model_file=model_file if owns else None, owns_model=owns)
         served = replace(config, readonly=config.readonly or readonly)
         return build_server(store, served, model, experience)
 
     limiter = RateLimiter.per_minute(args.rate_limit)
-    app = build_http_app(tenant_store, build, tokens, host=args.host, limiter=limiter)
+    app = build_http_app(
+        tenant_store, build, tokens, host=args.host, limiter=limiter, resources=resources
+    )
     tenants = {who.tenant for who in tokens.principals}
     mode = f"{len(tenants)} tenants" if tokens.enabled else "open (loopback, no token)"
     print(
-        f"Evermind MCP: http://{args.host}:{args.port}/mcp  ({mode}; memory {memory_file}; "
-        "Ctrl-C to stop)",
+        f"Evermind MCP: http://{args.host}:{args.port}/mcp  ({mode}; {where}; Ctrl-C to stop)",
         file=sys.stderr,
         flush=True,
     )
@@ -106,13 +133,33 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_reachable(location: str, namespace: str) -> None:
+    """Opens the shared store (or the host's backend, for tenant ``default``) once and closes
+    it, so a bad URL, an unreachable server or a backend that is no ``MemoryBackend`` is one
+    error line before the server listens (the server opens it again on its own loop).
+
+    Raises:
+        ConfigError: A URL ``--store`` does not take, or a bad backend factory.
+        StorageError: The engine cannot be reached.
+    """
+    import anyio
+
+    from evermind.memory.shared_memory import shared_memory
+
+    async def probe() -> None:
+        async with shared_memory(location, None, tenant="default", namespace=namespace):
+            pass
+
+    anyio.run(probe)
+
+
 def _memory_location(args: argparse.Namespace, config: ServerConfig) -> Path | str:
     """The SQLite memory file, or the shared store's URL, that ``--store`` / ``--memory-file``
     name (one of them; neither: the default memory file).
 
     Raises:
-        ConfigError: Both are given, a bad URL, or a shared store with ``--http`` or the
-            experience tools (their tables live in the SQLite memory file).
+        ConfigError: Both are given, a bad URL, or a shared store with the experience tools
+            (their tables live in the SQLite memory file).
     """
     from evermind.errors import ConfigError
     from evermind.mcp.config import resolve_memory_file, resolve_store
@@ -122,17 +169,11 @@ def _memory_location(args: argparse.Namespace, config: ServerConfig) -> Path | s
     if not args.store:
         return resolve_memory_file(args.memory_file)
     location = resolve_store(args.store)
-    if isinstance(location, str):
-        if args.http:
-            raise ConfigError(
-                "mcp: --http serves a SQLite memory file only; for a shared --store run one "
-                "stdio `evermind mcp --store URL` per agent (or `evermind serve --store URL`)"
-            )
-        if config.experience:
-            raise ConfigError(
-                "mcp: the experience tools keep their tables in a SQLite memory file; "
-                "drop --experience (or $EVERMIND_EXPERIENCE) to serve a shared --store"
-            )
+    if isinstance(location, str) and config.experience:
+        raise ConfigError(
+            "mcp: the experience tools keep their tables in a SQLite memory file; "
+            "drop --experience (or $EVERMIND_EXPERIENCE) to serve a shared --store"
+        )
     return location
 
 
@@ -173,7 +214,7 @@ def _hooks(args: argparse.Namespace, hosts: list[Any]) -> list[Any]:
     if args.uninstall:
         return uninstall_hooks(dry_run=args.dry_run)
     location = resolve_store(args.store) if args.store else resolve_memory_file(args.memory_file)
-    if isinstance(location, str):
+    if isinstance(location, str) and location.lower().startswith("memory:"):
         return skip_hooks(location)
     return install_hooks(location, dry_run=args.dry_run)
 
@@ -203,7 +244,8 @@ def register(sub: Any) -> None:
     mcp.add_argument(
         "--store",
         help="where memory lives instead: a SQLite file (PATH or sqlite:///PATH), or a store "
-        "shared with other machines: postgresql://…, qdrant://host:port, memory:// (stdio)",
+        "shared with other machines: postgresql://…, qdrant://host:port, memory://, or your "
+        "own backend: python:package.module:factory",
     )
     mcp.add_argument(
         "--model",
@@ -211,7 +253,9 @@ def register(sub: Any) -> None:
         help=f"a .evermind package to embed with (default: ${MODEL_ENV})",
     )
     mcp.add_argument(
-        "--tenant", default="default", help="the runtime tenant whose memories to serve (stdio)"
+        "--tenant",
+        default="default",
+        help="the runtime tenant whose memories to serve (stdio; over --http each token's)",
     )
     mcp.add_argument("--namespace", default="default", help="memory namespace (default: 'default')")
     mcp.add_argument("--readonly", action="store_true", help="serve only the read tools")
@@ -279,8 +323,8 @@ def register(sub: Any) -> None:
     inst.add_argument("--memory-file", help="the memory file every host shares (default: data dir)")
     inst.add_argument(
         "--store",
-        help="register `evermind mcp --store URL` instead: postgresql://…, qdrant://…, "
-        "memory:// (no Claude Code hooks then: they read a SQLite file) or sqlite:///PATH",
+        help="register `evermind mcp --store URL` (and the hooks on it) instead: "
+        "postgresql://…, qdrant://…, sqlite:///PATH, memory:// (no hooks: one process only)",
     )
     inst.add_argument(
         "--model", type=package_file, help="a .evermind package the server embeds with"

@@ -136,13 +136,20 @@ def resolve_store(explicit: str | None, env: Mapping[str, str] | None = None) ->
     """What ``--store`` names: a SQLite memory file (a path, ``sqlite:///PATH`` or nothing: the
     default of :func:`resolve_memory_file`), or the URL of a shared store (``postgresql://…``,
     ``qdrant://…``, ``memory://``; checked by
-    :func:`~evermind.vectorstore.shared.check_store_url`, the one list of schemes).
+    :func:`~evermind.vectorstore.shared.check_store_url`, the one list of schemes), or a host's
+    backend factory (``python:package.module:factory``, :mod:`evermind.memory.plugin`).
 
     ``sqlite:///rel.db`` is the relative path ``rel.db``; ``sqlite:////abs.db`` is ``/abs.db``.
 
     Raises:
-        ConfigError: An unknown scheme (one line naming the accepted ones), or a directory.
+        ConfigError: An unknown scheme (one line naming the accepted ones), a malformed
+            factory spec, or a directory.
     """
+    if explicit and explicit.lower().startswith("python:"):
+        from evermind.memory.plugin import parse_plugin
+
+        parse_plugin(explicit)
+        return explicit
     if explicit and "://" in explicit:
         scheme, _, rest = explicit.partition("://")
         if scheme.lower() != "sqlite":

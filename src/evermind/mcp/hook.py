@@ -19,8 +19,9 @@ and the event's own fields); exit status 0 always; stdout is either empty or one
 
 A hook must never break the session: a malformed payload, a missing or unreadable store, an
 unreadable transcript, any bug, all end with exit 0, nothing on stdout and one
-``evermind hook: …`` line on stderr. Reads go through memory's
-:class:`~evermind.memory.hook_index.HookIndex` (no model, no MCP SDK, no numpy) so a hook runs
+``evermind hook: …`` line on stderr. Reads go through memory's hook reader
+(:mod:`evermind.memory.hook_reader`: a memory file's FTS5 side index, or a ``--store`` URL's
+``MemoryStore.recall_prompt``; no model, no MCP SDK, no numpy) so a hook on a memory file runs
 in ~0.1 s; see docs/mcp.md for the measured budget. Run as ``python -m evermind.mcp.hook
 <event>`` (what the installer registers, the fastest start) or ``evermind hook <event>``.
 Native-only.
@@ -29,11 +30,13 @@ Native-only.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import hashlib
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,6 +44,7 @@ from evermind.mcp.config import (
     DEFAULT_NAMESPACE,
     DEFAULT_TENANT,
     resolve_memory_file,
+    resolve_store,
     store_namespace,
 )
 
@@ -112,11 +116,30 @@ def _items(memories: Sequence[Any], budget_tokens: int) -> list[str]:
     return items
 
 
-def _readable(memories: Sequence[Any], args: argparse.Namespace) -> list[Any]:
-    """``memories`` with compaction stubs resolved; a stub whose original is lost is dropped."""
-    from evermind.memory.archive import StubResolver
+@contextlib.asynccontextmanager
+async def _reader(args: argparse.Namespace) -> AsyncIterator[Any]:
+    """Memory's hook reader of the store the hook was registered for (a file or a URL)."""
+    from evermind.memory.hook_reader import open_hook_reader
 
-    return StubResolver(args.memory_file, args.store_namespace).readable(memories)
+    async with open_hook_reader(
+        args.location,
+        tenant=args.tenant,
+        namespace=args.namespace,
+        file_namespace=args.store_namespace,
+    ) as reader:
+        yield reader
+
+
+async def _digest(args: argparse.Namespace) -> list[Any]:
+    async with _reader(args) as reader:
+        found: list[Any] = await reader.digest(DIGEST_SIZE)
+        return found
+
+
+async def _recall(args: argparse.Namespace, prompt: str) -> list[Any]:
+    async with _reader(args) as reader:
+        found: list[Any] = await reader.recall(prompt, RECALL_TOP_K)
+        return found
 
 
 def _context(event: str, text: str) -> dict[str, Any]:
@@ -125,12 +148,9 @@ def _context(event: str, text: str) -> dict[str, Any]:
 
 def session_start(payload: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
     """The digest of durable memories, or None when the store holds none."""
-    from evermind.memory.hook_index import HookIndex
     from evermind.memory.sanitize import fence
 
-    with HookIndex(args.memory_file, args.store_namespace) as index:
-        memories = _readable(index.digest(DIGEST_SIZE), args)
-    items = _items(memories, args.budget or DIGEST_BUDGET_TOKENS)
+    items = _items(asyncio.run(_digest(args)), args.budget or DIGEST_BUDGET_TOKENS)
     if not items:
         return None
     text = (
@@ -144,7 +164,6 @@ def session_start(payload: dict[str, Any], args: argparse.Namespace) -> dict[str
 
 def user_prompt_submit(payload: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
     """The memories relevant to the prompt, or None when none are."""
-    from evermind.memory.hook_index import HookIndex
     from evermind.memory.records import MAX_QUERY_CHARS
     from evermind.memory.sanitize import fence
 
@@ -153,9 +172,8 @@ def user_prompt_submit(payload: dict[str, Any], args: argparse.Namespace) -> dic
         raise HookFailure("UserPromptSubmit payload has no string 'prompt'; nothing recalled")
     if not prompt.strip():
         return None
-    with HookIndex(args.memory_file, args.store_namespace) as index:
-        hits = index.recall(prompt[:MAX_QUERY_CHARS], RECALL_TOP_K)
-    items = _items(_readable(hits, args), args.budget or PROMPT_BUDGET_TOKENS)
+    hits = asyncio.run(_recall(args, prompt[:MAX_QUERY_CHARS]))
+    items = _items(hits, args.budget or PROMPT_BUDGET_TOKENS)
     if not items:
         return None
     text = (
@@ -177,8 +195,6 @@ def _transcript(payload: dict[str, Any]) -> Path:
 
 def pre_compact(payload: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
     """Writes the transcript's durable instructions to memory; prints nothing."""
-    import asyncio
-
     from evermind.mcp.transcript import durable_instructions, read_turns
 
     found = durable_instructions(read_turns(_transcript(payload)))
@@ -194,12 +210,10 @@ async def _remember_all(texts: list[str], payload: dict[str, Any], args: argpars
     A text already stored under its own key is skipped; one an agent already stored under
     another key is confirmed there, not copied.
     """
-    from evermind.memory import MemoryStore
     from evermind.memory.write_through import Remember, remember_through
 
-    store = MemoryStore(args.memory_file, namespace=args.store_namespace)
     stored = 0
-    try:
+    async with _writable(args) as store:
         for text in texts:
             key = instruction_key(text)
             if await store.get(key) is not None:
@@ -211,9 +225,24 @@ async def _remember_all(texts: list[str], payload: dict[str, Any], args: argpars
             request = Remember.of(key, text, INSTRUCTION_TAGS, INSTRUCTION_IMPORTANCE, meta=meta)
             outcome = await remember_through(store, request)
             stored += outcome.action != "confirm"
-    finally:
-        await store.close()
     return stored
+
+
+@contextlib.asynccontextmanager
+async def _writable(args: argparse.Namespace) -> AsyncIterator[Any]:
+    """A ``MemoryStore`` on the hook's store (the memory file, created if missing, or the URL)."""
+    if isinstance(args.location, Path):
+        from evermind.memory import MemoryStore
+
+        async with MemoryStore(args.location, namespace=args.store_namespace) as store:
+            yield store
+        return
+    from evermind.memory.shared_memory import shared_memory
+
+    async with shared_memory(
+        args.location, None, tenant=args.tenant, namespace=args.namespace
+    ) as store:
+        yield store
 
 
 def stop(payload: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
@@ -243,11 +272,14 @@ def _already_stored(instruction: str, args: argparse.Namespace) -> bool:
     import sqlite3
 
     from evermind.errors import StorageError
-    from evermind.memory.hook_index import HookIndex
+
+    async def has() -> bool:
+        async with _reader(args) as reader:
+            found: bool = await reader.has(instruction_key(instruction))
+            return found
 
     try:
-        with HookIndex(args.memory_file, args.store_namespace) as index:
-            return index.has(instruction_key(instruction))
+        return asyncio.run(has())
     except (StorageError, sqlite3.Error):
         return False
 
@@ -264,6 +296,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The hook's arguments (shared by ``evermind hook`` and ``python -m evermind.mcp.hook``)."""
     parser.add_argument("event", help=f"one of {', '.join(EVENTS)} (or the Claude Code name)")
     parser.add_argument("--memory-file", help="the SQLite memory file (default as evermind mcp)")
+    parser.add_argument(
+        "--store",
+        help="the store instead of --memory-file, as evermind mcp takes it: a SQLite file, "
+        "postgresql://…, qdrant://…, memory://",
+    )
     parser.add_argument("--tenant", default=DEFAULT_TENANT, help="runtime tenant")
     parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="memory namespace")
     parser.add_argument("--budget", type=int, default=None, help="token budget of the context")
@@ -277,11 +314,20 @@ def _event_name(raw: str) -> str:
     return event
 
 
+def _location(args: argparse.Namespace) -> Path | str:
+    """The memory file, or the store URL, the hook reads (``--store`` or ``--memory-file``)."""
+    if args.store and args.memory_file:
+        raise HookFailure("expected --store or --memory-file, got both; nothing done")
+    if args.store:
+        return resolve_store(args.store)
+    return resolve_memory_file(args.memory_file)
+
+
 def run(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
     """Runs one hook; always returns 0 (failures are a note on ``stderr``)."""
     try:
         event = _event_name(args.event)
-        args.memory_file = resolve_memory_file(args.memory_file)
+        args.location = _location(args)
         args.store_namespace = store_namespace(args.tenant, args.namespace)
         payload = _read_payload(stdin, event)
         output = HANDLERS[event](payload, args)
@@ -289,7 +335,8 @@ def run(args: argparse.Namespace, stdin: IO[str], stdout: IO[str], stderr: IO[st
         print(f"evermind hook: {err}", file=stderr)
         return 0
     except Exception as err:
-        print(f"evermind hook: {type(err).__name__}: {err}; nothing done", file=stderr)
+        said = " ".join(str(err).split())  # one line, whatever the driver's message holds
+        print(f"evermind hook: {type(err).__name__}: {said}; nothing done", file=stderr)
         return 0
     if output is not None:
         stdout.write(json.dumps(output, ensure_ascii=False) + "\n")

@@ -7,6 +7,8 @@
         "command": "<python> -m evermind.mcp.hook user-prompt-submit --memory-file F",
         "timeout": 10}]}], …}}
 
+(``--store URL`` instead of ``--memory-file F`` for a shared store)
+
 for SessionStart, UserPromptSubmit, PreCompact and Stop, and writes the skill file
 (``~/.claude/skills/evermind-memory/SKILL.md``) that tells the agent how to use memory.
 Ours are the hooks whose command runs ``evermind.mcp.hook``; every other hook, matcher group
@@ -75,12 +77,18 @@ def tool_sentence(read: Sequence[str], write: Sequence[str]) -> str:
     )
 
 
-def hook_commands(memory_file: Path, python: str | None = None) -> dict[str, str]:
-    """The shell command registered for each Claude Code event."""
+def hook_commands(location: Path | str, python: str | None = None) -> dict[str, str]:
+    """The shell command registered for each Claude Code event.
+
+    Args:
+        location: The SQLite memory file (``--memory-file``), or a store's URL (``--store``).
+        python: The interpreter (default: this one).
+    """
     interpreter = python or str(Path(sys.executable).absolute())
     base = f"{shlex.quote(interpreter)} -m {MARKER}"
+    flag = "--memory-file" if isinstance(location, Path) else "--store"
     return {
-        claude: f"{base} {mode} --memory-file {shlex.quote(str(memory_file))}"
+        claude: f"{base} {mode} {flag} {shlex.quote(str(location))}"
         for mode, claude in EVENTS.items()
     }
 
@@ -179,23 +187,23 @@ def _skill(install: bool, env: HostEnv, dry_run: bool) -> HostResult:
 
 
 def install_hooks(
-    memory_file: Path, *, dry_run: bool = False, env: HostEnv | None = None
+    location: Path | str, *, dry_run: bool = False, env: HostEnv | None = None
 ) -> list[HostResult]:
-    """Registers our four hooks in Claude Code's settings and installs the skill."""
+    """Registers our four hooks in Claude Code's settings and installs the skill.
+
+    Args:
+        location: The SQLite memory file, or a shared store's URL (``postgresql://…``,
+            ``qdrant://…``) the hooks read and write as ``evermind mcp --store`` does.
+    """
     env = HostEnv.current() if env is None else env
-    return [_settings(hook_commands(memory_file), env, dry_run), _skill(True, env, dry_run)]
+    return [_settings(hook_commands(location), env, dry_run), _skill(True, env, dry_run)]
 
 
 def skip_hooks(url: str, env: HostEnv | None = None) -> list[HostResult]:
-    """What install does for a shared ``--store``: no hooks and no skill, and one line why.
-
-    The hooks answer from the memory file's SQLite side index within their time budget; a
-    shared store (``postgresql://…``, ``qdrant://…``) has no such file, so they are not
-    registered (the MCP tools serve the store; an agent recalls through them).
-    """
+    """What install does for a ``memory://`` store: no hooks and no skill, and one line why
+    (each hook is a process of its own, so a process-local store would be empty to it)."""
     env = HostEnv.current() if env is None else env
-    engine = url.partition("://")[0]
-    reason = f"the hooks read a SQLite memory file; not installed for a {engine} --store"
+    reason = f"{url} lives in one process; a hook (a process per event) would see none of it"
     return [HostResult("claude-hooks", settings_path(env), "skipped", reason)]
 
 

@@ -18,8 +18,10 @@ are :mod:`evermind.auth`'s, the runtime's own implementation:
   (``rate_limit_per_minute`` requests a minute, bursts up to the same number); an empty
   bucket answers ``429`` with ``Retry-After``.
 - **Isolation**: each tenant gets its own ``MCPServer``, session manager and ``MemoryStore``
-  (the runtime's namespace ``<tenant>/default`` of the shared SQLite file), so one tenant's
-  sessions and memories are unreachable with another's token.
+  (the runtime's namespace ``<tenant>/default`` of the shared SQLite file, or, with a shared
+  ``--store``, the tenant's own items of the store: the tenant is every item's ACL and every
+  read's scope, as ``evermind serve --store`` keeps them), so one tenant's sessions and
+  memories are unreachable with another's token.
 
 Without a tokens file the server serves one tenant, ``default``, without authentication, and
 only on a loopback interface. Native-only (uvicorn, starlette, the ``mcp`` SDK).
@@ -148,6 +150,7 @@ def build_http_app(
     *,
     host: str = "127.0.0.1",
     limiter: RateLimiter | None = None,
+    resources: contextlib.AbstractAsyncContextManager[Any] | None = None,
 ) -> Starlette:
     """Returns the ASGI app: ``/mcp`` (streamable HTTP, per tenant) and ``/healthz``.
 
@@ -158,6 +161,10 @@ def build_http_app(
             for the open loopback mode (one tenant, :data:`OPEN_TENANT`, read-write).
         host: The interface served on (decides the SDK's DNS-rebinding protection).
         limiter: The per-tenant rate limiter (600 a minute by default).
+        resources: What the stores need open on the server's own event loop (a shared
+            store's connections: ``SharedMemory``): entered at start-up, before any store
+            is opened (the stores are then opened there too), and exited after they closed.
+            None: the stores are opened now.
 
     Raises:
         ConfigError: ``tokens`` has no tokens but ``host`` is not a loopback address.
@@ -167,20 +174,28 @@ def build_http_app(
             f"mcp --http: serving on {host} without --tokens-file would expose the memory to "
             "anyone who can reach it; hint: pass --tokens-file, or bind to 127.0.0.1"
         )
-    tenants = {t.server_key: t for t in map(Tenant.of, tokens.principals)}
+    tenants = list({t.server_key: t for t in map(Tenant.of, tokens.principals)}.values())
     stores: dict[str, MemoryStore] = {}
     servers: dict[str, MCPServer[Any]] = {}
-    for tenant in tenants.values():
-        if tenant.name not in stores:
-            stores[tenant.name] = open_store(tenant.name)
-        server = build(stores[tenant.name], tenant.readonly)
-        # Creates the server's session manager; the routes are ours, its lifespan runs below.
-        server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
-        servers[tenant.server_key] = server
+
+    def open_all() -> None:
+        for tenant in tenants:
+            if tenant.name not in stores:
+                stores[tenant.name] = open_store(tenant.name)
+            server = build(stores[tenant.name], tenant.readonly)
+            # Creates the server's session manager; the routes are ours, its lifespan below.
+            server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+            servers[tenant.server_key] = server
+
+    if resources is None:
+        open_all()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            if resources is not None:
+                await stack.enter_async_context(resources)
+                open_all()
             for server in servers.values():
                 await stack.enter_async_context(server.session_manager.run())
             try:

@@ -6,8 +6,13 @@ also keeps a per-namespace *version* counter that every transaction bumps, so a 
 tell whether someone else (another process, another tab) wrote since it last looked.
 
 Implementations: ``InMemoryBackend`` (``evermind.memory.inmemory``, pure Python, the reference),
-``SQLiteBackend`` (``evermind.memory.sqlite_backend``, native) and the IndexedDB backend of
-the browser host. Browser-safe: standard library only.
+``SQLiteBackend`` (``evermind.memory.sqlite_backend``, native), ``VectorStoreBackend`` (any
+vector-store engine: Postgres, Qdrant, in process), the IndexedDB backend of the browser host,
+and a host's own, loaded by ``--store python:package.module:factory``
+(:mod:`evermind.memory.plugin` checks it against this protocol; docs/mcp.md, "Your own
+backend"). :class:`PromptRecallBackend` is an optional extra: a backend that answers the
+hooks' prompt recall from its own text index. Browser-safe: standard library and ``evermind``
+only.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from evermind.errors import VersionConflict
+from evermind.memory.prompt_recall import PromptMatch
 from evermind.memory.records import MemoryRecord, WriteResult
 
 
@@ -87,6 +93,22 @@ class MemoryBackend(Protocol):
 
     async def close(self) -> None:
         """Releases the backend's resources; the backend is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class PromptRecallBackend(Protocol):
+    """A backend that answers the hooks' prompt recall from a text index of its own.
+
+    Optional: ``MemoryStore.recall_prompt`` asks a backend that has this method, and ranks its
+    in-memory snapshot itself for one that has not (or that answers None).
+    """
+
+    async def prompt_matches(self, query: str, pool: int, now: float) -> list[PromptMatch] | None:
+        """The live (unexpired, unarchived) memories among the ``pool`` best lexical matches
+        of ``query`` that clear the relevance floor (:mod:`evermind.memory.prompt_recall`),
+        each with its raw lexical score (higher is better); None when this backend has no
+        text index to answer from (the store then ranks its snapshot)."""
         ...
 
 

@@ -12,14 +12,11 @@ memories whose ``updated_at`` changed are re-tokenized. Ranking is FTS5's ``bm25
 recency exactly as ``RecallOptions`` describes; content is always read from the memory file
 itself, so a stale side index can never show a deleted or expired memory.
 
-**The relevance floor.** A hook injects a memory into the agent's context unasked, so sharing
-a term is not enough: a memory must share with the prompt at least one term held by at most
-half of the namespace's memories (or by a single one). That is where the Robertson-Sparck
-Jones relevance weight ``ln((N - df + 0.5)/(df + 0.5))``, BM25's IDF before its ``+1``, is
-positive: a term more than half the memories hold is evidence of nothing, so a memory that
-matches a prompt only on such words ("use" in a store where most memories say it) is never
-injected, however it ranks. Document frequencies are the side index's own (FTS5's
-``fts5vocab``), so the floor follows the store as it grows.
+**The relevance floor** is :mod:`evermind.memory.prompt_recall`'s (shared by every store):
+a memory must share with the prompt a term held by at most half of the namespace's memories
+(or by one). Document frequencies are the side index's own (FTS5's ``fts5vocab``), so the
+floor follows the store as it grows. ``SQLiteBackend.prompt_matches`` answers
+``MemoryStore.recall_prompt`` from here too.
 
 The memory file is opened read-only; it is never created or migrated here. This is memory's
 public read path for callers that must not open a ``MemoryStore`` (the Claude Code hooks in
@@ -33,24 +30,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from evermind.errors import StorageError
+from evermind.memory.prompt_recall import HookMemory, PromptMatch, most_holders, rank_matches
 from evermind.memory.records import RecallOptions
-from evermind.memory.sqlite_backend import SCHEMA_VERSION
+from evermind.memory.sqlite_schema import SCHEMA_VERSION
 from evermind.text import terms
 
 #: Version of the side index's own layout; a different one is rebuilt.
 INDEX_LAYOUT = 2
-#: The relevance floor: a recalled memory must share with the query a term held by at most
-#: this share of the memories, or by one (see the module docstring).
-SPECIFIC_SHARE = 0.5
 
 _SIDE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS layout (version INTEGER NOT NULL);
@@ -59,29 +51,6 @@ CREATE TABLE IF NOT EXISTS docs (doc INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQ
                                  updated_at REAL NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(terms, tokenize = 'ascii');
 """
-
-
-@dataclass(frozen=True)
-class HookMemory:
-    """One memory as a hook shows it.
-
-    Attributes:
-        key: The memory's key.
-        content: Its full text.
-        tags: Its tags.
-        importance: 0…1.
-        updated_at: Latest write, seconds since the epoch.
-        score: Relevance × importance × recency (1.0 for the digest's entries).
-        meta: Its extra fields (a stub's link to its archived original among them).
-    """
-
-    key: str
-    content: str
-    tags: tuple[str, ...]
-    importance: float
-    updated_at: float
-    score: float = 1.0
-    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _encode(term: str) -> str:
@@ -180,6 +149,12 @@ class HookIndex:
     def recall(self, query: str, top_k: int) -> list[HookMemory]:
         """The live memories sharing terms with ``query`` above the relevance floor (module
         docstring), best first; empty when none clears it."""
+        matches = self.matches(query, self.options.candidate_pool)
+        return rank_matches(matches, top_k, self.options, self.now)
+
+    def matches(self, query: str, pool: int) -> list[PromptMatch]:
+        """The live memories among the ``pool`` best by ``bm25()`` that clear the relevance
+        floor, each with its BM25 score (unranked: :func:`rank_matches` weighs them)."""
         wanted = list(dict.fromkeys(terms(query)))
         if not wanted:
             return []
@@ -188,20 +163,13 @@ class HookIndex:
         scored = side.execute(
             "SELECT docs.key, -bm25(fts), fts.rowid FROM fts JOIN docs ON docs.doc = fts.rowid "
             "WHERE fts MATCH ? ORDER BY bm25(fts) LIMIT ?",
-            (match, self.options.candidate_pool),
+            (match, pool),
         ).fetchall()
         specific = _specific(side, {doc: key for key, _, doc in scored}, wanted)
-        scored = [(key, score) for key, score, _ in scored if key in specific]
-        if not scored:
+        relevance = {key: float(score) for key, score, _ in scored if key in specific}
+        if not relevance:
             return []
-        best = max(score for _, score in scored) or 1.0
-        relevance = {key: max(score, 0.0) / best for key, score in scored}
-        hits = [
-            _weighted(memory, relevance[memory.key], self.options, self.now)
-            for memory in self._live(relevance)
-        ]
-        hits.sort(key=lambda hit: (-hit.score, hit.key))
-        return hits[:top_k]
+        return [(memory, relevance[memory.key]) for memory in self._live(relevance)]
 
     def _live(self, keys: Iterable[str]) -> list[HookMemory]:
         wanted = list(keys)
@@ -313,7 +281,7 @@ class HookIndex:
 
 def _specific(side: sqlite3.Connection, docs: Mapping[int, str], wanted: list[str]) -> set[str]:
     """The keys of ``docs`` (side-index rowid -> key) that share with ``wanted`` a term held
-    by at most :data:`SPECIFIC_SHARE` of the memories, or by one (the relevance floor)."""
+    by at most half of the memories (:func:`most_holders`), or by one (the relevance floor)."""
     if not docs:
         return set()
     side.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.rows USING fts5vocab(main, fts, row)")
@@ -321,7 +289,7 @@ def _specific(side: sqlite3.Connection, docs: Mapping[int, str], wanted: list[st
         "CREATE VIRTUAL TABLE IF NOT EXISTS temp.instances USING fts5vocab(main, fts, instance)"
     )
     count = int(side.execute("SELECT count(*) FROM docs").fetchone()[0])
-    most = max(1, math.floor(count * SPECIFIC_SHARE))
+    most = most_holders(count)
     encoded = [_encode(term) for term in wanted]
     marks = ",".join("?" * len(encoded))
     telling = [
@@ -354,17 +322,6 @@ def _memory(row: Sequence[object]) -> HookMemory:
         float(updated_at),  # type: ignore[arg-type]
         meta=extra if isinstance(extra, dict) else {},
     )
-
-
-def _weighted(memory: HookMemory, relevance: float, opts: RecallOptions, now: float) -> HookMemory:
-    """``relevance`` × the importance and recency factors of ``RecallOptions``."""
-    score = relevance
-    if opts.importance:
-        score *= 1 + opts.importance_weight * (2 * memory.importance - 1)
-    if opts.recency:
-        age = max(0.0, now - memory.updated_at)
-        score *= 1 - opts.recency_weight + opts.recency_weight * 0.5 ** (age / opts.half_life_s)
-    return replace(memory, score=score)
 
 
 __all__ = ["HookIndex", "HookMemory", "open_memory_file", "side_path"]

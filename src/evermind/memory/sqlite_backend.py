@@ -30,44 +30,13 @@ from typing import Any, TypeVar
 
 from evermind.errors import ConfigError, StorageError
 from evermind.memory.backend import check_keys, check_version, select_evictions
+from evermind.memory.prompt_recall import PromptMatch
 from evermind.memory.records import MemoryRecord, WriteResult
+from evermind.memory.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-
 _T = TypeVar("_T")
-
-# Each entry migrates the schema from version i to i + 1.
-_MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE IF NOT EXISTS memories (
-        namespace   TEXT NOT NULL,
-        key         TEXT NOT NULL,
-        content     TEXT NOT NULL,
-        tags        TEXT NOT NULL,
-        importance  REAL NOT NULL,
-        created_at  REAL NOT NULL,
-        updated_at  REAL NOT NULL,
-        expires_at  REAL,
-        archived    INTEGER NOT NULL DEFAULT 0,
-        meta        TEXT NOT NULL,
-        PRIMARY KEY (namespace, key)
-    );
-    CREATE INDEX IF NOT EXISTS memories_expiry ON memories (namespace, expires_at);
-    CREATE TABLE IF NOT EXISTS namespaces (
-        namespace TEXT PRIMARY KEY,
-        version   INTEGER NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS vectors (
-        fingerprint  TEXT NOT NULL,
-        content_hash TEXT NOT NULL,
-        dim          INTEGER NOT NULL,
-        vector       BLOB NOT NULL,
-        PRIMARY KEY (fingerprint, content_hash)
-    );
-    """,
-)
 
 _COLUMNS = "key, content, tags, importance, created_at, updated_at, expires_at, archived, meta"
 
@@ -180,7 +149,7 @@ class SQLiteBackend:
                     f"reads up to {SCHEMA_VERSION}; hint: upgrade evermind to open it"
                 )
             for version in range(current, SCHEMA_VERSION):
-                for statement in _MIGRATIONS[version].split(";"):
+                for statement in MIGRATIONS[version].split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version + 1,))
@@ -371,6 +340,19 @@ class SQLiteBackend:
             finally:
                 conn.execute("COMMIT")
             return version, [_from_row(row) for row in rows]
+
+        return await self._run(work)
+
+    async def prompt_matches(self, query: str, pool: int, now: float) -> list[PromptMatch] | None:
+        """The hooks' prompt recall from the FTS5 side index beside the file
+        (:class:`~evermind.memory.hook_index.HookIndex`); None for an in-memory database."""
+        if self.path == ":memory:":
+            return None
+        from evermind.memory.hook_index import HookIndex
+
+        def work(conn: sqlite3.Connection) -> list[PromptMatch]:
+            with HookIndex(Path(self.path), self.namespace, clock=lambda: now) as index:
+                return index.matches(query, pool)
 
         return await self._run(work)
 

@@ -35,8 +35,9 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from evermind.errors import ConfigError, EvermindError
-from evermind.memory.backend import MemoryBackend
+from evermind.memory.backend import MemoryBackend, PromptRecallBackend
 from evermind.memory.embedder import VectorCache, as_embedder
+from evermind.memory.prompt_recall import HookMemory, rank_matches, snapshot_matches
 from evermind.memory.recall import Snapshot, run_recall
 from evermind.memory.records import (
     MAX_QUERY_CHARS,
@@ -358,15 +359,7 @@ class MemoryStore:
             Scored hits; each hit's ``ranked_by`` names the steps that ranked it. Expired and
             archived memories are never returned.
         """
-        if not isinstance(query, str):
-            raise ConfigError(f"recall: query must be a string, got {type(query).__name__}")
-        if len(query) > MAX_QUERY_CHARS:
-            raise ConfigError(
-                f"recall: query of {len(query)} characters is over the limit of "
-                f"{MAX_QUERY_CHARS}; hint: recall with the question or its key terms, "
-                "not a whole document"
-            )
-        check_text(query, "recall: query")
+        _check_query(query, "recall")
         _check_count(top_k, "recall: top_k")
         wanted = None if tags is None else set(normalise_tags(tags))
         await self.refresh()
@@ -381,6 +374,35 @@ class MemoryStore:
         await self.ensure_vectors()
         (vector,) = await self._cache.vectors([query], persist=False)
         return vector
+
+    async def recall_prompt(self, query: str, top_k: int = 5) -> list[HookMemory]:
+        """The live memories relevant to ``query`` above the relevance floor, best first: the
+        hooks' question (:mod:`evermind.memory.prompt_recall`), answered by the backend's own
+        text index when it has one (SQLite's FTS5 side index, Postgres's ``tsvector``), else
+        from this store's snapshot. Lexical only: no embedder runs.
+
+        Raises:
+            ConfigError: ``query`` is not a string or is too long, or ``top_k`` is not >= 1.
+            StorageError: The backend failed.
+        """
+        _check_query(query, "recall_prompt")
+        _check_count(top_k, "recall_prompt: top_k")
+        now, pool = self.clock(), self.options.candidate_pool
+        matches = None
+        if isinstance(self.backend, PromptRecallBackend):
+            matches = await self.backend.prompt_matches(query, pool, now)
+        if matches is None:
+            await self.refresh()
+            matches = snapshot_matches(self._records, self._bm25, query, pool, now)
+        return rank_matches(matches, top_k, self.options, now)
+
+    async def digest(self, limit: int = 12) -> list[MemoryRecord]:
+        """The ``limit`` most important live memories, newest first among equals (what a
+        session starts with)."""
+        _check_count(limit, "digest: limit")
+        await self.refresh()
+        live = self._live(self.clock())
+        return sorted(live, key=lambda r: (-r.importance, -r.updated_at, r.key))[:limit]
 
     # ------------------------------------------------------------------ snapshot
 
@@ -470,6 +492,18 @@ class MemoryStore:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _check_query(query: object, what: str) -> None:
+    if not isinstance(query, str):
+        raise ConfigError(f"{what}: query must be a string, got {type(query).__name__}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ConfigError(
+            f"{what}: query of {len(query)} characters is over the limit of "
+            f"{MAX_QUERY_CHARS}; hint: recall with the question or its key terms, "
+            "not a whole document"
+        )
+    check_text(query, f"{what}: query")
 
 
 def _check_count(value: object, what: str) -> None:

@@ -42,9 +42,10 @@ from typing import Any
 
 from evermind.errors import ConfigError, StorageError
 from evermind.memory.backend import check_keys, check_version, select_evictions
+from evermind.memory.prompt_recall import SPECIFIC_SHARE, PromptMatch, hook_memory
 from evermind.memory.records import MemoryRecord, WriteResult
 from evermind.vectorstore.clock import SIGNATURE_DIM, WriterClock, fetch_all, item_digest, signature
-from evermind.vectorstore.filters import And, Eq, Filter, In, Range
+from evermind.vectorstore.filters import And, Eq, Exists, Filter, In, Not, Or, Range
 from evermind.vectorstore.port import AccessScope, Acl, Hit, VectorItem, VectorStore
 
 # SIGNATURE_DIM is the dimension to open a memory store's vector store with: exported here too.
@@ -138,6 +139,8 @@ class VectorStoreBackend:
         }
         if record.expires_at is not None:
             meta["expires_at"] = record.expires_at
+        if record.archived:
+            meta["archived"] = True  # so an engine's own query can leave it out
         return VectorItem(
             self._record_id(record.key), signature(record.content), record.content, meta, self._acl
         )
@@ -209,6 +212,26 @@ class VectorStoreBackend:
         self._check_open()
         version = await self._clock.version()
         return version, list((await self._records()).values())
+
+    async def prompt_matches(self, query: str, pool: int, now: float) -> list[PromptMatch] | None:
+        """The hooks' prompt recall from the engine's own text search, where it has one
+        (Postgres: the ``tsvector`` column, :meth:`PgVectorStore.specific_text_query`); None
+        on an engine without (the store ranks its snapshot)."""
+        self._check_open()
+        search = getattr(self._store, "specific_text_query", None)
+        if search is None:
+            return None
+        population = self._records_where(Not(Eq("archived", True)))
+        live = Or((Not(Exists("expires_at")), Range("expires_at", gt=now)))
+        hits = await search(
+            query, pool, share=SPECIFIC_SHARE, population=population, admit=live, scope=self._scope
+        )
+        matches = []
+        for hit in hits:
+            record = _record_of(hit)
+            if not record.archived and not record.is_expired(now):
+                matches.append((hook_memory(record), hit.score))
+        return matches
 
     async def version(self) -> int:
         """The namespace's version: the sum of its writers' clocks."""

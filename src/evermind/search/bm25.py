@@ -76,6 +76,10 @@ class BM25Index:
         """Returns the distinct terms of a document (empty when unknown)."""
         return self._terms.get(doc_id, frozenset())
 
+    def holders(self, term: str) -> frozenset[str]:
+        """Returns the ids of the documents holding ``term`` (its document frequency's set)."""
+        return frozenset(self._postings.get(term, ()))
+
     def idf(self, term: str) -> float:
         """The BM25 inverse document frequency ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
         return bm25_idf(len(self._lengths), len(self._postings.get(term, ())))

@@ -391,6 +391,53 @@ class PgVectorStore:
         rows = await self._run(statement, [text, text, *params, k])
         return [_hit(row[:6], float(row[6])) for row in rows]
 
+    async def specific_text_query(
+        self,
+        text: str,
+        k: int,
+        *,
+        share: float,
+        population: object = None,
+        admit: object = None,
+        scope: AccessScope | None = None,
+    ) -> list[Hit]:
+        """The ``k`` items best matching any lexeme of ``text`` that share with it a *telling*
+        lexeme: one held by at most ``share`` of the ``population`` (or by one item).
+
+        ``text`` is cut into the English configuration's lexemes (stop words dropped, words
+        stemmed, as the ``tsv`` column is); each lexeme's document frequency over
+        ``population`` is counted through the GIN index. The items returned are of
+        ``population`` and admitted by ``admit`` too (e.g. unexpired), ranked by
+        ``ts_rank_cd`` against all the lexemes (OR), best first.
+
+        Raises:
+            ConfigError: A bad ``k``, ``share`` or scope.
+        """
+        checked = check_query(k, scope)
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise ConfigError(f"pgvector: share must be in (0, 1], got {share!r}")
+        among, among_params = self._where(population, checked)
+        admitted, admitted_params = self._where(admit, checked)
+        # A lexeme as a quoted tsquery operand: quotes and backslashes doubled, not normalised.
+        # The one-row CTEs are MATERIALIZED: inlined, the planner may re-run the counts for
+        # every row of the table (a nested loop's inner side): minutes at 10,000 memories.
+        quoted = r"'''' || replace(replace(w, '\', '\\'), '''', '''''') || ''''"
+        statement = sql.SQL(
+            "WITH words AS (SELECT DISTINCT " + quoted + " AS q "
+            "FROM unnest(tsvector_to_array(to_tsvector('english', %s))) AS w), "
+            "held AS (SELECT q, (SELECT count(*) FROM {t} WHERE tsv @@ q::tsquery AND {among}) "
+            "AS docs FROM words), "
+            "total AS (SELECT count(*) AS n FROM {t} WHERE {among}), "
+            "telling AS MATERIALIZED (SELECT string_agg(q, ' | ')::tsquery AS q "
+            "FROM held, total WHERE held.docs BETWEEN 1 AND GREATEST(1, floor(total.n * %s))), "
+            "every AS MATERIALIZED (SELECT string_agg(q, ' | ')::tsquery AS q FROM words) "
+            "SELECT {columns}, ts_rank_cd(tsv, every.q) AS score FROM {t}, telling, every "
+            "WHERE tsv @@ telling.q AND {among} AND {admitted} ORDER BY score DESC, id LIMIT %s"
+        ).format(t=self._table, among=among, admitted=admitted, columns=sql.SQL(_COLUMNS))
+        params = [text, *among_params, *among_params, share, *among_params, *admitted_params, k]
+        rows = await self._run(statement, params)
+        return [_hit(row[:6], float(row[6])) for row in rows]
+
     async def count(self, filter: object = None, scope: AccessScope | None = None) -> int:
         """How many items visible to ``scope`` the filter admits."""
         checked = check_scope(scope)
