@@ -69,6 +69,11 @@ def test_memory_round_trip_lexical_without_a_model() -> None:
     assert out["ranked_by"].startswith("lexical only: no embedder")
     assert out["scan"].startswith("none") and "no model" in out["embedder"]
     assert out["hits"][0]["score"] > 0 and "bm25" in out["hits"][0]["signals"]
+    # The same hit in plain words: the best hit is a strong match, 100 % of itself.
+    best = out["hits"][0]["match"]
+    assert best["level"] == "strong" and best["percent"] == "100 %", best
+    assert best["why"].startswith("Ranked by shared words only: there is no model yet"), best
+    assert "shares words with your query" in best["why"], best
     tagged = call("memory_recall", query="Neovim", tags=["tools"])
     assert [h["key"] for h in tagged["hits"]] == ["pref-editor"]
     assert tagged["hits"][0]["tags"] == ["pref", "tools"]
