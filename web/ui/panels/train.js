@@ -71,7 +71,9 @@ export function trainPanel(app) {
   // The block type: Mamba-1 (the selective scan) or Mamba-2 (the SSD block, heads of 64).
   const block = field("Block", h("select", { name: "block", id: "train-block" }, ...Object.entries(BLOCKS).map(([v, t]) => h("option", { value: v, text: t }))));
   // The cortex: routed experts of a shared-expert MoE FFN after each Mamba-1 mixer (0: none).
-  const cortex = field("Cortex experts (0: none)", numberInput("moe_experts", 0, { min: 0, max: 64, id: "train-moe-experts" }));
+  const cortex = field("Experts per layer (0: none)", numberInput("moe_experts", 0, { min: 0, max: 64, id: "train-moe-experts" }), "A mixture-of-experts layer (the cortex) after each Mamba-1 layer; 0 trains a plain model.");
+  // The block type and the experts are choices for people who know them: behind "Advanced".
+  const advanced = h("details", { class: "advanced", id: "train-advanced" }, h("summary", { text: "Advanced: block type and experts" }), block.field, cortex.field);
   const custom = {
     d_model: field("d_model", numberInput("d_model", 128, { min: 8, step: 8 })),
     n_layer: field("n_layer", numberInput("n_layer", 4, { min: 1, max: 48 })),
@@ -119,6 +121,7 @@ export function trainPanel(app) {
     preset.input.value = settings.config ? "custom" : (PRESETS[settings.preset] ? settings.preset : preset.input.value);
     if (BLOCKS[settings.block]) block.input.value = settings.block;
     cortex.input.value = settings.cortex?.moe_experts ?? 0;
+    if (block.input.value !== "mamba1" || Number(cortex.input.value) > 0) advanced.open = true;
     customBox.hidden = preset.input.value !== "custom";
     for (const [k, f] of Object.entries(custom)) if (settings.config?.[k] != null) f.input.value = settings.config[k];
     const set = { steps, lr, batch_size: batch, seq_len: seq };
@@ -270,9 +273,8 @@ export function trainPanel(app) {
         { class: "sub-card settings", "aria-label": "Settings" },
         h("h3", { text: "Settings" }),
         preset.field,
-        block.field,
-        cortex.field,
         customBox,
+        advanced,
         h("div", { class: "grid-2 tight" }, steps.field, lr.field, batch.field, seq.field),
         etaBefore,
         h("div", { class: "row controls" }, startButton, pauseButton, resumeNow, stopButton),
