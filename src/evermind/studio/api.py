@@ -26,7 +26,7 @@ from evermind import gpu
 from evermind.errors import ConfigError, EvermindError, NoAdapterError
 from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
 from evermind.kernels.harness import run_case
-from evermind.studio import affect_api, bench_api, ingest_api, memory_api, telemetry_api
+from evermind.studio import affect_api, bench_api, ingest_api, memory_api, operations, telemetry_api
 from evermind.studio.inputs import check_csv, check_text_bytes
 from evermind.studio.rpc import Handler, Router, emit, merge, session, set_emitter
 from evermind.studio.session import CHECKPOINT_S, EMBEDDER_TEXTS, FIRST_CHECKPOINT_S
@@ -410,6 +410,13 @@ async def embedder_centre(
 async def embedder_info() -> dict[str, Any]:
     """What serves ``embed`` now (method, teacher, dim, fingerprint)."""
     return session().embedder_info()
+
+
+@handler
+async def operation_cancel(name: str) -> dict[str, Any]:
+    """Asks the running long operation ``name`` (``similarity``) to stop at its next batch;
+    ``cancelled`` says whether one was running."""
+    return {"cancelled": operations.cancel(str(name))}
 
 
 @handler

@@ -44,6 +44,7 @@ from evermind.package.tensor import Tensor
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
 from evermind.search.cosine import dot
 from evermind.studio.draft import DRAFT_KEY, DraftError, describe_draft, draft_record, parse_draft
+from evermind.studio.operations import operation
 from evermind.studio.similarity import similarity_meaning
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
@@ -105,6 +106,8 @@ def _cortex_fields(cortex: dict[str, Any] | None) -> dict[str, Any]:
 
 #: Corpus sentences the similarity calibration embeds (their unrelated pairs' cosines).
 CALIBRATION_TEXTS = 48
+#: Texts per batch of that calibration: one progress event and one cancel check each.
+SIMILARITY_BATCH = 8
 
 
 def embedder_texts(text: str, limit: int = EMBEDDER_TEXTS) -> list[str]:
@@ -1248,7 +1251,7 @@ class Session:
         calibration = UNCALIBRATED
         scores: list[float] = []
         if len(texts) >= 2:
-            vectors = await self.embed(texts)
+            vectors = await self._embed_cancellably(texts)
 
             def cosines(chosen: list[int], pairs: list[tuple[int, int]]) -> list[float]:
                 scores[:] = [dot(vectors[chosen[i]], vectors[chosen[j]]) for i, j in pairs]
@@ -1258,6 +1261,24 @@ class Session:
         scores = sorted(s for s in scores if math.isfinite(s))
         self._similarity = (key, calibration, scores)
         return calibration, scores
+
+    async def _embed_cancellably(self, texts: list[str]) -> list[list[float]]:
+        """Embeds ``texts`` in batches as the ``similarity`` operation: a
+        ``similarity-progress`` event (done, total) after each batch, and a cancel check
+        before each (:mod:`evermind.studio.operations`); a cancel raises ``Cancelled`` and
+        nothing is kept."""
+        vectors: list[list[float]] = []
+        with operation("similarity") as op:
+            self.emit("similarity-progress", done=0, total=len(texts))
+            for start in range(0, len(texts), SIMILARITY_BATCH):
+                # Yield to the event loop first: the page's cancel call arrives only here
+                # (the CPU path embeds synchronously).
+                await asyncio.sleep(0)
+                op.check()
+                vectors += await self.embed(texts[start : start + SIMILARITY_BATCH])
+                self.emit("similarity-progress", done=len(vectors), total=len(texts))
+            op.check()
+        return vectors
 
     @property
     def embedder_fingerprint(self) -> str:
