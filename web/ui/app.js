@@ -47,6 +47,7 @@ export class StudioApp extends EventTarget {
       corpus: null,
       tokenizer: null,
       training: "idle", // idle | running | paused | finished | stopped | error
+      halting: null, // "pause" | "stop" between the click and the training loop's end
       progress: null,
       summary: null,
       checkpoint: null,
@@ -504,7 +505,7 @@ export class StudioApp extends EventTarget {
     this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume, steps: kwargs.steps } }));
     try {
       const summary = resume ? await this.call("train_resume") : await this.call("train_start", kwargs);
-      this.setState({ training: summary.state, summary, checkpoint: null });
+      this.setState({ training: summary.state, summary, checkpoint: null, halting: null });
       this.refreshRuns();
       if (summary.state === "finished") {
         this.dispatchEvent(new CustomEvent("trained", { detail: { ...summary, embedderFollows: Boolean(embedderPhase) } }));
@@ -514,7 +515,7 @@ export class StudioApp extends EventTarget {
       return summary;
     } catch (err) {
       const session = await this.call("session_status").catch(() => null);
-      this.setState({ training: "error", trainError: err, checkpoint: session?.has_checkpoint ? session : null });
+      this.setState({ training: "error", trainError: err, checkpoint: session?.has_checkpoint ? session : null, halting: null });
       this.refreshRuns();
       throw err;
     }
@@ -525,11 +526,27 @@ export class StudioApp extends EventTarget {
   }
 
   async pause() {
-    return this.call("train_pause");
+    return this._halt("pause");
   }
 
   async stop() {
-    return this.call("train_stop");
+    return this._halt("stop");
+  }
+
+  /** Asks the loop to pause or stop; `halting` says so at once, until `train()` resolves. */
+  async _halt(what) {
+    const running = this.state.training === "running";
+    if (running) this.setState({ halting: what }, { share: false });
+    try {
+      const r = await this.call(what === "stop" ? "train_stop" : "train_pause");
+      // A paused run stops without a loop to wait for; a loop that had ended needs no wait.
+      const asked = String(r?.state ?? "").endsWith("-requested");
+      if (!asked || this.state.training !== "running") this.setState({ halting: null }, { share: false });
+      return r;
+    } catch (err) {
+      this.setState({ halting: null }, { share: false });
+      throw err;
+    }
   }
 
   /** Why the model cannot be used yet while the embedder phase runs (null when it does not). */

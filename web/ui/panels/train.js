@@ -21,6 +21,12 @@ const PRESETS = {
 };
 
 /** Block types (evermind.model.config.BLOCKS). */
+// What Pause and Stop say between the click and the loop's end (app.state.halting).
+const HALTING = {
+  stop: "Stopping: finishing the current step and saving a checkpoint…",
+  pause: "Pausing: finishing the current step and saving a checkpoint…",
+};
+const HALTING_STATE = { stop: "stopping", pause: "pausing" };
 const BLOCKS = {
   mamba1: "Mamba-1 — selective scan",
   mamba2: "Mamba-2 — SSD, heads of 64",
@@ -92,12 +98,13 @@ export function trainPanel(app) {
   const training = () => app.state.training;
   const startButton = app.gate(h("button", { type: "button", class: "primary", id: "train-start", text: "Start" }), () => {
     if (!app.state.tokenizer) return "Train the tokenizer first (step 2).";
+    if (app.state.halting) return HALTING[app.state.halting];
     if (training() === "running") return "Training is running.";
     return null;
   }, hint);
-  const pauseButton = app.gate(h("button", { type: "button", id: "train-pause", text: "Pause" }), () => (training() === "running" ? null : "Nothing is training."));
+  const pauseButton = app.gate(h("button", { type: "button", id: "train-pause", text: "Pause" }), () => (app.state.halting ? HALTING[app.state.halting] : training() === "running" ? null : "Nothing is training."));
   const resumeNow = app.gate(h("button", { type: "button", id: "train-resume", text: "Resume" }), () => (training() === "paused" || ((training() === "error" || training() === "idle") && app.state.checkpoint) ? null : "Nothing is paused."));
-  const stopButton = app.gate(h("button", { type: "button", id: "train-stop", class: "danger", text: "Stop" }), () => (training() === "running" || training() === "paused" ? null : "Nothing is training."));
+  const stopButton = app.gate(h("button", { type: "button", id: "train-stop", class: "danger", text: "Stop" }), () => (app.state.halting === "stop" ? HALTING.stop : training() === "running" || training() === "paused" ? null : "Nothing is training."));
 
   // What the chosen steps mean in time on this device, before Start.
   const etaBefore = h("p", { class: "hint", id: "train-eta-before" });
@@ -188,8 +195,14 @@ export function trainPanel(app) {
   };
   resumeNow.addEventListener("click", resume);
   resumeButton.addEventListener("click", resume);
-  pauseButton.addEventListener("click", () => app.run(pauseButton, () => app.pause(), message));
-  stopButton.addEventListener("click", () => app.run(stopButton, () => app.stop(), message));
+  // Pause and Stop take effect after the current step and a checkpoint (seconds on a slow
+  // GPU): the state, the message and every button say so at once, not when it is over.
+  const halt = (button, what) => app.run(button, () => {
+    if (training() === "running") app.say(message, HALTING[what]);
+    return what === "stop" ? app.stop() : app.pause();
+  }, message);
+  pauseButton.addEventListener("click", () => halt(pauseButton, "pause"));
+  stopButton.addEventListener("click", () => halt(stopButton, "stop"));
   // Discard drops this checkpoint's run only; earlier saved runs stay.
   discardButton.addEventListener("click", () => app.run(discardButton, async () => {
     const id = app.state.checkpoint?.run_id;
@@ -336,7 +349,7 @@ export function trainPanel(app) {
     m.eta.textContent = s.training === "running" && p ? formatDuration(p.eta_s) : "–";
     m.params.textContent = formatCount(sum?.n_params ?? s.nParams ?? NaN);
     // The steps are done but the model is not usable until the embedder phase ends.
-    const shown = s.embedderRunning && s.training === "finished" ? "fitting embedder" : s.training;
+    const shown = s.halting && s.training === "running" ? HALTING_STATE[s.halting] : s.embedderRunning && s.training === "finished" ? "fitting embedder" : s.training;
     m.state.textContent = shown;
     m.state.dataset.state = shown;
     const a = s.device?.adapter;

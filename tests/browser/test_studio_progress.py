@@ -1,0 +1,113 @@
+"""Long Studio operations say what they are doing at once, with a time left, and cancel
+(issue 39, item 3), in Chromium on SwiftShader WebGPU.
+
+One page, in order: Stop during training changes the state, the message and the Start
+button's reason at once ("stopping", not "Training is running." until the checkpoint is
+written), then reads "Stopped at step N"; Compare's first measurement shows a progress line
+(sentences done of the total, the time so far, the time left) and its Cancel stops the work,
+leaves the page usable and keeps nothing, so the next Compare measures afresh and completes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from tests.browser.conftest import RecordedPage, open_studio, show, wait_text
+from tests.factories import TEXT
+
+CORPUS = "\n\n".join(f"Note {i}. {TEXT[: 300 + 7 * i]}" for i in range(30))
+ROOT = "document.querySelector('evermind-studio').shadowRoot"
+#: Collects every distinct text of the Try panel's progress line every 20 ms.
+WATCH_PROGRESS = f"""() => {{
+  const line = {ROOT}.querySelector('#try-sim-progress');
+  window.__seen = [];
+  window.__seenTimer = setInterval(() => {{
+    const t = line.hidden ? '' : line.textContent;
+    if (t && window.__seen[window.__seen.length - 1] !== t) window.__seen.push(t);
+  }}, 20);
+}}"""
+
+
+@pytest.fixture(scope="module")
+def studio(browser, server) -> Iterator[RecordedPage]:
+    rec = open_studio(browser, server)
+    try:
+        yield rec
+        rec.assert_offline()
+    finally:
+        rec.close()
+
+
+def test_a_stop_says_stopping_at_once_then_stopped(studio: RecordedPage) -> None:
+    page = studio.page
+    show(studio, "data")
+    page.fill("#panel-data textarea[name=paste-text]", CORPUS)
+    page.fill("#panel-data input[name=paste-name]", "notes.txt")
+    page.locator("#panel-data button", has_text="Add pasted text").click()
+    wait_text(studio, "#panel-data .sources", r"notes\.txt")
+    show(studio, "tokenizer")
+    page.fill("#panel-tokenizer input[name=vocab-size]", "300")
+    page.click("#tokenizer-train")
+    wait_text(studio, "#panel-tokenizer .message", r"Trained")
+    show(studio, "train")
+    for name, value in (("steps", "400"), ("batch_size", "4"), ("seq_len", "32")):
+        page.fill(f"#panel-train input[name={name}]", value)
+    page.click("#train-start")
+    page.wait_for_function(
+        f"Number(({ROOT}.querySelector('#train-step').textContent.split('/')[0])) >= 2",
+        timeout=180_000,
+    )
+    assert studio.page.locator("#train-state").inner_text() == "running"
+    page.click("#train-stop")
+    # At once (well before the step and the checkpoint end): state, message, Start's reason.
+    page.wait_for_function(
+        f"{ROOT}.querySelector('#train-state').textContent === 'stopping'", timeout=1_000
+    )
+    said = page.locator("#panel-train .message").inner_text()
+    assert said.startswith("Stopping: finishing the current step"), said
+    reason = page.locator("#train-start").get_attribute("title")
+    assert reason and reason.startswith("Stopping") and "Training is running" not in reason
+    assert page.locator("#train-stop").is_disabled() and page.locator("#train-pause").is_disabled()
+    stopped = wait_text(studio, "#panel-train .message", r"^Stopped at step \d+ of 400")
+    assert page.locator("#train-state").inner_text() == "stopped", stopped
+    assert page.locator("#train-start").is_enabled()
+
+
+def test_b_compare_shows_progress_with_time_left_and_cancels(studio: RecordedPage) -> None:
+    page = studio.page
+    show(studio, "try")
+    page.fill("#panel-try textarea[name=sim-a]", "Return the absolute value of a number.")
+    page.fill("#panel-try textarea[name=sim-b]", "Compute the magnitude of x.")
+    line = page.locator("#try-sim-progress")
+    assert line.is_hidden()
+    page.click("#try-similarity")
+    # The first batch is under way: its count is known (0 of the total), then Cancel.
+    page.locator("#try-sim-progress[data-total]").wait_for(timeout=60_000)
+    total = int(line.get_attribute("data-total") or 0)
+    assert total >= 16, total
+    line.locator("button", has_text="Cancel").click()
+    said = wait_text(studio, "#try-sim-message", r"Compare cancelled", timeout=60_000)
+    assert "nothing was measured" in said
+    assert line.is_hidden() and page.locator("#try-cosine").inner_text() == "–"
+    assert page.locator("#try-similarity").is_enabled()
+    # Nothing was kept: the next Compare measures from the start and completes, counting up
+    # with the time so far and the time left.
+    page.evaluate(WATCH_PROGRESS)
+    page.click("#try-similarity")
+    wait_text(studio, "#try-cosine", r"^-?\d\.\d{3}$", timeout=120_000)
+    page.evaluate("clearInterval(window.__seenTimer)")
+    seen = page.evaluate("window.__seen")
+    print(seen)
+    counts = [
+        (int(m.group(1)), int(m.group(2)))
+        for m in (re.search(r"(\d+) / (\d+) sentences", t) for t in seen)
+        if m
+    ]
+    assert any(0 < done < total_ for done, total_ in counts), seen
+    assert all(total_ == total for _, total_ in counts), seen
+    assert any(re.search(r"so far · about \d+ (s|min \d+ s) left", t) for t in seen), seen
+    assert line.is_hidden()
+    assert page.locator("#try-sim-label").inner_text()
