@@ -17,6 +17,7 @@ from evermind import gpu
 from evermind.errors import ConfigError, NoAdapterError
 from evermind.studio import api, operations, rpc
 from evermind.studio.operations import Cancelled, operation
+from evermind.train.corpus import harvest_stdlib_docstrings
 from tests.factories import run_sync, tiny_package
 
 CORPUS = " ".join(
@@ -82,3 +83,36 @@ def test_compare_reports_progress_and_a_cancel_keeps_nothing(
     assert done["ok"], done
     assert [e["done"] for e in events] == sorted({0, *range(8, total, 8), total}), events
     assert done["result"]["pairs"] > 0
+
+
+def test_the_default_corpus_reports_bytes_and_a_cancel_adds_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rpc, "_session", None, raising=False)
+    monkeypatch.setattr(api, "CORPUS_PROGRESS_S", 0.0)  # an event per docstring: no timing
+    events: list[dict[str, Any]] = []
+    cancel = [True]
+
+    def emitter(text: str) -> None:
+        event = json.loads(text)
+        if event["event"] != "corpus-progress":
+            return
+        events.append(event)
+        if cancel and event["done"] > 0:
+            cancel.clear()
+            assert call("operation_cancel", name="corpus")["result"] == {"cancelled": True}
+
+    monkeypatch.setattr(rpc, "_emitter", emitter)
+    cancelled = call("corpus_default", max_bytes=60_000)
+    assert not cancelled["ok"] and cancelled["error"]["type"] == "Cancelled", cancelled
+    assert 0 < max(e["done"] for e in events) < 60_000
+    assert call("corpus_info")["result"]["bytes"] == 0  # nothing was added
+
+    events.clear()
+    loaded = call("corpus_default", max_bytes=60_000)
+    assert loaded["ok"], loaded
+    done = [e["done"] for e in events]
+    assert done == sorted(done) and done[0] == 0 and done[-1] <= 60_000
+    assert all(e["total"] == 60_000 for e in events)
+    # The same text the one-shot harvest makes (the CLI's and adapt's default corpus).
+    assert loaded["result"]["bytes"] == len(harvest_stdlib_docstrings(60_000).encode())
