@@ -1,11 +1,13 @@
 """Long Studio operations say what they are doing at once, with a time left, and cancel
 (issue 39, item 3), in Chromium on SwiftShader WebGPU.
 
-One page, in order: Stop during training changes the state, the message and the Start
-button's reason at once ("stopping", not "Training is running." until the checkpoint is
-written), then reads "Stopped at step N"; Compare's first measurement shows a progress line
-(sentences done of the total, the time so far, the time left) and its Cancel stops the work,
-leaves the page usable and keeps nothing, so the next Compare measures afresh and completes.
+One page, in order: the default corpus's harvest shows bytes done, the time so far and the
+time left, and its Cancel adds nothing; Stop during training changes the state, the message
+and the Start button's reason at once ("stopping", not "Training is running." until the
+checkpoint is written), then reads "Stopped at step N"; Compare's first measurement shows a
+progress line (sentences done of the total, the time so far, the time left) and its Cancel
+stops the work, leaves the page usable and keeps nothing, so the next Compare measures
+afresh and completes.
 """
 
 from __future__ import annotations
@@ -39,6 +41,31 @@ def studio(browser, server) -> Iterator[RecordedPage]:
         rec.assert_offline()
     finally:
         rec.close()
+
+
+def test_0_the_default_corpus_shows_bytes_and_time_left_and_cancels(
+    studio: RecordedPage,
+) -> None:
+    page = studio.page
+    show(studio, "data")
+    line = page.locator("#data-default-progress")
+    assert line.is_hidden()
+    page.locator("#panel-data button", has_text="Use the default corpus").click()
+    # Bytes harvested of at most the corpus size, the time so far and the time left.
+    text = wait_text(
+        studio,
+        "#data-default-progress",
+        r"docstrings: [\d.]+ (kB|MB) / 1\.0 MB · \d+ s so far · about .+ left",
+        timeout=120_000,
+    )
+    print(text)
+    line.locator("button", has_text="Cancel").click()
+    said = wait_text(studio, "#panel-data .message", r"^Cancelled", timeout=60_000)
+    assert "not added" in said, said
+    assert line.is_hidden()
+    # Nothing of the harvest was kept: no source, the Data step still to do.
+    assert page.locator("#step-data").get_attribute("data-status") != "done"
+    assert "Python standard library" not in page.locator("#panel-data .sources").inner_text()
 
 
 def test_a_stop_says_stopping_at_once_then_stopped(studio: RecordedPage) -> None:

@@ -16,11 +16,13 @@ export class ProgressLine {
    * @param {string} o.id the element's id
    * @param {string} o.label what runs, e.g. "Measuring unrelated sentences"
    * @param {string} [o.unit] what `done` counts, e.g. "sentences"
+   * @param {(n: number) => string} [o.format] writes a count (e.g. formatBytes)
    * @param {() => Promise<unknown>} [o.onCancel] asks the work to stop; none: no Cancel
    */
-  constructor({ id, label, unit = "", onCancel = null }) {
+  constructor({ id, label, unit = "", format = String, onCancel = null }) {
     this.label = label;
     this.unit = unit;
+    this.format = format;
     this.t0 = 0;
     this.bar = h("progress", { max: 1, "aria-label": `${label}: progress` });
     this.text = h("span", { class: "progress-text" });
@@ -55,7 +57,7 @@ export class ProgressLine {
     this.bar.value = Math.min(done, total);
     const unit = this.unit ? ` ${this.unit}` : "";
     const left = eta === null || eta === 0 ? "" : eta < 1 ? " · almost done" : ` · about ${formatDuration(eta)} left`;
-    this.text.textContent = `${this.label}: ${done} / ${total}${unit} · ${formatDuration(elapsed)} so far${left}`;
+    this.text.textContent = `${this.label}: ${this.format(done)} / ${this.format(total)}${unit} · ${formatDuration(elapsed)} so far${left}`;
     this.element.dataset.done = String(done);
     this.element.dataset.total = String(total);
   }
