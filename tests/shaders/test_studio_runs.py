@@ -79,8 +79,22 @@ def test_a_reload_restores_corpus_tokenizer_settings_and_history(events) -> None
         "seq_len": 16,
     }
     assert back["summary"]["state"] == "finished"
+    # The notice says what came back, down to the embedder phase that has not run yet.
+    assert back["notice"] == (
+        "Restored from this browser's storage: the corpus, the tokenizer and the run at "
+        "step 4 of 4 (its embedder phase had not run: Embedder in step 3 runs it)."
+    )
     # Once restored, a second call restores nothing again.
     assert not asyncio.run(fresh.restore())["restored"]
+    # After the embedder phase the notice names the embedder that came back with the model.
+    call("embedder_centre", limit=16)
+    again = Session(lambda *a, **k: None)
+    again._kv = kv
+    centred = asyncio.run(again.restore())
+    assert centred["notice"].endswith(
+        "the run at step 4 of 4 with its embedder (centred on the corpus)."
+    ), centred["notice"]
+    assert again.head is not None and again.head.method == "centre"
 
 
 def test_similarity_comes_with_the_embedders_calibration(events) -> None:

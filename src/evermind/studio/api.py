@@ -305,10 +305,40 @@ async def session_status() -> dict[str, Any]:
 
 @handler
 async def session_restore() -> dict[str, Any]:
-    """After a reload: restores the stored run (corpus, tokenizer, model, settings) unless the
-    worker holds one, or the corpus and tokenizer saved before any run;
-    ``{restored, notice, notice_kind, settings, tokenizer, corpus, summary, runs}``."""
-    return await session().restore()
+    """After a reload: restores the stored run (corpus, tokenizer, model at its checkpoint
+    with its embedder, settings) unless the worker holds one, or the corpus and tokenizer saved
+    before any run; the notice also counts the memories (namespace ``studio``) and the cached
+    answers kept in this browser (``memories``, ``cached``);
+    ``{restored, notice, notice_kind, settings, tokenizer, corpus, summary, runs, memories,
+    cached}``."""
+    back = await session().restore()
+    try:
+        memories, cached = await memory_api.tab_memory().stored()
+    except EvermindError as err:  # the notice must never cost the session its restore
+        log.warning("session_restore: could not count memories and cached answers: %s", err)
+        memories = cached = 0
+    return {**back, "memories": memories, "cached": cached, **_kept_notice(back, memories, cached)}
+
+
+def _kept_notice(back: dict[str, Any], memories: int, cached: int) -> dict[str, Any]:
+    """The restore notice with the memories and cached answers this browser keeps."""
+    kept = []
+    if memories:
+        kept.append(f"{memories:,} memor{'ies' if memories != 1 else 'y'}")
+    if cached:
+        kept.append(f"{cached:,} cached answer{'s' if cached != 1 else ''}")
+    if not kept:
+        return {}
+    words = " and ".join(kept)
+    notice = back.get("notice")
+    if not notice:
+        return {
+            "notice": f"Restored from this browser's storage: {words}.",
+            "notice_kind": "restored",
+        }
+    if back.get("notice_kind") == "restored":
+        return {"notice": f"{notice.rstrip('.')}; also {words}."}
+    return {"notice": f"{notice} Kept: {words}."}
 
 
 @handler

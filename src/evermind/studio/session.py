@@ -663,10 +663,11 @@ class Session:
                     kind = "dropped"
                 else:
                     restored = True
-                    assert self.trainer is not None
+                    assert self.trainer is not None and self.job is not None
                     notice = (
                         "Restored from this browser's storage: the corpus, the tokenizer and "
-                        f"the run at step {self.trainer.step}."
+                        f"the run at step {self.trainer.step} of {self.job.train.steps}"
+                        f"{self._embedder_words()}."
                     )
             elif fresh:
                 notice = await self._restore_draft(kv)
@@ -682,6 +683,16 @@ class Session:
             "summary": self.summary() if self.trainer is not None else None,
             "runs": await self.runs(),
         }
+
+    def _embedder_words(self) -> str:
+        """How a restored model embeds, for the notice (empty without the embedder phase)."""
+        method = self._embedder_info.get("method") if self.head is not None else None
+        if method == "distill":
+            teacher = self._embedder_info.get("teacher") or "the runtime's teacher"
+            return f" with its embedder (distilled from {teacher})"
+        if method == "centre":
+            return " with its embedder (centred on the corpus)"
+        return " (its embedder phase had not run: Embedder in step 3 runs it)"
 
     def settings(self) -> dict[str, Any] | None:
         """The current run's settings, as the Train panel's form holds them."""
