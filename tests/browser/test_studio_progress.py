@@ -7,7 +7,8 @@ and the Start button's reason at once ("stopping", not "Training is running." un
 checkpoint is written), then reads "Stopped at step N"; Compare's first measurement shows a
 progress line (sentences done of the total, the time so far, the time left) and its Cancel
 stops the work, leaves the page usable and keeps nothing, so the next Compare measures
-afresh and completes.
+afresh and completes; a reload says what it restored: the run at its step, that its
+embedder phase had not run, the memory and the cached answer.
 """
 
 from __future__ import annotations
@@ -138,3 +139,32 @@ def test_b_compare_shows_progress_with_time_left_and_cancels(studio: RecordedPag
     assert any(re.search(r"so far · about \d+ (s|min \d+ s) left", t) for t in seen), seen
     assert line.is_hidden()
     assert page.locator("#try-sim-label").inner_text()
+
+
+def test_c_a_reload_says_it_restored_the_run_memories_and_cache(studio: RecordedPage) -> None:
+    page = studio.page
+    stopped_at = int(page.locator("#train-step").inner_text().split("/")[0])
+    show(studio, "memory")
+    page.fill("#panel-memory input[name=memory-key]", "user.language")
+    page.fill("#panel-memory textarea[name=memory-content]", "The user writes Python.")
+    page.click("#memory-remember")
+    wait_text(studio, "#memory-list", r"user\.language")
+    show(studio, "cache")
+    page.fill("#panel-cache input[name=cache-store-query]", "convert 100 USD to EUR")
+    page.fill("#panel-cache textarea[name=cache-store-response]", "About 92 EUR.")
+    page.locator("#panel-cache button", has_text="Store").click()
+    wait_text(studio, "#panel-cache .message", r"^Stored")
+    page.reload()
+    page.wait_for_function("window.__done === true", timeout=120_000)
+    notice = page.locator("#restore-notice")
+    notice.wait_for(state="visible", timeout=60_000)
+    assert notice.get_attribute("data-kind") == "restored"
+    words = page.locator("#restore-notice-text").inner_text()
+    print(words)
+    assert f"the run at step {stopped_at} of 400" in words, words
+    assert "its embedder phase had not run" in words, words
+    assert words.endswith("; also 1 memory and 1 cached answer."), words
+    # What it says came back is there: the model's step and the memory.
+    assert page.locator("#train-step").inner_text().startswith(f"{stopped_at} /")
+    show(studio, "memory")
+    wait_text(studio, "#memory-list", r"user\.language")

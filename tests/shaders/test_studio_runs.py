@@ -82,7 +82,7 @@ def test_a_reload_restores_corpus_tokenizer_settings_and_history(events) -> None
     # The notice says what came back, down to the embedder phase that has not run yet.
     assert back["notice"] == (
         "Restored from this browser's storage: the corpus, the tokenizer and the run at "
-        "step 4 of 4 (its embedder phase had not run: Embedder in step 3 runs it)."
+        "step 4 of 4 (its embedder phase had not run: the Train panel's Embedder button runs it)."
     )
     # Once restored, a second call restores nothing again.
     assert not asyncio.run(fresh.restore())["restored"]

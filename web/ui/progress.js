@@ -10,6 +10,14 @@ export function etaSeconds(done, total, elapsedS) {
   return (elapsedS * (total - done)) / done;
 }
 
+/** " · 3 s so far · about 2 s left" for `done` of `total` since `t0` (performance.now()). */
+export function timeWords(done, total, t0) {
+  const elapsed = (performance.now() - t0) / 1000;
+  const eta = etaSeconds(done, total, elapsed);
+  const left = eta === null || eta === 0 ? "" : eta < 1 ? " · almost done" : ` · about ${formatDuration(eta)} left`;
+  return ` · ${formatDuration(elapsed)} so far${left}`;
+}
+
 export class ProgressLine {
   /**
    * @param {object} o
@@ -51,13 +59,10 @@ export class ProgressLine {
   /** `done` of `total`: the bar, the counts, the time so far and the time left. */
   update(done, total) {
     if (this.element.dataset.state === "cancelling") return;
-    const elapsed = (performance.now() - this.t0) / 1000;
-    const eta = etaSeconds(done, total, elapsed);
     this.bar.max = Math.max(1, total);
     this.bar.value = Math.min(done, total);
     const unit = this.unit ? ` ${this.unit}` : "";
-    const left = eta === null || eta === 0 ? "" : eta < 1 ? " · almost done" : ` · about ${formatDuration(eta)} left`;
-    this.text.textContent = `${this.label}: ${this.format(done)} / ${this.format(total)}${unit} · ${formatDuration(elapsed)} so far${left}`;
+    this.text.textContent = `${this.label}: ${this.format(done)} / ${this.format(total)}${unit}${timeWords(done, total, this.t0)}`;
     this.element.dataset.done = String(done);
     this.element.dataset.total = String(total);
   }

@@ -692,7 +692,7 @@ class Session:
             return f" with its embedder (distilled from {teacher})"
         if method == "centre":
             return " with its embedder (centred on the corpus)"
-        return " (its embedder phase had not run: Embedder in step 3 runs it)"
+        return " (its embedder phase had not run: the Train panel's Embedder button runs it)"
 
     def settings(self) -> dict[str, Any] | None:
         """The current run's settings, as the Train panel's form holds them."""

@@ -1,6 +1,7 @@
 // Tokenizer panel: vocabulary size, Train (with a progress bar fed by tokenizer-progress
 // events), the result's numbers, and example encodings drawn as one chip per piece.
 import { h, field, formatCount } from "../dom.js";
+import { timeWords } from "../progress.js";
 
 /** Makes whitespace inside a piece visible: "·" for a space, "↵" for a newline. */
 function showPiece(piece) {
@@ -36,11 +37,13 @@ export function tokenizerPanel(app) {
   const tryOut = h("div", { class: "encoded", "aria-live": "polite" });
   const tryButton = app.gate(h("button", { type: "button", text: "Encode" }), () => (app.state.tokenizer ? null : "Train the tokenizer first."));
 
+  let started = performance.now(); // when this panel's Train was pressed (the time left)
   trainButton.addEventListener("click", () => app.run(trainButton, async () => {
     const size = Number(vocab.input.value);
     bar.value = 0;
     bar.removeAttribute("value"); // indeterminate until the first progress event
     barText.textContent = "Starting…";
+    started = performance.now();
     const result = await app.trainTokenizer(size);
     bar.max = 1;
     bar.value = 1;
@@ -105,7 +108,7 @@ export function tokenizerPanel(app) {
       if (e.event === "tokenizer-progress" && e.total > 0) {
         bar.max = e.total;
         bar.value = e.done;
-        barText.textContent = `${formatCount(e.done)} / ${formatCount(e.total)}`;
+        barText.textContent = `${formatCount(e.done)} / ${formatCount(e.total)}${timeWords(e.done, e.total, started)}`;
       }
     },
     status: () => (app.state.tokenizer ? "done" : app.state.tokenizerRunning ? "active" : "todo"),

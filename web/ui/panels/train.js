@@ -8,6 +8,7 @@ import { h, field, formatCount, formatDuration, formatNumber } from "../dom.js";
 import { LossChart } from "../chart.js";
 import { describeError, isRecoverable } from "../errors.js";
 import { MEASURE_AFTER_STEPS, etaWords, saveSpeed, speedKey } from "../speed.js";
+import { timeWords } from "../progress.js";
 
 /** Saved runs kept in the browser (evermind.studio.session.KEEP_RUNS). */
 const KEEP_RUNS = 3;
@@ -312,7 +313,7 @@ export function trainPanel(app) {
     const s = app.state;
     const p = s.embedderProgress;
     embedderProgress.hidden = !(s.embedderRunning && p);
-    if (p) embedderProgress.textContent = p.stage === "save" ? `${STAGES.save}…` : `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}`;
+    if (p) embedderProgress.textContent = p.stage === "save" ? `${STAGES.save}…` : `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}${timeWords(p.done, p.total, p.t0)}`;
     const e = s.embedder;
     if (s.embedderRunning) app.say(embedderStatus, "Embedder phase running…");
     else if (e?.error) app.say(embedderStatus, `Embedder phase failed: ${e.error}`, "error");
@@ -386,7 +387,11 @@ export function trainPanel(app) {
         if (e.state === "recovering") app.say(message, `${e.message ?? "The GPU device was lost."} Recovering from the last checkpoint…`, "error");
         app.setState({ training: state }, { share: false });
       } else if (e.event === "embedder-progress") {
-        app.setState({ embedderProgress: { stage: e.stage ?? (e.loss == null ? "centre" : "train"), done: e.step, total: e.steps, loss: e.loss } }, { share: false });
+        const stage = e.stage ?? (e.loss == null ? "centre" : "train");
+        // Each stage's time left is measured from its own start.
+        const before = app.state.embedderProgress;
+        const t0 = before?.stage === stage && before.done <= e.step && e.step > 0 ? before.t0 : performance.now();
+        app.setState({ embedderProgress: { stage, done: e.step, total: e.steps, loss: e.loss, t0 } }, { share: false });
       } else if (e.event === "train-checkpoint") {
         m.state.title = `checkpoint saved at step ${e.step}`;
         savedStep = e.step;
