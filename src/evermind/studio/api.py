@@ -468,8 +468,8 @@ async def embedder_info() -> dict[str, Any]:
 
 @handler
 async def operation_cancel(name: str) -> dict[str, Any]:
-    """Asks the running long operation ``name`` (``similarity``) to stop at its next batch;
-    ``cancelled`` says whether one was running."""
+    """Asks the running long operation ``name`` (``corpus``, ``embedder``, ``similarity``)
+    to stop at its next batch; ``cancelled`` says whether one was running."""
     return {"cancelled": operations.cancel(str(name))}
 
 

@@ -1132,20 +1132,25 @@ class Session:
         total = [0.0] * dm
         ids = [self.tokenizer.encode(t) or [eos] for t in texts]
         # One event per forward batch: on a software GPU one batch can take seconds, and the
-        # page shows the count while the model is not yet usable.
+        # page shows the count while the model is not yet usable. A cancel (the ``embedder``
+        # operation) stops before the next batch; the head is only set at the end, so the
+        # model keeps the head it had.
         step = raw.batch_size
-        for done in range(0, len(ids), step):
-            for vector in await raw.embed_ids(ids[done : done + step]):
-                for d in range(dm):
-                    total[d] += vector[d]
-            self.emit(
-                "embedder-progress",
-                stage="centre",
-                step=min(done + step, len(ids)),
-                steps=len(ids),
-                loss=None,
-                elapsed_s=round(time.perf_counter() - start, 2),
-            )
+        with operation("embedder") as op:
+            for done in range(0, len(ids), step):
+                op.check()
+                for vector in await raw.embed_ids(ids[done : done + step]):
+                    for d in range(dm):
+                        total[d] += vector[d]
+                self.emit(
+                    "embedder-progress",
+                    stage="centre",
+                    step=min(done + step, len(ids)),
+                    steps=len(ids),
+                    loss=None,
+                    elapsed_s=round(time.perf_counter() - start, 2),
+                )
+            op.check()
         mean = array("f", [x / len(texts) for x in total])
         info = {
             "method": "centre",
