@@ -168,3 +168,24 @@ def test_c_a_reload_says_it_restored_the_run_memories_and_cache(studio: Recorded
     assert page.locator("#train-step").inner_text().startswith(f"{stopped_at} /")
     show(studio, "memory")
     wait_text(studio, "#memory-list", r"user\.language")
+
+
+def test_d_the_embedder_phase_cancels_and_keeps_nothing(studio: RecordedPage) -> None:
+    page = studio.page
+    show(studio, "train")
+    before = page.evaluate("() => window.evermind.call('embedder_info', {})")
+    assert before["method"] is None, before
+    page.click("#train-embedder")
+    cancel = page.locator("#embedder-cancel")
+    cancel.wait_for(state="visible", timeout=60_000)  # the centring has begun
+    assert page.locator("#embedder-progress").inner_text().startswith("Centring: ")
+    cancel.click()
+    said = wait_text(studio, "#embedder-status", r"^Embedder phase cancelled", timeout=60_000)
+    assert "nothing of it was kept" in said, said
+    assert cancel.is_hidden() and page.locator("#embedder-progress").is_hidden()
+    after = page.evaluate("() => window.evermind.call('embedder_info', {})")
+    assert after["method"] is None and after["fingerprint"] == before["fingerprint"], after
+    # The phase runs again, whole.
+    page.click("#train-embedder")
+    wait_text(studio, "#embedder-status", r"^Centred embedder", timeout=120_000)
+    assert page.evaluate("() => window.evermind.call('embedder_info', {})")["method"] == "centre"

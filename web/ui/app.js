@@ -549,6 +549,14 @@ export class StudioApp extends EventTarget {
     }
   }
 
+  /** The embedder phase's progress into the state; each stage's time left is measured from
+   * that stage's own start (`t0`). */
+  setEmbedderProgress(stage, done, total, loss = null) {
+    const before = this.state.embedderProgress;
+    const t0 = before?.stage === stage && before.done <= done && done > 0 ? before.t0 : performance.now();
+    this.setState({ embedderProgress: { stage, done, total, loss, t0 } }, { share: false });
+  }
+
   /** Why the model cannot be used yet while the embedder phase runs (null when it does not). */
   embedderWait() {
     if (!this.state.embedderRunning) return null;
@@ -603,7 +611,7 @@ export class StudioApp extends EventTarget {
     const settings = this.runtimeSettings();
     url = (url ?? settings.url ?? "").trim();
     token = token ?? settings.token;
-    const progress = (stage, done, total) => this.setState({ embedderProgress: { stage, done, total } }, { share: false });
+    const progress = (stage, done, total) => this.setEmbedderProgress(stage, done, total);
     this.setState({ embedderRunning: true, embedderProgress: null, embedder: null });
     try {
       const { texts } = await this.call("embedder_texts", { limit });
@@ -645,6 +653,11 @@ export class StudioApp extends EventTarget {
       const result = await this.call("embedder_centre", { texts, reason });
       return this._embedderDone({ ...result, why: reason });
     } catch (err) {
+      // Cancel (the centring's): nothing was kept, the model embeds as it did before.
+      if (err?.name === "Cancelled") {
+        this.setState({ embedder: { cancelled: true } });
+        return { cancelled: true };
+      }
       this.setState({ embedder: { error: describeError(err) } });
       throw err;
     } finally {

@@ -248,6 +248,13 @@ export function trainPanel(app) {
   }, embedderHint);
   const embedderStatus = h("p", { class: "status-line", id: "embedder-status", role: "status", "aria-live": "polite", hidden: true });
   const embedderProgress = h("p", { class: "hint", id: "embedder-progress", hidden: true });
+  // The centring can stop at its next batch (nothing kept); the distillation changes the
+  // weights as it goes, so it has no Cancel.
+  const embedderCancel = h("button", { type: "button", class: "quiet small", id: "embedder-cancel", text: "Cancel", hidden: true });
+  embedderCancel.addEventListener("click", () => {
+    embedderCancel.disabled = true;
+    app.call("operation_cancel", { name: "embedder" }).catch(() => {});
+  });
   embedderButton.addEventListener("click", () => app.run(embedderButton, () => app.embedder(), embedderStatus));
 
   // Numbers.
@@ -303,7 +310,7 @@ export function trainPanel(app) {
       h("h3", { text: "Embedder" }),
       h("p", { class: "hint", text: "After training, the model becomes the Memory and Cache panels' embedder: distilled from the runtime's teacher (/v1/embeddings at the Export panel's runtime URL), or, without one, centred on the corpus." }),
       h("div", { class: "row" }, embedderButton, embedderHint),
-      embedderProgress,
+      h("div", { class: "row" }, embedderProgress, embedderCancel),
       embedderStatus,
     ),
   );
@@ -313,10 +320,14 @@ export function trainPanel(app) {
     const s = app.state;
     const p = s.embedderProgress;
     embedderProgress.hidden = !(s.embedderRunning && p);
+    const cancellable = Boolean(s.embedderRunning && p?.stage === "centre");
+    if (embedderCancel.hidden === cancellable) embedderCancel.disabled = false;
+    embedderCancel.hidden = !cancellable;
     if (p) embedderProgress.textContent = p.stage === "save" ? `${STAGES.save}…` : `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}${timeWords(p.done, p.total, p.t0)}`;
     const e = s.embedder;
     if (s.embedderRunning) app.say(embedderStatus, "Embedder phase running…");
     else if (e?.error) app.say(embedderStatus, `Embedder phase failed: ${e.error}`, "error");
+    else if (e?.cancelled) app.say(embedderStatus, "Embedder phase cancelled: nothing of it was kept, and the model embeds as it did before it. Embedder runs the phase again.");
     else if (e?.method) {
       const what = e.method === "distill" ? `Distilled embedder (${e.dim} dimensions, loss ${formatNumber(e.first_loss, 3)} → ${formatNumber(e.loss, 3)})` : `Centred embedder (${e.dim} dimensions, no teacher)`;
       app.say(embedderStatus, `${what}: ${e.why}`, e.method === "distill" ? "ok" : "");
@@ -387,11 +398,7 @@ export function trainPanel(app) {
         if (e.state === "recovering") app.say(message, `${e.message ?? "The GPU device was lost."} Recovering from the last checkpoint…`, "error");
         app.setState({ training: state }, { share: false });
       } else if (e.event === "embedder-progress") {
-        const stage = e.stage ?? (e.loss == null ? "centre" : "train");
-        // Each stage's time left is measured from its own start.
-        const before = app.state.embedderProgress;
-        const t0 = before?.stage === stage && before.done <= e.step && e.step > 0 ? before.t0 : performance.now();
-        app.setState({ embedderProgress: { stage, done: e.step, total: e.steps, loss: e.loss, t0 } }, { share: false });
+        app.setEmbedderProgress(e.stage ?? (e.loss == null ? "centre" : "train"), e.step, e.steps, e.loss);
       } else if (e.event === "train-checkpoint") {
         m.state.title = `checkpoint saved at step ${e.step}`;
         savedStep = e.step;
