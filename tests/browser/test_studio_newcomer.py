@@ -353,8 +353,12 @@ def test_e_layout_keys_scores_title_and_steps_stay_whole(studio: Studio, width: 
     # With a trained model the ranking label is the convex one: it waits behind Details.
     seen = page.locator(hit).inner_text()
     assert "convex" not in seen and "mmr" not in seen and "Ranked by meaning" in seen, seen
+    shot(studio, f"layout-{width}")
+    # The details on demand: the ranking label and the raw numbers, once opened.
+    page.locator(f"{hit} details.hit-details summary").click()
+    assert "convex" in page.locator(f"{hit} details.hit-details").inner_text()
+    shot(studio, f"recall-details-{width}")
     # The score the user saw stacked: the same card with a tiny score's text stays whole.
     page.locator(f"{card} .score").evaluate("el => { el.textContent = '1.00e-9'; }")
     boxes["1.00e-9"] = one_line(studio, f"{card} .score")
     print(width, boxes)
-    shot(studio, f"layout-{width}")
