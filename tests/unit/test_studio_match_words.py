@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import math
 
-from evermind.studio.match_words import describe_hits, level_of, percent_of_best, why
+from evermind.studio.match_words import (
+    cache_words,
+    describe_hits,
+    level_of,
+    percent_of_best,
+    why,
+)
 
 CONVEX = "semantic+lexical; convex w=0.50 (measured trust); importance; mmr λ=0.70"
 
@@ -56,3 +62,33 @@ def test_describe_hits_measures_each_against_the_best() -> None:
     assert [w["words"] for w in words] == ["Strong match", "Partial match", "Weak match"]
     assert [w["percent"] for w in words] == ["100 %", "50 %", "<1 %"]
     assert describe_hits([]) == []
+
+
+def test_cache_words_say_what_was_served_or_why_not() -> None:
+    trigram = "lexical only: no model (character-trigram cosine)"
+    semantic = "semantic+lexical: mean of the tab model's cosine and the character-trigram cosine"
+    exact = {"hit": True, "tier": "l1", "score": 1.0, "reason": "exact match of a cached query"}
+    exact |= {"cached_query": "convert 100 USD to EUR", "entries": 1, "ranked_by": trigram}
+    assert cache_words(exact) == (
+        "Served from this tab's cache: this exact question was stored. "
+        "Questions are compared by spelling only: there is no model yet."
+    )
+    near = {**exact, "score": 0.91, "reason": "served from l1", "ranked_by": semantic}
+    assert cache_words(near).startswith(
+        "Served from this tab's cache: \u201cconvert 100 USD to EUR\u201d asks the same."
+    )
+    assert cache_words(near).endswith("by meaning (this tab's model) and by spelling.")
+    l2 = {**near, "tier": "l2"}
+    assert cache_words(l2).startswith("Served by the runtime's shared cache (L2)")
+    refused = {**near, "hit": False, "tier": None, "refused_by": "numbers"}
+    assert "was refused: a check found that they differ." in cache_words(refused)
+    contested = {**refused, "refused_by": "contested"}
+    assert "as close has a different answer" in cache_words(contested)
+    assert cache_words({"hit": False, "entries": 0, "ranked_by": trigram}).startswith(
+        "Not served: the cache is empty"
+    )
+    far = {"hit": False, "entries": 3, "cached_query": None, "ranked_by": trigram}
+    assert cache_words(far).startswith("Not served: no stored question is close.")
+    # No label jargon in the sentence.
+    for result in (exact, near, refused, far):
+        assert not any(w in cache_words(result) for w in ("trigram", "cosine", "semantic", "δ"))

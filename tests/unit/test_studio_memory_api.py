@@ -132,6 +132,13 @@ def test_cache_hit_miss_and_guard_refusal_lexical() -> None:
     assert flipped["hit"] is False and flipped["refused_by"] is not None
     assert flipped["cached_query"] == "How do I convert USD to EUR?"
     assert flipped["reason"].startswith(f"guard '{flipped['refused_by']}' refused")
+    # The same verdict in plain words, for the Cache panel.
+    assert flipped["words"].startswith(
+        "Not served: the closest stored question, \u201cHow do I convert USD to EUR?\u201d, "
+        "was refused: "
+    ), flipped["words"]
+    assert miss["words"].startswith("Not served: the cache is empty")
+    assert exact["words"].startswith("Served from this tab's cache: this exact question")
     op = call("cache_lookup", query="How to create a remote git branch", max_error="off")
     assert op["hit"] is False and op["refused_by"] is not None
     far = call("cache_lookup", query="What is the boiling point of water?", max_error="off")

@@ -13,6 +13,9 @@ keeps the label and the numbers behind a "Details" disclosure.
   ``"<1 %"``), or ``"—"`` when there is no number to show.
 - ``why``: a sentence on how the recall ranked and what this hit has in common with the query
   (shared words, or meaning alone).
+
+:func:`cache_words` does the same for a Cache panel look-up: served or not, and why, in a
+sentence; the score, the ranking label and the verifier's numbers wait behind "Details".
 """
 
 from __future__ import annotations
@@ -102,4 +105,57 @@ def describe_hits(hits: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
-__all__ = ["PARTIAL", "STRONG", "describe_hits", "level_of", "percent_of_best", "why"]
+#: Why a near-miss was refused, in plain words, by the refusing step (``Decision.refused_by``);
+#: a guard not listed here (numbers, direction, …) "found that they differ".
+REFUSED = {
+    "threshold": "it is not close enough to give its answer",
+    "calibration": (
+        "this model scores unrelated questions about as high, so closeness proves nothing"
+    ),
+    "lexical": "they share too few words",
+    "residue": "the words they do not share change the meaning",
+    "contested": "another stored question as close has a different answer",
+    "ambiguous": "another stored question as close has a different answer",
+    "verifier": "the check of whether both ask the same said no",
+}
+
+
+def cache_words(result: Mapping[str, Any]) -> str:
+    """A cache look-up's verdict in a sentence (``cache_lookup``'s ``hit``, ``tier``,
+    ``cached_query``, ``refused_by``, ``entries``, ``ranked_by``): what was served or why
+    not, then how questions were compared."""
+    stored = result.get("cached_query")
+    quoted = f"\u201c{stored}\u201d" if stored else "a stored question"
+    if result.get("hit"):
+        if result.get("tier") == "l2":
+            said = "Served by the runtime's shared cache (L2): an agent asked the same there."
+        elif result.get("score") == 1.0 and result.get("reason") == "exact match of a cached query":
+            said = "Served from this tab's cache: this exact question was stored."
+        else:
+            said = f"Served from this tab's cache: {quoted} asks the same."
+    elif not result.get("entries"):
+        said = "Not served: the cache is empty; store an answer first."
+    elif not stored:
+        said = "Not served: no stored question is close."
+    else:
+        refused = str(result.get("refused_by") or "threshold")
+        why_not = REFUSED.get(refused, "a check found that they differ")
+        said = f"Not served: the closest stored question, {quoted}, was refused: {why_not}."
+    ranked = str(result.get("ranked_by") or "")
+    if ranked.startswith("semantic"):
+        how = "Questions are compared by meaning (this tab's model) and by spelling."
+    else:
+        how = "Questions are compared by spelling only: there is no model yet."
+    return f"{said} {how}"
+
+
+__all__ = [
+    "PARTIAL",
+    "REFUSED",
+    "STRONG",
+    "cache_words",
+    "describe_hits",
+    "level_of",
+    "percent_of_best",
+    "why",
+]

@@ -25,7 +25,7 @@ from evermind.cache.l2 import Transport
 from evermind.cache.verified import DEFAULT_MAX_ERROR
 from evermind.errors import ConfigError
 from evermind.memory.write_through import Remember, forget_history, remember_through
-from evermind.studio.match_words import describe_hits
+from evermind.studio.match_words import cache_words, describe_hits
 from evermind.studio.rpc import Router, session
 from evermind.studio.tab_memory import TabMemory
 
@@ -206,7 +206,8 @@ async def cache_lookup(
     ``runtime`` (:func:`runtime_cache`), an L1 miss asks the runtime's gateway cache (L2)."""
     l2 = runtime_cache(runtime)
     cache = await tab_memory().cache()
-    return await cache.lookup(query, threshold, max_error, l2)
+    result = await cache.lookup(query, threshold, max_error, l2)
+    return {**result, "words": cache_words(result)}
 
 
 @handler
