@@ -275,7 +275,7 @@ def test_memory_and_cache_rank_by_the_opened_packages_cpu_embeddings(
     page.click("#cache-lookup")
     # The panel still shows an earlier test's verdict ("About 92 EUR."): wait for this one.
     verdict = wait_text(studio, "#cache-verdict", r"384,400 km|Miss")
-    assert "semantic+lexical" in verdict and "lexical only" not in verdict, verdict
+    assert "by meaning (this tab's model)" in verdict and "spelling only" not in verdict, verdict
 
 
 def test_no_page_errors_and_nothing_left_loopback(studio: RecordedPage) -> None:

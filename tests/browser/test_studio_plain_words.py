@@ -4,7 +4,8 @@ In headless Chromium, through the panels' own fields and buttons: a recall card 
 a match each hit is ("Strong match") and its score as a rounded share of the best hit's
 ("100 %", never "1.00e-9"), says in a sentence how it was found, and keeps the technical
 ranking label and the raw numbers inside a closed ``<details>``; the Train form keeps the
-block type and the experts (the "cortex") behind an "Advanced" disclosure.
+block type and the experts (the "cortex") behind an "Advanced" disclosure; the Cache panel's
+verdict says in a sentence what was served or why not, the score and labels behind Details.
 """
 
 from __future__ import annotations
@@ -94,3 +95,36 @@ def test_the_train_form_keeps_block_and_experts_behind_advanced(studio: Recorded
     advanced.locator("summary").click()
     assert page.locator("#train-moe-experts").is_visible()
     assert "Experts per layer (0: none)" in form.inner_text()
+
+
+def test_the_cache_verdict_says_why_in_words_with_the_numbers_behind_details(
+    studio: RecordedPage,
+) -> None:
+    show(studio, "cache")
+    page = studio.page
+    page.fill("#panel-cache input[name=cache-store-query]", "How do I convert USD to EUR?")
+    page.fill("#panel-cache textarea[name=cache-store-response]", "Multiply by 0.92.")
+    page.click("#cache-store")
+    wait_text(studio, "#panel-cache .message", r"^Stored")
+    verdict = page.locator("#cache-verdict")
+    for query, served in (
+        ("How do I convert USD to EUR?", r"^Hit"),
+        ("How do I convert EUR to USD?", r"^Miss"),  # the direction flipped: refused
+    ):
+        page.fill("#panel-cache input[name=cache-query]", query)
+        page.evaluate(
+            "document.querySelector('evermind-studio').shadowRoot"
+            ".getElementById('cache-verdict').replaceChildren()"
+        )
+        page.click("#cache-lookup")
+        seen = wait_text(studio, "#cache-verdict", served)
+        print(repr(seen))
+        result = page.evaluate("([q]) => window.evermind.call('cache_lookup', {query: q})", [query])
+        assert page.locator("#cache-words").inner_text() == result["words"]
+        assert not [w for w in ("trigram", "cosine", "δ", "Score", "lexical") if w in seen], seen
+        details = verdict.locator("details")
+        assert details.get_attribute("open") is None
+        details.locator("summary").click()
+        opened = details.inner_text()
+        assert "Ranked by" in opened and "Score" in opened, opened
+    assert "was refused" in page.locator("#cache-words").inner_text()
