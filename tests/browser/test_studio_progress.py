@@ -189,3 +189,30 @@ def test_d_the_embedder_phase_cancels_and_keeps_nothing(studio: RecordedPage) ->
     page.click("#train-embedder")
     wait_text(studio, "#embedder-status", r"^Centred embedder", timeout=120_000)
     assert page.evaluate("() => window.evermind.call('embedder_info', {})")["method"] == "centre"
+
+
+#: Makes the worker's answer to `fn` arrive `ms` later (a slow call, as on a busy machine).
+SLOW_CALL = """([fn, ms]) => {
+  const rt = window.evermind;
+  const call = rt.call.bind(rt);
+  rt.call = async (name, kwargs) => {
+    if (name === fn) await new Promise((resolve) => setTimeout(resolve, ms));
+    return call(name, kwargs);
+  };
+}"""
+
+
+def test_e_slow_work_says_it_is_still_working_then_clears(studio: RecordedPage) -> None:
+    page = studio.page
+    show(studio, "memory")
+    page.evaluate(SLOW_CALL, ["memory_recall", 4_000])
+    page.fill("#panel-memory input[name=memory-query]", "Which language does the user write?")
+    page.click("#memory-recall")
+    said = wait_text(
+        studio, "#panel-memory .message", r"^Recall: still working… \d+ s so far$", timeout=10_000
+    )
+    print(said)
+    page.locator("#memory-recall:not([aria-busy])").wait_for(timeout=30_000)
+    wait_text(studio, "#memory-hits", r"user\.language")
+    # Done: the line it wrote is gone (the hits say the rest).
+    assert page.locator("#panel-memory .message").is_hidden()

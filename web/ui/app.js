@@ -3,7 +3,7 @@
 // the RPC calls that change it, and the enabling of buttons by their prerequisites.
 // Panels (./panels/*.js) only build markup and call the methods here, so the element's
 // JS API and the buttons run exactly the same code.
-import { h } from "./dom.js";
+import { formatDuration, h } from "./dom.js";
 import { describeError, noGpuMessage } from "./errors.js";
 import { dataPanel } from "./panels/data.js";
 import { tokenizerPanel } from "./panels/tokenizer.js";
@@ -244,7 +244,9 @@ export class StudioApp extends EventTarget {
     if (share) this.runtime.emitLocal?.({ event: "studio-state", origin: this.id, patch });
   }
 
-  /** Runs `task` with `button` busy; its error is shown in `messageEl` and re-thrown. */
+  /** Runs `task` with `button` busy; its error is shown in `messageEl` and re-thrown. Work
+   * that takes over 2 s without a word of its own says so in `messageEl`, with the time so
+   * far (a button whose panel draws its own progress sets `data-own-progress`). */
   async run(button, task, messageEl) {
     if (button) {
       this.busyButtons.add(button);
@@ -252,19 +254,44 @@ export class StudioApp extends EventTarget {
       this.refresh();
     }
     if (messageEl) this.say(messageEl, "");
+    const ticker = messageEl && !button?.dataset.ownProgress ? this._stillWorking(button, messageEl) : null;
     try {
       return await task();
     } catch (err) {
+      ticker?.stop();
       if (messageEl) this.say(messageEl, describeError(err), "error");
       this.fail(err);
       return undefined;
     } finally {
+      ticker?.stop();
       if (button) {
         this.busyButtons.delete(button);
         button.removeAttribute("aria-busy");
       }
       this.refresh();
     }
+  }
+
+  /** After 2 s, "Recall: still working… 3 s so far" in `messageEl`, every half second, unless
+   * the task has said something there itself; `stop()` clears what it wrote. */
+  _stillWorking(button, messageEl) {
+    const t0 = performance.now();
+    const what = button?.textContent.trim();
+    let ours = null;
+    const timer = setInterval(() => {
+      const seconds = (performance.now() - t0) / 1000;
+      if (seconds < 2 || (messageEl.textContent && messageEl.textContent !== ours)) return;
+      ours = `${what ? `${what}: still` : "Still"} working… ${formatDuration(seconds)} so far`;
+      this.say(messageEl, ours);
+      messageEl.dataset.working = "true";
+    }, 500);
+    return {
+      stop: () => {
+        clearInterval(timer);
+        if (ours !== null && messageEl.textContent === ours) this.say(messageEl, "");
+        delete messageEl.dataset.working;
+      },
+    };
   }
 
   /** Writes a status line (kind: "" | "ok" | "error"). */

@@ -29,7 +29,7 @@ export function dataPanel(app) {
   // Default corpus.
   const defaultHint = h("small", { class: "hint" });
   const defaultButton = app.gate(
-    h("button", { type: "button", class: "primary", text: app.options.corpusUrl ? "Use the linked corpus" : "Use the default corpus" }),
+    h("button", { type: "button", class: "primary", text: app.options.corpusUrl ? "Use the linked corpus" : "Use the default corpus", dataset: app.options.corpusUrl ? undefined : { ownProgress: "true" } }),
     () => null,
   );
   // The harvest imports the standard library module by module (tens of seconds in a tab):
@@ -242,7 +242,11 @@ export function dataPanel(app) {
     }, memoryMessage);
   };
 
-  const sendToMemory = (button, names) => exclusive(button, async () => {
+  const sendToMemory = (button, names) => {
+    if (button) button.dataset.ownProgress = "true"; // the chunk bar is its progress
+    return sendFiles(button, names);
+  };
+  const sendFiles = (button, names) => exclusive(button, async () => {
     memoryBar.max = 1;
     memoryBar.removeAttribute("value"); // indeterminate until the first progress event
     memoryBarText.textContent = "Parsing…";

@@ -23,7 +23,7 @@ export function tokenizerPanel(app) {
   vocab.field.classList.add("narrow");
   const hint = h("small", { class: "hint gate-hint", hidden: true });
   const trainButton = app.gate(
-    h("button", { type: "button", class: "primary", id: "tokenizer-train", text: "Train tokenizer" }),
+    h("button", { type: "button", class: "primary", id: "tokenizer-train", text: "Train tokenizer", dataset: { ownProgress: "true" } }),
     () => (!app.state.corpus?.bytes ? "Add data first (step 1)." : app.state.training === "running" ? "Training is running." : null),
     hint,
   );

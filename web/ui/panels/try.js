@@ -34,7 +34,7 @@ export function tryPanel(app) {
   const topP = field("Top-p", h("input", { type: "number", name: "top_p", value: 0.95, min: 0, max: 1, step: 0.01 }));
   const maxTokens = field("Max tokens", h("input", { type: "number", name: "max_new_tokens", value: 64, min: 1, max: 2048, step: 1 }));
   const genHint = h("small", { class: "hint gate-hint", hidden: true });
-  const genButton = app.gate(h("button", { type: "button", class: "primary", id: "try-generate", text: "Generate" }), needModel, genHint);
+  const genButton = app.gate(h("button", { type: "button", class: "primary", id: "try-generate", text: "Generate", dataset: { ownProgress: "true" } }), needModel, genHint);
   const output = h("output", { class: "generation", id: "try-output", "aria-live": "polite" });
   const outPrompt = h("span", { class: "prompt-echo" });
   const outText = h("span", { class: "generated" });
@@ -65,7 +65,7 @@ export function tryPanel(app) {
   const textB = field("Text B", h("textarea", { name: "sim-b", rows: 2 }));
   textA.input.value = "Return the absolute value of a number.";
   textB.input.value = "Compute the magnitude of x.";
-  const simButton = app.gate(h("button", { type: "button", id: "try-similarity", text: "Compare" }), needModel);
+  const simButton = app.gate(h("button", { type: "button", id: "try-similarity", text: "Compare", dataset: { ownProgress: "true" } }), needModel);
   const simValue = h("span", { class: "big-number", id: "try-cosine", text: "–" });
   // Empty until a comparison; then coloured by where the cosine falls among this embedder's
   // own scores of unrelated corpus sentence pairs (evermind.studio.similarity): red at or
