@@ -116,3 +116,31 @@ def test_the_default_corpus_reports_bytes_and_a_cancel_adds_nothing(
     assert all(e["total"] == 60_000 for e in events)
     # The same text the one-shot harvest makes (the CLI's and adapt's default corpus).
     assert loaded["result"]["bytes"] == len(harvest_stdlib_docstrings(60_000).encode())
+
+
+def test_tokenizer_training_cancels_and_keeps_the_tokenizer_it_had(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rpc, "_session", None, raising=False)
+    assert call("corpus_add", name="notes.txt", text=CORPUS * 4)["ok"]
+    first = call("tokenizer_train", vocab_size=280)["result"]
+    events: list[dict[str, Any]] = []
+    cancel = [True]
+
+    def emitter(text: str) -> None:
+        event = json.loads(text)
+        if event["event"] != "tokenizer-progress":
+            return
+        events.append(event)
+        if cancel and event["done"] < event["total"]:
+            cancel.clear()
+            assert operations.cancel("tokenizer") is True  # the page's Cancel, mid-training
+
+    monkeypatch.setattr(rpc, "_emitter", emitter)
+    cancelled = call("tokenizer_train", vocab_size=400)
+    assert not cancelled["ok"] and cancelled["error"]["type"] == "Cancelled", cancelled
+    assert events and events[-1]["done"] < events[-1]["total"]
+    # The session keeps the tokenizer it had, whole.
+    assert call("tokenizer_info")["result"]["vocab_size"] == first["vocab_size"]
+    again = call("tokenizer_train", vocab_size=400)
+    assert again["ok"] and again["result"]["vocab_size"] > first["vocab_size"], again

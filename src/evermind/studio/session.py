@@ -44,7 +44,7 @@ from evermind.package.tensor import Tensor
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
 from evermind.search.cosine import dot
 from evermind.studio.draft import DRAFT_KEY, DraftError, describe_draft, draft_record, parse_draft
-from evermind.studio.operations import operation
+from evermind.studio.operations import operation, yield_to_page
 from evermind.studio.similarity import similarity_meaning
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
@@ -230,13 +230,21 @@ class Session:
         start = time.perf_counter()
         last = [0.0]
 
-        def progress(done: int, total: int) -> None:
-            now = time.perf_counter()
-            if now - last[0] > 0.2 or done >= total:
-                last[0] = now
-                self.emit("tokenizer-progress", done=done, total=total)
+        with operation("tokenizer") as op:
 
-        self.tokenizer = train_tokenizer(text, vocab_size, on_progress=progress)
+            def progress(done: int, total: int) -> None:
+                now = time.perf_counter()
+                if now - last[0] > 0.2 or done >= total:
+                    last[0] = now
+                    self.emit("tokenizer-progress", done=done, total=total)
+                    # The training is one synchronous loop: in the tab, let the page's
+                    # cancel call in here (a no-op natively), then stop if it asked.
+                    yield_to_page()
+                    op.check()
+
+            tokenizer = train_tokenizer(text, vocab_size, on_progress=progress)
+        # Only a whole tokenizer replaces the one the session had.
+        self.tokenizer = tokenizer
         self._vocab_requested = vocab_size
         self.tokenize()
         return {**self.tokenizer_info(), "seconds": round(time.perf_counter() - start, 2)}
