@@ -216,3 +216,55 @@ def test_e_slow_work_says_it_is_still_working_then_clears(studio: RecordedPage) 
     wait_text(studio, "#memory-hits", r"user\.language")
     # Done: the line it wrote is gone (the hits say the rest).
     assert page.locator("#panel-memory .message").is_hidden()
+
+
+def test_f_tokenizer_training_cancels_in_the_tab(studio: RecordedPage) -> None:
+    """The tokenizer trains in one synchronous loop; its Cancel still gets through (the merge
+    loop lets the page's call in every 0.2 s) and no tokenizer is kept."""
+    page = studio.page
+    # Made-up words of many distinct letter pairs: thousands of merges to learn.
+    syllables = [
+        "ka",
+        "to",
+        "mi",
+        "re",
+        "su",
+        "lo",
+        "pe",
+        "an",
+        "ri",
+        "go",
+        "nu",
+        "ve",
+        "shi",
+        "da",
+        "ex",
+        "or",
+        "ba",
+        "ty",
+        "qu",
+        "zen",
+    ]
+    words = [
+        syllables[i % 20] + syllables[(i // 20) % 20] + syllables[(i * 7 // 400) % 20] + str(i % 97)
+        for i in range(8000)
+    ]
+    big = "\n".join(
+        " ".join(words[(n * 13 + k * 101) % 8000] for k in range(12)) for n in range(2500)
+    )
+    show(studio, "data")
+    file = {"name": "big.txt", "mimeType": "text/plain", "buffer": big.encode()}
+    page.set_input_files("#data-files", files=[file])  # a file chosen in the Data panel
+    wait_text(studio, "#panel-data .sources", r"big\.txt", timeout=60_000)
+    show(studio, "tokenizer")
+    page.fill("#panel-tokenizer input[name=vocab-size]", "4000")
+    page.click("#tokenizer-train")
+    # Cancel at once: the first pass over the text gives no way in, so the cancel lands at
+    # the first count of merges and the training stops there.
+    page.click("#tokenizer-cancel")
+    said = wait_text(studio, "#panel-tokenizer .message", r"^Cancelled: ", timeout=60_000)
+    print(said)
+    assert page.locator("#tokenizer-cancel").is_hidden()
+    assert page.locator("#step-tokenizer").get_attribute("data-status") != "done"
+    info = page.evaluate("() => window.evermind.call('tokenizer_info', {}).catch((e) => e.message)")
+    assert isinstance(info, str) and "train a tokenizer first" in info, info

@@ -29,6 +29,13 @@ export function tokenizerPanel(app) {
   );
   const bar = h("progress", { id: "tokenizer-progress", max: 1, value: 0, "aria-label": "Tokenizer training progress" });
   const barText = h("span", { class: "progress-text", text: "" });
+  // The training checks for a cancel between merges (in the tab it lets the page's call in).
+  const cancel = h("button", { type: "button", class: "quiet small", id: "tokenizer-cancel", text: "Cancel", hidden: true });
+  cancel.addEventListener("click", () => {
+    cancel.disabled = true;
+    barText.textContent = "Cancelling…";
+    app.call("operation_cancel", { name: "tokenizer" }).catch(() => {});
+  });
   const results = h("div", { class: "stats" });
   // Why the vocabulary came out smaller than asked (the corpus had fewer distinct merges).
   const shortNote = h("p", { class: "warning", id: "tokenizer-short", role: "status", hidden: true });
@@ -44,7 +51,21 @@ export function tokenizerPanel(app) {
     bar.removeAttribute("value"); // indeterminate until the first progress event
     barText.textContent = "Starting…";
     started = performance.now();
-    const result = await app.trainTokenizer(size);
+    cancel.disabled = false;
+    cancel.hidden = false;
+    let result;
+    try {
+      result = await app.trainTokenizer(size);
+    } catch (err) {
+      if (err?.name !== "Cancelled") throw err;
+      bar.max = 1;
+      bar.value = 0;
+      barText.textContent = "";
+      app.say(message, app.state.tokenizer ? "Cancelled: the tokenizer is the one you had." : "Cancelled: no tokenizer was trained.");
+      return;
+    } finally {
+      cancel.hidden = true;
+    }
     bar.max = 1;
     bar.value = 1;
     barText.textContent = `Done in ${result.seconds?.toFixed?.(1) ?? "?"} s`;
@@ -68,7 +89,7 @@ export function tokenizerPanel(app) {
       "section",
       { class: "sub-card" },
       h("div", { class: "row align-end" }, vocab.field, trainButton, hint),
-      h("div", { class: "progress-row" }, bar, barText),
+      h("div", { class: "progress-row" }, bar, barText, cancel),
       results,
       shortNote,
     ),
