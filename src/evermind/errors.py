@@ -47,6 +47,8 @@ carry domain data); the generic branches are defined here::
     ├── BundleError              the offline web bundle could not be built or found
     ├── DraftError               the Studio's saved draft is of another version, partial or
     │                            corrupt [studio.draft]
+    ├── Cancelled                the user cancelled a long Studio operation; nothing of it was
+    │                            kept [studio.operations]
     ├── PushError                the runtime refused a push, or was unreachable [runtime.push]
     └── ApiError                 an HTTP answer the runtime's routes refuse a request with: its
                                  status, OpenAI error fields and headers [runtime.errors]

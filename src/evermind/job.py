@@ -189,8 +189,13 @@ def default_corpus(max_bytes: int = DEFAULT_CORPUS_BYTES) -> tuple[str, str]:
         (text, description) — the description goes into the package's training summary.
     """
     text = harvest_stdlib_docstrings(max_bytes)
+    return text, describe_default_corpus(text)
+
+
+def describe_default_corpus(text: str) -> str:
+    """The default corpus's description (the package's training summary names it)."""
     version = ".".join(map(str, sys.version_info[:3]))
-    return text, f"Python {version} standard library docstrings ({len(text.encode()):,} bytes)"
+    return f"Python {version} standard library docstrings ({len(text.encode()):,} bytes)"
 
 
 def read_corpus(spec: str, max_bytes: int) -> tuple[str, str]:

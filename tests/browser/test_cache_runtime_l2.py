@@ -64,7 +64,8 @@ def agent_asks(url: str, question: str, system: str | None = None) -> tuple[str,
 
 
 def lookup(rec: Any, query: str) -> str:
-    """The Cache panel's verdict for ``query`` (through the Look up button)."""
+    """The Cache panel's verdict for ``query`` (through the Look up button), its closed
+    Details (score, reason) included."""
     page = rec.page
     page.fill("#panel-cache input[name=cache-query]", query)
     page.evaluate(
@@ -72,7 +73,8 @@ def lookup(rec: Any, query: str) -> str:
         ".getElementById('cache-verdict').replaceChildren()"
     )
     page.click("#cache-lookup")
-    return wait_text(rec, "#cache-verdict", r"Hit|Miss", timeout=30_000)
+    wait_text(rec, "#cache-verdict", r"Hit|Miss", timeout=30_000)
+    return str(page.locator("#cache-verdict").text_content())
 
 
 def test_the_tab_and_an_agent_share_answers_through_the_runtime(browser, server, tmp_path) -> None:

@@ -116,7 +116,9 @@ def _lookup(rec, query: str) -> str:
         ".getElementById('cache-verdict').replaceChildren()"
     )
     page.click("#cache-lookup")
-    return wait_text(rec, "#cache-verdict", r"Hit|Miss")
+    wait_text(rec, "#cache-verdict", r"Hit|Miss")
+    # The whole verdict, the closed Details (score, verifier, δ, reason) included.
+    return str(page.locator("#cache-verdict").text_content())
 
 
 def test_the_default_flow_distils_the_runtime_teacher_and_the_cache_uses_it(

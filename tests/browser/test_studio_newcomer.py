@@ -328,7 +328,8 @@ def test_e_layout_keys_scores_title_and_steps_stay_whole(studio: Studio, width: 
     assert not hidden, f"steps not visible at {width}px: {hidden}"
     page.evaluate("window.scrollTo(0, 0)")
     shot(studio, f"steps-{width}")
-    # A recall card: the key, the score and how it was ranked each stay whole.
+    # A recall card: the key, the match words and the score each stay whole; the sentence
+    # on how it was found wraps between words only.
     show(studio, "memory")
     if not page.locator("#memory-list li[data-key='user.prefers.language']").count():
         page.fill("#panel-memory input[name=memory-key]", "user.prefers.language")
@@ -345,11 +346,19 @@ def test_e_layout_keys_scores_title_and_steps_stay_whole(studio: Studio, width: 
     )
     page.click("#memory-recall")
     page.locator("#memory-hits .hit-head").first.wait_for()
-    card = "#memory-hits li[data-key='user.prefers.language'] .hit-head"
-    boxes = {part: one_line(studio, f"{card} {part}") for part in ("code", ".score")}
-    boxes["ranked-by"] = whole_words(studio, f"{card} .ranked-by")
+    hit = "#memory-hits li[data-key='user.prefers.language']"
+    card = f"{hit} .hit-head"
+    boxes = {part: one_line(studio, f"{card} {part}") for part in ("code", ".match", ".score")}
+    boxes["why"] = whole_words(studio, f"{hit} .hit-why")
+    # With a trained model the ranking label is the convex one: it waits behind Details.
+    seen = page.locator(hit).inner_text()
+    assert "convex" not in seen and "mmr" not in seen and "Ranked by meaning" in seen, seen
+    shot(studio, f"layout-{width}")
+    # The details on demand: the ranking label and the raw numbers, once opened.
+    page.locator(f"{hit} details.hit-details summary").click()
+    assert "convex" in page.locator(f"{hit} details.hit-details").inner_text()
+    shot(studio, f"recall-details-{width}")
     # The score the user saw stacked: the same card with a tiny score's text stays whole.
     page.locator(f"{card} .score").evaluate("el => { el.textContent = '1.00e-9'; }")
     boxes["1.00e-9"] = one_line(studio, f"{card} .score")
     print(width, boxes)
-    shot(studio, f"layout-{width}")

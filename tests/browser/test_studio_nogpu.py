@@ -129,7 +129,7 @@ def test_data_tokenizer_memory_and_cache_work_without_a_gpu(studio: RecordedPage
     page.fill("#panel-memory input[name=memory-query]", "which language does the user write")
     page.click("#memory-recall")
     hits = wait_text(studio, "#memory-hits", r"user\.language")
-    assert "lexical" in hits, hits
+    assert "Ranked by shared words only" in hits, hits
 
     show(studio, "cache")
     page.fill("#panel-cache input[name=cache-store-query]", "convert 100 USD to EUR")
@@ -253,7 +253,7 @@ def test_memory_and_cache_rank_by_the_opened_packages_cpu_embeddings(
     page.fill("#panel-memory input[name=memory-query]", query)
     page.click("#memory-recall")
     hits = wait_text(studio, "#memory-hits", r"user\.city")
-    assert "semantic+lexical" in hits and "lexical only" not in hits, hits
+    assert "Ranked by meaning and shared words" in hits and "words only" not in hits, hits
 
     call = "([fn, kwargs]) => window.evermind.call(fn, kwargs)"
     recalled = page.evaluate(call, ["memory_recall", {"query": query, "top_k": 10}])
@@ -275,7 +275,7 @@ def test_memory_and_cache_rank_by_the_opened_packages_cpu_embeddings(
     page.click("#cache-lookup")
     # The panel still shows an earlier test's verdict ("About 92 EUR."): wait for this one.
     verdict = wait_text(studio, "#cache-verdict", r"384,400 km|Miss")
-    assert "semantic+lexical" in verdict and "lexical only" not in verdict, verdict
+    assert "by meaning (this tab's model)" in verdict and "spelling only" not in verdict, verdict
 
 
 def test_no_page_errors_and_nothing_left_loopback(studio: RecordedPage) -> None:

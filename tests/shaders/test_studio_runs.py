@@ -79,8 +79,22 @@ def test_a_reload_restores_corpus_tokenizer_settings_and_history(events) -> None
         "seq_len": 16,
     }
     assert back["summary"]["state"] == "finished"
+    # The notice says what came back, down to the embedder phase that has not run yet.
+    assert back["notice"] == (
+        "Restored from this browser's storage: the corpus, the tokenizer and the run at "
+        "step 4 of 4 (its embedder phase had not run: the Train panel's Embedder button runs it)."
+    )
     # Once restored, a second call restores nothing again.
     assert not asyncio.run(fresh.restore())["restored"]
+    # After the embedder phase the notice names the embedder that came back with the model.
+    call("embedder_centre", limit=16)
+    again = Session(lambda *a, **k: None)
+    again._kv = kv
+    centred = asyncio.run(again.restore())
+    assert centred["notice"].endswith(
+        "the run at step 4 of 4 with its embedder (centred on the corpus)."
+    ), centred["notice"]
+    assert again.head is not None and again.head.method == "centre"
 
 
 def test_similarity_comes_with_the_embedders_calibration(events) -> None:
@@ -125,3 +139,32 @@ def test_a_cortex_run_reports_its_routing_restores_and_exports(events) -> None:
     assert model.config.moe_experts == 3 and model.config.moe_intermediate == 8
     native = model.complete("The quick", max_new_tokens=6, temperature=0).text
     assert native == generated["text"]
+
+
+def test_a_cancelled_centring_keeps_the_head_it_had(events) -> None:
+    """The embedder phase's centring stops at the next batch on ``operation_cancel`` and sets
+    no head: the model embeds as before, and a second centring completes."""
+    import json
+
+    from evermind.studio import operations
+
+    call("corpus_add", name="t.txt", text=TEXT * 3)
+    call("tokenizer_train", vocab_size=300)
+    call("train_start", steps=2, checkpoint_every=2, **RUN)
+    before = call("embedder_info")
+
+    def cancel_on_first_batch(text: str) -> None:
+        event = json.loads(text)
+        events.append(event)
+        if event["event"] == "embedder-progress" and event.get("stage") == "centre":
+            operations.cancel("embedder")  # what the page's Cancel sends, mid-phase
+
+    api.set_emitter(cancel_on_first_batch)
+    envelope = json.loads(asyncio.run(api.call("embedder_centre", json.dumps({"limit": 32}))))
+    assert not envelope["ok"] and envelope["error"]["type"] == "Cancelled", envelope
+    done = [e["step"] for e in events if e.get("stage") == "centre"]
+    assert done and max(done) < 32, done  # stopped after its first batch
+    assert call("embedder_info") == before  # no head, the same fingerprint
+    api.set_emitter(lambda s: events.append(json.loads(s)))
+    assert call("embedder_centre", limit=32)["method"] == "centre"
+    assert call("embedder_info")["method"] == "centre"

@@ -69,6 +69,11 @@ def test_memory_round_trip_lexical_without_a_model() -> None:
     assert out["ranked_by"].startswith("lexical only: no embedder")
     assert out["scan"].startswith("none") and "no model" in out["embedder"]
     assert out["hits"][0]["score"] > 0 and "bm25" in out["hits"][0]["signals"]
+    # The same hit in plain words: the best hit is a strong match, 100 % of itself.
+    best = out["hits"][0]["match"]
+    assert best["level"] == "strong" and best["percent"] == "100 %", best
+    assert best["why"].startswith("Ranked by shared words only: there is no model yet"), best
+    assert "shares words with your query" in best["why"], best
     tagged = call("memory_recall", query="Neovim", tags=["tools"])
     assert [h["key"] for h in tagged["hits"]] == ["pref-editor"]
     assert tagged["hits"][0]["tags"] == ["pref", "tools"]
@@ -127,6 +132,13 @@ def test_cache_hit_miss_and_guard_refusal_lexical() -> None:
     assert flipped["hit"] is False and flipped["refused_by"] is not None
     assert flipped["cached_query"] == "How do I convert USD to EUR?"
     assert flipped["reason"].startswith(f"guard '{flipped['refused_by']}' refused")
+    # The same verdict in plain words, for the Cache panel.
+    assert flipped["words"].startswith(
+        "Not served: the closest stored question, \u201cHow do I convert USD to EUR?\u201d, "
+        "was refused: "
+    ), flipped["words"]
+    assert miss["words"].startswith("Not served: the cache is empty")
+    assert exact["words"].startswith("Served from this tab's cache: this exact question")
     op = call("cache_lookup", query="How to create a remote git branch", max_error="off")
     assert op["hit"] is False and op["refused_by"] is not None
     far = call("cache_lookup", query="What is the boiling point of water?", max_error="off")

@@ -3,7 +3,7 @@
 // the RPC calls that change it, and the enabling of buttons by their prerequisites.
 // Panels (./panels/*.js) only build markup and call the methods here, so the element's
 // JS API and the buttons run exactly the same code.
-import { h } from "./dom.js";
+import { formatDuration, h } from "./dom.js";
 import { describeError, noGpuMessage } from "./errors.js";
 import { dataPanel } from "./panels/data.js";
 import { tokenizerPanel } from "./panels/tokenizer.js";
@@ -47,6 +47,7 @@ export class StudioApp extends EventTarget {
       corpus: null,
       tokenizer: null,
       training: "idle", // idle | running | paused | finished | stopped | error
+      halting: null, // "pause" | "stop" between the click and the training loop's end
       progress: null,
       summary: null,
       checkpoint: null,
@@ -243,7 +244,9 @@ export class StudioApp extends EventTarget {
     if (share) this.runtime.emitLocal?.({ event: "studio-state", origin: this.id, patch });
   }
 
-  /** Runs `task` with `button` busy; its error is shown in `messageEl` and re-thrown. */
+  /** Runs `task` with `button` busy; its error is shown in `messageEl` and re-thrown. Work
+   * that takes over 2 s without a word of its own says so in `messageEl`, with the time so
+   * far (a button whose panel draws its own progress sets `data-own-progress`). */
   async run(button, task, messageEl) {
     if (button) {
       this.busyButtons.add(button);
@@ -251,19 +254,44 @@ export class StudioApp extends EventTarget {
       this.refresh();
     }
     if (messageEl) this.say(messageEl, "");
+    const ticker = messageEl && !button?.dataset.ownProgress ? this._stillWorking(button, messageEl) : null;
     try {
       return await task();
     } catch (err) {
+      ticker?.stop();
       if (messageEl) this.say(messageEl, describeError(err), "error");
       this.fail(err);
       return undefined;
     } finally {
+      ticker?.stop();
       if (button) {
         this.busyButtons.delete(button);
         button.removeAttribute("aria-busy");
       }
       this.refresh();
     }
+  }
+
+  /** After 2 s, "Recall: still working… 3 s so far" in `messageEl`, every half second, unless
+   * the task has said something there itself; `stop()` clears what it wrote. */
+  _stillWorking(button, messageEl) {
+    const t0 = performance.now();
+    const what = button?.textContent.trim();
+    let ours = null;
+    const timer = setInterval(() => {
+      const seconds = (performance.now() - t0) / 1000;
+      if (seconds < 2 || (messageEl.textContent && messageEl.textContent !== ours)) return;
+      ours = `${what ? `${what}: still` : "Still"} working… ${formatDuration(seconds)} so far`;
+      this.say(messageEl, ours);
+      messageEl.dataset.working = "true";
+    }, 500);
+    return {
+      stop: () => {
+        clearInterval(timer);
+        if (ours !== null && messageEl.textContent === ours) this.say(messageEl, "");
+        delete messageEl.dataset.working;
+      },
+    };
   }
 
   /** Writes a status line (kind: "" | "ok" | "error"). */
@@ -504,7 +532,7 @@ export class StudioApp extends EventTarget {
     this.dispatchEvent(new CustomEvent("train-reset", { detail: { resume, steps: kwargs.steps } }));
     try {
       const summary = resume ? await this.call("train_resume") : await this.call("train_start", kwargs);
-      this.setState({ training: summary.state, summary, checkpoint: null });
+      this.setState({ training: summary.state, summary, checkpoint: null, halting: null });
       this.refreshRuns();
       if (summary.state === "finished") {
         this.dispatchEvent(new CustomEvent("trained", { detail: { ...summary, embedderFollows: Boolean(embedderPhase) } }));
@@ -514,7 +542,7 @@ export class StudioApp extends EventTarget {
       return summary;
     } catch (err) {
       const session = await this.call("session_status").catch(() => null);
-      this.setState({ training: "error", trainError: err, checkpoint: session?.has_checkpoint ? session : null });
+      this.setState({ training: "error", trainError: err, checkpoint: session?.has_checkpoint ? session : null, halting: null });
       this.refreshRuns();
       throw err;
     }
@@ -525,11 +553,35 @@ export class StudioApp extends EventTarget {
   }
 
   async pause() {
-    return this.call("train_pause");
+    return this._halt("pause");
   }
 
   async stop() {
-    return this.call("train_stop");
+    return this._halt("stop");
+  }
+
+  /** Asks the loop to pause or stop; `halting` says so at once, until `train()` resolves. */
+  async _halt(what) {
+    const running = this.state.training === "running";
+    if (running) this.setState({ halting: what }, { share: false });
+    try {
+      const r = await this.call(what === "stop" ? "train_stop" : "train_pause");
+      // A paused run stops without a loop to wait for; a loop that had ended needs no wait.
+      const asked = String(r?.state ?? "").endsWith("-requested");
+      if (!asked || this.state.training !== "running") this.setState({ halting: null }, { share: false });
+      return r;
+    } catch (err) {
+      this.setState({ halting: null }, { share: false });
+      throw err;
+    }
+  }
+
+  /** The embedder phase's progress into the state; each stage's time left is measured from
+   * that stage's own start (`t0`). */
+  setEmbedderProgress(stage, done, total, loss = null) {
+    const before = this.state.embedderProgress;
+    const t0 = before?.stage === stage && before.done <= done && done > 0 ? before.t0 : performance.now();
+    this.setState({ embedderProgress: { stage, done, total, loss, t0 } }, { share: false });
   }
 
   /** Why the model cannot be used yet while the embedder phase runs (null when it does not). */
@@ -586,7 +638,7 @@ export class StudioApp extends EventTarget {
     const settings = this.runtimeSettings();
     url = (url ?? settings.url ?? "").trim();
     token = token ?? settings.token;
-    const progress = (stage, done, total) => this.setState({ embedderProgress: { stage, done, total } }, { share: false });
+    const progress = (stage, done, total) => this.setEmbedderProgress(stage, done, total);
     this.setState({ embedderRunning: true, embedderProgress: null, embedder: null });
     try {
       const { texts } = await this.call("embedder_texts", { limit });
@@ -628,6 +680,11 @@ export class StudioApp extends EventTarget {
       const result = await this.call("embedder_centre", { texts, reason });
       return this._embedderDone({ ...result, why: reason });
     } catch (err) {
+      // Cancel (the centring's): nothing was kept, the model embeds as it did before.
+      if (err?.name === "Cancelled") {
+        this.setState({ embedder: { cancelled: true } });
+        return { cancelled: true };
+      }
       this.setState({ embedder: { error: describeError(err) } });
       throw err;
     } finally {

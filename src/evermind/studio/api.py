@@ -13,6 +13,7 @@ builds a :class:`~evermind.studio.rpc.Router`; :data:`HANDLERS` merges them once
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -24,15 +25,15 @@ from typing import Any
 import evermind
 from evermind import gpu
 from evermind.errors import ConfigError, EvermindError, NoAdapterError
-from evermind.job import DEFAULT_CORPUS_BYTES, default_corpus
+from evermind.job import DEFAULT_CORPUS_BYTES, describe_default_corpus
 from evermind.kernels.harness import run_case
-from evermind.studio import affect_api, bench_api, ingest_api, memory_api, telemetry_api
+from evermind.studio import affect_api, bench_api, ingest_api, memory_api, operations, telemetry_api
 from evermind.studio.inputs import check_csv, check_text_bytes
 from evermind.studio.rpc import Handler, Router, emit, merge, session, set_emitter
 from evermind.studio.session import CHECKPOINT_S, EMBEDDER_TEXTS, FIRST_CHECKPOINT_S
 from evermind.studio.session import embedder_texts as corpus_embedder_texts
 from evermind.tokenizer import Tokenizer
-from evermind.train.corpus import harvest_stdlib_docstrings
+from evermind.train.corpus import harvest_stdlib_docstrings, iter_harvest
 from evermind.train.loop import TrainConfig
 from evermind.train.sources import extract_text
 
@@ -121,13 +122,36 @@ async def kernel_case(spec: dict[str, Any]) -> dict[str, str]:
 # -- the Studio session -------------------------------------------------------------------
 
 
+#: Seconds between two ``corpus-progress`` events (and cancel checks) of the default corpus.
+CORPUS_PROGRESS_S = 0.1
+
+
 @handler
 async def corpus_default(max_bytes: int = DEFAULT_CORPUS_BYTES) -> dict[str, Any]:
-    """Adds the embedded default corpus (this Python's standard-library docstrings)."""
-    emit("corpus-progress", message="Reading the standard library's docstrings…")
-    text, description = default_corpus(int(max_bytes))
+    """Adds the embedded default corpus (this Python's standard-library docstrings).
+
+    The harvest imports the library module by module (tens of seconds in a tab): it emits
+    ``corpus-progress`` (bytes ``done`` of at most ``total``) and checks for a cancel
+    (``operation_cancel("corpus")``) at most every :data:`CORPUS_PROGRESS_S`; a cancelled
+    harvest adds nothing (``Cancelled``)."""
+    limit = int(max_bytes)
+    emit(
+        "corpus-progress", message="Reading the standard library's docstrings…", done=0, total=limit
+    )
+    parts: list[str] = []
+    with operations.operation("corpus") as op:
+        last = time.monotonic()
+        for piece, used in iter_harvest(limit):
+            parts.append(piece)
+            if time.monotonic() - last >= CORPUS_PROGRESS_S:
+                emit("corpus-progress", done=used, total=limit)
+                await asyncio.sleep(0)  # lets the page's cancel call in
+                op.check()
+                last = time.monotonic()
+        op.check()
+    text = "".join(parts)
     s = session()
-    s.add_source("Python standard library docstrings", text, description)
+    s.add_source("Python standard library docstrings", text, describe_default_corpus(text))
     await s.save_draft()
     return s.corpus_info()
 
@@ -281,10 +305,40 @@ async def session_status() -> dict[str, Any]:
 
 @handler
 async def session_restore() -> dict[str, Any]:
-    """After a reload: restores the stored run (corpus, tokenizer, model, settings) unless the
-    worker holds one, or the corpus and tokenizer saved before any run;
-    ``{restored, notice, notice_kind, settings, tokenizer, corpus, summary, runs}``."""
-    return await session().restore()
+    """After a reload: restores the stored run (corpus, tokenizer, model at its checkpoint
+    with its embedder, settings) unless the worker holds one, or the corpus and tokenizer saved
+    before any run; the notice also counts the memories (namespace ``studio``) and the cached
+    answers kept in this browser (``memories``, ``cached``);
+    ``{restored, notice, notice_kind, settings, tokenizer, corpus, summary, runs, memories,
+    cached}``."""
+    back = await session().restore()
+    try:
+        memories, cached = await memory_api.tab_memory().stored()
+    except EvermindError as err:  # the notice must never cost the session its restore
+        log.warning("session_restore: could not count memories and cached answers: %s", err)
+        memories = cached = 0
+    return {**back, "memories": memories, "cached": cached, **_kept_notice(back, memories, cached)}
+
+
+def _kept_notice(back: dict[str, Any], memories: int, cached: int) -> dict[str, Any]:
+    """The restore notice with the memories and cached answers this browser keeps."""
+    kept = []
+    if memories:
+        kept.append(f"{memories:,} memor{'ies' if memories != 1 else 'y'}")
+    if cached:
+        kept.append(f"{cached:,} cached answer{'s' if cached != 1 else ''}")
+    if not kept:
+        return {}
+    words = " and ".join(kept)
+    notice = back.get("notice")
+    if not notice:
+        return {
+            "notice": f"Restored from this browser's storage: {words}.",
+            "notice_kind": "restored",
+        }
+    if back.get("notice_kind") == "restored":
+        return {"notice": f"{notice.rstrip('.')}; also {words}."}
+    return {"notice": f"{notice} Kept: {words}."}
 
 
 @handler
@@ -410,6 +464,13 @@ async def embedder_centre(
 async def embedder_info() -> dict[str, Any]:
     """What serves ``embed`` now (method, teacher, dim, fingerprint)."""
     return session().embedder_info()
+
+
+@handler
+async def operation_cancel(name: str) -> dict[str, Any]:
+    """Asks the running long operation ``name`` (``corpus``, ``embedder``, ``similarity``)
+    to stop at its next batch; ``cancelled`` says whether one was running."""
+    return {"cancelled": operations.cancel(str(name))}
 
 
 @handler

@@ -5,7 +5,8 @@ and ``cache_store`` (plus the bulk ``memory_import``/``memory_export``/``cache_i
 import, export and benchmarks) run on the worker's session (the memory calls in the namespace
 they name, ``"studio"`` by default): IndexedDB storage, the tab's model as
 embedder when one is ready (lexical ranking otherwise) and the GPU cosine scan. Every recall
-and lookup result says how it was ranked (``ranked_by``) and which scan ran (``scan``).
+and lookup result says how it was ranked (``ranked_by``) and which scan ran (``scan``); each
+recall hit also carries ``match``, the same in plain words (:mod:`evermind.studio.match_words`).
 ``cache_lookup`` and ``cache_store`` take an optional ``runtime`` (:func:`runtime_cache`): the
 runtime's gateway cache as L2 (:mod:`evermind.cache.gateway_client`).
 ``memory_remember`` runs write-through cognition (:mod:`evermind.memory.write_through`, the
@@ -24,6 +25,7 @@ from evermind.cache.l2 import Transport
 from evermind.cache.verified import DEFAULT_MAX_ERROR
 from evermind.errors import ConfigError
 from evermind.memory.write_through import Remember, forget_history, remember_through
+from evermind.studio.match_words import cache_words, describe_hits
 from evermind.studio.rpc import Router, session
 from evermind.studio.tab_memory import TabMemory
 
@@ -100,19 +102,22 @@ async def memory_recall(
     wanted = None if tags is None else _strings(tags, "memory_recall: tags")
     hits = await store.recall(query, int(top_k), wanted)
     semantic = bool(hits) and hits[0].ranked_by.startswith("semantic")
+    rows = [
+        {
+            "key": h.key,
+            "content": h.content,
+            "tags": list(h.tags),
+            "score": h.score,
+            "ranked_by": h.ranked_by,
+            "signals": dict(h.signals),
+            "source": h.meta.get("source") if h.meta.get("ingest") == "chunk" else None,
+        }
+        for h in hits
+    ]
+    for row, words in zip(rows, describe_hits(rows), strict=True):
+        row["match"] = words
     return {
-        "hits": [
-            {
-                "key": h.key,
-                "content": h.content,
-                "tags": list(h.tags),
-                "score": h.score,
-                "ranked_by": h.ranked_by,
-                "signals": dict(h.signals),
-                "source": h.meta.get("source") if h.meta.get("ingest") == "chunk" else None,
-            }
-            for h in hits
-        ],
+        "hits": rows,
         "ranked_by": hits[0].ranked_by if hits else None,
         "scan": store.vector_index.last_scan if semantic else "none: lexical ranking",
         "embedder": tab.embedder_words,
@@ -201,7 +206,8 @@ async def cache_lookup(
     ``runtime`` (:func:`runtime_cache`), an L1 miss asks the runtime's gateway cache (L2)."""
     l2 = runtime_cache(runtime)
     cache = await tab_memory().cache()
-    return await cache.lookup(query, threshold, max_error, l2)
+    result = await cache.lookup(query, threshold, max_error, l2)
+    return {**result, "words": cache_words(result)}
 
 
 @handler

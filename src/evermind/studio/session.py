@@ -44,6 +44,7 @@ from evermind.package.tensor import Tensor
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
 from evermind.search.cosine import dot
 from evermind.studio.draft import DRAFT_KEY, DraftError, describe_draft, draft_record, parse_draft
+from evermind.studio.operations import operation, yield_to_page
 from evermind.studio.similarity import similarity_meaning
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
@@ -105,6 +106,8 @@ def _cortex_fields(cortex: dict[str, Any] | None) -> dict[str, Any]:
 
 #: Corpus sentences the similarity calibration embeds (their unrelated pairs' cosines).
 CALIBRATION_TEXTS = 48
+#: Texts per batch of that calibration: one progress event and one cancel check each.
+SIMILARITY_BATCH = 8
 
 
 def embedder_texts(text: str, limit: int = EMBEDDER_TEXTS) -> list[str]:
@@ -227,13 +230,21 @@ class Session:
         start = time.perf_counter()
         last = [0.0]
 
-        def progress(done: int, total: int) -> None:
-            now = time.perf_counter()
-            if now - last[0] > 0.2 or done >= total:
-                last[0] = now
-                self.emit("tokenizer-progress", done=done, total=total)
+        with operation("tokenizer") as op:
 
-        self.tokenizer = train_tokenizer(text, vocab_size, on_progress=progress)
+            def progress(done: int, total: int) -> None:
+                now = time.perf_counter()
+                if now - last[0] > 0.2 or done >= total:
+                    last[0] = now
+                    self.emit("tokenizer-progress", done=done, total=total)
+                    # The training is one synchronous loop: in the tab, let the page's
+                    # cancel call in here (a no-op natively), then stop if it asked.
+                    yield_to_page()
+                    op.check()
+
+            tokenizer = train_tokenizer(text, vocab_size, on_progress=progress)
+        # Only a whole tokenizer replaces the one the session had.
+        self.tokenizer = tokenizer
         self._vocab_requested = vocab_size
         self.tokenize()
         return {**self.tokenizer_info(), "seconds": round(time.perf_counter() - start, 2)}
@@ -660,10 +671,11 @@ class Session:
                     kind = "dropped"
                 else:
                     restored = True
-                    assert self.trainer is not None
+                    assert self.trainer is not None and self.job is not None
                     notice = (
                         "Restored from this browser's storage: the corpus, the tokenizer and "
-                        f"the run at step {self.trainer.step}."
+                        f"the run at step {self.trainer.step} of {self.job.train.steps}"
+                        f"{self._embedder_words()}."
                     )
             elif fresh:
                 notice = await self._restore_draft(kv)
@@ -679,6 +691,16 @@ class Session:
             "summary": self.summary() if self.trainer is not None else None,
             "runs": await self.runs(),
         }
+
+    def _embedder_words(self) -> str:
+        """How a restored model embeds, for the notice (empty without the embedder phase)."""
+        method = self._embedder_info.get("method") if self.head is not None else None
+        if method == "distill":
+            teacher = self._embedder_info.get("teacher") or "the runtime's teacher"
+            return f" with its embedder (distilled from {teacher})"
+        if method == "centre":
+            return " with its embedder (centred on the corpus)"
+        return " (its embedder phase had not run: the Train panel's Embedder button runs it)"
 
     def settings(self) -> dict[str, Any] | None:
         """The current run's settings, as the Train panel's form holds them."""
@@ -1118,20 +1140,25 @@ class Session:
         total = [0.0] * dm
         ids = [self.tokenizer.encode(t) or [eos] for t in texts]
         # One event per forward batch: on a software GPU one batch can take seconds, and the
-        # page shows the count while the model is not yet usable.
+        # page shows the count while the model is not yet usable. A cancel (the ``embedder``
+        # operation) stops before the next batch; the head is only set at the end, so the
+        # model keeps the head it had.
         step = raw.batch_size
-        for done in range(0, len(ids), step):
-            for vector in await raw.embed_ids(ids[done : done + step]):
-                for d in range(dm):
-                    total[d] += vector[d]
-            self.emit(
-                "embedder-progress",
-                stage="centre",
-                step=min(done + step, len(ids)),
-                steps=len(ids),
-                loss=None,
-                elapsed_s=round(time.perf_counter() - start, 2),
-            )
+        with operation("embedder") as op:
+            for done in range(0, len(ids), step):
+                op.check()
+                for vector in await raw.embed_ids(ids[done : done + step]):
+                    for d in range(dm):
+                        total[d] += vector[d]
+                self.emit(
+                    "embedder-progress",
+                    stage="centre",
+                    step=min(done + step, len(ids)),
+                    steps=len(ids),
+                    loss=None,
+                    elapsed_s=round(time.perf_counter() - start, 2),
+                )
+            op.check()
         mean = array("f", [x / len(texts) for x in total])
         info = {
             "method": "centre",
@@ -1248,7 +1275,7 @@ class Session:
         calibration = UNCALIBRATED
         scores: list[float] = []
         if len(texts) >= 2:
-            vectors = await self.embed(texts)
+            vectors = await self._embed_cancellably(texts)
 
             def cosines(chosen: list[int], pairs: list[tuple[int, int]]) -> list[float]:
                 scores[:] = [dot(vectors[chosen[i]], vectors[chosen[j]]) for i, j in pairs]
@@ -1258,6 +1285,24 @@ class Session:
         scores = sorted(s for s in scores if math.isfinite(s))
         self._similarity = (key, calibration, scores)
         return calibration, scores
+
+    async def _embed_cancellably(self, texts: list[str]) -> list[list[float]]:
+        """Embeds ``texts`` in batches as the ``similarity`` operation: a
+        ``similarity-progress`` event (done, total) after each batch, and a cancel check
+        before each (:mod:`evermind.studio.operations`); a cancel raises ``Cancelled`` and
+        nothing is kept."""
+        vectors: list[list[float]] = []
+        with operation("similarity") as op:
+            self.emit("similarity-progress", done=0, total=len(texts))
+            for start in range(0, len(texts), SIMILARITY_BATCH):
+                # Yield to the event loop first: the page's cancel call arrives only here
+                # (the CPU path embeds synchronously).
+                await asyncio.sleep(0)
+                op.check()
+                vectors += await self.embed(texts[start : start + SIMILARITY_BATCH])
+                self.emit("similarity-progress", done=len(vectors), total=len(texts))
+            op.check()
+        return vectors
 
     @property
     def embedder_fingerprint(self) -> str:

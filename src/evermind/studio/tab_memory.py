@@ -561,6 +561,13 @@ class TabMemory:
             self._stores[name] = store
         return store
 
+    async def stored(self, namespace: str | None = None) -> tuple[int, int]:
+        """How many live memories ``namespace`` holds and how many answers the cache keeps,
+        read from storage without embedding anything (what a reload says it restored)."""
+        memories = await (await self.store(namespace)).count()
+        cached = len(await (await self.session.kv()).get_all("cache"))
+        return memories, cached
+
     async def cache(self) -> TabCache:
         """The semantic cache for the embedder usable now."""
         fingerprint = self._settle()

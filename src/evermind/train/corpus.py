@@ -18,7 +18,12 @@ from types import ModuleType
 
 from evermind.errors import ConfigError
 
-__all__ = ["SKIPPED_MODULES", "harvest_stdlib_docstrings", "iter_stdlib_docstrings"]
+__all__ = [
+    "SKIPPED_MODULES",
+    "harvest_stdlib_docstrings",
+    "iter_harvest",
+    "iter_stdlib_docstrings",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -151,20 +156,33 @@ def harvest_stdlib_docstrings(max_bytes: int) -> str:
     Raises:
         ConfigError: ``max_bytes`` is not a positive integer.
     """
+    return "".join(piece for piece, _ in iter_harvest(max_bytes))
+
+
+def iter_harvest(max_bytes: int) -> Iterator[tuple[str, int]]:
+    """:func:`harvest_stdlib_docstrings` piece by piece: each piece of the corpus (a
+    docstring with its separator) and the UTF-8 bytes harvested so far, for a caller that
+    reports progress or stops between pieces (the Studio's default corpus).
+
+    Raises:
+        ConfigError: ``max_bytes`` is not a positive integer (before anything is yielded).
+    """
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
         raise ConfigError(
             f"harvest_stdlib_docstrings: max_bytes is {max_bytes!r}; expected a positive int "
             "(hint: 2_000_000 for about 2 MB)"
         )
-    parts: list[str] = []
+    return _harvest(max_bytes)
+
+
+def _harvest(max_bytes: int) -> Iterator[tuple[str, int]]:
     used = 0
     for doc in iter_stdlib_docstrings():
-        piece = (_SEPARATOR if parts else "") + doc
+        piece = (_SEPARATOR if used else "") + doc
         size = len(piece.encode("utf-8"))
         if used + size > max_bytes:
             room = max_bytes - used
-            parts.append(piece.encode("utf-8")[:room].decode("utf-8", errors="ignore"))
-            break
-        parts.append(piece)
+            yield piece.encode("utf-8")[:room].decode("utf-8", errors="ignore"), max_bytes
+            return
         used += size
-    return "".join(parts)
+        yield piece, used

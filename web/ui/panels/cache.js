@@ -50,20 +50,31 @@ export function cachePanel(app) {
     showSharing();
     const r = await app.call("cache_lookup", kwargs);
     const row = (label, value, cls = "") => [h("dt", { text: label }), h("dd", { class: cls, text: value })];
+    // Plain words first (what was served, or why not); the numbers and labels on demand.
     verdict.replaceChildren(
       h("p", { class: `badge ${r.hit ? "hit" : "miss"}`, text: r.hit ? "Hit" : "Miss" }),
+      h("p", { class: "cache-words", id: "cache-words", text: r.words ?? "" }),
       h(
         "dl",
         { class: "facts" },
-        row("Tier", tierWords(r.tier)),
-        row("Score", formatNumber(r.score, 3)),
-        row("Ranked by", r.ranked_by ?? "–"),
-        ...(r.probability != null ? row("Same question (verifier)", formatNumber(r.probability, 3)) : []),
-        ...(r.max_error != null ? row("Error bound δ", String(r.max_error)) : []),
-        ...(r.refused_by ? row("Refused by", r.refused_by, "mono") : []),
-        ...(r.reason ? row("Reason", r.reason) : []),
-        ...(r.l2 ? row("Runtime", r.l2) : []),
+        ...(r.hit ? row("Tier", tierWords(r.tier)) : []),
         ...(r.hit ? row("Response", r.response ?? "") : []),
+        ...(r.l2 ? row("Runtime", r.l2) : []),
+      ),
+      h(
+        "details",
+        { class: "hit-details", id: "cache-details" },
+        h("summary", { text: "Details" }),
+        h(
+          "dl",
+          { class: "facts" },
+          row("Score", formatNumber(r.score, 3)),
+          row("Ranked by", r.ranked_by ?? "–"),
+          ...(r.probability != null ? row("Same question (verifier)", formatNumber(r.probability, 3)) : []),
+          ...(r.max_error != null ? row("Error bound δ", String(r.max_error)) : []),
+          ...(r.refused_by ? row("Refused by", r.refused_by, "mono") : []),
+          ...(r.reason ? row("Reason", r.reason) : []),
+        ),
       ),
     );
     verdict.dataset.hit = String(Boolean(r.hit));

@@ -4,6 +4,7 @@
 // files can go to memory too ("Send to memory"): parsed and chunked in this tab by
 // evermind.ingest and diff-synced into the Memory panel's store (memory_ingest).
 import { h, field, formatBytes, formatCount, formatNumber, toBase64 } from "../dom.js";
+import { ProgressLine } from "../progress.js";
 import { etaWords, speedKey } from "../speed.js";
 
 /** A corpus this big gets a word about how long reading it takes (bytes). */
@@ -28,12 +29,28 @@ export function dataPanel(app) {
   // Default corpus.
   const defaultHint = h("small", { class: "hint" });
   const defaultButton = app.gate(
-    h("button", { type: "button", class: "primary", text: app.options.corpusUrl ? "Use the linked corpus" : "Use the default corpus" }),
+    h("button", { type: "button", class: "primary", text: app.options.corpusUrl ? "Use the linked corpus" : "Use the default corpus", dataset: app.options.corpusUrl ? undefined : { ownProgress: "true" } }),
     () => null,
   );
+  // The harvest imports the standard library module by module (tens of seconds in a tab):
+  // bytes so far of at most the corpus size, the time left, and Cancel (nothing is added).
+  const defaultProgress = new ProgressLine({
+    id: "data-default-progress",
+    label: "Reading the standard library's docstrings",
+    format: formatBytes,
+    onCancel: () => app.call("operation_cancel", { name: "corpus" }).catch(() => {}),
+  });
   defaultButton.addEventListener("click", () => app.run(defaultButton, async () => {
-    const corpus = await app.useDefaultCorpus();
-    app.say(message, `Loaded ${formatBytes(corpus.bytes)} of text.`, "ok");
+    if (!app.options.corpusUrl) defaultProgress.start();
+    try {
+      const corpus = await app.useDefaultCorpus();
+      app.say(message, `Loaded ${formatBytes(corpus.bytes)} of text.`, "ok");
+    } catch (err) {
+      if (err?.name !== "Cancelled") throw err;
+      app.say(message, "Cancelled: the default corpus was not added; the corpus is as it was.");
+    } finally {
+      defaultProgress.finish();
+    }
   }, message));
   defaultHint.textContent = app.options.corpusUrl
     ? `Fetches ${app.options.corpusUrl}.`
@@ -225,7 +242,11 @@ export function dataPanel(app) {
     }, memoryMessage);
   };
 
-  const sendToMemory = (button, names) => exclusive(button, async () => {
+  const sendToMemory = (button, names) => {
+    if (button) button.dataset.ownProgress = "true"; // the chunk bar is its progress
+    return sendFiles(button, names);
+  };
+  const sendFiles = (button, names) => exclusive(button, async () => {
     memoryBar.max = 1;
     memoryBar.removeAttribute("value"); // indeterminate until the first progress event
     memoryBarText.textContent = "Parsing…";
@@ -304,6 +325,7 @@ export function dataPanel(app) {
         h("h3", { text: "Add text" }),
         h("div", { class: "row" }, defaultButton),
         defaultHint,
+        defaultProgress.element,
         dropzone,
         pasteName.field,
         pasteText.field,
@@ -356,6 +378,7 @@ export function dataPanel(app) {
     element,
     update,
     onEvent(e) {
+      if (e.event === "corpus-progress" && e.total > 0) defaultProgress.update(e.done, e.total);
       if (e.event === "memory-ingest-progress" && e.total > 0) {
         memoryBar.max = e.total;
         memoryBar.value = e.done;

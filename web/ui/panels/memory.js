@@ -15,6 +15,26 @@ const OUTCOME = {
   put: "Saved",
 };
 
+// The technical side of a hit, on demand: the ranking steps, the raw score and its signals.
+const SIGNALS = { bm25: "BM25 (shared words)", cosine: "cosine (meaning)", fused: "fused", rrf: "reciprocal rank", relevance: "relevance (best = 1)", importance_factor: "importance factor", recency_factor: "recency factor" };
+function hitDetails(hit) {
+  const row = (label, value) => [h("dt", { text: label }), h("dd", { text: value })];
+  const signals = Object.entries(hit.signals ?? {}).filter(([name]) => SIGNALS[name]);
+  return h(
+    "details",
+    { class: "hit-details" },
+    h("summary", { text: "Details" }),
+    h(
+      "dl",
+      { class: "facts" },
+      h("dt", { text: "Ranked by" }),
+      h("dd", {}, h("span", { class: "ranked-by", text: hit.ranked_by })),
+      row("Score", formatNumber(hit.score, 3)),
+      ...signals.map(([name, value]) => row(SIGNALS[name], formatNumber(value, 3))),
+    ),
+  );
+}
+
 export function memoryPanel(app) {
   const message = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
   const namespaceField = field("Namespace", h("input", { type: "text", name: "memory-namespace", autocomplete: "off", placeholder: "studio", spellcheck: "false" }), "Empty: studio, where the Data panel sends files.");
@@ -78,10 +98,19 @@ export function memoryPanel(app) {
         ? r.hits.map((hit) => h(
           "li",
           { dataset: { key: hit.key } },
-          h("div", { class: "hit-head" }, h("code", { text: hit.key }), h("span", { class: "score", title: "score", text: formatNumber(hit.score, 3) }), h("span", { class: "ranked-by", text: hit.ranked_by }), forgetButton(hit.key)),
+          h(
+            "div",
+            { class: "hit-head" },
+            h("code", { text: hit.key }),
+            h("span", { class: "match", dataset: { level: hit.match.level }, text: hit.match.words }),
+            h("span", { class: "score", title: "This hit's score as a share of the best hit's", text: hit.match.percent }),
+            forgetButton(hit.key),
+          ),
           hit.source ? h("small", { class: "hint hit-source", text: `from ${hit.source}` }) : null,
           h("p", { class: "hit-content", text: hit.content }),
           h("div", {}, ...(hit.tags ?? []).map((t) => h("span", { class: "tag", text: t }))),
+          h("p", { class: "hint hit-why", text: hit.match.why }),
+          hitDetails(hit),
         ))
         : [h("li", { class: "hint", text: "No memories match." })]),
     );

@@ -1,6 +1,7 @@
 // Tokenizer panel: vocabulary size, Train (with a progress bar fed by tokenizer-progress
 // events), the result's numbers, and example encodings drawn as one chip per piece.
 import { h, field, formatCount } from "../dom.js";
+import { timeWords } from "../progress.js";
 
 /** Makes whitespace inside a piece visible: "·" for a space, "↵" for a newline. */
 function showPiece(piece) {
@@ -22,12 +23,19 @@ export function tokenizerPanel(app) {
   vocab.field.classList.add("narrow");
   const hint = h("small", { class: "hint gate-hint", hidden: true });
   const trainButton = app.gate(
-    h("button", { type: "button", class: "primary", id: "tokenizer-train", text: "Train tokenizer" }),
+    h("button", { type: "button", class: "primary", id: "tokenizer-train", text: "Train tokenizer", dataset: { ownProgress: "true" } }),
     () => (!app.state.corpus?.bytes ? "Add data first (step 1)." : app.state.training === "running" ? "Training is running." : null),
     hint,
   );
   const bar = h("progress", { id: "tokenizer-progress", max: 1, value: 0, "aria-label": "Tokenizer training progress" });
   const barText = h("span", { class: "progress-text", text: "" });
+  // The training checks for a cancel between merges (in the tab it lets the page's call in).
+  const cancel = h("button", { type: "button", class: "quiet small", id: "tokenizer-cancel", text: "Cancel", hidden: true });
+  cancel.addEventListener("click", () => {
+    cancel.disabled = true;
+    barText.textContent = "Cancelling…";
+    app.call("operation_cancel", { name: "tokenizer" }).catch(() => {});
+  });
   const results = h("div", { class: "stats" });
   // Why the vocabulary came out smaller than asked (the corpus had fewer distinct merges).
   const shortNote = h("p", { class: "warning", id: "tokenizer-short", role: "status", hidden: true });
@@ -36,12 +44,28 @@ export function tokenizerPanel(app) {
   const tryOut = h("div", { class: "encoded", "aria-live": "polite" });
   const tryButton = app.gate(h("button", { type: "button", text: "Encode" }), () => (app.state.tokenizer ? null : "Train the tokenizer first."));
 
+  let started = performance.now(); // when this panel's Train was pressed (the time left)
   trainButton.addEventListener("click", () => app.run(trainButton, async () => {
     const size = Number(vocab.input.value);
     bar.value = 0;
     bar.removeAttribute("value"); // indeterminate until the first progress event
     barText.textContent = "Starting…";
-    const result = await app.trainTokenizer(size);
+    started = performance.now();
+    cancel.disabled = false;
+    cancel.hidden = false;
+    let result;
+    try {
+      result = await app.trainTokenizer(size);
+    } catch (err) {
+      if (err?.name !== "Cancelled") throw err;
+      bar.max = 1;
+      bar.value = 0;
+      barText.textContent = "";
+      app.say(message, app.state.tokenizer ? "Cancelled: the tokenizer is the one you had." : "Cancelled: no tokenizer was trained.");
+      return;
+    } finally {
+      cancel.hidden = true;
+    }
     bar.max = 1;
     bar.value = 1;
     barText.textContent = `Done in ${result.seconds?.toFixed?.(1) ?? "?"} s`;
@@ -65,7 +89,7 @@ export function tokenizerPanel(app) {
       "section",
       { class: "sub-card" },
       h("div", { class: "row align-end" }, vocab.field, trainButton, hint),
-      h("div", { class: "progress-row" }, bar, barText),
+      h("div", { class: "progress-row" }, bar, barText, cancel),
       results,
       shortNote,
     ),
@@ -105,7 +129,7 @@ export function tokenizerPanel(app) {
       if (e.event === "tokenizer-progress" && e.total > 0) {
         bar.max = e.total;
         bar.value = e.done;
-        barText.textContent = `${formatCount(e.done)} / ${formatCount(e.total)}`;
+        barText.textContent = `${formatCount(e.done)} / ${formatCount(e.total)}${timeWords(e.done, e.total, started)}`;
       }
     },
     status: () => (app.state.tokenizer ? "done" : app.state.tokenizerRunning ? "active" : "todo"),

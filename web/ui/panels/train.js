@@ -8,6 +8,7 @@ import { h, field, formatCount, formatDuration, formatNumber } from "../dom.js";
 import { LossChart } from "../chart.js";
 import { describeError, isRecoverable } from "../errors.js";
 import { MEASURE_AFTER_STEPS, etaWords, saveSpeed, speedKey } from "../speed.js";
+import { timeWords } from "../progress.js";
 
 /** Saved runs kept in the browser (evermind.studio.session.KEEP_RUNS). */
 const KEEP_RUNS = 3;
@@ -21,6 +22,12 @@ const PRESETS = {
 };
 
 /** Block types (evermind.model.config.BLOCKS). */
+// What Pause and Stop say between the click and the loop's end (app.state.halting).
+const HALTING = {
+  stop: "Stopping: finishing the current step and saving a checkpoint…",
+  pause: "Pausing: finishing the current step and saving a checkpoint…",
+};
+const HALTING_STATE = { stop: "stopping", pause: "pausing" };
 const BLOCKS = {
   mamba1: "Mamba-1 — selective scan",
   mamba2: "Mamba-2 — SSD, heads of 64",
@@ -71,7 +78,9 @@ export function trainPanel(app) {
   // The block type: Mamba-1 (the selective scan) or Mamba-2 (the SSD block, heads of 64).
   const block = field("Block", h("select", { name: "block", id: "train-block" }, ...Object.entries(BLOCKS).map(([v, t]) => h("option", { value: v, text: t }))));
   // The cortex: routed experts of a shared-expert MoE FFN after each Mamba-1 mixer (0: none).
-  const cortex = field("Cortex experts (0: none)", numberInput("moe_experts", 0, { min: 0, max: 64, id: "train-moe-experts" }));
+  const cortex = field("Experts per layer (0: none)", numberInput("moe_experts", 0, { min: 0, max: 64, id: "train-moe-experts" }), "A mixture-of-experts layer (the cortex) after each Mamba-1 layer; 0 trains a plain model.");
+  // The block type and the experts are choices for people who know them: behind "Advanced".
+  const advanced = h("details", { class: "advanced", id: "train-advanced" }, h("summary", { text: "Advanced: block type and experts" }), block.field, cortex.field);
   const custom = {
     d_model: field("d_model", numberInput("d_model", 128, { min: 8, step: 8 })),
     n_layer: field("n_layer", numberInput("n_layer", 4, { min: 1, max: 48 })),
@@ -90,12 +99,13 @@ export function trainPanel(app) {
   const training = () => app.state.training;
   const startButton = app.gate(h("button", { type: "button", class: "primary", id: "train-start", text: "Start" }), () => {
     if (!app.state.tokenizer) return "Train the tokenizer first (step 2).";
+    if (app.state.halting) return HALTING[app.state.halting];
     if (training() === "running") return "Training is running.";
     return null;
   }, hint);
-  const pauseButton = app.gate(h("button", { type: "button", id: "train-pause", text: "Pause" }), () => (training() === "running" ? null : "Nothing is training."));
+  const pauseButton = app.gate(h("button", { type: "button", id: "train-pause", text: "Pause" }), () => (app.state.halting ? HALTING[app.state.halting] : training() === "running" ? null : "Nothing is training."));
   const resumeNow = app.gate(h("button", { type: "button", id: "train-resume", text: "Resume" }), () => (training() === "paused" || ((training() === "error" || training() === "idle") && app.state.checkpoint) ? null : "Nothing is paused."));
-  const stopButton = app.gate(h("button", { type: "button", id: "train-stop", class: "danger", text: "Stop" }), () => (training() === "running" || training() === "paused" ? null : "Nothing is training."));
+  const stopButton = app.gate(h("button", { type: "button", id: "train-stop", class: "danger", text: "Stop" }), () => (app.state.halting === "stop" ? HALTING.stop : training() === "running" || training() === "paused" ? null : "Nothing is training."));
 
   // What the chosen steps mean in time on this device, before Start.
   const etaBefore = h("p", { class: "hint", id: "train-eta-before" });
@@ -119,6 +129,7 @@ export function trainPanel(app) {
     preset.input.value = settings.config ? "custom" : (PRESETS[settings.preset] ? settings.preset : preset.input.value);
     if (BLOCKS[settings.block]) block.input.value = settings.block;
     cortex.input.value = settings.cortex?.moe_experts ?? 0;
+    if (block.input.value !== "mamba1" || Number(cortex.input.value) > 0) advanced.open = true;
     customBox.hidden = preset.input.value !== "custom";
     for (const [k, f] of Object.entries(custom)) if (settings.config?.[k] != null) f.input.value = settings.config[k];
     const set = { steps, lr, batch_size: batch, seq_len: seq };
@@ -185,8 +196,14 @@ export function trainPanel(app) {
   };
   resumeNow.addEventListener("click", resume);
   resumeButton.addEventListener("click", resume);
-  pauseButton.addEventListener("click", () => app.run(pauseButton, () => app.pause(), message));
-  stopButton.addEventListener("click", () => app.run(stopButton, () => app.stop(), message));
+  // Pause and Stop take effect after the current step and a checkpoint (seconds on a slow
+  // GPU): the state, the message and every button say so at once, not when it is over.
+  const halt = (button, what) => app.run(button, () => {
+    if (training() === "running") app.say(message, HALTING[what]);
+    return what === "stop" ? app.stop() : app.pause();
+  }, message);
+  pauseButton.addEventListener("click", () => halt(pauseButton, "pause"));
+  stopButton.addEventListener("click", () => halt(stopButton, "stop"));
   // Discard drops this checkpoint's run only; earlier saved runs stay.
   discardButton.addEventListener("click", () => app.run(discardButton, async () => {
     const id = app.state.checkpoint?.run_id;
@@ -231,6 +248,13 @@ export function trainPanel(app) {
   }, embedderHint);
   const embedderStatus = h("p", { class: "status-line", id: "embedder-status", role: "status", "aria-live": "polite", hidden: true });
   const embedderProgress = h("p", { class: "hint", id: "embedder-progress", hidden: true });
+  // The centring can stop at its next batch (nothing kept); the distillation changes the
+  // weights as it goes, so it has no Cancel.
+  const embedderCancel = h("button", { type: "button", class: "quiet small", id: "embedder-cancel", text: "Cancel", hidden: true });
+  embedderCancel.addEventListener("click", () => {
+    embedderCancel.disabled = true;
+    app.call("operation_cancel", { name: "embedder" }).catch(() => {});
+  });
   embedderButton.addEventListener("click", () => app.run(embedderButton, () => app.embedder(), embedderStatus));
 
   // Numbers.
@@ -270,9 +294,8 @@ export function trainPanel(app) {
         { class: "sub-card settings", "aria-label": "Settings" },
         h("h3", { text: "Settings" }),
         preset.field,
-        block.field,
-        cortex.field,
         customBox,
+        advanced,
         h("div", { class: "grid-2 tight" }, steps.field, lr.field, batch.field, seq.field),
         etaBefore,
         h("div", { class: "row controls" }, startButton, pauseButton, resumeNow, stopButton),
@@ -287,7 +310,7 @@ export function trainPanel(app) {
       h("h3", { text: "Embedder" }),
       h("p", { class: "hint", text: "After training, the model becomes the Memory and Cache panels' embedder: distilled from the runtime's teacher (/v1/embeddings at the Export panel's runtime URL), or, without one, centred on the corpus." }),
       h("div", { class: "row" }, embedderButton, embedderHint),
-      embedderProgress,
+      h("div", { class: "row" }, embedderProgress, embedderCancel),
       embedderStatus,
     ),
   );
@@ -297,10 +320,14 @@ export function trainPanel(app) {
     const s = app.state;
     const p = s.embedderProgress;
     embedderProgress.hidden = !(s.embedderRunning && p);
-    if (p) embedderProgress.textContent = p.stage === "save" ? `${STAGES.save}…` : `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}`;
+    const cancellable = Boolean(s.embedderRunning && p?.stage === "centre");
+    if (embedderCancel.hidden === cancellable) embedderCancel.disabled = false;
+    embedderCancel.hidden = !cancellable;
+    if (p) embedderProgress.textContent = p.stage === "save" ? `${STAGES.save}…` : `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}${timeWords(p.done, p.total, p.t0)}`;
     const e = s.embedder;
     if (s.embedderRunning) app.say(embedderStatus, "Embedder phase running…");
     else if (e?.error) app.say(embedderStatus, `Embedder phase failed: ${e.error}`, "error");
+    else if (e?.cancelled) app.say(embedderStatus, "Embedder phase cancelled: nothing of it was kept, and the model embeds as it did before it. Embedder runs the phase again.");
     else if (e?.method) {
       const what = e.method === "distill" ? `Distilled embedder (${e.dim} dimensions, loss ${formatNumber(e.first_loss, 3)} → ${formatNumber(e.loss, 3)})` : `Centred embedder (${e.dim} dimensions, no teacher)`;
       app.say(embedderStatus, `${what}: ${e.why}`, e.method === "distill" ? "ok" : "");
@@ -334,7 +361,7 @@ export function trainPanel(app) {
     m.eta.textContent = s.training === "running" && p ? formatDuration(p.eta_s) : "–";
     m.params.textContent = formatCount(sum?.n_params ?? s.nParams ?? NaN);
     // The steps are done but the model is not usable until the embedder phase ends.
-    const shown = s.embedderRunning && s.training === "finished" ? "fitting embedder" : s.training;
+    const shown = s.halting && s.training === "running" ? HALTING_STATE[s.halting] : s.embedderRunning && s.training === "finished" ? "fitting embedder" : s.training;
     m.state.textContent = shown;
     m.state.dataset.state = shown;
     const a = s.device?.adapter;
@@ -371,7 +398,7 @@ export function trainPanel(app) {
         if (e.state === "recovering") app.say(message, `${e.message ?? "The GPU device was lost."} Recovering from the last checkpoint…`, "error");
         app.setState({ training: state }, { share: false });
       } else if (e.event === "embedder-progress") {
-        app.setState({ embedderProgress: { stage: e.stage ?? (e.loss == null ? "centre" : "train"), done: e.step, total: e.steps, loss: e.loss } }, { share: false });
+        app.setEmbedderProgress(e.stage ?? (e.loss == null ? "centre" : "train"), e.step, e.steps, e.loss);
       } else if (e.event === "train-checkpoint") {
         m.state.title = `checkpoint saved at step ${e.step}`;
         savedStep = e.step;

@@ -2,6 +2,7 @@
 // and evaluation on held-out text (perplexity, bits/token, top-1/top-5 accuracy).
 import { h, field, formatCount, formatNumber } from "../dom.js";
 import { lossMeaning } from "./train.js";
+import { ProgressLine } from "../progress.js";
 
 /** Why Evaluate is off for a package opened without WebGPU (the CPU path has no evaluation). */
 const EVALUATE_NEEDS_GPU = "Evaluating needs WebGPU; without it an opened package generates, compares and exports.";
@@ -33,7 +34,7 @@ export function tryPanel(app) {
   const topP = field("Top-p", h("input", { type: "number", name: "top_p", value: 0.95, min: 0, max: 1, step: 0.01 }));
   const maxTokens = field("Max tokens", h("input", { type: "number", name: "max_new_tokens", value: 64, min: 1, max: 2048, step: 1 }));
   const genHint = h("small", { class: "hint gate-hint", hidden: true });
-  const genButton = app.gate(h("button", { type: "button", class: "primary", id: "try-generate", text: "Generate" }), needModel, genHint);
+  const genButton = app.gate(h("button", { type: "button", class: "primary", id: "try-generate", text: "Generate", dataset: { ownProgress: "true" } }), needModel, genHint);
   const output = h("output", { class: "generation", id: "try-output", "aria-live": "polite" });
   const outPrompt = h("span", { class: "prompt-echo" });
   const outText = h("span", { class: "generated" });
@@ -59,12 +60,12 @@ export function tryPanel(app) {
   }, genMessage));
 
   // Similarity.
-  const simMessage = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
+  const simMessage = h("p", { class: "message", id: "try-sim-message", role: "status", "aria-live": "polite", hidden: true });
   const textA = field("Text A", h("textarea", { name: "sim-a", rows: 2 }));
   const textB = field("Text B", h("textarea", { name: "sim-b", rows: 2 }));
   textA.input.value = "Return the absolute value of a number.";
   textB.input.value = "Compute the magnitude of x.";
-  const simButton = app.gate(h("button", { type: "button", id: "try-similarity", text: "Compare" }), needModel);
+  const simButton = app.gate(h("button", { type: "button", id: "try-similarity", text: "Compare", dataset: { ownProgress: "true" } }), needModel);
   const simValue = h("span", { class: "big-number", id: "try-cosine", text: "–" });
   // Empty until a comparison; then coloured by where the cosine falls among this embedder's
   // own scores of unrelated corpus sentence pairs (evermind.studio.similarity): red at or
@@ -73,8 +74,26 @@ export function tryPanel(app) {
   const simLabel = h("strong", { id: "try-sim-label", class: "sim-label" });
   const simMeaning = h("p", { class: "hint", id: "try-sim-meaning", text: "Compare two texts: the bar fills and is coloured by what this embedder scores unrelated texts." });
   const LABELS = { similar: "Similar", related: "Related", unclear: "Can't tell", unrelated: "Scores like unrelated texts", collapsed: "Not separating yet", uncalibrated: "Not calibrated" };
+  // The first Compare with an embedder measures its unrelated-pair scores (seconds to
+  // minutes without WebGPU): a progress line with the time left, and Cancel.
+  const simProgress = new ProgressLine({
+    id: "try-sim-progress",
+    label: "Measuring how this model scores unrelated sentences",
+    unit: "sentences",
+    onCancel: () => app.call("operation_cancel", { name: "similarity" }).catch(() => {}),
+  });
   simButton.addEventListener("click", () => app.run(simButton, async () => {
-    const r = await app.call("similarity", { a: textA.input.value, b: textB.input.value });
+    simProgress.start();
+    let r;
+    try {
+      r = await app.call("similarity", { a: textA.input.value, b: textB.input.value });
+    } catch (err) {
+      if (err?.name !== "Cancelled") throw err;
+      app.say(simMessage, "Compare cancelled: nothing was measured, the model is unchanged. Compare again to measure afresh.");
+      return;
+    } finally {
+      simProgress.finish();
+    }
     simValue.textContent = r.cosine.toFixed(3);
     if (r.median != null && r.threshold != null) {
       simBar.low = Math.max(0, r.median);
@@ -141,7 +160,7 @@ export function tryPanel(app) {
     h(
       "div",
       { class: "grid-2" },
-      h("section", { class: "sub-card" }, h("h3", { text: "Embedding similarity" }), textA.field, textB.field, h("div", { class: "row" }, simButton, simValue, simBar, simLabel), simMeaning, simMessage),
+      h("section", { class: "sub-card" }, h("h3", { text: "Embedding similarity" }), textA.field, textB.field, h("div", { class: "row" }, simButton, simValue, simBar, simLabel), simProgress.element, simMeaning, simMessage),
       h("section", { class: "sub-card" }, h("h3", { text: "Evaluate" }), evalText.field, h("div", { class: "row" }, evalButton, evalHint), evalStats, evalMeaning, evalMessage),
     ),
   );
@@ -152,6 +171,7 @@ export function tryPanel(app) {
     element,
     onEvent(e) {
       if (e.event === "generate-token" && streaming) outText.textContent += e.text;
+      if (e.event === "similarity-progress") simProgress.update(e.done, e.total);
     },
     status: () => (app.state.tried ? "done" : app.hasModel ? "active" : "todo"),
     summary: () => (app.state.opened && app.hasModel ? app.state.opened.ref : app.hasModel ? "model ready" : app.state.embedderRunning ? "ready after the embedder" : "needs a model"),
