@@ -214,9 +214,10 @@ class MemoryStore:
                 was written.
         """
         texts = [r.content for r in records if not r.archived]
+        embedded: dict[str, Sequence[float]] = {}  # content -> its vector
         if self._cache is not None and texts:
             try:
-                await self._cache.vectors(texts)
+                embedded = dict(zip(texts, await self._cache.vectors(texts), strict=True))
             except EvermindError:
                 raise
             except Exception:
@@ -230,9 +231,27 @@ class MemoryStore:
             expect_keys=expect_keys,
         )
         self._absorb(result)
+        self._index_written(result, embedded)
         if result.evicted:
             logger.info("capacity %s: evicted %s", self.capacity, ", ".join(result.evicted))
         return result
+
+    def _index_written(self, result: WriteResult, embedded: Mapping[str, Sequence[float]]) -> None:
+        """Puts the vectors this write embedded into the index at once (one batch), so recall
+        need not fetch them back from the cache. A reload keeps them while the content hash
+        still matches (:meth:`refresh`)."""
+        keys: dict[str, None] = {}
+        vectors = []
+        for record in result.stored:
+            vector = embedded.get(record.content)
+            if vector is None or record.archived or record.key in keys:
+                continue
+            self._vectors.remove(record.key)
+            keys[record.key] = None
+            vectors.append(vector)
+            self._vector_hash[record.key] = record.content_hash
+            self._unembedded.discard(record.key)
+        self._vectors.add_many(list(keys), vectors)
 
     async def forget(self, key: str) -> bool:
         """Deletes the memory ``key``; returns whether it existed."""
