@@ -126,8 +126,14 @@ class PgVectorStore:
     """
 
     def __init__(
-        self, conn: psycopg.AsyncConnection[Any], table: str, dim: int, url: str = ""
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        table: str,
+        dim: int,
+        url: str = "",
+        search_indexes: bool = True,
     ) -> None:
+        self._search_indexes = search_indexes
         self._conn = conn
         self._url = url  # to connect again after the server cut the connection
         self._table = sql.Identifier(table)
@@ -136,8 +142,16 @@ class PgVectorStore:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, url: str, *, dim: int, table: str = "evermind_vectors") -> PgVectorStore:
+    async def open(
+        cls, url: str, *, dim: int, table: str = "evermind_vectors", search_indexes: bool = True
+    ) -> PgVectorStore:
         """Connects to ``url``, creates the extension, table and indexes when missing.
+
+        ``search_indexes=False`` creates the table without its HNSW and GIN indexes, for a
+        table no query ranks (the memory store's: ``MemoryStore`` ranks in process): each
+        write then skips pgvector's per-row HNSW insert, which bounds a load to ~400 rows/s
+        (docs/vectorstore.md, "Bulk writes"). Queries stay correct (exact scans); indexes
+        that already exist are kept.
 
         Raises:
             ConfigError: A bad table name or dim, or the table holds another dimension.
@@ -150,7 +164,7 @@ class PgVectorStore:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         except psycopg.Error as err:
             raise StorageError(f"pgvector: cannot connect to the database: {err}") from err
-        store = cls(conn, table, dim, url)
+        store = cls(conn, table, dim, url, search_indexes)
         try:
             await store._create()
         except BaseException:
@@ -173,16 +187,19 @@ class PgVectorStore:
                 " sensitivity integer NOT NULL,"
                 " tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED)"
             ).format(t, sql.Literal(self.dim)),
-            sql.SQL(
-                "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)"
-            ).format(sql.Identifier(f"{n}_hnsw"), t),
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
-                sql.Identifier(f"{n}_tsv"), t
-            ),
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (tenant)").format(
                 sql.Identifier(f"{n}_tenant"), t
             ),
         ]
+        if self._search_indexes:
+            statements += [
+                sql.SQL(
+                    "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)"
+                ).format(sql.Identifier(f"{n}_hnsw"), t),
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
+                    sql.Identifier(f"{n}_tsv"), t
+                ),
+            ]
         try:
             async with self._conn.transaction():
                 # Two processes opening one new table at once: serialise the CREATEs.
