@@ -64,7 +64,7 @@ def test_recall_above_the_threshold_and_after_updates() -> None:
     vectors = {f"m{i}": rows[i] for i in range(n)}
     index = VectorIndex()
     index.add_many(list(vectors), list(rows))
-    assert index.approximate
+    assert index.approximate and index.build_graph()
     measured = recall(index, vectors, queries)
     print(f"recall@{K} at n={n}, dim={DIM}: {measured:.3f}")
     assert measured >= 0.95
@@ -99,6 +99,7 @@ def test_filtered_search_overfetches_then_falls_back_to_the_exact_scan() -> None
     exact_index = VectorIndex(ann=False)
     index.add_many(list(vectors), list(rows))
     exact_index.add_many(list(vectors), list(rows))
+    assert index.build_graph()
 
     def every_fifth(key: str) -> bool:
         return int(key[1:]) % 5 == 0
@@ -135,16 +136,46 @@ def test_tombstones_past_a_quarter_rebuild_the_graph() -> None:
     vectors = {f"m{i}": rows[i] for i in range(2000)}
     index = VectorIndex(ann_min_rows=1000)
     index.add_many(list(vectors), list(rows))
-    index.search(queries[0].tolist(), K)
-    graph = index._graph  # the graph is internal; the test watches it being replaced
-    assert graph is not None and graph.tombstones == 0
+    assert index.build_graph()
+    keeper = index._keeper  # internal: the test watches the graph being replaced
+    graph = keeper.graph
+    assert graph is not None and graph.tombstones == 0 and keeper.builds == 1
     for i in range(0, 1000, 2):  # 500 of 1500 left: a third
         index.remove(f"m{i}")
         del vectors[f"m{i}"]
     assert graph.needs_rebuild()
+    index.search(queries[0].tolist(), K)  # the old graph serves while the new one builds
+    assert index.build_graph() and keeper.graph is not graph and keeper.graph.tombstones == 0
     hits = index.search(queries[0].tolist(), K)
-    assert index._graph is not graph and index._graph.tombstones == 0
+    assert index.last_scan == "ann" and keeper.builds == 2
     assert len({key for key, _ in hits} & set(exact(vectors, queries[:1])[0])) >= 9
+
+
+def test_the_first_build_runs_in_the_background_and_keeps_the_changes_made_meanwhile() -> None:
+    rows, queries = clustered(4000, clusters=40, seed=9)
+    vectors = {f"m{i}": rows[i] for i in range(4000)}
+    index = VectorIndex(ann_min_rows=1000)
+    index.add_many(list(vectors), list(rows))
+    first = index.search(queries[0].tolist(), K)  # starts the build, answers exactly
+    assert index.last_scan == "numpy" and index._keeper.building
+    assert [key for key, _ in first] == exact(vectors, queries[:1])[0]
+    # While it builds: overwrite, delete (moving rows), and append; then take it up.
+    fresh, _ = clustered(300, clusters=3, seed=10)
+    for i in range(100):
+        index.add(f"m{i}", fresh[i].tolist())
+        vectors[f"m{i}"] = fresh[i]
+    for i in range(100, 200):
+        index.remove(f"m{i}")
+        del vectors[f"m{i}"]
+    index.add_many([f"new{i}" for i in range(200)], list(fresh[100:]))
+    vectors.update({f"new{i}": fresh[100 + i] for i in range(200)})
+    assert index.build_graph()
+    for probe, key in ((fresh[5], "m5"), (fresh[150], "new50"), (rows[3000], "m3000")):
+        hits = index.search(probe.tolist(), 1)
+        assert index.last_scan == "ann" and hits[0][0] == key
+    assert recall(index, vectors, queries) >= 0.95
+    for query in queries[:10]:
+        assert not {key for key, _ in index.search(query, 50)} & {f"m{i}" for i in range(100, 200)}
 
 
 def test_bad_arguments_say_what_was_wrong(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,10 +15,12 @@ HNSW), when usearch imports: a search asks it for ``max(4k, 64)`` candidates, ke
 ``accept`` admits, rescores them exactly on the matrix (so scores and ties are the exact
 scan's), and asks for four times more while fewer than ``k`` survive; past
 :data:`ANN_MAX_FETCH` candidates, or when the graph returns fewer than asked, the exact scan
-answers instead. The graph is built on the first search above the threshold (all cores: ~1 s
-per 10⁴ vectors of 64 dimensions here, measured in docs/vectorstore.md) and then follows every
-``add``/``remove``; it is rebuilt when its tombstones pass a quarter of it. ``last_scan`` says
-which answered (``"ann"``, ``"numpy"``, ``"python"``).
+answers instead. The first search above the threshold starts building the graph in a
+background thread (:class:`~evermind.search.ann.GraphKeeper`; seconds per 10⁵ vectors, measured
+in docs/vectorstore.md) and the exact scan answers until it is ready (:meth:`build_graph` waits
+for it instead); from then on it follows every ``add``/``remove``, and it is rebuilt (in the
+background again) when its tombstones pass a quarter of it. ``last_scan`` says which answered
+(``"ann"``, ``"numpy"``, ``"python"``).
 
 numpy and usearch are imported lazily and guarded, so this module stays importable (and
 browser-safe) without them. Recall calls the async ``asearch``; subclasses plug in
@@ -98,7 +100,7 @@ class VectorIndex:
             if ann_min_rows is not None
             else (self._ann_module.ANN_MIN_ROWS if self._ann_module else 0)
         )
-        self._graph: Any = None  # an HnswGraph over the matrix rows, once past the threshold
+        self._keeper: Any = None  # a GraphKeeper of the matrix rows, once past the threshold
         self._last = "numpy" if np is not None else "python"
         self.dim: int | None = None
         self._keys: list[str] = []
@@ -141,12 +143,10 @@ class VectorIndex:
                 self._grow(slot + 1)
         elif self._np is None:
             self._rows[slot] = row
-        elif self._graph is not None:
-            self._graph.remove(slot)  # overwritten: its node goes, the new vector comes in
         if self._np is not None:
             self._matrix[slot] = self._np.frombuffer(row, dtype=self._np.float32)
-            if self._graph is not None:
-                self._graph.add(slot, self._matrix[slot])
+            if self._keeper is not None:
+                self._keeper.added(slot, self._matrix[slot])
 
     def add_many(self, keys: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
         """:meth:`add` of each ``(key, vector)`` pair, with one matrix write on numpy.
@@ -180,9 +180,8 @@ class VectorIndex:
         self._matrix[first : first + len(keys)] = rows / np.where(norms == 0, 1, norms)[:, None]
         self._keys.extend(keys)
         self._slot.update((key, first + i) for i, key in enumerate(keys))
-        if self._graph is not None:
-            labels = np.arange(first, first + len(keys))
-            self._graph.add_many(labels, self._matrix[first : first + len(keys)])
+        if self._keeper is not None:
+            self._keeper.added_many(first, self._matrix[first : first + len(keys)])
 
     def _grow(self, needed: int) -> None:
         np: Any = self._np
@@ -200,10 +199,8 @@ class VectorIndex:
             return
         last = len(self._keys) - 1
         moved = self._keys[last]
-        if self._graph is not None:
-            self._graph.remove(slot)
-            if slot != last:
-                self._graph.rename(last, slot)
+        if self._keeper is not None:
+            self._keeper.removed(slot, last)
         if slot != last:
             self._keys[slot] = moved
             self._slot[moved] = slot
@@ -222,7 +219,7 @@ class VectorIndex:
         self._slot.clear()
         self._rows.clear()
         self._matrix = None
-        self._graph = None
+        self._keeper = None  # a build under way is dropped with it
 
     def vector(self, key: str) -> array[float] | None:
         """Returns the stored (normalised) vector of ``key``, or None."""
@@ -349,13 +346,13 @@ class VectorIndex:
     ) -> list[tuple[str, float]] | None:
         """The top ``k`` from the graph's candidates, rescored exactly; None when the graph
         cannot supply ``k`` admitted ones within :data:`ANN_MAX_FETCH` (the exact scan then)."""
-        if self._graph is None or self._graph.needs_rebuild():
-            n = len(self._keys)
-            self._graph = self._ann_module.HnswGraph(self.dim, self._matrix[:n])
+        graph = self._graph_now(wait=False)
+        if graph is None:
+            return None  # the first build runs in the background: the exact scan answers
         n = len(self._keys)
         want = min(n, max(4 * k, 64))
         while True:
-            found = self._graph.search(q, want)
+            found = graph.search(q, want)
             slots = found if accept is None else [s for s in found if accept(self._keys[s])]
             if len(slots) >= k or len(found) >= n:  # enough, or every row was seen
                 break
@@ -368,6 +365,19 @@ class VectorIndex:
         keys = [self._keys[s] for s in slots]
         ranked = sorted(zip(keys, sims, strict=True), key=lambda kv: (-kv[1], kv[0]))
         return ranked[:k]
+
+    def _graph_now(self, wait: bool) -> Any:
+        """The approximate index's graph (None while its first build runs)."""
+        if self._keeper is None:
+            self._keeper = self._ann_module.GraphKeeper(self.dim)
+        return self._keeper.current(self._matrix, len(self._keys), wait=wait)
+
+    def build_graph(self) -> bool:
+        """Builds the approximate index now and waits for it (e.g. after a bulk load, before
+        serving); returns whether searches at this size will use it."""
+        if not self.approximate:
+            return False
+        return self._graph_now(wait=True) is not None
 
     async def asearch(
         self, query: Sequence[float], k: int, accept: Callable[[str], bool] | None = None
