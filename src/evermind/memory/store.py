@@ -289,8 +289,10 @@ class MemoryStore:
         for entry in entries:
             record = MemoryRecord.from_dict(entry)
             incoming[record.key] = record
-        _, current = await self.backend.load_all()
-        existing = {r.key: r for r in current}
+        # The snapshot, brought up to date (reloaded only if someone else wrote), not a
+        # load_all per call: a bulk load in batches would read everything once per batch.
+        await self.refresh()
+        existing = dict(self._records)
         if mode == "overwrite":
             forget = sorted(existing)
             puts = list(incoming.values())
