@@ -4,7 +4,7 @@ The store is host-agnostic: it talks to storage only through the ``MemoryBackend
 the model only through the embedder port. It keeps an in-memory snapshot of its namespace (the
 records, a BM25 index and a vector index) that it refreshes whenever the backend's version
 counter shows a write it did not make itself (another process, another tab), and updates
-incrementally after its own writes.
+incrementally after its own writes (BM25 at the next read: a bulk write only notes the keys).
 
 Recall pipeline (each step switchable in ``RecallOptions``; every hit says which ran):
 
@@ -115,6 +115,10 @@ class MemoryStore:
         self._records: dict[str, MemoryRecord] = {}
         self._version: int | None = None
         self._bm25 = BM25Index(self.options.bm25_k1, self.options.bm25_b)
+        # Keys whose text BM25 has not indexed yet: writes only note them and the next
+        # snapshot() (every recall) indexes them, so a bulk write does not tokenise (half its
+        # time at 10⁵ memories) and a reload is not paid twice.
+        self._lexical_pending: set[str] = set()
         if vector_index is not None and len(vector_index):
             raise ConfigError(
                 f"MemoryStore: vector_index must be empty, got one holding {len(vector_index)} "
@@ -411,6 +415,13 @@ class MemoryStore:
         Call :meth:`refresh` first to see other writers' changes. The records are a read-only
         view; the indexes are the store's own (recall only reads them).
         """
+        for key in self._lexical_pending:  # writes since the last read: index their text now
+            record = self._records.get(key)
+            if record is None:
+                self._bm25.remove(key)
+            else:
+                self._bm25.add(key, record.content)
+        self._lexical_pending.clear()
         return Snapshot(MappingProxyType(self._records), self._bm25, self._vectors, self.clock())
 
     def _live(self, now: float) -> Iterable[MemoryRecord]:
@@ -425,8 +436,7 @@ class MemoryStore:
             self._records = {r.key: r for r in records}
             self._unembedded = set(self._records)
             self._bm25 = BM25Index(self.options.bm25_k1, self.options.bm25_b)
-            for record in records:
-                self._bm25.add(record.key, record.content)
+            self._lexical_pending = set(self._records)  # indexed by the next snapshot()
             for key in list(self._vector_hash):
                 current = self._records.get(key)
                 if current is None or current.content_hash != self._vector_hash[key]:
@@ -442,10 +452,11 @@ class MemoryStore:
         for key in (*result.deleted, *result.evicted):
             self._records.pop(key, None)
             self._bm25.remove(key)
+            self._lexical_pending.discard(key)
             self._drop_vector(key)
         for record in result.stored:
             self._records[record.key] = record
-            self._bm25.add(record.key, record.content)
+            self._lexical_pending.add(record.key)
             if self._vector_hash.get(record.key) != record.content_hash:
                 self._drop_vector(record.key)
                 self._unembedded.add(record.key)
