@@ -199,12 +199,17 @@ class VectorCache:
         while len(self._lru) > self._memory_items:
             self._lru.popitem(last=False)
 
-    async def vectors(self, texts: Sequence[str], persist: bool = True) -> list[array[float]]:
+    async def vectors(
+        self, texts: Sequence[str], persist: bool = True, lookup: bool = True
+    ) -> list[array[float]]:
         """Returns one normalised vector per text, embedding only the texts not cached.
 
         Args:
             texts: The texts.
             persist: Also store new vectors in the backend (False for one-off queries).
+            lookup: Look in the backend for what memory misses (False for one-off queries:
+                they were never persisted, and on a vector-store backend the lookup is a
+                query of its own on every recall).
         """
         fingerprint = await self.embedder.ready()
         digests = [content_hash(text) for text in texts]
@@ -215,7 +220,7 @@ class VectorCache:
                 found[digest] = hit
                 self._lru.move_to_end((fingerprint, digest))
         missing = [d for d in dict.fromkeys(digests) if d not in found]
-        if missing and self._backend is not None:
+        if missing and lookup and self._backend is not None:
             stored = await self._backend.get_vectors(fingerprint, missing)
             for digest, vector in stored.items():
                 if self.embedder.dim is not None and len(vector) != self.embedder.dim:

@@ -404,7 +404,7 @@ class MemoryStore:
         """Embeds every memory not yet indexed, then the query (not persisted)."""
         assert self._cache is not None  # only handed to recall when there is an embedder
         await self.ensure_vectors()
-        (vector,) = await self._cache.vectors([query], persist=False)
+        (vector,) = await self._cache.vectors([query], persist=False, lookup=False)
         return vector
 
     # ------------------------------------------------------------------ snapshot
