@@ -207,7 +207,7 @@ def format_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.ann_choice",
         description="Build time, query latency and recall@k of ANN libraries on one data set.",
@@ -228,7 +228,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     unknown = sorted(set(args.libraries) - set(LIBRARIES))
     if unknown or args.n < args.k or args.k < 1 or args.queries < 1:
         print(f"error: expected libraries among {list(LIBRARIES)} and n >= k >= 1", file=sys.stderr)

@@ -380,7 +380,7 @@ def format_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.memory_scale",
         description="Load time, recall latency and recall@k of the memory store (SQLite, "
@@ -402,7 +402,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--child", dest="engine", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     unknown = sorted(set(args.engines) - set(ENGINES))
     if unknown or args.n < args.k or args.k < 1 or args.queries < 1 or args.batch < 1:
         print(f"error: expected engines among {list(ENGINES)}, n >= k >= 1", file=sys.stderr)
