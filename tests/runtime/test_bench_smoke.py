@@ -59,6 +59,32 @@ def test_the_vector_store_scale_bench_runs_on_the_embedded_engines() -> None:
     assert "| sqlite | 1500 |" in format_table(doc)
 
 
+def test_the_memory_scale_bench_measures_our_store_in_process() -> None:
+    """A tiny in-process run of one engine of benchmarks/memory_scale.py: our SQLite store
+    (1500 memories: below the ANN threshold, so the scan is exact and recall@10 is 1)."""
+    from benchmarks.memory_scale import build_parser, child, format_table
+
+    args = build_parser().parse_args(["--n", "1500", "--queries", "20", "--batch", "500"])
+    args.engine = "sqlite"
+    row = child(args)
+    assert row["loaded"] == 1500 and row["load_per_s"] > 0 and row["recall_at_k"] == 1.0
+    assert row["index_scan"] == "numpy" and row["graph"] is False
+    assert 0 < row["recall_p50_ms"] <= row["recall_p99_ms"]
+    doc = {"n": 1500, "dim": 64, "queries": 20, "k": 10, "batch": 500, "rows": [row]}
+    assert "| sqlite | 1500 |" in format_table(doc)
+
+
+def test_the_ann_choice_bench_runs_numpy_and_usearch() -> None:
+    """A tiny run of benchmarks/ann_choice.py on the two libraries the package installs."""
+    from benchmarks.ann_choice import build_parser, format_table, run
+
+    argv = ["--n", "2000", "--dim", "16", "--queries", "20", "--libraries", "numpy,usearch"]
+    doc = run(build_parser().parse_args(argv))
+    assert [r["library"] for r in doc["rows"]] == ["numpy", "usearch"]
+    assert doc["rows"][0]["recall_at_k"] == 1.0 and doc["rows"][1]["recall_at_k"] >= 0.95
+    assert "| usearch |" in format_table(doc)
+
+
 def test_the_interleaved_serve_ab_runs_both_sides_every_round() -> None:
     """``benchmarks.serve_ab`` with this checkout on both sides (structure only)."""
     from benchmarks.serve_ab import ROOT, SIDES, format_table, run_ab

@@ -4,7 +4,7 @@ The store is host-agnostic: it talks to storage only through the ``MemoryBackend
 the model only through the embedder port. It keeps an in-memory snapshot of its namespace (the
 records, a BM25 index and a vector index) that it refreshes whenever the backend's version
 counter shows a write it did not make itself (another process, another tab), and updates
-incrementally after its own writes.
+incrementally after its own writes (BM25 at the next read: a bulk write only notes the keys).
 
 Recall pipeline (each step switchable in ``RecallOptions``; every hit says which ran):
 
@@ -116,6 +116,10 @@ class MemoryStore:
         self._records: dict[str, MemoryRecord] = {}
         self._version: int | None = None
         self._bm25 = BM25Index(self.options.bm25_k1, self.options.bm25_b)
+        # Keys whose text BM25 has not indexed yet: writes only note them and the next
+        # snapshot() (every recall) indexes them, so a bulk write does not tokenise (half its
+        # time at 10⁵ memories) and a reload is not paid twice.
+        self._lexical_pending: set[str] = set()
         if vector_index is not None and len(vector_index):
             raise ConfigError(
                 f"MemoryStore: vector_index must be empty, got one holding {len(vector_index)} "
@@ -215,9 +219,10 @@ class MemoryStore:
                 was written.
         """
         texts = [r.content for r in records if not r.archived]
+        embedded: dict[str, Sequence[float]] = {}  # content -> its vector
         if self._cache is not None and texts:
             try:
-                await self._cache.vectors(texts)
+                embedded = dict(zip(texts, await self._cache.vectors(texts), strict=True))
             except EvermindError:
                 raise
             except Exception:
@@ -231,9 +236,27 @@ class MemoryStore:
             expect_keys=expect_keys,
         )
         self._absorb(result)
+        self._index_written(result, embedded)
         if result.evicted:
             logger.info("capacity %s: evicted %s", self.capacity, ", ".join(result.evicted))
         return result
+
+    def _index_written(self, result: WriteResult, embedded: Mapping[str, Sequence[float]]) -> None:
+        """Puts the vectors this write embedded into the index at once (one batch), so recall
+        need not fetch them back from the cache. A reload keeps them while the content hash
+        still matches (:meth:`refresh`)."""
+        keys: dict[str, None] = {}
+        vectors = []
+        for record in result.stored:
+            vector = embedded.get(record.content)
+            if vector is None or record.archived or record.key in keys:
+                continue
+            self._vectors.remove(record.key)
+            keys[record.key] = None
+            vectors.append(vector)
+            self._vector_hash[record.key] = record.content_hash
+            self._unembedded.discard(record.key)
+        self._vectors.add_many(list(keys), vectors)
 
     async def forget(self, key: str) -> bool:
         """Deletes the memory ``key``; returns whether it existed."""
@@ -271,8 +294,10 @@ class MemoryStore:
         for entry in entries:
             record = MemoryRecord.from_dict(entry)
             incoming[record.key] = record
-        _, current = await self.backend.load_all()
-        existing = {r.key: r for r in current}
+        # The snapshot, brought up to date (reloaded only if someone else wrote), not a
+        # load_all per call: a bulk load in batches would read everything once per batch.
+        await self.refresh()
+        existing = dict(self._records)
         if mode == "overwrite":
             forget = sorted(existing)
             puts = list(incoming.values())
@@ -372,7 +397,7 @@ class MemoryStore:
         """Embeds every memory not yet indexed, then the query (not persisted)."""
         assert self._cache is not None  # only handed to recall when there is an embedder
         await self.ensure_vectors()
-        (vector,) = await self._cache.vectors([query], persist=False)
+        (vector,) = await self._cache.vectors([query], persist=False, lookup=False)
         return vector
 
     async def recall_prompt(self, query: str, top_k: int = 5) -> list[HookMemory]:
@@ -412,6 +437,13 @@ class MemoryStore:
         Call :meth:`refresh` first to see other writers' changes. The records are a read-only
         view; the indexes are the store's own (recall only reads them).
         """
+        for key in self._lexical_pending:  # writes since the last read: index their text now
+            record = self._records.get(key)
+            if record is None:
+                self._bm25.remove(key)
+            else:
+                self._bm25.add(key, record.content)
+        self._lexical_pending.clear()
         return Snapshot(MappingProxyType(self._records), self._bm25, self._vectors, self.clock())
 
     def _live(self, now: float) -> Iterable[MemoryRecord]:
@@ -426,8 +458,7 @@ class MemoryStore:
             self._records = {r.key: r for r in records}
             self._unembedded = set(self._records)
             self._bm25 = BM25Index(self.options.bm25_k1, self.options.bm25_b)
-            for record in records:
-                self._bm25.add(record.key, record.content)
+            self._lexical_pending = set(self._records)  # indexed by the next snapshot()
             for key in list(self._vector_hash):
                 current = self._records.get(key)
                 if current is None or current.content_hash != self._vector_hash[key]:
@@ -443,10 +474,11 @@ class MemoryStore:
         for key in (*result.deleted, *result.evicted):
             self._records.pop(key, None)
             self._bm25.remove(key)
+            self._lexical_pending.discard(key)
             self._drop_vector(key)
         for record in result.stored:
             self._records[record.key] = record
-            self._bm25.add(record.key, record.content)
+            self._lexical_pending.add(record.key)
             if self._vector_hash.get(record.key) != record.content_hash:
                 self._drop_vector(record.key)
                 self._unembedded.add(record.key)

@@ -80,6 +80,11 @@ class GpuVectorIndex(VectorIndex):
         super().add(key, vector)
         self._dirty.add(self._slot[key])
 
+    def add_many(self, keys: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
+        """Stores each ``(key, vector)``; their GPU rows are uploaded before the next search."""
+        super().add_many(keys, vectors)
+        self._dirty.update(self._slot[key] for key in keys)
+
     def remove(self, key: str) -> None:
         """Drops ``key``; the row moved into its slot is re-uploaded before the next search."""
         slot = self._slot.get(key)

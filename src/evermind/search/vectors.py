@@ -9,9 +9,21 @@ similar to this query vector" by scanning all of them (exact, no approximation).
 - pure Python (the browser, or ``use_numpy=False``): ``array('f')`` rows and
   :func:`evermind.search.cosine.exact_dot`.
 
-numpy is imported lazily and guarded, so this module stays importable (and browser-safe)
-without it. An exact scan is fine up to a few tens of thousands of memories; beyond ~50k an ANN
-index would pay (not implemented here). Recall calls the async ``asearch``; subclasses plug in
+Past :data:`~evermind.search.ann.ANN_MIN_ROWS` vectors (2·10⁴; why in that module) the numpy
+path also keeps an approximate index, :class:`~evermind.search.ann.HnswGraph` (usearch's
+HNSW), when usearch imports: a search asks it for ``max(4k, 64)`` candidates, keeps those
+``accept`` admits, rescores them exactly on the matrix (so scores and ties are the exact
+scan's), and asks for four times more while fewer than ``k`` survive; past
+:data:`ANN_MAX_FETCH` candidates, or when the graph returns fewer than asked, the exact scan
+answers instead. The first search above the threshold starts building the graph in a
+background thread (:class:`~evermind.search.ann.GraphKeeper`; seconds per 10⁵ vectors, measured
+in docs/vectorstore.md) and the exact scan answers until it is ready (:meth:`build_graph` waits
+for it instead); from then on it follows every ``add``/``remove``, and it is rebuilt (in the
+background again) when its tombstones pass a quarter of it. ``last_scan`` says which answered
+(``"ann"``, ``"numpy"``, ``"python"``).
+
+numpy and usearch are imported lazily and guarded, so this module stays importable (and
+browser-safe) without them. Recall calls the async ``asearch``; subclasses plug in
 other scans there (:class:`evermind.search.gpu_index.GpuVectorIndex`: the GPU top-k kernel).
 The semantic cache's indexes, keyed by int and grouped by scope, are
 :mod:`evermind.search.scoped`.
@@ -24,11 +36,15 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evermind.errors import ShapeError
+from evermind.errors import ConfigError, ShapeError
 from evermind.search.cosine import exact_dot, normalise
 from evermind.search.rows import cosine_scores, gram
 
-__all__ = ["VectorIndex"]
+__all__ = ["ANN_MAX_FETCH", "VectorIndex"]
+
+#: The most candidates a filtered search asks the approximate index for before it falls back
+#: to the exact scan (a filter that admits under ~k/4096 of the nearest rows).
+ANN_MAX_FETCH = 4096
 
 
 def _load_numpy() -> Any:
@@ -39,19 +55,53 @@ def _load_numpy() -> Any:
         return None
 
 
+def _load_ann() -> Any:
+    """Returns :mod:`evermind.search.ann` when numpy and usearch import, else None."""
+    try:
+        ann = importlib.import_module("evermind.search.ann")
+    except ImportError:
+        return None
+    return ann if ann.available() else None
+
+
 class VectorIndex:
-    """Exact cosine search over ``key -> vector``.
+    """Cosine search over ``key -> vector``: exact, or approximate past a size threshold.
 
     Args:
         use_numpy: True forces numpy (error if missing), False forces pure Python, None
             uses numpy when it imports.
+        ann: True requires the approximate index past ``ann_min_rows`` (error if usearch
+            is missing), False keeps every search exact, None uses it when usearch imports.
+        ann_min_rows: From how many vectors on the approximate index answers (default
+            :data:`~evermind.search.ann.ANN_MIN_ROWS`).
     """
 
-    def __init__(self, use_numpy: bool | None = None) -> None:
+    def __init__(
+        self,
+        use_numpy: bool | None = None,
+        *,
+        ann: bool | None = None,
+        ann_min_rows: int | None = None,
+    ) -> None:
         np = _load_numpy() if use_numpy is not False else None
         if use_numpy and np is None:
             raise ShapeError("VectorIndex: use_numpy=True but numpy is not importable")
+        if ann_min_rows is not None and (isinstance(ann_min_rows, bool) or ann_min_rows < 1):
+            raise ConfigError(f"VectorIndex: ann_min_rows must be >= 1, got {ann_min_rows!r}")
         self._np = np
+        self._ann_module: Any = _load_ann() if np is not None and ann is not False else None
+        if ann and self._ann_module is None:
+            raise ConfigError(
+                "VectorIndex: ann=True but usearch (or numpy) is not importable; hint: pip "
+                "install 'evermind[runtime]', or pass ann=None to fall back to the exact scan"
+            )
+        self._ann_min_rows = (
+            ann_min_rows
+            if ann_min_rows is not None
+            else (self._ann_module.ANN_MIN_ROWS if self._ann_module else 0)
+        )
+        self._keeper: Any = None  # a GraphKeeper of the matrix rows, once past the threshold
+        self._last = "numpy" if np is not None else "python"
         self.dim: int | None = None
         self._keys: list[str] = []
         self._slot: dict[str, int] = {}
@@ -95,6 +145,43 @@ class VectorIndex:
             self._rows[slot] = row
         if self._np is not None:
             self._matrix[slot] = self._np.frombuffer(row, dtype=self._np.float32)
+            if self._keeper is not None:
+                self._keeper.added(slot, self._matrix[slot])
+
+    def add_many(self, keys: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
+        """:meth:`add` of each ``(key, vector)`` pair, with one matrix write on numpy.
+
+        Raises:
+            ShapeError: The lengths differ, or a vector has another dimension.
+        """
+        if len(keys) != len(vectors):
+            raise ShapeError(
+                f"VectorIndex.add_many: {len(keys)} keys but {len(vectors)} vectors; "
+                "expected one vector per key"
+            )
+        if self._np is None or len(set(keys)) != len(keys) or any(k in self._slot for k in keys):
+            for key, vector in zip(keys, vectors, strict=True):
+                self.add(key, vector)  # overwrites and repeats: one at a time
+            return
+        if not keys:
+            return
+        for vector in vectors:
+            self._check_dim(vector)
+        np = self._np
+        rows = np.stack([np.asarray(v, dtype=np.float32) for v in vectors])  # (M, D)
+        norms = np.linalg.norm(rows.astype(np.float64), axis=1)  # (M,)
+        if not np.isfinite(norms).all():
+            raise ShapeError(
+                "VectorIndex.add_many: expected finite numbers, got a vector with NaN or "
+                "infinity; hint: check the embedder's output"
+            )
+        first = len(self._keys)
+        self._grow(first + len(keys))
+        self._matrix[first : first + len(keys)] = rows / np.where(norms == 0, 1, norms)[:, None]
+        self._keys.extend(keys)
+        self._slot.update((key, first + i) for i, key in enumerate(keys))
+        if self._keeper is not None:
+            self._keeper.added_many(first, self._matrix[first : first + len(keys)])
 
     def _grow(self, needed: int) -> None:
         np: Any = self._np
@@ -112,6 +199,8 @@ class VectorIndex:
             return
         last = len(self._keys) - 1
         moved = self._keys[last]
+        if self._keeper is not None:
+            self._keeper.removed(slot, last)
         if slot != last:
             self._keys[slot] = moved
             self._slot[moved] = slot
@@ -130,6 +219,7 @@ class VectorIndex:
         self._slot.clear()
         self._rows.clear()
         self._matrix = None
+        self._keeper = None  # a build under way is dropped with it
 
     def vector(self, key: str) -> array[float] | None:
         """Returns the stored (normalised) vector of ``key``, or None."""
@@ -217,9 +307,16 @@ class VectorIndex:
         self._check_dim(query)
         if self._np is None:
             ranked = sorted(self.scores(query).items(), key=lambda kv: (-kv[1], kv[0]))
+            self._last = "python"
             return [kv for kv in ranked if accept is None or accept(kv[0])][:k]
         np = self._np
         q = np.frombuffer(normalise(query), dtype=np.float32)
+        if self._ann_module is not None and len(self._keys) >= self._ann_min_rows:
+            found = self._approximate(q, k, accept)
+            if found is not None:
+                self._last = "ann"
+                return found
+        self._last = "numpy"
         sims = cosine_scores(self._matrix[: len(self._keys)], q)  # (N,)
         # Partition first: sorting only the best few is much cheaper than sorting all N; if the
         # filter rejects too many of them, widen to a full sort.
@@ -244,6 +341,44 @@ class VectorIndex:
         # Equal cosines come back in slot order; re-sort so ties go by key as documented.
         return sorted(out, key=lambda kv: (-kv[1], kv[0]))
 
+    def _approximate(
+        self, q: Any, k: int, accept: Callable[[str], bool] | None
+    ) -> list[tuple[str, float]] | None:
+        """The top ``k`` from the graph's candidates, rescored exactly; None when the graph
+        cannot supply ``k`` admitted ones within :data:`ANN_MAX_FETCH` (the exact scan then)."""
+        graph = self._graph_now(wait=False)
+        if graph is None:
+            return None  # the first build runs in the background: the exact scan answers
+        n = len(self._keys)
+        want = min(n, max(4 * k, 64))
+        while True:
+            found = graph.search(q, want)
+            slots = found if accept is None else [s for s in found if accept(self._keys[s])]
+            if len(slots) >= k or len(found) >= n:  # enough, or every row was seen
+                break
+            if len(found) < want or want >= ANN_MAX_FETCH:
+                return None  # the graph could not reach more rows: the exact scan answers
+            want = min(n, ANN_MAX_FETCH, 4 * want)
+        if not slots:
+            return []
+        sims = cosine_scores(self._matrix[slots], q).tolist()  # exact, as the scan's
+        keys = [self._keys[s] for s in slots]
+        ranked = sorted(zip(keys, sims, strict=True), key=lambda kv: (-kv[1], kv[0]))
+        return ranked[:k]
+
+    def _graph_now(self, wait: bool) -> Any:
+        """The approximate index's graph (None while its first build runs)."""
+        if self._keeper is None:
+            self._keeper = self._ann_module.GraphKeeper(self.dim)
+        return self._keeper.current(self._matrix, len(self._keys), wait=wait)
+
+    def build_graph(self) -> bool:
+        """Builds the approximate index now and waits for it (e.g. after a bulk load, before
+        serving); returns whether searches at this size will use it."""
+        if not self.approximate:
+            return False
+        return self._graph_now(wait=True) is not None
+
     async def asearch(
         self, query: Sequence[float], k: int, accept: Callable[[str], bool] | None = None
     ) -> list[tuple[str, float]]:
@@ -256,5 +391,11 @@ class VectorIndex:
 
     @property
     def last_scan(self) -> str:
-        """Which scan answered the latest search: ``"numpy"`` or ``"python"`` here."""
-        return "numpy" if self._np is not None else "python"
+        """Which scan answered the latest search: ``"ann"`` (the approximate index),
+        ``"numpy"`` or ``"python"`` (exact) here."""
+        return self._last
+
+    @property
+    def approximate(self) -> bool:
+        """Whether searches at this size go to the approximate index first."""
+        return self._ann_module is not None and len(self._keys) >= self._ann_min_rows

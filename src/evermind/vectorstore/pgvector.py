@@ -84,9 +84,13 @@ def filter_sql(node: Filter | None) -> tuple[Query, list[Any]]:
         if not values:
             return sql.SQL("FALSE"), []
         # jsonb equality is type-strict (true is not 1) and numeric across int and float.
-        same = sql.SQL("COALESCE({} = %s::jsonb, FALSE)").format(_FIELD)
-        params = [p for v in values for p in (field, json.dumps(v))]
-        return sql.SQL("({})").format(sql.SQL(" OR ").join([same] * len(values))), params
+        if len(values) == 1:
+            same = sql.SQL("COALESCE({} = %s::jsonb, FALSE)").format(_FIELD)
+            return same, [field, json.dumps(values[0])]
+        # One = ANY over an array, not an OR per value: Postgres hashes the array (PG 14+),
+        # so a bulk write's In over 10⁴ keys costs O(rows), not O(rows × keys).
+        anyof = sql.SQL("COALESCE({} = ANY(%s::jsonb[]), FALSE)").format(_FIELD)
+        return anyof, [field, [json.dumps(v) for v in values]]
     bounds = node.bounds()
     numeric = not isinstance(bounds[0][1], str)
     # CASE keeps the comparison away from values of another type (no cast errors, no NULLs);
@@ -116,7 +120,7 @@ def _scope_sql(scope: AccessScope) -> tuple[Query, list[Any]]:
 
 
 def _vector_literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+    return "[" + ",".join(map(repr, map(float, vector))) + "]"
 
 
 class PgVectorStore:
@@ -126,8 +130,14 @@ class PgVectorStore:
     """
 
     def __init__(
-        self, conn: psycopg.AsyncConnection[Any], table: str, dim: int, url: str = ""
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        table: str,
+        dim: int,
+        url: str = "",
+        search_indexes: bool = True,
     ) -> None:
+        self._search_indexes = search_indexes
         self._conn = conn
         self._url = url  # to connect again after the server cut the connection
         self._table = sql.Identifier(table)
@@ -136,8 +146,16 @@ class PgVectorStore:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, url: str, *, dim: int, table: str = "evermind_vectors") -> PgVectorStore:
+    async def open(
+        cls, url: str, *, dim: int, table: str = "evermind_vectors", search_indexes: bool = True
+    ) -> PgVectorStore:
         """Connects to ``url``, creates the extension, table and indexes when missing.
+
+        ``search_indexes=False`` creates the table without its HNSW and GIN indexes, for a
+        table no query ranks (the memory store's: ``MemoryStore`` ranks in process): each
+        write then skips pgvector's per-row HNSW insert, which bounds a load to ~400 rows/s
+        (docs/vectorstore.md, "Bulk writes"). Queries stay correct (exact scans); indexes
+        that already exist are kept.
 
         Raises:
             ConfigError: A bad table name or dim, or the table holds another dimension.
@@ -150,7 +168,7 @@ class PgVectorStore:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         except psycopg.Error as err:
             raise StorageError(f"pgvector: cannot connect to the database: {err}") from err
-        store = cls(conn, table, dim, url)
+        store = cls(conn, table, dim, url, search_indexes)
         try:
             await store._create()
         except BaseException:
@@ -173,16 +191,19 @@ class PgVectorStore:
                 " sensitivity integer NOT NULL,"
                 " tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED)"
             ).format(t, sql.Literal(self.dim)),
-            sql.SQL(
-                "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)"
-            ).format(sql.Identifier(f"{n}_hnsw"), t),
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
-                sql.Identifier(f"{n}_tsv"), t
-            ),
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (tenant)").format(
                 sql.Identifier(f"{n}_tenant"), t
             ),
         ]
+        if self._search_indexes:
+            statements += [
+                sql.SQL(
+                    "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)"
+                ).format(sql.Identifier(f"{n}_hnsw"), t),
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
+                    sql.Identifier(f"{n}_tsv"), t
+                ),
+            ]
         try:
             async with self._conn.transaction():
                 # Two processes opening one new table at once: serialise the CREATEs.

@@ -189,7 +189,7 @@ def unit(vector: Sequence[float], dim: int, what: str) -> tuple[float, ...]:
         InputError: A NaN or infinite component, or a zero vector (cosine is undefined).
     """
     try:
-        values = tuple(float(x) for x in vector)
+        values = tuple(map(float, vector))
     except (TypeError, ValueError) as err:
         raise InputError(f"{what}: the vector is not a sequence of numbers ({err})") from err
     if len(values) != dim:
@@ -197,7 +197,7 @@ def unit(vector: Sequence[float], dim: int, what: str) -> tuple[float, ...]:
             f"{what}: the vector has {len(values)} dimensions but the store holds {dim}; "
             "embed with the store's embedder or open a store of that dimension"
         )
-    if not all(math.isfinite(x) for x in values):
+    if not all(map(math.isfinite, values)):
         raise InputError(f"{what}: the vector holds NaN or infinity", code="bad_vector")
     norm = math.sqrt(math.fsum(x * x for x in values))
     if norm == 0.0:

@@ -102,9 +102,15 @@ async def open_memory_tables(url: str) -> tuple[VectorStore, VectorStore]:
     check_store_url(url)
     try:
         async with asyncio.timeout(OPEN_TIMEOUT_S):
-            memory = await open_store(url, dim=SIGNATURE_DIM, name=MEMORY_TABLE)
+            # MemoryStore ranks in process: the memory and clock tables need no HNSW/GIN
+            # index, whose per-row upkeep bounded bulk writes to ~400 memories/s.
+            memory = await open_store(
+                url, dim=SIGNATURE_DIM, name=MEMORY_TABLE, search_indexes=False
+            )
             try:
-                return memory, await open_store(url, dim=SIGNATURE_DIM, name=CLOCK_TABLE)
+                return memory, await open_store(
+                    url, dim=SIGNATURE_DIM, name=CLOCK_TABLE, search_indexes=False
+                )
             except BaseException:
                 await memory.close()
                 raise
