@@ -76,8 +76,8 @@ class BuildConfig:
 
     dims: int = 256
     storage: str = "int8"
-    corpus_limit: int = 120_000
-    steps: int = 6000
+    corpus_limit: int = 30_000
+    steps: int = 1000
     batch_size: int = 256
     learning_rate: float = 0.01
     holdout: float = 0.03
@@ -443,8 +443,11 @@ def _corpus(
     path = work / "corpus.json"
     if path.is_file():
         saved = json.loads(path.read_text("utf-8"))
-        if isinstance(saved, dict) and saved.get("limit") == limit:
-            return [str(t) for t in saved["texts"]]
+        # A corpus is a prefix of any larger one, so a smaller limit reuses it (and its
+        # targets, chunk for chunk).
+        known = isinstance(saved, dict) and isinstance(saved.get("limit"), int)
+        if known and (saved["limit"] >= limit or len(saved["texts"]) < saved["limit"]):
+            return [str(t) for t in saved["texts"][:limit]]
     for stale in [*work.glob("targets_*.npy"), work / "fine_tune.npz"]:
         stale.unlink(missing_ok=True)  # they belong to another corpus
     if corpus is None:
