@@ -123,3 +123,23 @@ def test_bad_config_is_one_line(field: str, value: object, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle) as caught:
         BuildConfig(**{field: value}).check()  # type: ignore[arg-type]
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--dims", "3"], "--dims must be >= 8, got 3"),
+        (["--steps", "-2"], "--steps must be >= 0"),
+        (["--corpus-limit", "many"], "'many' is not a whole number"),
+        (["--storage", "int4"], "--storage"),
+        (["--lr", "5"], "learning_rate in (0, 1)"),
+        (["--steps", "10", "--corpus-limit", "5"], "too small to fine-tune"),
+    ],
+)
+def test_command_refuses_bad_arguments_in_one_line(argv, needle, tmp_path, capsys) -> None:
+    from evermind.cli import main
+
+    code = main(["build-embedder", "--out", str(tmp_path / "base.safetensors"), *argv])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and needle in lines[0], lines
+    assert not (tmp_path / "base.safetensors.work").exists()
