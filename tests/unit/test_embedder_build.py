@@ -10,15 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evermind.embedder.build import (
-    Bags,
-    BuildConfig,
-    SparseAdam,
-    bag_sums,
-    build,
-    cosine_loss,
-    loss_of,
-)
+from evermind.embedder.build import BuildConfig, build
+from evermind.embedder.finetune import Bags, SparseAdam, bag_sums, cosine_loss, loss_of
 from evermind.embedder.static import StaticEmbedder
 from evermind.embedder.wordpiece import WordPiece
 from evermind.errors import ConfigError
