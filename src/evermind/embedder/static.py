@@ -41,6 +41,8 @@ FORMAT = "evermind-static-embedder"
 STORAGES = ("float32", "float16", "int8")
 #: Largest header accepted when reading (the vocabulary lives in it).
 MAX_HEADER_BYTES = 8 * 1024 * 1024
+#: Weighted token rows the pure-Python path keeps decoded.
+ROW_MEMO = 8192
 _DTYPE = {"float32": "F32", "float16": "F16", "int8": "I8"}
 
 
@@ -82,7 +84,7 @@ class StaticEmbedder:
         self.weight = array("f", weight)
         self.dims = vectors.shape[1]
         self.config = dict(config or {})
-        self._rows: dict[int, list[float]] = {}
+        self._rows: dict[int, array[float]] = {}
         self._matrix: Any = None
 
     @property
@@ -97,8 +99,9 @@ class StaticEmbedder:
 
     # ---- pure Python -------------------------------------------------------------------
 
-    def _row(self, token: int) -> list[float]:
-        """Token ``token``'s vector times its weight, in float64 (memoised)."""
+    def _row(self, token: int) -> array[float]:
+        """Token ``token``'s vector times its weight, rounded to float32 as the numpy matrix is
+        (memoised: at most :data:`ROW_MEMO` rows, 1 KB each at D = 256, so a tab stays small)."""
         known = self._rows.get(token)
         if known is not None:
             return known
@@ -114,8 +117,8 @@ class StaticEmbedder:
         else:
             values = list(stored.to_float32()[start : start + d])
         w = float(self.weight[token])
-        row = [w * x for x in values]
-        if len(self._rows) > 50_000:
+        row = array("f", [w * x for x in values])
+        if len(self._rows) >= ROW_MEMO:
             self._rows.clear()
         self._rows[token] = row
         return row
