@@ -5,7 +5,8 @@ What it does, in order (``python -m evals.cache_verifier --help``):
 1. Loads the ``tune`` split of ``evals/cache_corpus`` (triples: query, paraphrase, near-miss)
    and embeds every text with each ``--embedder`` (``terms``: the gateway's model-free
    embedder; ``trigram``: the tab's lexical vectors; ``minilm``: the local all-MiniLM-L6-v2;
-   ``package:PATH``: a ``.evermind`` package).
+   ``package:PATH``: a ``.evermind`` package; ``static:PATH``: a base embedder file,
+   ``evermind build-embedder``'s).
 2. Per embedder, calibrates like the cache does (the high quantile of cosines between
    *unrelated* stored queries, :func:`evermind.search.calibration.calibrate`) and turns each pair's
    cosine into the normalised score (:meth:`PairVerifier.normalise`).
@@ -71,7 +72,14 @@ def embedder(name: str) -> BatchEmbed:
 
         model = evermind.load(Path(name.partition(":")[2]))
         return lambda texts: [list(map(float, v)) for v in model.embed(texts)]
-    raise SystemExit(f"unknown embedder {name!r}: terms, trigram, minilm or package:PATH")
+    if name.startswith("static:"):
+        from evermind.embedder.static import StaticEmbedder
+
+        base = StaticEmbedder.load(Path(name.partition(":")[2]))
+        return lambda texts: [list(map(float, v)) for v in base.embed_numpy(texts)]
+    raise SystemExit(
+        f"unknown embedder {name!r}: terms, trigram, minilm, package:PATH or static:PATH"
+    )
 
 
 def unit_vectors(embed: BatchEmbed, texts: list[str]) -> dict[str, np.ndarray]:

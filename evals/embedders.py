@@ -7,11 +7,16 @@ script can rank the same set several ways without re-embedding it.
 - :func:`minilm`: all-MiniLM-L6-v2 through ``evermind.train.teachers.MiniLMTeacher`` (offline,
   from the venv's local copy);
 - :func:`package`: an ``.evermind`` package's ``Model.embed``;
+- :func:`static`: a base embedder file (``evermind build-embedder``'s output,
+  :class:`evermind.embedder.static.StaticEmbedder`);
+- :func:`model2vec`: a model2vec ``StaticModel`` saved in a folder (the PyPI ``model2vec``
+  library, the baseline the base embedder is measured against);
 - :func:`collapsed`: a deliberately useless embedder, one constant vector plus a little noise
   (every pair of texts scores ~0.99), for checking that fusion and the relevance floor ignore it.
 
 :func:`resolve` turns a command-line spec into one of these: ``minilm``, ``collapsed``,
-``package:PATH`` (or a path ending in ``.evermind``), or ``module:function`` /
+``package:PATH`` (or a path ending in ``.evermind``), ``static:PATH`` (a base embedder
+file), ``model2vec:FOLDER``, or ``module:function`` /
 ``file.py:function`` for anything else.
 """
 
@@ -72,6 +77,34 @@ def package(path: str | os.PathLike[str]) -> EmbedFn:
     return memoised(raw)
 
 
+def static(path: str | os.PathLike[str]) -> EmbedFn:
+    """The base embedder in the file at ``path`` (loaded on first use; numpy path)."""
+    loaded: list[Any] = []
+
+    def raw(texts: Sequence[str]) -> Any:
+        if not loaded:
+            from evermind.embedder.static import StaticEmbedder
+
+            loaded.append(StaticEmbedder.load(path))
+        return loaded[0].embed_numpy(list(texts))
+
+    return memoised(raw)
+
+
+def model2vec(folder: str | os.PathLike[str]) -> EmbedFn:
+    """The model2vec ``StaticModel`` saved in ``folder`` (loaded on first use, offline)."""
+    loaded: list[Any] = []
+
+    def raw(texts: Sequence[str]) -> Any:
+        if not loaded:
+            from model2vec import StaticModel
+
+            loaded.append(StaticModel.from_pretrained(os.fspath(folder)))
+        return loaded[0].encode(list(texts))
+
+    return memoised(raw)
+
+
 def collapsed(texts: Sequence[str]) -> list[list[float]]:
     """A collapsed embedder: one constant direction plus per-text noise (the cache
     evaluation's :func:`evals.cache_full.collapsed_vector`)."""
@@ -106,6 +139,12 @@ def resolve(spec: str) -> tuple[str, EmbedFn]:
         return "minilm", minilm
     if spec == "collapsed":
         return "collapsed", collapsed
+    if spec.startswith("static:"):
+        path = spec.removeprefix("static:")
+        return f"static:{Path(path).stem}", static(path)
+    if spec.startswith("model2vec:"):
+        folder = spec.removeprefix("model2vec:")
+        return f"model2vec:{Path(folder).name}", model2vec(folder)
     if spec.startswith("package:") or spec.endswith(".evermind"):
         path = spec.removeprefix("package:")
         return Path(path).stem, package(path)

@@ -54,6 +54,7 @@ CASES: list[tuple[list[str], str, tuple[str, ...]]] = [
     (["tune-embedder", "--model", "BAD", "--out", "o.evermind"], "--model", PACKAGE),
     (["tune-embedder", "--model", "PKG", "--texts", "BAD", "--out", "o"], "--texts", TEXT),
     (["distill-embedder", "--model", "PKG", "--teacher", "x", "--texts", "BAD"], "--texts", TEXT),
+    (["build-embedder", "--out", "BAD"], "--out", OUTPUT),
     (["train-affect", "BAD", "TXT", "--out", "o.evermind"], "argument model", PACKAGE),
     (["train-affect", "PKG", "BAD", "--out", "o.evermind"], "argument labelled", TEXT),
     (["adapt", "BAD", "TXT", "--out", "o.evermind"], "argument model", PACKAGE),

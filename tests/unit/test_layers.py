@@ -28,6 +28,9 @@ LAYERS: list[set[str]] = [
     # retrieval, vectorstore's in-process engine, runtime, studio); it reads kernels (the
     # GPU top-k) and the leaves.
     {"search"},
+    # The base embedder (WordPiece + a static token table distilled from a teacher): above
+    # train, whose teacher its build runs; below every package that embeds.
+    {"embedder"},
     {"train"},
     {"model"},
     {"kernels"},

@@ -8,7 +8,7 @@ Native-only. Nothing in the library imports this package. One module per group o
 each with ``register(subparsers)``: :mod:`~evermind.cli.studio` (studio, doctor),
 :mod:`~evermind.cli.bench` (bench), :mod:`~evermind.cli.train` (train, generate, embed, export,
 tune-embedder, distill-embedder, eval; ``eval run`` is :mod:`~evermind.cli.evaluate`),
-:mod:`~evermind.cli.affect` (train-affect),
+:mod:`~evermind.cli.embedder` (build-embedder), :mod:`~evermind.cli.affect` (train-affect),
 :mod:`~evermind.cli.distill` (distill), :mod:`~evermind.cli.adapt` (adapt, merge-adapter),
 :mod:`~evermind.cli.hf` (import-hf), :mod:`~evermind.cli.ingest` (ingest),
 :mod:`~evermind.cli.ask` (ask), :mod:`~evermind.cli.agent` (agent run, resume, history, list, fork),
@@ -40,6 +40,7 @@ from evermind.cli import (
     ask,
     bench,
     distill,
+    embedder,
     hf,
     ingest,
     mcp,
@@ -51,7 +52,21 @@ from evermind.cli.args import TEXT_TYPE_NAMES, HelpFormatter
 from evermind.errors import EvermindError
 
 #: The subcommand modules, in the order ``evermind --help`` lists them.
-COMMAND_MODULES = [studio, bench, train, affect, distill, adapt, hf, ingest, ask, agent, serve, mcp]
+COMMAND_MODULES = [
+    studio,
+    bench,
+    train,
+    embedder,
+    affect,
+    distill,
+    adapt,
+    hf,
+    ingest,
+    ask,
+    agent,
+    serve,
+    mcp,
+]
 
 
 class Parser(argparse.ArgumentParser):

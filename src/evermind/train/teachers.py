@@ -125,6 +125,28 @@ class MiniLMTeacher:
             return np.zeros((0, 384), np.float32)
         return _unit(np.concatenate(rows))
 
+    def pool_ids(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
+        """Mean-pooled last hidden states of token-id rows, not normalised: (N, 384) float32.
+
+        Each row is fed as given (add ``[CLS]``/``[SEP]`` yourself); rows are padded per batch
+        and the padding masked out. What the base embedder's distillation feeds one
+        vocabulary token at a time (:mod:`evermind.embedder.build`).
+        """
+        torch = self._torch
+        pad = int(self.tokenizer.pad_token_id or 0)
+        out: list[np.ndarray] = []
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(rows), self.batch_size):
+                batch = [list(r)[:MINILM_MAX_TOKENS] for r in rows[start : start + self.batch_size]]
+                width = max(len(r) for r in batch)
+                ids = torch.tensor([r + [pad] * (width - len(r)) for r in batch])
+                mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in batch])
+                hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+                weights = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+                out.append(pooled.numpy().astype(np.float32))
+        return np.concatenate(out) if out else np.zeros((0, 384), np.float32)
+
 
 class OpenAITeacher:
     """Any OpenAI-compatible ``/v1/embeddings`` endpoint, through the ``openai`` SDK.
