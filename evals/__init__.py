@@ -26,9 +26,12 @@ next to the checkout. These are development numbers; the held-out set decides th
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 #: The environment variable naming the folder of the development sets.
 ENV_VAR = "EVERMIND_EVAL_DIR"
@@ -72,3 +75,25 @@ def require(name: str, folder: Path | None = None) -> Path:
         )
         raise SystemExit(2)
     return path
+
+
+def jsonl_objects(path: Path, error: type[Exception]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each non-blank line of the JSONL file ``path`` as (line number, JSON object): the one
+    reader of the sets written for this project (``cache_corpus``, ``conversation_memory``).
+
+    Raises:
+        error: A line is not JSON, or not a JSON object (named by file and line).
+    """
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise error(f"{path.name}:{number}: not JSON ({err.msg})") from err
+            if not isinstance(record, dict):
+                raise error(
+                    f"{path.name}:{number}: expected a JSON object, got {type(record).__name__}"
+                )
+            yield number, record

@@ -24,11 +24,12 @@ Standard library only (no numpy), so anything may import it.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from evals import jsonl_objects
 
 #: The folder of the corpus files.
 HERE = Path(__file__).resolve().parent
@@ -136,19 +137,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     Raises:
         CorpusError: a line is not JSON, or not a JSON object.
     """
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CorpusError(f"{path.name}:{number}: not JSON ({err.msg})") from err
-            if not isinstance(record, dict):
-                raise CorpusError(
-                    f"{path.name}:{number}: expected a JSON object, got {type(record).__name__}"
-                )
-            yield number, record
+    return jsonl_objects(path, CorpusError)
 
 
 def _fields(record: dict[str, Any], names: tuple[str, ...], where: str) -> None:

@@ -23,11 +23,12 @@ validation, with counts, is :mod:`evals.conversation_memory.check`.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from evals import jsonl_objects
 
 #: The folder of the set's files.
 HERE = Path(__file__).resolve().parent
@@ -137,19 +138,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """
     if not path.is_file():
         raise ConversationSetError(f"{path}: no such file; expected the set's {path.name}")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ConversationSetError(f"{path.name}:{number}: not JSON ({err.msg})") from err
-            if not isinstance(record, dict):
-                raise ConversationSetError(
-                    f"{path.name}:{number}: expected a JSON object, got {type(record).__name__}"
-                )
-            yield number, record
+    return jsonl_objects(path, ConversationSetError)
 
 
 def _require(record: dict[str, Any], names: tuple[str, ...], where: str) -> None:
