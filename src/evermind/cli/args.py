@@ -1,9 +1,10 @@
 """The ``evermind`` command's argument types and help format: file arguments checked while parsing.
 
 Each file argument names what it must be with a ``type=``: :func:`package_file` (a
-``.evermind`` package), :func:`text_file` (UTF-8 text), :func:`input_file` (any non-empty
-file), :func:`input_path` (a file or a folder), :func:`folder`, :func:`output_file` (a file
-to write), or a keyword-or-file source (:func:`corpus_source`, :func:`texts_source`). A bad
+``.evermind`` package), :func:`embedder_spec` (``base`` or an embedder file),
+:func:`text_file` (UTF-8 text), :func:`input_file` (any non-empty file), :func:`input_path`
+(a file or a folder), :func:`folder`, :func:`output_file` (a file to write), or a
+keyword-or-file source (:func:`corpus_source`, :func:`texts_source`). A bad
 value fails in argparse, which names the argument: ``evermind eval: error: argument
 --text-file: no such file: 'missing.txt'`` and exit code 2, before any heavy import or work.
 The checks look only at the path and the first bytes; what a command finds later in the
@@ -102,6 +103,15 @@ def package_file(value: str) -> str:
             f"{value!r} is not a .evermind package (not a ZIP archive); pass the file "
             "`evermind train` or the Studio wrote"
         )
+    return value
+
+
+def embedder_spec(value: str) -> str:
+    """A type: ``base`` (the shipped base embedder) or an existing, non-empty embedder file
+    (whether its content is one is checked when the command loads it)."""
+    if value == "base":
+        return value
+    _regular(value, "'base' or an embedder file (.safetensors written by evermind build-embedder)")
     return value
 
 

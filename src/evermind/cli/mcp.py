@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evermind.cli.args import package_file, text_file
+from evermind.cli.args import embedder_spec, package_file, text_file
 from evermind.mcp.config import EXPERIENCE_ENV, MEMORY_FILE_ENV, MODEL_ENV, ServerConfig
 
 DEFAULT_HTTP_PORT = 8787
@@ -40,6 +40,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     """Runs the MCP memory server (stdio, or streamable HTTP with ``--http``)."""
     import anyio
 
+    from evermind.errors import ConfigError
     from evermind.mcp.config import resolve_model_file, store_namespace
     from evermind.mcp.experience_tools import ExperienceSettings
     from evermind.mcp.server import load_embedder, open_store, run_stdio
@@ -49,9 +50,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     config = _server_config(args)
     location = _memory_location(args, config)
     store_namespace(args.tenant, args.namespace)  # the same rules for every store
-    model_file = resolve_model_file(args.model)
-    embedder = load_embedder(model_file)
-    model = None if embedder is None else embedder.model  # memory_compact probes with it
+    if args.embedder is not None and args.model is not None:
+        raise ConfigError(
+            "mcp: expected --model or --embedder, got both; pass one (--model embeds with a "
+            ".evermind package, --embedder with a static embedder file)"
+        )
+    # An explicit --embedder wins over $EVERMIND_MODEL, as a flag wins over the environment.
+    model_file = None if args.embedder is not None else resolve_model_file(args.model)
+    embedder = load_embedder(model_file, args.embedder)
+    model = getattr(embedder, "model", None)  # memory_compact probes with an Evermind model
     if args.http:
         return _serve_http(args, config, location, embedder, model_file)
     if isinstance(location, str):  # a shared store's URL (checked)
@@ -90,7 +97,7 @@ def _serve_http(
     from evermind.mcp.http import OPEN_TENANT, build_http_app, serve_http
     from evermind.mcp.server import build_server, open_store
 
-    model = None if embedder is None else embedder.model
+    model = getattr(embedder, "model", None)
     tokens = TokenTable.from_file(args.tokens_file)  # no file: the open loopback mode
     # The private model is trained (and its path shown) only for the tenant that owns it.
     owner = args.experience_owner or (None if tokens.enabled else OPEN_TENANT)
@@ -185,7 +192,9 @@ def cmd_install_mcp(args: argparse.Namespace) -> int:
     if args.uninstall:
         results = uninstall(hosts, name=args.name, dry_run=args.dry_run)
     else:
-        command = server_command(args.memory_file, args.model, args.readonly, args.store)
+        command = server_command(
+            args.memory_file, args.model, args.readonly, args.store, args.embedder
+        )
         results = install(hosts, command, name=args.name, dry_run=args.dry_run)
     results += _hooks(args, hosts)
     if not results:
@@ -251,6 +260,14 @@ def register(sub: Any) -> None:
         "--model",
         type=package_file,
         help=f"a .evermind package to embed with (default: ${MODEL_ENV})",
+    )
+    mcp.add_argument(
+        "--embedder",
+        type=embedder_spec,
+        metavar="base|PATH",
+        help="embed with a static embedder instead of --model: 'base' (the one Evermind ships) "
+        "or a .safetensors file evermind build-embedder wrote; recall fuses it with BM25 "
+        f"(default: none, lexical recall unless --model or ${MODEL_ENV})",
     )
     mcp.add_argument(
         "--tenant",
@@ -328,6 +345,12 @@ def register(sub: Any) -> None:
     )
     inst.add_argument(
         "--model", type=package_file, help="a .evermind package the server embeds with"
+    )
+    inst.add_argument(
+        "--embedder",
+        type=embedder_spec,
+        metavar="base|PATH",
+        help="register `evermind mcp --embedder base|PATH` (a static embedder; not with --model)",
     )
     inst.add_argument("--name", default="evermind", help="server name in the configs")
     inst.add_argument("--uninstall", action="store_true", help="remove the server from the configs")

@@ -20,6 +20,7 @@ what the build did) and ``vocab`` (the JSON list of the tokenizer's tokens in id
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -86,6 +87,15 @@ class StaticEmbedder:
         self.config = dict(config or {})
         self._rows: dict[int, array[float]] = {}
         self._matrix: Any = None
+        self._fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Names these weights for the memory store's vector cache: ``static-`` and the first 16
+        hex digits of the file's sha256 (read off the bytes when loaded, else computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint_of(self.to_bytes())
+        return self._fingerprint
 
     @property
     def storage(self) -> str:
@@ -245,7 +255,9 @@ class StaticEmbedder:
             tokenizer = WordPiece(vocab)
         except Exception as err:
             raise PackageError(f"{name}: vocabulary: {err}") from err
-        return cls(tokenizer, vectors, tensors["weight"].to_float32(), config)
+        embedder = cls(tokenizer, vectors, tensors["weight"].to_float32(), config)
+        embedder._fingerprint = fingerprint_of(data)
+        return embedder
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> StaticEmbedder:
@@ -260,6 +272,11 @@ class StaticEmbedder:
         except OSError as err:
             raise InputError(f"embedder file {os.fspath(path)!r}: {err.strerror}") from err
         return cls.from_bytes(data, name=os.fspath(path))
+
+
+def fingerprint_of(data: bytes) -> str:
+    """The fingerprint of an embedder file's bytes (see :attr:`StaticEmbedder.fingerprint`)."""
+    return "static-" + hashlib.sha256(data).hexdigest()[:16]
 
 
 def make_vectors(values: Sequence[float], shape: tuple[int, int], storage: str) -> Tensor:

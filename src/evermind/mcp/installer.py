@@ -32,6 +32,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from evermind.embedder.shipped import spec_path
 from evermind.errors import ConfigError
 from evermind.mcp.config import resolve_memory_file, resolve_model_file, resolve_store
 from evermind.mcp.hosts import HostEnv, HostSpec, select_hosts
@@ -89,6 +90,7 @@ def server_command(
     model: str | None = None,
     readonly: bool = False,
     store: str | None = None,
+    embedder: str | None = None,
 ) -> list[str]:
     """The full stdio command the hosts run: executable, ``mcp`` and absolute paths.
 
@@ -98,17 +100,29 @@ def server_command(
         readonly: Register the read-only server.
         store: A ``--store`` instead of ``memory_file``: a SQLite path or ``sqlite:///PATH``
             (registered as ``--memory-file``), or a shared store's URL (registered as is).
+        embedder: ``base`` or a static embedder file, registered as ``--embedder`` (a path
+            made absolute); not with ``model``. It wins over ``$EVERMIND_MODEL``.
 
     Raises:
-        ConfigError: The model file does not exist, the memory path is a directory, or the
-            store URL has a scheme ``--store`` does not take.
+        ConfigError: The model file does not exist, both ``model`` and ``embedder`` are
+            given, the memory path is a directory, or the store URL has a scheme ``--store``
+            does not take.
+        InputError: The embedder file does not exist.
     """
+    if model is not None and embedder is not None:
+        raise ConfigError(
+            "install-mcp: expected --model or --embedder, got both; pass one (--model embeds "
+            "with a .evermind package, --embedder with a static embedder file)"
+        )
     location = resolve_store(store) if store else resolve_memory_file(memory_file)
     flag = "--store" if isinstance(location, str) else "--memory-file"
     command = [*evermind_executable(), "mcp", flag, str(location)]
-    model_file = resolve_model_file(model)
-    if model_file is not None:
-        command += ["--model", str(model_file)]
+    if embedder is not None:
+        command += ["--embedder", spec_path(embedder)]
+    else:
+        model_file = resolve_model_file(model)
+        if model_file is not None:
+            command += ["--model", str(model_file)]
     if readonly:
         command.append("--readonly")
     return command

@@ -1,7 +1,8 @@
 """Building and running the MCP memory server over stdio (``evermind mcp``).
 
 Owns :func:`open_store` (the SQLite-backed ``MemoryStore`` every MCP host shares, with the
-``.evermind`` model as its CPU embedder when one is given, computing on a worker thread so
+``.evermind`` model (``--model``) or a static embedder (``--embedder base|PATH``) as its CPU
+embedder when one is given, computing on a worker thread so
 the event loop keeps serving other tools and ``/healthz``), :func:`build_server` (an
 ``MCPServer`` carrying the memory tools, and the experience tools when opted in) and
 :func:`run_stdio`. The HTTP transport is in
@@ -20,6 +21,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 import evermind
+from evermind.errors import ConfigError
 from evermind.mcp.arguments import plain_tool_error
 from evermind.mcp.config import ServerConfig
 from evermind.mcp.experience_tools import (
@@ -48,23 +50,40 @@ class MemoryServer(MCPServer[Any]):
 
 
 class ThreadEmbedder:
-    """A model as the memory store's embedder, embedding on a worker thread (off the loop)."""
+    """A model as the memory store's embedder, embedding on a worker thread (off the loop).
 
-    def __init__(self, model: Any) -> None:
-        self.fingerprint: str = model.fingerprint
+    ``model`` is the Evermind model (``memory_compact`` probes with it), or None when the
+    embedder is a static one (``--embedder``), which has no model to probe with."""
+
+    def __init__(self, model: Any, embedder: Any = None) -> None:
+        source = model if embedder is None else embedder
+        self.fingerprint: str = source.fingerprint
         self.model = model
+        self._embed = source.embed
 
     async def embed(self, texts: Sequence[str]) -> Any:
         """(N, D) float32 rows, L2-normalised, computed by ``asyncio.to_thread``."""
-        return await asyncio.to_thread(self.model.embed, list(texts))
+        return await asyncio.to_thread(self._embed, list(texts))
 
 
-def load_embedder(model_file: Path | None) -> ThreadEmbedder | None:
-    """Loads the ``.evermind`` package as a CPU embedder, or returns None for lexical recall.
+def load_embedder(model_file: Path | None, spec: str | None = None) -> ThreadEmbedder | None:
+    """The store's embedder: the ``.evermind`` package at ``model_file``, or the static
+    embedder ``spec`` names (``base`` or a file, :mod:`evermind.embedder.shipped`), or None
+    for lexical recall (neither given).
 
     Raises:
-        PackageError: The file is not a valid package.
+        ConfigError: Both are given.
+        InputError: The embedder file cannot be read.
+        PackageError: The file is not a valid package (or embedder file).
     """
+    if model_file is not None and spec is not None:
+        raise ConfigError("mcp: expected --model or --embedder, got both; pass one")
+    if spec is not None:
+        from evermind.embedder.shipped import load_embedder_spec
+
+        static = load_embedder_spec(spec)
+        logger.info("embedding with --embedder %s (%s)", spec, static.fingerprint)
+        return ThreadEmbedder(None, static)
     if model_file is None:
         return None
     model = evermind.load(model_file)
