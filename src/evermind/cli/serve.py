@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from evermind.cli.args import package_file, text_file
+from evermind.cli.args import embedder_spec, package_file, text_file
 
 MIB = 1024 * 1024
 
@@ -60,6 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             Path(args.memory_workspace_root) if args.memory_workspace_root else None
         ),
         memory_probe_http=args.memory_probe_http,
+        embedder=args.embedder,
     )
     config.check_exposure()
     from evermind.runtime.devices import resolve_device
@@ -68,6 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     auth = f"tokens from {config.tokens_file}" if config.tokens_file else "no auth (loopback)"
     if config.upstreams_file:
         auth += f"; gateway upstreams from {config.upstreams_file}"
+    if config.embedder:
+        auth += f"; memory embeds with --embedder {config.embedder} unless a request names a model"
     if config.store:
         from urllib.parse import urlsplit
 
@@ -168,6 +171,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--memory-probe-http",
         action="store_true",
         help="let a conflicting memory write GET the URLs it names, as evidence",
+    )
+    serve.add_argument(
+        "--embedder",
+        type=embedder_spec,
+        metavar="base|PATH",
+        help="the memory routes' embedder when a request names no model: 'base' (the static "
+        "embedder Evermind ships) or a .safetensors file evermind build-embedder wrote; recall "
+        "then fuses it with BM25 (default: none, such requests recall lexically)",
     )
     serve.add_argument(
         "--max-prompt-tokens", type=int, default=8192, help="longest prompt, in tokens (400 beyond)"

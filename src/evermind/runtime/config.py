@@ -96,6 +96,10 @@ class RuntimeConfig:
             None: no file evidence.
         memory_probe_http: Whether a conflicting memory write may GET the URLs it names, as
             evidence (``--memory-probe-http``; off: a write must not make the server fetch).
+        embedder: The memory routes' embedder when a request names no ``model``
+            (``--embedder``): ``base`` (the shipped base embedder) or the path of a static
+            embedder file (:mod:`evermind.embedder.shipped`). None: such requests recall
+            lexically (BM25 only), as before.
         otlp_endpoint: Base URL of an OTLP/HTTP collector (``http://host:4318``): GenAI spans
             and metrics are exported there (docs/telemetry.md). None: the standard
             ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable decides; unset, telemetry is off.
@@ -139,6 +143,7 @@ class RuntimeConfig:
     trusted_proxies: list[str] = field(default_factory=list)
     memory_workspace_root: Path | None = None
     memory_probe_http: bool = False
+    embedder: str | None = None
 
     @property
     def generation_slots(self) -> int:
@@ -158,6 +163,10 @@ class RuntimeConfig:
             )
         if self.store is not None:
             check_store_url(self.store)
+        if self.embedder is not None:
+            from evermind.embedder.shipped import spec_path
+
+            self.embedder = spec_path(self.embedder)  # 'base', or an absolute existing file
         self.data_dir = Path(self.data_dir)
         if self.otlp_endpoint is not None:
             self.otlp_endpoint = check_endpoint(self.otlp_endpoint)

@@ -7,7 +7,9 @@ connection and one thread (:meth:`SQLiteBackend.view` per namespace), so a flood
 namespaces costs no file descriptors or threads; the stores kept in memory are bounded per
 tenant (a tenant's flood evicts its own least recently used stores, never another's) and
 in total. A request may name one of
-the tenant's models as the embedder (semantic recall); embeddings run on the worker pool.
+the tenant's models as the embedder (semantic recall); a request that names none embeds with the
+server's default embedder (``evermind serve --embedder base|PATH``, a static embedder) when
+there is one, else recalls lexically. Embeddings run on the worker pool.
 
 Nothing a store computes runs on the server's event loop: every store operation (BM25 and
 vector ranking, fusion, MMR, index refreshes) runs on one of :data:`LANES` memory threads,
@@ -72,9 +74,10 @@ def check_namespace(namespace: str | None) -> str:
 
 
 class PoolEmbedder:
-    """A model as the memory store's embedder, computing on the worker pool."""
+    """A model (or the default static embedder) as the memory store's embedder, computing on
+    the worker pool. ``model`` needs a ``fingerprint`` and ``embed(texts)``."""
 
-    def __init__(self, model: Model, executor: Executor) -> None:
+    def __init__(self, model: Model | Any, executor: Executor) -> None:
         self.fingerprint = model.fingerprint
         self._model = model
         self._executor = executor
@@ -94,14 +97,22 @@ class MemoryService:
         shared: With ``--store``: the vector store the memories live in instead (every
             namespace a :class:`VectorStoreBackend` of the caller's tenant, all work on the
             store's lane).
+        default_embedder: What embeds when a request names no model (``--embedder``: a
+            :class:`~evermind.embedder.static.StaticEmbedder`, or anything with a
+            ``fingerprint`` and ``embed(texts)``); None: lexical recall then.
     """
 
     def __init__(
-        self, db_path: Path, executor: Executor, shared: SharedStore | None = None
+        self,
+        db_path: Path,
+        executor: Executor,
+        shared: SharedStore | None = None,
+        default_embedder: Any = None,
     ) -> None:
         self.db_path = db_path
         self._executor = executor
         self._shared = shared
+        self.default_embedder = default_embedder
         self._root: SQLiteBackend | None = None
         #: (tenant, namespace, embedder digest) -> store, least recently used first.
         self._stores: OrderedDict[tuple[str, str, str | None], MemoryStore] = OrderedDict()
@@ -135,13 +146,15 @@ class MemoryService:
         return backend
 
     async def store(self, tenant: str, namespace: str, model: Model | None) -> MemoryStore:
-        """The store of ``tenant``'s ``namespace``, embedding with ``model`` (or lexical only)."""
-        digest = None if model is None else model.fingerprint
+        """The store of ``tenant``'s ``namespace``, embedding with ``model`` (None: the default
+        embedder, or lexical only without one)."""
+        chosen: Any = self.default_embedder if model is None else model
+        digest = None if chosen is None else chosen.fingerprint
         key = (tenant, namespace, digest)
         store = self._stores.get(key)
         if store is None:
             backend = await self._backend(tenant, namespace)
-            embedder = None if model is None else PoolEmbedder(model, self._executor)
+            embedder = None if chosen is None else PoolEmbedder(chosen, self._executor)
             store = MemoryStore(backend, embedder)
             self._stores[key] = store
             self._evict(tenant)

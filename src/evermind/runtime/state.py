@@ -73,8 +73,11 @@ class Runtime:
             ConfigError: The tokens or upstreams file is missing or malformed, or ``--store``
                 names a store the runtime cannot use.
             StorageError: The data directory, database or ``--store`` engine cannot be used.
+            InputError: The ``--embedder`` file cannot be read.
+            PackageError: The ``--embedder`` file is not an embedder file.
         """
         tokens = TokenTable.from_file(config.tokens_file)
+        default_embedder = _default_embedder(config)  # a bad file fails before anything opens
         upstreams = (
             None
             if config.upstreams_file is None
@@ -110,7 +113,7 @@ class Runtime:
                 decoder_factory=lambda model, slots: decoder_for(model, config.device, slots),
             ),
             cache=cache,
-            memory=MemoryService(config.db_path, executor, shared),
+            memory=MemoryService(config.db_path, executor, shared, default_embedder),
             metrics=metrics,
             started_at=time.time(),
             shared=shared,
@@ -153,6 +156,22 @@ class Runtime:
             await self.shared.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
         await close_export(self.telemetry)
+
+
+def _default_embedder(config: RuntimeConfig) -> Any:
+    """The static embedder ``--embedder`` names (read once, at start), or None.
+
+    Raises:
+        InputError: The file cannot be read.
+        PackageError: It is not an embedder file.
+    """
+    if config.embedder is None:
+        return None
+    from evermind.embedder.shipped import load_embedder_spec
+
+    embedder = load_embedder_spec(config.embedder)
+    logger.info("memory embeds with --embedder %s (%s)", config.embedder, embedder.fingerprint)
+    return embedder
 
 
 async def get_runtime(request: Request) -> Runtime:

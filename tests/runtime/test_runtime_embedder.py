@@ -1,0 +1,105 @@
+"""``evermind serve --embedder base|PATH``: the memory routes embed with the base embedder
+when a request names no model.
+
+Real servers on 127.0.0.1 (:class:`ServerThread`, with the shared tokens) talked to over HTTP:
+one started with ``embedder="base"``, and the module's plain server (``conftest.py``) as the
+lexical baseline. The memories and questions are those of ``test_mcp_embedder.py`` (no word in
+common, 7 memories: under the relevance floor's minimum, see that module).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from evermind.embedder.shipped import base_bytes
+from evermind.errors import InputError
+from evermind.runtime.config import RuntimeConfig
+from evermind.runtime.server import ServerThread
+from tests import procs
+from tests.factories import tiny_package
+from tests.runtime.helpers import TOKEN_A, TOKEN_B, bearer, write_tokens
+from tests.runtime.test_mcp_embedder import MEMORIES, QUESTIONS
+
+
+@pytest.fixture(scope="module")
+def based(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """A server whose memory embeds with the shipped base embedder by default."""
+    root = tmp_path_factory.mktemp("based")
+    config = RuntimeConfig(
+        data_dir=root / "data",
+        port=0,
+        tokens_file=write_tokens(root / "tokens.txt"),
+        rate_limit=0,
+        worker_threads=2,
+        embedder="base",
+    )
+    with ServerThread(config) as running:
+        yield running
+
+
+def remember_all(client: httpx.Client, namespace: str) -> None:
+    for key, content in MEMORIES.items():
+        body = {"key": key, "content": content, "namespace": namespace}
+        stored = client.post("/v1/memory/remember", json=body)
+        assert stored.status_code == 200, stored.text
+
+
+def firsts(client: httpx.Client, namespace: str, **extra: str) -> dict[str, list[dict]]:
+    answers = {}
+    for key, question in QUESTIONS.items():
+        body = {"query": question, "namespace": namespace, "top_k": 3, **extra}
+        answer = client.post("/v1/memory/recall", json=body)
+        assert answer.status_code == 200, answer.text
+        answers[key] = answer.json()["data"]
+    return answers
+
+
+def test_recall_without_a_model_uses_the_default_embedder(
+    based: ServerThread, alpha: httpx.Client
+) -> None:
+    remember_all(alpha, "plain")
+    lexical = firsts(alpha, "plain")
+    assert lexical == {key: [] for key in QUESTIONS}, lexical  # the plain server: BM25 only
+
+    with httpx.Client(base_url=based.url, headers=bearer(TOKEN_A), timeout=60) as client:
+        remember_all(client, "notes")
+        hybrid = firsts(client, "notes")
+        assert {k: hits[0]["key"] for k, hits in hybrid.items() if hits} == {
+            key: key for key in QUESTIONS
+        }, hybrid
+        assert all(hits[0]["ranked_by"].startswith("semantic+lexical") for hits in hybrid.values())
+
+        # A request that names a model still embeds with that model (the tiny test package).
+        assert client.post("/v1/models", content=tiny_package("emb", "1.0.0")).status_code == 201
+        named = client.post(
+            "/v1/memory/recall",
+            json={"query": QUESTIONS["pet"], "namespace": "notes", "model": "evermind/emb"},
+        )
+        assert named.status_code == 200, named.text
+        assert named.json()["data"][0]["ranked_by"].startswith("semantic+lexical")
+
+    # Another tenant on the same server sees none of it.
+    with httpx.Client(base_url=based.url, headers=bearer(TOKEN_B), timeout=60) as other:
+        assert firsts(other, "notes") == {key: [] for key in QUESTIONS}
+
+
+def test_the_embedder_setting_is_checked_at_start(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        RuntimeConfig(data_dir=tmp_path / "d", embedder=str(tmp_path / "nope.safetensors"))
+
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(base_bytes()[:4096])
+    done = procs.run(
+        [sys.executable, "-m", "evermind.cli", "serve", "--port", "0", "--data",
+         str(tmp_path / "data"), "--embedder", str(corrupt)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert str(corrupt) in done.stderr
