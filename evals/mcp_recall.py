@@ -4,7 +4,8 @@ Starts a real ``evermind mcp`` subprocess on a fresh memory file, stores every f
 ``memory_recall_dev.jsonl`` with ``memory_remember`` (key, content, tags), then asks every
 question with ``memory_recall`` and scores the keys of the hits it returns, as
 ``eval_dev.py`` defines the metrics: recall@k = |gold ∩ top k| / min(k, |gold|), MRR over the
-returned hits. Runs lexical-only, and again with ``--model FILE.evermind`` when one is given.
+returned hits. Runs lexical-only, and again with ``--model FILE.evermind`` when one is given,
+and with ``--embedder base|PATH`` (the shipped static embedder, or an embedder file) when one is.
 The set is found in ``$EVERMIND_EVAL_DIR``, else ``shared/eval`` next to the checkout (or
 pass ``--set``).
 
@@ -12,6 +13,7 @@ Usage::
 
     python -m evals.mcp_recall                        # lexical only
     python -m evals.mcp_recall --model my.evermind    # lexical only, then with the model
+    python -m evals.mcp_recall --embedder base        # lexical only, then the base embedder
     python -m evals.mcp_recall --tune-from base.evermind  # ... with base tuned on the facts
     python -m evals.mcp_recall --tune-from base.evermind --tune-steps 100 --seed 1
     python -m evals.mcp_recall --json results.json
@@ -92,13 +94,18 @@ def hit_keys(text: str) -> list[str]:
     return [match.group(2) for match in HIT_LINE.finditer(text)]
 
 
-async def run(path: Path, model: Path | None, memory_file: Path) -> dict[str, Any]:
-    """Stores the facts and asks the questions through one stdio server; returns metrics."""
+async def run(
+    path: Path, model: Path | None, memory_file: Path, embedder: str | None = None
+) -> dict[str, Any]:
+    """Stores the facts and asks the questions through one stdio server (``--model`` or
+    ``--embedder`` when given); returns metrics."""
     facts, questions = load_set(path)
     args = ["-m", "evermind.cli", "mcp", "--memory-file", str(memory_file)]
     args += ["--max-results", str(TOP_K)]
     if model is not None:
         args += ["--model", str(model)]
+    if embedder is not None:
+        args += ["--embedder", embedder]
     params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
     async with Client(params, read_timeout_seconds=600) as client:
         start = time.perf_counter()
@@ -161,6 +168,12 @@ def main() -> int:
     )
     parser.add_argument("--model", type=Path, help="a .evermind package (semantic recall)")
     parser.add_argument(
+        "--embedder",
+        metavar="base|PATH",
+        help="also run `evermind mcp --embedder` with this: 'base' (the shipped static "
+        "embedder) or an embedder file",
+    )
+    parser.add_argument(
         "--tune-from",
         type=Path,
         help="a .evermind package: tune its embedder on the remembered facts "
@@ -200,6 +213,9 @@ def main() -> int:
             print(f"tune-embedder: {done.stdout.strip()} ({tune_s:.0f} s)", flush=True)
         if model is not None:
             runs["model"] = anyio.run(run, args.set, model, Path(folder) / "model.db")
+        if args.embedder is not None:
+            embedder_file = Path(folder) / "embedder.db"
+            runs["embedder"] = anyio.run(run, args.set, None, embedder_file, args.embedder)
     print("| ranker | questions | n | recall@1 | recall@5 | MRR (top 5) |")
     print("|---|---|---|---|---|---|")
     scored = {name: result for name, result in runs.items() if isinstance(result, dict)}
@@ -218,9 +234,10 @@ def main() -> int:
             f"recall {result['recall_ms']:.1f} ms per call "
             f"({seconds['remember']:.1f} s + {seconds['recall']:.1f} s)"
         )
-    if "model" in runs:
-        delta = runs["model"]["all"]["recall@1"] - runs["lexical"]["all"]["recall@1"]
-        print(f"recall@1 with the model minus lexical-only: {delta:+.3f}")
+    for name in ("model", "embedder"):
+        if name in runs:
+            delta = runs[name]["all"]["recall@1"] - runs["lexical"]["all"]["recall@1"]
+            print(f"recall@1 with the {name} minus lexical-only: {delta:+.3f}")
     if args.json is not None:
         args.json.write_text(json.dumps(runs, indent=2) + "\n", encoding="utf-8")
     return 0
