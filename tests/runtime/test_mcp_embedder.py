@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -200,3 +201,32 @@ def test_the_shipped_file_is_package_data() -> None:
 
     shipped = Path(evermind.embedder.__file__).parent / "data" / BASE_FILE
     assert shipped.is_file() and base_bytes() == shipped.read_bytes()
+
+
+def test_the_static_embedder_embeds_off_the_event_loop() -> None:
+    """``--embedder`` gives a ``ThreadEmbedder`` with no model (nothing for memory_compact to
+    probe with) whose embedding runs on a worker thread."""
+    import threading
+
+    from evermind.mcp.server import ThreadEmbedder, load_embedder
+
+    embedder = load_embedder(None, "base")
+    assert isinstance(embedder, ThreadEmbedder) and embedder.model is None
+    assert embedder.fingerprint.startswith("static-")
+    seen: list[int] = []
+    embed = embedder.source.embed
+
+    def spied(texts: list[str]) -> Any:
+        seen.append(threading.get_ident())
+        return embed(texts)
+
+    embedder.source.embed = spied
+
+    async def body() -> None:
+        vectors = await embedder.embed(["a memory", "another"])
+        assert vectors.shape == (2, 256)
+        assert seen and threading.get_ident() not in seen
+
+    anyio.run(body)
+    with pytest.raises(ConfigError, match="got both"):
+        load_embedder(Path("x.evermind"), "base")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -50,7 +51,7 @@ def remember_all(client: httpx.Client, namespace: str) -> None:
         assert stored.status_code == 200, stored.text
 
 
-def firsts(client: httpx.Client, namespace: str, **extra: str) -> dict[str, list[dict]]:
+def firsts(client: httpx.Client, namespace: str, **extra: str) -> dict[str, list[dict[str, Any]]]:
     answers = {}
     for key, question in QUESTIONS.items():
         body = {"query": question, "namespace": namespace, "top_k": 3, **extra}

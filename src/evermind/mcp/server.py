@@ -56,14 +56,13 @@ class ThreadEmbedder:
     embedder is a static one (``--embedder``), which has no model to probe with."""
 
     def __init__(self, model: Any, embedder: Any = None) -> None:
-        source = model if embedder is None else embedder
-        self.fingerprint: str = source.fingerprint
         self.model = model
-        self._embed = source.embed
+        self.source: Any = model if embedder is None else embedder
+        self.fingerprint: str = self.source.fingerprint
 
     async def embed(self, texts: Sequence[str]) -> Any:
         """(N, D) float32 rows, L2-normalised, computed by ``asyncio.to_thread``."""
-        return await asyncio.to_thread(self._embed, list(texts))
+        return await asyncio.to_thread(self.source.embed, list(texts))
 
 
 def load_embedder(model_file: Path | None, spec: str | None = None) -> ThreadEmbedder | None:
