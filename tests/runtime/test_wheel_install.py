@@ -7,7 +7,8 @@ every module and data file of ``src/evermind`` (the shaders, the cache's and bri
 data, the MCP skill) byte for byte, reports the version ``__init__.__version__`` holds, and
 its ``evermind`` script prints ``--help``, starts ``evermind serve``, which answers
 ``/healthz`` on loopback, and ``evermind mcp``, which an MCP SDK client drives over stdio
-(remember, then recall).
+(remember, then recall; and with ``--embedder base``, the base embedder read from the
+package data).
 
 What it does not prove: that pip resolves the declared dependencies. To stay offline and
 fast the wheel goes in with ``--no-deps``, and the third-party packages come from this
@@ -140,6 +141,7 @@ def test_the_built_wheel_installs_alone_and_runs(fresh: tuple[Path, Path]) -> No
     )  # fmt: skip
     assert {k: v for k, v in shipped.items() if k in expected} == expected
     assert "cache/data/verifier.json" in shipped and "shaders/selective_scan.wgsl" in shipped
+    assert "embedder/data/base-embedder.safetensors" in shipped
 
     version = procs.run(
         [str(bin_dir / "evermind"), "--version"], capture_output=True, text=True, env=env
@@ -201,6 +203,33 @@ def test_the_installed_mcp_server_answers_an_sdk_client(fresh: tuple[Path, Path]
 
     answer = anyio.run(scenario)
     assert "the wheel installs and serves memory" in answer and "[1] wheel" in answer, answer
+
+
+def test_the_installed_mcp_server_embeds_with_the_shipped_base(fresh: tuple[Path, Path]) -> None:
+    """``evermind mcp --embedder base`` from the wheel finds the base embedder in the package
+    data (no checkout on the path) and fuses it with BM25."""
+    from mcp import Client, StdioServerParameters
+
+    venv, tmp_path = fresh
+    params = StdioServerParameters(
+        command=str(venv / "bin" / "evermind"),
+        args=["mcp", "--memory-file", str(tmp_path / "base.db"), "--embedder", "base"],
+        env=_clean_env(),
+        cwd=str(tmp_path),
+    )
+
+    async def scenario() -> str:
+        async with Client(params, read_timeout_seconds=60) as client:
+            for key, content in (
+                ("pet", "Their dog, a golden retriever named Biscuit, needs a walk twice a day."),
+                ("job", "They work as a nurse on night shifts at the city hospital."),
+            ):
+                await client.call_tool("memory_remember", {"key": key, "content": content})
+            result = await client.call_tool("memory_recall", {"query": "which animal do I own?"})
+            return "\n".join(b.text for b in result.content if b.type == "text")
+
+    answer = anyio.run(scenario)
+    assert "[1] pet" in answer and "ranked by: semantic+lexical" in answer, answer
 
 
 def test_the_version_has_one_source() -> None:
