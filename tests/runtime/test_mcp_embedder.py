@@ -29,7 +29,14 @@ from evermind.mcp.hosts import HOSTS, HostEnv
 from evermind.mcp.installer import server_command
 from evermind.search.calibration import FLOOR_MIN_MEMORIES
 from tests import procs
-from tests.runtime.test_mcp_server import parse_hits, server_params, text_of
+from tests.runtime.test_mcp_server import (
+    free_port,
+    http_client,
+    parse_hits,
+    server_params,
+    text_of,
+    wait_healthy,
+)
 
 #: key -> the memory; none shares a content word with its question below.
 MEMORIES = {
@@ -88,6 +95,39 @@ def test_base_embedder_recalls_what_lexical_recall_misses(tmp_path: Path) -> Non
         assert by_path == hybrid
 
     anyio.run(scenario)
+
+
+def test_http_transport_embeds_with_the_base_embedder(tmp_path: Path) -> None:
+    """``evermind mcp --http --embedder base``: each token's tenant recalls by meaning."""
+    tokens_file = tmp_path / "tokens.txt"
+    tokens_file.write_text("tok-alice-0123456789abcdef alice write\n", encoding="utf-8")
+    port = free_port()
+    command = [
+        sys.executable,
+        *("-m", "evermind.cli", "mcp", "--http", "--port", str(port), "--embedder", "base"),
+        *("--tokens-file", str(tokens_file), "--memory-file", str(tmp_path / "memory.db")),
+    ]
+    log = (tmp_path / "server.log").open("wb")
+    process = procs.popen(command, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    async def ask() -> dict[str, list[str]]:
+        found = {}
+        async with http_client(base + "/mcp", "tok-alice-0123456789abcdef") as client:
+            for key, content in MEMORIES.items():
+                await client.call_tool("memory_remember", {"key": key, "content": content})
+            for key, question in QUESTIONS.items():
+                text = text_of(await client.call_tool("memory_recall", {"query": question}))
+                found[key] = [hit[0] for hit in parse_hits(text)]
+        return found
+
+    try:
+        wait_healthy(base, process, timeout=60)
+        found = anyio.run(ask)
+    finally:
+        procs.stop_group(process, grace_s=10)
+        log.close()
+    assert {key: keys[:1] for key, keys in found.items()} == {k: [k] for k in QUESTIONS}, found
 
 
 def _mcp(*args: str) -> subprocess.CompletedProcess[str]:
