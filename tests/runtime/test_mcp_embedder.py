@@ -179,8 +179,18 @@ def test_bad_embedder_arguments_are_one_line_and_exit_2(tmp_path: Path) -> None:
     assert served.returncode == 0, err.decode()
 
 
-def test_server_command_carries_the_embedder(tmp_path: Path) -> None:
+def test_server_command_carries_the_embedder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.factories import tiny_package
+
+    model = tmp_path / "env.evermind"
+    model.write_bytes(tiny_package())
+    monkeypatch.setenv("EVERMIND_MODEL", str(model))
     memory = str(tmp_path / "memory.db")
+    assert server_command(memory, None)[-2:] == ["--model", str(model)]  # the environment's
+    # An explicit --embedder wins over $EVERMIND_MODEL: the command carries the embedder only.
+    assert "--model" not in server_command(memory, None, embedder="base")
     assert server_command(memory, None, embedder="base")[-2:] == ["--embedder", "base"]
     copy = tmp_path / "mine.safetensors"
     copy.write_bytes(base_bytes())
