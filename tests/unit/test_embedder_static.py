@@ -90,3 +90,17 @@ def test_bad_inputs_are_refused_in_one_line(tokenizer: WordPiece, tmp_path) -> N
     data = embedder.to_bytes().replace(b"evermind-static-embedder", b"evermind-static-embeddex")
     with pytest.raises(PackageError, match="format"):
         StaticEmbedder.from_bytes(data)
+
+
+def test_the_pools_row_norms_divide_rows_to_unit_length_and_zero_rows_to_zero() -> None:
+    """``ops.pool.l2_norms``, the divisor the embedder's numpy path and fine-tune share."""
+    import numpy as np
+
+    from evermind.ops.pool import l2_norms
+
+    rows = np.array([[3.0, 4.0], [0.0, 0.0], [1e-30, 0.0]], np.float32)
+    norms = l2_norms(rows)
+    assert norms.shape == (3, 1) and norms.dtype == np.float64
+    assert norms[0, 0] == 5.0 and norms[1, 0] == 1e-12 and norms[2, 0] == 1e-12
+    unit = rows / norms
+    assert np.allclose(unit[0], [0.6, 0.8]) and not unit[1].any()

@@ -20,8 +20,9 @@ second implementation, by name or by formula:
 - a term overlap: Jaccard's ``len(a & b) / len(a | b)``.
 
 The model's own arithmetic (``ops/``, ``kernels/``, ``model/``, ``train/``, ``package/``,
-``gpu/``, ``tokenizer/``: matrix products, the cosine loss, the schedule) is not search and
-is the business of ``test_one_reference.py``.
+``gpu/``, ``tokenizer/``, and ``embedder/``, which builds and fine-tunes the base embedder's
+table: matrix products, the cosine loss, the schedule) is not search and is the business of
+``test_one_reference.py``.
 
 Run against the tree before ``search/`` existed (main at 9abd57b), :func:`duplicates` reports
 60 findings in twelve modules: cache/decide.py (``Calibration``, ``calibrate``,
@@ -52,7 +53,9 @@ SRC = Path(evermind.__file__).parent
 #: The one home.
 HOME = "search"
 #: Packages whose arithmetic is the model's, not search's (see the module docstring).
-MODEL_MATHS = frozenset({"ops", "kernels", "model", "train", "package", "gpu", "tokenizer"})
+MODEL_MATHS = frozenset(
+    {"ops", "kernels", "model", "train", "package", "gpu", "tokenizer", "embedder"}
+)
 
 SEARCH_FUNCTION = re.compile(
     r"^_?(dot|exact_dot|pairwise_cosines|cosine_scores|gram|calibrate|calibration_pairs"

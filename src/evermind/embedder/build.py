@@ -44,6 +44,7 @@ from evermind.embedder.finetune import (
 from evermind.embedder.static import STORAGES, StaticEmbedder
 from evermind.embedder.wordpiece import WordPiece
 from evermind.errors import ConfigError
+from evermind.ops.pool import l2_norms
 from evermind.package.tensor import Tensor
 
 logger = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ def build(
         targets_raw = teacher_targets(teacher, texts, work, progress)
         _, basis = pca(targets_raw, config.dims, centre=False)
         targets = targets_raw @ basis
-        targets /= np.maximum(np.linalg.norm(targets, axis=1, keepdims=True), 1e-12)
+        targets /= l2_norms(targets)
         bags = Bags.of(tokenizer, texts)
         sample = split(len(texts), config)[1][:20_000]  # fitted on training rows only
         ids, owner = bags.take(sample)

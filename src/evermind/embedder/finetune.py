@@ -19,6 +19,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from evermind.embedder.wordpiece import WordPiece
+from evermind.ops.adamw import adamw_step
+from evermind.ops.embedding import embedding_bwd
+from evermind.ops.pool import l2_norms
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +78,12 @@ def bag_sums(
 ) -> np.ndarray:
     """(n, D): ``sum_i weight[id_i] * vectors[id_i]`` per text (``owner`` says whose)."""
     out = np.zeros((n, vectors.shape[1]), np.float64)
-    np.add.at(out, owner, vectors[ids] * weight[ids, None])
-    return out
+    return embedding_bwd(owner, vectors[ids] * weight[ids, None], out)
 
 
 def cosine_loss(sums: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
     """``(mean of 1 - cos(s, t), d loss / d s)`` for sums (n, D) and unit targets (n, D)."""
-    norms = np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    norms = l2_norms(sums)
     unit = sums / norms
     cos = np.sum(unit * targets, axis=1, keepdims=True)
     grad = -(targets - cos * unit) / norms / len(sums)
@@ -107,12 +109,10 @@ class SparseAdam:
     ) -> None:
         """``param[rows] -= lr * m_hat / (sqrt(v_hat) + eps)`` with ``grad`` the rows' gradients."""
         self.t += 1
-        m = self.m[rows] * b1 + (1 - b1) * grad
-        v = self.v[rows] * b2 + (1 - b2) * grad * grad
-        self.m[rows], self.v[rows] = m, v
-        m_hat = m / (1 - b1**self.t)
-        v_hat = v / (1 - b2**self.t)
-        param[rows] -= self.learning_rate * m_hat / (np.sqrt(v_hat) + 1e-8)
+        param[rows], self.m[rows], self.v[rows] = adamw_step(
+            param[rows], grad, self.m[rows], self.v[rows], step=self.t,
+            lr=self.learning_rate, beta1=b1, beta2=b2, eps=1e-8, decay=False,
+        )  # fmt: skip
 
 
 def loss_of(
@@ -177,10 +177,12 @@ def fine_tune(
         _, grad = cosine_loss(sums, targets[rows])  # (n, D)
         g_tok = grad[owner]  # (T, D): each token's text gradient
         unique, inverse = np.unique(ids, return_inverse=True)
-        g_e = np.zeros((len(unique), vectors.shape[1]), np.float64)
-        np.add.at(g_e, inverse, g_tok * weight[ids, None])
-        g_w = np.zeros(len(unique), np.float64)
-        np.add.at(g_w, inverse, np.sum(g_tok * vectors[ids], axis=1))
+        g_e = embedding_bwd(
+            inverse, g_tok * weight[ids, None], np.zeros((len(unique), vectors.shape[1]))
+        )
+        g_w = embedding_bwd(
+            inverse, np.sum(g_tok * vectors[ids], axis=1)[:, None], np.zeros((len(unique), 1))
+        )[:, 0]
         adam_e.step(vectors, unique, g_e.astype(np.float32))
         adam_w.step(weight, unique, g_w.astype(np.float32))
         done = step + 1
@@ -209,6 +211,6 @@ def fine_tune(
 
 def align(sums: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """(D, D) least-squares map from distilled bag sums (unit rows) to the targets."""
-    unit = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    unit = sums / l2_norms(sums)
     solution, *_ = np.linalg.lstsq(unit, targets, rcond=None)
     return np.asarray(solution)

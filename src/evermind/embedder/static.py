@@ -169,6 +169,8 @@ class StaticEmbedder:
         """Unit vectors with numpy: (N, D) float32."""
         import numpy as np
 
+        from evermind.ops.pool import l2_norms  # native-only, as this path is
+
         encoded = self._encode(texts)
         lengths = np.array([len(ids) for ids in encoded], np.int64)
         out = np.zeros((len(encoded), self.dims), np.float64)
@@ -178,8 +180,7 @@ class StaticEmbedder:
             starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
             nonempty = lengths > 0
             out[nonempty] = np.add.reduceat(rows, starts[nonempty], axis=0)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+        return (out / l2_norms(out)).astype(np.float32)
 
     def embed(self, texts: Sequence[str]) -> Any:
         """Unit vectors: numpy (N, D) float32 natively, else lists (pure Python)."""

@@ -418,7 +418,8 @@ class MemoryStore:
             matches = await self.backend.prompt_matches(query, pool, now)
         if matches is None:
             await self.refresh()
-            matches = snapshot_matches(self._records, self._bm25, query, pool, now)
+            snap = self.snapshot()  # indexes the texts written since the last read
+            matches = snapshot_matches(snap.records, snap.bm25, query, pool, now)
         return rank_matches(matches, top_k, self.options, now)
 
     async def digest(self, limit: int = 12) -> list[MemoryRecord]:

@@ -32,6 +32,7 @@ from evermind.ops._dtype import F64, Floats, f64, out_dtype
 
 __all__ = [
     "POOL_EPS",
+    "l2_norms",
     "lengths_of_mask",
     "mean_pool_bwd",
     "mean_pool_fwd",
@@ -41,6 +42,13 @@ __all__ = [
 
 #: The norm floor.
 POOL_EPS = 1e-12
+
+
+def l2_norms(rows: Floats, eps: float = POOL_EPS) -> F64:
+    """Each row's L2 norm, floored at ``eps``, as a float64 column (N, 1): the divisor of
+    the pool's L2 step, for callers that normalise rows they summed themselves (the base
+    embedder's bag sums). A zero row divides to zeros."""
+    return np.maximum(np.linalg.norm(f64(rows), axis=1, keepdims=True), eps)
 
 
 def lengths_of_mask(mask: Any) -> npt.NDArray[np.int64]:
