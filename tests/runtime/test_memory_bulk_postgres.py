@@ -182,3 +182,34 @@ def test_a_batch_lookup_by_key_or_by_hash_is_an_index_scan(postgres: str) -> Non
             await table.close()
 
     asyncio.run(main())
+
+
+def test_reads_are_planned_with_their_values_never_prepared(postgres: str) -> None:
+    """psycopg prepares a statement run 5 times, and Postgres may then plan it once for any
+    parameters: a generic plan cannot hash ``= ANY($1)``, so a bulk write's lookup of 10⁴
+    keys compared every row with every key (one batch of a 10⁵ load took 58 s instead of
+    ~0.5). The store runs its reads unprepared: after many identical lookups its session
+    holds no prepared statement that reads the items (the
+    ``set_config`` of ``hnsw.ef_search`` may be)."""
+
+    async def main() -> None:
+        async with shared_memory(postgres, embed, tenant="acme", namespace="prep") as store:
+            for round_ in range(8):
+                await store.import_(_entries(20, start=20 * round_))
+                assert await store.get(f"m{20 * round_}") is not None
+            assert await store.count() == 160
+        table = await open_store(postgres, dim=SIGNATURE_DIM, name=MEMORY_TABLE)
+        assert isinstance(table, PgVectorStore)
+        try:
+            scope = AccessScope("acme", frozenset({"memory"}))
+            where = And((Eq("kind", "record"), Eq("ns", "prep"), In("key", ("m1", "m2", "m3"))))
+            probe = [1.0] * SIGNATURE_DIM
+            for _ in range(8):
+                assert await table.count(where, scope) == 3
+                assert len(await table.query(probe, 3, where, scope)) == 3
+            prepared = await table._run(sql.SQL("SELECT statement FROM pg_prepared_statements"), [])
+            assert not [row for row in prepared if "metadata" in row[0]], prepared
+        finally:
+            await table.close()
+
+    asyncio.run(main())

@@ -58,6 +58,13 @@ _COLUMNS = "id, text, metadata, tenant, principals, sensitivity"
 
 _FIELD = sql.SQL("(metadata -> %s::text)")
 
+#: Reads run unprepared: psycopg prepares a statement run 5 times,
+#: and Postgres may then plan it once for any parameters (a generic plan). A generic plan sees
+#: ``= ANY($1)`` with no values: it cannot hash the array (a bulk write's lookup of 10⁴ keys
+#: then compares every row with every key: O(rows × keys), ~4 s a batch at 6·10⁴ rows here)
+#: nor weigh an index by the array's size. Planned with its values every time, it does both.
+PREPARE_READS = False
+
 #: Metadata fields every table indexes (a partial btree on ``metadata -> field``, rows that
 #: have it): the fields Evermind's own items are fetched by in batches, so a lookup is an
 #: index scan, not a scan of the table: a memory's ``key`` (the memory store's writes and
@@ -302,7 +309,7 @@ class PgVectorStore:
 
     async def _run(self, statement: Query, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
-            cur = await conn.execute(statement, params)
+            cur = await conn.execute(statement, params, prepare=PREPARE_READS)
             return await cur.fetchall() if cur.description else []
 
         async with self._lock:
@@ -419,7 +426,7 @@ class PgVectorStore:
             await conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [ef])
             if exact:
                 await conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
-            cur = await conn.execute(statement, params)
+            cur = await conn.execute(statement, params, prepare=PREPARE_READS)
             rows: list[tuple[Any, ...]] = await cur.fetchall()
             return rows
 
