@@ -61,7 +61,7 @@ _FIELD = sql.SQL("(metadata -> %s::text)")
 #: Reads run unprepared: psycopg prepares a statement run 5 times,
 #: and Postgres may then plan it once for any parameters (a generic plan). A generic plan sees
 #: ``= ANY($1)`` with no values: it cannot hash the array (a bulk write's lookup of 10⁴ keys
-#: then compares every row with every key: O(rows × keys), ~4 s a batch at 6·10⁴ rows here)
+#: then compares every row with every key: O(rows × keys); one batch took 58 s at 8·10⁴ memories)
 #: nor weigh an index by the array's size. Planned with its values every time, it does both.
 PREPARE_READS = False
 
