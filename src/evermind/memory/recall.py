@@ -146,10 +146,17 @@ async def run_recall(
 
     pool = max(opts.candidate_pool, k)
     found = await _candidates(snapshot, embed_query, query, pool, accept, opts)
-    lexical = found.bm25_all if found.bm25_all else snapshot.bm25.scores(query)
-    evidence: Iterable[float] = lexical.values()
-    if select is not None:  # a term only unselected memories share is no evidence
-        evidence = (score for key, score in lexical.items() if score > 0 and accept(key))
+    evidence: Iterable[float]
+    if not found.bm25_all and snapshot.bm25.scores_positive:
+        # Lexical ranking off (or it found nothing): the evidence is only whether a memory
+        # shares a term with the query, and every such memory scores above 0, so the scores
+        # of every holder of a common term (O(store)) are not computed; the first will do.
+        evidence = (1.0 for key in snapshot.bm25.sharing(query) if select is None or accept(key))
+    else:
+        lexical = found.bm25_all if found.bm25_all else snapshot.bm25.scores(query)
+        evidence = lexical.values()
+        if select is not None:  # a term only unselected memories share is no evidence
+            evidence = (score for key, score in lexical.items() if score > 0 and accept(key))
 
     def floor() -> float | None:
         measured = calibration(snapshot)

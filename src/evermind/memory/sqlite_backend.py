@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -42,19 +43,35 @@ _COLUMNS = "key, content, tags, importance, created_at, updated_at, expires_at, 
 
 
 class _Database:
-    """One SQLite connection and the one thread that uses it, shared by namespace views."""
+    """One SQLite connection and the one thread that uses it, shared by namespace views.
+
+    ``reader``, a second, read-only connection of a file database, answers
+    :meth:`SQLiteBackend.version` on the caller's thread: every recall asks it, and a hop
+    to the worker thread and back cost ~1 ms and, on a busy machine, most of recall's p99
+    (docs/vectorstore.md, "Bulk writes"). In WAL mode a read never waits for a writer; a
+    busy answer (a lock held outside WAL's rules) falls back to the worker thread.
+    """
 
     def __init__(self) -> None:
         self.conn: sqlite3.Connection | None = None
+        self.reader: sqlite3.Connection | None = None
+        self.reader_lock = threading.Lock()  # callers on several threads share the reader
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="evermind-sqlite"
         )
+
+    def close_reader(self) -> None:
+        with self.reader_lock:
+            if self.reader is not None:
+                self.reader.close()
+                self.reader = None
 
 
 class SQLiteBackend:
     """A ``MemoryBackend`` on one SQLite file, scoped to ``namespace``.
 
-    Each backend opened with the constructor owns a connection and a thread. A server with
+    Each backend opened with the constructor owns a connection and a thread (and, on a
+    file, a read-only connection for :meth:`version`). A server with
     many namespaces in one file opens ONE and asks it for :meth:`view` per namespace: a
     view shares the owner's connection and thread (no file descriptor, no thread of its
     own), costs a few hundred bytes, and closing it releases nothing but itself. Closing the
@@ -131,6 +148,12 @@ class SQLiteBackend:
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._durable else 'NORMAL'}")
             self._db.conn = conn
             self._migrate(conn)
+            if self.path != ":memory:":  # a second connection to ":memory:" is another database
+                reader = sqlite3.connect(
+                    self.path, timeout=0, isolation_level=None, check_same_thread=False
+                )
+                reader.execute("PRAGMA query_only = 1")
+                self._db.reader = reader
         except sqlite3.DatabaseError as err:
             raise StorageError(
                 f"SQLite: cannot open memory database {self.path!r}: {err}; "
@@ -357,7 +380,15 @@ class SQLiteBackend:
         return await self._run(work)
 
     async def version(self) -> int:
-        """Returns the namespace's version counter."""
+        """Returns the namespace's version counter (read on the caller's thread when the
+        file allows, see ``_Database``)."""
+        if not self._closed:
+            with self._db.reader_lock:
+                if self._db.reader is not None:
+                    try:
+                        return self._read_version(self._db.reader)
+                    except sqlite3.OperationalError:
+                        pass  # busy: the worker thread reads it, waiting as a write would
         return await self._run(self._read_version)
 
     async def delete_expired(self, now: float) -> WriteResult:
@@ -473,6 +504,7 @@ class SQLiteBackend:
             conn.close()
 
         await self._run(work)
+        self._db.close_reader()
         self._db.conn = None
         self._closed = True
         self._db.executor.shutdown(wait=True)
@@ -486,6 +518,7 @@ class SQLiteBackend:
             return
         conn = self._db.conn
         self._db.executor.submit(conn.close).result()
+        self._db.close_reader()
         self._db.conn = None
         self._db.executor.shutdown(wait=True)
 

@@ -10,8 +10,9 @@ Pure computation over plain Python data. Browser-safe: standard library and ``ev
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from evermind.search.terms import bm25_idf
 from evermind.text import terms
@@ -79,6 +80,20 @@ class BM25Index:
     def holders(self, term: str) -> frozenset[str]:
         """Returns the ids of the documents holding ``term`` (its document frequency's set)."""
         return frozenset(self._postings.get(term, ()))
+
+    @property
+    def scores_positive(self) -> bool:
+        """Whether every document sharing a term with a query scores above 0 (``0 <= k1 <
+        inf``, ``0 <= b <= 1``: the idf, the term frequency and the saturation are all > 0),
+        so :meth:`sharing` answers "is any score above 0" without computing the scores."""
+        return 0.0 <= self.k1 < math.inf and 0.0 <= self.b <= 1.0
+
+    def sharing(self, query: str) -> Iterator[str]:
+        """Yields the ids of the documents sharing a term with ``query`` (lazily; a document
+        holding several of its terms once per term): the keys of :meth:`scores`, without
+        scoring every holder of a common term."""
+        for term in set(self._tokenize(query)):
+            yield from self._postings.get(term, ())
 
     def idf(self, term: str) -> float:
         """The BM25 inverse document frequency ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""

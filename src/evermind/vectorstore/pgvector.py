@@ -4,12 +4,15 @@ The table (name given at open) holds ``id text``, ``embedding vector(dim)`` (HNS
 ``vector_cosine_ops``), ``text``, ``metadata jsonb``, the ACL as ``tenant``, ``principals
 text[]`` and ``sensitivity`` columns, and ``tsv``, a generated ``tsvector`` of the text
 (English configuration, GIN index) that :meth:`PgVectorStore.lexical_query` ranks with
-``ts_rank_cd``. Several processes on one database share the items: every write commits
-before it returns.
+``ts_rank_cd``. A partial btree index on ``metadata -> field`` for each of
+:data:`LOOKUP_FIELDS` (``key``, ``hash``, ``entry``) makes the batched lookups of Evermind's
+own items (a memory by key, a cached embedding by hash) index scans. Several processes on one
+database share the items: every write commits before it returns.
 
 Every filter operator and the ACL are translated to SQL (:func:`filter_sql`), so nothing runs
 as a residual here; every value travels as a query parameter, identifiers through
-``psycopg.sql.Identifier``. HNSW in pgvector 0.6 filters *after* the index scan: a query whose
+``psycopg.sql.Identifier`` (and checked field names of ``Eq``/``In`` as quoted literals, for
+the indexes). HNSW in pgvector 0.6 filters *after* the index scan: a query whose
 filter or scope admits few rows can get fewer than ``k`` back from the index, so a short
 result is re-run as an exact scan (index scans off). ``hnsw.ef_search`` is raised to at least
 ``2 k`` (at most 1000).
@@ -41,7 +44,7 @@ from evermind.vectorstore.port import (
     unit,
 )
 
-__all__ = ["PgVectorStore", "filter_sql"]
+__all__ = ["LOOKUP_FIELDS", "PgVectorStore", "filter_sql"]
 
 T = TypeVar("T")
 
@@ -55,11 +58,28 @@ _COLUMNS = "id, text, metadata, tenant, principals, sensitivity"
 
 _FIELD = sql.SQL("(metadata -> %s::text)")
 
+#: Reads run unprepared: psycopg prepares a statement run 5 times,
+#: and Postgres may then plan it once for any parameters (a generic plan). A generic plan sees
+#: ``= ANY($1)`` with no values: it cannot hash the array (a bulk write's lookup of 10⁴ keys
+#: then compares every row with every key: O(rows × keys); one batch took 58 s at 8·10⁴ memories)
+#: nor weigh an index by the array's size. Planned with its values every time, it does both.
+PREPARE_READS = False
+
+#: Metadata fields every table indexes (a partial btree on ``metadata -> field``, rows that
+#: have it): the fields Evermind's own items are fetched by in batches, so a lookup is an
+#: index scan, not a scan of the table: a memory's ``key`` (the memory store's writes and
+#: ``get``), a cached embedding's ``hash`` (the memory store's vector cache) and an L2 cache
+#: ``entry``. Without them each bulk write's lookups read the whole table (860 memories/s
+#: over 10⁵, docs/vectorstore.md "Bulk writes").
+LOOKUP_FIELDS = ("key", "hash", "entry")
+
 
 def filter_sql(node: Filter | None) -> tuple[Query, list[Any]]:
     """``node`` as a boolean SQL expression over ``metadata`` (never NULL) and its parameters.
 
-    Field names and values alike are parameters, in the order their ``%s`` appear.
+    Values are parameters, in the order their ``%s`` appear; field names are parameters too,
+    except in ``Eq``/``In``, where they are quoted literals (checked by ``check_field``) so
+    that an expression index on the field can serve the comparison.
     """
     if node is None:
         return sql.SQL("TRUE"), []
@@ -83,14 +103,20 @@ def filter_sql(node: Filter | None) -> tuple[Query, list[Any]]:
         values = [node.value] if isinstance(node, Eq) else list(node.values)
         if not values:
             return sql.SQL("FALSE"), []
-        # jsonb equality is type-strict (true is not 1) and numeric across int and float.
+        # The field name is a literal here, not a parameter, and the comparison is a bare
+        # conjunct (no COALESCE): so the planner matches it to an expression index on
+        # (metadata -> 'field') (LOOKUP_FIELDS), also in a prepared statement's generic plan.
+        # "metadata ? field AND …" keeps it never NULL (an absent field is FALSE, also under
+        # NOT) and implies the partial index's predicate. jsonb equality is type-strict
+        # (true is not 1) and numeric across int and float.
+        name = sql.Literal(field)
         if len(values) == 1:
-            same = sql.SQL("COALESCE({} = %s::jsonb, FALSE)").format(_FIELD)
-            return same, [field, json.dumps(values[0])]
-        # One = ANY over an array, not an OR per value: Postgres hashes the array (PG 14+),
-        # so a bulk write's In over 10⁴ keys costs O(rows), not O(rows × keys).
-        anyof = sql.SQL("COALESCE({} = ANY(%s::jsonb[]), FALSE)").format(_FIELD)
-        return anyof, [field, [json.dumps(v) for v in values]]
+            same = sql.SQL("(metadata ? {name} AND (metadata -> {name}) = %s::jsonb)")
+            return same.format(name=name), [json.dumps(values[0])]
+        # One = ANY over an array, not an OR per value: an index scan per value where the
+        # field is indexed, else Postgres hashes the array (PG 14+): O(rows), not O(rows × keys).
+        anyof = sql.SQL("(metadata ? {name} AND (metadata -> {name}) = ANY(%s::jsonb[]))")
+        return anyof.format(name=name), [[json.dumps(v) for v in values]]
     bounds = node.bounds()
     numeric = not isinstance(bounds[0][1], str)
     # CASE keeps the comparison away from values of another type (no cast errors, no NULLs);
@@ -194,6 +220,13 @@ class PgVectorStore:
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (tenant)").format(
                 sql.Identifier(f"{n}_tenant"), t
             ),
+            *(
+                sql.SQL(
+                    "CREATE INDEX IF NOT EXISTS {} ON {} ((metadata -> {field})) "
+                    "WHERE metadata ? {field}"
+                ).format(sql.Identifier(f"{n}_{field}"[:63]), t, field=sql.Literal(field))
+                for field in LOOKUP_FIELDS
+            ),
         ]
         if self._search_indexes:
             statements += [
@@ -276,7 +309,7 @@ class PgVectorStore:
 
     async def _run(self, statement: Query, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         async def run(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
-            cur = await conn.execute(statement, params)
+            cur = await conn.execute(statement, params, prepare=PREPARE_READS)
             return await cur.fetchall() if cur.description else []
 
         async with self._lock:
@@ -393,7 +426,7 @@ class PgVectorStore:
             await conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [ef])
             if exact:
                 await conn.execute("SELECT set_config('enable_indexscan', 'off', true)")
-            cur = await conn.execute(statement, params)
+            cur = await conn.execute(statement, params, prepare=PREPARE_READS)
             rows: list[tuple[Any, ...]] = await cur.fetchall()
             return rows
 
