@@ -48,7 +48,8 @@ def l2_norms(rows: Floats, eps: float = POOL_EPS) -> F64:
     """Each row's L2 norm, floored at ``eps``, as a float64 column (N, 1): the divisor of
     the pool's L2 step, for callers that normalise rows they summed themselves (the base
     embedder's bag sums). A zero row divides to zeros."""
-    return np.maximum(np.linalg.norm(f64(rows), axis=1, keepdims=True), eps)
+    norms: F64 = np.maximum(np.linalg.norm(f64(rows), axis=1, keepdims=True), eps)
+    return norms
 
 
 def lengths_of_mask(mask: Any) -> npt.NDArray[np.int64]:
