@@ -34,6 +34,7 @@ Browser-safe: standard library and ``evermind`` only.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from array import array
 from collections.abc import Mapping, Sequence
@@ -163,9 +164,16 @@ class VectorStoreBackend:
     ) -> WriteResult:
         """Deletes, writes and evicts (see ``MemoryBackend.apply``; not atomic, see above)."""
         self._check_open()
-        async with self._clock.lock:
-            # Checked under this process's lock; another process's writer is not excluded
-            # (the port has no transactions, see above).
+        # An engine that can exclude other processes (Postgres: an advisory lock) holds the
+        # check and the write together; elsewhere another process's writer is not excluded
+        # (the port has no transactions, see above).
+        exclusive = getattr(self._store, "exclusive", None)
+        held: Any = (
+            exclusive(f"evermind-memory\x1f{self.tenant}\x1f{self.namespace}")
+            if exclusive is not None
+            else contextlib.nullcontext()
+        )
+        async with self._clock.lock, held:
             check_version(self.namespace, expect_version, await self._clock.version())
             if expect_keys:
                 seen = await self._records(In("key", tuple(expect_keys)))

@@ -23,8 +23,9 @@ Native-only: psycopg 3.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -314,6 +315,22 @@ class PgVectorStore:
 
         async with self._lock:
             return await self._once_more("statement failed", run)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, name: str) -> AsyncIterator[None]:
+        """Holds Postgres's session advisory lock on ``name`` while the block runs.
+
+        Every holder of ``name`` on this database, whatever its process or connection, waits
+        for it, so a check-then-write inside the block is atomic across processes (the memory
+        backend's compare-and-set: ``memory/vector_backend.py``). The statements inside run as
+        usual (each committed on its own). Released at the end of the block, or by the server
+        when the connection dies (a reconnect inside the block does not hold it again).
+        """
+        await self._run(sql.SQL("SELECT pg_advisory_lock(hashtextextended(%s, 0))"), [name])
+        try:
+            yield
+        finally:
+            await self._run(sql.SQL("SELECT pg_advisory_unlock(hashtextextended(%s, 0))"), [name])
 
     async def upsert(self, items: Sequence[VectorItem]) -> None:
         """Inserts or replaces ``items`` in one transaction (a bad item refuses the batch)."""
