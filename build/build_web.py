@@ -283,11 +283,24 @@ def _hash_folder(folder: Path, staging: Path) -> str:
     return hashed.relative_to(staging).as_posix()
 
 
-def _store_zip(source: Path, target: Path) -> None:
-    """Copies a zip with every entry stored (names, order and timestamps kept)."""
+#: Files of our wheel the tab never reads, left out of its copy (and of its RECORD): the base
+#: embedder's table (8.4 MB; native ``--embedder base`` only, not yet used in the tab), which
+#: would more than double the first visit.
+TAB_LEAVES_OUT = frozenset({"evermind/embedder/data/base-embedder.safetensors"})
+
+
+def _store_zip(source: Path, target: Path, leave_out: frozenset[str] = frozenset()) -> None:
+    """Copies a zip with every entry stored (names, order and timestamps kept), without the
+    entries ``leave_out`` names (and without their lines in a wheel's ``RECORD``)."""
     with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
+            if info.filename in leave_out:
+                continue
             data = zin.read(info)
+            if leave_out and info.filename.endswith(".dist-info/RECORD"):
+                lines = data.decode("utf-8").splitlines(keepends=True)
+                kept = [line for line in lines if line.split(",", 1)[0] not in leave_out]
+                data = "".join(kept).encode("utf-8")
             info.compress_type = zipfile.ZIP_STORED
             zout.writestr(info, data)
 
@@ -409,7 +422,7 @@ def build(force: bool = False) -> bool:
         try:
             built_wheel = _evermind_wheel(built)
             (staging / "wheels" / "tmp").mkdir(parents=True)
-            _store_zip(built_wheel, staging / "wheels" / "tmp" / built_wheel.name)
+            _store_zip(built_wheel, staging / "wheels" / "tmp" / built_wheel.name, TAB_LEAVES_OUT)
         finally:
             shutil.rmtree(built, ignore_errors=True)
         wheel_dir = _hash_folder(staging / "wheels" / "tmp", staging)
