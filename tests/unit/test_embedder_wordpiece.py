@@ -15,13 +15,12 @@ import random
 from pathlib import Path
 
 import pytest
+import tokenizers  # with transformers in the test extra: a missing one fails, not skips
 
 from evermind.embedder import unicode_table
 from evermind.embedder.wordpiece import TABLE_NAME, WordPiece, normalize, pre_tokenize
 from evermind.errors import TokenizerError
 from evermind.train.teachers import minilm_dir
-
-tokenizers = pytest.importorskip("tokenizers")
 
 SCRIPTS = [
     "Ünïcödé façade naïve résumé coöperate Ångström",

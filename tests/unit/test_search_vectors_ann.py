@@ -14,8 +14,6 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("usearch")
-
 from evermind.errors import ConfigError, ShapeError
 from evermind.search.ann import ANN_MIN_ROWS
 from evermind.search.vectors import VectorIndex
