@@ -76,6 +76,7 @@ GAUGES = (
     "evermind_gateway_cache_paid_checks_total",
     "evermind_gateway_cache_paid_checks_usd_total",
     "evermind_gateway_cache_learned_threshold",
+    "evermind_gateway_cache_forced_checks_total",
 )
 
 
@@ -123,6 +124,7 @@ def replay(
     random.Random(3).shuffle(lookups)
     wrong = 0
     hits = {"paraphrase": 0, "near_miss": 0}
+    checked = {"paraphrase": 0, "near_miss": 0}
     hit_s: list[float] = []
     miss_s: list[float] = []
     for text, kind in lookups:
@@ -133,6 +135,9 @@ def replay(
         hit = response.headers.get("x-evermind-cache", "").startswith("hit")
         (hit_s if hit else miss_s).append(seconds)
         hits[kind] += hit
+        # A hit served after the gateway checked it against the upstream saved nothing.
+        detail = str((response.json().get("evermind") or {}).get("detail", ""))
+        checked[kind] += hit and "checked against the upstream" in detail
         wrong += served != answers[text]
     return {
         "lookups": len(lookups),
@@ -140,6 +145,7 @@ def replay(
         "error": wrong / len(lookups),
         "paraphrase_hit": hits["paraphrase"] / len(rows),
         "near_miss_hit": hits["near_miss"] / len(rows),
+        "paraphrase_hit_unchecked": (hits["paraphrase"] - checked["paraphrase"]) / len(rows),
         "hit_latency": quantiles(hit_s),
         "miss_latency": quantiles(miss_s),
         **_gauges(client.get(url + "/metrics").text),
@@ -153,6 +159,7 @@ def run(
     limit: int | None,
     verify_sample: float,
     probes: int,
+    until_bounded: bool = True,
 ) -> dict[str, Any]:
     """The benchmark's document: one row per (embedder, δ)."""
     rows = load_set(set_name, limit)
@@ -167,6 +174,7 @@ def run(
                 folder.mkdir()
                 cache = {"max_error": delta if delta == "off" else float(delta)}
                 cache["verify_sample"] = verify_sample
+                cache["verify_until_bounded"] = until_bounded
                 procs = Processes(folder, embedder, True, cache, replies)
                 try:
                     with httpx.Client(timeout=120) as client:
@@ -337,9 +345,12 @@ def format_row(row: dict[str, Any]) -> str:
     overhead_p50 = (row.get("overhead") or {}).get("overhead", {}).get("p50_ms")
     return (
         f"| {row['embedder']} | {row['delta']} | {row['wrong']} / {row['lookups']} "
-        f"({row['error']:.3f}) | {row['paraphrase_hit']:.3f} | {row['near_miss_hit']:.3f} | "
+        f"({row['error']:.3f}) | {row['paraphrase_hit']:.3f} "
+        f"({row.get('paraphrase_hit_unchecked', row['paraphrase_hit']):.3f}) | "
+        f"{row['near_miss_hit']:.3f} | "
         f"{row.get('checks_total', 0):.0f} / {row.get('check_mismatches_total', 0):.0f} | "
-        f"{row.get('paid_checks_total', 0):.0f} (${paid_usd or 0:.4f}) | "
+        f"{row.get('paid_checks_total', 0):.0f} (${paid_usd or 0:.4f}), "
+        f"{row.get('forced_checks_total', 0):.0f} forced | "
         f"{_ms(row['hit_latency']['p50_ms'])} / {_ms(row['hit_latency']['p99_ms'])} | "
         f"{_ms(row['miss_latency']['p50_ms'])} / {_ms(row['miss_latency']['p99_ms'])} | "
         f"{_ms(overhead_p50)} |"
@@ -347,8 +358,9 @@ def format_row(row: dict[str, Any]) -> str:
 
 
 HEADER = (
-    "| embedder | δ | wrong / lookups (rate) | paraphrase hit | near-miss hit | checks / "
-    "mismatches | paid checks ($) | hit ms p50 / p99 | miss ms p50 / p99 | miss overhead ms p50 |"
+    "| embedder | δ | wrong / lookups (rate) | paraphrase hit (unchecked) | near-miss hit | "
+    "checks / mismatches | paid checks ($), forced | hit ms p50 / p99 | miss ms p50 / p99 | "
+    "miss overhead ms p50 |"
     "\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -360,6 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deltas", default="0.01,0.05", help="comma-separated; 'off' = rules")
     parser.add_argument("--limit", type=int, default=None, help="first N triples of the set")
     parser.add_argument("--verify-sample", type=float, default=0.05)
+    parser.add_argument(
+        "--no-until-bounded",
+        action="store_true",
+        help="verify_until_bounded = false: only the sample is checked (the old behaviour)",
+    )
     parser.add_argument("--probes", type=int, default=0, help="miss-overhead probes per row")
     parser.add_argument(
         "--decision-rounds", type=int, default=0, help="in-process decision cost, N rounds"
@@ -391,9 +408,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if not args.decision_only:
         print(HEADER, flush=True)
-        doc["rows"] = run(args.set, embedders, deltas, args.limit, args.verify_sample, args.probes)[
-            "rows"
-        ]
+        doc["rows"] = run(
+            args.set,
+            embedders,
+            deltas,
+            args.limit,
+            args.verify_sample,
+            args.probes,
+            not args.no_until_bounded,
+        )["rows"]
+        doc["verify_until_bounded"] = not args.no_until_bounded
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return 0

@@ -8,7 +8,8 @@ no upstream call, and an answer the agent paid for is served to the client; the 
 ``cache_lookup``/``cache_store`` handlers do the same natively with a runtime named. The
 shared cases are exact repeats (the gateway's cache holds fewer than MIN_CALIBRATION
 questions of the scope, so it serves repeats only), plus one paraphrase after ten stored
-questions, where the calibration exists. Failures (unreachable, wrong token, a model the
+questions, where the calibration exists (with ``verify_until_bounded = false``: a gateway by
+default checks such hits against the upstream until its checks bound the error). Failures (unreachable, wrong token, a model the
 gateway does not serve) leave the tab on L1 with a note; other tenants see nothing.
 """
 
@@ -63,7 +64,10 @@ def runtime(
     config = gateway_config(
         tmp_path_factory.mktemp("share"),
         {
-            "cache": {"embedder": "terms"},
+            # Sharing is what this file tests: the gateway serves from the shipped bound at
+            # once instead of first checking its would-be hits against the upstream (that
+            # default, verify_until_bounded, is tested in test_gateway_verified.py).
+            "cache": {"embedder": "terms", "verify_until_bounded": False},
             "upstreams": {
                 "openai": {
                     "protocol": "openai",

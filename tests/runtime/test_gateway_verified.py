@@ -118,6 +118,69 @@ def test_a_full_cache_over_http_answers_at_most_delta_of_lookups_wrongly(
     assert hits_by_kind["paraphrase"] > 0, "the verified cache served no paraphrase at all"
     assert "evermind_gateway_cache_checks_total" in metrics
     assert f"evermind_gateway_cache_max_error {delta:g}" in metrics
+    # A fresh gateway checks its would-be hits until its checks bound the served error.
+    forced = _gauge(metrics, "evermind_gateway_cache_forced_checks_total")
+    assert forced > 0 and _gauge(metrics, "evermind_gateway_cache_paid_checks_total") >= forced
+
+
+def _gauge(metrics: str, name: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_a_fresh_gateway_checks_would_be_hits_and_shares_only_repeats_until_bounded(
+    tmp_path: Path,
+) -> None:
+    """With the default ``verify_until_bounded``: a paraphrase the shipped bound would serve
+    is sent upstream first (one paid, forced check), a near-miss the shipped bound would serve
+    is never served, and a look-up that cannot check (the tab's share route) gets exact
+    repeats only."""
+    facts = {
+        "When does the cafeteria open on weekdays?": "At 8:00.",
+        "Where is the bicycle storage room located?": "Basement level 2.",
+        "How do I book a meeting room for Friday?": "Use the Rooms app.",
+        "Who approves expense reports over 500 euros?": "Your director.",
+        "What is the guest wifi password?": "Ask reception; it rotates daily.",
+        "Which floor hosts the finance department?": "The fourth floor.",
+        "How many parking spots are reserved for visitors?": "Twelve.",
+        "When is the building closed for maintenance?": "The first Sunday of each month.",
+        "What is the phone number of the security desk?": "Extension 4411.",
+        "Where can I print large posters?": "The copy room on floor 1.",
+    }
+    world = dict(facts)
+    paraphrase = "When will the cafeteria open on weekdays?"  # the same answer
+    world[paraphrase] = "At 8:00."
+    with (
+        OpenAIUpstream(OPENAI_KEY, reply=lambda text: world[text]) as upstream,
+        _server(tmp_path, upstream, {"max_error": 0.01, "verify_sample": 0.0}) as server,
+        _client(server) as client,
+    ):
+        for question in facts:
+            assert _ask(client, question)[1] == "miss"
+        share = {"Authorization": f"Bearer {TOKEN_A}"}
+        looked = httpx.post(
+            server.url + "/v1/gateway/cache/lookup",
+            json={"model": MODEL, "query": paraphrase, "temperature": 0},
+            headers=share,
+        ).json()
+        assert "hit" not in looked and "not yet checked enough" in looked["reason"], looked
+        repeat = httpx.post(
+            server.url + "/v1/gateway/cache/lookup",
+            json={"model": MODEL, "query": "Where can I print large posters?", "temperature": 0},
+            headers=share,
+        ).json()
+        assert repeat["hit"]["response"] == "The copy room on floor 1."
+        calls = len(upstream.requests)
+        assert _ask(client, paraphrase) == ("At 8:00.", "hit-l1")  # checked, then served
+        assert len(upstream.requests) == calls + 1
+        world[paraphrase] = "At 7:30 since the new contract."  # now a near-miss in effect
+        answer, status = _ask(client, paraphrase)
+        assert answer == "At 7:30 since the new contract." and status == "miss"
+        metrics = httpx.get(server.url + "/metrics").text
+    assert _gauge(metrics, "evermind_gateway_cache_forced_checks_total") == 2
+    assert _gauge(metrics, "evermind_gateway_cache_paid_checks_total") == 2
 
 
 @pytest.fixture()

@@ -4,6 +4,7 @@ cache learns: each rule of the module docstring, on small hand-made cases."""
 from __future__ import annotations
 
 import math
+import random
 import zlib
 
 import pytest
@@ -129,6 +130,50 @@ def test_unsampled_checks_mark_entries_but_never_bias_the_bound() -> None:
     learned.record(0.7, False, "entry", sampled=False)
     assert learned.contested("entry") == 0.7 and learned.sampled == 0 and learned.mismatches == 1
     assert learned.draw() is False
+
+
+def test_would_be_hits_are_checked_until_the_checks_bound_the_served_error() -> None:
+    learned = Verification(0.01, sample_rate=0.0)
+    assert learned.must_check()  # nothing known: every would-be hit is checked
+    assert learned.served_bound() == 1.0
+    for i in range(2000):  # 1 in 20 lookups a would-be hit, every one checked and right
+        guess = i % 20 == 0
+        learned.looked_up(guess)
+        if guess:
+            learned.record(0.9, True, i, sampled=False, paid=True, guess=True, forced=True)
+    # h ≤ ~6.6% and q ≤ ~3.6% (100 right of 100) at 97.5% each: the product is under δ.
+    assert not learned.must_check()
+    assert learned.served_bound() <= 0.01
+    assert learned.forced == 100 and learned.paid == 100
+    for i in range(20):  # then 20 checked would-be hits prove wrong: check everything again
+        learned.looked_up(True)
+        learned.record(0.95, False, f"w{i}", sampled=True, paid=True, guess=True)
+    assert learned.must_check()
+    assert learned.served_bound() > 0.01
+
+
+def test_the_cheap_decision_agrees_with_the_bound_it_stands_for() -> None:
+    rng = random.Random(5)
+    for _ in range(200):
+        learned = Verification(rng.choice([0.01, 0.05]), sample_rate=0.0)
+        lookups, share, wrong = rng.randint(0, 3000), rng.random() * 0.3, rng.random() * 0.1
+        for _ in range(lookups):
+            guess = rng.random() < share
+            learned.looked_up(guess)
+            if guess:
+                learned.record(0.9, rng.random() >= wrong, None, sampled=False, guess=True)
+        bound = learned.served_bound()
+        if abs(bound - learned.max_error) > 1e-6:
+            assert learned.must_check() == (bound > learned.max_error), (lookups, bound)
+
+
+def test_without_until_bounded_only_the_sample_is_checked() -> None:
+    learned = Verification(0.01, sample_rate=0.0, until_bounded=False)
+    learned.looked_up(True)
+    assert not learned.must_check()
+    gauges = learned.gauges()
+    assert gauges["evermind_gateway_cache_forced_checks_total"] == 0
+    assert gauges["evermind_gateway_cache_served_error_bound"] == 1.0
 
 
 def test_answers_equivalent_is_strict_about_numbers_and_short_answers() -> None:

@@ -72,3 +72,21 @@ def test_bounded_threshold_gives_up_when_the_top_is_wrong_or_lookups_are_few() -
 
 def test_served_error_counts_at_and_above_the_threshold() -> None:
     assert served_error([0.2, 0.5, 0.9], [True, False, True], 0.5) == (1, 2)
+
+
+def test_rate_bounded_below_agrees_with_the_bisected_bound() -> None:
+    import random
+
+    from evermind.search.risk import rate_bounded_below
+
+    rng = random.Random(11)
+    for _ in range(500):
+        trials = rng.randint(1, 400)
+        failures = rng.randint(0, trials)
+        rate, alpha = rng.random(), rng.choice([0.025, 0.05])
+        upper = binomial_upper(failures, trials, alpha)
+        if abs(upper - rate) > 1e-9:
+            assert rate_bounded_below(failures, trials, rate, alpha) == (upper <= rate)
+    assert rate_bounded_below(3, 10, 1.0) and not rate_bounded_below(0, 0, 0.5)
+    with pytest.raises(ValueError, match="failures <= trials"):
+        rate_bounded_below(5, 3, 0.5)

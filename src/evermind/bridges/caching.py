@@ -85,6 +85,7 @@ from evermind.bridges.base import (
 from evermind.bridges.flights import Flight, Flights
 from evermind.bridges.instrumented import finish_chat, start_chat
 from evermind.cache import CacheLookup, SemanticCache
+from evermind.cache.decide import fold
 from evermind.cache.l2 import JSONValue
 from evermind.cache.verified import answers_equivalent
 from evermind.errors import ConfigError, EvermindError, UpstreamError
@@ -430,12 +431,21 @@ class CachingBridge:
             # gave seconds ago for the same question: checking it again would only undo the
             # coalescing, so it is not drawn into the sample.
             sampled = self._verification_draw() and not waited
+            # A would-be hit that is not an exact repeat is checked, sampled or not, while the
+            # cache's own evidence does not yet bound what serving such hits unchecked costs
+            # (Verification.must_check); a coalesced lookup counts, as one that cannot be wrong.
+            guess = _guess(hit, found, key) and not waited
+            forced = self._verification_forced(guess)
             fresh = None
-            if hit is not None and sampled and found is not None:
-                hit, fresh, reason, detail = await self._check_hit(upstream, key, found, hit)
+            if hit is not None and (sampled or forced) and found is not None:
+                hit, fresh, reason, detail = await self._check_hit(
+                    upstream, key, found, hit, sampled=sampled, guess=guess, forced=forced
+                )
                 if hit is None:  # it would have served a wrong answer: not a hit after all
                     stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd = before
                     summary = detail
+                else:
+                    summary = f"{summary}; checked against the upstream (paid): same answer"
         except BaseException as err:
             operation.fail(err)
             raise
@@ -460,7 +470,18 @@ class CachingBridge:
         if key is None:
             detail = "not cacheable by the policy"
             return CacheOutcome(upstream, None, None, refused, detail, summary=detail)
+        stats = self.stats
+        before = (stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd)
         hit, reason, detail, summary, found = await self._lookup(key)
+        if self._verification_forced(_guess(hit, found, key)):
+            # Nothing can check it here, and this gateway's evidence does not bound yet what
+            # serving it unchecked costs: only exact repeats are shared until it does.
+            stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd = before
+            hit, reason = None, "unbounded"
+            detail = summary = (
+                "not served: this gateway has not yet checked enough of its hits to bound the "
+                "error of serving one unchecked, and a look-up without the upstream cannot check"
+            )
         if hit is None:
             self.stats.miss(reason)
         return CacheOutcome(upstream, key, hit, reason, detail, summary=summary, lookup=found)
@@ -630,10 +651,28 @@ class CachingBridge:
         verification = self.cache.verification
         return verification is not None and verification.draw()
 
+    def _verification_forced(self, guess: bool) -> bool:
+        """Counts a lookup for the served bound; whether ``guess`` (a would-be hit that is
+        not an exact repeat) must be checked before it is served."""
+        verification = self.cache.verification
+        if verification is None:
+            return False
+        verification.looked_up(guess)
+        return guess and verification.must_check()
+
     async def _check_hit(
-        self, upstream: ChatRequest, key: _Key, found: CacheLookup, hit: Completion
+        self,
+        upstream: ChatRequest,
+        key: _Key,
+        found: CacheLookup,
+        hit: Completion,
+        *,
+        sampled: bool = True,
+        guess: bool = False,
+        forced: bool = False,
     ) -> tuple[Completion | None, Completion | None, str, str]:
-        """A sampled hit, checked: the upstream answers too (paid) and the two are compared.
+        """A sampled (or, until bounded, any) hit, checked: the upstream answers too (paid)
+        and the two are compared.
 
         Returns the hit to serve (None when it proved wrong), the upstream's answer (served
         and stored in its place when they differ), and the outcome's reason and detail.
@@ -645,9 +684,23 @@ class CachingBridge:
             cost = self._price(fresh.model, fresh.usage)
         self.stats.verify_usd += cost or 0.0
         same = _complete_answer(fresh) and answers_equivalent(hit.text, fresh.text)
-        self._record(found, same, sampled=True, paid=True, cost_usd=cost or 0.0)
+        self._record(
+            found,
+            same,
+            sampled=sampled,
+            paid=True,
+            cost_usd=cost or 0.0,
+            guess=guess,
+            forced=forced,
+        )
         if same:
-            return hit, None, "hit", f"{found.reason}; checked against the upstream: same answer"
+            why = "until its error is bounded, every hit" if forced and not sampled else "sampled"
+            return (
+                hit,
+                None,
+                "hit",
+                f"{found.reason}; checked against the upstream ({why}): same answer",
+            )
         self._last_usage = fresh.usage
         await self._store(key, fresh)
         return (
@@ -655,7 +708,7 @@ class CachingBridge:
             fresh,
             "verify_mismatch",
             (
-                "a sampled check found the cached answer differs from the upstream's: the "
+                "a check found the cached answer differs from the upstream's: the "
                 "upstream's answer is served and stored for this question"
             ),
         )
@@ -685,10 +738,14 @@ class CachingBridge:
         sampled: bool,
         paid: bool = False,
         cost_usd: float = 0.0,
+        guess: bool = False,
+        forced: bool = False,
     ) -> None:
         self.stats.verified += 1
         self.stats.verify_mismatches += not same
-        self.cache.record_verification(found, same, sampled=sampled, paid=paid, cost_usd=cost_usd)
+        self.cache.record_verification(
+            found, same, sampled=sampled, paid=paid, cost_usd=cost_usd, guess=guess, forced=forced
+        )
 
     def _served(self, found: CacheLookup, entry: dict[str, JSONValue], key: _Key) -> Completion:
         stored = _completion_of(entry)
@@ -725,6 +782,14 @@ class CachingBridge:
             logger.warning("caching bridge: store failed, answer not cached: %s", err)
             return
         self.stats.stores += 1
+
+
+def _guess(hit: Completion | None, found: CacheLookup | None, key: _Key | None) -> bool:
+    """Whether a lookup would serve a stored answer to another question than its own (a
+    would-be hit that is not an exact repeat): what a check can find wrong."""
+    if hit is None or found is None or key is None:
+        return False
+    return found.cached_query is None or fold(found.cached_query) != fold(key.query)
 
 
 def _refresh(request: ChatRequest) -> bool:

@@ -637,6 +637,8 @@ class SemanticCache:
         sampled: bool,
         paid: bool = False,
         cost_usd: float = 0.0,
+        guess: bool = False,
+        forced: bool = False,
     ) -> None:
         """Reports whether the best candidate of ``lookup`` would have served a right answer.
 
@@ -648,7 +650,14 @@ class SemanticCache:
         if self.verification is None:
             return
         self.verification.record(
-            lookup.probability, correct, lookup.entry, sampled=sampled, paid=paid, cost_usd=cost_usd
+            lookup.probability,
+            correct,
+            lookup.entry,
+            sampled=sampled,
+            paid=paid,
+            cost_usd=cost_usd,
+            guess=guess,
+            forced=forced,
         )
 
     def response_of(self, entry: int | None) -> JSONValue | None:

@@ -43,7 +43,12 @@ from evermind.cache.decide import Candidate, Decision, fold
 from evermind.cache.verifier import PairVerifier
 from evermind.errors import ConfigError
 from evermind.search.calibration import MIN_CALIBRATION, Calibration
-from evermind.search.risk import bounded_threshold, fewest_outcomes
+from evermind.search.risk import (
+    binomial_upper,
+    bounded_threshold,
+    fewest_outcomes,
+    rate_bounded_below,
+)
 from evermind.text import normalise
 
 __all__ = [
@@ -280,14 +285,31 @@ class Verification:
     Separately, *every* check, sampled or not (each miss with a candidate is one), that finds
     an entry's answer wrong for a question it was matched to at probability ``p`` makes that
     entry need more than ``p`` from then on (:meth:`contested`): the same mistake is not
-    served twice. Thread-safe.
+    served twice.
+
+    **Checked until bounded** (``until_bounded``, the default). The shipped bound holds for
+    traffic like the corpus it was fitted on, and a gateway cannot know its traffic is like
+    that until it has looked. So a would-be hit that is not an exact repeat is served
+    unchecked only once the cache's own evidence bounds the error of serving such hits
+    (:meth:`served_bound`): over the last ``window`` lookups, the share that were such
+    would-be hits (``h``) times the share of *checked* ones whose answer proved wrong (``q``),
+    each at its Clopper–Pearson upper bound with ``alpha / 2`` (so the product holds with
+    ``1 − alpha``), must be at most ``max_error``. Until then every such would-be hit is
+    checked (:meth:`must_check`: one upstream call, and a hit whose answer differs is never
+    served); after, the random sample keeps checking a share of them, so ``q`` keeps being
+    measured and checking resumes when the traffic turns worse. Checked hits are either all
+    would-be hits (while checking) or a random share of them (after), so ``q`` is unbiased
+    either way for traffic that does not change faster than the window. Thread-safe.
 
     Args:
         max_error: δ.
         sample_rate: The share of lookups drawn into the sample, in [0, 1].
-        window: Most sampled lookups kept (the oldest go first).
+        window: Most sampled lookups kept (the oldest go first); also the lookups and the
+            hit checks the served bound counts over.
         alpha: One-sided error of the bound.
         seed: Seeds the draw (tests); None: from the system.
+        until_bounded: Check every would-be hit until :meth:`served_bound` is within
+            ``max_error`` (False: only the random sample is checked).
     """
 
     def __init__(
@@ -298,6 +320,7 @@ class Verification:
         window: int = 20_000,
         alpha: float = 0.05,
         seed: int | None = None,
+        until_bounded: bool = True,
     ) -> None:
         if not 0.0 < max_error < 1.0:
             raise ValueError(f"Verification: max_error must lie in (0, 1), got {max_error}")
@@ -318,6 +341,18 @@ class Verification:
         self.mismatches = 0
         self.paid = 0
         self.paid_usd = 0.0
+        self.until_bounded = until_bounded
+        # The served bound's counts: per lookup whether it was a would-be hit (not an exact
+        # repeat), and per checked would-be hit whether its answer proved right.
+        self._looked: deque[bool] = deque(maxlen=window)
+        self._guesses = 0  # would-be hits in _looked
+        self._hit_checks: deque[bool] = deque(maxlen=window)
+        self._hits_wrong = 0  # wrong ones in _hit_checks
+        # must_check's last answer (0.0 bounded, 1.0 not; None: none yet) and what it saw.
+        self._bound: float | None = None
+        self._bound_state: tuple[int, int] = (0, 0)
+        self._bound_seen: tuple[int, int] = (0, 0)  # the lookups and would-be hits then
+        self.forced = 0
 
     @property
     def sampled(self) -> int:
@@ -329,6 +364,60 @@ class Verification:
         with self._lock:
             return self._rng.random() < self.sample_rate
 
+    def looked_up(self, guess: bool) -> None:
+        """Counts one lookup for the served bound.
+
+        Args:
+            guess: Whether the cache would serve it a stored answer that is not an exact
+                repeat of its question (a would-be hit: what can be wrong).
+        """
+        with self._lock:
+            if len(self._looked) == self._looked.maxlen:
+                self._guesses -= self._looked[0]
+            self._looked.append(guess)
+            self._guesses += guess
+
+    def served_bound(self) -> float:
+        """The upper bound (confidence ``1 − alpha``) on the share of lookups a would-be hit
+        served unchecked would answer wrongly: ``h × q`` (see the class docstring); 1.0 while
+        nothing is known. (Two bisections; :meth:`must_check` decides more cheaply.)"""
+        with self._lock:
+            counts = (self._guesses, len(self._looked), self._hits_wrong, len(self._hit_checks))
+        half = self.alpha / 2
+        return binomial_upper(counts[0], counts[1], half) * binomial_upper(
+            counts[2], counts[3], half
+        )
+
+    def must_check(self) -> bool:
+        """Whether a would-be hit must be checked before it is served: ``until_bounded`` and
+        :meth:`served_bound` is still above ``max_error``.
+
+        Decided without the first bisection: the bound holds when the would-be-hit share's
+        upper bound lies below ``max_error / q``, i.e. when seeing at most this many would-be
+        hits at that rate would be less likely than ``alpha / 2``. The answer is kept until a
+        hit check is added or the lookups or would-be hits change by 1%.
+        """
+        if not self.until_bounded:
+            return False
+        with self._lock:
+            looked = len(self._looked)
+            state = (self._guesses, self._hits_wrong, len(self._hit_checks))
+            seen = self._bound_seen
+            fresh = abs(looked - seen[0]) <= REFIT_SHARE * seen[0] and abs(
+                state[0] - seen[1]
+            ) <= max(1.0, REFIT_SHARE * seen[1])
+            if self._bound is not None and self._bound_state == state[1:] and fresh:
+                return self._bound > self.max_error
+        guesses, wrong, checks = state
+        half = self.alpha / 2
+        rate = self.max_error / binomial_upper(wrong, checks, half)
+        bounded = rate_bounded_below(guesses, looked, rate, half)
+        with self._lock:
+            self._bound = 0.0 if bounded else 1.0
+            self._bound_state = state[1:]
+            self._bound_seen = (looked, guesses)
+        return not bounded
+
     def record(
         self,
         probability: float | None,
@@ -338,6 +427,8 @@ class Verification:
         sampled: bool,
         paid: bool = False,
         cost_usd: float = 0.0,
+        guess: bool = False,
+        forced: bool = False,
     ) -> None:
         """Adds one checked lookup.
 
@@ -349,11 +440,20 @@ class Verification:
             sampled: Whether :meth:`draw` put this lookup in the sample.
             paid: Whether the check cost an upstream call the lookup would not have made.
             cost_usd: That call's price, when known.
+            guess: Whether it checked a would-be hit that is not an exact repeat (evidence
+                for :meth:`served_bound`).
+            forced: Whether it was checked because :meth:`must_check` said so.
         """
         with self._lock:
             self.checked += 1
             self.paid += paid
             self.paid_usd += cost_usd
+            self.forced += forced
+            if guess:
+                if len(self._hit_checks) == self._hit_checks.maxlen:
+                    self._hits_wrong -= not self._hit_checks[0]
+                self._hit_checks.append(correct)
+                self._hits_wrong += not correct
             if sampled:
                 self._sample.append(Outcome(probability, correct))
                 self._dirty = True
@@ -367,15 +467,19 @@ class Verification:
                         self._contested.popitem(last=False)
 
     def gauges(self) -> dict[str, float]:
-        """What ``/metrics`` shows of it: checks, mismatches, paid checks and their cost,
-        the sample held, δ and the learned threshold (-1 while the shipped bound applies)."""
+        """What ``/metrics`` shows of it: checks, mismatches, paid checks and their cost, the
+        checks :meth:`must_check` forced, the served bound, the sample held, δ and the learned
+        threshold (-1 while the shipped bound applies)."""
         learned = self.threshold()
+        bound = self.served_bound()
         with self._lock:
             return {
                 "evermind_gateway_cache_checks_total": self.checked,
                 "evermind_gateway_cache_check_mismatches_total": self.mismatches,
                 "evermind_gateway_cache_paid_checks_total": self.paid,
                 "evermind_gateway_cache_paid_checks_usd_total": self.paid_usd,
+                "evermind_gateway_cache_forced_checks_total": self.forced,
+                "evermind_gateway_cache_served_error_bound": bound,
                 "evermind_gateway_cache_sampled_lookups": len(self._sample),
                 "evermind_gateway_cache_max_error": self.max_error,
                 "evermind_gateway_cache_learned_threshold": -1.0

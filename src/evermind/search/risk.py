@@ -24,7 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["binomial_upper", "bounded_threshold", "fewest_outcomes", "served_error"]
+__all__ = [
+    "binomial_upper",
+    "bounded_threshold",
+    "fewest_outcomes",
+    "rate_bounded_below",
+    "served_error",
+]
 
 
 def _log_binom_cdf(k: int, n: int, p: float) -> float:
@@ -72,6 +78,30 @@ def binomial_upper(failures: int, trials: int, alpha: float = 0.05) -> float:
         else:
             high = mid
     return high
+
+
+def rate_bounded_below(failures: int, trials: int, rate: float, alpha: float = 0.05) -> bool:
+    """Whether :func:`binomial_upper` of ``failures / trials`` lies at or below ``rate``,
+    decided with one CDF sum instead of a bisection: at most ``failures`` in ``trials`` at
+    that rate is no likelier than ``alpha``.
+
+    Args:
+        failures: Failures seen, ``0 <= failures <= trials``.
+        trials: Trials seen; with none nothing is bounded below 1.
+        rate: The rate to compare with; at 1 or above it always holds.
+        alpha: One-sided error of the bound, in (0, 1).
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"rate_bounded_below: alpha must lie in (0, 1), got {alpha}")
+    if trials < 0 or not 0 <= failures <= max(trials, 0):
+        raise ValueError(
+            f"rate_bounded_below: need 0 <= failures <= trials, got {failures}/{trials}"
+        )
+    if rate >= 1.0:
+        return True
+    if trials == 0 or failures == trials or rate <= 0.0:
+        return False
+    return _log_binom_cdf(failures, trials, rate) <= math.log(alpha)
 
 
 def fewest_outcomes(max_error: float, alpha: float = 0.05) -> int:

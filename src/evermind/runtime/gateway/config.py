@@ -253,6 +253,10 @@ class GatewayConfig:
             :mod:`evermind.cache.verified`. None (``max_error = "off"``): the rule-based one.
         verify_sample: The share of lookups checked against the upstream (``[cache]
             verify_sample``): misses are checked for free, sampled hits cost one call.
+        verify_until_bounded: Check every would-be hit that is not an exact repeat until the
+            gateway's own checks bound the error of serving one unchecked (``[cache]
+            verify_until_bounded``, default true; see
+            :class:`~evermind.cache.verified.Verification`).
         default_upstreams: By client protocol (``anthropic``: ``/v1/messages``, ``openai``:
             ``/v1/chat/completions``), the upstream a bare model id (no ``<upstream>/``
             prefix) goes to.
@@ -267,6 +271,7 @@ class GatewayConfig:
     auto: AutoConfig | None = None
     max_error: float | None = DEFAULT_MAX_ERROR
     verify_sample: float = DEFAULT_VERIFY_SAMPLE
+    verify_until_bounded: bool = True
     default_upstreams: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -317,7 +322,7 @@ class GatewayConfig:
             cache,
             f"{where}: [cache]",
             {"embedder", "l2", "capacity", "ttl", "ttls", "shared", "scope"}
-            | {"max_error", "verify_sample"}
+            | {"max_error", "verify_sample", "verify_until_bounded"}
             | {"default_temperature", "tool_results", "tools"},
         )
         metrics = raw.get("metrics", {})
@@ -356,6 +361,12 @@ class GatewayConfig:
             raise ConfigError(
                 f"{where}: [cache] verify_sample must be a share in [0, 1], got {verify_sample!r}"
             )
+        until_bounded = cache.get("verify_until_bounded", True)
+        if not isinstance(until_bounded, bool):
+            raise ConfigError(
+                f"{where}: [cache] verify_until_bounded must be true or false, "
+                f"got {until_bounded!r}"
+            )
         upstreams = raw.get("upstreams", {})
         if not isinstance(upstreams, dict) or not upstreams:
             raise ConfigError(f"{where}: expected at least one [upstreams.NAME] table")
@@ -375,6 +386,7 @@ class GatewayConfig:
             tenant_names=bool(metrics.get("tenant_names", False)),
             max_error=max_error,
             verify_sample=float(verify_sample),
+            verify_until_bounded=until_bounded,
         )
 
 

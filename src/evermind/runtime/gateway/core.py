@@ -353,7 +353,11 @@ class Gateway:
             verification = (
                 None
                 if config.max_error is None
-                else Verification(config.max_error, sample_rate=config.verify_sample)
+                else Verification(
+                    config.max_error,
+                    sample_rate=config.verify_sample,
+                    until_bounded=config.verify_until_bounded,
+                )
             )
             self.cache = SemanticCache(
                 embed,
