@@ -13,6 +13,7 @@ from evermind.cache import SemanticCache
 from evermind.cache.decide import Candidate, Decision, fold
 from evermind.cache.verified import (
     DEFAULT_MAX_ERROR,
+    MIN_HIT_CHECKS,
     Verification,
     answers_equivalent,
     decide_verified,
@@ -157,14 +158,29 @@ def test_the_cheap_decision_agrees_with_the_bound_it_stands_for() -> None:
     for _ in range(200):
         learned = Verification(rng.choice([0.01, 0.05]), sample_rate=0.0)
         lookups, share, wrong = rng.randint(0, 3000), rng.random() * 0.3, rng.random() * 0.1
+        checks = 0
         for _ in range(lookups):
             guess = rng.random() < share
             learned.looked_up(guess)
             if guess:
+                checks += 1
                 learned.record(0.9, rng.random() >= wrong, None, sampled=False, guess=True)
         bound = learned.served_bound()
         if abs(bound - learned.max_error) > 1e-6:
-            assert learned.must_check() == (bound > learned.max_error), (lookups, bound)
+            expected = bound > learned.max_error or checks < MIN_HIT_CHECKS
+            assert learned.must_check() == expected, (lookups, bound, checks)
+
+
+def test_few_would_be_hits_alone_never_leave_the_checking_mode() -> None:
+    learned = Verification(0.05, sample_rate=0.0)
+    for _ in range(1900):  # no would-be hit at all: h's bound alone is under δ
+        learned.looked_up(False)
+    assert learned.served_bound() < 0.05
+    assert learned.must_check()  # but not one would-be hit was checked yet
+    for i in range(10):
+        learned.looked_up(True)
+        learned.record(0.9, True, i, sampled=False, paid=True, guess=True, forced=True)
+    assert not learned.must_check()
 
 
 def test_without_until_bounded_only_the_sample_is_checked() -> None:

@@ -234,6 +234,12 @@ _WORD = re.compile(r"\w+")
 #: The learned threshold is re-fitted once the sample has grown by this share (1%) since the
 #: last fit, not on every lookup.
 REFIT_SHARE = 0.01
+#: The served bound's share of would-be hits is counted over this many recent lookups, so it
+#: follows a change of traffic within a few thousand lookups.
+BOUND_LOOKUPS = 2000
+#: Would-be hits checked before any is served unchecked, whatever the lookups alone bound: a
+#: bound from the share of would-be hits only would trust that share not to change.
+MIN_HIT_CHECKS = 10
 
 
 def answers_equivalent(cached: str, fresh: str) -> bool:
@@ -291,21 +297,23 @@ class Verification:
     traffic like the corpus it was fitted on, and a gateway cannot know its traffic is like
     that until it has looked. So a would-be hit that is not an exact repeat is served
     unchecked only once the cache's own evidence bounds the error of serving such hits
-    (:meth:`served_bound`): over the last ``window`` lookups, the share that were such
-    would-be hits (``h``) times the share of *checked* ones whose answer proved wrong (``q``),
-    each at its Clopper–Pearson upper bound with ``alpha / 2`` (so the product holds with
-    ``1 − alpha``), must be at most ``max_error``. Until then every such would-be hit is
-    checked (:meth:`must_check`: one upstream call, and a hit whose answer differs is never
-    served); after, the random sample keeps checking a share of them, so ``q`` keeps being
-    measured and checking resumes when the traffic turns worse. Checked hits are either all
-    would-be hits (while checking) or a random share of them (after), so ``q`` is unbiased
-    either way for traffic that does not change faster than the window. Thread-safe.
+    (:meth:`served_bound`): over the last :data:`BOUND_LOOKUPS` lookups, the share that were
+    such would-be hits (``h``) times the share of the last ``window`` *checked* ones whose
+    answer proved wrong (``q``), each at its Clopper–Pearson upper bound with ``alpha / 2`` (so
+    the product holds with ``1 − alpha``), must be at most ``max_error``, and at least
+    :data:`MIN_HIT_CHECKS` would-be hits must have been checked. Until then every such
+    would-be hit is checked (:meth:`must_check`: one upstream call, and a hit whose answer
+    differs is never served); after, the random sample keeps checking a share of them, so
+    ``q`` keeps being measured and checking resumes when the traffic turns worse. Checked
+    hits are either all would-be hits (while checking) or a random share of them (after), so
+    ``q`` is unbiased either way for traffic that does not change faster than the window.
+    Thread-safe.
 
     Args:
         max_error: δ.
         sample_rate: The share of lookups drawn into the sample, in [0, 1].
-        window: Most sampled lookups kept (the oldest go first); also the lookups and the
-            hit checks the served bound counts over.
+        window: Most sampled lookups kept (the oldest go first); also the hit checks the
+            served bound counts over.
         alpha: One-sided error of the bound.
         seed: Seeds the draw (tests); None: from the system.
         until_bounded: Check every would-be hit until :meth:`served_bound` is within
@@ -344,7 +352,7 @@ class Verification:
         self.until_bounded = until_bounded
         # The served bound's counts: per lookup whether it was a would-be hit (not an exact
         # repeat), and per checked would-be hit whether its answer proved right.
-        self._looked: deque[bool] = deque(maxlen=window)
+        self._looked: deque[bool] = deque(maxlen=min(window, BOUND_LOOKUPS))
         self._guesses = 0  # would-be hits in _looked
         self._hit_checks: deque[bool] = deque(maxlen=window)
         self._hits_wrong = 0  # wrong ones in _hit_checks
@@ -380,7 +388,8 @@ class Verification:
     def served_bound(self) -> float:
         """The upper bound (confidence ``1 − alpha``) on the share of lookups a would-be hit
         served unchecked would answer wrongly: ``h × q`` (see the class docstring); 1.0 while
-        nothing is known. (Two bisections; :meth:`must_check` decides more cheaply.)"""
+        nothing is known. (Two bisections; :meth:`must_check` decides more cheaply, and also
+        waits for :data:`MIN_HIT_CHECKS`.)"""
         with self._lock:
             counts = (self._guesses, len(self._looked), self._hits_wrong, len(self._hit_checks))
         half = self.alpha / 2
@@ -411,7 +420,7 @@ class Verification:
         guesses, wrong, checks = state
         half = self.alpha / 2
         rate = self.max_error / binomial_upper(wrong, checks, half)
-        bounded = rate_bounded_below(guesses, looked, rate, half)
+        bounded = checks >= MIN_HIT_CHECKS and rate_bounded_below(guesses, looked, rate, half)
         with self._lock:
             self._bound = 0.0 if bounded else 1.0
             self._bound_state = state[1:]
