@@ -177,9 +177,12 @@ def show_replay(package: Path) -> None:
         f"--upstreams` (cache embedder: the package) in front of a loopback upstream"
     )
     for kind in r.sent:
-        print(f"  {kind:10} sent {r.sent[kind]:2}, answered from the cache {r.hits[kind]:2}")
+        print(
+            f"  {kind:10} sent {r.sent[kind]:2}, answered from the cache {r.hits[kind]:2}"
+            f" ({r.checked[kind]} of them checked against the upstream first)"
+        )
     print(
-        f"  upstream calls {r.upstream_calls}, avoided {sum(r.hits.values())} "
+        f"  upstream calls {r.upstream_calls}, avoided {r.requests - r.upstream_calls} "
         f"(/metrics counts {r.metrics_hits} hits); wrong answers served {r.wrong_served}"
     )
     print(

@@ -226,7 +226,8 @@ class ReplayReport:
     requests: int
     hits: dict[str, int]  # by kind: query, repeat, paraphrase, near_miss
     sent: dict[str, int]
-    upstream_calls: int  # misses: each one a paid upstream call
+    checked: dict[str, int]  # hits the gateway checked against the upstream first (paid)
+    upstream_calls: int  # misses and checked hits: each one a paid upstream call
     wrong_served: int  # hits whose stored question is not the asked one or its paraphrase
     saved_usd: float  # summed over the responses' ``evermind.saved_usd``
     paid_usd: float  # summed over the responses' ``evermind.cost_usd``
@@ -252,6 +253,7 @@ def gateway_replay(package: Path, triples: Sequence[dict[str, str]]) -> ReplayRe
     asks = replay_set(triples)
     sent = dict.fromkeys(("query", "repeat", "paraphrase", "near_miss"), 0)
     hits = dict(sent)
+    checked = dict(sent)
     saved = paid = 0.0
     wrong = 0
     with tempfile.TemporaryDirectory() as folder:
@@ -266,6 +268,9 @@ def gateway_replay(package: Path, triples: Sequence[dict[str, str]]) -> ReplayRe
                     paid += field.get("cost_usd") or 0.0
                     if field.get("cached"):
                         hits[ask.kind] += 1
+                        checked[ask.kind] += "checked against the upstream" in str(
+                            field.get("detail", "")
+                        )
                         saved += field.get("saved_usd") or 0.0
                         triple = triples[ask.triple]
                         right = (triple["query"], triple["paraphrase"])
@@ -277,7 +282,8 @@ def gateway_replay(package: Path, triples: Sequence[dict[str, str]]) -> ReplayRe
         requests=len(asks),
         hits=hits,
         sent=sent,
-        upstream_calls=len(asks) - sum(hits.values()),
+        checked=checked,
+        upstream_calls=len(asks) - sum(hits.values()) + sum(checked.values()),
         wrong_served=wrong,
         saved_usd=saved,
         paid_usd=paid,

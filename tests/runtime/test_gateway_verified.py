@@ -173,8 +173,15 @@ def test_a_fresh_gateway_checks_would_be_hits_and_shares_only_repeats_until_boun
         ).json()
         assert repeat["hit"]["response"] == "The copy room on floor 1."
         calls = len(upstream.requests)
-        assert _ask(client, paraphrase) == ("At 8:00.", "hit-l1")  # checked, then served
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": paraphrase}], temperature=0
+        )
+        assert raw.headers["x-evermind-cache"] == "hit-l1"  # checked, then served
+        assert raw.parse().choices[0].message.content == "At 8:00."
         assert len(upstream.requests) == calls + 1
+        field = (raw.parse().model_extra or {})["evermind"]
+        assert "checked against the upstream (paid)" in field["detail"]
+        assert field["cost_usd"] > 0 and not field.get("saved_usd")  # it saved nothing
         world[paraphrase] = "At 7:30 since the new contract."  # now a near-miss in effect
         answer, status = _ask(client, paraphrase)
         assert answer == "At 7:30 since the new contract." and status == "miss"

@@ -444,7 +444,8 @@ class CachingBridge:
                 if hit is None:  # it would have served a wrong answer: not a hit after all
                     stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd = before
                     summary = detail
-                else:
+                else:  # served from the cache, but the check paid what a miss pays
+                    stats.saved, stats.saved_usd = before[2], before[3]
                     summary = f"{summary}; checked against the upstream (paid): same answer"
         except BaseException as err:
             operation.fail(err)
@@ -695,8 +696,16 @@ class CachingBridge:
         )
         if same:
             why = "until its error is bounded, every hit" if forced and not sampled else "sampled"
+            # The answer is the cache's, but this call paid the upstream: it saved nothing.
+            paid_for = (
+                None
+                if hit.cached is None
+                else dataclasses.replace(hit.cached, saved=Usage(), saved_usd=0.0)
+            )
+            checked = dataclasses.replace(hit, cost_usd=cost, usage=fresh.usage, cached=paid_for)
+            self._last_usage = fresh.usage
             return (
-                hit,
+                checked,
                 None,
                 "hit",
                 f"{found.reason}; checked against the upstream ({why}): same answer",
