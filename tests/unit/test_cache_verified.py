@@ -183,6 +183,23 @@ def test_few_would_be_hits_alone_never_leave_the_checking_mode() -> None:
     assert not learned.must_check()
 
 
+def test_one_tenants_traffic_cannot_loosen_anothers_bound() -> None:
+    learned = Verification(0.01, sample_rate=0.0)
+    for i in range(40):  # tenant b: would-be hits checked, a third of them wrong
+        learned.looked_up(True, "b")
+        learned.record(0.9, i % 3 != 0, i, sampled=False, paid=True, guess=True, scope="b")
+    for i in range(2000):  # tenant a floods with exact repeats and a few right hits
+        guess = i % 100 == 0
+        learned.looked_up(guess, "a")
+        if guess:
+            learned.record(0.9, True, i, sampled=False, paid=True, guess=True, scope="a")
+    assert not learned.must_check("a")
+    assert learned.must_check("b")  # a's traffic did not dilute b's share of would-be hits
+    assert learned.served_bound("b") > 0.01 >= learned.served_bound("a")
+    assert learned.served_bound() == learned.served_bound("b")  # the worst scope
+    assert learned.must_check("c")  # a scope never seen knows nothing yet
+
+
 def test_without_until_bounded_only_the_sample_is_checked() -> None:
     learned = Verification(0.01, sample_rate=0.0, until_bounded=False)
     learned.looked_up(True)

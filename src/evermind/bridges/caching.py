@@ -435,7 +435,7 @@ class CachingBridge:
             # cache's own evidence does not yet bound what serving such hits unchecked costs
             # (Verification.must_check); a coalesced lookup counts, as one that cannot be wrong.
             guess = _guess(hit, found, key) and not waited
-            forced = self._verification_forced(guess)
+            forced = self._verification_forced(guess, key.cache_namespace)
             fresh = None
             if hit is not None and (sampled or forced) and found is not None:
                 hit, fresh, reason, detail = await self._check_hit(
@@ -474,7 +474,7 @@ class CachingBridge:
         stats = self.stats
         before = (stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd)
         hit, reason, detail, summary, found = await self._lookup(key)
-        if self._verification_forced(_guess(hit, found, key)):
+        if self._verification_forced(_guess(hit, found, key), key.cache_namespace):
             # Nothing can check it here, and this gateway's evidence does not bound yet what
             # serving it unchecked costs: only exact repeats are shared until it does.
             stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd = before
@@ -652,14 +652,14 @@ class CachingBridge:
         verification = self.cache.verification
         return verification is not None and verification.draw()
 
-    def _verification_forced(self, guess: bool) -> bool:
-        """Counts a lookup for the served bound; whether ``guess`` (a would-be hit that is
-        not an exact repeat) must be checked before it is served."""
+    def _verification_forced(self, guess: bool, scope: str) -> bool:
+        """Counts a lookup for ``scope``'s served bound; whether ``guess`` (a would-be hit
+        that is not an exact repeat) must be checked before it is served."""
         verification = self.cache.verification
         if verification is None:
             return False
-        verification.looked_up(guess)
-        return guess and verification.must_check()
+        verification.looked_up(guess, scope)
+        return guess and verification.must_check(scope)
 
     async def _check_hit(
         self,
@@ -693,6 +693,7 @@ class CachingBridge:
             cost_usd=cost or 0.0,
             guess=guess,
             forced=forced,
+            scope=key.cache_namespace,
         )
         if same:
             why = "until its error is bounded, every hit" if forced and not sampled else "sampled"
@@ -749,11 +750,19 @@ class CachingBridge:
         cost_usd: float = 0.0,
         guess: bool = False,
         forced: bool = False,
+        scope: str = "default",
     ) -> None:
         self.stats.verified += 1
         self.stats.verify_mismatches += not same
         self.cache.record_verification(
-            found, same, sampled=sampled, paid=paid, cost_usd=cost_usd, guess=guess, forced=forced
+            found,
+            same,
+            sampled=sampled,
+            paid=paid,
+            cost_usd=cost_usd,
+            guess=guess,
+            forced=forced,
+            scope=scope,
         )
 
     def _served(self, found: CacheLookup, entry: dict[str, JSONValue], key: _Key) -> Completion:

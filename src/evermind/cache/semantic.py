@@ -639,6 +639,7 @@ class SemanticCache:
         cost_usd: float = 0.0,
         guess: bool = False,
         forced: bool = False,
+        scope: str = "default",
     ) -> None:
         """Reports whether the best candidate of ``lookup`` would have served a right answer.
 
@@ -658,6 +659,7 @@ class SemanticCache:
             cost_usd=cost_usd,
             guess=guess,
             forced=forced,
+            scope=scope,
         )
 
     def response_of(self, entry: int | None) -> JSONValue | None:

@@ -276,6 +276,54 @@ class Outcome:
     correct: bool
 
 
+#: Scopes whose served bound is kept (the least recently used go first: a scope seen again
+#: after that starts over, checking its would-be hits).
+MAX_SCOPES = 10_000
+
+
+class _ServedBound:
+    """One scope's counts for :meth:`Verification.served_bound` (not thread-safe: the
+    verification's lock guards it)."""
+
+    def __init__(self, window: int) -> None:
+        self.looked: deque[bool] = deque(maxlen=min(window, BOUND_LOOKUPS))
+        self.guesses = 0  # would-be hits in looked
+        self.hit_checks: deque[bool] = deque(maxlen=window)
+        self.wrong = 0  # wrong ones in hit_checks
+        self._kept: bool | None = None  # must_check's last answer
+        self._seen = (0, 0, 0, 0)  # the counts it was decided on
+
+    def looked_up(self, guess: bool) -> None:
+        if len(self.looked) == self.looked.maxlen:
+            self.guesses -= self.looked[0]
+        self.looked.append(guess)
+        self.guesses += guess
+
+    def checked(self, correct: bool) -> None:
+        if len(self.hit_checks) == self.hit_checks.maxlen:
+            self.wrong -= not self.hit_checks[0]
+        self.hit_checks.append(correct)
+        self.wrong += not correct
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """Would-be hits, lookups, wrong checks, checks."""
+        return self.guesses, len(self.looked), self.wrong, len(self.hit_checks)
+
+    def kept(self) -> bool | None:
+        """The last answer, while the checks are the same and the lookups and would-be hits
+        moved by at most 1% (None: decide again)."""
+        if self._kept is None:
+            return None
+        guesses, looked, wrong, checks = self.counts()
+        g0, l0, w0, c0 = self._seen
+        if (wrong, checks) != (w0, c0) or abs(looked - l0) > REFIT_SHARE * l0:
+            return None
+        return self._kept if abs(guesses - g0) <= max(1.0, REFIT_SHARE * g0) else None
+
+    def keep(self, answer: bool, seen: tuple[int, int, int, int]) -> None:
+        self._kept, self._seen = answer, seen
+
+
 class Verification:
     """What a self-verifying cache learned: its own bound, and the entries proven wrong.
 
@@ -307,7 +355,9 @@ class Verification:
     ``q`` keeps being measured and checking resumes when the traffic turns worse. Checked
     hits are either all would-be hits (while checking) or a random share of them (after), so
     ``q`` is unbiased either way for traffic that does not change faster than the window.
-    Thread-safe.
+    Each scope (a cache namespace: a tenant, or the group sharing its answers) has a bound of
+    its own, counted over its own lookups and checks, so one tenant's traffic cannot loosen
+    another's. Thread-safe.
 
     Args:
         max_error: δ.
@@ -350,16 +400,10 @@ class Verification:
         self.paid = 0
         self.paid_usd = 0.0
         self.until_bounded = until_bounded
-        # The served bound's counts: per lookup whether it was a would-be hit (not an exact
-        # repeat), and per checked would-be hit whether its answer proved right.
-        self._looked: deque[bool] = deque(maxlen=min(window, BOUND_LOOKUPS))
-        self._guesses = 0  # would-be hits in _looked
-        self._hit_checks: deque[bool] = deque(maxlen=window)
-        self._hits_wrong = 0  # wrong ones in _hit_checks
-        # must_check's last answer (0.0 bounded, 1.0 not; None: none yet) and what it saw.
-        self._bound: float | None = None
-        self._bound_state: tuple[int, int] = (0, 0)
-        self._bound_seen: tuple[int, int] = (0, 0)  # the lookups and would-be hits then
+        self._window = window
+        # The served bound's counts, per scope (a cache namespace: a tenant, or the group
+        # that shares its answers), least recently used first.
+        self._scopes: OrderedDict[str, _ServedBound] = OrderedDict()
         self.forced = 0
 
     @property
@@ -372,34 +416,53 @@ class Verification:
         with self._lock:
             return self._rng.random() < self.sample_rate
 
-    def looked_up(self, guess: bool) -> None:
-        """Counts one lookup for the served bound.
+    def _scope(self, scope: str) -> _ServedBound:
+        """The scope's counts (created on first use; the least recently used are dropped
+        past :data:`MAX_SCOPES`). Call with the lock held."""
+        found = self._scopes.get(scope)
+        if found is None:
+            found = self._scopes[scope] = _ServedBound(self._window)
+            while len(self._scopes) > MAX_SCOPES:
+                self._scopes.popitem(last=False)
+        else:
+            self._scopes.move_to_end(scope)
+        return found
+
+    def looked_up(self, guess: bool, scope: str = "default") -> None:
+        """Counts one lookup of ``scope`` for its served bound.
 
         Args:
             guess: Whether the cache would serve it a stored answer that is not an exact
                 repeat of its question (a would-be hit: what can be wrong).
+            scope: Whose traffic it is (the cache namespace): each scope's bound counts its
+                own lookups and checks only, so one tenant's traffic cannot loosen another's.
         """
         with self._lock:
-            if len(self._looked) == self._looked.maxlen:
-                self._guesses -= self._looked[0]
-            self._looked.append(guess)
-            self._guesses += guess
+            self._scope(scope).looked_up(guess)
 
-    def served_bound(self) -> float:
-        """The upper bound (confidence ``1 − alpha``) on the share of lookups a would-be hit
-        served unchecked would answer wrongly: ``h × q`` (see the class docstring); 1.0 while
-        nothing is known. (Two bisections; :meth:`must_check` decides more cheaply, and also
-        waits for :data:`MIN_HIT_CHECKS`.)"""
+    def served_bound(self, scope: str | None = None) -> float:
+        """The upper bound (confidence ``1 − alpha``) on the share of ``scope``'s lookups a
+        would-be hit served unchecked would answer wrongly: ``h × q`` (see the class
+        docstring); 1.0 while nothing is known; without a scope, the largest of all scopes'.
+        (Two bisections; :meth:`must_check` decides more cheaply, and also waits for
+        :data:`MIN_HIT_CHECKS`.)"""
         with self._lock:
-            counts = (self._guesses, len(self._looked), self._hits_wrong, len(self._hit_checks))
+            if scope is None:
+                counts = [b.counts() for b in self._scopes.values()]
+            else:
+                found = self._scopes.get(scope)
+                counts = [found.counts()] if found is not None else []
         half = self.alpha / 2
-        return binomial_upper(counts[0], counts[1], half) * binomial_upper(
-            counts[2], counts[3], half
-        )
+        bounds = [
+            binomial_upper(guesses, looked, half) * binomial_upper(wrong, checks, half)
+            for guesses, looked, wrong, checks in counts
+        ]
+        return max(bounds, default=1.0)
 
-    def must_check(self) -> bool:
-        """Whether a would-be hit must be checked before it is served: ``until_bounded`` and
-        :meth:`served_bound` is still above ``max_error``.
+    def must_check(self, scope: str = "default") -> bool:
+        """Whether a would-be hit of ``scope`` must be checked before it is served:
+        ``until_bounded`` and :meth:`served_bound` is still above ``max_error``, or fewer than
+        :data:`MIN_HIT_CHECKS` of its would-be hits were checked.
 
         Decided without the first bisection: the bound holds when the would-be-hit share's
         upper bound lies below ``max_error / q``, i.e. when seeing at most this many would-be
@@ -409,22 +472,16 @@ class Verification:
         if not self.until_bounded:
             return False
         with self._lock:
-            looked = len(self._looked)
-            state = (self._guesses, self._hits_wrong, len(self._hit_checks))
-            seen = self._bound_seen
-            fresh = abs(looked - seen[0]) <= REFIT_SHARE * seen[0] and abs(
-                state[0] - seen[1]
-            ) <= max(1.0, REFIT_SHARE * seen[1])
-            if self._bound is not None and self._bound_state == state[1:] and fresh:
-                return self._bound > self.max_error
-        guesses, wrong, checks = state
+            bound = self._scope(scope)
+            kept = bound.kept()
+            if kept is not None:
+                return kept
+            guesses, looked, wrong, checks = bound.counts()
         half = self.alpha / 2
         rate = self.max_error / binomial_upper(wrong, checks, half)
         bounded = checks >= MIN_HIT_CHECKS and rate_bounded_below(guesses, looked, rate, half)
         with self._lock:
-            self._bound = 0.0 if bounded else 1.0
-            self._bound_state = state[1:]
-            self._bound_seen = (looked, guesses)
+            bound.keep(not bounded, (guesses, looked, wrong, checks))
         return not bounded
 
     def record(
@@ -438,6 +495,7 @@ class Verification:
         cost_usd: float = 0.0,
         guess: bool = False,
         forced: bool = False,
+        scope: str = "default",
     ) -> None:
         """Adds one checked lookup.
 
@@ -452,6 +510,7 @@ class Verification:
             guess: Whether it checked a would-be hit that is not an exact repeat (evidence
                 for :meth:`served_bound`).
             forced: Whether it was checked because :meth:`must_check` said so.
+            scope: Whose lookup it was (see :meth:`looked_up`).
         """
         with self._lock:
             self.checked += 1
@@ -459,10 +518,7 @@ class Verification:
             self.paid_usd += cost_usd
             self.forced += forced
             if guess:
-                if len(self._hit_checks) == self._hit_checks.maxlen:
-                    self._hits_wrong -= not self._hit_checks[0]
-                self._hit_checks.append(correct)
-                self._hits_wrong += not correct
+                self._scope(scope).checked(correct)
             if sampled:
                 self._sample.append(Outcome(probability, correct))
                 self._dirty = True
