@@ -142,7 +142,7 @@ class Processes:
         config = write_config(folder, embedder, self.upstream_url, l2, cache)
         try:
             self.gateway = Server(
-                folder / "data", extra=["--upstreams", str(config)], env=env, cwd=ROOT, start_s=120
+                folder / "data", extra=["--upstreams", str(config)], env=env, cwd=ROOT, start_s=400
             )
         except BaseException:
             self.upstream.stop()
