@@ -167,11 +167,14 @@ class StaticEmbedder:
 
     def embed_numpy(self, texts: Sequence[str]) -> Any:
         """Unit vectors with numpy: (N, D) float32."""
+        return self.embed_numpy_ids(self._encode(texts))
+
+    def embed_numpy_ids(self, encoded: Sequence[Sequence[int]]) -> Any:
+        """:meth:`embed_numpy` of texts already tokenized (``tokenizer.encode`` of each)."""
         import numpy as np
 
         from evermind.ops.pool import l2_norms  # native-only, as this path is
 
-        encoded = self._encode(texts)
         lengths = np.array([len(ids) for ids in encoded], np.int64)
         out = np.zeros((len(encoded), self.dims), np.float64)
         if lengths.sum():

@@ -187,18 +187,23 @@ class Model:
         an embedding head fitted to a target (``evermind distill-embedder``; a centring-only
         head is not) or records embedding tuning or distillation in its manifest. An untrained
         model's pooled states score surface likeness, so a semantic cache does not read its
-        high scores as confidence."""
+        high scores as confidence. A package with a static embedder embeds with it, which was
+        trained for similarity."""
         training = self.package.manifest.get("training", {})
         head = self.package.embedder
         return (
-            (head is not None and head.method != "centre")
+            self.package.static_embedder is not None
+            or (head is not None and head.method != "centre")
             or "embedding_tuning" in training
             or "embedding_distillation" in training
         )
 
     @property
     def embed_dim(self) -> int:
-        """Width of :meth:`embed`'s vectors (the head's ``dim``, else ``d_model``)."""
+        """Width of :meth:`embed`'s vectors (the static embedder's dims, else the head's
+        ``dim``, else ``d_model``)."""
+        if self.package.static_embedder is not None:
+            return self.package.static_embedder.dims
         head = self.package.embedder
         return head.dim if head is not None else self.config.d_model
 
@@ -208,11 +213,34 @@ class Model:
         The raw vector is the mean-pooled final hidden state, L2-normalised; a package with an
         embedding head maps it (and the ids it pooled) to
         ``normalize(W · (raw − μ) + token term)`` (see :mod:`evermind.package.head`), exactly
-        as the tab does.
+        as the tab does. A package with a static embedder (docs/format.md) embeds with it
+        instead: :meth:`evermind.embedder.static.StaticEmbedder.embed_numpy` of the texts.
         """
+        static = self.package.static_embedder
+        if static is not None:
+            if isinstance(texts, str):
+                raise ConfigError("embed takes a list of texts; wrap a single text in a list")
+            return np.asarray(static.embed_numpy(list(texts)), np.float32)
         encoded = self.embed_ids(texts)
         raw = self.embed_raw_ids(encoded, batch_size)
         return apply_head_rows(self.package.embedder, raw, encoded)
+
+    def embed_counted(
+        self, texts: Sequence[str], batch_size: int = 16
+    ) -> tuple[np.ndarray, list[int]]:
+        """:meth:`embed` of ``texts`` and how many tokens each text's embedding read (the
+        static embedder's WordPiece tokens when the package has one, else the model's)."""
+        static = self.package.static_embedder
+        if static is not None:
+            if isinstance(texts, str):
+                raise ConfigError("embed takes a list of texts; wrap a single text in a list")
+            ids = [static.tokenizer.encode(text) for text in texts]
+            vectors = np.asarray(static.embed_numpy_ids(ids), np.float32)
+            return vectors, [len(row) for row in ids]
+        encoded = self.embed_ids(texts)
+        raw = self.embed_raw_ids(encoded, batch_size)
+        vectors = apply_head_rows(self.package.embedder, raw, encoded)
+        return vectors, [len(ids) for ids in encoded]
 
     def embed_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """The token ids each text's embedding pools (the prompt ids, cut to 512)."""

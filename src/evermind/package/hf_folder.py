@@ -29,6 +29,7 @@ from evermind.package.limits import PackageLimits
 from evermind.package.reader import Package
 from evermind.package.safetensors_io import decode_safetensors
 from evermind.package.schema import check_tensors, config_dims, expected_tensor_shapes
+from evermind.package.static_member import static_source
 from evermind.package.tensor import Tensor
 from evermind.package.writer import write_package
 
@@ -175,7 +176,8 @@ def import_hf_folder(
         version: The new package's version; default: the base's with ``+hf``.
         created_at: ISO-8601 UTC timestamp (:func:`evermind.package.utc_timestamp`).
         producer: What imported it, for the manifest.
-        keep_heads: Carry the base's embedding and affect heads (fitted on its weights).
+        keep_heads: Carry the base's embedding and affect heads (fitted on its weights). A
+            static embedder (not fitted on the weights) is always carried.
         limits: The reader's bounds, applied to the folder's files too.
 
     Raises:
@@ -237,6 +239,8 @@ def import_hf_folder(
         generation_config=base.generation_config,
         embedder=base.embedder if keep_heads else None,
         affect=base.affect if keep_heads else None,
+        static_embedder=base.static_embedder,  # not fitted on the weights: always kept
+        static_source=static_source(base),
     )
     heads = tuple(
         name
