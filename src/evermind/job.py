@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import evermind
-from evermind.embedder.static import StaticEmbedder
 from evermind.errors import ConfigError
 from evermind.model.config import BLOCKS, PRESETS, MambaConfig
 from evermind.model.config_moe import check_moe
@@ -36,7 +35,7 @@ from evermind.package.affect import AffectHead
 from evermind.package.head import EmbedderHead
 from evermind.package.manifest import DTYPES, utc_timestamp
 from evermind.package.reader import Package
-from evermind.package.static_member import static_source
+from evermind.package.static_member import StaticEmbedderFile
 from evermind.tokenizer import Tokenizer
 from evermind.train.corpus import harvest_stdlib_docstrings
 from evermind.train.data import split_held_out
@@ -317,9 +316,11 @@ def export_package(
     created_at: datetime | None = None,
     embedder: EmbedderHead | None = None,
     affect: AffectHead | None = None,
+    static_embedder: StaticEmbedderFile | None = None,
 ) -> bytes:
     """Writes the ``.evermind`` package bytes of a trained model (with ``embedder``, its
-    embedding head, and ``affect``, its affect classifier head)."""
+    embedding head, ``affect``, its affect classifier head, and ``static_embedder``, a static
+    embedder's file it then embeds with)."""
     shapes = config.param_shapes()
     tensors = {name: Tensor(shapes[name], params[name]) for name in shapes}
     training: dict[str, Any] = {"corpus": corpus, "device": device, "preset": job.preset}
@@ -349,6 +350,7 @@ def export_package(
         dtype=job.dtype,
         embedder=embedder,
         affect=affect,
+        static_embedder=static_embedder,
     )
 
 
@@ -374,20 +376,22 @@ def with_embedder(
         InputError: ``spec`` names no readable file.
         PackageError: The file is not an embedder file.
     """
-    from evermind.embedder.shipped import BASE, load_embedder_spec
+    from evermind.embedder.shipped import BASE, spec_file
 
     own = str(package.manifest["model"]["dtype"])
     if dtype is None and int8_embedding is None and own == "int8":
         quantised = package.manifest["quantization"]["tensors"]
         int8_embedding = "backbone.embeddings.weight" in quantised
-    static = None if spec == "none" else load_embedder_spec(spec)
     source = spec if spec in (BASE, "none") else Path(spec).name
+    static: StaticEmbedderFile | None = None
+    if spec != "none":
+        static = StaticEmbedderFile(spec_file(spec)[1], source[:256])
     return convert_package(
         package,
         dtype or own,
         int8_embedding=int8_embedding,
         producer=f"evermind {evermind.__version__} (--embedder {source})"[:256],
-        static_embedder=(static, source[:256]),
+        static_embedder=static,
     )
 
 
@@ -397,7 +401,7 @@ def convert_package(
     *,
     int8_embedding: bool | None = None,
     producer: str = "",
-    static_embedder: tuple[StaticEmbedder | None, str] | None = None,
+    static_embedder: StaticEmbedderFile | str | None = "keep",
 ) -> bytes:
     """The same model re-stored at another precision (``evermind export --dtype``).
 
@@ -412,8 +416,8 @@ def convert_package(
         int8_embedding: With ``int8``, also quantise the embedding / LM head; None: the
             writer's default (:data:`evermind.package.int8.INT8_EMBEDDING`).
         producer: What converted it; default: this evermind, after the old producer.
-        static_embedder: ``(embedder, source)`` to store instead of the package's static
-            embedder (``(None, ...)`` removes it); None keeps the package's.
+        static_embedder: A static embedder's file to store instead of the package's (None
+            removes it); ``"keep"`` keeps the package's.
 
     Returns:
         The new package bytes.
@@ -427,11 +431,9 @@ def convert_package(
     if int8_embedding is not None:
         extra["int8_embedding"] = int8_embedding
     manifest = package.manifest
-    static = (
-        static_embedder
-        if static_embedder is not None
-        else (package.static_embedder, static_source(package))
-    )
+    static = package.static_embedder if static_embedder == "keep" else static_embedder
+    if isinstance(static, str):
+        raise ConfigError(f"static_embedder: expected a file, None or 'keep', got {static!r}")
     return write_package(
         name=package.name,
         version=package.version,
@@ -447,8 +449,7 @@ def convert_package(
         generation_config=package.generation_config,
         embedder=package.embedder,
         affect=package.affect,
-        static_embedder=static[0],
-        static_source=static[1],
+        static_embedder=static,
         **extra,
     )
 

@@ -185,6 +185,11 @@ class StaticEmbedder:
             out[nonempty] = np.add.reduceat(rows, starts[nonempty], axis=0)
         return (out / l2_norms(out)).astype(np.float32)
 
+    def embed_with_counts(self, texts: Sequence[str]) -> tuple[Any, list[int]]:
+        """:meth:`embed_numpy` and the tokens each text's vector sums (a request's usage)."""
+        encoded = self._encode(texts)
+        return self.embed_numpy_ids(encoded), [len(ids) for ids in encoded]
+
     def embed(self, texts: Sequence[str]) -> Any:
         """Unit vectors: numpy (N, D) float32 natively, else lists (pure Python)."""
         try:

@@ -29,7 +29,6 @@ from evermind.package.limits import PackageLimits
 from evermind.package.reader import Package
 from evermind.package.safetensors_io import decode_safetensors
 from evermind.package.schema import check_tensors, config_dims, expected_tensor_shapes
-from evermind.package.static_member import static_source
 from evermind.package.tensor import Tensor
 from evermind.package.writer import write_package
 
@@ -240,7 +239,6 @@ def import_hf_folder(
         embedder=base.embedder if keep_heads else None,
         affect=base.affect if keep_heads else None,
         static_embedder=base.static_embedder,  # not fitted on the weights: always kept
-        static_source=static_source(base),
     )
     heads = tuple(
         name

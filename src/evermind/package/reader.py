@@ -25,7 +25,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from evermind.errors import PackageError
 from evermind.package._json import loads_object
@@ -56,11 +56,13 @@ from evermind.package.schema import (
     tokenizer_summary,
     tokenizer_vocab_size,
 )
-from evermind.package.static_member import STATIC_FIELD, STATIC_MEMBER, static_from_member
+from evermind.package.static_member import (
+    STATIC_FIELD,
+    STATIC_MEMBER,
+    StaticEmbedderFile,
+    static_from_member,
+)
 from evermind.package.tensor import TORCH_TO_DTYPE, Tensor
-
-if TYPE_CHECKING:
-    from evermind.embedder.static import StaticEmbedder
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +85,8 @@ class Package:
         embedder: The embedding head (``embedder.safetensors``), None when the package has
             none (it then embeds with the raw pooled vector).
         affect: The affect head (``affect.safetensors``), None when the package has none.
-        static_embedder: The static embedder (``static_embedder.safetensors``), None when
-            the package has none; when present the package embeds with it.
+        static_embedder: The static embedder's file (``static_embedder.safetensors``), None
+            when the package has none; when present, a loaded package embeds with it.
     """
 
     manifest: dict[str, Any]
@@ -96,7 +98,7 @@ class Package:
     digest: str
     embedder: EmbedderHead | None = None
     affect: AffectHead | None = None
-    static_embedder: StaticEmbedder | None = None
+    static_embedder: StaticEmbedderFile | None = None
 
     @property
     def name(self) -> str:

@@ -23,7 +23,6 @@ import evermind
 from evermind.errors import InputError
 from evermind.model.inference import Model
 from evermind.package import AffectHead, Package, utc_timestamp, write_package
-from evermind.package.static_member import static_source
 from evermind.train.affect_fit import (
     AffectConfig,
     AffectFit,
@@ -178,5 +177,4 @@ def affect_package_bytes(package: Package, head: AffectHead, version: str) -> by
         embedder=package.embedder,
         affect=head,
         static_embedder=package.static_embedder,
-        static_source=static_source(package),
     )
