@@ -484,8 +484,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     if args.format == "evermind" and args.dtype is None and args.embedder is None:
         raise ConfigError(
-            "export: --dtype or --embedder is required for --format evermind; hint: pass "
-            "--dtype float32, float16 or int8, or --embedder base"
+            "export: --dtype is required for --format evermind unless --embedder is given; "
+            "hint: pass --dtype float32, float16 or int8, or --embedder base"
         )
     package = read_package(args.model)
     out = Path(args.out)
