@@ -203,15 +203,17 @@ def embedder_into(path: Path) -> str:
     from evermind.package import read_package, write_file_atomic
 
     data = with_embedder(read_package(path), "base")
-    static = evermind.load(data).package.static_embedder  # verify
-    assert static is not None
+    package = evermind.load(data).package  # verify
+    carried, member = package.manifest["static_embedder"], package.static_embedder
+    assert member is not None
     write_file_atomic(path, data)
     print(
-        f"the package now carries the shipped base embedder ({static.tokenizer.vocab_size:,} "
-        f"WordPiece tokens x {static.dims} dims, {static.storage}, "
-        f"{len(static.to_bytes()) / 1e6:.1f} MB; a static token table distilled from "
-        "all-MiniLM-L6-v2 and fine-tuned once by `evermind build-embedder`, not trained by "
-        "this demo): the package embeds with it, the SSM above still generates"
+        f"the package now carries the shipped base embedder ({carried['vocab_size']:,} "
+        f"WordPiece tokens x {carried['dims']} dims, {carried['storage']}, "
+        f"{len(member.data) / 1e6:.1f} MB; the package is now {len(data) / 1e6:.1f} MB): a "
+        "static token table distilled from all-MiniLM-L6-v2 and fine-tuned once by `evermind "
+        "build-embedder`, not trained by this demo. The package embeds with it; the SSM still "
+        "generates"
     )
     return "the base embedder"
 
