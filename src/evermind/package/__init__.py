@@ -15,8 +15,8 @@ Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion
 ``int8`` (per-row int8 weights: the rule, the manifest's ``quantization``),
 ``safetensors_io``, ``zip_writer``, ``archive`` (safe ZIP opening), ``limits``,
 ``schema`` (config and tensor contract), ``cortex`` (the MoE cortex's tensor layout),
-``head``, ``affect``, ``static_member``, ``manifest``, ``model_card``, ``writer``, ``reader``; native-only:
-``native`` (numpy arrays) and ``gguf_export`` (llama.cpp files).
+``head``, ``affect``, ``static_member``, ``manifest``, ``model_card``, ``writer``,
+``reader``; native-only: ``native`` (numpy arrays) and ``gguf_export`` (llama.cpp files).
 """
 
 from __future__ import annotations
