@@ -69,9 +69,9 @@ def package(path: str | os.PathLike[str]) -> EmbedFn:
 
     def raw(texts: Sequence[str]) -> Any:
         if not loaded:
-            from evermind.model.inference import load
+            import evermind
 
-            loaded.append(load(path))
+            loaded.append(evermind.load(path))
         return loaded[0].embed(list(texts))
 
     return memoised(raw)

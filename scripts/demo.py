@@ -3,9 +3,11 @@
 1. Train in the browser: headless Chromium opens the Studio, Python in the tab harvests the
    standard library's docstrings, trains the tokenizer and the nano model on WebGPU
    (SwiftShader where there is no GPU), and exports a `.evermind` package.
-   Then the embedder phase: the package's embedding head is distilled from the local
-   all-MiniLM-L6-v2 teacher on the default corpus's paragraphs (closed-form, numpy), so the
-   package the demo writes embeds meaningfully (skipped with a warning without the teacher).
+   Then the embedder phase: the shipped base embedder (a static WordPiece token table,
+   256-d int8, 8.4 MB, built once by `evermind build-embedder`, docs/embedder.md) goes into
+   the package, which then embeds with it (`evermind export --embedder base`). Nothing is
+   distilled by default; DEMO_DISTILL_TEXTS > 0 distils the package's own embedding head
+   from the local all-MiniLM-L6-v2 teacher instead, as the demo did before (minutes).
 2. Serve: an Evermind runtime starts on 127.0.0.1 with a bearer token.
 3. Push the package to it.
 4. Query it the way an agent would: the official `openai` client (a chat completion from
@@ -13,8 +15,8 @@
    steps writes text-shaped noise), embeddings.
 Then what the model is and is not good for, each part computed on the spot
 (scripts/demo_report.py) and timed:
-5. Memory: fixed facts remembered and recalled over HTTP, the package's embedder beside
-   lexical recall.
+5. Memory: fixed facts remembered and recalled over HTTP, the package's embedder (the base
+   embedder) beside lexical recall.
 6. Held-out perplexity against a uniform guess and a unigram model.
 7. The semantic cache's verified decision (δ = 0.01) on fixed paraphrases and near-misses,
    with counts on the cache corpus's report split.
@@ -22,7 +24,8 @@ Then what the model is and is not good for, each part computed on the spot
    upstream: hits, upstream calls avoided, dollars saved as /metrics reports them.
 
 Environment: DEMO_STEPS (default 60), DEMO_CORPUS_BYTES (default 400000), DEMO_DISTILL_TEXTS
-(default 1500; 0 skips the embedder phase).
+(default 0: the base embedder; N > 0: distil the package's head from MiniLM on N texts
+instead).
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ def show_language(model: Any, corpus_bytes: int) -> None:
     )
 
 
-def show_memory(http: Any, model_id: str) -> None:
+def show_memory(http: Any, model_id: str, embedder: str) -> None:
     """Fixed facts remembered over HTTP; each question recalled with the model and lexically."""
     from scripts.demo_report import demo_set, memory_report
 
@@ -119,13 +122,13 @@ def show_memory(http: Any, model_id: str) -> None:
     )
     for row in rows:
         print(f"  {row.question!r} should recall {row.expect!r}:")
-        for name, recalled in (("trained embedder", row.trained), ("lexical only", row.lexical)):
+        for name, recalled in ((embedder, row.trained), ("lexical only", row.lexical)):
             rank = recalled.rank_of(row.expect)
             top = f"{recalled.keys[0]!r}" if recalled.keys else "nothing"
             found = f"ranked #{rank} ({recalled.scores[rank - 1]:.2f})" if rank else "not recalled"
             print(f"    {name:17} top {top:12} {row.expect!r} {found}")
-    for name in ("trained", "lexical"):
-        first = sum(getattr(row, name).rank_of(row.expect) == 1 for row in rows)
+    for name, attribute in ((embedder, "trained"), ("lexical only", "lexical")):
+        first = sum(getattr(row, attribute).rank_of(row.expect) == 1 for row in rows)
         print(f"  {name}: right memory first for {first} of {len(rows)} questions")
 
 
@@ -137,14 +140,15 @@ def _cache_verdict(case: Any) -> str:
     return "served (WRONG)" if case.lookup.hit else "refused (right)"
 
 
-def show_cache(model: Any) -> None:
+def show_cache(model: Any, embedder: str) -> None:
     """The verified cache's decision on the fixed triples, then counts on the report split."""
     from evals.cache_corpus import triples
     from scripts.demo_report import cache_report, demo_set
 
     fixed = cache_report(model, demo_set()["triples"])
     print(
-        f"SemanticCache, default verified decision (δ = 0.01), embedder: the package; "
+        f"SemanticCache, default verified decision (δ = 0.01), embedder: the package's "
+        f"({embedder}); "
         f"{fixed.paraphrases} queries stored, each paraphrase and near-miss looked up:"
     )
     for case in fixed.cases:
@@ -167,14 +171,15 @@ def show_cache(model: Any) -> None:
         )
 
 
-def show_replay(package: Path) -> None:
+def show_replay(package: Path, embedder: str) -> None:
     """The caching gateway in front of a loopback upstream: hits and dollars saved."""
     from scripts.demo_report import REPLAY_MODEL, demo_set, gateway_replay
 
     r = gateway_replay(package, demo_set()["triples"])
     print(
         f"{r.requests} chat requests to openai/{REPLAY_MODEL} through `evermind serve "
-        f"--upstreams` (cache embedder: the package) in front of a loopback upstream"
+        f"--upstreams` (cache embedder: the package's, {embedder}) in front of a loopback "
+        "upstream"
     )
     for kind in r.sent:
         print(
@@ -191,6 +196,29 @@ def show_replay(package: Path) -> None:
         f"paid upstream ${r.paid_usd:.6f} (the loopback upstream's answers are short, so the "
         "sums are small; the share saved is what scales)"
     )
+
+
+def embedder_into(path: Path) -> str:
+    """Puts the shipped base embedder into the package at ``path`` (rewrites it); returns
+    what to call the package's embedder in the parts below."""
+    import evermind
+    from evermind.job import with_embedder
+    from evermind.package import read_package, write_file_atomic
+
+    data = with_embedder(read_package(path), "base")
+    package = evermind.load(data).package  # verify
+    carried, member = package.manifest["static_embedder"], package.static_embedder
+    assert member is not None
+    write_file_atomic(path, data)
+    print(
+        f"the package now carries the shipped base embedder ({carried['vocab_size']:,} "
+        f"WordPiece tokens x {carried['dims']} dims, {carried['storage']}, "
+        f"{len(member.data) / 1e6:.1f} MB; the package is now {len(data) / 1e6:.1f} MB): a "
+        "static token table distilled from all-MiniLM-L6-v2 and fine-tuned once by `evermind "
+        "build-embedder`, not trained by this demo. The package embeds with it; the SSM still "
+        "generates"
+    )
+    return "the base embedder"
 
 
 def distill_into(path: Path, count: int) -> None:
@@ -229,7 +257,7 @@ def distill_into(path: Path, count: int) -> None:
     )
 
 
-def serve_and_query(steps: int) -> None:
+def serve_and_query(steps: int, embedder: str) -> None:
     """Parts 2-5: serve the package on loopback, push it, query it, remember and recall."""
     import httpx
     from openai import OpenAI
@@ -264,10 +292,10 @@ def serve_and_query(steps: int) -> None:
                 )
             headers = {"Authorization": f"Bearer {token}"}
             with (
-                part("5. Memory recall with the trained embedder, beside lexical recall"),
+                part(f"5. Memory recall with the package's embedder ({embedder}), beside lexical"),
                 httpx.Client(base_url=server.url, headers=headers, timeout=60) as http,
             ):
-                show_memory(http, model_id)
+                show_memory(http, model_id, embedder)
 
 
 def main() -> int:
@@ -306,17 +334,23 @@ def main() -> int:
         f"in the browser; package {OUT.relative_to(ROOT)}"
     )
 
-    banner("1b. Embedder phase: distil all-MiniLM-L6-v2 into the package's embedding head")
-    distill_into(OUT, int(os.environ.get("DEMO_DISTILL_TEXTS", 1500)))
+    distill = int(os.environ.get("DEMO_DISTILL_TEXTS", 0))
+    if distill > 0:
+        banner("1b. Embedder phase: distil all-MiniLM-L6-v2 into the package's embedding head")
+        distill_into(OUT, distill)
+        embedder = "the distilled head"
+    else:
+        banner("1b. Embedder phase: the shipped base embedder goes into the package")
+        embedder = embedder_into(OUT)
 
-    serve_and_query(steps)
+    serve_and_query(steps, embedder)
     model = evermind.load(OUT)
     with part("6. What the model learned: held-out perplexity against two baselines"):
         show_language(model, corpus_bytes)
-    with part("7. The semantic cache with the trained embedder: hits and refusals"):
-        show_cache(model)
+    with part(f"7. The semantic cache with the package's embedder ({embedder}): hits, refusals"):
+        show_cache(model, embedder)
     with part("8. Money saved: a replay through the caching gateway"):
-        show_replay(OUT)
+        show_replay(OUT, embedder)
     print(f"\ndemo finished in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -3,7 +3,7 @@
 - :func:`language_report`: held-out perplexity of the trained model on text it never saw,
   beside a uniform guess over the vocabulary and a unigram model counted on the training text.
 - :func:`memory_report`: facts remembered through the runtime's HTTP memory API; each
-  question recalled with the trained embedder (``model``) and lexically (no ``model``).
+  question recalled with the package's embedder (``model``) and lexically (no ``model``).
 - :func:`cache_report`: :class:`evermind.cache.SemanticCache` with its default verified
   decision (δ = 0.01) and the package's embedder: each fixed triple's query stored, its
   paraphrase and its near-miss looked up; every decision and its reason as the cache gives it.

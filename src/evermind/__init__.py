@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 
 def load(source: Any) -> Model:
-    """Loads a ``.evermind`` package (path or bytes) as a CPU model (``model.inference.Model``).
+    """Loads a ``.evermind`` package (path or bytes) as a CPU model (``model.inference.Model``),
+    embedding with the static embedder the package carries, if any
+    (``embedder.packaged.load``).
 
     Native only (numpy); imported lazily so that ``import evermind`` stays browser-safe.
     """
-    from evermind.model.inference import load as _load
+    from evermind.embedder.packaged import load as _load
 
     return _load(source)
 

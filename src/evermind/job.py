@@ -35,6 +35,7 @@ from evermind.package.affect import AffectHead
 from evermind.package.head import EmbedderHead
 from evermind.package.manifest import DTYPES, utc_timestamp
 from evermind.package.reader import Package
+from evermind.package.static_member import StaticEmbedderFile
 from evermind.tokenizer import Tokenizer
 from evermind.train.corpus import harvest_stdlib_docstrings
 from evermind.train.data import split_held_out
@@ -315,9 +316,11 @@ def export_package(
     created_at: datetime | None = None,
     embedder: EmbedderHead | None = None,
     affect: AffectHead | None = None,
+    static_embedder: StaticEmbedderFile | None = None,
 ) -> bytes:
     """Writes the ``.evermind`` package bytes of a trained model (with ``embedder``, its
-    embedding head, and ``affect``, its affect classifier head)."""
+    embedding head, ``affect``, its affect classifier head, and ``static_embedder``, a static
+    embedder's file it then embeds with)."""
     shapes = config.param_shapes()
     tensors = {name: Tensor(shapes[name], params[name]) for name in shapes}
     training: dict[str, Any] = {"corpus": corpus, "device": device, "preset": job.preset}
@@ -347,18 +350,65 @@ def export_package(
         dtype=job.dtype,
         embedder=embedder,
         affect=affect,
+        static_embedder=static_embedder,
+    )
+
+
+def with_embedder(
+    package: Package, spec: str, dtype: str | None = None, *, int8_embedding: bool | None = None
+) -> bytes:
+    """``package`` again (same weights, dtype and heads) carrying the static embedder
+    ``spec`` names, which it then embeds with (docs/format.md, "The static embedder").
+
+    Args:
+        package: A verified package (:func:`evermind.package.read_package`).
+        spec: ``base`` (the shipped base embedder), the path of an embedder file
+            (``evermind build-embedder``), or ``none`` to remove the one it carries.
+        dtype: Re-store the weights at this precision too (see :func:`convert_package`);
+            None keeps the package's.
+        int8_embedding: See :func:`convert_package`; None with the package's own dtype
+            keeps whether its embedding was int8.
+
+    Returns:
+        The new package bytes (name, version and creation time kept).
+
+    Raises:
+        InputError: ``spec`` names no readable file.
+        PackageError: The file is not an embedder file.
+    """
+    from evermind.embedder.shipped import BASE, spec_file
+
+    own = str(package.manifest["model"]["dtype"])
+    if dtype is None and int8_embedding is None and own == "int8":
+        quantised = package.manifest["quantization"]["tensors"]
+        int8_embedding = "backbone.embeddings.weight" in quantised
+    source = spec if spec in (BASE, "none") else Path(spec).name
+    static: StaticEmbedderFile | None = None
+    if spec != "none":
+        static = StaticEmbedderFile(spec_file(spec)[1], source[:256])
+    return convert_package(
+        package,
+        dtype or own,
+        int8_embedding=int8_embedding,
+        producer=f"evermind {evermind.__version__} (--embedder {source})"[:256],
+        static_embedder=static,
     )
 
 
 def convert_package(
-    package: Package, dtype: str, *, int8_embedding: bool | None = None, producer: str = ""
+    package: Package,
+    dtype: str,
+    *,
+    int8_embedding: bool | None = None,
+    producer: str = "",
+    static_embedder: StaticEmbedderFile | str | None = "keep",
 ) -> bytes:
     """The same model re-stored at another precision (``evermind export --dtype``).
 
     Name, version, creation time, training summary, bench numbers, tokenizer, generation
-    config, embedding head and affect head are kept; the model card is rendered anew (it states the
-    dtype). Converting down loses what the lower precision cannot hold; converting an int8
-    package to float32 stores its dequantised values.
+    config, embedding head, affect head and static embedder are kept; the model card is
+    rendered anew (it states the dtype). Converting down loses what the lower precision
+    cannot hold; converting an int8 package to float32 stores its dequantised values.
 
     Args:
         package: A verified package (:func:`evermind.package.read_package`).
@@ -366,6 +416,8 @@ def convert_package(
         int8_embedding: With ``int8``, also quantise the embedding / LM head; None: the
             writer's default (:data:`evermind.package.int8.INT8_EMBEDDING`).
         producer: What converted it; default: this evermind, after the old producer.
+        static_embedder: A static embedder's file to store instead of the package's (None
+            removes it); ``"keep"`` keeps the package's.
 
     Returns:
         The new package bytes.
@@ -379,6 +431,9 @@ def convert_package(
     if int8_embedding is not None:
         extra["int8_embedding"] = int8_embedding
     manifest = package.manifest
+    static = package.static_embedder if static_embedder == "keep" else static_embedder
+    if isinstance(static, str):
+        raise ConfigError(f"static_embedder: expected a file, None or 'keep', got {static!r}")
     return write_package(
         name=package.name,
         version=package.version,
@@ -394,6 +449,7 @@ def convert_package(
         generation_config=package.generation_config,
         embedder=package.embedder,
         affect=package.affect,
+        static_embedder=static,
         **extra,
     )
 

@@ -156,3 +156,26 @@ def test_metric_total_sums_the_matching_samples() -> None:
     )
     assert metric_total(text, "evermind_gateway_requests_total", 'cache="hit-l1"') == 5
     assert metric_total(text, "evermind_gateway_requests_total") == 12
+
+
+def test_the_demo_puts_the_base_embedder_into_its_package(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scripts.demo import embedder_into
+
+    from evermind.embedder.shipped import base_bytes, load_embedder_spec
+
+    package = tmp_path / "demo.evermind"
+    package.write_bytes(_package(30))
+    assert embedder_into(package) == "the base embedder"
+    said = capsys.readouterr().out
+    assert "30,522 WordPiece tokens x 256 dims, int8, 8.4 MB" in said, said
+    model = evermind.load(package)
+    assert model.package.static_embedder is not None
+    assert model.package.static_embedder.data == base_bytes()
+    texts = ["which editor does Niamh use?", "Niamh writes code in Helix."]
+    np.testing.assert_array_equal(model.embed(texts), load_embedder_spec("base").embed(texts))
+    # The language model is the one trained: same logits as before the embedder went in.
+    before = _model(30)
+    ids = np.array([before.tokenizer.encode(texts[0])])
+    np.testing.assert_array_equal(model.cpu.forward(ids), before.cpu.forward(ids))

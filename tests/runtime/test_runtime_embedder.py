@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
-from evermind.embedder.shipped import base_bytes
+from evermind.embedder.shipped import base_bytes, load_embedder_spec
 from evermind.errors import InputError
+from evermind.job import with_embedder
+from evermind.package import read_package
 from evermind.runtime.config import RuntimeConfig
 from evermind.runtime.server import ServerThread
 from tests import procs
@@ -104,3 +107,40 @@ def test_the_embedder_setting_is_checked_at_start(tmp_path: Path) -> None:
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
     assert str(corrupt) in done.stderr
+
+
+def test_a_pushed_package_with_the_base_embedder_embeds_and_recalls_with_it(
+    based: ServerThread,
+) -> None:
+    """``/v1/embeddings`` and memory recall naming a package that carries the base embedder
+    (``evermind export --embedder base``) give the base embedder's vectors. (On ``based``:
+    the conftest server caps pushes at 100 kB, and this package is 8.5 MB.)"""
+    data = with_embedder(read_package(tiny_package("carries", "1.0.0")), "base")
+    with httpx.Client(base_url=based.url, headers=bearer(TOKEN_B), timeout=60) as client:
+        pushed = client.post(
+            "/v1/models", content=data, headers={"Content-Type": "application/octet-stream"}
+        )
+        assert pushed.status_code == 201, pushed.text
+        model_id = pushed.json()["id"]
+        texts = [MEMORIES["pet"], QUESTIONS["pet"]]
+        answer = client.post("/v1/embeddings", json={"model": model_id, "input": texts})
+        assert answer.status_code == 200, answer.text
+        served = np.array([row["embedding"] for row in answer.json()["data"]], np.float32)
+        base = load_embedder_spec("base")
+        np.testing.assert_allclose(served, base.embed(texts), atol=1e-6)
+        assert answer.json()["usage"]["prompt_tokens"] == sum(
+            len(base.tokenizer.encode(t)) for t in texts
+        )
+        # The plain tiny package embeds otherwise: the vectors above are the embedder's.
+        assert client.post("/v1/models", content=tiny_package("plain", "1.0.0")).status_code == 201
+        plain = client.post("/v1/embeddings", json={"model": "evermind/plain", "input": texts})
+        assert len(plain.json()["data"][0]["embedding"]) != 256
+
+        remember_all(client, "carried")
+        recalled = firsts(client, "carried", model=model_id)
+        assert {k: hits[0]["key"] for k, hits in recalled.items() if hits} == {
+            key: key for key in QUESTIONS
+        }, recalled
+        assert all(
+            hits[0]["ranked_by"].startswith("semantic+lexical") for hits in recalled.values()
+        )

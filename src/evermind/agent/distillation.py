@@ -480,6 +480,7 @@ def fine_tune(
         description,
         "cpu",
         embedder=previous.package.embedder,
+        static_embedder=previous.package.static_embedder,
     )
     candidate = Model(read_package(written))
     after = _loss(candidate, held_ids)

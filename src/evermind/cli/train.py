@@ -144,6 +144,14 @@ def register(sub: Any) -> None:
         help="with --dtype int8: keep the embedding / LM head float32",
     )
     export.add_argument(
+        "--embedder",
+        metavar="base|PATH|none",
+        help="put a static embedder into the package, which then embeds with it "
+        "(docs/format.md): base (the shipped base embedder, 8.4 MB), the path of a file "
+        "evermind build-embedder wrote, or none to remove one; without --dtype the weights "
+        "keep their precision (default: the package's embedder is kept as it is)",
+    )
+    export.add_argument(
         "--out", required=True, type=output_file, help="output path (.evermind or .gguf)"
     )
     export.set_defaults(func=cmd_export)
@@ -461,7 +469,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from evermind.errors import ConfigError
-    from evermind.job import convert_package
+    from evermind.job import convert_package, with_embedder
     from evermind.package import read_package, write_file_atomic
 
     if args.format == "gguf" and args.float_embedding:
@@ -469,10 +477,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             "export: --float-embedding applies to --dtype int8 packages, not to --format gguf; "
             "hint: drop it"
         )
-    if args.format == "evermind" and args.dtype is None:
+    if args.format == "gguf" and args.embedder is not None:
         raise ConfigError(
-            "export: --dtype is required for --format evermind; hint: pass --dtype float32, "
-            "float16 or int8"
+            "export: --embedder applies to --format evermind (llama.cpp has no place for it); "
+            "hint: drop it"
+        )
+    if args.format == "evermind" and args.dtype is None and args.embedder is None:
+        raise ConfigError(
+            "export: --dtype is required for --format evermind unless --embedder is given; "
+            "hint: pass --dtype float32, float16 or int8, or --embedder base"
         )
     package = read_package(args.model)
     out = Path(args.out)
@@ -492,13 +505,16 @@ def cmd_export(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    data = convert_package(
-        package, args.dtype, int8_embedding=False if args.float_embedding else None
-    )
+    int8_embedding = False if args.float_embedding else None
+    if args.embedder is not None:
+        data = with_embedder(package, args.embedder, args.dtype, int8_embedding=int8_embedding)
+    else:
+        data = convert_package(package, args.dtype, int8_embedding=int8_embedding)
     digest = write_file_atomic(out, data)
     summary = {
         "model": package.ref,
-        "dtype": args.dtype,
+        "dtype": args.dtype or package.manifest["model"]["dtype"],
+        **({"embedder": args.embedder} if args.embedder is not None else {}),
         "bytes": len(data),
         "from_bytes": os.path.getsize(args.model),
         "out": str(out),

@@ -67,10 +67,22 @@ def load_embedder_spec(spec: str) -> StaticEmbedder:
         InputError: No such file, or it cannot be read.
         PackageError: The file is not an embedder file (wrong format, corrupt, truncated).
     """
+    return spec_file(spec)[0]
+
+
+def spec_file(spec: str) -> tuple[StaticEmbedder, bytes]:
+    """:func:`load_embedder_spec` and the file's bytes (what a package stores).
+
+    Raises:
+        InputError: No such file, or it cannot be read.
+        PackageError: The file is not an embedder file (wrong format, corrupt, truncated).
+    """
     if spec == BASE:
-        return StaticEmbedder.from_bytes(base_bytes(), name=f"--embedder base ({BASE_FILE})")
+        data = base_bytes()
+        return StaticEmbedder.from_bytes(data, name=f"--embedder base ({BASE_FILE})"), data
     path = spec_path(spec)
-    return StaticEmbedder.from_bytes(_read(path), name=f"--embedder {path}")
+    data = _read(path)
+    return StaticEmbedder.from_bytes(data, name=f"--embedder {path}"), data
 
 
 def _read(path: str) -> bytes:
@@ -80,4 +92,4 @@ def _read(path: str) -> bytes:
         raise InputError(f"--embedder {path}: {err.strerror}") from err
 
 
-__all__ = ["BASE", "BASE_FILE", "base_bytes", "load_embedder_spec", "spec_path"]
+__all__ = ["BASE", "BASE_FILE", "base_bytes", "load_embedder_spec", "spec_file", "spec_path"]

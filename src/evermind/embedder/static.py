@@ -167,11 +167,14 @@ class StaticEmbedder:
 
     def embed_numpy(self, texts: Sequence[str]) -> Any:
         """Unit vectors with numpy: (N, D) float32."""
+        return self.embed_numpy_ids(self._encode(texts))
+
+    def embed_numpy_ids(self, encoded: Sequence[Sequence[int]]) -> Any:
+        """:meth:`embed_numpy` of texts already tokenized (``tokenizer.encode`` of each)."""
         import numpy as np
 
         from evermind.ops.pool import l2_norms  # native-only, as this path is
 
-        encoded = self._encode(texts)
         lengths = np.array([len(ids) for ids in encoded], np.int64)
         out = np.zeros((len(encoded), self.dims), np.float64)
         if lengths.sum():
@@ -181,6 +184,11 @@ class StaticEmbedder:
             nonempty = lengths > 0
             out[nonempty] = np.add.reduceat(rows, starts[nonempty], axis=0)
         return (out / l2_norms(out)).astype(np.float32)
+
+    def embed_with_counts(self, texts: Sequence[str]) -> tuple[Any, list[int]]:
+        """:meth:`embed_numpy` and the tokens each text's vector sums (a request's usage)."""
+        encoded = self._encode(texts)
+        return self.embed_numpy_ids(encoded), [len(ids) for ids in encoded]
 
     def embed(self, texts: Sequence[str]) -> Any:
         """Unit vectors: numpy (N, D) float32 natively, else lists (pure Python)."""

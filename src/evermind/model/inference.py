@@ -17,7 +17,7 @@ import time
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,6 +39,27 @@ EMBED_MAX_TOKENS = 512
 EVAL_WINDOW = 256
 
 
+class TextEmbedder(Protocol):
+    """What embeds a package's texts in place of its pooled state: the static embedder the
+    package carries (:class:`evermind.embedder.static.StaticEmbedder`, built from the
+    package's file by :func:`evermind.embedder.packaged.model_of`; this layer cannot import
+    it)."""
+
+    @property
+    def dims(self) -> int:
+        """Width of the vectors."""
+        ...
+
+    @property
+    def fingerprint(self) -> str:
+        """``static-`` and the file's sha256 prefix (the manifest field's ``fingerprint``)."""
+        ...
+
+    def embed_with_counts(self, texts: Sequence[str]) -> tuple[Any, list[int]]:
+        """(N, dims) float32 unit vectors and the tokens each text's embedding read."""
+        ...
+
+
 @dataclass
 class Completion:
     """A finished generation with its token counts (OpenAI ``usage``)."""
@@ -54,10 +75,27 @@ class Model:
 
     Args:
         package: A verified package from :func:`evermind.package.read_package`.
+        text_embedder: The static embedder built from the file the package carries
+            (``package.static_embedder``), which :meth:`embed` then uses; given by
+            :func:`evermind.load` (:func:`evermind.embedder.packaged.model_of`). A package
+            that carries one, loaded without it, refuses to embed rather than embed otherwise.
+
+    Raises:
+        ConfigError: ``text_embedder`` is not the package's (another fingerprint), or is
+            given for a package that carries none.
     """
 
-    def __init__(self, package: Package) -> None:
+    def __init__(self, package: Package, text_embedder: TextEmbedder | None = None) -> None:
+        carried = package.manifest.get("static_embedder")
+        if text_embedder is not None and (
+            carried is None or carried["fingerprint"] != text_embedder.fingerprint
+        ):
+            raise ConfigError(
+                f"text_embedder {text_embedder.fingerprint} is not the static embedder "
+                f"{package.ref} carries ({'none' if carried is None else carried['fingerprint']})"
+            )
         self.package = package
+        self.text_embedder = text_embedder
         self.config = MambaConfig.from_hf_config(package.config)
         summary = package.manifest.get("tokenizer", {})
         self.tokenizer = Tokenizer.from_json(
@@ -187,18 +225,24 @@ class Model:
         an embedding head fitted to a target (``evermind distill-embedder``; a centring-only
         head is not) or records embedding tuning or distillation in its manifest. An untrained
         model's pooled states score surface likeness, so a semantic cache does not read its
-        high scores as confidence."""
+        high scores as confidence. A package with a static embedder embeds with it, which was
+        trained for similarity."""
         training = self.package.manifest.get("training", {})
         head = self.package.embedder
         return (
-            (head is not None and head.method != "centre")
+            self.package.static_embedder is not None
+            or (head is not None and head.method != "centre")
             or "embedding_tuning" in training
             or "embedding_distillation" in training
         )
 
     @property
     def embed_dim(self) -> int:
-        """Width of :meth:`embed`'s vectors (the head's ``dim``, else ``d_model``)."""
+        """Width of :meth:`embed`'s vectors (the static embedder's dims, else the head's
+        ``dim``, else ``d_model``)."""
+        static = self.package.manifest.get("static_embedder")
+        if static is not None:
+            return int(static["dims"])
         head = self.package.embedder
         return head.dim if head is not None else self.config.d_model
 
@@ -208,11 +252,34 @@ class Model:
         The raw vector is the mean-pooled final hidden state, L2-normalised; a package with an
         embedding head maps it (and the ids it pooled) to
         ``normalize(W · (raw − μ) + token term)`` (see :mod:`evermind.package.head`), exactly
-        as the tab does.
+        as the tab does. A package with a static embedder (docs/format.md) embeds with it
+        instead (:attr:`text_embedder`).
         """
+        if self.package.static_embedder is not None:
+            return self.embed_counted(texts)[0]
         encoded = self.embed_ids(texts)
         raw = self.embed_raw_ids(encoded, batch_size)
         return apply_head_rows(self.package.embedder, raw, encoded)
+
+    def embed_counted(
+        self, texts: Sequence[str], batch_size: int = 16
+    ) -> tuple[np.ndarray, list[int]]:
+        """:meth:`embed` of ``texts`` and how many tokens each text's embedding read (the
+        static embedder's WordPiece tokens when the package has one, else the model's)."""
+        if self.package.static_embedder is not None:
+            if isinstance(texts, str):
+                raise ConfigError("embed takes a list of texts; wrap a single text in a list")
+            if self.text_embedder is None:
+                raise ConfigError(
+                    f"{self.package.ref} carries a static embedder, which this Model was built "
+                    "without; hint: load the package with evermind.load"
+                )
+            vectors, counts = self.text_embedder.embed_with_counts(list(texts))
+            return np.asarray(vectors, np.float32), counts
+        encoded = self.embed_ids(texts)
+        raw = self.embed_raw_ids(encoded, batch_size)
+        vectors = apply_head_rows(self.package.embedder, raw, encoded)
+        return vectors, [len(ids) for ids in encoded]
 
     def embed_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """The token ids each text's embedding pools (the prompt ids, cut to 512)."""
@@ -420,5 +487,6 @@ def compare(a: dict[str, float], b: dict[str, float], tie_band: float = 0.01) ->
 
 
 def load(source: bytes | bytearray | memoryview | str | os.PathLike[str]) -> Model:
-    """Loads and verifies a ``.evermind`` package (path or bytes) into a :class:`Model`."""
+    """Loads and verifies a ``.evermind`` package (path or bytes) into a :class:`Model`,
+    without the static embedder a package may carry (:func:`evermind.load` adds it)."""
     return Model(read_package(source))

@@ -4,8 +4,9 @@ A package is a ZIP archive: ``manifest.json`` first, then ``README.md``, ``confi
 ``generation_config.json``, ``model.safetensors`` and ``tokenizer.json`` — a Hugging Face
 ``MambaForCausalLM`` directory once unzipped (an int8 package's ``config.json`` says that
 ``transformers`` cannot load it) — and optionally ``embedder.safetensors``, the
-embedding head (``head``), and ``affect.safetensors``, the affect classifier head
-(``affect``). docs/format.md is the specification.
+embedding head (``head``), ``affect.safetensors``, the affect classifier head
+(``affect``), and ``static_embedder.safetensors``, a static embedder the package embeds
+with (``static_member``). docs/format.md is the specification.
 
 Browser-safe: everything here is pure standard-library Python. The numpy helper lives in
 :mod:`evermind.package.native` (native only) and is not imported here.
@@ -14,8 +15,8 @@ Modules: ``tensor`` (the :class:`Tensor` container), ``float16`` (RNE conversion
 ``int8`` (per-row int8 weights: the rule, the manifest's ``quantization``),
 ``safetensors_io``, ``zip_writer``, ``archive`` (safe ZIP opening), ``limits``,
 ``schema`` (config and tensor contract), ``cortex`` (the MoE cortex's tensor layout),
-``head``, ``affect``, ``manifest``, ``model_card``, ``writer``, ``reader``; native-only:
-``native`` (numpy arrays) and ``gguf_export`` (llama.cpp files).
+``head``, ``affect``, ``static_member``, ``manifest``, ``model_card``, ``writer``,
+``reader``; native-only: ``native`` (numpy arrays) and ``gguf_export`` (llama.cpp files).
 """
 
 from __future__ import annotations

@@ -175,7 +175,8 @@ def import_hf_folder(
         version: The new package's version; default: the base's with ``+hf``.
         created_at: ISO-8601 UTC timestamp (:func:`evermind.package.utc_timestamp`).
         producer: What imported it, for the manifest.
-        keep_heads: Carry the base's embedding and affect heads (fitted on its weights).
+        keep_heads: Carry the base's embedding and affect heads (fitted on its weights). A
+            static embedder (not fitted on the weights) is always carried.
         limits: The reader's bounds, applied to the folder's files too.
 
     Raises:
@@ -237,6 +238,7 @@ def import_hf_folder(
         generation_config=base.generation_config,
         embedder=base.embedder if keep_heads else None,
         affect=base.affect if keep_heads else None,
+        static_embedder=base.static_embedder,  # not fitted on the weights: always kept
     )
     heads = tuple(
         name

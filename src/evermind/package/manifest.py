@@ -19,6 +19,7 @@ from evermind.package.affect import AFFECT_FIELD, check_affect_field
 from evermind.package.head import HEAD_FIELD, check_head_field
 from evermind.package.int8 import QUANT_FIELD, check_quant_field
 from evermind.package.schema import ARCHITECTURE, MANIFEST, SCHEMA
+from evermind.package.static_member import STATIC_FIELD, check_static_field
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -45,8 +46,8 @@ MANIFEST_FIELDS = frozenset(
 )
 #: Fields a manifest may carry or omit (``embedder`` absent: the package embeds without a
 #: head; ``affect`` absent: no affect head; ``quantization`` present exactly when
-#: ``model.dtype`` is ``int8``).
-OPTIONAL_FIELDS = frozenset({HEAD_FIELD, QUANT_FIELD, AFFECT_FIELD})
+#: ``model.dtype`` is ``int8``; ``static_embedder`` absent: no static embedder).
+OPTIONAL_FIELDS = frozenset({HEAD_FIELD, QUANT_FIELD, AFFECT_FIELD, STATIC_FIELD})
 MODEL_FIELDS = frozenset(
     {
         "d_model",
@@ -244,6 +245,8 @@ def validate_manifest(manifest: Mapping[str, Any]) -> None:
         check_head_field(manifest[HEAD_FIELD])
     if AFFECT_FIELD in manifest:
         check_affect_field(manifest[AFFECT_FIELD])
+    if STATIC_FIELD in manifest:
+        check_static_field(manifest[STATIC_FIELD])
     if not isinstance(manifest["name"], str) or not NAME_PATTERN.fullmatch(manifest["name"]):
         raise _fail(
             "name", "1-64 chars of [a-z0-9._-] starting with a letter or digit", manifest["name"]
@@ -296,6 +299,7 @@ def build_manifest(
     embedder: Mapping[str, Any] | None = None,
     quantization: Mapping[str, Any] | None = None,
     affect: Mapping[str, Any] | None = None,
+    static_embedder: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble and check a manifest.
 
@@ -315,6 +319,8 @@ def build_manifest(
             exactly when ``model["dtype"]`` is ``"int8"``.
         affect: The affect head's description (see
             :meth:`evermind.package.affect.AffectHead.describe`); None: no affect head.
+        static_embedder: The static embedder's description (see
+            :func:`evermind.package.static_member.describe_static`); None: none.
 
     Returns:
         The manifest dict.
@@ -341,5 +347,7 @@ def build_manifest(
         manifest[QUANT_FIELD] = dict(quantization)
     if affect is not None:
         manifest[AFFECT_FIELD] = dict(affect)
+    if static_embedder is not None:
+        manifest[STATIC_FIELD] = dict(static_embedder)
     validate_manifest(manifest)
     return manifest

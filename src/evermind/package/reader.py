@@ -56,6 +56,12 @@ from evermind.package.schema import (
     tokenizer_summary,
     tokenizer_vocab_size,
 )
+from evermind.package.static_member import (
+    STATIC_FIELD,
+    STATIC_MEMBER,
+    StaticEmbedderFile,
+    static_from_member,
+)
 from evermind.package.tensor import TORCH_TO_DTYPE, Tensor
 
 logger = logging.getLogger(__name__)
@@ -79,6 +85,8 @@ class Package:
         embedder: The embedding head (``embedder.safetensors``), None when the package has
             none (it then embeds with the raw pooled vector).
         affect: The affect head (``affect.safetensors``), None when the package has none.
+        static_embedder: The static embedder's file (``static_embedder.safetensors``), None
+            when the package has none; when present, a loaded package embeds with it.
     """
 
     manifest: dict[str, Any]
@@ -90,6 +98,7 @@ class Package:
     digest: str
     embedder: EmbedderHead | None = None
     affect: AffectHead | None = None
+    static_embedder: StaticEmbedderFile | None = None
 
     @property
     def name(self) -> str:
@@ -160,7 +169,11 @@ def _file_digest(stream: BinaryIO) -> str:
 
 
 def _check_member_set(
-    archive: SafeArchive, files: Mapping[str, Any], head: bool, affect: bool = False
+    archive: SafeArchive,
+    files: Mapping[str, Any],
+    head: bool,
+    affect: bool = False,
+    static: bool = False,
 ) -> None:
     """Require the archive to hold exactly the manifest's members, with listed sizes."""
     present = set(archive.names) - {MANIFEST}
@@ -188,7 +201,14 @@ def _check_member_set(
             f"member {AFFECT_MEMBER!r}: {'required' if affect else 'not allowed'} when "
             f"{MANIFEST} {'has' if affect else 'has no'} an {AFFECT_FIELD!r} field"
         )
-    foreign = sorted(set(files) - set(REQUIRED_MEMBERS) - {HEAD_MEMBER, AFFECT_MEMBER})
+    if static != (STATIC_MEMBER in files):
+        raise PackageError(
+            f"member {STATIC_MEMBER!r}: {'required' if static else 'not allowed'} when "
+            f"{MANIFEST} {'has' if static else 'has no'} a {STATIC_FIELD!r} field"
+        )
+    foreign = sorted(
+        set(files) - set(REQUIRED_MEMBERS) - {HEAD_MEMBER, AFFECT_MEMBER, STATIC_MEMBER}
+    )
     if foreign:
         raise PackageError(
             f"member {foreign[0]!r}: not part of format v2; expected only "
@@ -215,7 +235,7 @@ def _read_member(
     archive: SafeArchive, files: Mapping[str, Any], name: str, limits: PackageLimits
 ) -> bytes:
     """Read one listed member (not the weights) whole and verify its sha256."""
-    if name in (HEAD_MEMBER, AFFECT_MEMBER):
+    if name in (HEAD_MEMBER, AFFECT_MEMBER, STATIC_MEMBER):
         data = archive.read(name, limit=limits.max_total_bytes, limit_name="max_total_bytes")
     else:
         data = archive.read(name, limit=limits.max_json_bytes, limit_name="max_json_bytes")
@@ -404,7 +424,13 @@ def _verify_archive(archive: SafeArchive, stream: BinaryIO, limits: PackageLimit
     manifest = loads_object(raw_manifest, member=MANIFEST)
     validate_manifest(manifest)
     files = manifest["files"]
-    _check_member_set(archive, files, HEAD_FIELD in manifest, AFFECT_FIELD in manifest)
+    _check_member_set(
+        archive,
+        files,
+        HEAD_FIELD in manifest,
+        AFFECT_FIELD in manifest,
+        STATIC_FIELD in manifest,
+    )
     config = loads_object(_read_member(archive, files, CONFIG, limits), member=CONFIG)
     generation = loads_object(
         _read_member(archive, files, GENERATION_CONFIG, limits), member=GENERATION_CONFIG
@@ -435,6 +461,11 @@ def _verify_archive(archive: SafeArchive, stream: BinaryIO, limits: PackageLimit
             max_header_bytes=limits.max_safetensors_header_bytes,
         )
         affect = affect_from_member(affect_tensors, manifest[AFFECT_FIELD], dims.d_model)
+    static = None
+    if STATIC_FIELD in manifest:
+        static = static_from_member(
+            _read_member(archive, files, STATIC_MEMBER, limits), manifest[STATIC_FIELD]
+        )
     tensors, stored = _read_weights(archive, files, limits)
     _attach_scales(manifest, tensors, stored)
     _check_model(manifest, config, tensors, stored)
@@ -448,6 +479,7 @@ def _verify_archive(archive: SafeArchive, stream: BinaryIO, limits: PackageLimit
         digest=_file_digest(stream),
         embedder=head,
         affect=affect,
+        static_embedder=static,
     )
 
 

@@ -47,6 +47,7 @@ from evermind.package.schema import (
     tokenizer_summary,
     tokenizer_vocab_size,
 )
+from evermind.package.static_member import STATIC_MEMBER, StaticEmbedderFile
 from evermind.package.tensor import TORCH_TO_DTYPE, Tensor
 from evermind.package.zip_writer import ZipMember, build_zip
 
@@ -121,6 +122,7 @@ def write_package(
     embedder: EmbedderHead | None = None,
     int8_embedding: bool = INT8_EMBEDDING,
     affect: AffectHead | None = None,
+    static_embedder: StaticEmbedderFile | None = None,
 ) -> bytes:
     """Build a `.evermind` package in memory.
 
@@ -148,6 +150,9 @@ def write_package(
             as int8 (see :data:`evermind.package.int8.INT8_EMBEDDING` for the default).
         affect: The affect head, stored as ``affect.safetensors`` (float32) and described by
             the manifest's ``affect`` field; None: no affect head.
+        static_embedder: A static embedder's file, stored as ``static_embedder.safetensors``
+            byte for byte and described by the manifest's ``static_embedder`` field; a
+            loaded package then embeds with it. None: none.
 
     Returns:
         The archive bytes.
@@ -233,16 +238,19 @@ def write_package(
                 f"is {dims.d_model}"
             )
         members[AFFECT_MEMBER] = encode_safetensors(affect.tensors(), dtype="F32")
+    if static_embedder is not None:
+        members[STATIC_MEMBER] = static_embedder.data
     manifest = build_manifest(
         **summary,
         files={key: _file_entry(value) for key, value in members.items()},
         embedder=embedder.describe() if embedder is not None else None,
         quantization=quantization,
         affect=affect.describe() if affect is not None else None,
+        static_embedder=(static_embedder.describe() if static_embedder is not None else None),
     )
     entries = [ZipMember(MANIFEST, dumps_canonical(manifest, member=MANIFEST), compress=True)]
     for member in sorted(members):
-        stored = member in (WEIGHTS, HEAD_MEMBER, AFFECT_MEMBER)
+        stored = member in (WEIGHTS, HEAD_MEMBER, AFFECT_MEMBER, STATIC_MEMBER)
         entries.append(
             ZipMember(
                 member,
@@ -274,6 +282,7 @@ def write_package_file(
     embedder: EmbedderHead | None = None,
     int8_embedding: bool = INT8_EMBEDDING,
     affect: AffectHead | None = None,
+    static_embedder: StaticEmbedderFile | None = None,
 ) -> str:
     """Write a package to `path` atomically (temp file, fsync, rename).
 
@@ -297,6 +306,7 @@ def write_package_file(
         embedder: The embedding head (see :func:`write_package`).
         int8_embedding: See :func:`write_package`.
         affect: The affect head (see :func:`write_package`).
+        static_embedder: A static embedder's file (see :func:`write_package`).
 
     Returns:
         The package digest, ``"sha256:<hex>"`` of the file.
@@ -321,6 +331,7 @@ def write_package_file(
         embedder=embedder,
         int8_embedding=int8_embedding,
         affect=affect,
+        static_embedder=static_embedder,
     )
     return write_file_atomic(path, archive)
 

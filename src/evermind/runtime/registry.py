@@ -31,10 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from evermind.embedder.packaged import model_of
 from evermind.errors import EvermindError, NotFound, PackageError, Unavailable
 from evermind.model.inference import Model
 from evermind.package import Package, read_package
 from evermind.package.int8 import QUANT_FIELD, held_bytes
+from evermind.package.static_member import STATIC_FIELD, STATIC_MEMBER
 from evermind.runtime.installs import Install, InstallStore
 
 logger = logging.getLogger(__name__)
@@ -100,9 +102,16 @@ def parse_model_id(model_id: str) -> tuple[str, str | None]:
 def estimate_bytes(install: Install) -> int:
     """Memory a loaded model of ``install`` holds: its weights once (the CPU model's arrays,
     float32, int8 for an int8 package's quantised ones; :func:`build` drops the package's
-    copy) plus a fixed overhead."""
+    copy) plus a fixed overhead, plus a static embedder's file and the float32 table
+    :meth:`~evermind.embedder.static.StaticEmbedder.matrix` builds from it (the package
+    keeps the file's bytes and the embedder its stored table: twice the file)."""
     manifest = install.manifest
-    return held_bytes(manifest.get("model", {}), manifest.get(QUANT_FIELD)) + _OVERHEAD_BYTES
+    held = held_bytes(manifest.get("model", {}), manifest.get(QUANT_FIELD)) + _OVERHEAD_BYTES
+    static = manifest.get(STATIC_FIELD)
+    if isinstance(static, dict):
+        held += 2 * manifest["files"][STATIC_MEMBER]["size"]
+        held += 4 * static["vocab_size"] * static["dims"]
+    return held
 
 
 def build(package: Package) -> Model:
@@ -113,7 +122,7 @@ def build(package: Package) -> Model:
     never reads the package's float32 tensors again, so the model keeps the package without
     them (they were as large as the weights).
     """
-    model = Model(package)
+    model = model_of(package)
     model.package = dataclasses.replace(package, tensors={})
     return model
 

@@ -51,7 +51,7 @@ from evermind.auth import RateLimited
 from evermind.errors import ConfigError
 from evermind.model.cpu_decode import CpuDecoder
 from evermind.model.decode import Decoder, ZeroStartDecoder
-from evermind.model.inference import Model, apply_head_rows
+from evermind.model.inference import Model
 from evermind.model.sampling_rows import sample_rows
 from evermind.runtime.generation import GenerationRequest, GenerationResult
 from evermind.runtime.ids import fresh_seed
@@ -744,6 +744,4 @@ class EmbeddingBatcher:
 def _embed_batch(model: Model, texts: list[str]) -> tuple[np.ndarray, list[int]]:
     """``model.embed(texts)`` (rows of up to :data:`EMBED_FORWARD_ROWS` per forward) and the
     tokens each text's embedding read."""
-    encoded = model.embed_ids(texts)
-    raw = model.embed_raw_ids(encoded, EMBED_FORWARD_ROWS)
-    return apply_head_rows(model.package.embedder, raw, encoded), [len(ids) for ids in encoded]
+    return model.embed_counted(texts, EMBED_FORWARD_ROWS)

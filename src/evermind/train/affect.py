@@ -176,4 +176,5 @@ def affect_package_bytes(package: Package, head: AffectHead, version: str) -> by
         generation_config=package.generation_config,
         embedder=package.embedder,
         affect=head,
+        static_embedder=package.static_embedder,
     )

@@ -355,7 +355,8 @@ def package_bytes(
     affect: AffectHead | None = None,
 ) -> bytes:
     """A new package of ``model``'s current weights (``model.cpu.params``) with ``head`` (and
-    ``affect``, an affect head fitted on these weights; None: none)."""
+    ``affect``, an affect head fitted on these weights; None: none). A static embedder the
+    package carried is not kept: the embedding this writes is the model's own."""
     package = model.package
     shapes = model.config.param_shapes()
     tensors = {

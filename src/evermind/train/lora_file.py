@@ -209,4 +209,5 @@ def merge_package(
         dtype=str(base.manifest["model"]["dtype"]),
         generation_config=base.generation_config,
         embedder=base.embedder,
+        static_embedder=base.static_embedder,  # not fitted on the weights: kept
     )
