@@ -5,7 +5,8 @@ One page, in order: the tokenizer's first pass (counting the words, before any m
 characters read and its Cancel stops it there, keeping no tokenizer; after a new model the
 Memory panel's embedding of the stored memories (a recall's or a remember's first step)
 counts them and its Cancel stops it: the cancelled recall shows nothing, the cancelled
-remember writes nothing, and the next recall embeds the rest and ranks by meaning; the
+remember writes nothing, and the next recall embeds the rest and ranks by meaning; the Data
+panel's Send to memory, cancelled while it embeds the chunks, writes none of them; the
 embedder phase's distillation (a real ``evermind serve --teacher minilm`` on loopback as the
 teacher) counts its steps and its Cancel puts the weights back: the model embeds exactly as
 before and has no head. Last, opening and exporting a nano-sized package are timed (one
@@ -48,6 +49,14 @@ CORPUS = "\n".join(
     )
 )
 MODEL = {"d_model": 48, "n_layer": 2, "d_state": 8}
+#: A Markdown file of 400 sections: 400 chunks to embed before Send to memory writes them.
+RACKS = {
+    "name": "racks.md",
+    "mimeType": "text/markdown",
+    "buffer": "\n\n".join(
+        f"## Rack {i}\n\nRack {i} holds switch {i % 9} and cable bundle {i}." for i in range(400)
+    ).encode(),
+}
 
 
 @pytest.fixture(scope="module")
@@ -127,9 +136,13 @@ def test_b_memory_embedding_counts_and_cancels_recall_and_remember(
             "key": f"note.{i}",
             "content": f"Note {i}: the team checks invoice {i} and recipe {i % 7}.",
         }
-        for i in range(1500)
+        for i in range(1000)
     ]
-    assert call(rec, "memory_import", entries=entries)["count"] >= 1500
+    assert call(rec, "memory_import", entries=entries)["count"] >= 1000
+    # A file for the Data panel's Send to memory (test_c), chosen while there is no model.
+    show(studio, "data")
+    page.set_input_files("#data-files", files=[RACKS])
+    wait_text(studio, "#data-memory-files", r"racks\.md", timeout=60_000)
     _train(rec)  # a new model: every stored memory is embedded before it ranks by meaning
     show(studio, "memory")
     line = page.locator("#memory-progress")
@@ -137,7 +150,7 @@ def test_b_memory_embedding_counts_and_cancels_recall_and_remember(
     page.click("#memory-recall")
     page.locator("#memory-progress[data-total]").wait_for(timeout=60_000)
     total = int(line.get_attribute("data-total") or 0)
-    assert total >= 1500, total
+    assert total >= 1000, total
     assert "memories" in line.inner_text()
     line.locator("button", has_text="Cancel").click()
     said = wait_text(studio, "#panel-memory .message", r"^Recall cancelled", timeout=60_000)
@@ -156,7 +169,7 @@ def test_b_memory_embedding_counts_and_cancels_recall_and_remember(
     said = wait_text(studio, "#panel-memory .message", r"^Remember cancelled", timeout=60_000)
     assert "user.editor was not written" in said, said
     listed = call(rec, "memory_list", limit=5000)["items"]
-    assert len(listed) == 1500 and all(m["key"] != "user.editor" for m in listed)
+    assert len(listed) == 1000 and all(m["key"] != "user.editor" for m in listed)
 
     # The next recall embeds the rest and ranks by meaning.
     page.click("#memory-recall")
@@ -166,7 +179,29 @@ def test_b_memory_embedding_counts_and_cancels_recall_and_remember(
     assert ranked.startswith("semantic"), ranked
 
 
-def test_c_the_distillation_counts_steps_and_cancels_keeping_the_weights(
+def test_c_send_to_memory_cancelled_while_it_embeds_writes_nothing(
+    studio: RecordedPage,
+) -> None:
+    page = studio.page
+    show(studio, "data")
+    row = page.locator("#data-memory-files li[data-source='racks.md']")
+    assert "not in memory" in row.inner_text()
+    row.locator("button", has_text="Send to memory").click()
+    cancel = page.locator("#data-memory-cancel")
+    cancel.wait_for(state="visible", timeout=60_000)  # the chunks are being embedded
+    assert page.locator("#data-memory-progress-text").inner_text().startswith("Embedding: ")
+    cancel.click()
+    said = wait_text(studio, "#data-memory-result", r"^Cancelled", timeout=60_000)
+    assert "nothing was sent to memory" in said, said
+    assert cancel.is_hidden()
+    # All or nothing: no chunk of the file was written.
+    sources = call(studio, "memory_sources")["sources"]
+    assert all(s["source"] != "racks.md" for s in sources), sources
+    assert len(call(studio, "memory_list", limit=5000)["items"]) == 1000
+    assert "not in memory" in row.inner_text()
+
+
+def test_d_the_distillation_counts_steps_and_cancels_keeping_the_weights(
     studio: RecordedPage, tmp_path: Path
 ) -> None:
     page = studio.page
@@ -215,7 +250,7 @@ def _nano_package() -> bytes:
     return export_package(job, config, init_params(config, 0), tok, None, "test", "cpu")
 
 
-def test_d_opening_and_exporting_a_nano_package_are_timed(studio: RecordedPage) -> None:
+def test_e_opening_and_exporting_a_nano_package_are_timed(studio: RecordedPage) -> None:
     data = _nano_package()
     page = studio.page
     timed = page.evaluate(

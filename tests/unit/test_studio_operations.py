@@ -244,3 +244,40 @@ def test_recall_embeds_stored_memories_with_progress_and_a_cancel_keeps_them_usa
     events.clear()
     assert call("memory_remember", key="user.editor", content="The user edits in Vim.")["ok"]
     assert events == []  # nothing left to embed: no progress, no operation
+
+
+def test_a_send_to_memory_cancelled_while_it_embeds_writes_nothing(
+    no_gpu: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert call("package_load", data_b64=base64.b64encode(tiny_package()).decode())["ok"]
+    doc = "\n\n".join(
+        f"## Section {i}\n\nRack {i} holds the {i % 5}th switch and cable {i}." for i in range(60)
+    )
+    files = [{"name": "racks.md", "text": doc}]
+    events: list[dict[str, Any]] = []
+    cancel = [True]
+
+    def emitter(line: str) -> None:
+        event = json.loads(line)
+        if event["event"] != "memory-ingest-progress":
+            return
+        events.append(event)
+        if cancel and event["done"] > 0:
+            cancel.clear()
+            assert call("operation_cancel", name="ingest")["result"] == {"cancelled": True}
+
+    monkeypatch.setattr(rpc, "_emitter", emitter)
+    cancelled = call("memory_ingest", files=files)
+    assert not cancelled["ok"] and cancelled["error"]["type"] == "Cancelled", cancelled
+    assert {e["stage"] for e in events} == {"embed"}
+    assert 0 < events[-1]["done"] < events[-1]["total"], events
+    # All or nothing: no chunk, no source.
+    assert call("memory_sources")["result"]["sources"] == []
+    assert call("memory_list", limit=500)["result"]["items"] == []
+
+    events.clear()
+    sent = call("memory_ingest", files=files)
+    assert sent["ok"], sent
+    assert sent["result"]["added"] == sent["result"]["chunks"] == events[-1]["total"]
+    assert [e["stage"] for e in events][-1] == "write"
+    assert call("memory_sources")["result"]["sources"][0]["source"] == "racks.md"
