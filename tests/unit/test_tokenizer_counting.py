@@ -20,7 +20,10 @@ TRICKY = (
 )
 
 
-@pytest.mark.parametrize("text", [(TEXT.strip() + "\n") * 12, TRICKY * 300], ids=["prose", "tricky"])
+PROSE = (TEXT.strip() + "\n") * 12
+
+
+@pytest.mark.parametrize("text", [PROSE, TRICKY * 300], ids=["prose", "tricky"])
 @pytest.mark.parametrize("chars", [1, 5, 64, 4096])
 def test_the_pieces_count_the_words_the_whole_text_counts(text: str, chars: int) -> None:
     pieces = list(counting_pieces(text, chars))
