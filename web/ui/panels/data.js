@@ -270,6 +270,7 @@ export function dataPanel(app) {
       return;
     } finally {
       memoryCancel.hidden = true;
+      memoryCancel.disabled = false;
     }
     memoryBar.max = Math.max(1, r.chunks);
     memoryBar.value = r.chunks;
