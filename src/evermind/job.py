@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import sys
 from array import array
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -245,9 +245,12 @@ def sample_text(text: str, chars: int = 400, seed: int = 0) -> str:
 
 # -- tokenizer and data ----------------------------------------------------------------------
 def train_tokenizer(
-    text: str, vocab_size: int, on_progress: Callable[[int, int], None] | None = None
+    text: str | Iterable[str],
+    vocab_size: int,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Tokenizer:
-    """Trains the byte-level BPE tokenizer (``<|endoftext|>`` as eos/bos/pad)."""
+    """Trains the byte-level BPE tokenizer (``<|endoftext|>`` as eos/bos/pad) on ``text``, or
+    on documents streamed once (e.g. :func:`~evermind.tokenizer.trainer.counting_pieces`)."""
     return Tokenizer.train(text, vocab_size, on_progress=on_progress)
 
 

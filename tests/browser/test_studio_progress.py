@@ -219,8 +219,8 @@ def test_e_slow_work_says_it_is_still_working_then_clears(studio: RecordedPage) 
 
 
 def test_f_tokenizer_training_cancels_in_the_tab(studio: RecordedPage) -> None:
-    """The tokenizer trains in one synchronous loop; its Cancel still gets through (the merge
-    loop lets the page's call in every 0.2 s) and no tokenizer is kept."""
+    """The tokenizer trains in synchronous loops; its Cancel still gets through (the first
+    pass and the merge loop let the page's call in every 0.2 s) and no tokenizer is kept."""
     page = studio.page
     # Made-up words of many distinct letter pairs: thousands of merges to learn.
     syllables = [
@@ -259,8 +259,8 @@ def test_f_tokenizer_training_cancels_in_the_tab(studio: RecordedPage) -> None:
     show(studio, "tokenizer")
     page.fill("#panel-tokenizer input[name=vocab-size]", "4000")
     page.click("#tokenizer-train")
-    # Cancel at once: the first pass over the text gives no way in, so the cancel lands at
-    # the first count of merges and the training stops there.
+    # Cancel at once: it lands in the first pass (counting the words) or at the first count
+    # of merges, and the training stops there (test_studio_cancel.py pins the first pass).
     page.click("#tokenizer-cancel")
     said = wait_text(studio, "#panel-tokenizer .message", r"^Cancelled: ", timeout=60_000)
     print(said)

@@ -356,3 +356,41 @@ def test_files_sent_to_memory_are_embedded_once_in_batches_by_the_tabs_model(eve
     out = call("memory_recall", query="Fact number 7 seventh rack", top_k=3)
     assert out["ranked_by"].startswith("semantic+lexical")
     assert out["hits"][0]["source"] == "racks.md" and "seventh" in out["hits"][0]["content"]
+
+
+def test_a_cancelled_distillation_puts_the_weights_back(events) -> None:
+    """The distillation trains the model's weights in place; a cancel mid-way restores them:
+    the model embeds exactly as before, with no head, and a later run distils whole."""
+    from evermind.studio import operations
+
+    call("corpus_add", name="notes.md", text=TEXT)
+    call("tokenizer_train", vocab_size=300)
+    call("train_start", config=TINY, steps=2, batch_size=2, seq_len=16, lr=1e-2)
+    texts = ["open a file", "read a file", "a red apple", "green pears", "ripe plums"]
+    targets = [[1.0, 0.2 * i, 0.0] if i < 2 else [0.0, 0.2 * i, 1.0] for i in range(len(texts))]
+    before = call("embed", texts=texts)["vectors"]
+    info = call("embedder_info")
+
+    once = [True]
+
+    def cancel_at_step_5(line: str) -> None:
+        event = json.loads(line)
+        events.append(event)
+        if once and event["event"] == "embedder-progress" and event.get("step") == 5:
+            once.clear()
+            assert operations.cancel("embedder") is True  # the page's Cancel, mid-run
+
+    api.set_emitter(cancel_at_step_5)
+    kwargs = {"texts": texts, "targets": targets, "steps": 40, "lr": 5e-2, "batch_size": 2}
+    envelope = json.loads(asyncio.run(api.call("embedder_train", json.dumps(kwargs))))
+    assert not envelope["ok"] and envelope["error"]["type"] == "Cancelled", envelope
+    steps = [e["step"] for e in events if e["event"] == "embedder-progress"]
+    assert steps == [1, 2, 3, 4, 5], steps  # it stopped before step 6, nothing saved
+    after = call("embedder_info")
+    assert after["method"] is None and after["fingerprint"] == info["fingerprint"], after
+    again = call("embed", texts=texts)["vectors"]
+    for u, v in zip(before, again, strict=True):
+        assert max(abs(a - b) for a, b in zip(u, v, strict=True)) < 1e-6
+    out = call("embedder_train", **kwargs)
+    assert out["method"] == "distill" and out["dim"] == 3
+    assert len(call("embed", texts=texts)["vectors"][0]) == 3

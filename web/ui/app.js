@@ -638,7 +638,20 @@ export class StudioApp extends EventTarget {
     const settings = this.runtimeSettings();
     url = (url ?? settings.url ?? "").trim();
     token = token ?? settings.token;
-    const progress = (stage, done, total) => this.setEmbedderProgress(stage, done, total);
+    // Cancel (cancelEmbedder) stops the teacher's requests here and the distillation or the
+    // centring in the worker at its next step; the vocabulary stage comes after the distilled
+    // head is kept, so it has no Cancel.
+    this._embedderCancelled = false;
+    const checkCancel = () => {
+      if (!this._embedderCancelled) return;
+      const err = new Error("the embedder phase was cancelled");
+      err.name = "Cancelled";
+      throw err;
+    };
+    const progress = (stage, done, total) => {
+      checkCancel();
+      this.setEmbedderProgress(stage, done, total);
+    };
     this.setState({ embedderRunning: true, embedderProgress: null, embedder: null });
     try {
       const { texts } = await this.call("embedder_texts", { limit });
@@ -655,6 +668,7 @@ export class StudioApp extends EventTarget {
           const n = steps ?? Math.min(200, Math.max(30, Math.ceil((3 * fit.length) / batch_size)));
           progress("train", 0, n);
           let result = await this.call("embedder_train", { texts: fit.map((i) => texts[i]), targets: fit.map((i) => vectors[i]), steps: n, lr, batch_size, teacher: model });
+          this._embedderCancelled = false; // the distilled head is kept: too late to cancel
           let why = `distilled from ${model} at ${url} on ${fit.length} corpus sentences`;
           try {
             // The token term: the teacher's vector of each vocabulary entry, scaled into the head.
@@ -671,6 +685,7 @@ export class StudioApp extends EventTarget {
           }
           return this._embedderDone({ ...result, url, why });
         } catch (err) {
+          if (err?.name === "Cancelled") throw err;
           reason = `the teacher at ${url} failed: ${describeError(err)} So no teacher: centred the model's vectors on the corpus instead.`;
         }
       } else {
@@ -680,7 +695,8 @@ export class StudioApp extends EventTarget {
       const result = await this.call("embedder_centre", { texts, reason });
       return this._embedderDone({ ...result, why: reason });
     } catch (err) {
-      // Cancel (the centring's): nothing was kept, the model embeds as it did before.
+      // Cancelled: nothing was kept (the distillation put the weights back), the model
+      // embeds as it did before.
       if (err?.name === "Cancelled") {
         this.setState({ embedder: { cancelled: true } });
         return { cancelled: true };
@@ -690,6 +706,13 @@ export class StudioApp extends EventTarget {
     } finally {
       this.setState({ embedderRunning: false });
     }
+  }
+
+  /** Asks the running embedder phase to stop (see `embedder`); nothing of it is kept. */
+  cancelEmbedder() {
+    if (!this.state.embedderRunning) return;
+    this._embedderCancelled = true;
+    this.call("operation_cancel", { name: "embedder" }).catch(() => {});
   }
 
   _embedderDone(embedder) {

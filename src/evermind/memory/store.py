@@ -30,7 +30,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -489,22 +489,42 @@ class MemoryStore:
         self._vectors.remove(key)
         self._vector_hash.pop(key, None)
 
-    async def ensure_vectors(self) -> None:
-        """Embeds (or loads from the cache) every memory not yet in the vector index.
-
-        Only the keys written since the last call are looked at (a write or a reload marks
-        them), so a recall on an indexed store does no work here.
-        """
-        if self._cache is None or not self._unembedded:
-            return
+    def _vectors_todo(self) -> list[MemoryRecord]:
         pending = self._unembedded
-        todo = [
+        return [
             r
             for r in self._records.values()
             if r.key in pending and not r.archived and r.key not in self._vector_hash
         ]
+
+    def pending_vectors(self) -> int:
+        """How many memories the next :meth:`ensure_vectors` (a recall's first step) embeds or
+        loads from the vector cache: 0 without an embedder or when the index is whole."""
+        if self._cache is None or not self._unembedded:
+            return 0
+        return len(self._vectors_todo())
+
+    async def ensure_vectors(
+        self, on_batch: Callable[[int, int], Awaitable[None]] | None = None
+    ) -> None:
+        """Embeds (or loads from the cache) every memory not yet in the vector index.
+
+        Only the keys written since the last call are looked at (a write or a reload marks
+        them), so a recall on an indexed store does no work here.
+
+        Args:
+            on_batch: Awaited as ``on_batch(done, total)`` before each batch of
+                ``_EMBED_BATCH`` memories and after the last; an exception it raises stops
+                the work there. Each memory embedded before it keeps its (whole) vector; the
+                rest stay marked, and the next call embeds them.
+        """
+        if self._cache is None or not self._unembedded:
+            return
+        todo = self._vectors_todo()
         self._unembedded = {r.key for r in todo}  # writes while this awaits add to it
         for start in range(0, len(todo), _EMBED_BATCH):
+            if on_batch is not None:
+                await on_batch(start, len(todo))
             batch = todo[start : start + _EMBED_BATCH]
             vectors = await self._cache.vectors([r.content for r in batch])
             for record, vector in zip(batch, vectors, strict=True):
@@ -513,6 +533,8 @@ class MemoryStore:
                 current = self._records.get(record.key)
                 if current is None or current.content_hash == record.content_hash:
                     self._unembedded.discard(record.key)  # not rewritten meanwhile
+        if on_batch is not None and todo:
+            await on_batch(len(todo), len(todo))
 
     # ------------------------------------------------------------------ lifecycle
 

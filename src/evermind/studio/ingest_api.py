@@ -12,14 +12,19 @@ Progress goes to the page as ``memory-ingest-progress`` events (``done`` of ``to
 chunks): every file is parsed and chunked first, so the total is known before anything is
 written (a file that no parser reads, or a malformed CSV, stops the call before any write).
 With a model, the chunks are embedded in batches before the write (the store's vector cache
-keeps them, so the sync embeds nothing twice) and each batch is a progress step; without
-one, each file written is. The store is :mod:`~evermind.studio.memory_api`'s (one
-``TabMemory`` per session, so the Memory panel recalls what was sent). Registered on this
-module's ``router``, which :mod:`evermind.studio.api` merges. Browser-safe.
+keeps them, so the sync embeds nothing twice) and each batch is a progress step (``stage``
+``"embed"``); without one, each file written is (``stage`` ``"write"``). The embedding is the
+cancellable ``ingest`` operation (``operation_cancel``): a cancel stops it before its next
+batch and the call fails with ``Cancelled`` before anything is written, so a send writes all
+of its chunks or none; the write itself is not cancellable. The store is
+:mod:`~evermind.studio.memory_api`'s (one ``TabMemory`` per session, so the Memory panel
+recalls what was sent). Registered on this module's ``router``, which
+:mod:`evermind.studio.api` merges. Browser-safe.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import time
@@ -30,6 +35,7 @@ from evermind import ingest
 from evermind.errors import InputError
 from evermind.ingest import Chunker, IngestProgress, ParseOptions
 from evermind.memory.records import validate_content
+from evermind.studio import operations
 from evermind.studio.memory_api import tab_memory
 from evermind.studio.rpc import Router, emit
 from evermind.studio.tab_memory import check_namespace
@@ -119,25 +125,38 @@ async def memory_ingest(
     texts = _chunk_texts(items, chunker)
     total = sum(len(t) for t in texts)
     store = await tab_memory().store(name)
-    emit("memory-ingest-progress", done=0, total=total, namespace=name, source=None)
     cache = store.vector_cache
+    stage = "write" if cache is None else "embed"
+    emit("memory-ingest-progress", stage=stage, done=0, total=total, namespace=name, source=None)
     embedded_before = 0 if cache is None else cache.embedded_texts
     on_progress = None
     if cache is not None:
         done = 0
-        for (source, _), chunk_texts in zip(items, texts, strict=True):
-            for start in range(0, len(chunk_texts), EMBED_BATCH):
-                batch = chunk_texts[start : start + EMBED_BATCH]
-                await cache.vectors(batch)
-                done += len(batch)
-                emit(
-                    "memory-ingest-progress", done=done, total=total, namespace=name, source=source
-                )
+        with operations.operation("ingest") as op:
+            for (source, _), chunk_texts in zip(items, texts, strict=True):
+                for start in range(0, len(chunk_texts), EMBED_BATCH):
+                    # The page's cancel call arrives only while this awaits (the CPU path
+                    # embeds synchronously); nothing is written before the loop ends.
+                    await asyncio.sleep(0)
+                    op.check()
+                    batch = chunk_texts[start : start + EMBED_BATCH]
+                    await cache.vectors(batch)
+                    done += len(batch)
+                    emit(
+                        "memory-ingest-progress",
+                        stage="embed",
+                        done=done,
+                        total=total,
+                        namespace=name,
+                        source=source,
+                    )
+            op.check()
     else:
 
         def on_progress(progress: IngestProgress) -> None:
             emit(
                 "memory-ingest-progress",
+                stage="write",
                 done=progress.chunks,
                 total=total,
                 namespace=name,
@@ -147,7 +166,14 @@ async def memory_ingest(
     report = await ingest.sync_bytes(
         store, items, chunker=chunker, tags=STUDIO_TAGS, on_progress=on_progress
     )
-    emit("memory-ingest-progress", done=total, total=total, namespace=name, source=None)
+    emit(
+        "memory-ingest-progress",
+        stage="write",
+        done=total,
+        total=total,
+        namespace=name,
+        source=None,
+    )
     # The report counts what the sync embedded; the batches before it embedded the rest.
     report.embeds = 0 if cache is None else cache.embedded_texts - embedded_before
     report.seconds = time.perf_counter() - started

@@ -9,14 +9,20 @@ and lookup result says how it was ranked (``ranked_by``) and which scan ran (``s
 recall hit also carries ``match``, the same in plain words (:mod:`evermind.studio.match_words`).
 ``cache_lookup`` and ``cache_store`` take an optional ``runtime`` (:func:`runtime_cache`): the
 runtime's gateway cache as L2 (:mod:`evermind.cache.gateway_client`).
-``memory_remember`` runs write-through cognition (:mod:`evermind.memory.write_through`, the
-pipeline of MCP ``memory_remember`` and HTTP remember; no evidence gatherer in the tab) and
-answers its outcome; ``memory_forget`` forgets the key's superseded versions too.
+Before a recall or a remember ranks by meaning, the memories the current model has not embedded
+yet (all of them after a new model) are embedded as the ``memory`` operation
+(:func:`index_memories`): ``memory-progress`` events count them, and ``operation_cancel``
+stops it between batches (the recall or remember then does nothing: a cancelled remember
+writes nothing). ``memory_remember`` runs write-through cognition
+(:mod:`evermind.memory.write_through`, the pipeline of MCP ``memory_remember`` and HTTP
+remember; no evidence gatherer in the tab) and answers its outcome; ``memory_forget`` forgets
+the key's superseded versions too.
 Registered on this module's ``router``, which :mod:`evermind.studio.api` merges. Browser-safe.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +30,9 @@ from evermind.cache.gateway_client import DEFAULT_TIMEOUT_S, GatewayCacheClient,
 from evermind.cache.l2 import Transport
 from evermind.cache.verified import DEFAULT_MAX_ERROR
 from evermind.errors import ConfigError
+from evermind.memory.store import MemoryStore
 from evermind.memory.write_through import Remember, forget_history, remember_through
+from evermind.studio import operations
 from evermind.studio.match_words import cache_words, describe_hits
 from evermind.studio.rpc import Router, session
 from evermind.studio.tab_memory import TabMemory
@@ -45,6 +53,33 @@ def tab_memory() -> TabMemory:
     if _tab is None or _tab.session is not current:
         _tab = TabMemory(current)
     return _tab
+
+
+async def index_memories(store: MemoryStore, what: str) -> None:
+    """Embeds the memories the current model has not embedded yet, as the cancellable
+    ``memory`` operation: a ``memory-progress`` event (``what``: "recall" or "remember",
+    ``done``, ``total``) before each batch and at the end, and a cancel check before each
+    batch. Nothing to embed (an indexed store, or no model): no event, no work.
+
+    Raises:
+        Cancelled: The page cancelled it; the memories embedded so far keep their vectors
+            (whole and right for this model), the rest are embedded by the next call.
+    """
+    await store.refresh()
+    if not store.pending_vectors():
+        return
+    emit = session().emit
+    with operations.operation("memory") as op:
+
+        async def batch(done: int, total: int) -> None:
+            emit("memory-progress", what=what, done=done, total=total)
+            if done < total:
+                # The page's cancel call arrives only while this awaits (the CPU path
+                # embeds synchronously).
+                await asyncio.sleep(0)
+                op.check()
+
+        await store.ensure_vectors(batch)
 
 
 def _strings(value: object, what: str) -> list[str]:
@@ -80,6 +115,8 @@ async def memory_remember(
         _strings(aliases, "memory_remember: aliases"),
     )
     store = await tab_memory().store(namespace)
+    if mode == "reconcile":
+        await index_memories(store, "remember")
     outcome = await remember_through(store, request, None, mode)  # type: ignore[arg-type]
     record = outcome.record
     return {
@@ -100,6 +137,7 @@ async def memory_recall(
     tab = tab_memory()
     store = await tab.store(namespace)
     wanted = None if tags is None else _strings(tags, "memory_recall: tags")
+    await index_memories(store, "recall")
     hits = await store.recall(query, int(top_k), wanted)
     semantic = bool(hits) and hits[0].ranked_by.startswith("semantic")
     rows = [

@@ -17,7 +17,7 @@ import random
 import re
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -44,10 +44,11 @@ from evermind.package.tensor import Tensor
 from evermind.search.calibration import UNCALIBRATED, Calibration, measure_calibration
 from evermind.search.cosine import dot
 from evermind.studio.draft import DRAFT_KEY, DraftError, describe_draft, draft_record, parse_draft
-from evermind.studio.operations import operation, yield_to_page
+from evermind.studio.operations import Cancelled, Operation, operation, yield_to_page
 from evermind.studio.similarity import similarity_meaning
 from evermind.studio.storage import KeyValueStore, open_storage
 from evermind.tokenizer import Tokenizer
+from evermind.tokenizer.trainer import counting_pieces
 from evermind.train.data import eval_windows
 from evermind.train.gpu_backend import GpuBackend
 from evermind.train.loop import Trainer
@@ -108,6 +109,8 @@ def _cortex_fields(cortex: dict[str, Any] | None) -> dict[str, Any]:
 CALIBRATION_TEXTS = 48
 #: Texts per batch of that calibration: one progress event and one cancel check each.
 SIMILARITY_BATCH = 8
+#: Characters per piece of the tokenizer's first pass (a cancel can stop between pieces).
+COUNT_PIECE_CHARS = 1 << 15
 
 
 def embedder_texts(text: str, limit: int = EMBEDDER_TEXTS) -> list[str]:
@@ -232,17 +235,27 @@ class Session:
 
         with operation("tokenizer") as op:
 
-            def progress(done: int, total: int) -> None:
+            def progress(done: int, total: int, stage: str = "merge") -> None:
                 now = time.perf_counter()
                 if now - last[0] > 0.2 or done >= total:
                     last[0] = now
-                    self.emit("tokenizer-progress", done=done, total=total)
+                    self.emit("tokenizer-progress", stage=stage, done=done, total=total)
                     # The training is one synchronous loop: in the tab, let the page's
                     # cancel call in here (a no-op natively), then stop if it asked.
                     yield_to_page()
                     op.check()
 
-            tokenizer = train_tokenizer(text, vocab_size, on_progress=progress)
+            def pieces() -> Iterator[str]:
+                # The first pass (counting the words) reads the text in pieces that count
+                # as the whole does, with the same way in for a cancel between them.
+                done = 0
+                for piece in counting_pieces(text, COUNT_PIECE_CHARS):
+                    progress(done, len(text), "count")
+                    yield piece
+                    done += len(piece)
+                progress(done, len(text), "count")
+
+            tokenizer = train_tokenizer(pieces(), vocab_size, on_progress=progress)
         # Only a whole tokenizer replaces the one the session had.
         self.tokenizer = tokenizer
         self._vocab_requested = vocab_size
@@ -962,35 +975,21 @@ class Session:
         trainer = GpuBackend(
             model.device, self.config, batch, length, train, weights=model.slots, embed_dim=width
         )
-        trainer.load_embedder(await self._pooled_mean(trainer, texts))
-        order = list(range(len(texts)))
-        rng = random.Random(seed)
-        rng.shuffle(order)
-        cursor, losses = 0, []
-        previous, self.state = self.state, "embedding"
+        # The distillation changes the model's weights in place: a copy is kept, and a cancel
+        # (the ``embedder`` operation, checked before every step) puts it back, so the model
+        # is as it was before it (weights and head).
         start = time.perf_counter()
-        try:
-            for step in range(1, steps + 1):
-                rows = []
-                for _ in range(batch):
-                    if cursor == len(order):
-                        rng.shuffle(order)
-                        cursor = 0
-                    rows.append(order[cursor])
-                    cursor += 1
-                ((ids, lengths, _),) = self._embed_batches([texts[i] for i in rows], batch, length)
-                flat = array("f", [x for i in rows for x in targets[i]])
-                loss = await trainer.embed_train_step([(ids, lengths, flat)], lr, step)
-                losses.append(loss)
-                self.emit(
-                    "embedder-progress",
-                    step=step,
-                    steps=steps,
-                    loss=_finite(loss),
-                    elapsed_s=round(time.perf_counter() - start, 2),
-                )
-        finally:
-            self.state = previous
+        with operation("embedder") as op:
+            before = await model.read_params()
+            trainer.load_embedder(await self._pooled_mean(trainer, texts))
+            previous, self.state = self.state, "embedding"
+            try:
+                losses = await self._distil(trainer, texts, targets, steps, seed, op)
+            except Cancelled:
+                model.load_params(before)
+                raise
+            finally:
+                self.state = previous
         centre, projection = await trainer.read_embedder()
         dm = self.config.d_model
         head = EmbedderHead(
@@ -1009,6 +1008,46 @@ class Session:
         self._decoder = None
         await self._keep_head(head, info)
         return info
+
+    async def _distil(
+        self,
+        trainer: GpuBackend,
+        texts: list[str],
+        targets: list[list[float]],
+        steps: int,
+        seed: int,
+        op: Operation,
+    ) -> list[float]:
+        """:meth:`embedder_train`'s optimiser steps (a cancel check before each); the losses."""
+        batch, length = trainer.batch_size, trainer.seq_len
+        order = list(range(len(texts)))
+        rng = random.Random(seed)
+        rng.shuffle(order)
+        cursor, losses = 0, []
+        start = time.perf_counter()
+        lr = trainer.train.lr
+        for step in range(1, steps + 1):
+            op.check()
+            rows = []
+            for _ in range(batch):
+                if cursor == len(order):
+                    rng.shuffle(order)
+                    cursor = 0
+                rows.append(order[cursor])
+                cursor += 1
+            ((ids, lengths, _),) = self._embed_batches([texts[i] for i in rows], batch, length)
+            flat = array("f", [x for i in rows for x in targets[i]])
+            loss = await trainer.embed_train_step([(ids, lengths, flat)], lr, step)
+            losses.append(loss)
+            self.emit(
+                "embedder-progress",
+                step=step,
+                steps=steps,
+                loss=_finite(loss),
+                elapsed_s=round(time.perf_counter() - start, 2),
+            )
+        op.check()
+        return losses
 
     def embedder_vocab(self) -> dict[str, Any]:
         """The vocabulary entries the token term asks the teacher about: ``ids`` and their

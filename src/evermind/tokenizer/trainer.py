@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -38,7 +39,7 @@ from evermind.tokenizer.pretokenizer import PreTokenizer
 from evermind.tokenizer.spec import AddedToken, BPESpec
 from evermind.tokenizer.specials import AddedTokenMatcher, SpecialTokens
 
-__all__ = ["ProgressCallback", "count_words", "learn_merges", "train_spec"]
+__all__ = ["ProgressCallback", "count_words", "counting_pieces", "learn_merges", "train_spec"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,31 @@ def count_words(documents: Iterable[str], split: Callable[[str], list[str]]) -> 
             )
         counts.update(split(document))
     return counts
+
+
+#: A cut that the default pre-tokenizer (``EVERMIND_PATTERN``) never splits across: right after
+#: a newline that follows a printable ASCII character and precedes an ASCII letter or digit.
+#: There the newline is a pre-token of its own (``\s+(?!\S)`` fails before the letter, ``\s+``
+#: takes the newline alone; no other alternative spans whitespace), so both sides pre-tokenise
+#: alone exactly as they do inside the whole text.
+_SAFE_CUT = re.compile(r"(?<=[!-~]\n)(?=[A-Za-z0-9])")
+
+
+def counting_pieces(text: str, chars: int = 1 << 16) -> Iterator[str]:
+    """``text`` in pieces of about ``chars`` characters (or more, up to the next safe cut)
+    that Evermind's default pre-tokenizer splits exactly as it splits the whole text, so
+    :func:`count_words` over the pieces counts the same words; a caller streams them to
+    :func:`train_spec` to do something (report progress, stop) between pieces of the first
+    pass. Only valid for :meth:`PreTokenizer.default`.
+    """
+    if chars < 1:
+        raise TokenizerError(f"counting_pieces: chars is {chars}; expected >= 1")
+    start = 0
+    while start < len(text):
+        cut = _SAFE_CUT.search(text, start + chars)
+        end = len(text) if cut is None else cut.start()
+        yield text[start:end]
+        start = end
 
 
 def _merge_word(word: list[int], left: int, right: int, merged: int) -> list[int]:

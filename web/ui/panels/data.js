@@ -203,6 +203,14 @@ export function dataPanel(app) {
   const memoryList = h("ul", { class: "memory-files", id: "data-memory-files", "aria-label": "Files and memory" });
   const memoryBar = h("progress", { id: "data-memory-progress", max: 1, value: 0, "aria-label": "Send to memory progress" });
   const memoryBarText = h("span", { class: "progress-text", id: "data-memory-progress-text", text: "" });
+  // With a model the chunks are embedded before anything is written: Cancel stops that (the
+  // send then writes nothing); the write that follows is not cancellable.
+  const memoryCancel = h("button", { type: "button", class: "quiet small", id: "data-memory-cancel", text: "Cancel", hidden: true });
+  memoryCancel.addEventListener("click", () => {
+    memoryCancel.disabled = true;
+    memoryBarText.textContent = "Cancelling…";
+    app.call("operation_cancel", { name: "ingest" }).catch(() => {});
+  });
   const memoryMessage = h("p", { class: "message", id: "data-memory-result", role: "status", "aria-live": "polite", hidden: true });
   const sendAll = app.gate(h("button", { type: "button", id: "data-memory-send-all", text: "Send all to memory" }), () => (memoryFiles.size ? idle() : "Drop or choose files first."));
   const memoryBox = h(
@@ -212,7 +220,7 @@ export function dataPanel(app) {
     h("small", { class: "hint", text: "Each file is parsed and cut into chunks in this tab, then stored for recall (Memory panel). Sending a changed file again rewrites only the chunks that changed." }),
     h("div", { class: "row align-end" }, memoryNamespace.field, sendAll),
     memoryList,
-    h("div", { class: "progress-row" }, memoryBar, memoryBarText),
+    h("div", { class: "progress-row" }, memoryBar, memoryBarText, memoryCancel),
     memoryMessage,
   );
   const namespace = () => memoryNamespace.input.value.trim() || null;
@@ -250,7 +258,20 @@ export function dataPanel(app) {
     memoryBar.max = 1;
     memoryBar.removeAttribute("value"); // indeterminate until the first progress event
     memoryBarText.textContent = "Parsing…";
-    const r = await app.call("memory_ingest", { files: names.map((name) => ({ name, data_b64: memoryFiles.get(name) })), namespace: namespace() });
+    memoryCancel.disabled = false;
+    let r;
+    try {
+      r = await app.call("memory_ingest", { files: names.map((name) => ({ name, data_b64: memoryFiles.get(name) })), namespace: namespace() });
+    } catch (err) {
+      if (err?.name !== "Cancelled") throw err;
+      memoryBar.value = 0;
+      memoryBarText.textContent = "";
+      app.say(memoryMessage, "Cancelled: nothing was sent to memory (no chunk was written).");
+      return;
+    } finally {
+      memoryCancel.hidden = true;
+      memoryCancel.disabled = false;
+    }
     memoryBar.max = Math.max(1, r.chunks);
     memoryBar.value = r.chunks;
     memoryBarText.textContent = `${formatCount(r.chunks)} / ${formatCount(r.chunks)} chunks`;
@@ -379,10 +400,11 @@ export function dataPanel(app) {
     update,
     onEvent(e) {
       if (e.event === "corpus-progress" && e.total > 0) defaultProgress.update(e.done, e.total);
-      if (e.event === "memory-ingest-progress" && e.total > 0) {
+      if (e.event === "memory-ingest-progress" && e.total > 0 && !memoryCancel.disabled) {
         memoryBar.max = e.total;
         memoryBar.value = e.done;
-        memoryBarText.textContent = `${formatCount(e.done)} / ${formatCount(e.total)} chunks`;
+        memoryCancel.hidden = e.stage !== "embed" || e.done >= e.total;
+        memoryBarText.textContent = `${e.stage === "embed" ? "Embedding: " : ""}${formatCount(e.done)} / ${formatCount(e.total)} chunks`;
       } else if (e.event === "studio-data" && /^memory_(forget|import)$/.test(e.fn) && memoryListed) {
         listMemorySources().catch((err) => app.say(memoryMessage, String(err.message), "error"));
       }

@@ -3,6 +3,7 @@
 // embedded by the tab's own model when one is trained or opened (lexical ranking otherwise).
 // Every call goes to one namespace (empty: "studio", where the Data panel sends files).
 import { h, field, formatNumber } from "../dom.js";
+import { ProgressLine } from "../progress.js";
 
 const splitTags = (text) => text.split(",").map((t) => t.trim()).filter(Boolean);
 // What write-through cognition did with a remember, in plain words (the summary follows).
@@ -57,6 +58,28 @@ export function memoryPanel(app) {
   const recall = app.gate(h("button", { type: "button", id: "memory-recall", text: "Recall" }), () => (query.input.value.trim() ? null : "Type a query."));
   query.input.addEventListener("input", () => app.refresh());
   const hits = h("ol", { class: "hits", id: "memory-hits", "aria-live": "polite" });
+  // Before a recall or a remember ranks by meaning, the memories the model has not embedded
+  // yet (all of them after a new model) are embedded: counted here, and Cancel stops it
+  // between batches (the recall or the remember then does nothing).
+  const indexProgress = new ProgressLine({
+    id: "memory-progress",
+    label: "Embedding the stored memories for this model",
+    unit: "memories",
+    onCancel: () => app.call("operation_cancel", { name: "memory" }).catch(() => {}),
+  });
+  /** Runs `work` (a recall or a remember): its embedding shows on the progress line; a
+   * Cancel of it says `cancelled` and resolves with null. */
+  async function cancellable(work, cancelled) {
+    try {
+      return await work();
+    } catch (err) {
+      if (err?.name !== "Cancelled") throw err;
+      app.say(message, cancelled);
+      return null;
+    } finally {
+      indexProgress.finish();
+    }
+  }
   const recent = h("ul", { class: "hits compact", id: "memory-list" });
 
   const forgetButton = (k) => {
@@ -82,7 +105,11 @@ export function memoryPanel(app) {
 
   remember.addEventListener("click", () => app.run(remember, async () => {
     const k = key.input.value.trim();
-    const r = await app.call("memory_remember", { key: k, content: content.input.value, tags: splitTags(tags.input.value), importance: Number(importance.input.value), namespace: namespace() });
+    const r = await cancellable(
+      () => app.call("memory_remember", { key: k, content: content.input.value, tags: splitTags(tags.input.value), importance: Number(importance.input.value), namespace: namespace() }),
+      `Remember cancelled: ${k} was not written. The memories embedded before the cancel keep their vectors; the next recall or remember embeds the rest.`,
+    );
+    if (!r) return;
     app.say(message, `${OUTCOME[r.action] ?? "Done"}. ${r.summary}`, r.action === "reject" || r.action === "contested" ? "" : "ok");
     if (r.action === "reject") return;
     key.input.value = "";
@@ -92,7 +119,14 @@ export function memoryPanel(app) {
   }, message));
 
   const doRecall = () => app.run(recall, async () => {
-    const r = await app.call("memory_recall", { query: query.input.value, top_k: Number(topK.input.value), namespace: namespace() });
+    const r = await cancellable(
+      () => app.call("memory_recall", { query: query.input.value, top_k: Number(topK.input.value), namespace: namespace() }),
+      "Recall cancelled: nothing was recalled. The memories embedded before the cancel keep their vectors; the next recall embeds the rest.",
+    );
+    if (!r) {
+      hits.replaceChildren();
+      return;
+    }
     hits.replaceChildren(
       ...(r.hits.length
         ? r.hits.map((hit) => h(
@@ -123,6 +157,7 @@ export function memoryPanel(app) {
     {},
     h("header", { class: "panel-head" }, h("h2", { id: "heading-memory", text: "Memory" }), h("p", { class: "lead", text: "An agent memory kept in this browser. Recall mixes keyword and meaning (once a model is trained or a package opened) and says how each hit was ranked." })),
     message,
+    indexProgress.element,
     h("div", { class: "row align-end" }, namespaceField.field),
     h(
       "div",
@@ -143,6 +178,13 @@ export function memoryPanel(app) {
     title: "Memory",
     element,
     onEvent(e) {
+      if (e.event === "memory-progress") {
+        if (e.done >= e.total) indexProgress.finish();
+        else {
+          if (indexProgress.element.hidden) indexProgress.start();
+          indexProgress.update(e.done, e.total);
+        }
+      }
       // A memory changed by the JS API (or another Studio on this page) is listed here too.
       if (e.event === "studio-data" && e.fn.startsWith("memory_") && app.state.phase === "ready") {
         listed = true;

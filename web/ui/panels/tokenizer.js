@@ -29,7 +29,8 @@ export function tokenizerPanel(app) {
   );
   const bar = h("progress", { id: "tokenizer-progress", max: 1, value: 0, "aria-label": "Tokenizer training progress" });
   const barText = h("span", { class: "progress-text", text: "" });
-  // The training checks for a cancel between merges (in the tab it lets the page's call in).
+  // The training checks for a cancel between pieces of the first pass (counting the words)
+  // and between merges (in the tab it lets the page's call in).
   const cancel = h("button", { type: "button", class: "quiet small", id: "tokenizer-cancel", text: "Cancel", hidden: true });
   cancel.addEventListener("click", () => {
     cancel.disabled = true;
@@ -44,13 +45,15 @@ export function tokenizerPanel(app) {
   const tryOut = h("div", { class: "encoded", "aria-live": "polite" });
   const tryButton = app.gate(h("button", { type: "button", text: "Encode" }), () => (app.state.tokenizer ? null : "Train the tokenizer first."));
 
-  let started = performance.now(); // when this panel's Train was pressed (the time left)
+  let started = performance.now(); // when the current stage began (the time left)
+  let stage = null; // "count" (the first pass) or "merge"
   trainButton.addEventListener("click", () => app.run(trainButton, async () => {
     const size = Number(vocab.input.value);
     bar.value = 0;
     bar.removeAttribute("value"); // indeterminate until the first progress event
     barText.textContent = "Starting…";
     started = performance.now();
+    stage = null;
     cancel.disabled = false;
     cancel.hidden = false;
     let result;
@@ -126,10 +129,18 @@ export function tokenizerPanel(app) {
     element,
     update,
     onEvent(e) {
-      if (e.event === "tokenizer-progress" && e.total > 0) {
+      if (e.event === "tokenizer-progress" && e.total > 0 && !(cancel.disabled && !cancel.hidden)) {
         bar.max = e.total;
         bar.value = e.done;
-        barText.textContent = `${formatCount(e.done)} / ${formatCount(e.total)}${timeWords(e.done, e.total, started)}`;
+        // The first pass counts the words (characters read); then the merges.
+        if (e.stage === "count") {
+          if (stage !== "count") started = performance.now();
+          barText.textContent = `Counting words: ${formatCount(e.done)} / ${formatCount(e.total)} characters${timeWords(e.done, e.total, started)}`;
+        } else {
+          if (stage === "count") started = performance.now();
+          barText.textContent = `${formatCount(e.done)} / ${formatCount(e.total)}${timeWords(e.done, e.total, started)}`;
+        }
+        stage = e.stage ?? "merge";
       }
     },
     status: () => (app.state.tokenizer ? "done" : app.state.tokenizerRunning ? "active" : "todo"),

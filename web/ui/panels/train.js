@@ -248,12 +248,13 @@ export function trainPanel(app) {
   }, embedderHint);
   const embedderStatus = h("p", { class: "status-line", id: "embedder-status", role: "status", "aria-live": "polite", hidden: true });
   const embedderProgress = h("p", { class: "hint", id: "embedder-progress", hidden: true });
-  // The centring can stop at its next batch (nothing kept); the distillation changes the
-  // weights as it goes, so it has no Cancel.
+  // The teacher's requests, the distillation and the centring stop at their next batch or
+  // step and keep nothing (the distillation puts the weights back); the vocabulary stage
+  // comes after the distilled head is kept, so it has no Cancel.
   const embedderCancel = h("button", { type: "button", class: "quiet small", id: "embedder-cancel", text: "Cancel", hidden: true });
   embedderCancel.addEventListener("click", () => {
     embedderCancel.disabled = true;
-    app.call("operation_cancel", { name: "embedder" }).catch(() => {});
+    app.cancelEmbedder();
   });
   embedderButton.addEventListener("click", () => app.run(embedderButton, () => app.embedder(), embedderStatus));
 
@@ -320,7 +321,7 @@ export function trainPanel(app) {
     const s = app.state;
     const p = s.embedderProgress;
     embedderProgress.hidden = !(s.embedderRunning && p);
-    const cancellable = Boolean(s.embedderRunning && p?.stage === "centre");
+    const cancellable = Boolean(s.embedderRunning && ["teacher", "train", "centre"].includes(p?.stage));
     if (embedderCancel.hidden === cancellable) embedderCancel.disabled = false;
     embedderCancel.hidden = !cancellable;
     if (p) embedderProgress.textContent = p.stage === "save" ? `${STAGES.save}…` : `${STAGES[p.stage] ?? p.stage}: ${p.done} / ${p.total}${p.loss != null ? ` · loss ${formatNumber(p.loss, 4)}` : ""}${timeWords(p.done, p.total, p.t0)}`;
