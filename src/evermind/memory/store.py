@@ -125,7 +125,12 @@ class MemoryStore:
                 f"MemoryStore: vector_index must be empty, got one holding {len(vector_index)} "
                 "vectors; hint: the store fills it from its own memories"
             )
-        self._vectors = vector_index if vector_index is not None else VectorIndex(use_numpy)
+        if vector_index is None:
+            # Without an embedder nothing is ever embedded: the index stays empty, so it needs
+            # no numpy (whose import is ~80 ms of a Claude Code hook's lexical recall).
+            lean = bound is None and use_numpy is None
+            vector_index = VectorIndex(False if lean else use_numpy)
+        self._vectors = vector_index
         self._vector_hash: dict[str, str] = {}
         # Keys that may have no vector yet: recall embeds these, not a scan of every record.
         self._unembedded: set[str] = set()

@@ -162,9 +162,12 @@ class PgVectorStore:
         table: str,
         dim: int,
         url: str = "",
-        search_indexes: bool = True,
+        *,
+        vector_index: bool = True,
+        text_index: bool = True,
     ) -> None:
-        self._search_indexes = search_indexes
+        self._vector_index = vector_index
+        self._text_index = text_index
         self._conn = conn
         self._url = url  # to connect again after the server cut the connection
         self._table = sql.Identifier(table)
@@ -174,15 +177,28 @@ class PgVectorStore:
 
     @classmethod
     async def open(
-        cls, url: str, *, dim: int, table: str = "evermind_vectors", search_indexes: bool = True
+        cls,
+        url: str,
+        *,
+        dim: int,
+        table: str = "evermind_vectors",
+        vector_index: bool = True,
+        text_index: bool = True,
     ) -> PgVectorStore:
         """Connects to ``url``, creates the extension, table and indexes when missing.
 
-        ``search_indexes=False`` creates the table without its HNSW and GIN indexes, for a
-        table no query ranks (the memory store's: ``MemoryStore`` ranks in process): each
-        write then skips pgvector's per-row HNSW insert, which bounds a load to ~400 rows/s
-        (docs/vectorstore.md, "Bulk writes"). Queries stay correct (exact scans); indexes
-        that already exist are kept.
+        One catalogue query first: when the table exists with this dimension and every index
+        it should have, nothing else runs (no DDL, no lock: a short-lived process such as a
+        Claude Code hook opens an existing store in one round trip, and a role without
+        ``CREATE`` can open it). Otherwise the ``CREATE … IF NOT EXISTS`` statements run in
+        one transaction under an advisory lock.
+
+        ``vector_index=False`` creates the table without its HNSW index, for a table no query
+        ranks by its ``embedding`` column (the memory store's term signatures: ``MemoryStore``
+        ranks in process): each write then skips pgvector's per-row HNSW insert, which bounds
+        a load to ~400 rows/s (docs/vectorstore.md, "Bulk writes"). ``text_index=False`` leaves
+        out the GIN index of ``tsv`` (a table no text query reads, such as the writer clocks').
+        Queries stay correct without them (scans); indexes that already exist are kept.
 
         Raises:
             ConfigError: A bad table name or dim, or the table holds another dimension.
@@ -195,7 +211,7 @@ class PgVectorStore:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         except psycopg.Error as err:
             raise StorageError(f"pgvector: cannot connect to the database: {err}") from err
-        store = cls(conn, table, dim, url, search_indexes)
+        store = cls(conn, table, dim, url, vector_index=vector_index, text_index=text_index)
         try:
             await store._create()
         except BaseException:
@@ -203,7 +219,46 @@ class PgVectorStore:
             raise
         return store
 
+    def _index_names(self) -> list[str]:
+        """The indexes this table should have, by name (what ``_create`` makes)."""
+        n = self._name
+        names = [f"{n}_tenant", *(f"{n}_{field}"[:63] for field in LOOKUP_FIELDS)]
+        if self._vector_index:
+            names.append(f"{n}_hnsw")
+        if self._text_index:
+            names.append(f"{n}_tsv")
+        return names
+
+    async def _schema(self) -> tuple[str | None, set[str]]:
+        """The table's ``embedding`` type (None: no such table or column) and index names."""
+        cur = await self._conn.execute(
+            "SELECT format_type(a.atttypid, a.atttypmod), ARRAY(SELECT c.relname::text "
+            "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = a.attrelid) FROM pg_attribute a "
+            "WHERE a.attrelid = to_regclass(quote_ident(%s)) AND a.attname = 'embedding'",
+            [self._name],
+        )
+        row = await cur.fetchone()
+        return (None, set()) if row is None else (str(row[0]), set(row[1]))
+
+    def _check_dim(self, found: str | None) -> None:
+        if found != f"vector({self.dim})":
+            raise ConfigError(
+                f"pgvector: table {self._name!r} holds {found or 'no embedding column'}, not "
+                f"vector({self.dim}); open it with that dim or name another table"
+            )
+
     async def _create(self) -> None:
+        try:
+            found, indexes = await self._schema()
+        except psycopg.Error as err:
+            raise StorageError(f"pgvector: cannot read table {self._name!r}: {err}") from err
+        if found is not None and set(self._index_names()) <= indexes:
+            self._check_dim(found)  # the schema is current: no DDL
+            return
+        await self._create_missing()
+
+    async def _create_missing(self) -> None:
         t, n = self._table, self._name
         statements: list[Query] = [
             sql.SQL("CREATE EXTENSION IF NOT EXISTS vector"),
@@ -229,35 +284,28 @@ class PgVectorStore:
                 for field in LOOKUP_FIELDS
             ),
         ]
-        if self._search_indexes:
-            statements += [
+        if self._vector_index:
+            statements.append(
                 sql.SQL(
                     "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)"
-                ).format(sql.Identifier(f"{n}_hnsw"), t),
+                ).format(sql.Identifier(f"{n}_hnsw"), t)
+            )
+        if self._text_index:
+            statements.append(
                 sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
                     sql.Identifier(f"{n}_tsv"), t
-                ),
-            ]
+                )
+            )
         try:
             async with self._conn.transaction():
                 # Two processes opening one new table at once: serialise the CREATEs.
                 await self._conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [n])
                 for statement in statements:
                     await self._conn.execute(statement)
-                cur = await self._conn.execute(
-                    "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-                    "WHERE attrelid = %s::regclass AND attname = 'embedding'",
-                    [n],
-                )
-                row = await cur.fetchone()
+                found, _ = await self._schema()
         except psycopg.Error as err:
             raise StorageError(f"pgvector: cannot create table {n!r}: {err}") from err
-        if row is None or row[0] != f"vector({self.dim})":
-            found = row[0] if row else "no embedding column"
-            raise ConfigError(
-                f"pgvector: table {n!r} holds {found}, not vector({self.dim}); "
-                "open it with that dim or name another table"
-            )
+        self._check_dim(found)
 
     async def _connected(self) -> psycopg.AsyncConnection[Any]:
         """Under the lock: the connection, made again if the server cut the last one.
