@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import subprocess
@@ -57,6 +58,7 @@ except ImportError:
 
 import numpy as np  # noqa: E402
 
+from benchmarks.children import run_child  # noqa: E402
 from benchmarks.vectorstore_scale import (  # noqa: E402
     _around,
     chunk_text,
@@ -305,8 +307,11 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     data = dataset(args)
     gc.collect()
     before = rss_mb()
-    with tempfile.TemporaryDirectory(prefix="evermind-memscale-") as tmp:
-        folder = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        # The parent's folder when it gave one (it stops a Postgres left there), else our own.
+        folder = args.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="evermind-memscale-"))
+        )
         if args.engine in ("sqlite", "postgres"):
             row = asyncio.run(bench_memory_store(args.engine, data, args, folder))
         elif args.engine == "sqlite-vec":
@@ -331,7 +336,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         command += ["--clusters", str(args.clusters)]
         if args.budget_s is not None:
             command += ["--budget-s", str(args.budget_s)]
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        # The child's folder is ours: on a timeout or Ctrl-C its process group is stopped and
+        # so is any Postgres (pgserver) whose data directory it left there.
+        with tempfile.TemporaryDirectory(prefix="evermind-memscale-") as tmp:
+            try:
+                done = run_child(
+                    [*command, "--workdir", tmp],
+                    cwd=ROOT,
+                    timeout_s=args.timeout_s,
+                    postgres_under=Path(tmp),
+                )
+            except subprocess.TimeoutExpired:
+                log(f"{engine}: stopped after --timeout-s {args.timeout_s:g} s")
+                rows.append({"engine": engine, "error": [f"timed out after {args.timeout_s} s"]})
+                continue
         if done.returncode != 0:
             log(done.stderr[-2000:])
             rows.append({"engine": engine, "error": done.stderr.strip().splitlines()[-1:]})
@@ -399,7 +417,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(ENGINES),
         help=f"comma-separated, of {', '.join(ENGINES)} (default: all)",
     )
+    parser.add_argument(
+        "--timeout-s", type=float, default=None, help="stop an engine's child after this"
+    )
     parser.add_argument("--child", dest="engine", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
