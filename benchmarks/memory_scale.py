@@ -7,8 +7,12 @@ each with a short text of its cluster's words) go into:
 - ``sqlite``: ``MemoryStore`` on its SQLite backend (``MemoryStore(path, embedder)``), loaded
   with ``import_`` in batches of ``--batch`` (each batch one transaction, embedded in one call);
 - ``postgres``: ``MemoryStore`` on ``VectorStoreBackend`` over Postgres + pgvector (a real
-  PostgreSQL 16 from ``pgserver``; the table has pgvector's HNSW index, as the engine creates
-  it), loaded the same way;
+  PostgreSQL 16 from ``pgserver``), loaded the same way, as ``--store`` opens it: the
+  embeddings go to the memory's embedding table too, and past 2·10⁴ vectors recall starts from
+  the candidates of its HNSW index (built once, after the load: "graph wait"), rescored in
+  process (``search/served.py``);
+- ``postgres-inprocess``: the same store with the in-process index instead (the exact scan,
+  then usearch's graph past 2·10⁴, built in this process: "graph wait");
 - ``sqlite-vec``: a ``vec0`` table (through ``apsw``: this CPython's ``sqlite3`` cannot load
   extensions) with the text beside it, rows inserted in one transaction per batch;
 - ``chroma``: a chromadb ``PersistentClient`` collection (HNSW, cosine space), ``add`` in
@@ -67,7 +71,7 @@ from benchmarks.vectorstore_scale import (  # noqa: E402
     synthetic,
 )
 
-ENGINES = ("sqlite", "postgres", "sqlite-vec", "chroma")
+ENGINES = ("sqlite", "postgres", "postgres-inprocess", "sqlite-vec", "chroma")
 
 
 def log(message: str) -> None:
@@ -118,7 +122,6 @@ async def bench_memory_store(
 ) -> dict[str, Any]:
     """Our store: SQLite as ``MemoryStore(path)`` opens it, Postgres as ``--store`` does."""
     from evermind.memory import MemoryStore
-    from evermind.memory.shared_memory import shared_memory
     from evermind.vectorstore.shared import MEMORY_TABLE
 
     table = TableEmbedder(
@@ -129,12 +132,21 @@ async def bench_memory_store(
             return await measure_memory_store(store, engine, data, args)
     import pgserver
 
+    from evermind.memory.shared_memory import SharedMemory
+    from evermind.search.vectors import VectorIndex
+
     postgres = pgserver.get_server(folder / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
     try:
         url = postgres.get_uri()
-        async with shared_memory(url, table, tenant="bench", namespace="bench") as store:
-            row = await measure_memory_store(store, engine, data, args)
+        async with SharedMemory(url, table, namespace="bench") as shared:
+            backend = shared.store("bench").backend
+            # postgres: as --store opens it (past 2·10⁴ vectors recall starts from pgvector's
+            # HNSW); postgres-inprocess: the in-process index (exact, then usearch's graph).
+            index = VectorIndex() if engine == "postgres-inprocess" else None
+            async with MemoryStore(backend, table, vector_index=index) as store:
+                row = await measure_memory_store(store, engine, data, args)
         row["storage_mb"] = await pg_size_mb(url, MEMORY_TABLE)
+        row["embeddings_mb"] = await pg_size_mb(url, f"{MEMORY_TABLE}_emb_{args.dim}")
         return row
     finally:
         postgres.cleanup()
@@ -144,6 +156,7 @@ async def measure_memory_store(
     store: Any, engine: str, data: dict[str, Any], args: argparse.Namespace
 ) -> dict[str, Any]:
     from evermind.memory import RecallOptions
+    from evermind.search.served import ServedVectorIndex
 
     row: dict[str, Any] = {"engine": engine}
     row.update(await load_memories(store, data, args, engine))
@@ -156,7 +169,10 @@ async def measure_memory_store(
     await store.recall(data["query_texts"][0], top_k=args.k, options=semantic)
     row["first_recall_s"] = time.perf_counter() - start
     start = time.perf_counter()  # the first recall started the graph's build: wait for it
-    row["graph"] = store.vector_index.build_graph()
+    if isinstance(store.vector_index, ServedVectorIndex):  # Postgres builds its HNSW index
+        row["graph"] = await store.backend.build_served_index(args.dim)
+    else:
+        row["graph"] = store.vector_index.build_graph()
     row["graph_wait_s"] = time.perf_counter() - start
     times, index_times, recalls = [], [], []
     for query, text, expected in zip(data["queries"], data["query_texts"], truth, strict=True):
@@ -164,7 +180,7 @@ async def measure_memory_store(
         hits = await store.recall(text, top_k=args.k, options=semantic)
         times.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
-        store.vector_index.search(query.tolist(), args.k)
+        await store.vector_index.asearch(query.tolist(), args.k)  # as recall asks it
         index_times.append((time.perf_counter() - start) * 1000)
         wanted = {f"m{j}" for j in expected}
         recalls.append(len(wanted & {h.key for h in hits}) / args.k)
@@ -312,7 +328,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         folder = args.workdir or Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="evermind-memscale-"))
         )
-        if args.engine in ("sqlite", "postgres"):
+        if args.engine in ("sqlite", "postgres", "postgres-inprocess"):
             row = asyncio.run(bench_memory_store(args.engine, data, args, folder))
         elif args.engine == "sqlite-vec":
             row = bench_sqlite_vec(data, args, folder)

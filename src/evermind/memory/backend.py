@@ -112,6 +112,24 @@ class PromptRecallBackend(Protocol):
         ...
 
 
+@runtime_checkable
+class ServedBackend(Protocol):
+    """A backend whose engine has a nearest-neighbour index of its own (Postgres: pgvector's
+    HNSW over the memory's embeddings), which the store's vector search can start from.
+
+    Optional: ``MemoryStore`` ranks with a ``ServedVectorIndex`` over a backend that has this
+    method, and scans its own index for one that has not (or that answers None).
+    """
+
+    async def nearest_hashes(
+        self, fingerprint: str, vector: Sequence[float], n: int
+    ) -> list[str] | None:
+        """The content hashes of the ``n`` stored embeddings (of embedder ``fingerprint``)
+        nearest to ``vector``, best first (fewer when the engine reached no more); None when
+        the engine cannot answer now."""
+        ...
+
+
 def check_version(namespace: str, expected: int | None, actual: int) -> None:
     """Raises :class:`VersionConflict` when ``expected`` is set and differs from ``actual``."""
     if expected is not None and expected != actual:
