@@ -8,11 +8,13 @@ each with a short text of its cluster's words) go into:
   with ``import_`` in batches of ``--batch`` (each batch one transaction, embedded in one call);
 - ``postgres``: ``MemoryStore`` on ``VectorStoreBackend`` over Postgres + pgvector (a real
   PostgreSQL 16 from ``pgserver``), loaded the same way, as ``--store`` opens it: the
-  embeddings go to the memory's embedding table too, and past 2·10⁴ vectors recall starts from
-  the candidates of its HNSW index (built once, after the load: "graph wait"), rescored in
-  process (``search/served.py``);
-- ``postgres-inprocess``: the same store with the in-process index instead (the exact scan,
-  then usearch's graph past 2·10⁴, built in this process: "graph wait");
+  embeddings go to the memory's embedding table too, and past ``SERVED_MIN_ROWS`` (2·10⁵)
+  vectors recall starts from the candidates of its HNSW index (built once in the database,
+  after the load: "graph wait"), rescored in process (``search/served.py``); below, the
+  in-process index;
+- ``postgres-served``: the same with the pgvector path from 2·10⁴ vectors on;
+- ``postgres-inprocess``: the same with the in-process index only (the exact scan, then
+  usearch's graph past 2·10⁴, built in this process: "graph wait");
 - ``sqlite-vec``: a ``vec0`` table (through ``apsw``: this CPython's ``sqlite3`` cannot load
   extensions) with the text beside it, rows inserted in one transaction per batch;
 - ``chroma``: a chromadb ``PersistentClient`` collection (HNSW, cosine space), ``add`` in
@@ -71,7 +73,8 @@ from benchmarks.vectorstore_scale import (  # noqa: E402
     synthetic,
 )
 
-ENGINES = ("sqlite", "postgres", "postgres-inprocess", "sqlite-vec", "chroma")
+ENGINES = ("sqlite", "postgres", "postgres-served", "postgres-inprocess", "sqlite-vec", "chroma")
+POSTGRES = ("postgres", "postgres-served", "postgres-inprocess")
 
 
 def log(message: str) -> None:
@@ -133,6 +136,7 @@ async def bench_memory_store(
     import pgserver
 
     from evermind.memory.shared_memory import SharedMemory
+    from evermind.search.ann import ANN_MIN_ROWS
     from evermind.search.vectors import VectorIndex
 
     postgres = pgserver.get_server(folder / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
@@ -140,10 +144,14 @@ async def bench_memory_store(
         url = postgres.get_uri()
         async with SharedMemory(url, table, namespace="bench") as shared:
             backend = shared.store("bench").backend
-            # postgres: as --store opens it (past 2·10⁴ vectors recall starts from pgvector's
-            # HNSW); postgres-inprocess: the in-process index (exact, then usearch's graph).
+            # postgres: as --store opens it (past SERVED_MIN_ROWS vectors recall starts from
+            # pgvector's HNSW); postgres-served: from 2·10⁴ on (the in-process graph's own
+            # threshold); postgres-inprocess: the in-process index (exact, then usearch's graph).
             index = VectorIndex() if engine == "postgres-inprocess" else None
-            async with MemoryStore(backend, table, vector_index=index) as store:
+            served = ANN_MIN_ROWS if engine == "postgres-served" else None
+            async with MemoryStore(
+                backend, table, vector_index=index, served_min_rows=served
+            ) as store:
                 row = await measure_memory_store(store, engine, data, args)
         row["storage_mb"] = await pg_size_mb(url, MEMORY_TABLE)
         row["embeddings_mb"] = await pg_size_mb(url, f"{MEMORY_TABLE}_emb_{args.dim}")
@@ -328,7 +336,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         folder = args.workdir or Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="evermind-memscale-"))
         )
-        if args.engine in ("sqlite", "postgres", "postgres-inprocess"):
+        if args.engine in ("sqlite", *POSTGRES):
             row = asyncio.run(bench_memory_store(args.engine, data, args, folder))
         elif args.engine == "sqlite-vec":
             row = bench_sqlite_vec(data, args, folder)

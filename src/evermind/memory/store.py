@@ -83,7 +83,7 @@ class MemoryStore:
             (``nearest_hashes``: Postgres), a ``ServedVectorIndex`` over it; else a
             ``VectorIndex``.
         served_min_rows: From how many vectors recall asks that engine's index (default
-            ``SERVED_MIN_ROWS``, 2·10⁴).
+            ``SERVED_MIN_ROWS``, 2·10⁵).
 
     Raises:
         ConfigError: A bad argument (capacity < 1, an unusable embedder or backend).

@@ -3,7 +3,8 @@
 A memory store on Postgres keeps its embeddings in pgvector too, with an HNSW index built once
 in the database (``vectorstore/pgvector.py``), so every process of a team shares one graph
 instead of each building its own in memory (:mod:`evermind.search.ann`: minutes at 10⁶).
-Past ``min_rows`` vectors a search asks the store for the ``max(4k, 64)`` nearest items
+Past ``min_rows`` vectors (:data:`SERVED_MIN_ROWS`, 2·10⁵, why there) a search asks the store
+for the ``max(4k, 64)`` nearest items
 (``candidates``: keys, and how many rows the store returned), keeps those in this index that
 ``accept`` admits, rescores them exactly on the index's own matrix (so scores and ties are the
 exact scan's, as the in-process graph's are), and asks for four times more while fewer than
@@ -29,8 +30,13 @@ from evermind.search.vectors import VectorIndex
 
 __all__ = ["SERVED_MAX_FETCH", "SERVED_MIN_ROWS", "Candidates", "ServedVectorIndex"]
 
-#: From how many vectors on the store's candidates answer (below, the exact scan is as fast).
-SERVED_MIN_ROWS = 20_000
+#: From how many vectors on the store's candidates answer. Below it the in-process index
+#: answers (the exact scan, then usearch's graph past 2·10⁴), which measured faster per query
+#: at 10⁵ once its graph was built (recall p50 11 ms against 48 ms through pgvector, 42 s to
+#: build it; docs/vectorstore.md "pgvector HNSW for the memory store"); past this size each
+#: process's own build grows to minutes (385 s at 10⁶) and one shared index in the database
+#: saves every process that build. The crossover between 10⁵ and 10⁶ is not measured.
+SERVED_MIN_ROWS = 200_000
 #: The most candidates one search asks the store for (pgvector's ``hnsw.ef_search`` maximum:
 #: its HNSW scan returns at most that many rows).
 SERVED_MAX_FETCH = 1000
