@@ -108,3 +108,33 @@ def test_recall_from_pgvector_hnsw_keeps_the_exact_top_10_and_the_tenant(databas
             await rival.close()
 
     asyncio.run(main())
+
+
+def test_vectors_missing_from_the_embedding_table_keep_recall_in_process(database: str) -> None:
+    """Vectors cached before the embedding table existed have no row there: their memories
+    could never be candidates, so the store keeps ranking in process (exact) instead."""
+    rng = np.random.default_rng(3)
+    rows = unit(rng.standard_normal((400, DIM)))
+    texts = {f"note {i}": rows[i] for i in range(400)} | {"question": rows[5]}
+    embedder = Table(texts)
+
+    async def main() -> None:
+        async with SharedMemory(database, embedder, namespace="n") as shared:
+            store = MemoryStore(shared.store("acme").backend, embedder, served_min_rows=100)
+            await store.import_([{"key": f"k{i}", "content": f"note {i}"} for i in range(400)])
+            note5 = await store.get("k5")
+            assert note5 is not None
+            with psycopg.connect(database, autocommit=True) as conn:
+                gone = conn.execute(
+                    f"DELETE FROM evermind_memory_emb_{DIM} WHERE hash = %s", [note5.content_hash]
+                ).rowcount
+            assert gone == 1
+            backend = store.backend
+            assert isinstance(backend, VectorStoreBackend)
+            assert await backend.build_served_index(DIM)
+            hits = await store.recall("question", top_k=K, options=SEMANTIC)
+            assert store.vector_index.last_scan == "numpy"  # declined: not served
+            assert hits[0].key == "k5"  # the memory the table lacks is still found
+            await store.close()
+
+    asyncio.run(main())

@@ -17,7 +17,7 @@ only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from evermind.errors import VersionConflict
@@ -122,11 +122,16 @@ class ServedBackend(Protocol):
     """
 
     async def nearest_hashes(
-        self, fingerprint: str, vector: Sequence[float], n: int
+        self,
+        fingerprint: str,
+        vector: Sequence[float],
+        n: int,
+        sample: Callable[[], Sequence[str]] | None = None,
     ) -> list[str] | None:
         """The content hashes of the ``n`` stored embeddings (of embedder ``fingerprint``)
         nearest to ``vector``, best first (fewer when the engine reached no more); None when
-        the engine cannot answer now."""
+        the engine cannot answer now, or does not hold every hash of ``sample()`` (the
+        caller's own, a check the backend may make once)."""
         ...
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -60,6 +61,9 @@ from evermind.search.vectors import VectorIndex
 logger = logging.getLogger(__name__)
 
 _EMBED_BATCH = 64
+#: How many of its content hashes a store asks a served backend to hold (one check): a table
+#: missing 0.5 % of them is caught with probability 1 − 0.995¹⁰⁰⁰ ≈ 0.993.
+_SERVED_SAMPLE = 1000
 
 
 class MemoryStore:
@@ -526,6 +530,14 @@ class MemoryStore:
         self._vector_hash[key] = digest
         self._hash_keys.setdefault(digest, set()).add(key)
 
+    def _hash_sample(self) -> list[str]:
+        """Up to :data:`_SERVED_SAMPLE` of the indexed content hashes, drawn at random (what
+        the backend checks its nearest-neighbour table holds before it serves recall)."""
+        digests = list(self._hash_keys)
+        if len(digests) <= _SERVED_SAMPLE:
+            return digests
+        return random.Random(len(digests)).sample(digests, _SERVED_SAMPLE)
+
     async def _served_candidates(self, query: list[float], n: int) -> tuple[list[str], int] | None:
         """The keys of the backend's ``n`` nearest embeddings to ``query`` (by content hash,
         each hash's keys in this namespace), and how many the backend returned; None when it
@@ -533,7 +545,7 @@ class MemoryStore:
         if self._cache is None or not isinstance(self.backend, ServedBackend):
             return None
         fingerprint = await self._cache.embedder.ready()
-        hashes = await self.backend.nearest_hashes(fingerprint, query, n)
+        hashes = await self.backend.nearest_hashes(fingerprint, query, n, self._hash_sample)
         if hashes is None:
             return None
         keys = [key for digest in hashes for key in sorted(self._hash_keys.get(digest, ()))]

@@ -47,7 +47,7 @@ import contextlib
 import json
 import logging
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -317,14 +317,21 @@ class VectorStoreBackend:
                 await put(self.tenant, fingerprint, vectors)
 
     async def nearest_hashes(
-        self, fingerprint: str, vector: Sequence[float], n: int
+        self,
+        fingerprint: str,
+        vector: Sequence[float],
+        n: int,
+        sample: Callable[[], Sequence[str]] | None = None,
     ) -> list[str] | None:
         """The content hashes of this tenant's ``n`` cached embeddings (of ``fingerprint``)
         nearest to ``vector``, from the engine's own index (Postgres: pgvector's HNSW over the
         embedding table); None when the engine has none, its index is not built yet (the
         first ask starts the build, in the background, on its own connection), or this tenant
         and embedder hold under :data:`SERVED_MIN_SHARE` of the table (pgvector filters after
-        the index scan: most candidates would be another's). The caller then ranks in process.
+        the index scan: most candidates would be another's), or some of the content hashes
+        ``sample()`` gives (the caller's, checked once) have no row there (vectors cached
+        before the table existed: their memories would never be candidates). The caller then
+        ranks in process.
         """
         self._check_open()
         nearest = getattr(self._store, "nearest_embeddings", None)
@@ -340,6 +347,18 @@ class VectorStoreBackend:
                 self.tenant, fingerprint, dim
             )
             verdict = ours > 0 and ours >= SERVED_MIN_SHARE * every
+            if verdict and sample is not None:
+                missing = await self._store.embeddings_missing(  # type: ignore[attr-defined]
+                    self.tenant, fingerprint, dim, sample()
+                )
+                if missing:
+                    logger.warning(
+                        "memory %r: %d sampled vectors are not in the engine's embedding "
+                        "table (cached before it existed); recall ranks in process",
+                        self.namespace,
+                        missing,
+                    )
+                    verdict = False
             self._served[(fingerprint, dim)] = verdict
         if not verdict:
             return None

@@ -678,6 +678,26 @@ class PgVectorStore:
             )
         return int(ours or 0), max(int(ours or 0), int(every or 0))
 
+    async def embeddings_missing(
+        self, tenant: str, fingerprint: str, dim: int, hashes: Sequence[str]
+    ) -> int:
+        """How many of ``hashes`` have no row of ``tenant``'s ``fingerprint`` in
+        ``<table>_emb_<dim>`` (vectors cached before the table existed, say)."""
+        if not hashes:
+            return 0
+        name = sql.Identifier(self._embedding_table(dim))
+        statement = sql.SQL(
+            "SELECT count(*) FROM unnest(%s::text[]) AS h(hash) WHERE NOT EXISTS "
+            "(SELECT 1 FROM {} e WHERE e.tenant = %s AND e.fingerprint = %s AND e.hash = h.hash)"
+        ).format(name)
+        async with self._lock:
+            await self._embedding_schema(dim)
+            missing = await self._once_more(
+                "counting embeddings failed",
+                lambda conn: _one(conn, statement, [list(hashes), tenant, fingerprint]),
+            )
+        return int(missing or 0)
+
     async def embedding_index_ready(self, dim: int) -> bool:
         """Whether ``<table>_emb_<dim>`` has its HNSW index, built and valid."""
         name = self._embedding_table(dim)
