@@ -50,24 +50,32 @@ def run_child(
     )
     try:
         out, err = process.communicate(input, timeout=timeout_s)
-    except BaseException:
-        stop_group(process)
+    except BaseException as err:
+        out, errs = stop_group(process)
         if postgres_under is not None:
             stop_postgres(postgres_under)
+        if isinstance(err, subprocess.TimeoutExpired):  # what it said before it was stopped
+            err.output, err.stderr = out, errs
         raise
     return subprocess.CompletedProcess(list(command), process.returncode, out, err)
 
 
-def stop_group(process: subprocess.Popen[str]) -> None:
-    """SIGINT to the child's process group, then SIGKILL to what is left after the grace."""
+def stop_group(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGINT to the child's process group, then SIGKILL to what is left after the grace;
+    returns what the child wrote to stdout and stderr (empty if it could not be read)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGINT)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.communicate(timeout=GRACE_S)
+    out, err = "", ""
+    try:
+        out, err = process.communicate(timeout=GRACE_S)
+    except (subprocess.TimeoutExpired, ValueError):  # still running, or streams gone
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
+            out, err = process.communicate(timeout=5)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.communicate(timeout=5)
+        os.killpg(process.pid, signal.SIGKILL)  # anything the child left in its group
+    return out or "", err or ""
 
 
 def stop_postgres(folder: Path, wait_s: float = 20.0) -> list[int]:

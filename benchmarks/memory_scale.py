@@ -370,8 +370,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     timeout_s=args.timeout_s,
                     postgres_under=Path(tmp),
                 )
-            except subprocess.TimeoutExpired:
-                log(f"{engine}: stopped after --timeout-s {args.timeout_s:g} s")
+            except subprocess.TimeoutExpired as err:
+                said = str(err.stderr or "").strip().splitlines()[-5:]
+                log("\n".join([f"{engine}: stopped after --timeout-s {args.timeout_s:g} s", *said]))
                 rows.append({"engine": engine, "error": [f"timed out after {args.timeout_s} s"]})
                 continue
         if done.returncode != 0:
