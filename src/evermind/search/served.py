@@ -32,10 +32,11 @@ __all__ = ["SERVED_MAX_FETCH", "SERVED_MIN_ROWS", "Candidates", "ServedVectorInd
 
 #: From how many vectors on the store's candidates answer. Below it the in-process index
 #: answers (the exact scan, then usearch's graph past 2·10⁴), which measured faster per query
-#: at 10⁵ once its graph was built (recall p50 11 ms against 48 ms through pgvector, 42 s to
-#: build it; docs/vectorstore.md "pgvector HNSW for the memory store"); past this size each
-#: process's own build grows to minutes (385 s at 10⁶) and one shared index in the database
-#: saves every process that build. The crossover between 10⁵ and 10⁶ is not measured.
+#: at 10⁵ once its graph was built (recall p50 6.9 against 10.6 ms through pgvector, its build
+#: 17 s; docs/vectorstore.md "pgvector HNSW for the memory store"); past this size each
+#: process's own build grows to minutes (385–735 s at 10⁶) and one shared index in the
+#: database (426 s at 10⁶, once) saves every process that build. The crossover between 10⁵
+#: and 10⁶ is not measured.
 SERVED_MIN_ROWS = 200_000
 #: The most candidates one search asks the store for (pgvector's ``hnsw.ef_search`` maximum:
 #: its HNSW scan returns at most that many rows).
