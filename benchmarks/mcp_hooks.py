@@ -22,12 +22,13 @@ import asyncio
 import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.children import run_child
 
 NAMESPACE = "default/default"
 
@@ -75,11 +76,14 @@ def build(memory_file: Path, count: int, seed: int, store_url: str | None = None
     return vocab
 
 
+#: A hook that runs longer than this is stopped (with its process group) and the run ends.
+HOOK_TIMEOUT_S = 120.0
+
+
 def fire(command: list[str], payload: dict[str, object]) -> tuple[float, str]:
+    """Runs one hook as Claude Code does; its process group is stopped on a timeout or Ctrl-C."""
     start = time.perf_counter()
-    done = subprocess.run(
-        command, input=json.dumps(payload), capture_output=True, text=True, check=False
-    )
+    done = run_child(command, input=json.dumps(payload), timeout_s=HOOK_TIMEOUT_S)
     return time.perf_counter() - start, done.stdout
 
 

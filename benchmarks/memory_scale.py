@@ -7,8 +7,14 @@ each with a short text of its cluster's words) go into:
 - ``sqlite``: ``MemoryStore`` on its SQLite backend (``MemoryStore(path, embedder)``), loaded
   with ``import_`` in batches of ``--batch`` (each batch one transaction, embedded in one call);
 - ``postgres``: ``MemoryStore`` on ``VectorStoreBackend`` over Postgres + pgvector (a real
-  PostgreSQL 16 from ``pgserver``; the table has pgvector's HNSW index, as the engine creates
-  it), loaded the same way;
+  PostgreSQL 16 from ``pgserver``), loaded the same way, as ``--store`` opens it: the
+  embeddings go to the memory's embedding table too, and past ``SERVED_MIN_ROWS`` (2·10⁵)
+  vectors recall starts from the candidates of its HNSW index (built once in the database,
+  after the load: "graph wait"), rescored in process (``search/served.py``); below, the
+  in-process index;
+- ``postgres-served``: the same with the pgvector path from 2·10⁴ vectors on;
+- ``postgres-inprocess``: the same with the in-process index only (the exact scan, then
+  usearch's graph past 2·10⁴, built in this process: "graph wait");
 - ``sqlite-vec``: a ``vec0`` table (through ``apsw``: this CPython's ``sqlite3`` cannot load
   extensions) with the text beside it, rows inserted in one transaction per batch;
 - ``chroma``: a chromadb ``PersistentClient`` collection (HNSW, cosine space), ``add`` in
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import subprocess
@@ -57,6 +64,7 @@ except ImportError:
 
 import numpy as np  # noqa: E402
 
+from benchmarks.children import run_child  # noqa: E402
 from benchmarks.vectorstore_scale import (  # noqa: E402
     _around,
     chunk_text,
@@ -65,7 +73,8 @@ from benchmarks.vectorstore_scale import (  # noqa: E402
     synthetic,
 )
 
-ENGINES = ("sqlite", "postgres", "sqlite-vec", "chroma")
+ENGINES = ("sqlite", "postgres", "postgres-served", "postgres-inprocess", "sqlite-vec", "chroma")
+POSTGRES = ("postgres", "postgres-served", "postgres-inprocess")
 
 
 def log(message: str) -> None:
@@ -116,7 +125,6 @@ async def bench_memory_store(
 ) -> dict[str, Any]:
     """Our store: SQLite as ``MemoryStore(path)`` opens it, Postgres as ``--store`` does."""
     from evermind.memory import MemoryStore
-    from evermind.memory.shared_memory import shared_memory
     from evermind.vectorstore.shared import MEMORY_TABLE
 
     table = TableEmbedder(
@@ -127,12 +135,26 @@ async def bench_memory_store(
             return await measure_memory_store(store, engine, data, args)
     import pgserver
 
+    from evermind.memory.shared_memory import SharedMemory
+    from evermind.search.ann import ANN_MIN_ROWS
+    from evermind.search.vectors import VectorIndex
+
     postgres = pgserver.get_server(folder / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
     try:
         url = postgres.get_uri()
-        async with shared_memory(url, table, tenant="bench", namespace="bench") as store:
-            row = await measure_memory_store(store, engine, data, args)
+        async with SharedMemory(url, table, namespace="bench") as shared:
+            backend = shared.store("bench").backend
+            # postgres: as --store opens it (past SERVED_MIN_ROWS vectors recall starts from
+            # pgvector's HNSW); postgres-served: from 2·10⁴ on (the in-process graph's own
+            # threshold); postgres-inprocess: the in-process index (exact, then usearch's graph).
+            index = VectorIndex() if engine == "postgres-inprocess" else None
+            served = ANN_MIN_ROWS if engine == "postgres-served" else None
+            async with MemoryStore(
+                backend, table, vector_index=index, served_min_rows=served
+            ) as store:
+                row = await measure_memory_store(store, engine, data, args)
         row["storage_mb"] = await pg_size_mb(url, MEMORY_TABLE)
+        row["embeddings_mb"] = await pg_size_mb(url, f"{MEMORY_TABLE}_emb_{args.dim}")
         return row
     finally:
         postgres.cleanup()
@@ -142,6 +164,7 @@ async def measure_memory_store(
     store: Any, engine: str, data: dict[str, Any], args: argparse.Namespace
 ) -> dict[str, Any]:
     from evermind.memory import RecallOptions
+    from evermind.search.served import ServedVectorIndex
 
     row: dict[str, Any] = {"engine": engine}
     row.update(await load_memories(store, data, args, engine))
@@ -154,7 +177,10 @@ async def measure_memory_store(
     await store.recall(data["query_texts"][0], top_k=args.k, options=semantic)
     row["first_recall_s"] = time.perf_counter() - start
     start = time.perf_counter()  # the first recall started the graph's build: wait for it
-    row["graph"] = store.vector_index.build_graph()
+    if isinstance(store.vector_index, ServedVectorIndex):  # Postgres builds its HNSW index
+        row["graph"] = await store.backend.build_served_index(args.dim)
+    else:
+        row["graph"] = store.vector_index.build_graph()
     row["graph_wait_s"] = time.perf_counter() - start
     times, index_times, recalls = [], [], []
     for query, text, expected in zip(data["queries"], data["query_texts"], truth, strict=True):
@@ -162,7 +188,7 @@ async def measure_memory_store(
         hits = await store.recall(text, top_k=args.k, options=semantic)
         times.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
-        store.vector_index.search(query.tolist(), args.k)
+        await store.vector_index.asearch(query.tolist(), args.k)  # as recall asks it
         index_times.append((time.perf_counter() - start) * 1000)
         wanted = {f"m{j}" for j in expected}
         recalls.append(len(wanted & {h.key for h in hits}) / args.k)
@@ -305,9 +331,12 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     data = dataset(args)
     gc.collect()
     before = rss_mb()
-    with tempfile.TemporaryDirectory(prefix="evermind-memscale-") as tmp:
-        folder = Path(tmp)
-        if args.engine in ("sqlite", "postgres"):
+    with contextlib.ExitStack() as stack:
+        # The parent's folder when it gave one (it stops a Postgres left there), else our own.
+        folder = args.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="evermind-memscale-"))
+        )
+        if args.engine in ("sqlite", *POSTGRES):
             row = asyncio.run(bench_memory_store(args.engine, data, args, folder))
         elif args.engine == "sqlite-vec":
             row = bench_sqlite_vec(data, args, folder)
@@ -331,7 +360,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         command += ["--clusters", str(args.clusters)]
         if args.budget_s is not None:
             command += ["--budget-s", str(args.budget_s)]
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        # The child's folder is ours: on a timeout or Ctrl-C its process group is stopped and
+        # so is any Postgres (pgserver) whose data directory it left there.
+        with tempfile.TemporaryDirectory(prefix="evermind-memscale-") as tmp:
+            try:
+                done = run_child(
+                    [*command, "--workdir", tmp],
+                    cwd=ROOT,
+                    timeout_s=args.timeout_s,
+                    postgres_under=Path(tmp),
+                )
+            except subprocess.TimeoutExpired as err:
+                said = str(err.stderr or "").strip().splitlines()[-5:]
+                log("\n".join([f"{engine}: stopped after --timeout-s {args.timeout_s:g} s", *said]))
+                rows.append({"engine": engine, "error": [f"timed out after {args.timeout_s} s"]})
+                continue
         if done.returncode != 0:
             log(done.stderr[-2000:])
             rows.append({"engine": engine, "error": done.stderr.strip().splitlines()[-1:]})
@@ -399,7 +442,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(ENGINES),
         help=f"comma-separated, of {', '.join(ENGINES)} (default: all)",
     )
+    parser.add_argument(
+        "--timeout-s", type=float, default=None, help="stop an engine's child after this"
+    )
     parser.add_argument("--child", dest="engine", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser

@@ -13,7 +13,8 @@ This module owns the few text operations that both lexical memory ranking
   db-prod-01.tessera.internal, db, prod, 01, tessera, internal`` once :data:`STOP_WORDS`
   such as ``on`` are dropped, so an exact code matches exactly and its parts still match
   loosely;
-- :func:`counted`, a count with its noun in the right number ("1 memory", "2 memories");
+- :func:`counted`, a count with its noun in the right number ("1 memory", "2 memories"),
+  and :func:`cut`, a text on one line cut to a length with an ellipsis;
 - :func:`tokenize`, typed tokens (:class:`Token`: word, number with a glued suffix,
   identifier, symbol) with sentence starts and hyphen joins, for rules that read numbers
   and names; :func:`token_words` and :func:`token_numbers` give two of their fields without
@@ -30,9 +31,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 __all__ = [
+    "ELLIPSIS",
     "STOP_WORDS",
     "Token",
     "counted",
+    "cut",
     "fold",
     "normalise",
     "stem",
@@ -50,6 +53,22 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     ``"1 item"``, ``counted(3, "memory", "memories")`` ``"3 memories"`` (default plural:
     ``noun + "s"``)."""
     return f"{count} {noun if count == 1 else (plural or noun + 's')}"
+
+
+ELLIPSIS = "…"
+_WHITESPACE = re.compile(r"\s+")
+
+
+def cut(text: str, max_chars: int) -> str:
+    """Returns ``text`` with whitespace runs collapsed, cut to ``max_chars`` with an ellipsis.
+
+    The result is at most ``max_chars`` characters long, the ellipsis included (what the MCP
+    tools and the Claude Code hooks show of a memory).
+    """
+    flat = _WHITESPACE.sub(" ", text).strip()
+    if len(flat) <= max_chars:
+        return flat
+    return flat[: max(0, max_chars - 1)].rstrip() + ELLIPSIS
 
 
 def normalise(text: str) -> str:

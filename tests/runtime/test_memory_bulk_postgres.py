@@ -24,7 +24,7 @@ from evermind.vectorstore.clock import SIGNATURE_DIM
 from evermind.vectorstore.filters import And, Eq, In
 from evermind.vectorstore.pgvector import LOOKUP_FIELDS, PgVectorStore
 from evermind.vectorstore.port import AccessScope
-from evermind.vectorstore.shared import MEMORY_TABLE
+from evermind.vectorstore.shared import CLOCK_TABLE, MEMORY_TABLE
 
 DIM = 16
 
@@ -61,12 +61,13 @@ async def _indexes(url: str, table: str) -> set[str]:
         return {row[0].split(" USING ")[1].split(" ")[0] for row in await cur.fetchall()}
 
 
-def test_the_memory_table_has_no_search_index_and_a_vector_store_has_both(postgres: str) -> None:
+def test_the_memory_table_has_no_vector_index_and_a_vector_store_has_both(postgres: str) -> None:
     async def main() -> None:
         async with shared_memory(postgres, embed, tenant="acme", namespace="n") as store:
             await store.import_(_entries(5))
         assert "hnsw" not in await _indexes(postgres, MEMORY_TABLE)
-        assert "gin" not in await _indexes(postgres, MEMORY_TABLE)
+        assert "gin" in await _indexes(postgres, MEMORY_TABLE)  # the hooks' text search
+        assert "gin" not in await _indexes(postgres, CLOCK_TABLE)
         chunks = await open_store(postgres, dim=DIM, name="plain_chunks")
         await chunks.close()
         assert {"hnsw", "gin", "btree"} <= await _indexes(postgres, "plain_chunks")
@@ -110,9 +111,7 @@ def test_a_batch_lookup_by_key_or_by_hash_is_an_index_scan(postgres: str) -> Non
     query statements, with the backend's own filters, on a table of 30 000 rows."""
 
     async def main() -> None:
-        table = await open_store(
-            postgres, dim=SIGNATURE_DIM, name=MEMORY_TABLE, search_indexes=False
-        )
+        table = await open_store(postgres, dim=SIGNATURE_DIM, name=MEMORY_TABLE, vector_index=False)
         assert isinstance(table, PgVectorStore)
         try:
             async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:

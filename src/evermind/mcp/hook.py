@@ -101,7 +101,7 @@ def _read_payload(stdin: IO[str], event: str) -> dict[str, Any]:
 
 def _items(memories: Sequence[Any], budget_tokens: int) -> list[str]:
     """Memory lines, best first, as many as fit ``budget_tokens`` (at least none)."""
-    from evermind.mcp.render import cut
+    from evermind.text import cut
 
     items: list[str] = []
     used = 0
@@ -254,7 +254,7 @@ def stop(payload: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | 
     instruction = unrecorded_instruction(read_turns(_transcript(payload)))
     if instruction is None or _already_stored(instruction, args):
         return None
-    from evermind.mcp.render import cut
+    from evermind.text import cut
 
     quoted = json.dumps(cut(instruction, 200), ensure_ascii=False)
     reason = (

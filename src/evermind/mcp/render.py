@@ -8,7 +8,6 @@ the hits were ranked. Pure functions; standard library and ``evermind`` only.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,24 +15,10 @@ from typing import Any
 from evermind.ingest.passages import NO_EVIDENCE, IngestedPassage
 from evermind.memory import Hit, MemoryRecord, fence
 from evermind.memory.sanitize import inline
-from evermind.text import counted
+from evermind.text import ELLIPSIS, counted, cut
 
-ELLIPSIS = "…"
 #: The first words of the last line of a recall answer.
 RANKED_BY_PREFIX = "ranked by: "
-
-_WHITESPACE = re.compile(r"\s+")
-
-
-def cut(text: str, max_chars: int) -> str:
-    """Returns ``text`` with whitespace runs collapsed, cut to ``max_chars`` with an ellipsis.
-
-    The result is at most ``max_chars`` characters long, the ellipsis included.
-    """
-    flat = _WHITESPACE.sub(" ", text).strip()
-    if len(flat) <= max_chars:
-        return flat
-    return flat[: max(0, max_chars - 1)].rstrip() + ELLIPSIS
 
 
 def _tags(tags: Sequence[str]) -> str:

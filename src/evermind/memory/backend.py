@@ -17,7 +17,7 @@ only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from evermind.errors import VersionConflict
@@ -109,6 +109,29 @@ class PromptRecallBackend(Protocol):
         of ``query`` that clear the relevance floor (:mod:`evermind.memory.prompt_recall`),
         each with its raw lexical score (higher is better); None when this backend has no
         text index to answer from (the store then ranks its snapshot)."""
+        ...
+
+
+@runtime_checkable
+class ServedBackend(Protocol):
+    """A backend whose engine has a nearest-neighbour index of its own (Postgres: pgvector's
+    HNSW over the memory's embeddings), which the store's vector search can start from.
+
+    Optional: ``MemoryStore`` ranks with a ``ServedVectorIndex`` over a backend that has this
+    method, and scans its own index for one that has not (or that answers None).
+    """
+
+    async def nearest_hashes(
+        self,
+        fingerprint: str,
+        vector: Sequence[float],
+        n: int,
+        sample: Callable[[], Sequence[str]] | None = None,
+    ) -> list[str] | None:
+        """The content hashes of the ``n`` stored embeddings (of embedder ``fingerprint``)
+        nearest to ``vector``, best first (fewer when the engine reached no more); None when
+        the engine cannot answer now, or does not hold every hash of ``sample()`` (the
+        caller's own, a check the backend may make once)."""
         ...
 
 

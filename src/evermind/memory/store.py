@@ -29,13 +29,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal
 
 from evermind.errors import ConfigError, EvermindError
-from evermind.memory.backend import MemoryBackend, PromptRecallBackend
+from evermind.memory.backend import MemoryBackend, PromptRecallBackend, ServedBackend
 from evermind.memory.embedder import VectorCache, as_embedder
 from evermind.memory.prompt_recall import HookMemory, rank_matches, snapshot_matches
 from evermind.memory.recall import Snapshot, run_recall
@@ -54,11 +55,15 @@ from evermind.memory.records import (
     validate_ttl,
 )
 from evermind.search.bm25 import BM25Index
+from evermind.search.served import SERVED_MIN_ROWS, ServedVectorIndex
 from evermind.search.vectors import VectorIndex
 
 logger = logging.getLogger(__name__)
 
 _EMBED_BATCH = 64
+#: How many of its content hashes a store asks a served backend to hold (one check): a table
+#: missing 0.5 % of them is caught with probability 1 − 0.995¹⁰⁰⁰ ≈ 0.993.
+_SERVED_SAMPLE = 1000
 
 
 class MemoryStore:
@@ -78,6 +83,11 @@ class MemoryStore:
         use_numpy: Vector search on numpy (True), pure Python (False), or numpy if present.
         vector_index: The vector index to rank with (e.g. a ``GpuVectorIndex`` in the tab);
             overrides ``use_numpy``. It must be empty and is owned by the store from then on.
+            None: on a backend whose engine has a nearest-neighbour index
+            (``nearest_hashes``: Postgres), a ``ServedVectorIndex`` over it; else a
+            ``VectorIndex``.
+        served_min_rows: From how many vectors recall asks that engine's index (default
+            ``SERVED_MIN_ROWS``, 2·10⁵).
 
     Raises:
         ConfigError: A bad argument (capacity < 1, an unusable embedder or backend).
@@ -95,6 +105,7 @@ class MemoryStore:
         clock: Callable[[], float] = time.time,
         use_numpy: bool | None = None,
         vector_index: VectorIndex | None = None,
+        served_min_rows: int | None = None,
     ) -> None:
         if isinstance(backend, str | os.PathLike):
             from evermind.memory.sqlite_backend import SQLiteBackend
@@ -125,7 +136,21 @@ class MemoryStore:
                 f"MemoryStore: vector_index must be empty, got one holding {len(vector_index)} "
                 "vectors; hint: the store fills it from its own memories"
             )
-        self._vectors = vector_index if vector_index is not None else VectorIndex(use_numpy)
+        if vector_index is None and bound is not None and isinstance(backend, ServedBackend):
+            # The backend's engine has a nearest-neighbour index of its own (Postgres: HNSW):
+            # past served_min_rows recall starts from its candidates, rescored here.
+            vector_index = ServedVectorIndex(
+                self._served_candidates,
+                min_rows=SERVED_MIN_ROWS if served_min_rows is None else served_min_rows,
+                use_numpy=use_numpy,
+            )
+        if vector_index is None:
+            # Without an embedder nothing is ever embedded: the index stays empty, so it needs
+            # no numpy (whose import is ~80 ms of a Claude Code hook's lexical recall).
+            lean = bound is None and use_numpy is None
+            vector_index = VectorIndex(False if lean else use_numpy)
+        self._vectors = vector_index
+        self._hash_keys: dict[str, set[str]] = {}  # content hash -> the keys indexed with it
         self._vector_hash: dict[str, str] = {}
         # Keys that may have no vector yet: recall embeds these, not a scan of every record.
         self._unembedded: set[str] = set()
@@ -254,7 +279,7 @@ class MemoryStore:
             self._vectors.remove(record.key)
             keys[record.key] = None
             vectors.append(vector)
-            self._vector_hash[record.key] = record.content_hash
+            self._set_hash(record.key, record.content_hash)
             self._unembedded.discard(record.key)
         self._vectors.add_many(list(keys), vectors)
 
@@ -463,8 +488,7 @@ class MemoryStore:
             for key in list(self._vector_hash):
                 current = self._records.get(key)
                 if current is None or current.content_hash != self._vector_hash[key]:
-                    self._vectors.remove(key)
-                    del self._vector_hash[key]
+                    self._drop_vector(key)
             self._version = version
 
     def _absorb(self, result: WriteResult) -> None:
@@ -487,7 +511,45 @@ class MemoryStore:
 
     def _drop_vector(self, key: str) -> None:
         self._vectors.remove(key)
-        self._vector_hash.pop(key, None)
+        digest = self._vector_hash.pop(key, None)
+        if digest is not None:
+            keys = self._hash_keys.get(digest)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._hash_keys[digest]
+
+    def _set_hash(self, key: str, digest: str) -> None:
+        previous = self._vector_hash.get(key)
+        if previous is not None and previous != digest:
+            keys = self._hash_keys.get(previous)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._hash_keys[previous]
+        self._vector_hash[key] = digest
+        self._hash_keys.setdefault(digest, set()).add(key)
+
+    def _hash_sample(self) -> list[str]:
+        """Up to :data:`_SERVED_SAMPLE` of the indexed content hashes, drawn at random (what
+        the backend checks its nearest-neighbour table holds before it serves recall)."""
+        digests = list(self._hash_keys)
+        if len(digests) <= _SERVED_SAMPLE:
+            return digests
+        return random.Random(len(digests)).sample(digests, _SERVED_SAMPLE)
+
+    async def _served_candidates(self, query: list[float], n: int) -> tuple[list[str], int] | None:
+        """The keys of the backend's ``n`` nearest embeddings to ``query`` (by content hash,
+        each hash's keys in this namespace), and how many the backend returned; None when it
+        cannot answer (``ServedVectorIndex`` then scans in process)."""
+        if self._cache is None or not isinstance(self.backend, ServedBackend):
+            return None
+        fingerprint = await self._cache.embedder.ready()
+        hashes = await self.backend.nearest_hashes(fingerprint, query, n, self._hash_sample)
+        if hashes is None:
+            return None
+        keys = [key for digest in hashes for key in sorted(self._hash_keys.get(digest, ()))]
+        return keys, len(hashes)
 
     def _vectors_todo(self) -> list[MemoryRecord]:
         pending = self._unembedded
@@ -529,7 +591,7 @@ class MemoryStore:
             vectors = await self._cache.vectors([r.content for r in batch])
             for record, vector in zip(batch, vectors, strict=True):
                 self._vectors.add(record.key, vector)
-                self._vector_hash[record.key] = record.content_hash
+                self._set_hash(record.key, record.content_hash)
                 current = self._records.get(record.key)
                 if current is None or current.content_hash == record.content_hash:
                     self._unembedded.discard(record.key)  # not rewritten meanwhile

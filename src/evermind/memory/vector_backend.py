@@ -15,6 +15,14 @@ text has a direction): recall does not rank with it (``MemoryStore`` ranks in pr
 the embedder's cosine, exactly as on SQLite), it only gives the engine's index a real,
 spread-out vector per item.
 
+**The engine's own nearest-neighbour index.** An engine that has one (Postgres:
+``PgVectorStore.put_embeddings`` and ``nearest_embeddings``, pgvector's HNSW over a table of
+real embeddings per dimension) also gets every cached embedding there, keyed by tenant,
+embedder fingerprint and content hash; :meth:`VectorStoreBackend.nearest_hashes` answers the
+store's ``ServedVectorIndex`` from it once its index is built (the first ask starts the build,
+in the background), so every process of a team ranks from one graph instead of building its
+own.
+
 **Versions without transactions.** ``MemoryStore`` reloads when the namespace's version moves
 without its own write. The port has no atomic counter, so each writer counts its own writes in
 its own ``clock`` item (:class:`~evermind.vectorstore.clock.WriterClock`: nobody else writes
@@ -33,11 +41,13 @@ Browser-safe: standard library and ``evermind`` only.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
+import logging
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -51,6 +61,12 @@ from evermind.vectorstore.port import AccessScope, Acl, Hit, VectorItem, VectorS
 
 # SIGNATURE_DIM is the dimension to open a memory store's vector store with: exported here too.
 __all__ = ["MEMORY_PRINCIPAL", "SIGNATURE_DIM", "VectorStoreBackend"]
+
+logger = logging.getLogger(__name__)
+
+#: The least share of the engine's embedding table a tenant's embedder must hold for its
+#: nearest-neighbour index to serve recall (pgvector filters the tenant after the index scan).
+SERVED_MIN_SHARE = 0.25
 
 #: The principal every memory item is readable by (the runtime's tenant is the isolation).
 MEMORY_PRINCIPAL = "memory"
@@ -110,6 +126,8 @@ class VectorStoreBackend:
             )
         self._clock = clock or WriterClock(clocks or store, self._scope, self._acl, group)
         self._closed = False
+        self._served: dict[tuple[str, int], bool] = {}  # (fingerprint, dim): index usable
+        self._build: asyncio.Task[None] | None = None
 
     @property
     def clock(self) -> WriterClock:
@@ -292,12 +310,100 @@ class VectorStoreBackend:
             )
         if items:
             await self._store.upsert(items)
+            # An engine with a nearest-neighbour index of its own (Postgres: the memory's
+            # embedding table, HNSW) keeps them there too, for nearest_hashes.
+            put = getattr(self._store, "put_embeddings", None)
+            if put is not None:
+                await put(self.tenant, fingerprint, vectors)
+
+    async def nearest_hashes(
+        self,
+        fingerprint: str,
+        vector: Sequence[float],
+        n: int,
+        sample: Callable[[], Sequence[str]] | None = None,
+    ) -> list[str] | None:
+        """The content hashes of this tenant's ``n`` cached embeddings (of ``fingerprint``)
+        nearest to ``vector``, from the engine's own index (Postgres: pgvector's HNSW over the
+        embedding table); None when the engine has none, its index is not built yet (the
+        first ask starts the build, in the background, on its own connection), or this tenant
+        and embedder hold under :data:`SERVED_MIN_SHARE` of the table (pgvector filters after
+        the index scan: most candidates would be another's), or some of the content hashes
+        ``sample()`` gives (the caller's, checked once) have no row there (vectors cached
+        before the table existed: their memories would never be candidates). The caller then
+        ranks in process.
+        """
+        self._check_open()
+        nearest = getattr(self._store, "nearest_embeddings", None)
+        if nearest is None:
+            return None
+        dim = len(vector)
+        verdict = self._served.get((fingerprint, dim))
+        if verdict is None:
+            if not await self._store.embedding_index_ready(dim):  # type: ignore[attr-defined]
+                self._start_build(dim)
+                return None
+            ours, every = await self._store.embedding_share(  # type: ignore[attr-defined]
+                self.tenant, fingerprint, dim
+            )
+            verdict = ours > 0 and ours >= SERVED_MIN_SHARE * every
+            if verdict and sample is not None:
+                missing = await self._store.embeddings_missing(  # type: ignore[attr-defined]
+                    self.tenant, fingerprint, dim, sample()
+                )
+                if missing:
+                    logger.warning(
+                        "memory %r: %d sampled vectors are not in the engine's embedding "
+                        "table (cached before it existed); recall ranks in process",
+                        self.namespace,
+                        missing,
+                    )
+                    verdict = False
+            self._served[(fingerprint, dim)] = verdict
+        if not verdict:
+            return None
+        found: list[str] = await nearest(self.tenant, fingerprint, vector, n)
+        return found
+
+    def _start_build(self, dim: int) -> None:
+        """Builds the engine's HNSW index of ``dim``-dimensional embeddings in the background
+        (once per backend at a time; the engine lets one process build)."""
+        if self._build is not None and not self._build.done():
+            return
+        build = self._store.build_embedding_index  # type: ignore[attr-defined]
+
+        async def run() -> None:
+            try:
+                await build(dim)
+            except StorageError as err:  # recall stays in process; the next ask tries again
+                logger.warning("memory: %s", err)
+
+        self._build = asyncio.get_running_loop().create_task(run())
+
+    async def build_served_index(self, dim: int) -> bool:
+        """Builds the engine's nearest-neighbour index of ``dim``-dimensional embeddings now,
+        or waits for the build under way here or in another process (e.g. after a bulk load);
+        returns whether it is ready (False: the engine has none)."""
+        self._check_open()
+        build = getattr(self._store, "build_embedding_index", None)
+        if build is None:
+            return False
+        if self._build is not None and not self._build.done():
+            await asyncio.shield(self._build)  # the build a recall started
+        ready: bool = await build(dim, wait=True)  # or another process's
+        return ready
 
     async def close(self) -> None:
         """Marks the backend closed (and closes the store if it owns it)."""
         if self._closed:
             return
         self._closed = True
+        build, self._build = self._build, None
+        if build is not None and not build.done():
+            build.cancel()  # an interrupted build leaves an invalid index: rebuilt later
+            if build.get_loop() is asyncio.get_running_loop():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await build
         if self._owns:
             await self._store.close()
 

@@ -113,7 +113,12 @@ STORE_SCHEMES = tuple(e.scheme for e in ENGINES if e.store_flag)
 
 
 async def open_store(
-    url: str, *, dim: int, name: str = "evermind_vectors", search_indexes: bool = True
+    url: str,
+    *,
+    dim: int,
+    name: str = "evermind_vectors",
+    vector_index: bool = True,
+    text_index: bool = True,
 ) -> VectorStore:
     """The engine ``url`` names, opened on a store of ``dim``-dimensional vectors.
 
@@ -122,9 +127,12 @@ async def open_store(
         dim: The vectors' dimension (a store that exists with another refuses to open).
         name: The table (Postgres) or collection (Qdrant) to use; ignored by the
             in-process engine.
-        search_indexes: Postgres only: False creates a new table without its HNSW and GIN
-            indexes (a table nobody ranks by vector or text, such as the memory store's:
-            writes go ~10x faster); the other engines ignore it.
+        vector_index: Postgres only: False creates a new table without its HNSW index (a
+            table nobody ranks by its vectors, such as the memory store's: writes go ~10x
+            faster); the other engines ignore it.
+        text_index: Postgres only: False creates a new table without the GIN index of its
+            text (a table no text query reads, such as the writer clocks'); the other
+            engines ignore it.
 
     Raises:
         ConfigError: An unknown scheme (the message names it and the known ones), a
@@ -148,7 +156,9 @@ async def open_store(
     if scheme in ("postgresql", "postgres"):
         from evermind.vectorstore.pgvector import PgVectorStore
 
-        return await PgVectorStore.open(url, dim=dim, table=name, search_indexes=search_indexes)
+        return await PgVectorStore.open(
+            url, dim=dim, table=name, vector_index=vector_index, text_index=text_index
+        )
     if scheme == "qdrant":
         if not parts.hostname:
             raise ConfigError(f"vector store: {url!r} names no host; expected qdrant://host:port")

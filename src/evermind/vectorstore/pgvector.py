@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -51,6 +51,13 @@ T = TypeVar("T")
 
 #: ``hnsw.ef_search`` bounds: pgvector's default and its maximum.
 EF_MIN, EF_MAX = 40, 1000
+#: ``maintenance_work_mem`` of an HNSW build (pgvector builds in memory while the graph fits).
+EMBEDDING_INDEX_MEMORY = "1GB"
+#: Whether an index (by name) is built and valid (an interrupted CONCURRENTLY build is not).
+_INDEX_STATE = (
+    "SELECT i.indisvalid AND i.indisready FROM pg_index i JOIN pg_class c "
+    "ON c.oid = i.indexrelid WHERE c.relname = %s AND pg_table_is_visible(c.oid)"
+)
 #: What psycopg's execute takes.
 Query = sql.SQL | sql.Composed
 _OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
@@ -162,27 +169,44 @@ class PgVectorStore:
         table: str,
         dim: int,
         url: str = "",
-        search_indexes: bool = True,
+        *,
+        vector_index: bool = True,
+        text_index: bool = True,
     ) -> None:
-        self._search_indexes = search_indexes
+        self._vector_index = vector_index
+        self._text_index = text_index
         self._conn = conn
         self._url = url  # to connect again after the server cut the connection
         self._table = sql.Identifier(table)
         self._name = table
         self.dim = dim
         self._lock = asyncio.Lock()
+        self._embedding_dims: set[int] = set()  # embedding tables known to exist
 
     @classmethod
     async def open(
-        cls, url: str, *, dim: int, table: str = "evermind_vectors", search_indexes: bool = True
+        cls,
+        url: str,
+        *,
+        dim: int,
+        table: str = "evermind_vectors",
+        vector_index: bool = True,
+        text_index: bool = True,
     ) -> PgVectorStore:
         """Connects to ``url``, creates the extension, table and indexes when missing.
 
-        ``search_indexes=False`` creates the table without its HNSW and GIN indexes, for a
-        table no query ranks (the memory store's: ``MemoryStore`` ranks in process): each
-        write then skips pgvector's per-row HNSW insert, which bounds a load to ~400 rows/s
-        (docs/vectorstore.md, "Bulk writes"). Queries stay correct (exact scans); indexes
-        that already exist are kept.
+        One catalogue query first: when the table exists with this dimension and every index
+        it should have, nothing else runs (no DDL, no lock: a short-lived process such as a
+        Claude Code hook opens an existing store in one round trip, and a role without
+        ``CREATE`` can open it). Otherwise the ``CREATE … IF NOT EXISTS`` statements run in
+        one transaction under an advisory lock.
+
+        ``vector_index=False`` creates the table without its HNSW index, for a table no query
+        ranks by its ``embedding`` column (the memory store's term signatures: ``MemoryStore``
+        ranks in process): each write then skips pgvector's per-row HNSW insert, which bounds
+        a load to ~400 rows/s (docs/vectorstore.md, "Bulk writes"). ``text_index=False`` leaves
+        out the GIN index of ``tsv`` (a table no text query reads, such as the writer clocks').
+        Queries stay correct without them (scans); indexes that already exist are kept.
 
         Raises:
             ConfigError: A bad table name or dim, or the table holds another dimension.
@@ -195,7 +219,7 @@ class PgVectorStore:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         except psycopg.Error as err:
             raise StorageError(f"pgvector: cannot connect to the database: {err}") from err
-        store = cls(conn, table, dim, url, search_indexes)
+        store = cls(conn, table, dim, url, vector_index=vector_index, text_index=text_index)
         try:
             await store._create()
         except BaseException:
@@ -203,7 +227,46 @@ class PgVectorStore:
             raise
         return store
 
+    def _index_names(self) -> list[str]:
+        """The indexes this table should have, by name (what ``_create`` makes)."""
+        n = self._name
+        names = [f"{n}_tenant", *(f"{n}_{field}"[:63] for field in LOOKUP_FIELDS)]
+        if self._vector_index:
+            names.append(f"{n}_hnsw")
+        if self._text_index:
+            names.append(f"{n}_tsv")
+        return names
+
+    async def _schema(self) -> tuple[str | None, set[str]]:
+        """The table's ``embedding`` type (None: no such table or column) and index names."""
+        cur = await self._conn.execute(
+            "SELECT format_type(a.atttypid, a.atttypmod), ARRAY(SELECT c.relname::text "
+            "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = a.attrelid) FROM pg_attribute a "
+            "WHERE a.attrelid = to_regclass(quote_ident(%s)) AND a.attname = 'embedding'",
+            [self._name],
+        )
+        row = await cur.fetchone()
+        return (None, set()) if row is None else (str(row[0]), set(row[1]))
+
+    def _check_dim(self, found: str | None) -> None:
+        if found != f"vector({self.dim})":
+            raise ConfigError(
+                f"pgvector: table {self._name!r} holds {found or 'no embedding column'}, not "
+                f"vector({self.dim}); open it with that dim or name another table"
+            )
+
     async def _create(self) -> None:
+        try:
+            found, indexes = await self._schema()
+        except psycopg.Error as err:
+            raise StorageError(f"pgvector: cannot read table {self._name!r}: {err}") from err
+        if found is not None and set(self._index_names()) <= indexes:
+            self._check_dim(found)  # the schema is current: no DDL
+            return
+        await self._create_missing()
+
+    async def _create_missing(self) -> None:
         t, n = self._table, self._name
         statements: list[Query] = [
             sql.SQL("CREATE EXTENSION IF NOT EXISTS vector"),
@@ -229,35 +292,28 @@ class PgVectorStore:
                 for field in LOOKUP_FIELDS
             ),
         ]
-        if self._search_indexes:
-            statements += [
+        if self._vector_index:
+            statements.append(
                 sql.SQL(
                     "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)"
-                ).format(sql.Identifier(f"{n}_hnsw"), t),
+                ).format(sql.Identifier(f"{n}_hnsw"), t)
+            )
+        if self._text_index:
+            statements.append(
                 sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (tsv)").format(
                     sql.Identifier(f"{n}_tsv"), t
-                ),
-            ]
+                )
+            )
         try:
             async with self._conn.transaction():
                 # Two processes opening one new table at once: serialise the CREATEs.
                 await self._conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [n])
                 for statement in statements:
                     await self._conn.execute(statement)
-                cur = await self._conn.execute(
-                    "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-                    "WHERE attrelid = %s::regclass AND attname = 'embedding'",
-                    [n],
-                )
-                row = await cur.fetchone()
+                found, _ = await self._schema()
         except psycopg.Error as err:
             raise StorageError(f"pgvector: cannot create table {n!r}: {err}") from err
-        if row is None or row[0] != f"vector({self.dim})":
-            found = row[0] if row else "no embedding column"
-            raise ConfigError(
-                f"pgvector: table {n!r} holds {found}, not vector({self.dim}); "
-                "open it with that dim or name another table"
-            )
+        self._check_dim(found)
 
     async def _connected(self) -> psycopg.AsyncConnection[Any]:
         """Under the lock: the connection, made again if the server cut the last one.
@@ -518,6 +574,213 @@ class PgVectorStore:
         )
         return int(rows[0][0])
 
+    # ---------------------------------------------------------- the memory's embeddings
+
+    def _embedding_table(self, dim: int) -> str:
+        return f"{self._name}_emb_{dim}"[:63]
+
+    async def _embedding_schema(self, dim: int) -> None:
+        """Under the lock: creates ``<table>_emb_<dim>`` when missing (one catalogue query
+        when it exists)."""
+        if dim in self._embedding_dims:
+            return
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= 2000:
+            raise ConfigError(f"pgvector: embedding dim must be an int in 1..2000, got {dim!r}")
+        name = self._embedding_table(dim)
+
+        async def create(conn: psycopg.AsyncConnection[Any]) -> None:
+            cur = await conn.execute("SELECT to_regclass(quote_ident(%s)) IS NOT NULL", [name])
+            row = await cur.fetchone()
+            if row is not None and row[0]:
+                return
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [name])
+                await conn.execute(
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {} (tenant text NOT NULL, fingerprint text "
+                        "NOT NULL, hash text NOT NULL, embedding vector({}) NOT NULL, "
+                        "PRIMARY KEY (tenant, fingerprint, hash))"
+                    ).format(sql.Identifier(name), sql.Literal(dim))
+                )
+
+        await self._once_more(f"cannot create table {name!r}", create)
+        self._embedding_dims.add(dim)
+
+    async def put_embeddings(
+        self, tenant: str, fingerprint: str, vectors: Mapping[str, Sequence[float]]
+    ) -> None:
+        """Stores ``vectors`` (content hash -> embedding) of ``tenant``'s embedder
+        ``fingerprint`` in ``<table>_emb_<dim>`` (one table per dimension; a hash already
+        there is kept: the same text has the same vector), in one ``COPY`` transaction."""
+        by_dim: dict[int, list[tuple[str, str, str, str]]] = {}
+        for digest, vector in vectors.items():
+            row = (tenant, fingerprint, digest, _vector_literal(vector))
+            by_dim.setdefault(len(vector), []).append(row)
+        for dim, rows in by_dim.items():
+            table = sql.Identifier(self._embedding_table(dim))
+
+            async def write(
+                conn: psycopg.AsyncConnection[Any],
+                table: sql.Identifier = table,
+                rows: list[tuple[str, str, str, str]] = rows,
+                dim: int = dim,
+            ) -> None:
+                stage = sql.Identifier(f"evermind_stage_emb_{dim}")
+                async with conn.transaction():
+                    await conn.execute(
+                        sql.SQL(
+                            "CREATE TEMP TABLE {} (tenant text, fingerprint text, hash text, "
+                            "embedding vector({})) ON COMMIT DROP"
+                        ).format(stage, sql.Literal(dim))
+                    )
+                    async with conn.cursor() as cur:
+                        copy = sql.SQL("COPY {} FROM STDIN").format(stage)
+                        async with cur.copy(copy) as feed:
+                            for row in rows:
+                                await feed.write_row(row)
+                        await cur.execute(
+                            sql.SQL(
+                                "INSERT INTO {} SELECT DISTINCT ON (tenant, fingerprint, hash) * "
+                                "FROM {} ON CONFLICT DO NOTHING"
+                            ).format(table, stage)
+                        )
+
+            async with self._lock:
+                await self._embedding_schema(dim)
+                await self._once_more("storing embeddings failed", write)
+
+    async def embedding_share(self, tenant: str, fingerprint: str, dim: int) -> tuple[int, int]:
+        """How many rows of ``<table>_emb_<dim>`` are ``tenant``'s of ``fingerprint``, and how
+        many rows it holds in all (Postgres's estimate: ``pg_class.reltuples``)."""
+        name = self._embedding_table(dim)
+        async with self._lock:
+            await self._embedding_schema(dim)
+            ours = await self._once_more(
+                "counting embeddings failed",
+                lambda conn: _one(
+                    conn,
+                    sql.SQL(
+                        "SELECT count(*) FROM {} WHERE tenant = %s AND fingerprint = %s"
+                    ).format(sql.Identifier(name)),
+                    [tenant, fingerprint],
+                ),
+            )
+            every = await self._once_more(
+                "counting embeddings failed",
+                lambda conn: _one(
+                    conn,
+                    sql.SQL(
+                        "SELECT GREATEST(reltuples, 0)::bigint FROM pg_class "
+                        "WHERE oid = to_regclass(quote_ident(%s))"
+                    ),
+                    [name],
+                ),
+            )
+        return int(ours or 0), max(int(ours or 0), int(every or 0))
+
+    async def embeddings_missing(
+        self, tenant: str, fingerprint: str, dim: int, hashes: Sequence[str]
+    ) -> int:
+        """How many of ``hashes`` have no row of ``tenant``'s ``fingerprint`` in
+        ``<table>_emb_<dim>`` (vectors cached before the table existed, say)."""
+        if not hashes:
+            return 0
+        name = sql.Identifier(self._embedding_table(dim))
+        statement = sql.SQL(
+            "SELECT count(*) FROM unnest(%s::text[]) AS h(hash) WHERE NOT EXISTS "
+            "(SELECT 1 FROM {} e WHERE e.tenant = %s AND e.fingerprint = %s AND e.hash = h.hash)"
+        ).format(name)
+        async with self._lock:
+            await self._embedding_schema(dim)
+            missing = await self._once_more(
+                "counting embeddings failed",
+                lambda conn: _one(conn, statement, [list(hashes), tenant, fingerprint]),
+            )
+        return int(missing or 0)
+
+    async def embedding_index_ready(self, dim: int) -> bool:
+        """Whether ``<table>_emb_<dim>`` has its HNSW index, built and valid."""
+        name = self._embedding_table(dim)
+        found = await self._run(sql.SQL(_INDEX_STATE), [f"{name}_hnsw"[:63]])
+        return bool(found and found[0][0])
+
+    async def build_embedding_index(
+        self, dim: int, *, wait: bool = False, maintenance_work_mem: str = EMBEDDING_INDEX_MEMORY
+    ) -> bool:
+        """Builds the HNSW index of ``<table>_emb_<dim>`` (cosine) unless it exists, on a
+        connection of its own (``CREATE INDEX CONCURRENTLY``: writers are not blocked, and this
+        store's connection stays free) with ``maintenance_work_mem`` raised. One builder per
+        database: a process that finds another building (an advisory lock) returns False at
+        once, or with ``wait`` waits for that build; True when the index is ready. An index
+        a dead build left invalid is dropped and built again.
+
+        Raises:
+            StorageError: The database refused the build.
+        """
+        if await self.embedding_index_ready(dim):
+            return True
+        name = self._embedding_table(dim)
+        index = sql.Identifier(f"{name}_hnsw"[:63])
+        try:
+            async with await psycopg.AsyncConnection.connect(self._url, autocommit=True) as conn:
+                if wait:
+                    lock = "SELECT pg_advisory_lock(hashtextextended(%s, 0)), true"
+                else:
+                    lock = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
+                cur = await conn.execute(lock, [f"build {name}"])
+                row = await cur.fetchone()
+                if row is None or not row[-1]:
+                    return False  # another process is building it
+                cur = await conn.execute(_INDEX_STATE, [f"{name}_hnsw"[:63]])
+                state = await cur.fetchone()
+                if state is not None and state[0]:
+                    return True  # built by another process since the check above
+                await conn.execute(
+                    "SELECT set_config('maintenance_work_mem', %s, false)", [maintenance_work_mem]
+                )
+                await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
+                await conn.execute(
+                    sql.SQL(
+                        "CREATE INDEX CONCURRENTLY {} ON {} "
+                        "USING hnsw (embedding vector_cosine_ops)"
+                    ).format(index, sql.Identifier(name))
+                )
+                # Fresh statistics: without them the planner takes a table loaded moments ago
+                # for a few rows and sorts the tenant's rows (the primary key) over the index.
+                await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
+        except psycopg.Error as err:
+            raise StorageError(
+                f"pgvector: building the HNSW index of {name!r} failed: {err}"
+            ) from err
+        return await self.embedding_index_ready(dim)
+
+    async def nearest_embeddings(
+        self, tenant: str, fingerprint: str, vector: Sequence[float], n: int
+    ) -> list[str]:
+        """The content hashes of ``tenant``'s ``n`` embeddings (of ``fingerprint``) nearest to
+        ``vector`` by cosine, through the HNSW index (``hnsw.ef_search`` = ``2 n``, at least
+        40, at most 1000; pgvector filters the tenant after the index scan, so fewer than
+        ``n`` may come back), best first."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= EF_MAX:
+            raise ConfigError(f"pgvector: n must be an int in 1..{EF_MAX}, got {n!r}")
+        name = sql.Identifier(self._embedding_table(len(vector)))
+        statement = sql.SQL(
+            "SELECT hash FROM {} WHERE tenant = %s AND fingerprint = %s "
+            "ORDER BY embedding <=> %s::vector LIMIT %s"
+        ).format(name)
+        params = [tenant, fingerprint, _vector_literal(vector), n]
+
+        async def read(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+            async with conn.transaction():
+                ef = str(min(EF_MAX, max(EF_MIN, 2 * n)))  # room for other tenants' rows
+                await conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [ef])
+                cur = await conn.execute(statement, params, prepare=PREPARE_READS)
+                return await cur.fetchall()
+
+        async with self._lock:
+            rows = await self._once_more("nearest embeddings failed", read)
+        return [str(row[0]) for row in rows]
+
     async def drop(self) -> None:
         """Drops the table and its indexes (tests, and a user removing a store)."""
         await self._run(sql.SQL("DROP TABLE IF EXISTS {}").format(self._table), [])
@@ -525,6 +788,13 @@ class PgVectorStore:
     async def close(self) -> None:
         """Closes the connection."""
         await self._conn.close()
+
+
+async def _one(conn: psycopg.AsyncConnection[Any], statement: Query, params: Sequence[Any]) -> Any:
+    """The first column of the first row of ``statement`` (None when no row)."""
+    cur = await conn.execute(statement, params, prepare=PREPARE_READS)
+    row = await cur.fetchone()
+    return None if row is None else row[0]
 
 
 def _first_line(err: BaseException) -> str:

@@ -102,14 +102,19 @@ async def open_memory_tables(url: str) -> tuple[VectorStore, VectorStore]:
     check_store_url(url)
     try:
         async with asyncio.timeout(OPEN_TIMEOUT_S):
-            # MemoryStore ranks in process: the memory and clock tables need no HNSW/GIN
-            # index, whose per-row upkeep bounded bulk writes to ~400 memories/s.
-            memory = await open_store(
-                url, dim=SIGNATURE_DIM, name=MEMORY_TABLE, search_indexes=False
-            )
+            # MemoryStore ranks in process: the memory and clock tables need no HNSW index
+            # (on the term signatures), whose per-row upkeep bounded bulk writes to ~400
+            # memories/s. The memory table keeps its GIN text index: the hooks' prompt recall
+            # (specific_text_query) counts lexemes through it (500 ms → 40 ms a prompt at 10⁴
+            # memories), and its upkeep costs a bulk load nothing measurable (docs/vectorstore.md).
+            memory = await open_store(url, dim=SIGNATURE_DIM, name=MEMORY_TABLE, vector_index=False)
             try:
                 return memory, await open_store(
-                    url, dim=SIGNATURE_DIM, name=CLOCK_TABLE, search_indexes=False
+                    url,
+                    dim=SIGNATURE_DIM,
+                    name=CLOCK_TABLE,
+                    vector_index=False,
+                    text_index=False,
                 )
             except BaseException:
                 await memory.close()
