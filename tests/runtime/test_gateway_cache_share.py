@@ -9,8 +9,9 @@ no upstream call, and an answer the agent paid for is served to the client; the 
 shared cases are exact repeats (the gateway's cache holds fewer than MIN_CALIBRATION
 questions of the scope, so it serves repeats only), plus one paraphrase after ten stored
 questions, where the calibration exists (with ``verify_until_bounded = false``: a gateway by
-default checks such hits against the upstream until its checks bound the error). Failures (unreachable, wrong token, a model the
-gateway does not serve) leave the tab on L1 with a note; other tenants see nothing.
+default checks such hits against the upstream until its checks bound the error). Failures
+(unreachable, wrong token, a model the gateway does not serve) leave the tab on L1 with a
+note; other tenants see nothing.
 """
 
 from __future__ import annotations
