@@ -1,13 +1,16 @@
 """The CPU training step's float32 arithmetic agrees with float64 (issue 42's faster step).
 
 The numpy models train in their own dtype (float32) where the ops' default is float64: the
-loss and dlogits come from one softmax (``cross_entropy_loss_and_grad``), SiLU's and
-softplus's backward take a ``compute`` dtype. Checked here:
+loss and dlogits come from one softmax (``cross_entropy_loss_and_grad``); SiLU's and
+softplus's backward, RMSNorm's backward, the gated RMSNorm and the conv's backward take a
+``compute`` dtype. Checked here:
 
 - ``cross_entropy_loss_and_grad`` equals ``mean_loss`` + ``cross_entropy_bwd`` in float64
   (1e-12, ignored and out-of-range rows included) and within float32 rounding in float32;
-- ``silu_bwd`` / ``softplus_bwd`` in float32 are within float32 rounding of float64;
-- one training step of a float32 ``CpuMamba`` / ``CpuMamba2`` / cortex model gives the loss
+- ``silu_bwd`` / ``softplus_bwd``, ``rmsnorm_bwd``, ``rmsnorm_gated_fwd`` / ``_bwd`` and
+  ``conv1d_bwd`` in float32 are within float32 rounding of float64;
+- one training step of a float32 ``CpuMamba`` / ``CpuMamba2`` / cortex model (every op of the
+  step in float32: scan, RMSNorm, conv, SiLU, loss) gives the loss
   of the float64 model on the same weights within 1e-5 and gradients within mamba's fp32
   tolerance.
 """
@@ -23,8 +26,10 @@ from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
 from evermind.model.cpu_mamba2 import CpuMamba2
 from evermind.model.init import init_params
+from evermind.ops.conv1d import conv1d_bwd
 from evermind.ops.cross_entropy import cross_entropy_bwd, cross_entropy_loss_and_grad, mean_loss
 from evermind.ops.elementwise import silu_bwd, softplus_bwd
+from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_gated_bwd, rmsnorm_gated_fwd
 from tests.unit.test_model_cpu import TINY, random_params
 from tests.unit.test_model_cpu_mamba2 import TINY as TINY2
 from tests.unit.test_model_cpu_mamba2 import _noisy_params
@@ -66,6 +71,33 @@ def test_elementwise_backward_in_float32_matches_float64(op: object) -> None:
     got = op(x.astype(np.float32), grad.astype(np.float32), np.float32)  # type: ignore[operator]
     assert got.dtype == np.float32
     assert np.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _norm_and_conv_ops() -> dict[str, Callable[[np.dtype], tuple[np.ndarray, ...]]]:
+    """Each op at awkward shapes, its inputs cast to the dtype and computed in it."""
+    rng = np.random.default_rng(4)
+    x, z, dy = rng.standard_normal((3, 2, 5, 12))
+    w12, w_conv = 1.0 + 0.1 * rng.standard_normal(12), rng.standard_normal((12, 1, 4))
+
+    def cast(*arrays: np.ndarray, dtype: np.dtype) -> list[np.ndarray]:
+        return [a.astype(dtype) for a in arrays]
+
+    return {
+        "rmsnorm_bwd": lambda d: rmsnorm_bwd(*cast(x, w12, dy, dtype=d), 1e-5, d),
+        "rmsnorm_gated_fwd": lambda d: (rmsnorm_gated_fwd(*cast(x, z, w12, dtype=d), 4, 1e-5, d),),
+        "rmsnorm_gated_bwd": lambda d: rmsnorm_gated_bwd(
+            *cast(x, z, w12, dtype=d), 4, dy.astype(d), 1e-5, d
+        ),
+        "conv1d_bwd": lambda d: conv1d_bwd(*cast(x, w_conv, dy, dtype=d), d),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_norm_and_conv_ops()))
+def test_norm_and_conv_ops_in_float32_match_float64(name: str) -> None:
+    op = _norm_and_conv_ops()[name]
+    for got, want in zip(op(np.dtype(np.float32)), op(np.dtype(np.float64)), strict=True):
+        assert got.dtype == np.float32 and want.dtype == np.float64, name
+        assert relative_error(got.astype(np.float64), want) <= 1e-5, name
 
 
 #: A cortex model: 3 routed experts, top-2, and the shared expert after every mixer.

@@ -15,9 +15,11 @@ and return the model's dtype; their Python loops are over time inside the scan a
 conv taps. Training's scan (forward and backward) is the exception: it runs the scan's fast
 path, :mod:`evermind.ops.selective_scan_fast` (tested against the reference, forward and every
 gradient), in the model's dtype, as the GPU trains; ``reference_scan = True`` runs the
-reference instead. The training step's SiLUs (forward and backward) and its loss with dlogits
-(:func:`~evermind.ops.cross_entropy.cross_entropy_loss_and_grad`, one softmax for both) also
-run in the model's dtype: float32 to train, float64 for finite-difference checks.
+reference instead. The rest of the training step (RMSNorm, the conv, SiLU, forward and
+backward, and the loss with dlogits from one softmax,
+:func:`~evermind.ops.cross_entropy.cross_entropy_loss_and_grad`) also runs in the model's
+dtype, through the ops' ``compute`` argument: float32 to train, float64 for the
+finite-difference checks (the cortex's MoE stays float64 inside).
 
     h = E[ids]                                   # (B, L, D)
     for each layer: h = h + mixer(rmsnorm(h))    # (B, L, D)
@@ -258,10 +260,10 @@ class CpuMamba:
         """One block's mixer path on the residual stream h (B, L, D): (out (B, L, D), cache)."""
         cfg = self.config
         d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
-        x_norm, rstd = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, L, D), (B, L)
+        x_norm, rstd = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, self.dtype)  # (B, L, D), (B, L)
         xz = linear_rows(x_norm, w["in_proj"])  # (B, L, 2I)
         x_in, z = xz[..., :d_inner], xz[..., d_inner:]  # (B, L, I) each
-        conv = conv1d_fwd(x_in, w["conv_w"], w["conv_b"])  # (B, L, I)
+        conv = conv1d_fwd(x_in, w["conv_w"], w["conv_b"], self.dtype)  # (B, L, I)
         x_conv = silu_fwd(conv, self.dtype)  # (B, L, I)
         dbc = linear_rows(x_conv, w["x_proj"])  # (B, L, R + 2N)
         dt_low = dbc[..., :rank]  # (B, L, R)
@@ -333,7 +335,7 @@ class CpuMamba:
             if index in self.cortex:
                 out, cortex[index] = cortex_fwd(self.params, cfg, index, h)
                 h = h + out  # (B, L, D)
-        hidden, rstd_final = rmsnorm_fwd(h, norm_f, cfg.rms_eps)
+        hidden, rstd_final = rmsnorm_fwd(h, norm_f, cfg.rms_eps, self.dtype)
         return hidden, ForwardCache(
             ids, layers, h_final=h, rstd_final=rstd_final, hidden=hidden, cortex=cortex
         )
@@ -525,7 +527,7 @@ class CpuMamba:
             )
         grads = {name: np.zeros_like(value) for name, value in self.params.items()}
         dh, grads["backbone.norm_f.weight"] = rmsnorm_bwd(
-            cache.h_final, self.params["backbone.norm_f.weight"], dhidden, cfg.rms_eps
+            cache.h_final, self.params["backbone.norm_f.weight"], dhidden, cfg.rms_eps, self.dtype
         )
         aux_grads = cortex_aux(cache.cortex)[1] if aux_coef else {}
         for index in reversed(range(cfg.n_layer)):
@@ -571,14 +573,14 @@ class CpuMamba:
 
         dconv = silu_bwd(c.conv, dx_conv, compute)  # (B, L, I)
         dx_in, grads[prefix + "conv1d.weight"], grads[prefix + "conv1d.bias"] = conv1d_bwd(
-            c.x_in, w["conv_w"], dconv
+            c.x_in, w["conv_w"], dconv, compute
         )
         dxz = np.concatenate([dx_in, dz], axis=-1)  # (B, L, 2I)
         grads[prefix + "in_proj.weight"] = flat(dxz).T @ flat(c.x_norm)  # (2I, D)
         dx_norm = dxz @ w["in_proj"]  # (B, L, D)
 
         dh_in, grads[f"backbone.layers.{index}.norm.weight"] = rmsnorm_bwd(
-            c.h_in, w["norm"], dx_norm, self.config.rms_eps
+            c.h_in, w["norm"], dx_norm, self.config.rms_eps, compute
         )
         return dh_in
 

@@ -116,11 +116,11 @@ class CpuMamba2(CpuMamba):
         cfg = self.config
         batch, length, _ = h.shape
         d_inner, heads, group_n = cfg.d_inner, cfg.n_heads, cfg.n_groups * cfg.d_state
-        x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, L, D)
+        x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, self.dtype)  # (B, L, D)
         proj = x_norm @ w["in_proj"].T  # (B, L, I + conv_dim + H)
         z, xbc = proj[..., :d_inner], proj[..., d_inner : d_inner + cfg.conv_dim]
         dt_raw = proj[..., d_inner + cfg.conv_dim :]  # (B, L, H)
-        conv = conv1d_fwd(xbc, w["conv_w"], w["conv_b"])  # (B, L, conv_dim)
+        conv = conv1d_fwd(xbc, w["conv_w"], w["conv_b"], self.dtype)  # (B, L, conv_dim)
         act = silu_fwd(
             conv, self.dtype
         )  # x, B and C all pass the conv and the SiLU (HF's conv_dim)
@@ -132,7 +132,9 @@ class CpuMamba2(CpuMamba):
         scan = ssd_fwd if self.reference_scan else partial(ssd_fast_fwd, compute=self.dtype)
         y, _ = scan(x, dt_raw, w["A_log"], B, C, w["D"], w["dt_bias"], cfg.chunk_size)
         y = y.reshape(batch, length, d_inner)
-        gated = rmsnorm_gated_fwd(y, z, w["gate_norm"], d_inner // cfg.n_groups, cfg.rms_eps)
+        gated = rmsnorm_gated_fwd(
+            y, z, w["gate_norm"], d_inner // cfg.n_groups, cfg.rms_eps, self.dtype
+        )
         out = gated @ w["out_proj"].T  # (B, L, D)
         cache = Mamba2LayerCache(
             h_in=h, x_norm=x_norm, z=z, xbc=xbc, conv=conv, x=x, B=B, C=C, dt_raw=dt_raw,
@@ -160,7 +162,7 @@ class CpuMamba2(CpuMamba):
         grads[prefix + "out_proj.weight"] = flat(dout).T @ flat(c.gated)  # (D, I)
         dgated = dout @ w["out_proj"]  # (B, L, I)
         dy, dz, grads[prefix + "norm.weight"] = rmsnorm_gated_bwd(
-            c.y, c.z, w["gate_norm"], cfg.d_inner // cfg.n_groups, dgated, cfg.rms_eps
+            c.y, c.z, w["gate_norm"], cfg.d_inner // cfg.n_groups, dgated, cfg.rms_eps, self.dtype
         )
         args = (dy.reshape(c.x.shape), c.x, c.dt_raw, w["A_log"], c.B, c.C, w["D"], w["dt_bias"])
         if self.reference_scan:  # the states are recomputed by the reference's loop
@@ -178,12 +180,12 @@ class CpuMamba2(CpuMamba):
             [a.reshape(batch, length, -1) for a in (dx, dB, dC)], axis=-1
         )  # (B, L, conv_dim)
         dxbc, grads[prefix + "conv1d.weight"], grads[prefix + "conv1d.bias"] = conv1d_bwd(
-            c.xbc, w["conv_w"], silu_bwd(c.conv, dact, self.dtype)
+            c.xbc, w["conv_w"], silu_bwd(c.conv, dact, self.dtype), self.dtype
         )
         dproj = np.concatenate([dz, dxbc, ddt_raw], axis=-1)  # (B, L, I + conv_dim + H)
         grads[prefix + "in_proj.weight"] = flat(dproj).T @ flat(c.x_norm)  # (.., D)
         dh_in, grads[f"backbone.layers.{index}.norm.weight"] = rmsnorm_bwd(
-            c.h_in, w["norm"], dproj @ w["in_proj"], cfg.rms_eps
+            c.h_in, w["norm"], dproj @ w["in_proj"], cfg.rms_eps, self.dtype
         )
         return dh_in
 
