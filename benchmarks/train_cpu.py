@@ -47,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -241,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
     load = os.getloadavg()[0]
-    say = (lambda *a: None) if args.json else print
+    # With --json the progress lines go to stderr, so a long run shows where it is.
+    say = partial(print, file=sys.stderr, flush=True) if args.json else print
     say(f"train_cpu: nano B{BATCH} L{SEQ_LEN} V{VOCAB}, load average {load:.2f} at start")
     for threads in threads_list:
         for model in models:
