@@ -201,19 +201,26 @@ def child(model: str, side: str, threads: int, steps: int, warmup: int) -> dict[
 
 
 # -- the parent: rounds of children ------------------------------------------------------------
-def run_child(model: str, side: str, threads: int, steps: int, warmup: int) -> dict[str, Any]:
+def run_child(
+    model: str, side: str, threads: int, steps: int, warmup: int, timeout: float
+) -> dict[str, Any]:
+    """One measurement in a fresh child; a row with ``error`` when it failed or timed out."""
     env = dict(os.environ)
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[name] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     args = [sys.executable, "-m", "benchmarks.train_cpu", "--child", model, side, str(threads)]
     args += ["--steps", str(steps), "--warmup", str(warmup)]
-    done = subprocess.run(
-        args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    failed = {"model": model, "side": side, "threads": threads}
+    try:
+        done = subprocess.run(
+            args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:  # subprocess.run has killed the child
+        return failed | {"error": f"timed out after {timeout:.0f} s"}
     if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise SystemExit(f"train_cpu: {model}/{side} at {threads} thread(s) failed: {tail}")
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
+        return failed | {"error": f"exit {done.returncode}: {tail}"}
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -226,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", default="naive,hf", help="PyTorch peers: naive, hf")
     parser.add_argument("--steps", type=int, default=6, help="timed steps per child (median)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps after the first")
+    parser.add_argument(
+        "--child-timeout", type=float, default=300.0, help="seconds per child (default 300)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document instead of text")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "SIDE", "THREADS"), help="internal")
     args = parser.parse_args(argv)
@@ -251,15 +261,23 @@ def main(argv: list[str] | None = None) -> int:
             if len(sides) == 1:
                 continue
             per_round: dict[str, list[float]] = {side: [] for side in sides}
+            params = 0
             for index in range(args.rounds):
                 order = sides if index % 2 == 0 else sides[::-1]
-                got = {s: run_child(model, s, threads, args.steps, args.warmup) for s in order}
+                got = {
+                    s: run_child(model, s, threads, args.steps, args.warmup, args.child_timeout)
+                    for s in order
+                }
+                rows += [got[side] | {"round": index + 1} for side in sides]
+                errors = [f"{s}: {got[s]['error']}" for s in sides if "error" in got[s]]
+                if errors:  # the round does not count; the next one runs
+                    say(f"{threads} thread(s) {model:6s} round {index + 1}: " + "; ".join(errors))
+                    continue
+                params = got["ours"]["params"]
                 for side in sides:
-                    row = got[side] | {"round": index + 1}
-                    rows.append(row)
-                    per_round[side].append(row["tokens_per_s"])
-                    if row["params"] != row["expected_params"]:
-                        raise SystemExit(f"train_cpu: {model}/{side} has {row['params']} params")
+                    per_round[side].append(got[side]["tokens_per_s"])
+                    if got[side]["params"] != got[side]["expected_params"]:
+                        raise SystemExit(f"train_cpu: {model}/{side} has {got[side]['params']}")
                 say(
                     f"{threads} thread(s) {model:6s} round {index + 1}: "
                     + ", ".join(
@@ -272,14 +290,14 @@ def main(argv: list[str] | None = None) -> int:
                         for s in sides[1:]
                     )
                 )
-            for peer in sides[1:]:
+            for peer in sides[1:] if per_round["ours"] else []:
                 ratios = [o / p for o, p in zip(per_round["ours"], per_round[peer], strict=True)]
                 summary.append(
                     {
                         "model": model,
                         "threads": threads,
                         "peer": peer,
-                        "params": rows[-1]["params"],
+                        "params": params,
                         "ours_tokens_per_s": statistics.median(per_round["ours"]),
                         "peer_tokens_per_s": statistics.median(per_round[peer]),
                         "ratios": ratios,
