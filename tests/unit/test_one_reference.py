@@ -77,7 +77,7 @@ PENDING_KERNELS: dict[str, tuple[tuple[str, ...], bool]] = {}
 #: Fast CPU paths beside a reference: module -> its op. Each says native-only and has a test,
 #: ``tests/unit/test_<module>.py``, that imports it and the op's reference and compares them
 #: (state-spaces/mamba keeps ``selective_scan_ref`` beside the fast path the same way).
-FAST_PATHS: dict[str, str] = {"selective_scan_fast": "selective_scan"}
+FAST_PATHS: dict[str, str] = {"selective_scan_fast": "selective_scan", "ssd_fast": "ssd"}
 
 #: The one home of the sampler (standard library, shared by the tab and the native runtime).
 SAMPLER_HOME = SRC / "model" / "sampling.py"

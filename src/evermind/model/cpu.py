@@ -15,7 +15,11 @@ and return the model's dtype; their Python loops are over time inside the scan a
 conv taps. Training's scan (forward and backward) is the exception: it runs the scan's fast
 path, :mod:`evermind.ops.selective_scan_fast` (tested against the reference, forward and every
 gradient), in the model's dtype, as the GPU trains; ``reference_scan = True`` runs the
-reference instead.
+reference instead. The rest of the training step (RMSNorm, the conv, SiLU, forward and
+backward, and the loss with dlogits from one softmax,
+:func:`~evermind.ops.cross_entropy.cross_entropy_loss_and_grad`) also runs in the model's
+dtype, through the ops' ``compute`` argument: float32 to train, float64 for the
+finite-difference checks (the cortex's MoE stays float64 inside).
 
     h = E[ids]                                   # (B, L, D)
     for each layer: h = h + mixer(rmsnorm(h))    # (B, L, D)
@@ -42,7 +46,7 @@ from evermind.model.quantize import QuantizedRows, embedding_rows, linear_rows
 from evermind.ops._dtype import Floats as FloatArray
 from evermind.ops._dtype import Ints as IntArray
 from evermind.ops.conv1d import conv1d_bwd, conv1d_fwd
-from evermind.ops.cross_entropy import cross_entropy_bwd, mean_loss, valid_count
+from evermind.ops.cross_entropy import cross_entropy_loss_and_grad, valid_count
 from evermind.ops.elementwise import silu_bwd, silu_fwd
 from evermind.ops.embedding import embedding_bwd
 from evermind.ops.pool import lengths_of_mask, pool_fwd
@@ -256,11 +260,11 @@ class CpuMamba:
         """One block's mixer path on the residual stream h (B, L, D): (out (B, L, D), cache)."""
         cfg = self.config
         d_inner, rank, d_state = cfg.d_inner, cfg.dt_rank, cfg.d_state
-        x_norm, rstd = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, L, D), (B, L)
+        x_norm, rstd = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, self.dtype)  # (B, L, D), (B, L)
         xz = linear_rows(x_norm, w["in_proj"])  # (B, L, 2I)
         x_in, z = xz[..., :d_inner], xz[..., d_inner:]  # (B, L, I) each
-        conv = conv1d_fwd(x_in, w["conv_w"], w["conv_b"])  # (B, L, I)
-        x_conv = silu_fwd(conv)  # (B, L, I)
+        conv = conv1d_fwd(x_in, w["conv_w"], w["conv_b"], self.dtype)  # (B, L, I)
+        x_conv = silu_fwd(conv, self.dtype)  # (B, L, I)
         dbc = linear_rows(x_conv, w["x_proj"])  # (B, L, R + 2N)
         dt_low = dbc[..., :rank]  # (B, L, R)
         B = dbc[..., rank : rank + d_state]  # (B, L, N)
@@ -268,7 +272,7 @@ class CpuMamba:
         dt_pre = linear_rows(dt_low, w["dt_w"]) + w["dt_b"]  # (B, L, I), before softplus
         # (B, L, I), (B, L, I, N); delta = softplus(dt_pre) and A = -exp(A_log) < 0 inside.
         y, states = self._scan_fwd(x_conv, dt_pre, w["A_log"], B, C, w["D"])
-        out = linear_rows(y * silu_fwd(z), w["out_proj"])  # (B, L, D)
+        out = linear_rows(y * silu_fwd(z, self.dtype), w["out_proj"])  # (B, L, D)
         cache = LayerCache(
             h_in=h, x_norm=x_norm, rstd=rstd, x_in=x_in, z=z, conv=conv, x_conv=x_conv,
             dt_low=dt_low, dt_pre=dt_pre, B=B, C=C, states=states, y=y,
@@ -331,7 +335,7 @@ class CpuMamba:
             if index in self.cortex:
                 out, cortex[index] = cortex_fwd(self.params, cfg, index, h)
                 h = h + out  # (B, L, D)
-        hidden, rstd_final = rmsnorm_fwd(h, norm_f, cfg.rms_eps)
+        hidden, rstd_final = rmsnorm_fwd(h, norm_f, cfg.rms_eps, self.dtype)
         return hidden, ForwardCache(
             ids, layers, h_final=h, rstd_final=rstd_final, hidden=hidden, cortex=cortex
         )
@@ -438,8 +442,10 @@ class CpuMamba:
             )
         logits, cache = self.forward_train(ids)  # (B, L, V)
         flat_logits = logits.reshape(-1, vocab)  # (M, V)
-        loss = mean_loss(flat_logits, flat_targets, ignore_index)
-        dlogits = cross_entropy_bwd(flat_logits, flat_targets, 1.0 / count, ignore_index)
+        # One softmax for both, in the model's dtype (float32 to train, float64 for checks).
+        loss, dlogits = cross_entropy_loss_and_grad(
+            flat_logits, flat_targets, 1.0 / count, ignore_index, self.dtype
+        )
         coef = self.config.router_aux_loss_coef
         if cache.cortex:
             self.last_routing = routing_stats(cache.cortex, self.config.moe_experts)
@@ -521,7 +527,7 @@ class CpuMamba:
             )
         grads = {name: np.zeros_like(value) for name, value in self.params.items()}
         dh, grads["backbone.norm_f.weight"] = rmsnorm_bwd(
-            cache.h_final, self.params["backbone.norm_f.weight"], dhidden, cfg.rms_eps
+            cache.h_final, self.params["backbone.norm_f.weight"], dhidden, cfg.rms_eps, self.dtype
         )
         aux_grads = cortex_aux(cache.cortex)[1] if aux_coef else {}
         for index in reversed(range(cfg.n_layer)):
@@ -548,12 +554,13 @@ class CpuMamba:
         def flat(a: FloatArray) -> FloatArray:
             return a.reshape(-1, a.shape[-1])  # (M, last)
 
-        gate = silu_fwd(c.z)  # (B, L, I)
+        compute = self.dtype
+        gate = silu_fwd(c.z, compute)  # (B, L, I)
         gated = c.y * gate  # (B, L, I)
         grads[prefix + "out_proj.weight"] = flat(dout).T @ flat(gated)  # (D, I)
         dgated = dout @ w["out_proj"]  # (B, L, I)
         dy = dgated * gate  # (B, L, I)
-        dz = silu_bwd(c.z, dgated * c.y)  # (B, L, I)
+        dz = silu_bwd(c.z, dgated * c.y, compute)  # (B, L, I)
 
         du, ddt_pre, grads[prefix + "A_log"], dB, dC, grads[prefix + "D"] = self._scan_bwd(
             dy, c.x_conv, c.dt_pre, w["A_log"], c.B, c.C, w["D"], c.states
@@ -564,16 +571,16 @@ class CpuMamba:
         grads[prefix + "x_proj.weight"] = flat(ddbc).T @ flat(c.x_conv)  # (R + 2N, I)
         dx_conv = du + ddbc @ w["x_proj"]  # (B, L, I)
 
-        dconv = silu_bwd(c.conv, dx_conv)  # (B, L, I)
+        dconv = silu_bwd(c.conv, dx_conv, compute)  # (B, L, I)
         dx_in, grads[prefix + "conv1d.weight"], grads[prefix + "conv1d.bias"] = conv1d_bwd(
-            c.x_in, w["conv_w"], dconv
+            c.x_in, w["conv_w"], dconv, compute
         )
         dxz = np.concatenate([dx_in, dz], axis=-1)  # (B, L, 2I)
         grads[prefix + "in_proj.weight"] = flat(dxz).T @ flat(c.x_norm)  # (2I, D)
         dx_norm = dxz @ w["in_proj"]  # (B, L, D)
 
         dh_in, grads[f"backbone.layers.{index}.norm.weight"] = rmsnorm_bwd(
-            c.h_in, w["norm"], dx_norm, self.config.rms_eps
+            c.h_in, w["norm"], dx_norm, self.config.rms_eps, compute
         )
         return dh_in
 

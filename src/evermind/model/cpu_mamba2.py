@@ -8,6 +8,9 @@ loads our export there and compares logits). It is :class:`~evermind.model.cpu.C
 the block replaced: the embedding, residual stream, final norm, tied LM head, loss and the
 backward's outer loop are inherited; the block is built from the one reference of each op
 (``ops.ssd`` for the scan, ``ops.rmsnorm``'s gated variant, ``ops.conv1d``, ``ops.elementwise``).
+Training's scan, forward and backward, is the SSD's fast path :mod:`evermind.ops.ssd_fast`
+(tested against ``ops.ssd``, forward and every gradient) in the model's dtype;
+``reference_scan = True`` runs the reference instead.
 Recurrent decoding (``prefill`` / ``step``) keeps per layer the conv register of x, B and C
 (B, conv_dim, K) and one (P, N) state per head (B, H, P, N); ``evermind.load`` generates with
 it. ``prefill`` is :class:`CpuMamba`'s; this block gives it each layer's state
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,6 +48,7 @@ from evermind.ops.embedding import embedding_fwd
 from evermind.ops.recurrent_step import conv_step
 from evermind.ops.rmsnorm import rmsnorm_bwd, rmsnorm_fwd, rmsnorm_gated_bwd, rmsnorm_gated_fwd
 from evermind.ops.ssd import ssd_bwd, ssd_decode_step, ssd_fwd, ssd_scan_sequential
+from evermind.ops.ssd_fast import ssd_fast_bwd, ssd_fast_fwd
 
 __all__ = ["CpuMamba2", "Mamba2LayerCache"]
 
@@ -111,21 +116,25 @@ class CpuMamba2(CpuMamba):
         cfg = self.config
         batch, length, _ = h.shape
         d_inner, heads, group_n = cfg.d_inner, cfg.n_heads, cfg.n_groups * cfg.d_state
-        x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps)  # (B, L, D)
+        x_norm, _ = rmsnorm_fwd(h, w["norm"], cfg.rms_eps, self.dtype)  # (B, L, D)
         proj = x_norm @ w["in_proj"].T  # (B, L, I + conv_dim + H)
         z, xbc = proj[..., :d_inner], proj[..., d_inner : d_inner + cfg.conv_dim]
         dt_raw = proj[..., d_inner + cfg.conv_dim :]  # (B, L, H)
-        conv = conv1d_fwd(xbc, w["conv_w"], w["conv_b"])  # (B, L, conv_dim)
-        act = silu_fwd(conv)  # x, B and C all pass the conv and the SiLU (HF's conv_dim)
+        conv = conv1d_fwd(xbc, w["conv_w"], w["conv_b"], self.dtype)  # (B, L, conv_dim)
+        act = silu_fwd(
+            conv, self.dtype
+        )  # x, B and C all pass the conv and the SiLU (HF's conv_dim)
         x = act[..., :d_inner].reshape(batch, length, heads, cfg.head_dim)  # (B, L, H, P)
         groups = (batch, length, cfg.n_groups, cfg.d_state)
         B = act[..., d_inner : d_inner + group_n].reshape(groups)  # (B, L, G, N)
         C = act[..., d_inner + group_n :].reshape(groups)  # (B, L, G, N)
-        y, _ = ssd_fwd(
-            x, dt_raw, w["A_log"], B, C, w["D"], w["dt_bias"], cfg.chunk_size
-        )  # (B, L, H, P); dt = softplus(dt_raw + dt_bias), A = -exp(A_log) inside
+        # (B, L, H, P); dt = softplus(dt_raw + dt_bias), A = -exp(A_log) inside.
+        scan = ssd_fwd if self.reference_scan else partial(ssd_fast_fwd, compute=self.dtype)
+        y, _ = scan(x, dt_raw, w["A_log"], B, C, w["D"], w["dt_bias"], cfg.chunk_size)
         y = y.reshape(batch, length, d_inner)
-        gated = rmsnorm_gated_fwd(y, z, w["gate_norm"], d_inner // cfg.n_groups, cfg.rms_eps)
+        gated = rmsnorm_gated_fwd(
+            y, z, w["gate_norm"], d_inner // cfg.n_groups, cfg.rms_eps, self.dtype
+        )
         out = gated @ w["out_proj"].T  # (B, L, D)
         cache = Mamba2LayerCache(
             h_in=h, x_norm=x_norm, z=z, xbc=xbc, conv=conv, x=x, B=B, C=C, dt_raw=dt_raw,
@@ -153,11 +162,15 @@ class CpuMamba2(CpuMamba):
         grads[prefix + "out_proj.weight"] = flat(dout).T @ flat(c.gated)  # (D, I)
         dgated = dout @ w["out_proj"]  # (B, L, I)
         dy, dz, grads[prefix + "norm.weight"] = rmsnorm_gated_bwd(
-            c.y, c.z, w["gate_norm"], cfg.d_inner // cfg.n_groups, dgated, cfg.rms_eps
+            c.y, c.z, w["gate_norm"], cfg.d_inner // cfg.n_groups, dgated, cfg.rms_eps, self.dtype
         )
-        dx, ddt_raw, dA_log, dB, dC, dD, ddt_bias = ssd_bwd(
-            dy.reshape(c.x.shape), c.x, c.dt_raw, w["A_log"], c.B, c.C, w["D"], w["dt_bias"]
-        )  # the states are recomputed by the reference's loop
+        args = (dy.reshape(c.x.shape), c.x, c.dt_raw, w["A_log"], c.B, c.C, w["D"], w["dt_bias"])
+        if self.reference_scan:  # the states are recomputed by the reference's loop
+            dx, ddt_raw, dA_log, dB, dC, dD, ddt_bias = ssd_bwd(*args)
+        else:
+            dx, ddt_raw, dA_log, dB, dC, dD, ddt_bias = ssd_fast_bwd(
+                *args, cfg.chunk_size, compute=self.dtype
+            )
         grads[prefix + "A_log"], grads[prefix + "D"], grads[prefix + "dt_bias"] = (
             dA_log,
             dD,
@@ -167,12 +180,12 @@ class CpuMamba2(CpuMamba):
             [a.reshape(batch, length, -1) for a in (dx, dB, dC)], axis=-1
         )  # (B, L, conv_dim)
         dxbc, grads[prefix + "conv1d.weight"], grads[prefix + "conv1d.bias"] = conv1d_bwd(
-            c.xbc, w["conv_w"], silu_bwd(c.conv, dact)
+            c.xbc, w["conv_w"], silu_bwd(c.conv, dact, self.dtype), self.dtype
         )
         dproj = np.concatenate([dz, dxbc, ddt_raw], axis=-1)  # (B, L, I + conv_dim + H)
         grads[prefix + "in_proj.weight"] = flat(dproj).T @ flat(c.x_norm)  # (.., D)
         dh_in, grads[f"backbone.layers.{index}.norm.weight"] = rmsnorm_bwd(
-            c.h_in, w["norm"], dproj @ w["in_proj"], cfg.rms_eps
+            c.h_in, w["norm"], dproj @ w["in_proj"], cfg.rms_eps, self.dtype
         )
         return dh_in
 

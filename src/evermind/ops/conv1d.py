@@ -6,9 +6,9 @@ i.e. torch ``F.conv1d(padding=K-1, groups=D)[..., :L]``::
 
     y[b, t, d] = bias[d] + sum_k w[d, k] * x[b, t - (K-1) + k, d]
 
-The loop runs over the K taps, each a whole-array multiply-add in float64 (or the forward's
-``compute`` dtype: the numpy decoder's float32 step); results are returned in the inputs'
-floating dtype.
+The loop runs over the K taps, each a whole-array multiply-add in float64 (or a ``compute``
+dtype: the numpy decoder's float32 step, the CPU model's float32 training); results are
+returned in the inputs' floating dtype.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from evermind.ops._dtype import Floats, as_compute, f64, out_dtype
+from evermind.ops._dtype import Floats, as_compute, out_dtype
 
 __all__ = ["conv1d_bwd", "conv1d_fwd", "conv1d_last"]
 
@@ -84,21 +84,24 @@ def conv1d_last(
     return y.astype(out_dtype(window, weight, bias), copy=False)
 
 
-def conv1d_bwd(x: Floats, weight: Floats, grad_y: Floats) -> tuple[Floats, Floats, Floats]:
+def conv1d_bwd(
+    x: Floats, weight: Floats, grad_y: Floats, compute: npt.DTypeLike = np.float64
+) -> tuple[Floats, Floats, Floats]:
     """Gradients of :func:`conv1d_fwd`.
 
     Args:
         x: The forward's input, shape (B, L, D).
         weight: As in the forward, (D, 1, K) or (D, K).
         grad_y: Upstream gradient, shape (B, L, D).
+        compute: The arithmetic's dtype (float64 by default).
 
     Returns:
         ``grad_x`` (B, L, D), ``grad_weight`` in ``weight``'s shape, ``grad_bias`` (D,).
     """
-    w = _taps(weight)  # (D, K)
+    w = _taps(weight, compute)  # (D, K)
     length, taps = x.shape[1], w.shape[1]
-    gy = f64(grad_y)
-    x_pad = _pad_time(x, taps)  # (B, L+K-1, D)
+    gy = as_compute(grad_y, compute)
+    x_pad = _pad_time(x, taps, compute)  # (B, L+K-1, D)
     grad_x_pad = np.zeros_like(x_pad)
     grad_w = np.empty_like(w)
     for k in range(taps):

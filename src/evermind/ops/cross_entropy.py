@@ -7,6 +7,10 @@ float64 inside, results in the logits' floating dtype::
     loss_m    = log(sum_v exp(logits[m, v])) - logits[m, target_m]   (max-shifted)
     dlogits_m = (softmax(logits[m]) - onehot(target_m)) * scale
     mean loss = sum_m loss_m / valid_count (the kernel's scale is 1 / valid_count)
+
+:func:`cross_entropy_loss_and_grad` is the training step's pair (:func:`mean_loss` and
+:func:`cross_entropy_bwd`) from one log-softmax, in a ``compute`` dtype: the CPU model passes
+its own (float32 to train, float64 for finite-difference checks).
 """
 
 from __future__ import annotations
@@ -14,9 +18,16 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from evermind.ops._dtype import Floats, Ints, f64, out_dtype
+from evermind.ops._dtype import Floats, Ints, as_compute, f64, out_dtype
 
-__all__ = ["cross_entropy_bwd", "cross_entropy_fwd", "mean_loss", "valid_count", "valid_rows"]
+__all__ = [
+    "cross_entropy_bwd",
+    "cross_entropy_fwd",
+    "cross_entropy_loss_and_grad",
+    "mean_loss",
+    "valid_count",
+    "valid_rows",
+]
 
 
 def valid_rows(targets: Ints, v: int, ignore_index: int = -100) -> npt.NDArray[np.bool_]:
@@ -64,3 +75,38 @@ def mean_loss(logits: Floats, targets: Ints, ignore_index: int = -100) -> float:
     count = valid_count(targets, logits.shape[1], ignore_index)
     row_loss = cross_entropy_fwd(f64(logits), targets, ignore_index)
     return float(row_loss.sum() / count)
+
+
+def cross_entropy_loss_and_grad(
+    logits: Floats,
+    targets: Ints,
+    scale: float,
+    ignore_index: int = -100,
+    compute: npt.DTypeLike = np.float64,
+) -> tuple[float, Floats]:
+    """:func:`mean_loss` and :func:`cross_entropy_bwd` together, from one softmax in ``compute``.
+
+    Args:
+        logits: (M, V).
+        targets: (M,) ids; rows that do not count (see :func:`valid_rows`) add nothing.
+        scale: dlogits' factor (the mean's 1 / valid_count).
+        ignore_index: Target value to skip.
+        compute: The arithmetic's dtype (float64 by default, as the reference).
+
+    Returns:
+        ``(mean loss over the rows that count (nan when none does), dlogits (M, V))``,
+        dlogits in the logits' floating dtype.
+    """
+    valid = valid_rows(targets, logits.shape[1], ignore_index)
+    rows = np.nonzero(valid)[0]
+    picked = np.asarray(targets)[rows]
+    shifted = as_compute(logits, compute) - as_compute(logits, compute).max(axis=1, keepdims=True)
+    probs = np.exp(shifted)  # (M, V), each row's max 1: no overflow
+    sums = probs.sum(axis=1, keepdims=True)  # (M, 1)
+    row_loss = np.log(sums[rows, 0]) - shifted[rows, picked]  # (counted,)
+    loss = float(np.sum(row_loss, dtype=np.float64) / rows.size) if rows.size else float("nan")
+    probs *= np.asarray(scale, probs.dtype) / sums
+    probs[rows, picked] -= np.asarray(scale, probs.dtype)
+    if rows.size < valid.size:
+        probs[~valid] = 0.0
+    return loss, probs.astype(out_dtype(logits), copy=False)

@@ -1,7 +1,8 @@
 """numpy reference for ``shaders/elementwise.wgsl``: SiLU, softplus, sigmoid, product (native-only).
 
-Pointwise, any shape; computed in float64 (or the ``compute`` dtype a forward is given: the
-numpy decoder's float32 step) and returned in the input's floating dtype.
+Pointwise, any shape; computed in float64 (or the ``compute`` dtype a caller gives: the numpy
+decoder's float32 step, the CPU model's float32 training) and returned in the input's
+floating dtype.
 Argument order is the kernel's: the forward input first, the upstream gradient last.
 
     sigmoid(x)     = 1 / (1 + exp(-x)), written 0.5 (1 + tanh(x / 2)): no overflow for any x
@@ -47,10 +48,13 @@ def silu_fwd(x: Floats, compute: npt.DTypeLike = np.float64) -> Floats:
     return (as_compute(x, compute) * _sigmoid64(x, compute)).astype(out_dtype(x), copy=False)
 
 
-def silu_bwd(x: Floats, grad: Floats) -> Floats:
-    """Gradient of SiLU: ``grad * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``."""
-    x64, s = f64(x), _sigmoid64(x)
-    return (f64(grad) * s * (1.0 + x64 * (1.0 - s))).astype(out_dtype(x, grad))
+def silu_bwd(x: Floats, grad: Floats, compute: npt.DTypeLike = np.float64) -> Floats:
+    """Gradient of SiLU: ``grad * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``, in ``compute``."""
+    x_c, s = as_compute(x, compute), _sigmoid64(x, compute)
+    one = s.dtype.type(1)
+    out = as_compute(grad, compute) * s
+    out *= one + x_c * (one - s)
+    return out.astype(out_dtype(x, grad), copy=False)
 
 
 def softplus_fwd(x: Floats, compute: npt.DTypeLike = np.float64) -> Floats:
@@ -62,10 +66,12 @@ def softplus_fwd(x: Floats, compute: npt.DTypeLike = np.float64) -> Floats:
     return np.where(x_c > SOFTPLUS_THRESHOLD, x_c, soft).astype(out_dtype(x), copy=False)
 
 
-def softplus_bwd(x: Floats, grad: Floats) -> Floats:
-    """Gradient of softplus: ``grad * sigmoid(x)``, exactly ``grad`` past the threshold."""
-    slope = np.where(f64(x) > SOFTPLUS_THRESHOLD, 1.0, _sigmoid64(x))
-    return (f64(grad) * slope).astype(out_dtype(x, grad))
+def softplus_bwd(x: Floats, grad: Floats, compute: npt.DTypeLike = np.float64) -> Floats:
+    """Gradient of softplus: ``grad * sigmoid(x)``, exactly ``grad`` past the threshold; in
+    ``compute``."""
+    x_c = as_compute(x, compute)
+    slope = np.where(x_c > SOFTPLUS_THRESHOLD, x_c.dtype.type(1), _sigmoid64(x_c, compute))
+    return (as_compute(grad, compute) * slope).astype(out_dtype(x, grad), copy=False)
 
 
 def mul_bwd(x: Floats, y: Floats, grad: Floats) -> tuple[Floats, Floats]:

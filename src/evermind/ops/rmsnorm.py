@@ -1,8 +1,8 @@
 """numpy reference for ``shaders/rmsnorm.wgsl``: RMSNorm over the last axis (native-only).
 
 Shapes: x (..., D) (the kernel's rows M = the product of the leading axes), weight (D,),
-rstd (...,). Computed in float64 (or the forward's ``compute`` dtype: the numpy decoder's
-float32 step) and returned in the input's floating dtype.
+rstd (...,). Computed in float64 (or a ``compute`` dtype: the numpy decoder's float32 step,
+the CPU model's float32 training) and returned in the input's floating dtype.
 
     rstd = 1 / sqrt(mean_j x_j^2 + eps)
     y    = x * rstd * weight
@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from evermind.errors import ShapeError
-from evermind.ops._dtype import Floats, as_compute, f64, out_dtype
+from evermind.ops._dtype import Floats, as_compute, out_dtype
 from evermind.ops.elementwise import silu_bwd, silu_fwd
 
 __all__ = ["rmsnorm_bwd", "rmsnorm_fwd", "rmsnorm_gated_bwd", "rmsnorm_gated_fwd"]
@@ -54,26 +54,30 @@ def rmsnorm_fwd(
     return y.astype(dtype, copy=False), rstd.astype(dtype, copy=False)
 
 
-def rmsnorm_bwd(x: Floats, weight: Floats, grad_y: Floats, eps: float) -> tuple[Floats, Floats]:
-    """Gradients of :func:`rmsnorm_fwd` (``rstd`` recomputed in float64).
+def rmsnorm_bwd(
+    x: Floats, weight: Floats, grad_y: Floats, eps: float, compute: npt.DTypeLike = np.float64
+) -> tuple[Floats, Floats]:
+    """Gradients of :func:`rmsnorm_fwd` (``rstd`` recomputed in ``compute``).
 
     Args:
         x: The forward's input, shape (..., D).
         weight: Gain, shape (D,).
         grad_y: Upstream gradient, shape (..., D).
         eps: As in the forward.
+        compute: The arithmetic's dtype (float64 by default).
 
     Returns:
         ``grad_x`` (..., D) and ``grad_weight`` (D,).
     """
     dtype = out_dtype(x, weight, grad_y)
     dim = x.shape[-1]
-    rstd = _rstd64(x, eps)[..., None]  # (..., 1)
-    xhat = f64(x) * rstd  # (..., D)
-    g = f64(grad_y) * f64(weight)  # (..., D)
+    rstd = _rstd64(x, eps, compute)[..., None]  # (..., 1)
+    xhat = as_compute(x, compute) * rstd  # (..., D)
+    dy = as_compute(grad_y, compute)
+    g = dy * as_compute(weight, compute)  # (..., D)
     grad_x = rstd * (g - xhat * np.sum(g * xhat, axis=-1, keepdims=True) / dim)
-    grad_w = np.sum((f64(grad_y) * xhat).reshape(-1, dim), axis=0)  # (D,)
-    return grad_x.astype(dtype), grad_w.astype(dtype)
+    grad_w = np.sum((dy * xhat).reshape(-1, dim), axis=0)  # (D,)
+    return grad_x.astype(dtype, copy=False), grad_w.astype(dtype, copy=False)
 
 
 def _groups(a: Floats, group_size: int) -> Floats:
@@ -87,7 +91,12 @@ def _groups(a: Floats, group_size: int) -> Floats:
 
 
 def rmsnorm_gated_fwd(
-    x: Floats, gate: Floats, weight: Floats, group_size: int, eps: float
+    x: Floats,
+    gate: Floats,
+    weight: Floats,
+    group_size: int,
+    eps: float,
+    compute: npt.DTypeLike = np.float64,
 ) -> Floats:
     """Gated, grouped RMSNorm: ``weight * rmsnorm_groups(x * silu(gate))`` (HF's
     ``MambaRMSNormGated`` with ``norm_before_gate=False``).
@@ -98,6 +107,7 @@ def rmsnorm_gated_fwd(
         weight: Gain, shape (I,).
         group_size: Channels normalised together; divides I.
         eps: Added to each group's mean square.
+        compute: The arithmetic's dtype (float64 by default).
 
     Returns:
         y, shape (..., I).
@@ -106,19 +116,27 @@ def rmsnorm_gated_fwd(
         ShapeError: ``group_size`` does not divide I.
     """
     dtype = out_dtype(x, gate, weight)
-    gated = _groups(f64(x) * f64(silu_fwd(gate)), group_size)  # (..., G, S)
-    normed, _ = rmsnorm_fwd(gated, np.ones(group_size), eps)
-    return (normed.reshape(x.shape) * f64(weight)).astype(dtype)
+    silu_gate = as_compute(silu_fwd(gate, compute), compute)
+    gated = _groups(as_compute(x, compute) * silu_gate, group_size)  # (..., G, S)
+    normed, _ = rmsnorm_fwd(gated, np.ones(group_size, compute), eps, compute)
+    return (normed.reshape(x.shape) * as_compute(weight, compute)).astype(dtype, copy=False)
 
 
 def rmsnorm_gated_bwd(
-    x: Floats, gate: Floats, weight: Floats, group_size: int, grad_y: Floats, eps: float
+    x: Floats,
+    gate: Floats,
+    weight: Floats,
+    group_size: int,
+    grad_y: Floats,
+    eps: float,
+    compute: npt.DTypeLike = np.float64,
 ) -> tuple[Floats, Floats, Floats]:
     """Gradients of :func:`rmsnorm_gated_fwd`.
 
     Args:
         x, gate, weight, group_size, eps: As in the forward.
         grad_y: Upstream gradient, shape (..., I).
+        compute: The arithmetic's dtype (float64 by default).
 
     Returns:
         ``(grad_x, grad_gate, grad_weight)`` shaped like ``(x, gate, weight)``.
@@ -127,13 +145,18 @@ def rmsnorm_gated_bwd(
         ShapeError: ``group_size`` does not divide I.
     """
     dtype = out_dtype(x, gate, weight, grad_y)
-    silu_gate = f64(silu_fwd(gate))
-    gated = _groups(f64(x) * silu_gate, group_size)  # (..., G, S)
-    ones = np.ones(group_size)
-    normed, _ = rmsnorm_fwd(gated, ones, eps)
-    grad_w = np.sum((f64(grad_y) * normed.reshape(x.shape)).reshape(-1, x.shape[-1]), axis=0)
-    scaled = _groups(f64(grad_y) * f64(weight), group_size)
-    grad_gated = f64(rmsnorm_bwd(gated, ones, scaled, eps)[0]).reshape(x.shape)  # (..., I)
+    silu_gate = as_compute(silu_fwd(gate, compute), compute)
+    x_c, dy = as_compute(x, compute), as_compute(grad_y, compute)
+    gated = _groups(x_c * silu_gate, group_size)  # (..., G, S)
+    ones = np.ones(group_size, compute)
+    normed, _ = rmsnorm_fwd(gated, ones, eps, compute)
+    grad_w = np.sum((dy * normed.reshape(x.shape)).reshape(-1, x.shape[-1]), axis=0)
+    scaled = _groups(dy * as_compute(weight, compute), group_size)
+    grad_gated = rmsnorm_bwd(gated, ones, scaled, eps, compute)[0].reshape(x.shape)  # (..., I)
     grad_x = grad_gated * silu_gate
-    grad_gate = silu_bwd(gate, grad_gated * f64(x))
-    return grad_x.astype(dtype), grad_gate.astype(dtype), grad_w.astype(dtype)
+    grad_gate = silu_bwd(gate, grad_gated * x_c, compute)
+    return (
+        grad_x.astype(dtype, copy=False),
+        grad_gate.astype(dtype, copy=False),
+        grad_w.astype(dtype, copy=False),
+    )

@@ -228,4 +228,4 @@ def _bwd_chunk(
     ddelta = through_decay.sum(axis=2) + g_dot_b * x  # (L, b, D)
     dB = (g @ (delta * x)[..., None])[..., 0]  # (L, b, N): sum_d g_t[d] delta_t x_t
     dC = (h @ dy[..., None])[..., 0]  # (L, b, N): sum_d h_t[d] dy_t[d]
-    return g_dot_b * delta, softplus_bwd(delta_raw, ddelta), dB, dC
+    return g_dot_b * delta, softplus_bwd(delta_raw, ddelta, dy.dtype), dB, dC
