@@ -11,12 +11,14 @@ the Cache panel, and then, through the panel's buttons:
    cache serves however few questions it holds;
 2. an answer the agent paid for is served in the tab, marked "L2 (the runtime)", and kept
    in L1 (the next lookup says "L1 (this tab)");
-3. a paraphrase, both ways, once the scope holds ten questions (the verified decision
-   calibrates from MIN_CALIBRATION = 8 stored questions up; below that it serves repeats
-   only): the tab stores ten answers for a system prompt's scope, an agent asking a
-   rewording of one is served it without an upstream call, and the tab is served the agent's
-   paid answer for a rewording of the agent's question. The gateway's cache judges every
-   L2 lookup with its own embedder (the tab's trigrams never reach it);
+3. a paraphrase, both ways, once the scope holds ten questions (the verified decision calibrates
+   from MIN_CALIBRATION = 8 stored questions up; below that it serves repeats only; and with
+   ``verify_until_bounded = false``, since by default a gateway checks such hits against the
+   upstream until its own checks bound the error): the tab stores ten answers for a system
+   prompt's scope, an agent asking a rewording of one is served it without an upstream call, and
+   the tab is served the agent's paid answer for a rewording of the agent's question. The
+   gateway's cache judges every L2 lookup with its own embedder (the tab's trigrams never reach
+   it);
 4. the runtime gone: the tab still answers from L1 and says why L2 was not asked.
 
 Zero requests leave 127.0.0.1.
@@ -82,7 +84,10 @@ def test_the_tab_and_an_agent_share_answers_through_the_runtime(browser, server,
         config = gateway_config(
             tmp_path,
             {
-                "cache": {"embedder": "terms"},
+                # Sharing is the subject here: served from the shipped bound at once, not
+                # checked against the upstream first (verify_until_bounded's default is
+                # tested in tests/runtime/test_gateway_verified.py).
+                "cache": {"embedder": "terms", "verify_until_bounded": False},
                 "upstreams": {
                     "openai": {
                         "protocol": "openai",
