@@ -6,6 +6,7 @@ The cached questions belong to the embedder that embedded them; after a new mode
 opened, the Look up button shows the count on a progress line and its Cancel stops it
 between batches of 64: nothing is served, the questions embedded before the cancel keep
 their vectors, and the next Look up embeds only the rest and serves the cached answer.
+After one more new model, a Store cancelled the same way stores nothing.
 With ``EVERMIND_TIME_CACHE=1`` a page of its own also times a look-up that re-embeds 50 and
 200 cached answers (printed; about a minute, so not run by default).
 """
@@ -155,3 +156,25 @@ def test_look_up_shows_the_re_embedding_and_cancel_serves_nothing(
     assert line.is_hidden()
     ranked = call(studio, "cache_lookup", query=question)["ranked_by"]
     assert ranked.startswith("semantic"), ranked
+
+
+def test_store_after_a_new_model_cancelled_stores_nothing(
+    studio: RecordedPage, packages: list[bytes]
+) -> None:
+    page = studio.page
+    _open(studio, packages[0])  # another new model: the 100 questions are embedded again
+    show(studio, "cache")
+    page.fill("#panel-cache input[name=cache-store-query]", "Who signed invoice 9000?")
+    page.fill("#panel-cache textarea[name=cache-store-response]", "Ann signed it.")
+    page.click("#cache-store")
+    line = page.locator("#cache-progress")
+    page.locator("#cache-progress[data-total]").wait_for(timeout=60_000)
+    assert int(line.get_attribute("data-total") or 0) == 100
+    line.locator("button", has_text="Cancel").click()
+    said = wait_text(studio, "#panel-cache .message", r"^Store cancelled", timeout=60_000)
+    assert "nothing was stored" in said, said
+    assert line.is_hidden() and page.locator("#cache-store").is_enabled()
+    # Nothing was stored: the question is not an exact match of a cached one.
+    found = call(studio, "cache_lookup", query="Who signed invoice 9000?")
+    assert found["entries"] == 100, found
+    assert found["cached_query"] != "Who signed invoice 9000?", found
