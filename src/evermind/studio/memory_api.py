@@ -16,7 +16,10 @@ stops it between batches (the recall or remember then does nothing: a cancelled 
 writes nothing). ``memory_remember`` runs write-through cognition
 (:mod:`evermind.memory.write_through`, the pipeline of MCP ``memory_remember`` and HTTP
 remember; no evidence gatherer in the tab) and answers its outcome; ``memory_forget`` forgets
-the key's superseded versions too.
+the key's superseded versions too. Likewise, before a cache lookup or store, the cached
+questions the current embedder has not embedded yet are embedded as the ``cache`` operation
+(:func:`index_cache`, ``cache-progress`` events; a cancelled lookup serves nothing, a cancelled
+store stores nothing).
 Registered on this module's ``router``, which :mod:`evermind.studio.api` merges. Browser-safe.
 """
 
@@ -35,7 +38,7 @@ from evermind.memory.write_through import Remember, forget_history, remember_thr
 from evermind.studio import operations
 from evermind.studio.match_words import cache_words, describe_hits
 from evermind.studio.rpc import Router, session
-from evermind.studio.tab_memory import TabMemory
+from evermind.studio.tab_memory import TabCache, TabMemory
 
 router = Router()
 handler = router.handler
@@ -80,6 +83,30 @@ async def index_memories(store: MemoryStore, what: str) -> None:
                 op.check()
 
         await store.ensure_vectors(batch)
+
+
+async def index_cache(cache: TabCache, what: str) -> None:
+    """Embeds the cached questions the current embedder has not embedded yet (all of them
+    after a new model), as the cancellable ``cache`` operation: a ``cache-progress`` event
+    (``what``: "lookup" or "store", ``done``, ``total``) before each batch and at the end,
+    and a cancel check before each batch. Nothing to embed: no event, no work.
+
+    Raises:
+        Cancelled: The page cancelled it; the questions embedded so far keep their vectors
+            (whole and right for this embedder), the rest are embedded by the next call.
+    """
+    if not await cache.pending_vectors():
+        return
+    emit = session().emit
+    with operations.operation("cache") as op:
+
+        async def batch(done: int, total: int) -> None:
+            emit("cache-progress", what=what, done=done, total=total)
+            if done < total:
+                await asyncio.sleep(0)  # lets the page's cancel call in (see index_memories)
+                op.check()
+
+        await cache.ensure_vectors(batch)
 
 
 def _strings(value: object, what: str) -> list[str]:
@@ -244,6 +271,7 @@ async def cache_lookup(
     ``runtime`` (:func:`runtime_cache`), an L1 miss asks the runtime's gateway cache (L2)."""
     l2 = runtime_cache(runtime)
     cache = await tab_memory().cache()
+    await index_cache(cache, "lookup")
     result = await cache.lookup(query, threshold, max_error, l2)
     return {**result, "words": cache_words(result)}
 
@@ -256,6 +284,7 @@ async def cache_store(
     gateway cache too (text answers)."""
     l2 = runtime_cache(runtime)
     cache = await tab_memory().cache()
+    await index_cache(cache, "store")
     return await cache.store(query, response, l2)
 
 

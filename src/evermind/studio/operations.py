@@ -3,7 +3,8 @@
 An operation over a couple of seconds (the default corpus's harvest, tokenizer training with
 its first pass, the embedder phase's centring and distillation, Compare's calibration, the
 Memory panel's embedding of stored memories before a recall or remember, the Data panel's
-embedding of the chunks it sends to memory) runs inside
+embedding of the chunks it sends to memory, the Cache panel's embedding of the cached
+questions before a lookup or store) runs inside
 :func:`operation`: it reports its progress through the session's events and calls
 :meth:`Operation.check` between its batches. The ``operation_cancel`` RPC marks it cancelled;
 the next check raises :class:`Cancelled`, so the work stops at a batch boundary and the
@@ -32,7 +33,7 @@ class Cancelled(EvermindError):
 
 
 #: The operations that can be cancelled, by the name the page sends.
-NAMES = frozenset({"corpus", "embedder", "ingest", "memory", "similarity", "tokenizer"})
+NAMES = frozenset({"cache", "corpus", "embedder", "ingest", "memory", "similarity", "tokenizer"})
 
 
 @dataclass

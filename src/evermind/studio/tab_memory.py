@@ -43,7 +43,7 @@ import logging
 import math
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -188,7 +188,8 @@ class TabCache:
         self.index = _index(session, semantic)
         self.entries: dict[str, _Cached] = {}
         self.clock = clock
-        self._loaded = False
+        self._read_done = False
+        self._unembedded: list[str] = []  # keys read but not yet in the index, in order
         self._seq = 0
         self._calibration: tuple[int, Calibration] = (0, UNCALIBRATED)
         self.terms = TermStats()  # the stored queries' IDF (weights the lexical evidence)
@@ -240,9 +241,10 @@ class TabCache:
                 )
         return out
 
-    async def load(self) -> None:
-        """Reads every cached answer (one transaction) and embeds their queries."""
-        if self._loaded:
+    async def _read(self) -> None:
+        """Reads every cached answer (one transaction, once); their vectors are made by
+        :meth:`ensure_vectors`."""
+        if self._read_done:
             return
         rows = await self.kv.get_all("cache")
         for key, value in rows:
@@ -251,12 +253,47 @@ class TabCache:
                 self.entries[key] = _Cached(str(row["query"]), row["response"], row["stored_at"])
             except (ValueError, TypeError, KeyError) as err:
                 log.warning("cache: skipping unreadable row %r: %s", key, err)
-        keys = list(self.entries)
-        self.terms = TermStats.of(self.entries[k].query for k in keys)
-        vectors = await self._embed([self.entries[k].query for k in keys])
-        for key, vector in zip(keys, vectors, strict=True):
-            self.index.add(key, vector)
-        self._loaded = True
+        self.terms = TermStats.of(e.query for e in self.entries.values())
+        self._unembedded = list(self.entries)
+        self._read_done = True
+
+    async def pending_vectors(self) -> int:
+        """How many cached questions this embedder has not embedded yet (reads the rows on
+        the first call: all of them for a new cache)."""
+        await self._read()
+        return len(self._unembedded)
+
+    async def ensure_vectors(
+        self, on_batch: Callable[[int, int], Awaitable[None]] | None = None
+    ) -> None:
+        """Embeds the cached questions not yet in the index, in batches of
+        :data:`_EMBED_BATCH`.
+
+        Args:
+            on_batch: Awaited as ``on_batch(done, total)`` before each batch and after the
+                last; an exception it raises stops the work there. Each question embedded
+                before it keeps its (whole) vector for this embedder; the rest stay pending,
+                and the next call embeds them.
+        """
+        await self._read()
+        todo = self._unembedded
+        for start in range(0, len(todo), _EMBED_BATCH):
+            if on_batch is not None:
+                await on_batch(start, len(todo))
+            batch = [k for k in todo[start : start + _EMBED_BATCH] if k in self.entries]
+            vectors = await self._embed([self.entries[k].query for k in batch])
+            for key, vector in zip(batch, vectors, strict=True):
+                if key in self.entries:  # not evicted while this awaited
+                    self.index.add(key, vector)
+            self._unembedded = todo[start + _EMBED_BATCH :]
+        if on_batch is not None and todo:
+            await on_batch(len(todo), len(todo))
+        self._unembedded = []
+
+    async def load(self) -> None:
+        """Reads every cached answer (one transaction) and embeds the questions not embedded
+        yet (all of them the first time)."""
+        await self.ensure_vectors()
 
     async def store(
         self, query: str, response: Any, l2: GatewayCacheClient | None = None

@@ -3,6 +3,7 @@
 // (the Export panel's) and the agents' gateway model set here, a lookup goes L1 (this tab)
 // then L2 (the runtime's gateway cache), and a store writes through to it.
 import { h, field, formatNumber } from "../dom.js";
+import { ProgressLine } from "../progress.js";
 
 export function cachePanel(app) {
   const message = h("p", { class: "message", role: "status", "aria-live": "polite", hidden: true });
@@ -42,13 +43,44 @@ export function cachePanel(app) {
   };
   agentModel.input.addEventListener("input", showSharing);
   showSharing();
+  // Before a lookup or a store, the cached questions the model has not embedded yet (all of
+  // them after a new model) are embedded: counted here, and Cancel stops it between batches
+  // (the lookup then serves nothing, the store stores nothing).
+  const indexProgress = new ProgressLine({
+    id: "cache-progress",
+    label: "Embedding the cached questions for this model",
+    unit: "questions",
+    onCancel: () => app.call("operation_cancel", { name: "cache" }).catch(() => {}),
+  });
+  /** Runs `work` (a lookup or a store): its embedding shows on the progress line; a Cancel
+   * of it says `cancelled` and resolves with null. */
+  async function cancellable(work, cancelled) {
+    try {
+      return await work();
+    } catch (err) {
+      if (err?.name !== "Cancelled") throw err;
+      app.say(message, cancelled);
+      return null;
+    } finally {
+      indexProgress.finish();
+    }
+  }
   const tierWords = (tier) => (tier === "l1" ? "L1 (this tab)" : tier === "l2" ? "L2 (the runtime)" : "–");
 
   const doLookup = () => app.run(lookup, async () => {
     const kwargs = { query: query.input.value, runtime: runtime() };
     if (threshold.input.value !== "") kwargs.threshold = Number(threshold.input.value);
     showSharing();
-    const r = await app.call("cache_lookup", kwargs);
+    const r = await cancellable(
+      () => app.call("cache_lookup", kwargs),
+      "Look-up cancelled: nothing was served. The questions embedded before the cancel keep their vectors; the next look-up or store embeds the rest.",
+    );
+    if (!r) {
+      verdict.replaceChildren();
+      delete verdict.dataset.hit;
+      delete verdict.dataset.tier;
+      return;
+    }
     const row = (label, value, cls = "") => [h("dt", { text: label }), h("dd", { class: cls, text: value })];
     // Plain words first (what was served, or why not); the numbers and labels on demand.
     verdict.replaceChildren(
@@ -85,7 +117,11 @@ export function cachePanel(app) {
 
   store.addEventListener("click", () => app.run(store, async () => {
     showSharing();
-    const r = await app.call("cache_store", { query: storeQuery.input.value, response: storeResponse.input.value, runtime: runtime() });
+    const r = await cancellable(
+      () => app.call("cache_store", { query: storeQuery.input.value, response: storeResponse.input.value, runtime: runtime() }),
+      "Store cancelled: nothing was stored. The questions embedded before the cancel keep their vectors; the next look-up or store embeds the rest.",
+    );
+    if (!r) return;
     const shared = r.l2 ? ` Runtime: ${r.l2}.` : "";
     app.say(message, r.stored ? `Stored.${shared} Look up a paraphrase to see it hit.` : "Not stored.", r.stored ? (r.l2 && r.l2.startsWith("L1 only") ? "" : "ok") : "");
     if (!query.input.value) query.input.value = storeQuery.input.value;
@@ -97,6 +133,7 @@ export function cachePanel(app) {
     {},
     h("header", { class: "panel-head" }, h("h2", { id: "heading-cache", text: "Cache" }), h("p", { class: "lead", text: "A semantic cache that serves a stored answer to a paraphrase only when a learned verifier says the two ask the same thing, within an error bound (δ = 0.01 by default) — so near-misses (other numbers, negations, swapped directions) are refused even when they look alike." })),
     message,
+    indexProgress.element,
     h(
       "div",
       { class: "grid-2" },
@@ -111,6 +148,14 @@ export function cachePanel(app) {
     title: "Cache",
     element,
     onEvent(e) {
+      if (e.event === "cache-progress") {
+        if (e.done >= e.total) indexProgress.finish();
+        else {
+          if (indexProgress.element.hidden) indexProgress.start();
+          indexProgress.update(e.done, e.total);
+        }
+        return;
+      }
       // Entries stored by the JS API (or another Studio on this page) count here too.
       if (e.event !== "studio-data" || !e.fn.startsWith("cache_")) return;
       const added = e.fn === "cache_store" ? (e.result?.stored ? 1 : 0) : (e.result?.stored ?? e.result?.count ?? 0);
