@@ -26,7 +26,7 @@ Registered on this module's ``router``, which :mod:`evermind.studio.api` merges.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from evermind.cache.gateway_client import DEFAULT_TIMEOUT_S, GatewayCacheClient, fetch_transport
@@ -58,6 +58,28 @@ def tab_memory() -> TabMemory:
     return _tab
 
 
+#: What embeds the pending vectors, calling back before each batch with (done, total).
+Batches = Callable[[Callable[[int, int], Awaitable[None]]], Awaitable[None]]
+
+
+async def _embed_pending(name: str, what: str, ensure: Batches) -> None:
+    """Runs ``ensure`` as the cancellable operation ``name``: a ``<name>-progress`` event
+    (``what``, ``done``, ``total``) before each batch and at the end, and a cancel check before
+    each batch."""
+    emit = session().emit
+    with operations.operation(name) as op:
+
+        async def batch(done: int, total: int) -> None:
+            emit(f"{name}-progress", what=what, done=done, total=total)
+            if done < total:
+                # The page's cancel call arrives only while this awaits (the CPU path
+                # embeds synchronously).
+                await asyncio.sleep(0)
+                op.check()
+
+        await ensure(batch)
+
+
 async def index_memories(store: MemoryStore, what: str) -> None:
     """Embeds the memories the current model has not embedded yet, as the cancellable
     ``memory`` operation: a ``memory-progress`` event (``what``: "recall" or "remember",
@@ -71,18 +93,7 @@ async def index_memories(store: MemoryStore, what: str) -> None:
     await store.refresh()
     if not store.pending_vectors():
         return
-    emit = session().emit
-    with operations.operation("memory") as op:
-
-        async def batch(done: int, total: int) -> None:
-            emit("memory-progress", what=what, done=done, total=total)
-            if done < total:
-                # The page's cancel call arrives only while this awaits (the CPU path
-                # embeds synchronously).
-                await asyncio.sleep(0)
-                op.check()
-
-        await store.ensure_vectors(batch)
+    await _embed_pending("memory", what, store.ensure_vectors)
 
 
 async def index_cache(cache: TabCache, what: str) -> None:
@@ -97,16 +108,7 @@ async def index_cache(cache: TabCache, what: str) -> None:
     """
     if not await cache.pending_vectors():
         return
-    emit = session().emit
-    with operations.operation("cache") as op:
-
-        async def batch(done: int, total: int) -> None:
-            emit("cache-progress", what=what, done=done, total=total)
-            if done < total:
-                await asyncio.sleep(0)  # lets the page's cancel call in (see index_memories)
-                op.check()
-
-        await cache.ensure_vectors(batch)
+    await _embed_pending("cache", what, cache.ensure_vectors)
 
 
 def _strings(value: object, what: str) -> list[str]:
