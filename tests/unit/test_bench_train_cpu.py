@@ -16,15 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch  # the benchmark's peer; make test installs it: a missing one fails
+from benchmarks.torch_mamba import TorchMamba
 
 from evermind.model.config import MambaConfig
 from evermind.model.cpu import CpuMamba
 from tests import procs
 from tests.unit.test_model_cpu import random_params
-
-torch = pytest.importorskip("torch", reason="torch is the benchmark's peer (test extra)")
-
-from benchmarks.torch_mamba import TorchMamba  # noqa: E402
 
 CONFIGS = {
     "mamba1": MambaConfig(d_model=8, n_layer=2, vocab_size=13, d_state=3),

@@ -194,11 +194,10 @@ def test_the_reader_refuses_a_member_the_manifest_does_not_describe() -> None:
 
 
 def test_transformers_and_llama_cpp_still_load_it(tmp_path: Path) -> None:
-    transformers = pytest.importorskip(
-        "transformers",
-        reason="the Hugging Face interop check needs transformers (make test installs it)",
-    )
-    torch = pytest.importorskip("torch", reason="transformers runs the model on torch")
+    # make test installs transformers, torch and llama-cpp-python: a missing one fails.
+    import torch
+    import transformers
+
     data = _with_base()
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         archive.extractall(tmp_path / "hf")
@@ -210,11 +209,10 @@ def test_transformers_and_llama_cpp_still_load_it(tmp_path: Path) -> None:
         theirs = model(torch.tensor([ids])).logits[0].numpy()
     np.testing.assert_allclose(theirs, ours.cpu.forward(np.array([ids]))[0], atol=1e-4)
 
+    import llama_cpp
+
     from evermind.package.gguf_export import export_gguf
 
-    llama_cpp = pytest.importorskip(
-        "llama_cpp", reason="the llama.cpp check needs llama-cpp-python (make test installs it)"
-    )
     path = tmp_path / "model.gguf"
     export_gguf(read_package(data), path)
     llm = llama_cpp.Llama(str(path), n_ctx=64, verbose=False, n_threads=1)
