@@ -72,4 +72,18 @@ export class ProgressLine {
     this.element.hidden = true;
     this.element.dataset.state = "idle";
   }
+
+  /** Runs `work`, whose progress this line shows; if the worker says it was cancelled,
+   * calls `onCancelled` and resolves with null. The line is hidden at the end either way. */
+  async run(work, onCancelled) {
+    try {
+      return await work();
+    } catch (err) {
+      if (err?.name !== "Cancelled") throw err;
+      onCancelled();
+      return null;
+    } finally {
+      this.finish();
+    }
+  }
 }

@@ -54,17 +54,8 @@ export function cachePanel(app) {
   });
   /** Runs `work` (a lookup or a store): its embedding shows on the progress line; a Cancel
    * of it says `cancelled` and resolves with null. */
-  async function cancellable(work, cancelled) {
-    try {
-      return await work();
-    } catch (err) {
-      if (err?.name !== "Cancelled") throw err;
-      app.say(message, cancelled);
-      return null;
-    } finally {
-      indexProgress.finish();
-    }
-  }
+  const cancellable = (work, cancelled) =>
+    indexProgress.run(work, () => app.say(message, cancelled));
   const tierWords = (tier) => (tier === "l1" ? "L1 (this tab)" : tier === "l2" ? "L2 (the runtime)" : "–");
 
   const doLookup = () => app.run(lookup, async () => {

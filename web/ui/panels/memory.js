@@ -67,19 +67,10 @@ export function memoryPanel(app) {
     unit: "memories",
     onCancel: () => app.call("operation_cancel", { name: "memory" }).catch(() => {}),
   });
-  /** Runs `work` (a recall or a remember): its embedding shows on the progress line; a
-   * Cancel of it says `cancelled` and resolves with null. */
-  async function cancellable(work, cancelled) {
-    try {
-      return await work();
-    } catch (err) {
-      if (err?.name !== "Cancelled") throw err;
-      app.say(message, cancelled);
-      return null;
-    } finally {
-      indexProgress.finish();
-    }
-  }
+  /** Runs `work` (a recall or a remember): its embedding shows on the progress line; a Cancel
+   * of it says `cancelled` and resolves with null. */
+  const cancellable = (work, cancelled) =>
+    indexProgress.run(work, () => app.say(message, cancelled));
   const recent = h("ul", { class: "hits compact", id: "memory-list" });
 
   const forgetButton = (k) => {
