@@ -6,8 +6,13 @@ counters :class:`CacheStats`. A lookup embeds the query, scores the stored entri
 hands the best few to the verified decision (:func:`evermind.cache.verified.decide_verified`:
 the learned pair verifier and the bound for the cache's ``max_error``, by default
 :data:`~evermind.cache.verified.DEFAULT_MAX_ERROR`) — the decision the tab, the runtime's L2
-and the gateway make too. Without a verification signal (a plain library cache) the bound is
-the shipped one, and each lookup's ``reason`` says so. ``max_error=None`` selects the older
+and the gateway make too. Like the gateway, :meth:`SemanticCache.get_or_generate` checks its
+would-be hits until bounded: the caller's ``generate`` is its verification signal (a
+:class:`~evermind.cache.verified.Verification`, by default). A lookup without a signal
+(:meth:`SemanticCache.lookup`, or a cache built with ``verification=None``) serves unchecked
+hits only within the cache's own bound or, until there is one, within the stricter no-signal
+fallback (:func:`~evermind.cache.verified.fallback_threshold`), and its ``reason`` says "no
+verification signal". ``max_error=None`` selects the older
 rule-based decision (:func:`evermind.cache.decide.decide`: a calibrated cosine threshold,
 lexical evidence and language guards); it has no error bound and is kept for comparison
 (docs/gateway.md measures both). The
@@ -32,13 +37,23 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from enum import Enum
+from typing import Literal, TypeVar
 
 from evermind.cache.decide import Candidate, Decision, decide, fold
 from evermind.cache.english import ENGLISH_CHAIN, default_guard
 from evermind.cache.guard import GuardChain, Refusal
 from evermind.cache.l2 import JSONValue, L2Hit, SemanticCacheBackend
-from evermind.cache.verified import DEFAULT_MAX_ERROR, Verification, decide_verified
+from evermind.cache.verified import (
+    DEFAULT_MAX_ERROR,
+    CheckPlan,
+    Verification,
+    answer_text,
+    answers_equivalent,
+    decide_verified,
+    plan_check,
+    record_check,
+)
 from evermind.cache.verifier import PairVerifier, default_verifier
 from evermind.errors import ConfigError, ShapeError, StorageError
 from evermind.search.calibration import FLOOR, Calibration, measure_calibration, stale
@@ -54,7 +69,14 @@ Vector = Sequence[float]
 Embedder = Callable[[str], Vector | Awaitable[Vector]]
 GuardCallable = Callable[[str, str], bool]
 Generate = Callable[[str], JSONValue | Awaitable[JSONValue]]
+Equivalent = Callable[[str, str], bool]
 T = TypeVar("T")
+
+
+class _Default(Enum):
+    """The ``verification`` argument left out (a :class:`Verification` for ``max_error``)."""
+
+    VERIFICATION = 0
 
 
 @dataclass(frozen=True)
@@ -99,13 +121,24 @@ class CacheAnswer:
 
     Attributes:
         response: The answer, cached or freshly generated.
-        lookup: The lookup that preceded it.
-        generated: True when ``generate`` was called.
+        lookup: The lookup that preceded it: a hit when the cached answer was served (checked
+            or not); a miss, ``refused_by="verify_mismatch"``, when a check found the cached
+            answer wrong and the fresh one was served instead.
+        generated: True when ``generate`` was called (a miss, or a checked hit).
+        checked: True when a would-be hit was checked against ``generate``'s answer.
+        forced: True when that check was forced: the cache's own checks do not yet bound
+            the error of serving such a hit unchecked
+            (:meth:`~evermind.cache.verified.Verification.must_check`); False for a check
+            drawn into the random sample.
+        reason: What happened, in words.
     """
 
     response: JSONValue
     lookup: CacheLookup
     generated: bool
+    checked: bool = False
+    forced: bool = False
+    reason: str = ""
 
 
 @dataclass
@@ -220,11 +253,23 @@ class SemanticCache:
             do not apply to it. None: the rule-based decision, with no error bound (measured
             to serve 4-6% of lookups wrongly on data its rules were not written from).
         verifier: The pair verifier for ``max_error`` (default: the shipped one).
-        verification: What this cache learns from verified outcomes (a gateway that checks a
-            share of its hits against the upstream); None: the shipped bound alone.
+        verification: What this cache learns from checking its hits. Left out, a cache with
+            ``max_error`` gets ``Verification(max_error)`` (a 5% random sample, checked until
+            bounded): :meth:`get_or_generate` checks every would-be hit that is not an exact
+            repeat against ``generate`` until its own checks bound the served error within
+            δ, as the gateway does against its upstream. This is the default because the
+            shipped bound was measured over δ on traffic unlike its corpus, and a cache that
+            holds the caller's ``generate`` can pay to know instead of guessing. None: no
+            checks; every lookup then decides with the no-signal fallback (stricter).
+        equivalent: ``equivalent(cached_text, fresh_text)``: whether a check found the two
+            answers the same (default :func:`~evermind.cache.verified.answers_equivalent`).
+            It compares :func:`~evermind.cache.verified.answer_text` of the responses: a
+            string itself; a JSON object's ``"text"`` string, or the OpenAI chat shape's first
+            ``choices[0].message.content``; any other JSON value its canonical JSON text.
 
     Raises:
-        ConfigError: On an invalid threshold, capacity or ttl.
+        ConfigError: On an invalid threshold, capacity, ttl, max_error, verification or
+            equivalent.
     """
 
     def __init__(
@@ -242,7 +287,10 @@ class SemanticCache:
         trust_scores: bool | None = None,
         max_error: float | None = DEFAULT_MAX_ERROR,
         verifier: PairVerifier | None = None,
-        verification: Verification | None = None,
+        verification: Verification | Literal[_Default.VERIFICATION] | None = (
+            _Default.VERIFICATION
+        ),
+        equivalent: Equivalent = answers_equivalent,
     ) -> None:
         if max_error is not None and (
             isinstance(max_error, bool)
@@ -257,7 +305,20 @@ class SemanticCache:
         self.verifier = (
             verifier if verifier is not None or max_error is None else default_verifier()
         )
-        self.verification = verification
+        if verification is _Default.VERIFICATION:
+            verification = None if max_error is None else Verification(float(max_error))
+        elif verification is not None and not isinstance(verification, Verification):
+            raise ConfigError(
+                f"SemanticCache: verification must be a Verification or None, received "
+                f"{type(verification).__name__}"
+            )
+        self.verification: Verification | None = verification
+        if not callable(equivalent):
+            raise ConfigError(
+                f"SemanticCache: equivalent must be a callable (cached_text, fresh_text) -> "
+                f"bool, received {type(equivalent).__name__}"
+            )
+        self.equivalent = equivalent
         if threshold is not None and (
             isinstance(threshold, bool)
             or not isinstance(threshold, int | float)
@@ -407,9 +468,17 @@ class SemanticCache:
     # ----------------------------------------------------------------- sync API
 
     def lookup(self, query: str, namespace: str = "default") -> CacheLookup:
-        """Looks ``query`` up in L1, then L2. Never generates."""
+        """Looks ``query`` up in L1, then L2. Never generates.
+
+        No verification signal: a would-be hit that is not an exact repeat is served only
+        when this cache's own checks (:meth:`get_or_generate`'s) bound the error of serving
+        it unchecked, or else when it passes the stricter no-signal fallback
+        (:func:`~evermind.cache.verified.fallback_threshold`; at δ = 0.01 only exact
+        repeats); a miss then says "no verification signal" in its ``reason``.
+        """
         vector = self._embed_sync(query)
-        return self._finish(self._lookup_with(query, vector, namespace, sync=True))
+        found = self._lookup_with(query, vector, namespace, sync=True)
+        return self._finish(self._unchecked(query, vector, namespace, found))
 
     def store(
         self,
@@ -433,18 +502,32 @@ class SemanticCache:
         meta: dict[str, JSONValue] | None = None,
         namespace: str = "default",
     ) -> CacheAnswer:
-        """Serves a cached answer, or calls ``generate(query)`` once and stores its answer."""
+        """Serves a cached answer, or calls ``generate(query)`` once and stores its answer.
+
+        With a :attr:`verification` (the default for ``max_error``), ``generate`` is also
+        the check, as the gateway's upstream is: a would-be hit that is not an exact repeat
+        is checked (``generate`` called too) while :meth:`Verification.must_check` says the
+        cache's own checks do not yet bound the error of serving one unchecked, and a random
+        share of lookups is checked always. A checked hit is served only when
+        :attr:`equivalent` finds the fresh answer the same; else the fresh answer is served
+        and stored for this question, and the wrong entry needs more than it had from then
+        on. Every outcome is recorded (:func:`~evermind.cache.verified.record_check`).
+        """
         vector = self._embed_sync(query)
-        found = self._finish(self._lookup_with(query, vector, namespace, sync=True))
-        if found.hit:
-            return CacheAnswer(found.response, found, generated=False)
+        found = self._lookup_with(query, vector, namespace, sync=True)
+        plan = self._plan(query, namespace, found)
+        if found.hit and not plan.check_hit:
+            return self._served_unchecked(found, plan)
         response = _sync(generate(query), "generate")
+        found, same = self._checked(found, plan, response)
+        if same:
+            return self._served_checked(found, plan)
         self._store_l1(query, vector, response, meta, namespace)
         if self.l2 is not None:
             self._l2_call(
                 lambda b: b.store(list(vector), response, self._l2_ns(namespace), meta, query)
             )
-        return CacheAnswer(response, found, generated=True)
+        return self._generated(response, found, plan)
 
     # ----------------------------------------------------------------- async API
 
@@ -452,9 +535,9 @@ class SemanticCache:
         """Async :meth:`lookup`; the embedder and L2 transport may be sync or async."""
         vector = await self._embed_async(query)
         local = self._lookup_with(query, vector, namespace, sync=False)
-        if local.hit or self.l2 is None:
-            return self._finish(local)
-        return self._finish(await self._l2_lookup_async(query, vector, namespace, local))
+        if not local.hit and self.l2 is not None:
+            local = await self._l2_lookup_async(query, vector, namespace, local)
+        return self._finish(self._unchecked(query, vector, namespace, local))
 
     async def astore(
         self,
@@ -475,18 +558,115 @@ class SemanticCache:
         meta: dict[str, JSONValue] | None = None,
         namespace: str = "default",
     ) -> CacheAnswer:
-        """Async :meth:`get_or_generate`; ``generate`` may be sync or async."""
+        """Async :meth:`get_or_generate` (checks the same way); ``generate`` may be sync or
+        async."""
         vector = await self._embed_async(query)
         found = self._lookup_with(query, vector, namespace, sync=False)
         if not found.hit and self.l2 is not None:
             found = await self._l2_lookup_async(query, vector, namespace, found)
-        found = self._finish(found)
-        if found.hit:
-            return CacheAnswer(found.response, found, generated=False)
+        plan = self._plan(query, namespace, found)
+        if found.hit and not plan.check_hit:
+            return self._served_unchecked(found, plan)
         response = await _maybe_await(generate(query))
+        found, same = self._checked(found, plan, response)
+        if same:
+            return self._served_checked(found, plan)
         self._store_l1(query, vector, response, meta, namespace)
         await self._l2_store_async(query, vector, response, meta, namespace)
-        return CacheAnswer(response, found, generated=True)
+        return self._generated(response, found, plan)
+
+    # ----------------------------------------------------------------- verification
+
+    @property
+    def _never_checked(self) -> bool:
+        """A verified cache without a :attr:`verification`: every lookup has no signal."""
+        return self.max_error is not None and self.verification is None
+
+    def _plan(self, query: str, namespace: str, found: CacheLookup) -> CheckPlan:
+        """The shared protocol's plan for a lookup of :meth:`get_or_generate`."""
+        return plan_check(
+            self.verification,
+            hit=found.hit,
+            query=query,
+            cached_query=found.cached_query,
+            scope=namespace,
+        )
+
+    def _served_unchecked(self, found: CacheLookup, plan: CheckPlan) -> CacheAnswer:
+        why = "served unchecked" if plan.guess else "served"
+        return CacheAnswer(found.response, self._finish(found), False, reason=why)
+
+    def _served_checked(self, found: CacheLookup, plan: CheckPlan) -> CacheAnswer:
+        why = "until its error is bounded, every hit" if plan.forced else "sampled"
+        reason = f"checked against generate ({why}): same answer, the cached one served"
+        return CacheAnswer(found.response, self._finish(found), True, True, plan.forced, reason)
+
+    def _generated(self, response: JSONValue, found: CacheLookup, plan: CheckPlan) -> CacheAnswer:
+        if found.refused_by == "verify_mismatch":
+            return CacheAnswer(response, self._finish(found), True, True, plan.forced, found.reason)
+        return CacheAnswer(response, self._finish(found), True, reason="generated (a miss)")
+
+    def _agrees(self, cached: JSONValue | None, fresh: JSONValue) -> bool:
+        """Whether :attr:`equivalent` finds the two responses' texts the same; a raising or
+        non-bool ``equivalent`` is the caller's error, named."""
+        same = self.equivalent(answer_text(cached), answer_text(fresh))
+        if not isinstance(same, bool):
+            raise ConfigError(
+                f"SemanticCache: equivalent must return a bool, returned {type(same).__name__}"
+            )
+        return same
+
+    def _checked(
+        self, found: CacheLookup, plan: CheckPlan, fresh: JSONValue
+    ) -> tuple[CacheLookup, bool]:
+        """Compares ``fresh`` (``generate``'s answer) with what the lookup would serve, and
+        records it. Returns the lookup (a hit that proved wrong becomes a miss) and whether
+        the cached answer is served."""
+        checks = self.verification
+        if found.hit:
+            same = self._agrees(found.response, fresh)
+            record_check(checks, plan, found.probability, same, found.entry, paid=True)
+            if same:
+                return found, True
+            reason = (
+                "a check found the cached answer differs from generate's: generate's answer "
+                f"is served and stored for this question ({found.reason})"
+            )
+            miss = replace(
+                found, hit=False, response=None, tier=None, refused_by="verify_mismatch",
+                reason=reason,
+            )  # fmt: skip
+            return miss, False
+        if checks is None:
+            return found, False
+        if found.probability is None:
+            if plan.sampled:  # a sampled lookup with nothing to serve: never wrong
+                record_check(checks, plan, None, True)
+            return found, False
+        stored = self.response_of(found.entry)
+        if stored is not None:  # the best candidate's answer, compared for free
+            same = self._agrees(stored, fresh)
+            record_check(checks, plan, found.probability, same, found.entry)
+        return found, False
+
+    def _unchecked(
+        self, query: str, vector: tuple[float, ...], namespace: str, found: CacheLookup
+    ) -> CacheLookup:
+        """A lookup without a verification signal (:meth:`lookup`, :meth:`alookup`): a
+        would-be hit that this cache's checks do not bound yet is decided again with the
+        no-signal fallback (L1 only: an L2 hit was promoted into L1 by then)."""
+        plan = plan_check(
+            self.verification,
+            hit=found.hit,
+            query=query,
+            cached_query=found.cached_query,
+            scope=namespace,
+            draw=False,
+        )
+        if not plan.forced:
+            return found
+        again = self._lookup_with(query, vector, namespace, sync=False, fallback=True)
+        return again if again.hit else _no_signal(again)
 
     # ----------------------------------------------------------------- internals
 
@@ -536,7 +716,7 @@ class SemanticCache:
     def _count_refusal(self, refusal: Refusal) -> None:
         self._stats.refusals[refusal.guard] = self._stats.refusals.get(refusal.guard, 0) + 1
 
-    def _decide(self, query: str, candidates: list[Candidate]) -> Decision:
+    def _decide(self, query: str, candidates: list[Candidate], fallback: bool = False) -> Decision:
         if self.max_error is not None and self.verifier is not None:
             learned = self.verification
             if learned is not None:
@@ -551,6 +731,7 @@ class SemanticCache:
                 max_error=self.max_error,
                 learned=learned,
                 floor=self.threshold,
+                fallback=fallback or learned is None,
             )
             if not found.hit and found.refused_by is not None:
                 self._count_refusal(Refusal(found.refused_by, found.reason))
@@ -569,8 +750,11 @@ class SemanticCache:
             self._count_refusal(Refusal(found.refused_by, found.reason))
         return found
 
-    def _lookup_with(self, query: str, vector: Vector, namespace: str, sync: bool) -> CacheLookup:
-        """L1 lookup; with ``sync`` also the sync L2 lookup on an L1 miss."""
+    def _lookup_with(
+        self, query: str, vector: Vector, namespace: str, sync: bool, fallback: bool = False
+    ) -> CacheLookup:
+        """L1 lookup; with ``sync`` also the sync L2 lookup on an L1 miss. ``fallback``: the
+        no-signal decision (also whenever this cache has no :attr:`verification`)."""
         self._expire(self._clock())
         scored = self._neighbours(tuple(vector), namespace)[:_CANDIDATES]
         candidates = [self._candidate(key, score) for score, key in scored]
@@ -579,7 +763,7 @@ class SemanticCache:
             exact = self._by_fold.get((namespace, self._fingerprint, fold(query)))
         if exact is not None and all(c.key != exact for c in candidates):
             candidates.append(self._candidate(exact, dot(self._entries[exact].vector, vector)))
-        found = self._decide(query, candidates)
+        found = self._decide(query, candidates, fallback)
         if found.hit and found.candidate is not None:
             key = int(str(found.candidate.key))
             entry = self._entries[key]
@@ -617,7 +801,7 @@ class SemanticCache:
                 )
             )
             return self._accept_l2(query, vector, namespace, hit, miss)
-        return miss
+        return _no_signal(miss) if self._never_checked else miss
 
     def _l2_floor(self, threshold: float | None) -> float:
         """The cosine an L2 candidate must reach to be worth judging: the decision's
@@ -843,6 +1027,8 @@ class SemanticCache:
                 miss.threshold,
             )
         found = self._decide(query, [Candidate("l2", hit.score, hit.query, None)])
+        if not found.hit and self._never_checked:
+            found = replace(found, reason=_no_signal_reason(found.reason))
         unmeasured = found.refused_by == "calibration" and self.calibration.unrelated is None
         if not found.hit and unmeasured and self.max_error is not None:
             # This L1 holds too few questions to measure its embedder yet; the L2 judged the
@@ -876,6 +1062,18 @@ _CANDIDATES = 4
 RECENT_VECTORS = 256
 #: Nearest entries a store compares the new one with (their contested cosines, rule 6).
 _CONTEST_NEIGHBOURS = 8
+
+
+def _no_signal_reason(reason: str) -> str:
+    prefix = "no verification signal: "
+    return reason if reason.startswith(prefix) else prefix + reason
+
+
+def _no_signal(found: CacheLookup) -> CacheLookup:
+    """A no-signal miss whose candidate was judged says so first in its ``reason``."""
+    if found.hit or found.probability is None:
+        return found
+    return replace(found, reason=_no_signal_reason(found.reason))
 
 
 def _answer_of(entry: _Entry) -> object:

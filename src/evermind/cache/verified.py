@@ -23,14 +23,22 @@ It replaces the hand-written lexical, residue and language-guard rules of
    ``p`` from then on (:attr:`Candidate.contested` carries it, on the probability scale).
 6. **No guessing.** When the runner-up holds another answer and also passes, it is a miss.
 
-Without any verification signal (the library, the tab) the shipped bound is all there is;
-the lookup's ``reason`` says so.
+**With a verification signal** (the gateway's upstream, the library's ``generate`` in
+:meth:`~evermind.cache.semantic.SemanticCache.get_or_generate`) a cache checks its would-be hits
+until its own evidence bounds their error (:class:`Verification`); :func:`plan_check` and
+:func:`record_check` are that protocol, the one both call. **Without any** (a lookup alone: the
+library's ``lookup``, the tab) nothing can check a hit, so the decision falls back to a stricter
+bound (``fallback=True``, :func:`fallback_threshold`): the shipped threshold fitted for
+``max_error × FALLBACK_SHARE``, or exact repeats only when no shipped level is that strict; the
+decision's ``reason`` names "the no-signal fallback" (the library's misses then begin "no
+verification signal: ").
 
 Browser-safe: standard library only.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -53,16 +61,27 @@ from evermind.text import normalise
 
 __all__ = [
     "DEFAULT_MAX_ERROR",
+    "FALLBACK_SHARE",
+    "CheckPlan",
     "Verification",
+    "answer_text",
     "answers_equivalent",
     "decide_verified",
+    "fallback_threshold",
+    "is_guess",
     "parse_max_error",
+    "plan_check",
+    "record_check",
 ]
 
 #: The default δ of every cache (the library's, the tab's, the runtime's L2, the gateway's): at
 #: most 1 served answer in 100 lookups wrong, at 95% confidence on the verifier's calibration
 #: split.
 DEFAULT_MAX_ERROR = 0.01
+#: Without a verification signal a hit needs the shipped threshold fitted for this share of
+#: ``max_error`` (:func:`fallback_threshold`): the other part of δ is the margin for traffic
+#: unlike the corpus the thresholds were fitted on, which such a cache cannot detect.
+FALLBACK_SHARE = 0.5
 
 
 def decide_verified(
@@ -74,6 +93,7 @@ def decide_verified(
     max_error: float,
     learned: Verification | None = None,
     floor: float | None = None,
+    fallback: bool = False,
 ) -> Decision:
     """Hit or miss for ``query`` among ``candidates`` within the error ``max_error``.
 
@@ -87,12 +107,15 @@ def decide_verified(
         learned: The cache's own verified outcomes, when it verifies itself.
         floor: A cosine the best candidate must also reach (a caller's explicit threshold:
             it can only turn hits into misses, so the bound still holds); None: none.
+        fallback: The lookup has no verification signal (nothing can check a hit it
+            serves): unless ``learned`` has a threshold of its own, a hit needs
+            :func:`fallback_threshold` instead of the shipped one.
 
     Returns:
         The :class:`Decision`; ``threshold`` is the probability a hit needed.
     """
     ranked = sorted(candidates, key=lambda c: -c.score)
-    need, source = _needed(verifier, max_error, learned)
+    need, source = _needed(verifier, max_error, learned, fallback)
     wanted = fold(query)
     for cand in ranked:
         if floor is not None and cand.score < floor:
@@ -190,16 +213,38 @@ def _probability(
 
 
 def _needed(
-    verifier: PairVerifier, max_error: float, learned: Verification | None
+    verifier: PairVerifier, max_error: float, learned: Verification | None, fallback: bool
 ) -> tuple[float, str]:
-    shipped = verifier.threshold(max_error)
     if learned is not None:
         own = learned.threshold()
         if own is not None:
             return own, f"learned from {learned.sampled} sampled, verified lookups"
+    if fallback:
+        need = fallback_threshold(verifier, max_error)
+        strict = max_error * FALLBACK_SHARE
+        if math.isinf(need):
+            return need, (
+                f"the no-signal fallback: no shipped bound reaches δ × {FALLBACK_SHARE:g} = "
+                f"{strict:g}, so only exact repeats are served"
+            )
+        return need, f"the no-signal fallback: the shipped bound for δ × {FALLBACK_SHARE:g}"
+    shipped = verifier.threshold(max_error)
     if math.isinf(shipped):
         return shipped, f"no shipped bound reaches δ {max_error:g}: only exact repeats are served"
     return shipped, "shipped bound, no verification here"
+
+
+def fallback_threshold(verifier: PairVerifier, max_error: float) -> float:
+    """The probability a hit needs when nothing can check it (no verification signal): the
+    shipped threshold for ``max_error × FALLBACK_SHARE`` (``inf``: only exact repeats, when
+    no shipped level is that strict, as for δ = 0.01).
+
+    The shipped thresholds hold δ for traffic like the corpus's tune split they were fitted
+    on; on the shared development set the shipped δ = 0.01 bound served 1.8% wrong with
+    MiniLM (docs/gateway.md, stop 46). A cache that checks itself finds that out and pays
+    for checks; one that cannot check keeps this margin instead.
+    """
+    return verifier.threshold(max_error * FALLBACK_SHARE)
 
 
 def parse_max_error(value: object, where: str) -> float | None:
@@ -265,6 +310,137 @@ def answers_equivalent(cached: str, fresh: str) -> bool:
         return False
     shared = sum((Counter(wa) & Counter(wb)).values())
     return shared >= 0.9 * max(len(wa), len(wb))
+
+
+def answer_text(response: object) -> str:
+    """The text of a cached or generated response, as :func:`answers_equivalent` compares it.
+
+    A string is itself. A JSON object with a string ``"text"`` (the gateway's entries) is that
+    text; one in the OpenAI chat shape is its first choice's ``message.content``. Any other
+    JSON value (a number, a list, an object without those) is its canonical JSON text (keys
+    sorted, no spaces), so two such answers agree only when they are equal values.
+    """
+    if isinstance(response, str):
+        return response
+    if isinstance(response, dict):
+        text = response.get("text")
+        if isinstance(text, str):
+            return text
+        choices = response.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            if isinstance(message, dict) and isinstance(message.get("content"), str):
+                return str(message["content"])
+    try:
+        return json.dumps(response, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(response)
+
+
+def is_guess(query: str, cached_query: str | None) -> bool:
+    """Whether serving an entry stored for ``cached_query`` answers another question than
+    ``query`` (not an exact repeat after folding; an entry without its question counts as
+    another): what a check can find wrong."""
+    return cached_query is None or fold(cached_query) != fold(query)
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """What a self-verifying cache does with one lookup before it answers (:func:`plan_check`).
+
+    Attributes:
+        scope: Whose served bound the lookup counts in (the cache namespace).
+        sampled: Drawn into the random sample: checked whatever the cache decided (a miss for
+            free, against the answer fetched anyway; a hit for one more call).
+        guess: A would-be hit that is not an exact repeat (:func:`is_guess`).
+        forced: A guess that must be checked before it is served: the scope's served bound is
+            not yet within δ (:meth:`Verification.must_check`). Without a signal to check it
+            with, it must not be served at all.
+    """
+
+    scope: str = "default"
+    sampled: bool = False
+    guess: bool = False
+    forced: bool = False
+
+    @property
+    def check_hit(self) -> bool:
+        """Whether a would-be hit is checked (against a fresh answer) before it is served."""
+        return self.sampled or self.forced
+
+
+def plan_check(
+    verification: Verification | None,
+    *,
+    hit: bool,
+    query: str,
+    cached_query: str | None,
+    scope: str = "default",
+    eligible: bool = True,
+    draw: bool = True,
+) -> CheckPlan:
+    """Must this lookup be checked, and what will its check count as: the one decision every
+    self-verifying cache makes after a lookup (the gateway, the library's ``get_or_generate``,
+    and its look-ups without a signal).
+
+    It draws the lookup into the sample (:meth:`Verification.draw`), counts it for the scope's
+    served bound (:meth:`Verification.looked_up`) and asks whether a would-be hit must be
+    checked (:meth:`Verification.must_check`). Call it once per lookup, then
+    :func:`record_check` once per check made.
+
+    Args:
+        verification: The cache's; None: nothing is checked (an empty plan).
+        hit: Whether the cache would serve a stored answer.
+        query: The asked question.
+        cached_query: The question of the entry it would serve.
+        scope: The cache namespace (each has its own served bound).
+        eligible: False for a lookup that cannot be wrong and must not be checked (the
+            gateway's lookup that waited on an identical in-flight miss): it counts as a
+            lookup that is no guess, and is not sampled.
+        draw: False where nothing can check a sampled lookup (a look-up without a signal):
+            no draw is made.
+    """
+    if verification is None:
+        return CheckPlan(scope)
+    sampled = draw and verification.draw() and eligible
+    guess = eligible and hit and is_guess(query, cached_query)
+    verification.looked_up(guess, scope)
+    forced = guess and verification.must_check(scope)
+    return CheckPlan(scope, sampled, guess, forced)
+
+
+def record_check(
+    verification: Verification | None,
+    plan: CheckPlan,
+    probability: float | None,
+    correct: bool,
+    entry: Hashable | None = None,
+    *,
+    paid: bool = False,
+    cost_usd: float = 0.0,
+) -> None:
+    """Records one check of a lookup planned by :func:`plan_check`, so the bound learns.
+
+    A checked would-be hit (``plan.check_hit``): ``correct`` is whether the fresh answer agreed
+    with the cached one (``paid``: the check cost a call a hit would not have made). A miss
+    whose best candidate was judged (``probability`` not None): whether that candidate's
+    answer agreed with the fresh one (free: the call was made anyway); a sampled miss without
+    one records ``probability=None, correct=True`` (nothing could have been served wrongly).
+    A wrong candidate's ``entry`` is marked contested. None ``verification``: nothing.
+    """
+    if verification is None:
+        return
+    verification.record(
+        probability,
+        correct,
+        entry,
+        sampled=plan.sampled,
+        paid=paid,
+        cost_usd=cost_usd,
+        guess=plan.guess,
+        forced=plan.forced,
+        scope=plan.scope,
+    )
 
 
 @dataclass(frozen=True)
