@@ -183,8 +183,12 @@ def test_an_l1_too_small_to_calibrate_keeps_the_l2s_verified_judgement() -> None
     )
     unguardable = ok({"hit": {"response": "rain", "score": 0.99}})
     transport = Recorded([hit, unguardable])
+    # The verification is the caller's (as the gateway's is): lookup returns the decision
+    # as it is. A cache's own would refuse an unchecked L2 hit here (no signal, not bounded).
     cache = SemanticCache(
-        _fill_embed, l2=HttpSemanticCacheBackend("http://rt", "t", transport=transport)
+        _fill_embed,
+        l2=HttpSemanticCacheBackend("http://rt", "t", transport=transport),
+        verification=Verification(0.01, sample_rate=0.0),
     )
     assert cache.calibration.unrelated is None
     served = cache.lookup("Weather in Oslo")

@@ -259,7 +259,12 @@ class SemanticCache:
             repeat against ``generate`` until its own checks bound the served error within
             δ, as the gateway does against its upstream. This is the default because the
             shipped bound was measured over δ on traffic unlike its corpus, and a cache that
-            holds the caller's ``generate`` can pay to know instead of guessing. None: no
+            holds the caller's ``generate`` can pay to know instead of guessing. Its
+            :meth:`lookup` is guarded too (see there). A ``Verification`` passed in is the
+            caller's: :meth:`get_or_generate` checks with it the same way, but :meth:`lookup`
+            returns the decision as it is, for a caller that runs the protocol around its
+            look-ups itself (the gateway: :func:`~evermind.cache.verified.plan_check` before
+            serving, :func:`~evermind.cache.verified.record_check` after a check). None: no
             checks; every lookup then decides with the no-signal fallback (stricter).
         equivalent: ``equivalent(cached_text, fresh_text)``: whether a check found the two
             answers the same (default :func:`~evermind.cache.verified.answers_equivalent`).
@@ -305,6 +310,10 @@ class SemanticCache:
         self.verifier = (
             verifier if verifier is not None or max_error is None else default_verifier()
         )
+        # A verification left out is this cache's own: its look-ups without a signal are
+        # guarded (:meth:`_unchecked`). One passed in is the caller's, who runs the protocol
+        # around the look-ups itself (the gateway: plan_check before serving, record_check).
+        self._guards_lookups = verification is _Default.VERIFICATION and max_error is not None
         if verification is _Default.VERIFICATION:
             verification = None if max_error is None else Verification(float(max_error))
         elif verification is not None and not isinstance(verification, Verification):
@@ -470,11 +479,14 @@ class SemanticCache:
     def lookup(self, query: str, namespace: str = "default") -> CacheLookup:
         """Looks ``query`` up in L1, then L2. Never generates.
 
-        No verification signal: a would-be hit that is not an exact repeat is served only
-        when this cache's own checks (:meth:`get_or_generate`'s) bound the error of serving
-        it unchecked, or else when it passes the stricter no-signal fallback
+        No verification signal: in a cache with its own verification (the default), a
+        would-be hit that is not an exact repeat is served only when this cache's checks
+        (:meth:`get_or_generate`'s) bound the error of serving it unchecked, or else when it
+        passes the stricter no-signal fallback
         (:func:`~evermind.cache.verified.fallback_threshold`; at δ = 0.01 only exact
-        repeats); a miss then says "no verification signal" in its ``reason``.
+        repeats); a miss then begins "no verification signal" in its ``reason``. With
+        ``verification=None`` every lookup decides with the fallback; with a verification
+        passed in, the decision is returned as it is (the caller checks).
         """
         vector = self._embed_sync(query)
         found = self._lookup_with(query, vector, namespace, sync=True)
@@ -654,7 +666,10 @@ class SemanticCache:
     ) -> CacheLookup:
         """A lookup without a verification signal (:meth:`lookup`, :meth:`alookup`): a
         would-be hit that this cache's checks do not bound yet is decided again with the
-        no-signal fallback (L1 only: an L2 hit was promoted into L1 by then)."""
+        no-signal fallback (L1 only: an L2 hit was promoted into L1 by then). A cache whose
+        verification was passed in returns ``found`` as it is: its caller checks."""
+        if not self._guards_lookups:
+            return found
         plan = plan_check(
             self.verification,
             hit=found.hit,
