@@ -5,14 +5,15 @@ stored question once, then every paraphrase and near-miss in the same seeded shu
 stored too), through one in-process :class:`evermind.cache.SemanticCache` per (embedder, δ),
 with a ``generate`` that answers by meaning (:func:`benchmarks.cache_verified.answers_of`, the
 loopback upstream's answers: a question and its paraphrase get one answer, a near-miss another),
-so both paths are judged the same way. Two paths (``--path``):
+so both paths are judged the same way. Paths (``--paths``):
 
 - ``generate``: :meth:`SemanticCache.get_or_generate` with the cache's default
   :class:`~evermind.cache.verified.Verification` (checked until bounded, as the gateway);
 - ``lookup``: :meth:`SemanticCache.lookup`, and on a miss ``generate`` then ``store`` (a caller
-  that never hands the cache its ``generate``: no verification signal, the fallback bound).
-  ``--shipped`` makes this path serve with the shipped bound (what every lookup without a
-  signal served with before the fallback: a ``Verification`` that never checks).
+  that never hands the cache its ``generate``: no verification signal; the cache's own
+  verification, never checked, so every would-be hit meets the no-signal fallback);
+- ``shipped``: the same with the shipped bound (what a lookup without a signal served before
+  the fallback: a ``Verification`` passed in that never checks, so lookups are not guarded).
 
 Reported per row: **wrong answers** over the lookups of step 2 (the error δ bounds),
 **paraphrase hits** (and the unchecked ones: served without calling ``generate``), **near-miss
@@ -55,7 +56,6 @@ def replay(
     fingerprint: str,
     delta: float,
     path: str,
-    shipped: bool = False,
 ) -> dict[str, Any]:
     """One cache, steps 1 and 2 of the module docstring through ``path``; the row's numbers."""
     answers = answers_of(rows)
@@ -65,18 +65,18 @@ def replay(
         calls.append(text)
         return answers[text]
 
-    verification = None  # the lookup path: no signal, the fallback bound
+    options: dict[str, Any] = {}  # lookup: the cache's own verification (guarded)
     if path == "generate":
-        verification = Verification(delta, seed=0)
-    elif shipped:  # never checks, never forces: lookups serve with the shipped bound
-        verification = Verification(delta, sample_rate=0.0, until_bounded=False)
+        options["verification"] = Verification(delta, seed=0)
+    elif path == "shipped":  # never checks, never guards: lookups serve the shipped bound
+        options["verification"] = Verification(delta, sample_rate=0.0, until_bounded=False)
     cache = SemanticCache(
         embed,
         fingerprint=fingerprint,
         capacity=100_000,
         index=MatrixIndex(),
         max_error=delta,
-        verification=verification,
+        **options,
     )
 
     def ask(text: str) -> tuple[object, bool, bool]:
@@ -143,16 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", default="report", choices=("report", "tune", "dev"))
     parser.add_argument("--embedders", default="terms", help="comma-separated")
     parser.add_argument("--deltas", default="0.01,0.05", help="comma-separated")
-    parser.add_argument("--paths", default="generate,lookup", help="generate, lookup")
-    parser.add_argument("--shipped", action="store_true", help="lookup path: the shipped bound")
+    parser.add_argument("--paths", default="generate,lookup,shipped", help="comma-separated")
     parser.add_argument("--limit", type=int, default=None, help="first N triples of the set")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     rows = load_set(args.set, args.limit)
     texts = [r[k] for r in rows for k in ("query", "paraphrase", "near_miss")]
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
-    if any(p not in ("generate", "lookup") for p in paths):
-        raise SystemExit(f"--paths: generate or lookup, got {args.paths!r}")
+    if any(p not in ("generate", "lookup", "shipped") for p in paths):
+        raise SystemExit(f"--paths: generate, lookup or shipped, got {args.paths!r}")
     print(f"set {args.set}, {len(rows)} triples" + ("" if args.set == "report" else " (dev)"))
     print(HEADER, flush=True)
     out = []
@@ -160,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         embed = vectors_of(name, texts)
         for delta in (float(d) for d in args.deltas.split(",") if d.strip()):
             for path in paths:
-                found = replay(rows, embed, f"bench-{name}", delta, path, args.shipped)
+                found = replay(rows, embed, f"bench-{name}", delta, path)
                 out.append({"embedder": name, "delta": delta, "path": path, **found})
                 print(format_row(out[-1]), flush=True)
     if args.json:
