@@ -159,6 +159,8 @@ def test_after_enough_agreeing_checks_hits_are_served_without_generate() -> None
     assert unchecked is not None, checks.served_bound("default")
     assert checks.forced >= MIN_HIT_CHECKS and checks.mismatches == 0
     assert checks.served_bound("default") <= 0.05
+    # Bounded: a look-up without a signal serves it too (the cache's own checks back it).
+    assert cache.lookup(REWORDED).hit
     # The bound is per namespace: another tenant still checks.
     other = cache.get_or_generate(REWORDED, upstream, namespace="other")
     assert not other.lookup.hit  # its namespace is empty: generated, stored there
