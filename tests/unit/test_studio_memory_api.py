@@ -95,8 +95,8 @@ def test_memory_errors_come_back_in_words() -> None:
 
 
 def test_cache_verified_by_default_without_a_model() -> None:
-    """The tab decides as the library and the gateway do: the verifier and the shipped bound
-    for δ 0.01, and every miss says why (issue 34: one behaviour everywhere)."""
+    """The tab decides as the library does without a verification signal: the verifier and
+    the no-signal fallback for δ 0.01 (exact repeats only), and every miss says why (issue 34: one behaviour everywhere)."""
     assert call("cache_store", query="How do I convert USD to EUR?", response="x 0.92")["stored"]
     call("cache_store", query="How to delete a remote git branch", response="git push -d")
     for i, topic in enumerate(("volcano", "sourdough", "marathon", "violin", "glacier", "orchid")):
@@ -108,7 +108,7 @@ def test_cache_verified_by_default_without_a_model() -> None:
     for question in ("How do I convert EUR to USD?", "How to create a remote git branch"):
         refused = call("cache_lookup", query=question)
         assert refused["hit"] is False and refused["refused_by"] == "verifier", refused
-        assert "shipped bound, no verification here" in refused["reason"]
+        assert "no-signal fallback" in refused["reason"]
         assert 0.0 <= refused["probability"] < 1.0
     far = call("cache_lookup", query="What is the boiling point of water?")
     assert far["hit"] is False

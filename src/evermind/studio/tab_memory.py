@@ -453,6 +453,9 @@ class TabCache:
                 verifier=default_verifier(),
                 max_error=bound,
                 floor=explicit,
+                # Nothing in the tab can check a hit against a fresh answer: the no-signal
+                # fallback (a stricter shipped level; exact repeats only at δ = 0.01).
+                fallback=True,
             )
             base["probability"] = decision.probability
         # decide's rule 6: how close another question sits to the best one (measured only
