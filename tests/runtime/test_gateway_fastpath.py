@@ -222,3 +222,17 @@ def test_an_unreachable_upstream_fails_as_on_the_sdk_path() -> None:
     fast, sdk = (asyncio.run(attempt(f)) for f in (True, False))
     assert described(fast) == described(sdk)
     assert fast.code == "upstream_unavailable"
+
+
+def test_a_proxied_upstream_keeps_the_sdk_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment's proxy applies to the SDK's httpx client; the pooled session does
+    not read it, so a proxied upstream is posted to through the SDK, as before."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    url = "http://10.1.2.3:8000/v1"
+    assert not OpenAIBridge(api_key="k", base_url=url)._fast
+    monkeypatch.setenv("NO_PROXY", "10.1.2.3")
+    monkeypatch.setenv("no_proxy", "10.1.2.3")
+    assert OpenAIBridge(api_key="k", base_url=url)._fast

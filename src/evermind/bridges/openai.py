@@ -32,12 +32,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import ssl
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import certifi
 import httpx2
 import openai
 from openai._models import FinalRequestOptions
@@ -82,7 +81,11 @@ class OpenAIBridge:
         # ``generate`` posts through one pooled aiohttp session (see :meth:`_fast_post`)
         # when this bridge built its client itself; a client passed in
         # (its own transport, hooks or auth) is used as it is.
-        self._fast = self._owned and getattr(self._client, "_provider_runtime", None) is None
+        self._fast = (
+            self._owned
+            and getattr(self._client, "_provider_runtime", None) is None
+            and not _proxied(str(self._client.base_url))
+        )
         self._session: aiohttp.ClientSession | None = None
         self._fast_headers: dict[str, str] | None = None
 
@@ -206,11 +209,12 @@ class OpenAIBridge:
             timeout = self._client.timeout
             seconds = timeout if isinstance(timeout, (int, float)) else None
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=1000, ssl=ssl.create_default_context(cafile=certifi.where())
-                ),
+                # The SDK's httpx client's trust store (its default context, SSL_CERT_FILE...).
+                connector=aiohttp.TCPConnector(limit=1000, ssl=httpx2.create_ssl_context()),
                 timeout=aiohttp.ClientTimeout(sock_connect=seconds, sock_read=seconds),
-                trust_env=True,
+                # No proxy applies (else the SDK's client, which honours the environment's,
+                # posts): aiohttp's trust_env would read ~/.netrc on a thread per request.
+                trust_env=False,
                 skip_auto_headers=("User-Agent",),
             )
         return self._session
@@ -381,6 +385,17 @@ class OpenAIBridge:
             self._session = None
         if self._owned:
             await self._client.close()
+
+
+def _proxied(url: str) -> bool:
+    """Whether the environment's proxy settings (``HTTPS_PROXY``, ``NO_PROXY``...) send
+    ``url`` through a proxy, as the SDK's ``httpx`` client would."""
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0]
+    proxies = urllib.request.getproxies()
+    if not (proxies.get(scheme.lower()) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass(host)
 
 
 async def _read_capped(content: aiohttp.StreamReader, limit: int) -> bytes:
