@@ -215,6 +215,8 @@ class OpenAIBridge:
                 # No proxy applies (else the SDK's client, which honours the environment's,
                 # posts): aiohttp's trust_env would read ~/.netrc on a thread per request.
                 trust_env=False,
+                max_line_size=1 << 16,  # aiohttp's default 8 KiB would refuse long headers
+                max_field_size=1 << 16,
                 skip_auto_headers=("User-Agent",),
             )
         return self._session
