@@ -236,3 +236,17 @@ def test_a_proxied_upstream_keeps_the_sdk_client(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("NO_PROXY", "10.1.2.3")
     monkeypatch.setenv("no_proxy", "10.1.2.3")
     assert OpenAIBridge(api_key="k", base_url=url)._fast
+
+
+def test_a_bridge_used_from_a_second_event_loop_gets_a_new_session(gpt: PortRecording) -> None:
+    bridge = OpenAIBridge(api_key=gpt.api_key, base_url=gpt.url + "/v1", max_retries=0)
+
+    async def once(text: str) -> str:
+        return (await bridge.generate(ask(text))).text
+
+    try:
+        assert asyncio.run(once("first loop")) == default_reply("first loop")
+        assert asyncio.run(once("second loop")) == default_reply("second loop")
+    finally:
+        asyncio.run(bridge.aclose())
+    assert len(gpt.requests) == 2

@@ -87,6 +87,7 @@ class OpenAIBridge:
             and not _proxied(str(self._client.base_url))
         )
         self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
         self._fast_headers: dict[str, str] | None = None
 
     @property
@@ -204,8 +205,12 @@ class OpenAIBridge:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _pooled(self) -> aiohttp.ClientSession:
-        """The bridge's one keep-alive session (made on first use, inside the event loop)."""
-        if self._session is None or self._session.closed:
+        """The bridge's one keep-alive session (made on first use, inside the event loop; a
+        bridge used from another event loop later, e.g. a second ``asyncio.run``, gets a new
+        one: a session's connections belong to the loop that made them)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session_loop = loop
             timeout = self._client.timeout
             seconds = timeout if isinstance(timeout, (int, float)) else None
             self._session = aiohttp.ClientSession(
@@ -382,9 +387,9 @@ class OpenAIBridge:
     async def aclose(self) -> None:
         """Closes the SDK client's connections and the pooled session (unless the client
         was passed in)."""
-        if self._session is not None:
+        if self._session is not None and self._session_loop is asyncio.get_running_loop():
             await self._session.close()
-            self._session = None
+        self._session = self._session_loop = None
         if self._owned:
             await self._client.close()
 
