@@ -6,8 +6,10 @@ serve --upstreams`` processes, one from ``--before``'s ``src`` and one from this
 both pointing at it. Each unique probe question goes straight to the upstream and through
 both gateways, in an order that rotates per probe, so both gateways see the same load at the
 same moments: on shared cores this gives a fair ratio where two runs of
-:mod:`benchmarks.gateway` minutes apart do not. Reported: p50 of each, and each gateway's
-overhead as the median of its paired differences with the direct call. Every request is a
+:mod:`benchmarks.gateway` minutes apart do not. Reported: p50 and p99 of each, each gateway's
+overhead as the median of its paired differences with the direct call, and the CPU time each
+gateway process (and the upstream's) spent per probe (Linux: ``/proc``), which a busy machine
+inflates far less than it inflates latencies. Every request is a
 miss (unique questions); with ``--embedder terms|nano|package:PATH`` that is the miss path
 with the cache. It measures; it asserts nothing about time.
 """
@@ -51,6 +53,21 @@ def _serve(root: Path, folder: Path, spec: str, upstream_url: str, env: dict[str
     )
 
 
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (None off Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
 def run_ab(before: Path, embedder: str = "none", probes: int = 300) -> dict[str, Any]:
     """The document: p50 of the direct call and of both gateways, and their paired overheads."""
     env = _python_env()
@@ -76,10 +93,14 @@ def run_ab(before: Path, embedder: str = "none", probes: int = 300) -> dict[str,
                     for kind in order:
                         send(kind, f"warm {i}")
                 load = os.getloadavg()[0]
+                pids = {"upstream": upstream.process.pid}
+                pids.update({side: s.process.pid for side, s in servers.items()})
+                cpu_before = {name: _cpu_s(pid) for name, pid in pids.items()}
                 for i in range(probes):
                     text = probe_text(i)
                     for kind in order[i % 3 :] + order[: i % 3]:
                         samples[kind].append(send(kind, text))
+                cpu_after = {name: _cpu_s(pid) for name, pid in pids.items()}
     finally:
         for server in servers.values():
             server.stop()
@@ -92,10 +113,17 @@ def run_ab(before: Path, embedder: str = "none", probes: int = 300) -> dict[str,
         "before": str(before),
         "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],
         "p50_ms": {kind: 1000 * statistics.median(v) for kind, v in samples.items()},
+        "p99_ms": {kind: 1000 * _p99(v) for kind, v in samples.items()},
         "overhead_p50_ms": {
             side: 1000
             * statistics.median(b - a for a, b in zip(direct, samples[side], strict=True))
             for side in ("before", "after")
+        },
+        # The upstream serves three calls per probe (direct and through each gateway).
+        "cpu_ms_per_probe": {
+            name: None if a is None or b is None else 1000 * (b - a) / probes
+            for name, a in cpu_before.items()
+            for b in [cpu_after[name]]
         },
     }
 

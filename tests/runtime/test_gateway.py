@@ -606,6 +606,9 @@ def test_the_interleaved_ab_benchmark_runs_end_to_end() -> None:
     assert set(doc["p50_ms"]) == {"direct", "before", "after"}
     assert set(doc["overhead_p50_ms"]) == {"before", "after"}
     assert all(value > 0 for value in doc["p50_ms"].values())
+    assert all(doc["p99_ms"][kind] >= doc["p50_ms"][kind] for kind in doc["p50_ms"])
+    assert set(doc["cpu_ms_per_probe"]) == {"upstream", "before", "after"}
+    assert all(value is not None and value >= 0 for value in doc["cpu_ms_per_probe"].values())
 
 
 def test_messages_tool_use_and_tool_result_round_trip(
