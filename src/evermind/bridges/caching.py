@@ -85,9 +85,8 @@ from evermind.bridges.base import (
 from evermind.bridges.flights import Flight, Flights
 from evermind.bridges.instrumented import finish_chat, start_chat
 from evermind.cache import CacheLookup, SemanticCache
-from evermind.cache.decide import fold
 from evermind.cache.l2 import JSONValue
-from evermind.cache.verified import answers_equivalent
+from evermind.cache.verified import CheckPlan, answers_equivalent, plan_check, record_check
 from evermind.errors import ConfigError, EvermindError, UpstreamError
 from evermind.telemetry import NOOP, Operation
 from evermind.telemetry import genai as semconv
@@ -430,17 +429,15 @@ class CachingBridge:
             # A lookup that waited on an identical in-flight miss meets an answer the upstream
             # gave seconds ago for the same question: checking it again would only undo the
             # coalescing, so it is not drawn into the sample.
-            sampled = self._verification_draw() and not waited
-            # A would-be hit that is not an exact repeat is checked, sampled or not, while the
-            # cache's own evidence does not yet bound what serving such hits unchecked costs
-            # (Verification.must_check); a coalesced lookup counts, as one that cannot be wrong.
-            guess = _guess(hit, found, key) and not waited
-            forced = self._verification_forced(guess, key.cache_namespace)
+            # The shared protocol (verified.plan_check): drawn into the sample, counted for the
+            # namespace's served bound, and a would-be hit that is not an exact repeat checked
+            # while that bound is not within δ; a coalesced lookup counts, as one that cannot
+            # be wrong, and is not sampled.
+            plan = self._plan(hit, found, key, eligible=not waited)
+            sampled = plan.sampled
             fresh = None
-            if hit is not None and (sampled or forced) and found is not None:
-                hit, fresh, reason, detail = await self._check_hit(
-                    upstream, key, found, hit, sampled=sampled, guess=guess, forced=forced
-                )
+            if hit is not None and plan.check_hit and found is not None:
+                hit, fresh, reason, detail = await self._check_hit(upstream, key, found, hit, plan)
                 if hit is None:  # it would have served a wrong answer: not a hit after all
                     stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd = before
                     summary = detail
@@ -474,7 +471,7 @@ class CachingBridge:
         stats = self.stats
         before = (stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd)
         hit, reason, detail, summary, found = await self._lookup(key)
-        if self._verification_forced(_guess(hit, found, key), key.cache_namespace):
+        if self._plan(hit, found, key, draw=False).forced:
             # Nothing can check it here, and this gateway's evidence does not bound yet what
             # serving it unchecked costs: only exact repeats are shared until it does.
             stats.hits_l1, stats.hits_l2, stats.saved, stats.saved_usd = before
@@ -648,18 +645,25 @@ class CachingBridge:
 
     # ----------------------------------------------------------------- verification
 
-    def _verification_draw(self) -> bool:
-        verification = self.cache.verification
-        return verification is not None and verification.draw()
-
-    def _verification_forced(self, guess: bool, scope: str) -> bool:
-        """Counts a lookup for ``scope``'s served bound; whether ``guess`` (a would-be hit
-        that is not an exact repeat) must be checked before it is served."""
-        verification = self.cache.verification
-        if verification is None:
-            return False
-        verification.looked_up(guess, scope)
-        return guess and verification.must_check(scope)
+    def _plan(
+        self,
+        hit: Completion | None,
+        found: CacheLookup | None,
+        key: _Key,
+        *,
+        eligible: bool = True,
+        draw: bool = True,
+    ) -> CheckPlan:
+        """The shared protocol's plan for this lookup (:func:`plan_check`)."""
+        return plan_check(
+            self.cache.verification,
+            hit=hit is not None and found is not None,
+            query=key.query,
+            cached_query=None if found is None else found.cached_query,
+            scope=key.cache_namespace,
+            eligible=eligible,
+            draw=draw,
+        )
 
     async def _check_hit(
         self,
@@ -667,10 +671,7 @@ class CachingBridge:
         key: _Key,
         found: CacheLookup,
         hit: Completion,
-        *,
-        sampled: bool = True,
-        guess: bool = False,
-        forced: bool = False,
+        plan: CheckPlan,
     ) -> tuple[Completion | None, Completion | None, str, str]:
         """A sampled (or, until bounded, any) hit, checked: the upstream answers too (paid)
         and the two are compared.
@@ -685,18 +686,13 @@ class CachingBridge:
             cost = self._price(fresh.model, fresh.usage)
         self.stats.verify_usd += cost or 0.0
         same = _complete_answer(fresh) and answers_equivalent(hit.text, fresh.text)
-        self._record(
-            found,
-            same,
-            sampled=sampled,
-            paid=True,
-            cost_usd=cost or 0.0,
-            guess=guess,
-            forced=forced,
-            scope=key.cache_namespace,
-        )
+        self._record(found, same, plan, paid=True, cost_usd=cost or 0.0)
         if same:
-            why = "until its error is bounded, every hit" if forced and not sampled else "sampled"
+            why = (
+                "until its error is bounded, every hit"
+                if plan.forced and not plan.sampled
+                else "sampled"
+            )
             # The answer is the cache's, but this call paid the upstream: it saved nothing.
             paid_for = (
                 None
@@ -730,7 +726,7 @@ class CachingBridge:
             return
         if found.probability is None:
             if outcome.sampled:  # a sampled lookup that had nothing to serve: never wrong
-                self.cache.record_verification(found, True, sampled=True)
+                record_check(self.cache.verification, CheckPlan(sampled=True), None, True)
             return
         stored = self.cache.response_of(found.entry)
         if not isinstance(stored, dict) or not isinstance(stored.get("text"), str):
@@ -738,32 +734,23 @@ class CachingBridge:
         same = _complete_answer(completion) and answers_equivalent(
             str(stored["text"]), completion.text
         )
-        self._record(found, same, sampled=outcome.sampled)
+        self._record(found, same, CheckPlan(sampled=outcome.sampled))
 
     def _record(
         self,
         found: CacheLookup,
         same: bool,
+        plan: CheckPlan,
         *,
-        sampled: bool,
         paid: bool = False,
         cost_usd: float = 0.0,
-        guess: bool = False,
-        forced: bool = False,
-        scope: str = "default",
     ) -> None:
         self.stats.verified += 1
         self.stats.verify_mismatches += not same
-        self.cache.record_verification(
-            found,
-            same,
-            sampled=sampled,
-            paid=paid,
-            cost_usd=cost_usd,
-            guess=guess,
-            forced=forced,
-            scope=scope,
-        )
+        record_check(
+            self.cache.verification, plan, found.probability, same, found.entry,
+            paid=paid, cost_usd=cost_usd,
+        )  # fmt: skip
 
     def _served(self, found: CacheLookup, entry: dict[str, JSONValue], key: _Key) -> Completion:
         stored = _completion_of(entry)
@@ -800,14 +787,6 @@ class CachingBridge:
             logger.warning("caching bridge: store failed, answer not cached: %s", err)
             return
         self.stats.stores += 1
-
-
-def _guess(hit: Completion | None, found: CacheLookup | None, key: _Key | None) -> bool:
-    """Whether a lookup would serve a stored answer to another question than its own (a
-    would-be hit that is not an exact repeat): what a check can find wrong."""
-    if hit is None or found is None or key is None:
-        return False
-    return found.cached_query is None or fold(found.cached_query) != fold(key.query)
 
 
 def _refresh(request: ChatRequest) -> bool:
