@@ -206,19 +206,25 @@ async def load_memories(
     texts, n = data["texts"], args.n
     start = time.perf_counter()
     done = 0
+    batch_s: list[float] = []  # each import_'s seconds: flat when a batch's cost is not O(table)
     while done < n:
         end = min(n, done + args.batch)
+        began = time.perf_counter()
         await store.import_(
             [{"key": f"m{i}", "content": texts[i], "importance": 0.5} for i in range(done, end)]
         )
+        batch_s.append(time.perf_counter() - began)
         done = end
         elapsed = time.perf_counter() - start
-        log(f"  {engine}: {done}/{n} in {elapsed:.1f} s ({done / elapsed:.0f} memories/s)")
+        log(
+            f"  {engine}: {done}/{n} in {elapsed:.1f} s ({done / elapsed:.0f} memories/s; "
+            f"this batch {batch_s[-1]:.2f} s)"
+        )
         if args.budget_s is not None and elapsed > args.budget_s and done < n:
             log(f"  {engine}: load budget of {args.budget_s:g} s spent at {done}/{n}; stopping")
             break
     seconds = time.perf_counter() - start
-    return {"loaded": done, "load_s": seconds, "load_per_s": done / seconds}
+    return {"loaded": done, "load_s": seconds, "load_per_s": done / seconds, "batch_s": batch_s}
 
 
 async def pg_size_mb(url: str, table: str) -> float:
@@ -380,7 +386,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rows.append({"engine": engine, "error": done.stderr.strip().splitlines()[-1:]})
             continue
         row = json.loads(done.stdout.strip().splitlines()[-1])
-        rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+        rounded = {
+            k: round(v, 3) if isinstance(v, float) else v for k, v in row.items() if k != "batch_s"
+        }
         log(f"{engine}: {json.dumps(rounded)}")
         rows.append(row)
     return {

@@ -281,13 +281,21 @@ class VectorStoreBackend:
     async def get_vectors(
         self, fingerprint: str, hashes: Sequence[str]
     ) -> dict[str, Sequence[float]]:
-        """Returns the cached vectors among ``hashes`` for the embedder ``fingerprint``."""
+        """Returns the cached vectors among ``hashes`` for the embedder ``fingerprint``: from
+        the engine's embedding table where it has one (Postgres), then, for the rest, from
+        the ``vector`` items an earlier version cached beside the records."""
         self._check_open()
         wanted = tuple(dict.fromkeys(hashes))
         if not wanted:
             return {}
-        where = And((Eq("kind", "vector"), Eq("fingerprint", fingerprint), In("hash", wanted)))
         found: dict[str, Sequence[float]] = {}
+        table = getattr(self._store, "get_embeddings", None)
+        if table is not None:
+            found.update(await table(self.tenant, fingerprint, wanted))
+            wanted = tuple(h for h in wanted if h not in found)
+            if not wanted:
+                return found
+        where = And((Eq("kind", "vector"), Eq("fingerprint", fingerprint), In("hash", wanted)))
         for hit in await fetch_all(self._store, where, self._scope):
             vector = array("f")
             vector.frombytes(base64.b64decode(str(hit.metadata["vector"])))
@@ -295,8 +303,19 @@ class VectorStoreBackend:
         return found
 
     async def put_vectors(self, fingerprint: str, vectors: Mapping[str, Sequence[float]]) -> None:
-        """Caches ``vectors`` (content hash -> vector) for the embedder ``fingerprint``."""
+        """Caches ``vectors`` (content hash -> vector) for the embedder ``fingerprint``: in
+        the engine's embedding table where it has one (Postgres: one binary ``COPY``, and
+        the rows its nearest-neighbour index serves from), else as ``vector`` items."""
         self._check_open()
+        if not vectors:
+            return
+        put = getattr(self._store, "put_embeddings", None)
+        if put is not None:
+            # Only there: a second copy as items beside the records (base64 in jsonb) cost
+            # another 10⁴ rows, with their index entries, per batch of 10⁴ memories.
+            await put(self.tenant, fingerprint, vectors)
+            return
+        blank = signature("")
         items = []
         for digest, vector in vectors.items():
             meta: dict[str, Any] = {
@@ -306,15 +325,9 @@ class VectorStoreBackend:
                 "vector": base64.b64encode(array("f", vector).tobytes()).decode("ascii"),
             }
             items.append(
-                VectorItem(self._vector_id(fingerprint, digest), signature(""), "", meta, self._acl)
+                VectorItem(self._vector_id(fingerprint, digest), blank, "", meta, self._acl)
             )
-        if items:
-            await self._store.upsert(items)
-            # An engine with a nearest-neighbour index of its own (Postgres: the memory's
-            # embedding table, HNSW) keeps them there too, for nearest_hashes.
-            put = getattr(self._store, "put_embeddings", None)
-            if put is not None:
-                await put(self.tenant, fingerprint, vectors)
+        await self._store.upsert(items)
 
     async def nearest_hashes(
         self,
