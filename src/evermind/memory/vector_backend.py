@@ -313,7 +313,9 @@ class VectorStoreBackend:
         if put is not None:
             # Only there: a second copy as items beside the records (base64 in jsonb) cost
             # another 10⁴ rows, with their index entries, per batch of 10⁴ memories.
-            await put(self.tenant, fingerprint, vectors)
+            dropped = await put(self.tenant, fingerprint, vectors)
+            if dropped:  # a bulk write dropped the index: the next recall rebuilds it
+                self._served.clear()
             return
         blank = signature("")
         items = []
@@ -375,7 +377,9 @@ class VectorStoreBackend:
             self._served[(fingerprint, dim)] = verdict
         if not verdict:
             return None
-        found: list[str] = await nearest(self.tenant, fingerprint, vector, n)
+        found: list[str] | None = await nearest(self.tenant, fingerprint, vector, n)
+        if found is None:  # the index went (a bulk write dropped it): ask again next time,
+            self._served.pop((fingerprint, dim), None)  # which starts its rebuild
         return found
 
     def _start_build(self, dim: int) -> None:

@@ -56,6 +56,17 @@ T = TypeVar("T")
 EF_MIN, EF_MAX = 40, 1000
 #: ``maintenance_work_mem`` of an HNSW build (pgvector builds in memory while the graph fits).
 EMBEDDING_INDEX_MEMORY = "1GB"
+#: Ski rental for a bulk write into an embedding table whose HNSW index exists: each new row
+#: pays pgvector's per-row insert (~400 rows/s measured), a rebuild costs about the table's
+#: size at the build's rate (10⁶ rows in 426 s: ~2 350 rows/s), so once one store has written
+#: this share of the table's rows into the index since it last found it built, its next write
+#: drops the index first (``DROP INDEX CONCURRENTLY``: readers are not blocked) and the next
+#: recall rebuilds it; meanwhile recall ranks in process (docs/vectorstore.md).
+EMBEDDING_REBUILD_SHARE = 0.2
+#: ... and never for fewer rows than this. Only writes of at least EMBEDDING_BULK_ROWS rows
+#: count (and ask the catalogue): a trickle of single writes keeps the index.
+EMBEDDING_REBUILD_MIN_ROWS = 10_000
+EMBEDDING_BULK_ROWS = 1000
 #: Whether an index (by name) is built and valid (an interrupted CONCURRENTLY build is not).
 _INDEX_STATE = (
     "SELECT i.indisvalid AND i.indisready FROM pg_index i JOIN pg_class c "
@@ -225,6 +236,11 @@ class PgVectorStore:
         self.dim = dim
         self._lock = asyncio.Lock()
         self._embedding_dims: set[int] = set()  # embedding tables known to exist
+        # Rows written into each embedding table's HNSW index since it was last found built.
+        self._indexed_writes: dict[int, int] = {}
+        self.rebuild_share = EMBEDDING_REBUILD_SHARE
+        self.rebuild_min_rows = EMBEDDING_REBUILD_MIN_ROWS
+        self.bulk_rows = EMBEDDING_BULK_ROWS
 
     @classmethod
     async def open(
@@ -660,10 +676,15 @@ class PgVectorStore:
 
     async def put_embeddings(
         self, tenant: str, fingerprint: str, vectors: Mapping[str, Sequence[float]]
-    ) -> None:
+    ) -> list[int]:
         """Stores ``vectors`` (content hash -> embedding) of ``tenant``'s embedder
         ``fingerprint`` in ``<table>_emb_<dim>`` (one table per dimension; a hash already
-        there is kept: the same text has the same vector), in one ``COPY`` transaction."""
+        there is kept: the same text has the same vector), in one ``COPY`` transaction.
+
+        Returns the dimensions whose HNSW index this write dropped first (a bulk write past
+        :data:`EMBEDDING_REBUILD_SHARE` of the table, see there): the caller's next recall
+        rebuilds it."""
+        dropped: list[int] = []
         by_dim: dict[int, list[tuple[str, Sequence[float]]]] = {}
         for digest, vector in vectors.items():
             by_dim.setdefault(len(vector), []).append((digest, vector))
@@ -703,7 +724,47 @@ class PgVectorStore:
 
             async with self._lock:
                 await self._embedding_schema(dim)
+                if await self._drop_index_for(dim, len(rows)):
+                    dropped.append(dim)
                 await self._once_more("storing embeddings failed", write)
+        return dropped
+
+    async def _drop_index_for(self, dim: int, rows: int) -> bool:
+        """Under the lock: before writing ``rows`` embeddings of ``dim``, drops the table's
+        HNSW index when this store's writes into it since it was built reach
+        :attr:`rebuild_share` of the table (and :attr:`rebuild_min_rows`); returns whether
+        it did. Writes of fewer than :attr:`bulk_rows` rows are not counted."""
+        if rows < self.bulk_rows:
+            return False
+        name = self._embedding_table(dim)
+        state = await self._once_more(
+            "reading the embedding index failed",
+            lambda conn: _all(
+                conn,
+                sql.SQL(
+                    "SELECT (" + _INDEX_STATE + "), (SELECT GREATEST(reltuples, 0)::bigint "
+                    "FROM pg_class WHERE oid = to_regclass(quote_ident(%s)))"
+                ),
+                [f"{name}_hnsw"[:63], name],
+            ),
+        )
+        valid, table_rows = state[0] if state else (None, 0)
+        if not valid:
+            self._indexed_writes[dim] = 0  # absent, or being built: nothing to pay yet
+            return False
+        written = self._indexed_writes.get(dim, 0) + rows
+        if written < max(self.rebuild_min_rows, self.rebuild_share * int(table_rows or 0)):
+            self._indexed_writes[dim] = written
+            return False
+        index = sql.Identifier(f"{name}_hnsw"[:63])
+        await self._once_more(
+            "dropping the embedding index failed",
+            lambda conn: conn.execute(
+                sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index)
+            ),
+        )
+        self._indexed_writes[dim] = 0
+        return True
 
     async def get_embeddings(
         self, tenant: str, fingerprint: str, hashes: Sequence[str]
@@ -855,30 +916,40 @@ class PgVectorStore:
 
     async def nearest_embeddings(
         self, tenant: str, fingerprint: str, vector: Sequence[float], n: int
-    ) -> list[str]:
+    ) -> list[str] | None:
         """The content hashes of ``tenant``'s ``n`` embeddings (of ``fingerprint``) nearest to
         ``vector`` by cosine, through the HNSW index (``hnsw.ef_search`` = ``2 n``, at least
         40, at most 1000; pgvector filters the tenant after the index scan, so fewer than
-        ``n`` may come back), best first."""
+        ``n`` may come back), best first; None when the index is not built and valid now (a
+        bulk write dropped it, a rebuild is under way): an exact scan of the table instead
+        would take seconds at 10⁶ rows."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= EF_MAX:
             raise ConfigError(f"pgvector: n must be an int in 1..{EF_MAX}, got {n!r}")
-        name = sql.Identifier(self._embedding_table(len(vector)))
+        table = self._embedding_table(len(vector))
         statement = sql.SQL(
             "SELECT hash FROM {} WHERE tenant = %s AND fingerprint = %s "
             "ORDER BY embedding <=> %s::vector LIMIT %s"
-        ).format(name)
+        ).format(sql.Identifier(table))
         params = [tenant, fingerprint, _vector_literal(vector), n]
+        # One round trip sets ef_search and says whether the index is there (and stays: its
+        # DROP INDEX CONCURRENTLY waits for this transaction).
+        ready = sql.SQL(
+            "SELECT set_config('hnsw.ef_search', %s, true), COALESCE((" + _INDEX_STATE + "), false)"
+        )
 
-        async def read(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+        async def read(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]] | None:
             async with conn.transaction():
                 ef = str(min(EF_MAX, max(EF_MIN, 2 * n)))  # room for other tenants' rows
-                await conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [ef])
+                cur = await conn.execute(ready, [ef, f"{table}_hnsw"[:63]])
+                state = await cur.fetchone()
+                if state is None or not state[1]:
+                    return None
                 cur = await conn.execute(statement, params, prepare=PREPARE_READS)
                 return await cur.fetchall()
 
         async with self._lock:
             rows = await self._once_more("nearest embeddings failed", read)
-        return [str(row[0]) for row in rows]
+        return None if rows is None else [str(row[0]) for row in rows]
 
     async def drop(self) -> None:
         """Drops the table and its indexes (tests, and a user removing a store)."""
