@@ -7,7 +7,9 @@ A :class:`~evermind.vectorstore.VectorStore` (``memory://``, ``sqlite:///``, ``p
 - ``record``: one memory; its text is the content, ``metadata.record`` the record's export form
   (JSON), ``metadata.expires_at`` its expiry (so a TTL purge is one range filter);
 - ``clock``: one per writer (a backend instance): how many writes it made to the namespace;
-- ``vector``: a cached embedding (``fingerprint``, content hash, float32 bytes in base64).
+- ``vector``: a cached embedding (``fingerprint``, content hash, float32 bytes in base64), on
+  an engine without an embedding table of its own; Postgres caches them in that table only
+  (below), and still reads such items an earlier version wrote.
 
 The item's vector is the text's *term signature* (:func:`~evermind.vectorstore.clock.signature`:
 its terms hashed into :data:`SIGNATURE_DIM` buckets, plus a constant component so an empty
@@ -16,12 +18,13 @@ the embedder's cosine, exactly as on SQLite), it only gives the engine's index a
 spread-out vector per item.
 
 **The engine's own nearest-neighbour index.** An engine that has one (Postgres:
-``PgVectorStore.put_embeddings`` and ``nearest_embeddings``, pgvector's HNSW over a table of
-real embeddings per dimension) also gets every cached embedding there, keyed by tenant,
-embedder fingerprint and content hash; :meth:`VectorStoreBackend.nearest_hashes` answers the
-store's ``ServedVectorIndex`` from it once its index is built (the first ask starts the build,
-in the background), so every process of a team ranks from one graph instead of building its
-own.
+``PgVectorStore.put_embeddings``, ``get_embeddings`` and ``nearest_embeddings``, pgvector's
+HNSW over a table of real embeddings per dimension) keeps the vector cache there, keyed by
+tenant, embedder fingerprint and content hash (one binary ``COPY`` a batch; a big import may
+drop the index first, and the next recall rebuilds it: ``EMBEDDING_REBUILD_SHARE``);
+:meth:`VectorStoreBackend.nearest_hashes` answers the store's ``ServedVectorIndex`` from it
+once its index is built (the first ask starts the build, in the background), so every
+process of a team ranks from one graph instead of building its own.
 
 **Versions without transactions.** ``MemoryStore`` reloads when the namespace's version moves
 without its own write. The port has no atomic counter, so each writer counts its own writes in

@@ -7,7 +7,12 @@ text[]`` and ``sensitivity`` columns, and ``tsv``, a generated ``tsvector`` of t
 ``ts_rank_cd``. A partial btree index on ``metadata -> field`` for each of
 :data:`LOOKUP_FIELDS` (``key``, ``hash``, ``entry``) makes the batched lookups of Evermind's
 own items (a memory by key, a cached embedding by hash) index scans. Several processes on one
-database share the items: every write commits before it returns.
+database share the items: every write commits before it returns (``synchronous_commit`` is left
+as the server has it: a bulk write is a few transactions per batch, so the commit's flush is
+not what a load waits for). An upsert is one transaction: a binary ``COPY`` into a temporary
+table (vectors and ``jsonb`` already in the server's binary input form), then one ``INSERT …
+ON CONFLICT``. A memory store's embeddings go to ``<table>_emb_<dim>`` (``put_embeddings``),
+whose HNSW index is built once, in the background (``build_embedding_index``).
 
 Every filter operator and the ACL are translated to SQL (:func:`filter_sql`), so nothing runs
 as a residual here; every value travels as a query parameter, identifiers through
