@@ -62,12 +62,15 @@ EF_MIN, EF_MAX = 40, 1000
 #: ``maintenance_work_mem`` of an HNSW build (pgvector builds in memory while the graph fits).
 EMBEDDING_INDEX_MEMORY = "1GB"
 #: Ski rental for a bulk write into an embedding table whose HNSW index exists: each new row
-#: pays pgvector's per-row insert (~400 rows/s measured), a rebuild costs about the table's
-#: size at the build's rate (10⁶ rows in 426 s: ~2 350 rows/s), so once one store has written
-#: this share of the table's rows into the index since it last found it built, its next write
-#: drops the index first (``DROP INDEX CONCURRENTLY``: readers are not blocked) and the next
-#: recall rebuilds it; meanwhile recall ranks in process (docs/vectorstore.md).
-EMBEDDING_REBUILD_SHARE = 0.2
+#: pays pgvector's per-row insert, a rebuild costs about the table's size at the build's rate.
+#: Measured at 10⁶ × 64 (docs/vectorstore.md "Postgres bulk writes at 10⁶", load 8–11): an
+#: import of 10⁴ into the indexed table took 70 s against ~4.4 s unindexed (the insert: ~150
+#: rows/s), the build 520 s (~1 900 rows/s), so the two cost the same at ~8 % of the table.
+#: Once one store has written this share of the table's rows into the index since it last
+#: found it built, its next bulk write drops the index first (``DROP INDEX CONCURRENTLY``:
+#: readers are not blocked) and the next recall rebuilds it (at most about twice the cheaper
+#: choice, whatever the import's size); meanwhile recall ranks in process.
+EMBEDDING_REBUILD_SHARE = 0.08
 #: ... and never for fewer rows than this. Only writes of at least EMBEDDING_BULK_ROWS rows
 #: count (and ask the catalogue): a trickle of single writes keeps the index.
 EMBEDDING_REBUILD_MIN_ROWS = 10_000
