@@ -29,6 +29,12 @@ its top 10 is comparable with the exact cosine top 10), and the bare index searc
 first recall, which loads the snapshot and starts building the approximate index in the
 background (past 2·10⁴ memories), is timed on its own, and so is the wait for that build.
 
+Each load logs every batch's seconds (``batch_s`` in the JSON: flat when a batch's cost does
+not grow with the store). After the queries, ``--single-writes`` more memories are written one
+``import_`` each (p50/p99 ms) and ``--import-after`` more in batches (memories/s); on Postgres
+past 2·10⁵ both land in an embedding table whose HNSW index the queries built, and the row says
+whether the index is still there after each.
+
 Each engine runs in its own process (``--child``), so its RSS growth over the data alone is its
 own: reported per 10⁵ entries. Postgres' own memory is another process: its table's size on
 disk is reported instead. A load that passes ``--budget-s`` stops; the rest is projected and
