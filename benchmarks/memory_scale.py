@@ -29,6 +29,12 @@ its top 10 is comparable with the exact cosine top 10), and the bare index searc
 first recall, which loads the snapshot and starts building the approximate index in the
 background (past 2·10⁴ memories), is timed on its own, and so is the wait for that build.
 
+Each load logs every batch's seconds (``batch_s`` in the JSON: flat when a batch's cost does
+not grow with the store). After the queries, ``--single-writes`` more memories are written one
+``import_`` each (p50/p99 ms) and ``--import-after`` more in batches (memories/s); on Postgres
+past 2·10⁵ both land in an embedding table whose HNSW index the queries built, and the row says
+whether the index is still there after each.
+
 Each engine runs in its own process (``--child``), so its RSS growth over the data alone is its
 own: reported per 10⁵ entries. Postgres' own memory is another process: its table's size on
 disk is reported instead. A load that passes ``--budget-s`` stops; the rest is projected and
@@ -102,7 +108,13 @@ def dataset(args: argparse.Namespace) -> dict[str, Any]:
     queries = _around(centres, rng.integers(0, clusters, size=args.queries), rng)
     texts = [chunk_text(i, int(labels[i])) for i in range(args.n)]
     query_texts = [f"query {j}" for j in range(args.queries)]
+    # The memories written after the load (--single-writes, then --import-after), from the
+    # same clusters.
+    more = args.single_writes + args.import_after
+    labels_more = rng.integers(0, clusters, size=more)
     return {
+        "more_vectors": _around(centres, labels_more, rng).astype(np.float32),
+        "more_texts": [chunk_text(args.n + i, int(label)) for i, label in enumerate(labels_more)],
         "clusters": clusters,
         "vectors": vectors,
         "texts": texts,
@@ -128,7 +140,8 @@ async def bench_memory_store(
     from evermind.vectorstore.shared import MEMORY_TABLE
 
     table = TableEmbedder(
-        [*data["texts"], *data["query_texts"]], np.vstack([data["vectors"], data["queries"]])
+        [*data["texts"], *data["query_texts"], *data["more_texts"]],
+        np.vstack([data["vectors"], data["queries"], data["more_vectors"]]),
     )
     if engine == "sqlite":
         async with MemoryStore(folder / "memory.db", table) as store:
@@ -196,6 +209,59 @@ async def measure_memory_store(
     row.update({f"index_{k}": v for k, v in latencies(index_times).items()})
     row["recall_at_k"] = float(np.mean(recalls))
     row["index_scan"] = store.vector_index.last_scan
+    # What is measured so far, in case --timeout-s stops the writes below.
+    log(f"  {engine}: " + json.dumps({k: v for k, v in row.items() if k != "batch_s"}))
+    row.update(await write_more(store, data, args, engine))
+    return row
+
+
+async def write_more(
+    store: Any, data: dict[str, Any], args: argparse.Namespace, engine: str
+) -> dict[str, Any]:
+    """After the queries (on Postgres past 2·10⁵, with the embedding table's HNSW index
+    built): ``--single-writes`` memories one ``import_`` each, then ``--import-after`` more
+    in batches of ``--batch``; each timed, with whether the HNSW index is there after."""
+    from evermind.memory import RecallOptions
+
+    row: dict[str, Any] = {}
+    texts, n = data["more_texts"], args.n
+    ready = getattr(store.backend, "_store", None)
+    ready = getattr(ready, "embedding_index_ready", None)
+    if args.single_writes:
+        times = []
+        for i in range(args.single_writes):
+            entry = {"key": f"m{n + i}", "content": texts[i], "importance": 0.5}
+            start = time.perf_counter()
+            await store.import_([entry])
+            times.append((time.perf_counter() - start) * 1000)
+            if (i + 1) % 1000 == 0:
+                log(f"  {engine}: {i + 1}/{args.single_writes} single writes")
+        row.update({f"single_write_{k}": v for k, v in latencies(times).items()})
+        row["single_writes_per_s"] = len(times) / (sum(times) / 1000)
+        if ready is not None:
+            row["index_after_single_writes"] = await ready(args.dim)
+        log(f"  {engine}: " + json.dumps(row))
+    if args.import_after:
+        first = args.single_writes
+        start = time.perf_counter()
+        for lo in range(first, first + args.import_after, args.batch):
+            hi = min(first + args.import_after, lo + args.batch)
+            await store.import_(
+                [
+                    {"key": f"m{n + i}", "content": texts[i], "importance": 0.5}
+                    for i in range(lo, hi)
+                ]
+            )
+        seconds = time.perf_counter() - start
+        row["import_after_s"] = seconds
+        row["import_after_per_s"] = args.import_after / seconds
+        if ready is not None:
+            row["index_after_import"] = await ready(args.dim)
+        semantic = RecallOptions(lexical=False, mmr=False, importance=False, recency=False)
+        start = time.perf_counter()
+        await store.recall(data["query_texts"][0], top_k=args.k, options=semantic)
+        row["recall_after_import_ms"] = (time.perf_counter() - start) * 1000
+        row["scan_after_import"] = store.vector_index.last_scan
     return row
 
 
@@ -206,19 +272,25 @@ async def load_memories(
     texts, n = data["texts"], args.n
     start = time.perf_counter()
     done = 0
+    batch_s: list[float] = []  # each import_'s seconds: flat when a batch's cost is not O(table)
     while done < n:
         end = min(n, done + args.batch)
+        began = time.perf_counter()
         await store.import_(
             [{"key": f"m{i}", "content": texts[i], "importance": 0.5} for i in range(done, end)]
         )
+        batch_s.append(time.perf_counter() - began)
         done = end
         elapsed = time.perf_counter() - start
-        log(f"  {engine}: {done}/{n} in {elapsed:.1f} s ({done / elapsed:.0f} memories/s)")
+        log(
+            f"  {engine}: {done}/{n} in {elapsed:.1f} s ({done / elapsed:.0f} memories/s; "
+            f"this batch {batch_s[-1]:.2f} s)"
+        )
         if args.budget_s is not None and elapsed > args.budget_s and done < n:
             log(f"  {engine}: load budget of {args.budget_s:g} s spent at {done}/{n}; stopping")
             break
     seconds = time.perf_counter() - start
-    return {"loaded": done, "load_s": seconds, "load_per_s": done / seconds}
+    return {"loaded": done, "load_s": seconds, "load_per_s": done / seconds, "batch_s": batch_s}
 
 
 async def pg_size_mb(url: str, table: str) -> float:
@@ -358,6 +430,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         command += ["--n", str(args.n), "--dim", str(args.dim), "--queries", str(args.queries)]
         command += ["--k", str(args.k), "--batch", str(args.batch), "--seed", str(args.seed)]
         command += ["--clusters", str(args.clusters)]
+        command += ["--single-writes", str(args.single_writes)]
+        command += ["--import-after", str(args.import_after)]
         if args.budget_s is not None:
             command += ["--budget-s", str(args.budget_s)]
         # The child's folder is ours: on a timeout or Ctrl-C its process group is stopped and
@@ -380,7 +454,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rows.append({"engine": engine, "error": done.stderr.strip().splitlines()[-1:]})
             continue
         row = json.loads(done.stdout.strip().splitlines()[-1])
-        rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+        rounded = {
+            k: round(v, 3) if isinstance(v, float) else v for k, v in row.items() if k != "batch_s"
+        }
         log(f"{engine}: {json.dumps(rounded)}")
         rows.append(row)
     return {
@@ -436,6 +512,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--batch", type=int, default=10_000, help="memories per write")
     parser.add_argument("--budget-s", type=float, default=None, help="stop a load after this")
+    parser.add_argument(
+        "--single-writes",
+        type=int,
+        default=0,
+        help="after the queries: write this many more memories one import_ each, timed",
+    )
+    parser.add_argument(
+        "--import-after",
+        type=int,
+        default=0,
+        help="then import this many more in batches of --batch (Postgres: into the table "
+        "whose HNSW index the queries built), timed",
+    )
     parser.add_argument(
         "--engines",
         type=lambda text: [e.strip() for e in text.split(",") if e.strip()],

@@ -235,9 +235,11 @@ class VectorCache:
             fresh = await self.embedder.embed(list(todo.values()))
             self.embedded_texts += len(todo)
             new = dict(zip(todo, fresh, strict=True))
+            # Stored first, remembered after: a batch whose store failed is embedded and
+            # stored again on retry (remembered here it would never reach the backend).
+            if persist and self._backend is not None:
+                await self._backend.put_vectors(fingerprint, new)
             for digest, vector in new.items():
                 found[digest] = vector
                 self._remember((fingerprint, digest), vector)
-            if persist and self._backend is not None:
-                await self._backend.put_vectors(fingerprint, new)
         return [found[d] for d in digests]

@@ -322,7 +322,8 @@ class MemoryStore:
         # The snapshot, brought up to date (reloaded only if someone else wrote), not a
         # load_all per call: a bulk load in batches would read everything once per batch.
         await self.refresh()
-        existing = dict(self._records)
+        # Read, not copied (nothing awaits until the write): a copy cost O(store) per call.
+        existing = self._records
         if mode == "overwrite":
             forget = sorted(existing)
             puts = list(incoming.values())
@@ -334,7 +335,8 @@ class MemoryStore:
                 if r.key not in existing or r.updated_at >= existing[r.key].updated_at
             ]
         # Deleting first makes imported created_at win over the stored one.
-        forget += [r.key for r in puts if r.key in existing and r.key not in forget]
+        forgotten = set(forget)  # a list's `in` made this O(store × batch) on overwrite
+        forget += [r.key for r in puts if r.key in existing and r.key not in forgotten]
         await self.write(puts, forget)
         return len(puts)
 

@@ -7,7 +7,9 @@ A :class:`~evermind.vectorstore.VectorStore` (``memory://``, ``sqlite:///``, ``p
 - ``record``: one memory; its text is the content, ``metadata.record`` the record's export form
   (JSON), ``metadata.expires_at`` its expiry (so a TTL purge is one range filter);
 - ``clock``: one per writer (a backend instance): how many writes it made to the namespace;
-- ``vector``: a cached embedding (``fingerprint``, content hash, float32 bytes in base64).
+- ``vector``: a cached embedding (``fingerprint``, content hash, float32 bytes in base64), on
+  an engine without an embedding table of its own; Postgres caches them in that table only
+  (below), and still reads such items an earlier version wrote.
 
 The item's vector is the text's *term signature* (:func:`~evermind.vectorstore.clock.signature`:
 its terms hashed into :data:`SIGNATURE_DIM` buckets, plus a constant component so an empty
@@ -16,12 +18,13 @@ the embedder's cosine, exactly as on SQLite), it only gives the engine's index a
 spread-out vector per item.
 
 **The engine's own nearest-neighbour index.** An engine that has one (Postgres:
-``PgVectorStore.put_embeddings`` and ``nearest_embeddings``, pgvector's HNSW over a table of
-real embeddings per dimension) also gets every cached embedding there, keyed by tenant,
-embedder fingerprint and content hash; :meth:`VectorStoreBackend.nearest_hashes` answers the
-store's ``ServedVectorIndex`` from it once its index is built (the first ask starts the build,
-in the background), so every process of a team ranks from one graph instead of building its
-own.
+``PgVectorStore.put_embeddings``, ``get_embeddings`` and ``nearest_embeddings``, pgvector's
+HNSW over a table of real embeddings per dimension) keeps the vector cache there, keyed by
+tenant, embedder fingerprint and content hash (one binary ``COPY`` a batch; a big import may
+drop the index first, and the next recall rebuilds it: ``EMBEDDING_REBUILD_SHARE``);
+:meth:`VectorStoreBackend.nearest_hashes` answers the store's ``ServedVectorIndex`` from it
+once its index is built (the first ask starts the build, in the background), so every
+process of a team ranks from one graph instead of building its own.
 
 **Versions without transactions.** ``MemoryStore`` reloads when the namespace's version moves
 without its own write. The port has no atomic counter, so each writer counts its own writes in
@@ -281,13 +284,21 @@ class VectorStoreBackend:
     async def get_vectors(
         self, fingerprint: str, hashes: Sequence[str]
     ) -> dict[str, Sequence[float]]:
-        """Returns the cached vectors among ``hashes`` for the embedder ``fingerprint``."""
+        """Returns the cached vectors among ``hashes`` for the embedder ``fingerprint``: from
+        the engine's embedding table where it has one (Postgres), then, for the rest, from
+        the ``vector`` items an earlier version cached beside the records."""
         self._check_open()
         wanted = tuple(dict.fromkeys(hashes))
         if not wanted:
             return {}
-        where = And((Eq("kind", "vector"), Eq("fingerprint", fingerprint), In("hash", wanted)))
         found: dict[str, Sequence[float]] = {}
+        table = getattr(self._store, "get_embeddings", None)
+        if table is not None:
+            found.update(await table(self.tenant, fingerprint, wanted))
+            wanted = tuple(h for h in wanted if h not in found)
+            if not wanted:
+                return found
+        where = And((Eq("kind", "vector"), Eq("fingerprint", fingerprint), In("hash", wanted)))
         for hit in await fetch_all(self._store, where, self._scope):
             vector = array("f")
             vector.frombytes(base64.b64decode(str(hit.metadata["vector"])))
@@ -295,8 +306,21 @@ class VectorStoreBackend:
         return found
 
     async def put_vectors(self, fingerprint: str, vectors: Mapping[str, Sequence[float]]) -> None:
-        """Caches ``vectors`` (content hash -> vector) for the embedder ``fingerprint``."""
+        """Caches ``vectors`` (content hash -> vector) for the embedder ``fingerprint``: in
+        the engine's embedding table where it has one (Postgres: one binary ``COPY``, and
+        the rows its nearest-neighbour index serves from), else as ``vector`` items."""
         self._check_open()
+        if not vectors:
+            return
+        put = getattr(self._store, "put_embeddings", None)
+        if put is not None:
+            # Only there: a second copy as items beside the records (base64 in jsonb) cost
+            # another 10⁴ rows, with their index entries, per batch of 10⁴ memories.
+            dropped = await put(self.tenant, fingerprint, vectors)
+            if dropped:  # a bulk write dropped the index: the next recall rebuilds it
+                self._served.clear()
+            return
+        blank = signature("")
         items = []
         for digest, vector in vectors.items():
             meta: dict[str, Any] = {
@@ -306,15 +330,9 @@ class VectorStoreBackend:
                 "vector": base64.b64encode(array("f", vector).tobytes()).decode("ascii"),
             }
             items.append(
-                VectorItem(self._vector_id(fingerprint, digest), signature(""), "", meta, self._acl)
+                VectorItem(self._vector_id(fingerprint, digest), blank, "", meta, self._acl)
             )
-        if items:
-            await self._store.upsert(items)
-            # An engine with a nearest-neighbour index of its own (Postgres: the memory's
-            # embedding table, HNSW) keeps them there too, for nearest_hashes.
-            put = getattr(self._store, "put_embeddings", None)
-            if put is not None:
-                await put(self.tenant, fingerprint, vectors)
+        await self._store.upsert(items)
 
     async def nearest_hashes(
         self,
@@ -362,7 +380,9 @@ class VectorStoreBackend:
             self._served[(fingerprint, dim)] = verdict
         if not verdict:
             return None
-        found: list[str] = await nearest(self.tenant, fingerprint, vector, n)
+        found: list[str] | None = await nearest(self.tenant, fingerprint, vector, n)
+        if found is None:  # the index went (a bulk write dropped it): ask again next time,
+            self._served.pop((fingerprint, dim), None)  # which starts its rebuild
         return found
 
     def _start_build(self, dim: int) -> None:

@@ -7,7 +7,12 @@ text[]`` and ``sensitivity`` columns, and ``tsv``, a generated ``tsvector`` of t
 ``ts_rank_cd``. A partial btree index on ``metadata -> field`` for each of
 :data:`LOOKUP_FIELDS` (``key``, ``hash``, ``entry``) makes the batched lookups of Evermind's
 own items (a memory by key, a cached embedding by hash) index scans. Several processes on one
-database share the items: every write commits before it returns.
+database share the items: every write commits before it returns (``synchronous_commit`` is left
+as the server has it: a bulk write is a few transactions per batch, so the commit's flush is
+not what a load waits for). An upsert is one transaction: a binary ``COPY`` into a temporary
+table (vectors and ``jsonb`` already in the server's binary input form), then one ``INSERT …
+ON CONFLICT``. A memory store's embeddings go to ``<table>_emb_<dim>`` (``put_embeddings``),
+whose HNSW index is built once, in the background (``build_embedding_index``).
 
 Every filter operator and the ACL are translated to SQL (:func:`filter_sql`), so nothing runs
 as a residual here; every value travels as a query parameter, identifiers through
@@ -25,9 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import struct
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -53,6 +61,20 @@ T = TypeVar("T")
 EF_MIN, EF_MAX = 40, 1000
 #: ``maintenance_work_mem`` of an HNSW build (pgvector builds in memory while the graph fits).
 EMBEDDING_INDEX_MEMORY = "1GB"
+#: Ski rental for a bulk write into an embedding table whose HNSW index exists: each new row
+#: pays pgvector's per-row insert, a rebuild costs about the table's size at the build's rate.
+#: Measured at 10⁶ × 64 (docs/vectorstore.md "Postgres bulk writes at 10⁶", load 8–11): an
+#: import of 10⁴ into the indexed table took 70 s against ~4.4 s unindexed (the insert: ~150
+#: rows/s), the build 520 s (~1 900 rows/s), so the two cost the same at ~8 % of the table.
+#: Once one store has written this share of the table's rows into the index since it last
+#: found it built, its next bulk write drops the index first (``DROP INDEX CONCURRENTLY``:
+#: readers are not blocked) and the next recall rebuilds it (at most about twice the cheaper
+#: choice, whatever the import's size); meanwhile recall ranks in process.
+EMBEDDING_REBUILD_SHARE = 0.08
+#: ... and never for fewer rows than this. Only writes of at least EMBEDDING_BULK_ROWS rows
+#: count (and ask the catalogue): a trickle of single writes keeps the index.
+EMBEDDING_REBUILD_MIN_ROWS = 10_000
+EMBEDDING_BULK_ROWS = 1000
 #: Whether an index (by name) is built and valid (an interrupted CONCURRENTLY build is not).
 _INDEX_STATE = (
     "SELECT i.indisvalid AND i.indisready FROM pg_index i JOIN pg_class c "
@@ -157,6 +179,46 @@ def _vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(map(repr, map(float, vector))) + "]"
 
 
+#: The column types a binary ``COPY`` is told. A ``vector`` and a ``jsonb`` travel as bytes
+#: already in the server's binary input form (:func:`_vectors_binary`, :func:`_jsonb_binary`),
+#: which psycopg passes through as it would a ``bytea``.
+_RAW = "bytea"
+
+
+def _vectors_binary(vectors: Sequence[Sequence[float]], dim: int) -> list[bytes]:
+    """Each vector in pgvector's binary input form (``vector_recv``: int16 dimension, int16
+    unused, the components as big-endian float4), converted in one numpy pass. Formatting
+    text literals instead (``repr`` of every component, parsed back by the server) cost
+    ~0.8 s a batch of 10⁴ 64-dimensional vectors in Python alone."""
+    if not vectors:
+        return []
+    matrix = np.asarray(vectors, dtype=">f4").reshape(len(vectors), dim)
+    head = struct.pack(">hh", dim, 0)
+    return [head + row.tobytes() for row in matrix]
+
+
+def _vector_of_binary(packed: bytes) -> array[float]:
+    """A float32 vector from pgvector's binary form (:func:`_vectors_binary`)."""
+    (dim,) = struct.unpack_from(">h", packed)
+    vector = array("f")
+    vector.frombytes(
+        np.frombuffer(packed, dtype=">f4", count=dim, offset=4).astype("=f4").tobytes()
+    )
+    return vector
+
+
+def _text_array(values: Sequence[str]) -> str:
+    """A ``text[]`` literal of ``values`` (each quoted, ``"`` and ``\\`` escaped), cast by
+    the server: dumping a Python list per row as a binary array cost more than the row."""
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
+
+
+def _jsonb_binary(document: str) -> bytes:
+    """A JSON text in ``jsonb``'s binary input form (version 1, then the text)."""
+    return b"\x01" + document.encode("utf-8")
+
+
 class PgVectorStore:
     """A vector store in one Postgres table (pgvector's ``vector`` type, HNSW, full-text search).
 
@@ -182,6 +244,11 @@ class PgVectorStore:
         self.dim = dim
         self._lock = asyncio.Lock()
         self._embedding_dims: set[int] = set()  # embedding tables known to exist
+        # Rows written into each embedding table's HNSW index since it was last found built.
+        self._indexed_writes: dict[int, int] = {}
+        self.rebuild_share = EMBEDDING_REBUILD_SHARE
+        self.rebuild_min_rows = EMBEDDING_REBUILD_MIN_ROWS
+        self.bulk_rows = EMBEDDING_BULK_ROWS
 
     @classmethod
     async def open(
@@ -391,17 +458,23 @@ class PgVectorStore:
     async def upsert(self, items: Sequence[VectorItem]) -> None:
         """Inserts or replaces ``items`` in one transaction (a bad item refuses the batch)."""
         checked = check_items(items, self.dim)
+        vectors = _vectors_binary([i.vector for i in checked], self.dim)
+        principals: dict[frozenset[str], str] = {}  # a batch's items mostly share one ACL
         rows = []
-        for i in checked:
+        for i, vector in zip(checked, vectors, strict=True):
             assert i.acl is not None  # check_items refuses items without one
+            group = frozenset(i.acl.principals)  # the same object when it is one already
+            held = principals.get(group)
+            if held is None:
+                held = principals[group] = _text_array(sorted(group))
             rows.append(
                 (
                     i.id,
-                    _vector_literal(i.vector),
+                    vector,
                     i.text,
-                    json.dumps(dict(i.metadata)),
+                    _jsonb_binary(json.dumps(dict(i.metadata))),
                     i.acl.tenant,
-                    sorted(i.acl.principals),
+                    held,
                     i.acl.sensitivity,
                 )
             )
@@ -415,12 +488,12 @@ class PgVectorStore:
     async def _copy_upsert(
         self, conn: psycopg.AsyncConnection[Any], rows: Sequence[tuple[Any, ...]]
     ) -> None:
-        """One transaction: COPY ``rows`` into a temporary staging table, then one
-        ``INSERT … SELECT … ON CONFLICT`` (the last row of an id wins); all or nothing."""
+        """One transaction: a binary COPY of ``rows`` into a temporary staging table, then
+        one ``INSERT … SELECT … ON CONFLICT`` (the last row of an id wins); all or nothing."""
         stage = sql.Identifier(f"evermind_stage_{self._name}"[:63])
         upsert = sql.SQL(
             "INSERT INTO {} (id, embedding, text, metadata, tenant, principals, sensitivity) "
-            "SELECT DISTINCT ON (id) id, embedding, text, metadata, tenant, principals, "
+            "SELECT DISTINCT ON (id) id, embedding, text, metadata, tenant, principals::text[], "
             "sensitivity FROM {} ORDER BY id, ord DESC "
             "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, text = EXCLUDED.text, "
             "metadata = EXCLUDED.metadata, tenant = EXCLUDED.tenant, "
@@ -430,14 +503,17 @@ class PgVectorStore:
             await conn.execute(
                 sql.SQL(
                     "CREATE TEMP TABLE {} (ord integer, id text, embedding vector({}), "
-                    "text text, metadata jsonb, tenant text, principals text[], "
+                    "text text, metadata jsonb, tenant text, principals text, "
                     "sensitivity integer) ON COMMIT DROP"
                 ).format(stage, sql.Literal(self.dim))
             )
             columns = "ord, id, embedding, text, metadata, tenant, principals, sensitivity"
-            copy = sql.SQL("COPY {} ({}) FROM STDIN").format(stage, sql.SQL(columns))
+            copy = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+                stage, sql.SQL(columns)
+            )
             async with conn.cursor() as cur:
                 async with cur.copy(copy) as feed:
+                    feed.set_types(["int4", "text", _RAW, "text", _RAW, "text", "text", "int4"])
                     for ordinal, row in enumerate(rows):
                         await feed.write_row((ordinal, *row))
                 await cur.execute(upsert)
@@ -608,21 +684,29 @@ class PgVectorStore:
 
     async def put_embeddings(
         self, tenant: str, fingerprint: str, vectors: Mapping[str, Sequence[float]]
-    ) -> None:
+    ) -> list[int]:
         """Stores ``vectors`` (content hash -> embedding) of ``tenant``'s embedder
         ``fingerprint`` in ``<table>_emb_<dim>`` (one table per dimension; a hash already
-        there is kept: the same text has the same vector), in one ``COPY`` transaction."""
-        by_dim: dict[int, list[tuple[str, str, str, str]]] = {}
+        there is kept: the same text has the same vector), in one ``COPY`` transaction.
+
+        Returns the dimensions whose HNSW index this write dropped first (a bulk write past
+        :data:`EMBEDDING_REBUILD_SHARE` of the table, see there): the caller's next recall
+        rebuilds it."""
+        dropped: list[int] = []
+        by_dim: dict[int, list[tuple[str, Sequence[float]]]] = {}
         for digest, vector in vectors.items():
-            row = (tenant, fingerprint, digest, _vector_literal(vector))
-            by_dim.setdefault(len(vector), []).append(row)
-        for dim, rows in by_dim.items():
+            by_dim.setdefault(len(vector), []).append((digest, vector))
+        for dim, pairs in by_dim.items():
             table = sql.Identifier(self._embedding_table(dim))
+            if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= 2000:
+                raise ConfigError(f"pgvector: embedding dim must be an int in 1..2000, got {dim!r}")
+            packed = _vectors_binary([vector for _, vector in pairs], dim)
+            rows = [(tenant, fingerprint, d, v) for (d, _), v in zip(pairs, packed, strict=True)]
 
             async def write(
                 conn: psycopg.AsyncConnection[Any],
                 table: sql.Identifier = table,
-                rows: list[tuple[str, str, str, str]] = rows,
+                rows: list[tuple[str, str, str, bytes]] = rows,
                 dim: int = dim,
             ) -> None:
                 stage = sql.Identifier(f"evermind_stage_emb_{dim}")
@@ -634,8 +718,9 @@ class PgVectorStore:
                         ).format(stage, sql.Literal(dim))
                     )
                     async with conn.cursor() as cur:
-                        copy = sql.SQL("COPY {} FROM STDIN").format(stage)
+                        copy = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(stage)
                         async with cur.copy(copy) as feed:
+                            feed.set_types(["text", "text", "text", _RAW])
                             for row in rows:
                                 await feed.write_row(row)
                         await cur.execute(
@@ -647,7 +732,90 @@ class PgVectorStore:
 
             async with self._lock:
                 await self._embedding_schema(dim)
+                if await self._drop_index_for(dim, len(rows)):
+                    dropped.append(dim)
                 await self._once_more("storing embeddings failed", write)
+        return dropped
+
+    async def _drop_index_for(self, dim: int, rows: int) -> bool:
+        """Under the lock: before writing ``rows`` embeddings of ``dim``, drops the table's
+        HNSW index when this store's writes into it since it was built reach
+        :attr:`rebuild_share` of the table (and :attr:`rebuild_min_rows`); returns whether
+        it did. Writes of fewer than :attr:`bulk_rows` rows are not counted."""
+        if rows < self.bulk_rows:
+            return False
+        name = self._embedding_table(dim)
+        state = await self._once_more(
+            "reading the embedding index failed",
+            lambda conn: _all(
+                conn,
+                sql.SQL(
+                    "SELECT (" + _INDEX_STATE + "), (SELECT GREATEST(reltuples, 0)::bigint "
+                    "FROM pg_class WHERE oid = to_regclass(quote_ident(%s)))"
+                ),
+                [f"{name}_hnsw"[:63], name],
+            ),
+        )
+        valid, table_rows = state[0] if state else (None, 0)
+        if not valid:
+            self._indexed_writes[dim] = 0  # absent, or being built: nothing to pay yet
+            return False
+        written = self._indexed_writes.get(dim, 0) + rows
+        if written < max(self.rebuild_min_rows, self.rebuild_share * int(table_rows or 0)):
+            self._indexed_writes[dim] = written
+            return False
+        index = sql.Identifier(f"{name}_hnsw"[:63])
+        await self._once_more(
+            "dropping the embedding index failed",
+            lambda conn: conn.execute(
+                sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index)
+            ),
+        )
+        self._indexed_writes[dim] = 0
+        return True
+
+    async def get_embeddings(
+        self, tenant: str, fingerprint: str, hashes: Sequence[str]
+    ) -> dict[str, Sequence[float]]:
+        """The embeddings among ``hashes`` of ``tenant``'s embedder ``fingerprint`` in the
+        embedding tables (``<table>_emb_<dim>``, whatever the dimension): content hash ->
+        float32 vector. One primary-key lookup per table, the vectors in pgvector's binary
+        form (``vector_send``), so nothing is formatted or parsed as text."""
+        wanted = list(dict.fromkeys(hashes))
+        if not wanted:
+            return {}
+        pattern = self._embedding_table(0)[:-1].replace("_", "\\_") + "%"
+        found: dict[str, Sequence[float]] = {}
+        async with self._lock:
+            tables = await self._once_more(
+                "reading embeddings failed",
+                lambda conn: _all(
+                    conn,
+                    sql.SQL(
+                        "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' "
+                        "AND c.relname LIKE %s AND pg_table_is_visible(c.oid)"
+                    ),
+                    [pattern],
+                ),
+            )
+            for (name,) in tables:
+                suffix = str(name).rsplit("_", 1)[-1]
+                if not suffix.isdigit() or self._embedding_table(int(suffix)) != name:
+                    continue  # another table whose name starts the same
+                statement: Query = sql.SQL(
+                    "SELECT hash, vector_send(embedding) FROM {} WHERE tenant = %s "
+                    "AND fingerprint = %s AND hash = ANY(%s::text[])"
+                ).format(sql.Identifier(str(name)))
+
+                async def read(
+                    conn: psycopg.AsyncConnection[Any], statement: Query = statement
+                ) -> list[tuple[Any, ...]]:
+                    return await _all(conn, statement, [tenant, fingerprint, wanted])
+
+                rows = await self._once_more("reading embeddings failed", read)
+                for digest, packed in rows:
+                    found[str(digest)] = _vector_of_binary(bytes(packed))
+        return found
 
     async def embedding_share(self, tenant: str, fingerprint: str, dim: int) -> tuple[int, int]:
         """How many rows of ``<table>_emb_<dim>`` are ``tenant``'s of ``fingerprint``, and how
@@ -756,30 +924,40 @@ class PgVectorStore:
 
     async def nearest_embeddings(
         self, tenant: str, fingerprint: str, vector: Sequence[float], n: int
-    ) -> list[str]:
+    ) -> list[str] | None:
         """The content hashes of ``tenant``'s ``n`` embeddings (of ``fingerprint``) nearest to
         ``vector`` by cosine, through the HNSW index (``hnsw.ef_search`` = ``2 n``, at least
         40, at most 1000; pgvector filters the tenant after the index scan, so fewer than
-        ``n`` may come back), best first."""
+        ``n`` may come back), best first; None when the index is not built and valid now (a
+        bulk write dropped it, a rebuild is under way): an exact scan of the table instead
+        would take seconds at 10⁶ rows."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= EF_MAX:
             raise ConfigError(f"pgvector: n must be an int in 1..{EF_MAX}, got {n!r}")
-        name = sql.Identifier(self._embedding_table(len(vector)))
+        table = self._embedding_table(len(vector))
         statement = sql.SQL(
             "SELECT hash FROM {} WHERE tenant = %s AND fingerprint = %s "
             "ORDER BY embedding <=> %s::vector LIMIT %s"
-        ).format(name)
+        ).format(sql.Identifier(table))
         params = [tenant, fingerprint, _vector_literal(vector), n]
+        # One round trip sets ef_search and says whether the index is there (and stays: its
+        # DROP INDEX CONCURRENTLY waits for this transaction).
+        ready = sql.SQL(
+            "SELECT set_config('hnsw.ef_search', %s, true), COALESCE((" + _INDEX_STATE + "), false)"
+        )
 
-        async def read(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
+        async def read(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]] | None:
             async with conn.transaction():
                 ef = str(min(EF_MAX, max(EF_MIN, 2 * n)))  # room for other tenants' rows
-                await conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", [ef])
+                cur = await conn.execute(ready, [ef, f"{table}_hnsw"[:63]])
+                state = await cur.fetchone()
+                if state is None or not state[1]:
+                    return None
                 cur = await conn.execute(statement, params, prepare=PREPARE_READS)
                 return await cur.fetchall()
 
         async with self._lock:
             rows = await self._once_more("nearest embeddings failed", read)
-        return [str(row[0]) for row in rows]
+        return None if rows is None else [str(row[0]) for row in rows]
 
     async def drop(self) -> None:
         """Drops the table and its indexes (tests, and a user removing a store)."""
@@ -788,6 +966,13 @@ class PgVectorStore:
     async def close(self) -> None:
         """Closes the connection."""
         await self._conn.close()
+
+
+async def _all(
+    conn: psycopg.AsyncConnection[Any], statement: Query, params: Sequence[Any]
+) -> list[tuple[Any, ...]]:
+    cur = await conn.execute(statement, params, prepare=PREPARE_READS)
+    return await cur.fetchall()
 
 
 async def _one(conn: psycopg.AsyncConnection[Any], statement: Query, params: Sequence[Any]) -> Any:
