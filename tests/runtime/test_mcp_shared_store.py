@@ -30,7 +30,6 @@ from evermind.runtime.server import ServerThread
 from tests import procs
 from tests.runtime.helpers import TOKEN_A, bearer, write_tokens
 from tests.runtime.test_mcp_server import free_port, http_client, text_of, wait_healthy
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 
 @contextlib.asynccontextmanager
@@ -43,7 +42,7 @@ async def store_client(url: str, *extra: str) -> AsyncIterator[Client]:
 
 
 def test_two_mcp_servers_on_one_postgres_share_remember_and_forget(
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> None:
     async def scenario() -> None:
         with anyio.fail_after(60):
@@ -81,7 +80,7 @@ def test_two_mcp_servers_on_one_postgres_share_remember_and_forget(
 
 
 def test_ingest_into_postgres_then_recall_through_mcp(
-    postgres: str,  # noqa: F811
+    postgres: str,
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "notes"
@@ -107,7 +106,7 @@ def test_ingest_into_postgres_then_recall_through_mcp(
 
 
 def test_runtime_and_mcp_on_one_postgres_are_one_memory(
-    postgres: str,  # noqa: F811
+    postgres: str,
     tmp_path: Path,
 ) -> None:
     """What ``evermind serve --store`` remembers for tenant alpha, ``evermind mcp --store
@@ -196,7 +195,7 @@ def http_mcp(url: str, tokens_file: Path, log: Path) -> Iterator[str]:
 
 
 def test_two_http_mcp_servers_on_one_postgres_share_memory_per_tenant(
-    postgres: str,  # noqa: F811
+    postgres: str,
     tmp_path: Path,
 ) -> None:
     """Two streamable-HTTP servers (two processes, one tokens file) on one Postgres: what

@@ -47,7 +47,6 @@ from tests.runtime.test_tenancy import (  # noqa: F401 - collected again on Post
     test_cache_is_scoped_to_the_tenant,
     test_memories_are_scoped_to_the_tenant,
 )
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 
 def fresh_database(url: str) -> str:
@@ -61,7 +60,7 @@ def fresh_database(url: str) -> str:
 @pytest.fixture(scope="module")
 def server(
     tmp_path_factory: pytest.TempPathFactory,
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> Iterator[ServerThread]:
     """This module's in-thread server (what the imported suites use), on Postgres."""
     root = tmp_path_factory.mktemp("runtime-pg")
@@ -82,7 +81,7 @@ def server(
 @pytest.fixture(scope="module")
 def pair(
     tmp_path_factory: pytest.TempPathFactory,
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     """Two ``evermind serve --store`` processes on one (fresh) database."""
     root = tmp_path_factory.mktemp("pair")
@@ -218,7 +217,7 @@ def _cut_connections(url: str, refuse: bool | None = None) -> int:
 
 def test_the_runtime_connects_again_after_postgres_cut_it_and_is_503_while_it_is_down(
     tmp_path: Path,
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> None:
     """Postgres cutting the runtime's connections (a restart, a failover) costs no request:
     the store connects again and repeats the statement. While the database refuses
