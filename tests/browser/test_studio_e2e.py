@@ -120,44 +120,6 @@ def test_nano_preset_on_the_default_corpus_learns(browser, server) -> None:
         rec.close()
 
 
-def test_headless_cli_writes_a_valid_package(tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(TEXT)
-    out = tmp_path / "cli.evermind"
-    result = procs.run(
-        [
-            sys.executable,
-            "-m",
-            "evermind.cli",
-            "train",
-            "--headless",
-            "--corpus",
-            str(corpus),
-            "--vocab-size",
-            "300",
-            "--steps",
-            "3",
-            "--batch-size",
-            "2",
-            "--seq-len",
-            "16",
-            "--preset",
-            "nano",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert '"out":' in result.stdout.splitlines()[-1]
-    model = evermind.load(out)
-    assert model.package.manifest["training"]["steps"] == 3
-    assert model.package.manifest["producer"].endswith("(webgpu (browser))")
-
-
 def test_mamba2_trains_generates_and_exports_in_the_tab(browser, server, tmp_path) -> None:
     """The Studio worker trains a Mamba-2 (SSD) model through the same job path, generates with
     GpuDecoder's Mamba-2 step and embeds; the export agrees with the native CPU model."""
@@ -250,25 +212,32 @@ def test_a_cortex_model_trains_in_the_tab_and_reports_its_routing(browser, serve
         rec.close()
 
 
-def test_headless_cli_trains_the_cortex_in_the_tab(tmp_path: Path) -> None:
-    """``evermind train --headless --moe-experts 2``: the flags reach the tab's train_start, the
-    tab's progress reaches the terminal (the tokenizer's and the last step's lines, with the
-    routing) and the package it exports carries the cortex."""
+def test_headless_cli_trains_the_cortex_in_the_tab_and_writes_a_valid_package(
+    tmp_path: Path,
+) -> None:
+    """``evermind train --headless --preset nano --moe-experts 2``: the flags reach the tab's
+    train_start, the tab's progress reaches the terminal (the tokenizer's and the last step's
+    lines, with the routing), the command's last stdout line names the package, and the package
+    it exports is valid (the native reader checks every checksum and shape) and carries the
+    cortex. (One headless run for both: each costs a Chromium and a Pyodide boot.)"""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT)
     out = tmp_path / "cortex.evermind"
     args = [sys.executable, "-m", "evermind.cli", "train", "--headless", "--corpus", str(corpus)]
     args += ["--vocab-size", "300", "--steps", "2", "--batch-size", "2", "--seq-len", "16"]
+    args += ["--preset", "nano"]
     args += ["--moe-experts", "2", "--moe-top-k", "1", "--moe-intermediate", "16"]
     result = procs.run(
         [*args, "--out", str(out)], capture_output=True, text=True, timeout=600, check=False
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    assert '"out":' in result.stdout.splitlines()[-1]
     lines = result.stderr.splitlines()
     assert any(line.startswith("tokenizer [" + "#" * 24 + "]") for line in lines), result.stderr
     assert any(line.startswith("model: nano, ") and " parameters, vocab " in line for line in lines)
     last = [line for line in lines if line.startswith("train [")][-1]
     assert " 2/2 loss " in last and " aux " in last and " L0 " in last, result.stderr
     model = evermind.load(out)
+    assert model.package.manifest["training"]["steps"] == 2
     assert model.config.moe_experts == 2 and model.config.moe_intermediate == 16
     assert model.package.manifest["producer"].endswith("(webgpu (browser))")
