@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -183,12 +184,18 @@ def _serve(*args: str, data: Path) -> tuple[int, str]:
 
 
 def test_serve_refuses_a_bad_store_url_and_an_unreachable_server(tmp_path: Path) -> None:
-    code, err = _serve("--store", f"sqlite:///{tmp_path}/x.db", data=tmp_path / "a")
-    assert code == 2 and "--store" in err and "postgresql://" in err, err
-    code, err = _serve("--store", "mysql://db/x", data=tmp_path / "b")
-    assert code == 2 and "mysql://db/x" in err, err
     unreachable = "postgresql://nobody:secret-pw@127.0.0.1:9/none?connect_timeout=3"
-    code, err = _serve("--store", unreachable, data=tmp_path / "c")
+    stores = [f"sqlite:///{tmp_path}/x.db", "mysql://db/x", unreachable]
+    # Three independent commands, each a Python start-up: run side by side, checked after.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        sqlite, mysql, down = pool.map(
+            lambda n: _serve("--store", stores[n], data=tmp_path / "abc"[n]), range(3)
+        )
+    code, err = sqlite
+    assert code == 2 and "--store" in err and "postgresql://" in err, err
+    code, err = mysql
+    assert code == 2 and "mysql://db/x" in err, err
+    code, err = down
     assert code == 2 and "cannot connect" in err, err
     assert "secret-pw" not in err, "the password must not be printed"
 
