@@ -23,8 +23,11 @@ JARGON = ("convex", "mmr", "λ", "rrf", "bm25", "semantic", "lexical", "measured
 PERCENT = re.compile(r"^(\d{1,3} %|<1 %|—)$")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def studio(browser, server) -> Iterator[RecordedPage]:
+    """One Studio page for the module's tests (a page boot is seconds of Pyodide). Safe to
+    share: each test opens its own panel and writes only there (the memory test in its own
+    namespace, the cache test its own entry), and none depends on another having run."""
     rec = open_studio(browser, server)
     try:
         yield rec

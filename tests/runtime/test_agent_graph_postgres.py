@@ -1,6 +1,6 @@
 """AgentGraph on Postgres: the unit suite's behaviours, the SIGKILL proof, and two writers.
 
-Postgres is the session's one pgserver (the fixture of test_vectorstore_engines); each test
+Postgres is the session's one pgserver (the ``postgres`` fixture of conftest.py); each test
 gets its own database, so thread ids never meet.
 """
 
@@ -18,7 +18,6 @@ import pytest
 from evermind.agent.graph import Checkpoint, open_checkpointer
 from evermind.agent.graph.postgres import PostgresCheckpointer
 from evermind.errors import Conflict, StoreUnavailable
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 from tests.unit.test_agent_graph import (  # noqa: F401 - collected again with our fixture
     test_a_bad_update_is_not_kept_so_the_fixed_node_resumes,
     test_a_failed_node_keeps_its_siblings_work_for_the_resume,
@@ -39,7 +38,7 @@ from tests.unit.test_agent_graph_durable import kill_mid_superstep_and_resume
 
 
 @pytest.fixture
-def database(postgres: str) -> Iterator[str]:  # noqa: F811 - the imported fixture
+def database(postgres: str) -> Iterator[str]:
     """The URL of a fresh database on the session's server, dropped after the test."""
     name = f"graph_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres, autocommit=True) as admin:

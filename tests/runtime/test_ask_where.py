@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from evermind.cli import main
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 QUESTION = "webhook signature mismatch"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from benchmarks.serve import format_table, run_serve_bench
 
 from tests.factories import tiny_package
@@ -25,19 +27,24 @@ def test_bench_runs_and_reports_every_cell() -> None:
     }  # fmt: skip
     table = format_table(result)
     assert "| completions | 2 |" in table and "evermind/benchy:1.0.0" in table
+    _assert_counts_texts_a_job(result, "raw")  # the default load generator
 
 
-def test_bench_counts_texts_a_job_and_runs_the_httpx_client_too() -> None:
+def _assert_counts_texts_a_job(result: dict[str, Any], client: str) -> None:
+    rows = result["rows"]
+    assert result["client"] == client and all(r["errors"] == 0 for r in rows)
+    embeddings = [r for r in rows if r["kind"] == "embeddings"]
+    assert embeddings and all(r["texts_per_job"] >= 1 for r in embeddings)
+    assert f"{client} client" in format_table(result)
+
+
+def test_bench_counts_texts_a_job_with_the_httpx_client_too() -> None:
+    """The raw client's run is the test above's; here the httpx load generator's."""
     package = tiny_package("benchy", "1.0.0")
-    for client in ("raw", "httpx"):
-        result = run_serve_bench(
-            package, seconds=0.3, concurrency=(2,), reference=False, client=client
-        )
-        rows = result["rows"]
-        assert result["client"] == client and all(r["errors"] == 0 for r in rows)
-        embeddings = [r for r in rows if r["kind"] == "embeddings"]
-        assert embeddings and all(r["texts_per_job"] >= 1 for r in embeddings)
-        assert f"{client} client" in format_table(result)
+    result = run_serve_bench(
+        package, seconds=0.3, concurrency=(2,), reference=False, client="httpx"
+    )
+    _assert_counts_texts_a_job(result, "httpx")
 
 
 def test_the_vector_store_scale_bench_runs_on_the_embedded_engines() -> None:

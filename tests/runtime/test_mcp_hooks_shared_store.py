@@ -36,11 +36,10 @@ from tests.runtime.test_mcp_hooks import (
     transcript,
     user,
 )
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 
 @pytest.fixture
-def database(postgres: str) -> str:  # noqa: F811
+def database(postgres: str) -> str:
     """A fresh database on the session's Postgres: the hooks use the default namespace."""
     name = f"hooks_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres, autocommit=True) as conn:

@@ -19,6 +19,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -30,7 +31,6 @@ from evermind.runtime.server import ServerThread
 from tests import procs
 from tests.runtime.helpers import TOKEN_A, bearer, write_tokens
 from tests.runtime.test_mcp_server import free_port, http_client, text_of, wait_healthy
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 
 @contextlib.asynccontextmanager
@@ -43,7 +43,7 @@ async def store_client(url: str, *extra: str) -> AsyncIterator[Client]:
 
 
 def test_two_mcp_servers_on_one_postgres_share_remember_and_forget(
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> None:
     async def scenario() -> None:
         with anyio.fail_after(60):
@@ -81,7 +81,7 @@ def test_two_mcp_servers_on_one_postgres_share_remember_and_forget(
 
 
 def test_ingest_into_postgres_then_recall_through_mcp(
-    postgres: str,  # noqa: F811
+    postgres: str,
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "notes"
@@ -107,7 +107,7 @@ def test_ingest_into_postgres_then_recall_through_mcp(
 
 
 def test_runtime_and_mcp_on_one_postgres_are_one_memory(
-    postgres: str,  # noqa: F811
+    postgres: str,
     tmp_path: Path,
 ) -> None:
     """What ``evermind serve --store`` remembers for tenant alpha, ``evermind mcp --store
@@ -153,29 +153,32 @@ def _cli(*args: str) -> tuple[int, str]:
 
 
 def test_bad_store_urls_and_refused_combinations_are_one_line(tmp_path: Path) -> None:
-    for args in (
-        ("mcp", "--store", "mysql://db/x"),
-        ("ingest", str(tmp_path), "--store", "mysql://db/x"),
-    ):
-        code, err = _cli(*args)
+    unreachable = "postgresql://nobody:secret-pw@127.0.0.1:9/none?connect_timeout=3"
+    bad = [("mcp", "--store", "mysql://db/x"), ("ingest", str(tmp_path), "--store", "mysql://db/x")]
+    down = [("mcp", "--store", unreachable), ("ingest", str(tmp_path), "--store", unreachable)]
+    http_down = ("mcp", "--store", unreachable, "--http", "--port", "1")
+    experience = ("mcp", "--store", "memory://", "--experience")
+    both = ("mcp", "--store", "memory://", "--memory-file", str(tmp_path / "m.db"))
+    # Seven independent commands, each a Python start-up: run side by side, checked after.
+    jobs = [*bad, *down, http_down, experience, both]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = dict(zip(jobs, pool.map(lambda args: _cli(*args), jobs), strict=True))
+    for args in bad:
+        code, err = done[args]
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1, err
         assert "'mysql://db/x' is not a store" in lines[0] and "sqlite:///PATH" in lines[0]
         assert "postgresql://" in lines[0]
-    unreachable = "postgresql://nobody:secret-pw@127.0.0.1:9/none?connect_timeout=3"
-    for args in (
-        ("mcp", "--store", unreachable),
-        ("ingest", str(tmp_path), "--store", unreachable),
-    ):
-        code, err = _cli(*args)
+    for args in down:
+        code, err = done[args]
         assert code == 2 and "cannot connect" in err and "secret-pw" not in err, err
-    code, err = _cli("mcp", "--store", unreachable, "--http", "--port", "1")
+    code, err = done[http_down]
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "cannot connect" in err, err  # before listening
     assert "secret-pw" not in err
-    code, err = _cli("mcp", "--store", "memory://", "--experience")
+    code, err = done[experience]
     assert code == 2 and "experience tools" in err, err
-    code, err = _cli("mcp", "--store", "memory://", "--memory-file", str(tmp_path / "m.db"))
+    code, err = done[both]
     assert code == 2 and "got both" in err, err
 
 
@@ -196,7 +199,7 @@ def http_mcp(url: str, tokens_file: Path, log: Path) -> Iterator[str]:
 
 
 def test_two_http_mcp_servers_on_one_postgres_share_memory_per_tenant(
-    postgres: str,  # noqa: F811
+    postgres: str,
     tmp_path: Path,
 ) -> None:
     """Two streamable-HTTP servers (two processes, one tokens file) on one Postgres: what

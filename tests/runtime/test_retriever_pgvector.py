@@ -1,6 +1,7 @@
 """``EnterpriseRetriever`` on Postgres + pgvector: HNSW the dense arm, the tsvector the lexical.
 
-A real Postgres (pgserver: PostgreSQL 16 with pgvector), the ingest fixtures in one table,
+A real Postgres (pgserver: PostgreSQL 16 with pgvector; the session's one server, the fixture
+of test_vectorstore_engines), the ingest fixtures in one table of their own (dropped after),
 ``StoreLexicalArm`` over the engine's own ``lexical_query``. The same questions as the
 in-process tests: the answering source comes first, an absent topic is refused, another
 tenant sees nothing.
@@ -9,30 +10,11 @@ tenant sees nothing.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-from collections.abc import Iterator
 
-import pytest
 from evals import retrieval as retrieval_eval
 
 from evermind.retrieval import EnterpriseRetriever, StoreLexicalArm, index_chunks, read_chunks
 from evermind.vectorstore import AccessScope, open_store
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of one Postgres for this module; stopped, and checked gone, at the end."""
-    import pgserver  # a test dependency: missing, this fails rather than skips
-
-    folder = tmp_path_factory.mktemp("pg_retriever")
-    server = pgserver.get_server(folder, cleanup_mode="stop")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
-        ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
-        left = [line for line in ps.stdout.splitlines() if str(folder) in line]
-        assert not left, f"postgres processes left behind: {left}"
 
 
 def test_the_retriever_on_pgvector_with_the_tsvector_arm(postgres: str) -> None:

@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from evermind.cache.l2_vectorstore import VectorCacheStore
 from evermind.runtime.gateway.core import StoreBackend
 from evermind.vectorstore.shared import SharedStore
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 from tests.unit.test_memory_helpers import run
 
 
@@ -35,7 +34,7 @@ def _database(url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def database(postgres: str) -> str:  # noqa: F811
+def database(postgres: str) -> str:
     return _database(postgres)
 
 

@@ -7,7 +7,7 @@ over a fresh table / collection of each engine. Then what only this backend has:
 on one Postgres table see each other's writes (the version is the sum of per-writer clocks),
 and a property with random tenants, namespaces and keys: no read of any kind (get, recall,
 recent, export, count) ever returns a memory of another tenant or namespace. Postgres is the
-session's one pgserver (the fixture of test_vectorstore_engines).
+session's one pgserver (the ``postgres`` fixture of tests/runtime/conftest.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from evermind.errors import ConfigError
 from evermind.memory import MemoryStore
 from evermind.memory.vector_backend import SIGNATURE_DIM, VectorStoreBackend
 from evermind.vectorstore import AccessScope, Hit, VectorItem, VectorStore, open_store
-from tests.runtime.test_vectorstore_engines import ENGINES, postgres  # noqa: F401
+from tests.runtime.test_vectorstore_engines import ENGINES
 from tests.unit.test_memory_helpers import TrigramEmbedder, run
 from tests.unit.test_memory_store import (  # noqa: F401 - collected again with our fixture
     StoreFactory,
@@ -131,7 +131,7 @@ def test_the_backend_refuses_no_tenant_and_a_wrong_dimension() -> None:
     run(body())
 
 
-def test_two_stores_on_one_postgres_table_see_each_other(postgres: str) -> None:  # noqa: F811
+def test_two_stores_on_one_postgres_table_see_each_other(postgres: str) -> None:
     name = f"m_{uuid.uuid4().hex[:12]}"
 
     async def body() -> None:

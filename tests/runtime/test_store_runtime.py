@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,7 +48,6 @@ from tests.runtime.test_tenancy import (  # noqa: F401 - collected again on Post
     test_cache_is_scoped_to_the_tenant,
     test_memories_are_scoped_to_the_tenant,
 )
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 
 def fresh_database(url: str) -> str:
@@ -61,7 +61,7 @@ def fresh_database(url: str) -> str:
 @pytest.fixture(scope="module")
 def server(
     tmp_path_factory: pytest.TempPathFactory,
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> Iterator[ServerThread]:
     """This module's in-thread server (what the imported suites use), on Postgres."""
     root = tmp_path_factory.mktemp("runtime-pg")
@@ -82,7 +82,7 @@ def server(
 @pytest.fixture(scope="module")
 def pair(
     tmp_path_factory: pytest.TempPathFactory,
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     """Two ``evermind serve --store`` processes on one (fresh) database."""
     root = tmp_path_factory.mktemp("pair")
@@ -184,12 +184,18 @@ def _serve(*args: str, data: Path) -> tuple[int, str]:
 
 
 def test_serve_refuses_a_bad_store_url_and_an_unreachable_server(tmp_path: Path) -> None:
-    code, err = _serve("--store", f"sqlite:///{tmp_path}/x.db", data=tmp_path / "a")
-    assert code == 2 and "--store" in err and "postgresql://" in err, err
-    code, err = _serve("--store", "mysql://db/x", data=tmp_path / "b")
-    assert code == 2 and "mysql://db/x" in err, err
     unreachable = "postgresql://nobody:secret-pw@127.0.0.1:9/none?connect_timeout=3"
-    code, err = _serve("--store", unreachable, data=tmp_path / "c")
+    stores = [f"sqlite:///{tmp_path}/x.db", "mysql://db/x", unreachable]
+    # Three independent commands, each a Python start-up: run side by side, checked after.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        sqlite, mysql, down = pool.map(
+            lambda n: _serve("--store", stores[n], data=tmp_path / "abc"[n]), range(3)
+        )
+    code, err = sqlite
+    assert code == 2 and "--store" in err and "postgresql://" in err, err
+    code, err = mysql
+    assert code == 2 and "mysql://db/x" in err, err
+    code, err = down
     assert code == 2 and "cannot connect" in err, err
     assert "secret-pw" not in err, "the password must not be printed"
 
@@ -218,7 +224,7 @@ def _cut_connections(url: str, refuse: bool | None = None) -> int:
 
 def test_the_runtime_connects_again_after_postgres_cut_it_and_is_503_while_it_is_down(
     tmp_path: Path,
-    postgres: str,  # noqa: F811
+    postgres: str,
 ) -> None:
     """Postgres cutting the runtime's connections (a restart, a failover) costs no request:
     the store connects again and repeats the statement. While the database refuses

@@ -34,10 +34,14 @@ ALPHA = AccessScope("alpha", frozenset({"ana"}), 0)
 BRAVO = AccessScope("bravo", frozenset({"ana"}), 0)
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One ``evermind serve`` for the tests that need a running one (a start is seconds of
+    imports). Safe to share: they write different collections ("docs"; "c1", dropped at
+    its end) and check only those, far below the per-tenant limits."""
+    root = tmp_path_factory.mktemp("vectors-route")
     running = ServerProcess(
-        tmp_path / "data", write_tokens(tmp_path / "tokens.txt"), tmp_path / "serve.log"
+        root / "data", write_tokens(root / "tokens.txt"), root / "serve.log"
     ).start()
     yield running
     running.stop()

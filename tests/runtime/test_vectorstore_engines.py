@@ -4,9 +4,9 @@ and the Pinecone REST dialect.
 Each test runs once per engine and must give the same answer on all of them: exact top-k equal
 to a numpy scan, every filter operator equal to the Python evaluator, tenancy enforced (a
 Hypothesis property over random items, ACLs, scopes and filters), bad input refused with the
-same error. Postgres is a real server (pgserver: PostgreSQL 16 with pgvector), started once
-for the session in a temporary folder and stopped at the end; Qdrant runs in qdrant-client's
-local mode; Pinecone is a loopback server speaking its documented data-plane API
+same error. Postgres is a real server (pgserver: PostgreSQL 16 with pgvector; the session's
+``postgres`` fixture of tests/runtime/conftest.py); Qdrant runs in qdrant-client's local mode;
+Pinecone is a loopback server speaking its documented data-plane API
 (``tests/runtime/pinecone_server.py``), one index for the session. Each test gets its own
 table / collection / namespace.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import subprocess
 import sys
 import threading
 import uuid
@@ -87,26 +86,16 @@ def loop() -> Iterator[Loop]:
     running.stop()
 
 
-def _postgres_processes(folder: Path) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
-    return [line for line in out.stdout.splitlines() if str(folder) in line]
+def __getattr__(name: str) -> object:
+    """``postgres`` for the modules that still import it from here (it lives in
+    tests/runtime/conftest.py now). Served through the module's ``__getattr__``, so pytest does
+    not see it as a fixture of this module: an imported fixture is an instance of its own
+    there, a second Postgres server, which this module should not start."""
+    if name == "postgres":
+        from tests.runtime import conftest
 
-
-@pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of ONE Postgres (pgserver) for the session; stopped, and checked gone, at the end."""
-    # A test dependency (pyproject's test extra), not optional: the Postgres engine must be
-    # proven in CI, so a missing pgserver fails here instead of skipping the engine.
-    import pgserver
-
-    folder = tmp_path_factory.mktemp("pg")
-    server = pgserver.get_server(folder, cleanup_mode="stop")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
-        left = _postgres_processes(folder)
-        assert not left, f"postgres processes left behind: {left}"
+        return conftest.postgres
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,8 @@
 """Write-through cognition on one Postgres (pgserver) shared by several writers.
 
+The Postgres is the session's one server (the ``postgres`` fixture of tests/runtime/conftest.py);
+the writers work in a namespace of this module's own ("drift").
+
 Issue 37's proof "concurrent writers on Postgres converge": three ``MemoryStore`` objects, each
 with its own connection to one tenant's namespace (three servers would hold three such
 stores), race to change one fact whose evidence supports every change. Postgres checks each
@@ -12,11 +15,7 @@ written twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from contextlib import AsyncExitStack
-from pathlib import Path
-
-import pytest
 
 from evermind.memory import MemoryRecord
 from evermind.memory.cognition import Fact
@@ -45,19 +44,6 @@ class Supports:
             self.all_asked.set()
         await asyncio.wait_for(self.all_asked.wait(), timeout=30)
         return Evidence(True, "the deploy file says so")
-
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One real Postgres (pgserver) for the module, stopped at the end."""
-    import pgserver
-
-    folder: Path = tmp_path_factory.mktemp("pgwrite")
-    server = pgserver.get_server(folder, cleanup_mode="stop")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
 
 
 def test_racing_writers_on_postgres_end_with_one_current_value_and_its_history(
