@@ -35,7 +35,6 @@ from evermind.vectorstore.clock import signature
 from evermind.vectorstore.pgvector import PgVectorStore
 from evermind.vectorstore.port import Acl, VectorItem
 from evermind.vectorstore.shared import MEMORY_TABLE
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 DIM, K = 16, 10
 SEMANTIC = RecallOptions(lexical=False, mmr=False, importance=False, recency=False)

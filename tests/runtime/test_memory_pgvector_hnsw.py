@@ -22,7 +22,6 @@ import pytest
 from evermind.memory import MemoryStore, RecallOptions
 from evermind.memory.shared_memory import SharedMemory
 from evermind.memory.vector_backend import VectorStoreBackend
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 DIM, N, QUERIES, K = 16, 3000, 30, 10
 SEMANTIC = RecallOptions(lexical=False, mmr=False, importance=False, recency=False)

@@ -20,7 +20,6 @@ from evermind.errors import ConfigError, StorageError
 from evermind.memory.hook_reader import open_hook_reader
 from evermind.memory.shared_memory import shared_memory
 from evermind.vectorstore import open_store
-from tests.runtime.test_vectorstore_engines import postgres  # noqa: F401
 
 REFUSE_DDL = (
     "CREATE FUNCTION refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$ "

@@ -86,18 +86,6 @@ def loop() -> Iterator[Loop]:
     running.stop()
 
 
-def __getattr__(name: str) -> object:
-    """``postgres`` for the modules that still import it from here (it lives in
-    tests/runtime/conftest.py now). Served through the module's ``__getattr__``, so pytest does
-    not see it as a fixture of this module: an imported fixture is an instance of its own
-    there, a second Postgres server, which this module should not start."""
-    if name == "postgres":
-        from tests.runtime import conftest
-
-        return conftest.postgres
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @pytest.fixture(scope="session")
 def pinecone() -> Iterator[PineconeServer]:
     """ONE loopback Pinecone index of dimension ``DIM`` for the session (stopped at the end)."""
