@@ -55,7 +55,7 @@ class Table:
 
 
 @pytest.fixture
-def database(postgres: str) -> str:  # noqa: F811
+def database(postgres: str) -> str:
     name = f"bulk_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')

@@ -40,7 +40,7 @@ class Table:
 
 
 @pytest.fixture
-def database(postgres: str) -> str:  # noqa: F811
+def database(postgres: str) -> str:
     name = f"hnsw_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')

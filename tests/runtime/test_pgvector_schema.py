@@ -29,7 +29,7 @@ REFUSE_DDL = (
 
 
 @pytest.fixture
-def database(postgres: str) -> str:  # noqa: F811
+def database(postgres: str) -> str:
     """A fresh database on the session's Postgres."""
     name = f"schema_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres, autocommit=True) as conn:
