@@ -96,7 +96,8 @@ def test_memory_errors_come_back_in_words() -> None:
 
 def test_cache_verified_by_default_without_a_model() -> None:
     """The tab decides as the library does without a verification signal: the verifier and
-    the no-signal fallback for δ 0.01 (exact repeats only), and every miss says why (issue 34: one behaviour everywhere)."""
+    the no-signal fallback for δ 0.01 (exact repeats only), and every miss says why (issue 34:
+    one behaviour everywhere)."""
     assert call("cache_store", query="How do I convert USD to EUR?", response="x 0.92")["stored"]
     call("cache_store", query="How to delete a remote git branch", response="git push -d")
     for i, topic in enumerate(("volcano", "sourdough", "marathon", "violin", "glacier", "orchid")):
@@ -109,6 +110,9 @@ def test_cache_verified_by_default_without_a_model() -> None:
         refused = call("cache_lookup", query=question)
         assert refused["hit"] is False and refused["refused_by"] == "verifier", refused
         assert "no-signal fallback" in refused["reason"]
+        # δ 0.01's fallback has no finite level; the page's JSON.parse takes no Infinity.
+        assert refused["threshold"] is None
+        json.dumps(refused, allow_nan=False)
         assert 0.0 <= refused["probability"] < 1.0
     far = call("cache_lookup", query="What is the boiling point of water?")
     assert far["hit"] is False

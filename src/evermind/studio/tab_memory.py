@@ -481,7 +481,10 @@ class TabCache:
                 idf=self.terms,
                 trust_scores=self.trust_scores,
             )
-        base["threshold"] = decision.threshold
+        # An infinite level (the no-signal fallback at δ 0.01: exact repeats only) is no
+        # number JSON can carry to the page: null, and the reason says why.
+        level = decision.threshold
+        base["threshold"] = level if level is None or math.isfinite(level) else None
         cand = decision.candidate
         if cand is not None:
             entry = self.entries[str(cand.key)]
