@@ -136,6 +136,10 @@ class _Index:
         self._vectors = np.zeros((16, dim), np.float32)
         self.calibration: tuple[int, Calibration] = (0, UNCALIBRATED)
         self.terms = TermStats()  # the stored queries' IDF (weights the lexical evidence)
+        # Rows read from the database when the index was loaded, and rows stored through
+        # this process since (:meth:`SemanticCacheStore.rows_stored`).
+        self.loaded = 0
+        self.stored = 0
 
     def calibrated(self) -> Calibration:
         """How the scope's embedder scores its stored entries against each other."""
@@ -370,6 +374,7 @@ class SemanticCacheStore:
             )
             for entry_id, blob, query, response in rows:
                 index.add(entry_id, np.frombuffer(blob, np.float32), query, _digest(response))
+            index.loaded = len(index.ids)
             if index.ids or keep_empty:
                 self._indexes[scope] = index
                 self._evict(scope)
@@ -460,9 +465,27 @@ class SemanticCacheStore:
             if excess > 0:
                 index.drop_first(excess)
             index.add(entry_id, vector, query, _digest(response_json))
+            index.stored += 1
             return entry_id
 
         return await self._run(work)
+
+    def rows_stored(self, tenant: str, namespace: str, dim: int) -> int | None:
+        """How many rows this process stored in the scope since its index was loaded, when
+        the index is in memory and was loaded empty (so it holds exactly those rows, less
+        any evicted); None otherwise (not loaded, or it holds rows read from the database).
+
+        The in-memory index is all a lookup reads: rows another process writes later are
+        not in it (they are read when the scope is loaded again). A caller that wrote every
+        one of those rows itself, and still holds them, learns nothing from a lookup here
+        (:meth:`evermind.runtime.gateway.core.StoreBackend.holds_only_written`). Called
+        from the event loop: it reads two counters the worker thread updates, without a
+        lock (each read is atomic; a stale one only makes the caller look up).
+        """
+        index = self._indexes.get((tenant, namespace, dim))
+        if index is None or index.loaded:
+            return None
+        return index.stored
 
     async def count(self, tenant: str) -> int:
         """How many entries ``tenant`` has in every namespace."""

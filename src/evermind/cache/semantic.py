@@ -370,6 +370,9 @@ class SemanticCache:
         self._generation = 0
         self._last_near: tuple[int, Scope, tuple[float, ...], list[tuple[float, int]]] | None = None
         self._stats = CacheStats()
+        # Namespaces whose L1 has dropped an entry (expired, evicted, invalidated, cleared:
+        # None is every namespace): their L2 may hold what L1 no longer does.
+        self._dropped: set[str | None] = set()
         self._embed = embed
         self._fingerprint = fingerprint or _default_fingerprint(embed)
         self._trust_explicit = trust_scores
@@ -463,6 +466,7 @@ class SemanticCache:
     def clear(self) -> int:
         """Drops every L1 entry (L2 is not touched); returns how many were dropped."""
         dropped = len(self._entries)
+        self._dropped.add(None)
         self._entries.clear()
         self._by_query.clear()
         self._by_fold.clear()
@@ -947,6 +951,7 @@ class SemanticCache:
 
     def _drop(self, key: int) -> None:
         entry = self._entries.pop(key)
+        self._dropped.add(entry.namespace)
         self._index.remove(key)
         self._generation += 1
         counts = self._distinct[entry.fingerprint]
@@ -970,6 +975,17 @@ class SemanticCache:
     def _l2_ns(self, namespace: str) -> str:
         return f"{namespace}@{self._fingerprint}"
 
+    def _l2_mirrored(self, namespace: str, dim: int) -> bool:
+        """Whether this L1 holds everything the L2 could serve for ``namespace``: the L2 holds
+        only what this cache wrote (its ``holds_only_written``, where it has one) and L1 has
+        dropped none of it. An L2 lookup then can only find a question L1 already judged
+        (and :meth:`_accept_l2` refuses those), so it is skipped: on the gateway that is
+        the L2's whole share of a miss (~0.5 ms, a trip to the store's worker thread)."""
+        if None in self._dropped or namespace in self._dropped:
+            return False
+        holds = getattr(self.l2, "holds_only_written", None)
+        return holds is not None and bool(holds(self._l2_ns(namespace), dim))
+
     def _l2_call(self, call: Callable[[SemanticCacheBackend], T]) -> T | None:
         if self.l2 is None:
             return None
@@ -983,7 +999,7 @@ class SemanticCache:
     async def _l2_lookup_async(
         self, query: str, vector: Vector, namespace: str, miss: CacheLookup
     ) -> CacheLookup:
-        if self.l2 is None:
+        if self.l2 is None or self._l2_mirrored(namespace, len(vector)):
             return miss
         try:
             tau = self._l2_floor(miss.threshold)

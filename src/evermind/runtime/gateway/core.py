@@ -164,6 +164,22 @@ class StoreBackend:
         self.tenant = tenant
         self.failed_writes = 0
         self._pending: dict[str, set[asyncio.Task[None]]] = {}
+        # (namespace, dim) -> writes of this backend that reached the store.
+        self._written: dict[tuple[str, int], int] = {}
+
+    def holds_only_written(self, namespace: str | None, dim: int) -> bool:
+        """Whether everything a lookup could find in the store's ``namespace`` at ``dim``
+        was written through this backend (so the L1 that wrote it holds it, unless it has
+        dropped some): the store's index of that scope was loaded empty, and every row
+        stored in it since came from here. Stores without that bookkeeping (a ``--store``
+        engine): False.
+        """
+        rows_stored = getattr(self._store, "rows_stored", None)
+        if rows_stored is None:
+            return False
+        scope = namespace or "default"
+        stored = rows_stored(self.tenant, scope, dim)
+        return stored is not None and stored == self._written.get((scope, dim), 0)
 
     def lookup(
         self,
@@ -232,6 +248,8 @@ class StoreBackend:
     ) -> None:
         try:
             await self._store.store(self.tenant, scope, embedding, response, meta, query)
+            written = (scope, len(embedding))
+            self._written[written] = self._written.get(written, 0) + 1
         except Exception as err:  # a background write has no caller to raise to
             self.failed_writes += 1
             logger.warning("gateway: storing an answer in the L2 failed: %s", err)
