@@ -71,3 +71,17 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.cleanup()
         left = _postgres_processes(folder)
         assert not left, f"postgres processes left behind: {left}"
+
+
+@pytest.fixture
+def database(postgres: str) -> str:
+    """The URL of a fresh database on the session's Postgres (a module may define its own)."""
+    import uuid
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(urlsplit(postgres)._replace(path=f"/{name}"))

@@ -15,11 +15,8 @@ import json
 import shlex
 import subprocess
 import sys
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
 import pytest
 
 from evermind.mcp.hook import instruction_key
@@ -36,16 +33,6 @@ from tests.runtime.test_mcp_hooks import (
     transcript,
     user,
 )
-
-
-@pytest.fixture
-def database(postgres: str) -> str:
-    """A fresh database on the session's Postgres: the hooks use the default namespace."""
-    name = f"hooks_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(postgres)
-    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 @pytest.fixture

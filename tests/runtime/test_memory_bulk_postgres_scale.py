@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-import uuid
 from array import array
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
@@ -52,14 +50,6 @@ class Table:
     def embed(self, texts: list[str]) -> np.ndarray:
         self.embedded += len(texts)
         return np.stack([self.vectors[t] for t in texts])
-
-
-@pytest.fixture
-def database(postgres: str) -> str:
-    name = f"bulk_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunsplit(urlsplit(postgres)._replace(path=f"/{name}"))
 
 
 def unit(rows: np.ndarray) -> np.ndarray:

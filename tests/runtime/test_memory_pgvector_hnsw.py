@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
-import pytest
 
 from evermind.memory import MemoryStore, RecallOptions
 from evermind.memory.shared_memory import SharedMemory
@@ -37,14 +34,6 @@ class Table:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         return np.stack([self.vectors[t] for t in texts])
-
-
-@pytest.fixture
-def database(postgres: str) -> str:
-    name = f"hnsw_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunsplit(urlsplit(postgres)._replace(path=f"/{name}"))
 
 
 def unit(rows: np.ndarray) -> np.ndarray:

@@ -10,7 +10,6 @@ whether or not the object exists), and with a role that may only read the tables
 from __future__ import annotations
 
 import asyncio
-import uuid
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -26,15 +25,6 @@ REFUSE_DDL = (
     "BEGIN RAISE EXCEPTION 'DDL refused by the test: %', tg_tag; END $$",
     "CREATE EVENT TRIGGER refuse_ddl ON ddl_command_start EXECUTE FUNCTION refuse_ddl()",
 )
-
-
-@pytest.fixture
-def database(postgres: str) -> str:
-    """A fresh database on the session's Postgres."""
-    name = f"schema_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunsplit(urlsplit(postgres)._replace(path=f"/{name}"))
 
 
 def sql(url: str, *statements: str) -> None:
