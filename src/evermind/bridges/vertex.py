@@ -48,6 +48,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 import httpx2
 import pydantic
@@ -66,7 +67,14 @@ DEFAULT_EMBEDDING_MODEL = "gemini-embedding-001"
 #: Texts per ``batchEmbedContents`` call (the Gemini API takes at most 100).
 EMBED_BATCH = 100
 _VERSIONS = ("v1", "v1beta", "v1beta1", "v1alpha")
-_TRANSPORT_ERRORS = (httpx.HTTPError, httpx2.HTTPError, auth_errors.GoogleAuthError)
+#: The SDK's transport errors: ``google-genai`` sends async calls through aiohttp whenever it
+#: is installed (the runtime extra installs it for the OpenAI bridge), else through httpx.
+_TRANSPORT_ERRORS = (
+    httpx.HTTPError,
+    httpx2.HTTPError,
+    aiohttp.ClientError,
+    auth_errors.GoogleAuthError,
+)
 #: What the SDK's own code raises on an answer it cannot read (a chunk's ``error`` without a
 #: ``code`` is a ``TypeError`` inside it; a field of the wrong type a pydantic error, which is
 #: a ``ValueError``): an upstream that does not speak the protocol, never a crash above.
@@ -332,7 +340,9 @@ def _mapped(err: BaseException, secrets: Sequence[str]) -> UpstreamError:
             provider=PROVIDER,
             code="upstream_auth",
         )
-    timed_out = isinstance(err, httpx.TimeoutException | httpx2.TimeoutException)
+    timed_out = isinstance(
+        err, httpx.TimeoutException | httpx2.TimeoutException | aiohttp.ServerTimeoutError
+    )
     kind = "timed out" if timed_out else "failed to connect"
     return UpstreamError(
         f"{PROVIDER} upstream {kind} or dropped the connection: "
