@@ -21,7 +21,7 @@ hits**, and on the ``generate`` path the **checks** (all, mismatches, forced by
 ``must_check``). Sets as in :mod:`benchmarks.cache_verified` (``report``: counts only).
 It measures; it asserts nothing. Usage::
 
-    EVERMIND_EVAL_DIR=/work/shared/eval python -m benchmarks.cache_library --set dev \
+    EVERMIND_EVAL_DIR=../shared/eval python -m benchmarks.cache_library --set dev \
         --embedders terms,teacher:minilm --deltas 0.01,0.05 --paths generate,lookup
 """
 
